@@ -1,0 +1,114 @@
+// clbuf::Future<R>: the result of an asynchronous transfer, owning the host memory it touches.
+#ifndef CLBUF_FUTURE_HPP
+#define CLBUF_FUTURE_HPP
+
+#include <clbuf/error.hpp>
+
+#include <memory>
+#include <optional>
+#include <utility>
+
+namespace clbuf {
+
+class BufferManager;
+
+/// The result of upload_async() or download_async(). Move-only. Owns (or keeps alive) every
+/// byte of host memory the transfer reads or writes, so that memory is never released while
+/// the device may still touch it: destroying a Future that was never waited for waits first.
+template <class R>
+class Future {
+ public:
+  Future() = default;
+  Future(const Future&) = delete;
+  Future& operator=(const Future&) = delete;
+
+  Future(Future&& other) noexcept
+      : operation_(other.operation_),
+        event_(std::move(other.event_)),
+        value_(std::exchange(other.value_, std::nullopt)),
+        host_(std::move(other.host_)) {}
+
+  Future& operator=(Future&& other) noexcept {
+    if (this != &other) {
+      wait_quietly();
+      operation_ = other.operation_;
+      event_ = std::move(other.event_);
+      value_ = std::exchange(other.value_, std::nullopt);
+      host_ = std::move(other.host_);
+    }
+    return *this;
+  }
+
+  ~Future() { wait_quietly(); }
+
+  /// True while the result has not been taken by get().
+  bool valid() const noexcept { return value_.has_value(); }
+
+  /// The transfer has completed (successfully or not). Wraps clGetEventInfo.
+  /// @throws Error if the event cannot be queried.
+  bool ready() const {
+    if (event_() == nullptr) return true;
+    const cl_int status = status_of_event();
+    return status == CL_COMPLETE || status < 0;
+  }
+
+  /// Blocks until the transfer has completed. Wraps clWaitForEvents.
+  /// @throws Error with the failed command's code if the transfer failed on the device.
+  void wait() const {
+    if (event_() == nullptr) return;
+    cl_event event = event_();
+    const cl_int err = CLBUF_CL(clWaitForEvents)(1, &event);
+    // The command has ended either way: the host memory is no longer in use.
+    const cl_int status = status_of_event();
+    host_.reset();
+    if (status < 0) {
+      detail::fail(operation_, status, "the transfer failed on the device");
+    }
+    if (err != CL_SUCCESS) detail::check(err, operation_, "clWaitForEvents");
+  }
+
+  /// wait(), then hands over the result; once only.
+  /// @throws Error if the transfer failed, or (code CL_SUCCESS) if the result was already taken.
+  R get() {
+    if (!value_) {
+      detail::fail(operation_, CL_SUCCESS, "the result of this Future was already taken by get()");
+    }
+    wait();
+    R result = std::move(*value_);
+    value_.reset();
+    return result;
+  }
+
+ private:
+  friend class BufferManager;
+
+  Future(const char* operation, cl::Event event, R value, std::shared_ptr<const void> host)
+      : operation_(operation),
+        event_(std::move(event)),
+        value_(std::move(value)),
+        host_(std::move(host)) {}
+
+  cl_int status_of_event() const {
+    cl_int status = CL_COMPLETE;
+    detail::check(CLBUF_CL(clGetEventInfo)(event_(), CL_EVENT_COMMAND_EXECUTION_STATUS,
+                                           sizeof(status), &status, nullptr),
+                  operation_, "clGetEventInfo");
+    return status;
+  }
+
+  void wait_quietly() noexcept {
+    if (event_() == nullptr) return;
+    cl_event event = event_();
+    CLBUF_CL(clWaitForEvents)(1, &event);
+    host_.reset();
+  }
+
+  const char* operation_ = "wait";
+  cl::Event event_;
+  std::optional<R> value_;  // a download's vector is written in place by the device
+  mutable std::shared_ptr<const void> host_;  // host memory the transfer reads (an upload's data)
+};
+
+}  // namespace clbuf
+
+#endif  // CLBUF_FUTURE_HPP
