@@ -2,9 +2,10 @@
 #ifndef CLBUF_BUFFER_HPP
 #define CLBUF_BUFFER_HPP
 
-#include <clbuf/opencl.hpp>
+#include <clbuf/pool.hpp>
 
 #include <cstddef>
+#include <memory>
 #include <type_traits>
 #include <utility>
 #include <vector>
@@ -31,26 +32,17 @@ class DeviceBuffer {
   DeviceBuffer(const DeviceBuffer&) = delete;
   DeviceBuffer& operator=(const DeviceBuffer&) = delete;
 
-  DeviceBuffer(DeviceBuffer&& other) noexcept
-      : buffer_(std::move(other.buffer_)),
-        context_(std::exchange(other.context_, nullptr)),
-        size_(std::exchange(other.size_, 0)),
-        shape_(std::move(other.shape_)) {
-    other.shape_.clear();
-  }
+  DeviceBuffer(DeviceBuffer&& other) noexcept { swap(other); }
 
   DeviceBuffer& operator=(DeviceBuffer&& other) noexcept {
-    if (this != &other) {
-      buffer_ = std::move(other.buffer_);
-      context_ = std::exchange(other.context_, nullptr);
-      size_ = std::exchange(other.size_, 0);
-      shape_ = std::move(other.shape_);
-      other.shape_.clear();
-    }
+    DeviceBuffer(std::move(other)).swap(*this);
     return *this;
   }
 
-  ~DeviceBuffer() = default;
+  /// Gives the memory back to its manager's pool (or frees it when there is none).
+  ~DeviceBuffer() {
+    if (pool_) pool_->give_back(std::move(memory_));
+  }
 
   /// Number of elements.
   std::size_t size() const noexcept { return size_; }
@@ -59,8 +51,10 @@ class DeviceBuffer {
   bool empty() const noexcept { return size_ == 0; }
   /// The shape given at upload, else {size()}.
   const std::vector<std::size_t>& shape() const noexcept { return shape_; }
-  /// The underlying OpenCL buffer, for kernels; a null buffer when empty().
-  const cl::Buffer& native() const noexcept { return buffer_; }
+  /// The underlying OpenCL buffer, for kernels; a null buffer when empty(). Pooled memory may
+  /// be larger than size_bytes(). Work you enqueue on it on a queue of your own must be finished
+  /// before the DeviceBuffer is destroyed: its memory goes back to the pool for reuse.
+  const cl::Buffer& native() const noexcept { return memory_.buffer; }
   /// False for a default-constructed or moved-from buffer.
   bool valid() const noexcept { return context_ != nullptr; }
   /// The OpenCL context the memory belongs to (null when !valid()).
@@ -69,12 +63,25 @@ class DeviceBuffer {
  private:
   friend class BufferManager;
 
-  DeviceBuffer(cl::Buffer buffer, cl_context context, std::size_t size,
-               std::vector<std::size_t> shape)
-      : buffer_(std::move(buffer)), context_(context), size_(size), shape_(std::move(shape)) {}
+  DeviceBuffer(detail::Allocation memory, std::shared_ptr<detail::MemoryPool> pool,
+               cl_context context, std::size_t size, std::vector<std::size_t> shape)
+      : memory_(std::move(memory)),
+        pool_(std::move(pool)),
+        context_(context),
+        size_(size),
+        shape_(std::move(shape)) {}
 
-  cl::Buffer buffer_;
-  cl_context context_ = nullptr;  // not retained: buffer_ retains it while there is memory
+  void swap(DeviceBuffer& other) noexcept {
+    std::swap(memory_, other.memory_);
+    std::swap(pool_, other.pool_);
+    std::swap(context_, other.context_);
+    std::swap(size_, other.size_);
+    std::swap(shape_, other.shape_);
+  }
+
+  detail::Allocation memory_;
+  std::shared_ptr<detail::MemoryPool> pool_;  // null for empty buffers
+  cl_context context_ = nullptr;  // not retained: the buffer retains it while there is memory
   std::size_t size_ = 0;
   std::vector<std::size_t> shape_;
 };

@@ -11,8 +11,12 @@
 #include <clbuf/opencl.hpp>
 #include <clbuf/error.hpp>
 #include <clbuf/device.hpp>
+#include <clbuf/pool.hpp>
 #include <clbuf/buffer.hpp>
+#include <clbuf/pinned.hpp>
 #include <clbuf/future.hpp>
+#include <clbuf/telemetry.hpp>
+#include <clbuf/staging.hpp>
 #include <clbuf/manager.hpp>
 
 #endif  // CLBUF_CLBUF_HPP

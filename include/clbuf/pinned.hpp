@@ -1,0 +1,74 @@
+// clbuf::PinnedBuffer<T>: page-locked host memory, the fastest path to and from a discrete device.
+#ifndef CLBUF_PINNED_HPP
+#define CLBUF_PINNED_HPP
+
+#include <clbuf/opencl.hpp>
+
+#include <cstddef>
+#include <type_traits>
+#include <utility>
+
+namespace clbuf {
+
+class BufferManager;
+
+/// Host memory the driver has pinned (a CL_MEM_ALLOC_HOST_PTR buffer, mapped), made by
+/// BufferManager::allocate_pinned(). Use it like an array; the upload/download overloads that
+/// take it transfer by DMA at full bus speed, with no staging copy. Move-only.
+template <class T>
+class PinnedBuffer {
+  static_assert(std::is_trivially_copyable<T>::value,
+                "clbuf::PinnedBuffer<T> needs a trivially copyable T");
+
+ public:
+  using value_type = T;
+
+  PinnedBuffer() = default;
+  PinnedBuffer(const PinnedBuffer&) = delete;
+  PinnedBuffer& operator=(const PinnedBuffer&) = delete;
+  PinnedBuffer(PinnedBuffer&& other) noexcept { swap(other); }
+  PinnedBuffer& operator=(PinnedBuffer&& other) noexcept {
+    PinnedBuffer(std::move(other)).swap(*this);
+    return *this;
+  }
+  ~PinnedBuffer() {
+    if (data_ != nullptr) {
+      CLBUF_CL(clEnqueueUnmapMemObject)(queue_(), buffer_(), data_, 0, nullptr, nullptr);
+      CLBUF_CL(clFlush)(queue_());
+    }
+  }
+
+  T* data() noexcept { return data_; }
+  const T* data() const noexcept { return data_; }
+  std::size_t size() const noexcept { return size_; }
+  std::size_t size_bytes() const noexcept { return size_ * sizeof(T); }
+  bool empty() const noexcept { return size_ == 0; }
+  T& operator[](std::size_t i) noexcept { return data_[i]; }
+  const T& operator[](std::size_t i) const noexcept { return data_[i]; }
+  T* begin() noexcept { return data_; }
+  T* end() noexcept { return data_ + size_; }
+  const T* begin() const noexcept { return data_; }
+  const T* end() const noexcept { return data_ + size_; }
+
+ private:
+  friend class BufferManager;
+
+  PinnedBuffer(cl::Buffer buffer, cl::CommandQueue queue, T* data, std::size_t size)
+      : buffer_(std::move(buffer)), queue_(std::move(queue)), data_(data), size_(size) {}
+
+  void swap(PinnedBuffer& other) noexcept {
+    std::swap(buffer_, other.buffer_);
+    std::swap(queue_, other.queue_);
+    std::swap(data_, other.data_);
+    std::swap(size_, other.size_);
+  }
+
+  cl::Buffer buffer_;
+  cl::CommandQueue queue_;  // unmaps on destruction
+  T* data_ = nullptr;
+  std::size_t size_ = 0;
+};
+
+}  // namespace clbuf
+
+#endif  // CLBUF_PINNED_HPP

@@ -1,0 +1,229 @@
+// The device-memory pool behind allocate() and upload(): size-binned, bounded, thread-safe.
+// Repeated uploads skip allocation and the slow first touch of fresh memory. On devices that
+// share host memory the pool's buffers are host blocks clbuf allocates (CL_MEM_USE_HOST_PTR),
+// which the host can fill directly, with no queue command, while the block is idle.
+#ifndef CLBUF_POOL_HPP
+#define CLBUF_POOL_HPP
+
+#include <clbuf/detail/host_memory.hpp>
+#include <clbuf/error.hpp>
+
+#include <cstddef>
+#include <cstdint>
+#include <cstdlib>
+#include <mutex>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+namespace clbuf {
+
+/// Counters of a BufferManager's device-memory pool.
+struct PoolStats {
+  std::uint64_t hits = 0;             ///< allocations served from the pool
+  std::uint64_t misses = 0;           ///< allocations that created a buffer
+  std::uint64_t released = 0;         ///< buffers freed instead of cached (over the limit)
+  std::uint64_t trims = 0;            ///< times the whole pool was emptied
+  std::uint64_t retries = 0;          ///< failed allocations retried after a trim
+  std::size_t cached_buffers = 0;     ///< buffers waiting for reuse now
+  std::size_t cached_bytes = 0;       ///< their capacity in bytes
+  std::size_t limit_bytes = 0;        ///< most bytes the pool keeps cached
+};
+
+namespace detail {
+
+/// One buffer of the pool. `host` is the block behind it when the pool is host-backed.
+struct Allocation {
+  cl::Buffer buffer;
+  std::size_t capacity = 0;
+  void* host = nullptr;
+  cl::Event idle_after;  ///< completes once no earlier queued command uses the buffer
+};
+
+inline void CL_CALLBACK free_host_block(cl_mem, void* block) { std::free(block); }
+
+class MemoryPool {
+ public:
+  MemoryPool(cl::Context context, cl::CommandQueue queue, bool host_backed,
+             std::size_t limit_bytes, std::uint64_t max_alloc_bytes)
+      : context_(std::move(context)),
+        queue_(std::move(queue)),
+        host_backed_(host_backed),
+        max_alloc_bytes_(max_alloc_bytes) {
+    stats_.limit_bytes = limit_bytes;
+  }
+
+  MemoryPool(const MemoryPool&) = delete;
+  MemoryPool& operator=(const MemoryPool&) = delete;
+
+  bool host_backed() const noexcept { return host_backed_; }
+
+  /// The capacity a request of `bytes` is served with: 64 B, then powers of two up to 4 KiB,
+  /// then steps of an eighth of a power of two (at most 12.5% unused), never past `max`.
+  static std::size_t bin_size(std::size_t bytes, std::uint64_t max) noexcept {
+    std::size_t bin = 64;
+    if (bytes > 4096) {
+      std::size_t power = 4096;
+      while (power * 2 < bytes && power * 2 > power) power *= 2;
+      const std::size_t step = power / 8;
+      bin = (bytes + step - 1) / step * step;
+      if (bin < bytes) bin = bytes;  // wrapped near SIZE_MAX
+    } else {
+      while (bin < bytes) bin *= 2;
+    }
+    return bin > max ? bytes : bin;
+  }
+
+  /// A buffer of at least `bytes` (> 0) bytes. Trims the pool and retries once when the
+  /// driver or the host is out of memory.
+  Allocation acquire(std::size_t bytes, const char* operation) {
+    const std::size_t capacity = bin_size(bytes, max_alloc_bytes_);
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      auto bin = free_.find(capacity);
+      if (bin != free_.end() && !bin->second.empty()) {
+        Allocation allocation = std::move(bin->second.back());
+        bin->second.pop_back();
+        ++stats_.hits;
+        --stats_.cached_buffers;
+        stats_.cached_bytes -= capacity;
+        return allocation;
+      }
+      ++stats_.misses;
+    }
+    cl_int err = CL_SUCCESS;
+    Allocation allocation = create(capacity, err);
+    if (is_out_of_memory(err)) {
+      trim();
+      {
+        std::lock_guard<std::mutex> lock(mutex_);
+        ++stats_.retries;
+      }
+      allocation = create(capacity, err);
+    }
+    check(err, operation, host_backed_ ? "clCreateBuffer(CL_MEM_USE_HOST_PTR)" : "clCreateBuffer");
+    return allocation;
+  }
+
+  /// Takes a buffer back for reuse, or frees it when the pool is full or closed.
+  void give_back(Allocation&& allocation) noexcept {
+    if (allocation.buffer() == nullptr) return;
+    std::unique_lock<std::mutex> lock(mutex_);
+    if (closed_ || stats_.cached_bytes + allocation.capacity > stats_.limit_bytes) {
+      ++stats_.released;
+      lock.unlock();
+      allocation = Allocation();  // the host block is freed when the driver drops the buffer
+      return;
+    }
+    if (host_backed_) {
+      // The host may write this block directly on reuse only after every command queued so
+      // far (an asynchronous read of it, a kernel) is done: the marker says when.
+      cl_event marker = nullptr;
+      if (CLBUF_CL(clEnqueueMarkerWithWaitList)(queue_(), 0, nullptr, &marker) == CL_SUCCESS) {
+        allocation.idle_after = cl::Event(marker, false);
+      } else {
+        allocation.idle_after = cl::Event();
+        allocation.host = nullptr;  // unknown: never write it directly
+      }
+    }
+    stats_.cached_bytes += allocation.capacity;
+    ++stats_.cached_buffers;
+    free_[allocation.capacity].push_back(std::move(allocation));
+  }
+
+  /// True when the host may write `allocation.host` directly now.
+  static bool host_writable(const Allocation& allocation) noexcept {
+    if (allocation.host == nullptr) return false;
+    if (allocation.idle_after() == nullptr) return true;
+    cl_int status = CL_QUEUED;
+    return CLBUF_CL(clGetEventInfo)(allocation.idle_after(), CL_EVENT_COMMAND_EXECUTION_STATUS,
+                                    sizeof(status), &status, nullptr) == CL_SUCCESS &&
+           status == CL_COMPLETE;
+  }
+
+  /// Frees every cached buffer.
+  void trim() noexcept {
+    std::unordered_map<std::size_t, std::vector<Allocation>> dropped;
+    std::lock_guard<std::mutex> lock(mutex_);
+    dropped.swap(free_);
+    stats_.cached_bytes = 0;
+    stats_.cached_buffers = 0;
+    ++stats_.trims;
+  }
+
+  /// Trims and stops caching (the manager was cleaned up); buffers still out are freed on return.
+  void close() noexcept {
+    trim();
+    std::lock_guard<std::mutex> lock(mutex_);
+    closed_ = true;
+    queue_ = cl::CommandQueue();
+    context_ = cl::Context();
+  }
+
+  void set_limit(std::size_t limit_bytes) noexcept {
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      stats_.limit_bytes = limit_bytes;
+      if (stats_.cached_bytes <= limit_bytes) return;
+    }
+    trim();
+  }
+
+  PoolStats stats() const {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return stats_;
+  }
+
+ private:
+  static bool is_out_of_memory(cl_int err) noexcept {
+    return err == CL_MEM_OBJECT_ALLOCATION_FAILURE || err == CL_OUT_OF_RESOURCES ||
+           err == CL_OUT_OF_HOST_MEMORY;
+  }
+
+  Allocation create(std::size_t capacity, cl_int& err) {
+    Allocation allocation;
+    allocation.capacity = capacity;
+    if (!host_backed_) {
+      allocation.buffer =
+          cl::Buffer(CLBUF_CL(clCreateBuffer)(context_(), CL_MEM_READ_WRITE, capacity, nullptr,
+                                              &err),
+                     false);
+      return allocation;
+    }
+    void* block = allocate_host_block(capacity);
+    if (block == nullptr) {
+      err = CL_OUT_OF_HOST_MEMORY;
+      return allocation;
+    }
+    cl_mem memory = CLBUF_CL(clCreateBuffer)(context_(), CL_MEM_READ_WRITE | CL_MEM_USE_HOST_PTR,
+                                             capacity, block, &err);
+    if (err != CL_SUCCESS) {
+      std::free(block);
+      return allocation;
+    }
+    // The block must outlive every command on the buffer, which may outlive this object.
+    err = CLBUF_CL(clSetMemObjectDestructorCallback)(memory, free_host_block, block);
+    if (err != CL_SUCCESS) {
+      CLBUF_CL(clReleaseMemObject)(memory);
+      std::free(block);
+      return allocation;
+    }
+    allocation.buffer = cl::Buffer(memory, false);
+    allocation.host = block;
+    return allocation;
+  }
+
+  mutable std::mutex mutex_;
+  cl::Context context_;
+  cl::CommandQueue queue_;
+  const bool host_backed_;
+  const std::uint64_t max_alloc_bytes_;
+  bool closed_ = false;
+  PoolStats stats_;
+  std::unordered_map<std::size_t, std::vector<Allocation>> free_;
+};
+
+}  // namespace detail
+}  // namespace clbuf
+
+#endif  // CLBUF_POOL_HPP
