@@ -14,10 +14,10 @@ int main() try {
   std::vector<float> data(1000);
   for (float& x : data) x = dist(rng);
 
-  clbuf::DeviceBuffer<float> a = manager.upload(data);      // host -> device
+  clbuf::DeviceBuffer<float> a = manager.upload(data);  // host -> device
   clbuf::DeviceBuffer<float> b = manager.allocate<float>(a.size());
-  manager.copy(a, b);                                       // device -> device, no host trip
-  std::vector<float> back = manager.download(b);            // device -> host, same type and count
+  manager.copy(a, b);                             // device -> device, no host trip
+  std::vector<float> back = manager.download(b);  // device -> host, same type and count
 
   const bool same = back == data;
   std::cout << "round trip of " << back.size() << " floats: " << (same ? "exact" : "MISMATCH")

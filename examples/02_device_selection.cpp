@@ -15,10 +15,10 @@ int main(int argc, char** argv) try {
               << "  max_alloc=" << d.max_alloc_bytes / (1024 * 1024) << " MiB\n";
   }
 
-  const clbuf::BufferManager manager = argc > 1 ? clbuf::BufferManager(std::string(argv[1]))
-                                                : clbuf::BufferManager();
-  std::cout << "picked [" << manager.device().platform_index << ":"
-            << manager.device().device_index << "] " << manager.device().name << "\n"
+  const clbuf::BufferManager manager =
+      argc > 1 ? clbuf::BufferManager(std::string(argv[1])) : clbuf::BufferManager();
+  std::cout << "picked [" << manager.device().platform_index << ":" << manager.device().device_index
+            << "] " << manager.device().name << "\n"
             << "because: " << manager.selection_reason() << "\n";
   return 0;
 } catch (const clbuf::Error& e) {

@@ -6,17 +6,18 @@
 #define CLBUF_VERSION_MAJOR 0
 #define CLBUF_VERSION_MINOR 1
 #define CLBUF_VERSION_PATCH 0
-#define CLBUF_VERSION (CLBUF_VERSION_MAJOR * 10000 + CLBUF_VERSION_MINOR * 100 + CLBUF_VERSION_PATCH)
+#define CLBUF_VERSION \
+  (CLBUF_VERSION_MAJOR * 10000 + CLBUF_VERSION_MINOR * 100 + CLBUF_VERSION_PATCH)
 
-#include <clbuf/opencl.hpp>
-#include <clbuf/error.hpp>
-#include <clbuf/device.hpp>
-#include <clbuf/pool.hpp>
 #include <clbuf/buffer.hpp>
-#include <clbuf/pinned.hpp>
+#include <clbuf/device.hpp>
+#include <clbuf/error.hpp>
 #include <clbuf/future.hpp>
-#include <clbuf/telemetry.hpp>
-#include <clbuf/staging.hpp>
 #include <clbuf/manager.hpp>
+#include <clbuf/opencl.hpp>
+#include <clbuf/pinned.hpp>
+#include <clbuf/pool.hpp>
+#include <clbuf/staging.hpp>
+#include <clbuf/telemetry.hpp>
 
 #endif  // CLBUF_CLBUF_HPP

@@ -19,10 +19,14 @@ enum class DeviceType { gpu, cpu, accelerator, other };
 /// "gpu", "cpu", "accelerator" or "other".
 inline const char* to_string(DeviceType type) noexcept {
   switch (type) {
-    case DeviceType::gpu: return "gpu";
-    case DeviceType::cpu: return "cpu";
-    case DeviceType::accelerator: return "accelerator";
-    case DeviceType::other: break;
+    case DeviceType::gpu:
+      return "gpu";
+    case DeviceType::cpu:
+      return "cpu";
+    case DeviceType::accelerator:
+      return "accelerator";
+    case DeviceType::other:
+      break;
   }
   return "other";
 }
@@ -132,8 +136,8 @@ inline std::vector<DeviceEntry> enumerate_devices(const char* operation) {
                                    nullptr),
           operation, "clGetDeviceIDs");
     for (std::size_t d = 0; d < devices.size(); ++d) {
-      entries.push_back({describe_device(platforms[p], devices[d], p, d, operation), platforms[p],
-                         devices[d]});
+      entries.push_back(
+          {describe_device(platforms[p], devices[d], p, d, operation), platforms[p], devices[d]});
     }
   }
   return entries;
@@ -169,14 +173,13 @@ inline Selector parse_selector(const std::string& text) {
   if (key.empty()) return selector;
   if (key == "gpu" || key == "cpu" || key == "accelerator") {
     selector.kind = Selector::Kind::type;
-    selector.type = key == "gpu" ? DeviceType::gpu
+    selector.type = key == "gpu"   ? DeviceType::gpu
                     : key == "cpu" ? DeviceType::cpu
                                    : DeviceType::accelerator;
     return selector;
   }
   const auto colon = key.find(':');
-  if (colon != std::string::npos &&
-      parse_index(key.substr(0, colon), selector.platform_index) &&
+  if (colon != std::string::npos && parse_index(key.substr(0, colon), selector.platform_index) &&
       parse_index(key.substr(colon + 1), selector.device_index)) {
     selector.kind = Selector::Kind::index;
     return selector;
@@ -210,8 +213,8 @@ inline Selection select_device(const std::string& selector_text, const std::stri
   const std::vector<DeviceEntry> entries = enumerate_devices(operation);
   if (entries.empty()) {
     cl_uint platforms = 0;
-    const bool any_platform = CLBUF_CL(clGetPlatformIDs)(0, nullptr, &platforms) == CL_SUCCESS &&
-                              platforms > 0;
+    const bool any_platform =
+        CLBUF_CL(clGetPlatformIDs)(0, nullptr, &platforms) == CL_SUCCESS && platforms > 0;
     fail(operation, any_platform ? CL_DEVICE_NOT_FOUND : -1001,
          std::string(any_platform ? "OpenCL platforms exist but none has a device"
                                   : "no OpenCL platform is installed") +
@@ -243,8 +246,8 @@ inline Selection select_device(const std::string& selector_text, const std::stri
       break;
     case Selector::Kind::type:
       found = first_of(selector.type);
-      reason = std::string("the first ") + to_string(selector.type) + " device, as " + quoted +
-               " asks";
+      reason =
+          std::string("the first ") + to_string(selector.type) + " device, as " + quoted + " asks";
       break;
     case Selector::Kind::index:
       for (const DeviceEntry& entry : entries) {

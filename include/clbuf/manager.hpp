@@ -83,16 +83,15 @@ class BufferManager {
   BufferManager(const std::string& selector, const Options& options) : options_(options) {
     const char* op = "BufferManager";
     const char* from_environment = std::getenv("CLBUF_DEVICE");
-    const bool use_environment = detail::trimmed(selector).empty() &&
-                                 from_environment != nullptr && *from_environment != '\0';
+    const bool use_environment = detail::trimmed(selector).empty() && from_environment != nullptr &&
+                                 *from_environment != '\0';
     detail::Selection selection =
         detail::select_device(use_environment ? std::string(from_environment) : selector,
                               use_environment ? "CLBUF_DEVICE" : "selector", op);
     info_ = std::move(selection.entry.info);
     reason_ = std::move(selection.reason);
     const cl_context_properties properties[] = {
-        CL_CONTEXT_PLATFORM, reinterpret_cast<cl_context_properties>(selection.entry.platform),
-        0};
+        CL_CONTEXT_PLATFORM, reinterpret_cast<cl_context_properties>(selection.entry.platform), 0};
     cl_int err = CL_SUCCESS;
     cl_device_id device = selection.entry.device;
     context_ = cl::Context(
@@ -115,14 +114,14 @@ class BufferManager {
     cl_context queue_context = nullptr;
     cl_device_id device = nullptr;
     cl_command_queue_properties properties = 0;
-    detail::check(CLBUF_CL(clGetCommandQueueInfo)(queue_(), CL_QUEUE_CONTEXT,
-                                                  sizeof(queue_context), &queue_context, nullptr),
+    detail::check(CLBUF_CL(clGetCommandQueueInfo)(queue_(), CL_QUEUE_CONTEXT, sizeof(queue_context),
+                                                  &queue_context, nullptr),
                   op, "clGetCommandQueueInfo");
     detail::check(CLBUF_CL(clGetCommandQueueInfo)(queue_(), CL_QUEUE_DEVICE, sizeof(device),
                                                   &device, nullptr),
                   op, "clGetCommandQueueInfo");
-    detail::check(CLBUF_CL(clGetCommandQueueInfo)(queue_(), CL_QUEUE_PROPERTIES,
-                                                  sizeof(properties), &properties, nullptr),
+    detail::check(CLBUF_CL(clGetCommandQueueInfo)(queue_(), CL_QUEUE_PROPERTIES, sizeof(properties),
+                                                  &properties, nullptr),
                   op, "clGetCommandQueueInfo");
     if (queue_context != context_()) {
       detail::fail(op, CL_INVALID_CONTEXT, "the adopted queue belongs to another context");
@@ -133,9 +132,9 @@ class BufferManager {
                    "queue");
     }
     cl_platform_id platform = nullptr;
-    detail::check(CLBUF_CL(clGetDeviceInfo)(device, CL_DEVICE_PLATFORM, sizeof(platform),
-                                            &platform, nullptr),
-                  op, "clGetDeviceInfo");
+    detail::check(
+        CLBUF_CL(clGetDeviceInfo)(device, CL_DEVICE_PLATFORM, sizeof(platform), &platform, nullptr),
+        op, "clGetDeviceInfo");
     info_ = detail::describe_device(platform, device, 0, 0, op);
     for (const detail::DeviceEntry& entry : detail::enumerate_devices(op)) {
       if (entry.device == device) info_ = entry.info;
@@ -205,13 +204,14 @@ class BufferManager {
     const std::size_t bytes = checked_bytes<T>(op, count);
     if (bytes == 0) return PinnedBuffer<T>();
     cl_int err = CL_SUCCESS;
-    cl::Buffer buffer(CLBUF_CL(clCreateBuffer)(context_(), CL_MEM_READ_WRITE | CL_MEM_ALLOC_HOST_PTR,
-                                               bytes, nullptr, &err),
-                      false);
+    cl::Buffer buffer(
+        CLBUF_CL(clCreateBuffer)(context_(), CL_MEM_READ_WRITE | CL_MEM_ALLOC_HOST_PTR, bytes,
+                                 nullptr, &err),
+        false);
     detail::check(err, op, "clCreateBuffer(CL_MEM_ALLOC_HOST_PTR)");
-    void* data = CLBUF_CL(clEnqueueMapBuffer)(queue_(), buffer(), CL_TRUE,
-                                              CL_MAP_READ | CL_MAP_WRITE, 0, bytes, 0, nullptr,
-                                              nullptr, &err);
+    void* data =
+        CLBUF_CL(clEnqueueMapBuffer)(queue_(), buffer(), CL_TRUE, CL_MAP_READ | CL_MAP_WRITE, 0,
+                                     bytes, 0, nullptr, nullptr, &err);
     detail::check(err, op, "clEnqueueMapBuffer");
     return PinnedBuffer<T>(std::move(buffer), queue_, static_cast<T*>(data), count);
   }
@@ -247,8 +247,7 @@ class BufferManager {
   /// (blocking). Wraps clEnqueueWriteBuffer. @throws Error CL_INVALID_VALUE past the end of
   /// `dst` or for a null `data` with count > 0.
   template <class T>
-  void upload(DeviceBuffer<T>& dst, const T* data, std::size_t count,
-              std::size_t dst_offset = 0) {
+  void upload(DeviceBuffer<T>& dst, const T* data, std::size_t count, std::size_t dst_offset = 0) {
     upload_into(dst, data, count, dst_offset, false);
   }
 
@@ -282,8 +281,7 @@ class BufferManager {
     detail::check(CLBUF_CL(clEnqueueWriteBuffer)(queue_(), buffer.memory_.buffer(), CL_FALSE, 0,
                                                  bytes, host->data(), 0, nullptr, &event),
                   op, "clEnqueueWriteBuffer");
-    Future<DeviceBuffer<T>> future(op, cl::Event(event, false), std::move(buffer),
-                                   std::move(host));
+    Future<DeviceBuffer<T>> future(op, cl::Event(event, false), std::move(buffer), std::move(host));
     flush(op);
     return future;
   }
@@ -334,10 +332,10 @@ class BufferManager {
     telemetry_.count_async(detail::Telemetry::download, buffer.size_bytes());
     if (out.empty()) return Future<std::vector<T>>(op, cl::Event(), std::move(out), nullptr);
     cl_event event = nullptr;
-    detail::check(CLBUF_CL(clEnqueueReadBuffer)(queue_(), buffer.memory_.buffer(), CL_FALSE, 0,
-                                                buffer.size_bytes(), out.data(), 0, nullptr,
-                                                &event),
-                  op, "clEnqueueReadBuffer");
+    detail::check(
+        CLBUF_CL(clEnqueueReadBuffer)(queue_(), buffer.memory_.buffer(), CL_FALSE, 0,
+                                      buffer.size_bytes(), out.data(), 0, nullptr, &event),
+        op, "clEnqueueReadBuffer");
     // Moving the vector into the Future keeps its heap block, which the device writes into.
     Future<std::vector<T>> future(op, cl::Event(event, false), std::move(out), nullptr);
     flush(op);
@@ -355,8 +353,8 @@ class BufferManager {
     check_buffer(op, dst);
     if (src.size() != dst.size()) {
       detail::fail(op, CL_INVALID_VALUE,
-                   "source has " + std::to_string(src.size()) +
-                       " elements but destination has " + std::to_string(dst.size()));
+                   "source has " + std::to_string(src.size()) + " elements but destination has " +
+                       std::to_string(dst.size()));
     }
     copy_checked(op, src.memory_, dst.memory_, src.size_bytes(), 0, 0);
   }
@@ -407,7 +405,8 @@ class BufferManager {
  private:
   void set_up_paths(cl_device_id device, const char* op) {
     if (options_.memory == MemoryModel::automatic) {
-      const cl_bool unified = detail::device_value<cl_bool>(device, CL_DEVICE_HOST_UNIFIED_MEMORY, op);
+      const cl_bool unified =
+          detail::device_value<cl_bool>(device, CL_DEVICE_HOST_UNIFIED_MEMORY, op);
       options_.memory = !unified                        ? MemoryModel::discrete
                         : info_.type == DeviceType::cpu ? MemoryModel::host
                                                         : MemoryModel::unified;
@@ -420,9 +419,9 @@ class BufferManager {
           std::min<std::uint64_t>(info_.global_mem_bytes / 4, std::uint64_t{1} << 30));
     }
     copier_ = std::make_unique<detail::ParallelCopier>(options_.copy_threads);
-    pool_ = std::make_shared<detail::MemoryPool>(context_, queue_,
-                                                 options_.memory == MemoryModel::host,
-                                                 options_.pool_limit_bytes, info_.max_alloc_bytes);
+    pool_ =
+        std::make_shared<detail::MemoryPool>(context_, queue_, options_.memory == MemoryModel::host,
+                                             options_.pool_limit_bytes, info_.max_alloc_bytes);
     if (options_.memory == MemoryModel::discrete &&
         options_.staging_threshold_bytes != Options::never) {
       stager_ = std::make_unique<detail::Stager>(context_, queue_, options_.staging_chunk_bytes,
@@ -460,8 +459,8 @@ class BufferManager {
   }
 
   template <class T>
-  static void check_range(const char* operation, const char* access,
-                          const DeviceBuffer<T>& buffer, std::size_t count, std::size_t offset) {
+  static void check_range(const char* operation, const char* access, const DeviceBuffer<T>& buffer,
+                          std::size_t count, std::size_t offset) {
     if (!detail::range_fits(offset, count, buffer.size())) {
       detail::fail_range(operation, access, count, offset, buffer.size(), sizeof(T));
     }
@@ -491,11 +490,12 @@ class BufferManager {
       for (std::size_t extent : shape) {
         extents += (extents.empty() ? "" : ", ") + std::to_string(extent);
       }
-      detail::fail(op, CL_INVALID_VALUE,
-                   "shape [" + extents + "] holds " +
-                       (detail::shape_elements(shape, elements) ? std::to_string(elements)
-                                                                : std::string("more than SIZE_MAX")) +
-                       " elements but the data has " + std::to_string(count));
+      detail::fail(
+          op, CL_INVALID_VALUE,
+          "shape [" + extents + "] holds " +
+              (detail::shape_elements(shape, elements) ? std::to_string(elements)
+                                                       : std::string("more than SIZE_MAX")) +
+              " elements but the data has " + std::to_string(count));
     }
     const std::size_t bytes = checked_bytes<T>(op, count);
     DeviceBuffer<T> buffer(acquire(op, bytes), pool_, context_(), count, std::move(shape));

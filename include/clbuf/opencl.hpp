@@ -1,5 +1,6 @@
 // The Khronos C++ bindings, configured for clbuf: OpenCL 1.2 API level by default, so that every
-// driver (PoCL, NVIDIA, ...) runs it. Define the CL_HPP_* macros before including clbuf to change it.
+// driver (PoCL, NVIDIA, ...) runs it. Define the CL_HPP_* macros before including clbuf to change
+// it.
 #ifndef CLBUF_OPENCL_HPP
 #define CLBUF_OPENCL_HPP
 

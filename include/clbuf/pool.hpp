@@ -20,14 +20,14 @@ namespace clbuf {
 
 /// Counters of a BufferManager's device-memory pool.
 struct PoolStats {
-  std::uint64_t hits = 0;             ///< allocations served from the pool
-  std::uint64_t misses = 0;           ///< allocations that created a buffer
-  std::uint64_t released = 0;         ///< buffers freed instead of cached (over the limit)
-  std::uint64_t trims = 0;            ///< times the whole pool was emptied
-  std::uint64_t retries = 0;          ///< failed allocations retried after a trim
-  std::size_t cached_buffers = 0;     ///< buffers waiting for reuse now
-  std::size_t cached_bytes = 0;       ///< their capacity in bytes
-  std::size_t limit_bytes = 0;        ///< most bytes the pool keeps cached
+  std::uint64_t hits = 0;          ///< allocations served from the pool
+  std::uint64_t misses = 0;        ///< allocations that created a buffer
+  std::uint64_t released = 0;      ///< buffers freed instead of cached (over the limit)
+  std::uint64_t trims = 0;         ///< times the whole pool was emptied
+  std::uint64_t retries = 0;       ///< failed allocations retried after a trim
+  std::size_t cached_buffers = 0;  ///< buffers waiting for reuse now
+  std::size_t cached_bytes = 0;    ///< their capacity in bytes
+  std::size_t limit_bytes = 0;     ///< most bytes the pool keeps cached
 };
 
 namespace detail {
@@ -44,8 +44,8 @@ inline void CL_CALLBACK free_host_block(cl_mem, void* block) { std::free(block);
 
 class MemoryPool {
  public:
-  MemoryPool(cl::Context context, cl::CommandQueue queue, bool host_backed,
-             std::size_t limit_bytes, std::uint64_t max_alloc_bytes)
+  MemoryPool(cl::Context context, cl::CommandQueue queue, bool host_backed, std::size_t limit_bytes,
+             std::uint64_t max_alloc_bytes)
       : context_(std::move(context)),
         queue_(std::move(queue)),
         host_backed_(host_backed),
@@ -184,10 +184,8 @@ class MemoryPool {
     Allocation allocation;
     allocation.capacity = capacity;
     if (!host_backed_) {
-      allocation.buffer =
-          cl::Buffer(CLBUF_CL(clCreateBuffer)(context_(), CL_MEM_READ_WRITE, capacity, nullptr,
-                                              &err),
-                     false);
+      allocation.buffer = cl::Buffer(
+          CLBUF_CL(clCreateBuffer)(context_(), CL_MEM_READ_WRITE, capacity, nullptr, &err), false);
       return allocation;
     }
     void* block = allocate_host_block(capacity);

@@ -123,8 +123,8 @@ class Stager {
     cl_event event = slot.busy();
     const cl_int err = CLBUF_CL(clWaitForEvents)(1, &event);
     cl_int status = CL_COMPLETE;
-    CLBUF_CL(clGetEventInfo)(event, CL_EVENT_COMMAND_EXECUTION_STATUS, sizeof(status), &status,
-                             nullptr);
+    CLBUF_CL(clGetEventInfo)
+    (event, CL_EVENT_COMMAND_EXECUTION_STATUS, sizeof(status), &status, nullptr);
     slot.busy = cl::Event();
     if (status < 0) fail(operation, status, "a staged chunk failed on the device");
     check(err, operation, "clWaitForEvents");
@@ -134,14 +134,14 @@ class Stager {
     while (slots_.size() < chunk_count_) {
       cl_int err = CL_SUCCESS;
       Slot slot;
-      slot.buffer = cl::Buffer(CLBUF_CL(clCreateBuffer)(context_(),
-                                                        CL_MEM_READ_WRITE | CL_MEM_ALLOC_HOST_PTR,
-                                                        chunk_bytes_, nullptr, &err),
-                               false);
+      slot.buffer =
+          cl::Buffer(CLBUF_CL(clCreateBuffer)(context_(), CL_MEM_READ_WRITE | CL_MEM_ALLOC_HOST_PTR,
+                                              chunk_bytes_, nullptr, &err),
+                     false);
       check(err, operation, "clCreateBuffer(CL_MEM_ALLOC_HOST_PTR)");
-      slot.host = CLBUF_CL(clEnqueueMapBuffer)(queue_(), slot.buffer(), CL_TRUE,
-                                               CL_MAP_READ | CL_MAP_WRITE, 0, chunk_bytes_, 0,
-                                               nullptr, nullptr, &err);
+      slot.host =
+          CLBUF_CL(clEnqueueMapBuffer)(queue_(), slot.buffer(), CL_TRUE, CL_MAP_READ | CL_MAP_WRITE,
+                                       0, chunk_bytes_, 0, nullptr, nullptr, &err);
       check(err, operation, "clEnqueueMapBuffer");
       slots_.push_back(std::move(slot));
     }

@@ -1,0 +1,10 @@
+# README's quick start must be examples/01_quick_start.cpp verbatim (after its first line).
+file(READ "${SOURCE_DIR}/README.md" readme)
+file(READ "${SOURCE_DIR}/examples/01_quick_start.cpp" example)
+string(FIND "${example}" "\n" first_newline)
+math(EXPR body_start "${first_newline} + 1")
+string(SUBSTRING "${example}" ${body_start} -1 body)
+string(FIND "${readme}" "// examples/01_quick_start.cpp\n${body}```" found)
+if(found EQUAL -1)
+  message(FATAL_ERROR "README.md's quick start differs from examples/01_quick_start.cpp")
+endif()

@@ -1,0 +1,150 @@
+// Every transfer path gives the same bytes: the CPU device's host blocks, the unified path and
+// the discrete path with pinned staging (forced on PoCL with tiny chunks, so that transfers span
+// many chunks and the pipeline wraps around its slots).
+#include "support/device_test.hpp"
+
+#include <cstring>
+#include <string>
+#include <vector>
+
+namespace {
+
+using clbuf::MemoryModel;
+using clbuf_test::same_bytes;
+
+std::string model_name(const ::testing::TestParamInfo<MemoryModel>& info) {
+  switch (info.param) {
+    case MemoryModel::host:
+      return "Host";
+    case MemoryModel::unified:
+      return "Unified";
+    case MemoryModel::discrete:
+      return "DiscreteStaged";
+    case MemoryModel::automatic:
+      break;
+  }
+  return "Automatic";
+}
+
+class PathTest : public clbuf_test::DeviceTest, public ::testing::WithParamInterface<MemoryModel> {
+ protected:
+  void SetUp() override {
+    clbuf_test::DeviceTest::SetUp();
+    if (IsSkipped() || HasFatalFailure()) return;
+    if (GetParam() == MemoryModel::host && manager().device().type != clbuf::DeviceType::cpu) {
+      GTEST_SKIP() << "the host path needs a CPU device";
+    }
+    clbuf::Options options;
+    options.memory = GetParam();
+    options.staging_threshold_bytes = 1;  // stage everything the discrete path moves
+    options.staging_chunk_bytes = 4096;   // the minimum: many chunks per transfer
+    options.staging_chunks = 3;
+    paths_ = std::make_unique<clbuf::BufferManager>(std::string(), options);
+  }
+
+  clbuf::BufferManager& paths() { return *paths_; }
+
+  std::unique_ptr<clbuf::BufferManager> paths_;
+};
+
+TEST_P(PathTest, ReportsTheForcedMemoryModel) { EXPECT_EQ(paths().memory_model(), GetParam()); }
+
+TEST_P(PathTest, RoundTripIsExactAtChunkBoundaries) {
+  // 4096-byte chunks, 3 slots: sizes below, at and past one chunk and past the ring of slots.
+  for (std::size_t count : {1u, 1023u, 1024u, 1025u, 3071u, 3072u, 3073u, 10000u, 262147u}) {
+    SCOPED_TRACE(count);
+    const auto data = random_raw<float>(count);
+    const auto buffer = paths().upload(data);
+    EXPECT_TRUE(same_bytes(data, paths().download(buffer)));
+  }
+}
+
+TEST_P(PathTest, UploadIntoExistingBufferWritesOnlyTheWindow) {
+  const auto before = random<std::int32_t>(9000);
+  const auto window = random<std::int32_t>(5001);
+  auto buffer = paths().upload(before);
+  paths().upload(buffer, window, 1999);
+  auto expected = before;
+  std::memcpy(expected.data() + 1999, window.data(), window.size() * sizeof(std::int32_t));
+  EXPECT_TRUE(same_bytes(expected, paths().download(buffer)));
+}
+
+TEST_P(PathTest, PartialDownloadReadsTheWindowOnly) {
+  const auto data = random<double>(7000);
+  const auto buffer = paths().upload(data);
+  auto out = clbuf_test::sentinels<double>(3000 + 2);
+  paths().download(buffer, out.data() + 1, 3000, 2500);
+  EXPECT_TRUE(same_bytes(data.data() + 2500, out.data() + 1, 3000 * sizeof(double)));
+  EXPECT_TRUE(clbuf_test::all_sentinel(out.data(), sizeof(double)));
+  EXPECT_TRUE(clbuf_test::all_sentinel(out.data() + 3001, sizeof(double)));
+}
+
+TEST_P(PathTest, CopyAndCopyBytesMoveTheSameBytes) {
+  const auto a = random<std::uint16_t>(20000);
+  const auto b = random<std::uint16_t>(20000);
+  const auto src = paths().upload(a);
+  auto dst = paths().upload(b);
+  paths().copy(src, dst);
+  EXPECT_TRUE(same_bytes(a, paths().download(dst)));
+
+  auto bytes = paths().upload(b);
+  paths().copy_bytes(src, bytes, 10001, 3, 7);
+  auto expected = b;
+  std::memcpy(reinterpret_cast<char*>(expected.data()) + 7,
+              reinterpret_cast<const char*>(a.data()) + 3, 10001);
+  EXPECT_TRUE(same_bytes(expected, paths().download(bytes)));
+}
+
+TEST_P(PathTest, AsyncTransfersMatchBlockingOnes) {
+  const auto data = random<float>(50000);
+  auto up = paths().upload_async(data);
+  const auto buffer = up.get();
+  auto down = paths().download_async(buffer);
+  EXPECT_TRUE(same_bytes(data, down.get()));
+}
+
+TEST_P(PathTest, PinnedBuffersRoundTrip) {
+  const auto data = random<std::int64_t>(12345);
+  auto pinned = paths().allocate_pinned<std::int64_t>(data.size());
+  ASSERT_EQ(pinned.size(), data.size());
+  std::memcpy(pinned.data(), data.data(), pinned.size_bytes());
+  auto buffer = paths().upload(pinned);
+  auto out = paths().allocate_pinned<std::int64_t>(data.size());
+  paths().download(buffer, out);
+  EXPECT_TRUE(same_bytes(data.data(), out.data(), out.size_bytes()));
+
+  const auto more = random<std::int64_t>(12345);
+  std::memcpy(pinned.data(), more.data(), pinned.size_bytes());
+  paths().upload(buffer, pinned);
+  EXPECT_TRUE(same_bytes(more, paths().download(buffer)));
+}
+
+TEST_P(PathTest, ReusedPoolMemoryHoldsTheNewData) {
+  // The second upload is served by the memory the first one gave back.
+  const auto first = random<float>(4096);
+  { const auto buffer = paths().upload(first); }
+  const auto second = random<float>(4096);
+  const auto buffer = paths().upload(second);
+  EXPECT_GE(paths().stats().pool.hits, 1u);
+  EXPECT_TRUE(same_bytes(second, paths().download(buffer)));
+}
+
+TEST_P(PathTest, ReuseWaitsForAnAsyncReadOfTheFreedBuffer) {
+  // A buffer dropped while its asynchronous download is queued goes back to the pool; the next
+  // upload that gets its memory must not change what the download reads.
+  const auto first = random<std::uint8_t>(1 << 16);
+  auto buffer = std::make_unique<clbuf::DeviceBuffer<std::uint8_t>>(paths().upload(first));
+  auto pending = paths().download_async(*buffer);
+  buffer.reset();
+  const auto second = random<std::uint8_t>(1 << 16);
+  const auto reused = paths().upload(second);
+  EXPECT_TRUE(same_bytes(first, pending.get()));
+  EXPECT_TRUE(same_bytes(second, paths().download(reused)));
+}
+
+INSTANTIATE_TEST_SUITE_P(Models, PathTest,
+                         ::testing::Values(MemoryModel::host, MemoryModel::unified,
+                                           MemoryModel::discrete),
+                         model_name);
+
+}  // namespace
