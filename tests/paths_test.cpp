@@ -1,11 +1,11 @@
 // Every transfer path gives the same bytes: the CPU device's host blocks, the unified path and
 // the discrete path with pinned staging (forced on PoCL with tiny chunks, so that transfers span
 // many chunks and the pipeline wraps around its slots).
-#include "support/device_test.hpp"
-
 #include <cstring>
 #include <string>
 #include <vector>
+
+#include "support/device_test.hpp"
 
 namespace {
 
@@ -101,6 +101,25 @@ TEST_P(PathTest, AsyncTransfersMatchBlockingOnes) {
   const auto buffer = up.get();
   auto down = paths().download_async(buffer);
   EXPECT_TRUE(same_bytes(data, down.get()));
+}
+
+TEST_P(PathTest, AsyncTransfersWithCallerMemory) {
+  const auto data = random<std::int32_t>(40000);
+  auto up = paths().upload_async(data.data(), data.size());
+  const auto src = up.get();
+  auto dst = paths().upload(random<std::int32_t>(40000));
+  auto copied = paths().copy_bytes_async(src, dst, 80000, 4, 8);
+  auto out = clbuf_test::sentinels<std::int32_t>(40000 + 2);
+  auto down = paths().download_async(dst, out.data() + 1, 20000, 2);  // ordered after the copy
+  down.get();
+  copied.wait();
+  EXPECT_TRUE(same_bytes(data.data() + 1, out.data() + 1, 20000 * sizeof(std::int32_t)));
+  EXPECT_TRUE(clbuf_test::all_sentinel(out.data(), sizeof(std::int32_t)));
+  EXPECT_TRUE(clbuf_test::all_sentinel(out.data() + 20001, 20001 * sizeof(std::int32_t)));
+  EXPECT_CLBUF_ERROR(paths().copy_bytes_async(src, dst, 8, 159996, 0), CL_INVALID_VALUE,
+                     "copy_bytes_async", "160000-byte buffer");
+  EXPECT_CLBUF_ERROR(paths().download_async(dst, out.data(), 40001), CL_INVALID_VALUE,
+                     "download_async");
 }
 
 TEST_P(PathTest, PinnedBuffersRoundTrip) {

@@ -6,13 +6,15 @@
 
 #include <memory>
 #include <optional>
+#include <type_traits>
 #include <utility>
 
 namespace clbuf {
 
 class BufferManager;
 
-/// The result of upload_async() or download_async(). Move-only. Owns (or keeps alive) every
+/// The result of upload_async(), download_async() or copy_async(); Future<void> for transfers
+/// into memory the caller already owns. Move-only. Owns (or keeps alive) every
 /// byte of host memory the transfer reads or writes, so that memory is never released while
 /// the device may still touch it: destroying a Future that was never waited for waits first.
 template <class R>
@@ -74,15 +76,22 @@ class Future {
       detail::fail(operation_, CL_SUCCESS, "the result of this Future was already taken by get()");
     }
     wait();
-    R result = std::move(*value_);
-    value_.reset();
-    return result;
+    if constexpr (std::is_void<R>::value) {
+      value_.reset();
+    } else {
+      R result = std::move(*value_);
+      value_.reset();
+      return result;
+    }
   }
 
  private:
   friend class BufferManager;
 
-  Future(const char* operation, cl::Event event, R value, std::shared_ptr<const void> host)
+  struct Nothing {};
+  using Stored = std::conditional_t<std::is_void<R>::value, Nothing, R>;
+
+  Future(const char* operation, cl::Event event, Stored value, std::shared_ptr<const void> host)
       : operation_(operation),
         event_(std::move(event)),
         value_(std::move(value)),
@@ -105,7 +114,7 @@ class Future {
 
   const char* operation_ = "wait";
   cl::Event event_;
-  std::optional<R> value_;  // a download's vector is written in place by the device
+  std::optional<Stored> value_;  // a download's vector is written in place by the device
   mutable std::shared_ptr<const void> host_;  // host memory the transfer reads (an upload's data)
 };
 

@@ -265,25 +265,16 @@ class BufferManager {
   /// memory; get() returns the buffer. Wraps clEnqueueWriteBuffer, non-blocking.
   template <class T>
   Future<DeviceBuffer<T>> upload_async(std::vector<T> data) {
-    const char* op = "upload_async";
-    auto lock = enter(op);
-    const std::size_t count = data.size();
-    const std::size_t bytes = checked_bytes<T>(op, count);
-    DeviceBuffer<T> buffer(acquire(op, bytes), pool_, context_(), count, {count});
-    telemetry_.count_async(detail::Telemetry::upload, bytes);
-    if (bytes == 0) return Future<DeviceBuffer<T>>(op, cl::Event(), std::move(buffer), nullptr);
-    if (bytes < detail::huge_page_bytes && detail::MemoryPool::host_writable(buffer.memory_)) {
-      std::memcpy(buffer.memory_.host, data.data(), bytes);  // cheaper than a queue command
-      return Future<DeviceBuffer<T>>(op, cl::Event(), std::move(buffer), nullptr);
-    }
     auto host = std::make_shared<const std::vector<T>>(std::move(data));
-    cl_event event = nullptr;
-    detail::check(CLBUF_CL(clEnqueueWriteBuffer)(queue_(), buffer.memory_.buffer(), CL_FALSE, 0,
-                                                 bytes, host->data(), 0, nullptr, &event),
-                  op, "clEnqueueWriteBuffer");
-    Future<DeviceBuffer<T>> future(op, cl::Event(event, false), std::move(buffer), std::move(host));
-    flush(op);
-    return future;
+    return start_upload(host->data(), host->size(), host);
+  }
+
+  /// As upload_async(std::vector), without a copy of `data`, which the caller keeps alive and
+  /// unchanged until the Future has completed.
+  /// @throws Error CL_INVALID_VALUE for a null `data` with count > 0.
+  template <class T>
+  Future<DeviceBuffer<T>> upload_async(const T* data, std::size_t count) {
+    return start_upload(data, count, nullptr);
   }
 
   /// The whole buffer, as the element type and count that were uploaded (blocking).
@@ -342,6 +333,29 @@ class BufferManager {
     return future;
   }
 
+  /// Starts reading `count` elements at element `src_offset` into `out`, which the caller keeps
+  /// alive until the Future has completed. Wraps clEnqueueReadBuffer, non-blocking.
+  /// @throws Error CL_INVALID_VALUE past the end of `buffer` or for a null `out` with count > 0.
+  template <class T>
+  Future<void> download_async(const DeviceBuffer<T>& buffer, T* out, std::size_t count,
+                              std::size_t src_offset = 0) {
+    const char* op = "download_async";
+    auto lock = enter(op);
+    check_buffer(op, buffer);
+    check_host_pointer(op, out, count);
+    check_range(op, "read", buffer, count, src_offset);
+    telemetry_.count_async(detail::Telemetry::download, count * sizeof(T));
+    if (count == 0) return Future<void>(op, cl::Event(), {}, nullptr);
+    cl_event event = nullptr;
+    detail::check(CLBUF_CL(clEnqueueReadBuffer)(queue_(), buffer.memory_.buffer(), CL_FALSE,
+                                                src_offset * sizeof(T), count * sizeof(T), out, 0,
+                                                nullptr, &event),
+                  op, "clEnqueueReadBuffer");
+    Future<void> future(op, cl::Event(event, false), {}, nullptr);
+    flush(op);
+    return future;
+  }
+
   /// Copies all of `src` into `dst` on the device, with no host round trip; returns when done.
   /// Wraps clEnqueueCopyBuffer.
   /// @throws Error CL_INVALID_VALUE when the sizes differ, CL_MEM_COPY_OVERLAP for one buffer.
@@ -368,15 +382,29 @@ class BufferManager {
                   std::size_t src_offset_bytes = 0, std::size_t dst_offset_bytes = 0) {
     const char* op = "copy_bytes";
     auto lock = enter(op);
-    check_buffer(op, src);
-    check_buffer(op, dst);
-    if (!detail::range_fits(src_offset_bytes, size_bytes, src.size_bytes())) {
-      detail::fail_range(op, "read", size_bytes, src_offset_bytes, src.size_bytes(), 1);
-    }
-    if (!detail::range_fits(dst_offset_bytes, size_bytes, dst.size_bytes())) {
-      detail::fail_range(op, "write", size_bytes, dst_offset_bytes, dst.size_bytes(), 1);
-    }
+    check_copy(op, src, dst, size_bytes, src_offset_bytes, dst_offset_bytes);
     copy_checked(op, src.memory_, dst.memory_, size_bytes, src_offset_bytes, dst_offset_bytes);
+  }
+
+  /// As copy_bytes(), but returns at once; the Future completes when the device has copied.
+  /// Wraps clEnqueueCopyBuffer, non-blocking.
+  template <class T, class U>
+  Future<void> copy_bytes_async(const DeviceBuffer<T>& src, DeviceBuffer<U>& dst,
+                                std::size_t size_bytes, std::size_t src_offset_bytes = 0,
+                                std::size_t dst_offset_bytes = 0) {
+    const char* op = "copy_bytes_async";
+    auto lock = enter(op);
+    check_copy(op, src, dst, size_bytes, src_offset_bytes, dst_offset_bytes);
+    telemetry_.count_async(detail::Telemetry::copy, size_bytes);
+    if (size_bytes == 0) return Future<void>(op, cl::Event(), {}, nullptr);
+    cl_event event = nullptr;
+    detail::check(CLBUF_CL(clEnqueueCopyBuffer)(queue_(), src.memory_.buffer(),
+                                                dst.memory_.buffer(), src_offset_bytes,
+                                                dst_offset_bytes, size_bytes, 0, nullptr, &event),
+                  op, "clEnqueueCopyBuffer");
+    Future<void> future(op, cl::Event(event, false), {}, nullptr);
+    flush(op);
+    return future;
   }
 
   /// Waits for everything queued. Wraps clFinish.
@@ -464,6 +492,48 @@ class BufferManager {
     if (!detail::range_fits(offset, count, buffer.size())) {
       detail::fail_range(operation, access, count, offset, buffer.size(), sizeof(T));
     }
+  }
+
+  /// Both buffers are usable here, both byte ranges fit, and they do not overlap in one buffer.
+  template <class T, class U>
+  void check_copy(const char* operation, const DeviceBuffer<T>& src, const DeviceBuffer<U>& dst,
+                  std::size_t bytes, std::size_t src_offset, std::size_t dst_offset) const {
+    check_buffer(operation, src);
+    check_buffer(operation, dst);
+    if (!detail::range_fits(src_offset, bytes, src.size_bytes())) {
+      detail::fail_range(operation, "read", bytes, src_offset, src.size_bytes(), 1);
+    }
+    if (!detail::range_fits(dst_offset, bytes, dst.size_bytes())) {
+      detail::fail_range(operation, "write", bytes, dst_offset, dst.size_bytes(), 1);
+    }
+    if (src.memory_.buffer() == dst.memory_.buffer() &&
+        detail::ranges_overlap(src_offset, dst_offset, bytes)) {
+      detail::fail_overlap(operation, src_offset, dst_offset, bytes);
+    }
+  }
+
+  /// upload_async: `host`, when set, owns `data` until the write completes.
+  template <class T>
+  Future<DeviceBuffer<T>> start_upload(const T* data, std::size_t count,
+                                       std::shared_ptr<const void> host) {
+    const char* op = "upload_async";
+    auto lock = enter(op);
+    check_host_pointer(op, data, count);
+    const std::size_t bytes = checked_bytes<T>(op, count);
+    DeviceBuffer<T> buffer(acquire(op, bytes), pool_, context_(), count, {count});
+    telemetry_.count_async(detail::Telemetry::upload, bytes);
+    if (bytes == 0) return Future<DeviceBuffer<T>>(op, cl::Event(), std::move(buffer), nullptr);
+    if (bytes < detail::huge_page_bytes && detail::MemoryPool::host_writable(buffer.memory_)) {
+      std::memcpy(buffer.memory_.host, data, bytes);  // cheaper than a queue command
+      return Future<DeviceBuffer<T>>(op, cl::Event(), std::move(buffer), nullptr);
+    }
+    cl_event event = nullptr;
+    detail::check(CLBUF_CL(clEnqueueWriteBuffer)(queue_(), buffer.memory_.buffer(), CL_FALSE, 0,
+                                                 bytes, data, 0, nullptr, &event),
+                  op, "clEnqueueWriteBuffer");
+    Future<DeviceBuffer<T>> future(op, cl::Event(event, false), std::move(buffer), std::move(host));
+    flush(op);
+    return future;
   }
 
   detail::Allocation acquire(const char* operation, std::size_t bytes) {
@@ -558,14 +628,10 @@ class BufferManager {
     }
   }
 
-  /// The byte ranges fit their buffers; rejects overlap within one buffer, then copies and
-  /// waits for the copy.
+  /// Copies checked ranges (check_copy) and waits for the copy.
   void copy_checked(const char* operation, const detail::Allocation& src,
                     const detail::Allocation& dst, std::size_t bytes, std::size_t src_offset,
                     std::size_t dst_offset) {
-    if (src.buffer() == dst.buffer() && detail::ranges_overlap(src_offset, dst_offset, bytes)) {
-      detail::fail_overlap(operation, src_offset, dst_offset, bytes);
-    }
     if (bytes == 0) return;
     detail::Telemetry::Timer timer(telemetry_, detail::Telemetry::copy, bytes);
     if (dst.host != nullptr && host_access(src, operation)) {
