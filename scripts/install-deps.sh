@@ -1,14 +1,15 @@
 #!/bin/sh
 # Installs the Debian packages that clbuf's demo and tests need; does nothing when all are there.
-#   scripts/install-deps.sh            the library, demo and tests (PoCL as the OpenCL device)
-#   scripts/install-deps.sh --bench    also the benchmark peers (Google Benchmark, Boost.Compute,
-#                                      pyopencl, gnuplot)
+#   scripts/install-deps.sh            the library, the demo and the C++ tests (PoCL as the device)
+#   scripts/install-deps.sh --all      also what every test needs: the Python module (pybind11,
+#                                      numpy, pytest) and the benchmark peers (Boost.Compute,
+#                                      pyopencl, gnuplot) for the benchmark's smoke test
 set -eu
 packages="cmake g++ make pocl-opencl-icd ocl-icd-opencl-dev opencl-clhpp-headers opencl-c-headers clinfo googletest libgtest-dev"
 for arg in "$@"; do
   case "$arg" in
-    --bench) packages="$packages libbenchmark-dev libboost-dev python3-pyopencl python3-numpy gnuplot-nox time" ;;
-    *) echo "usage: $0 [--bench]" >&2; exit 2 ;;
+    --all) packages="$packages pybind11-dev python3-dev python3-numpy python3-pytest libbenchmark-dev libboost-dev python3-pyopencl gnuplot-nox time" ;;
+    *) echo "usage: $0 [--all]" >&2; exit 2 ;;
   esac
 done
 

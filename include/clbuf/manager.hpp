@@ -49,7 +49,7 @@ struct Options {
   std::size_t staging_threshold_bytes = std::size_t{4} << 20;
   std::size_t staging_chunk_bytes = std::size_t{8} << 20;  ///< bytes per pinned chunk
   std::size_t staging_chunks = 3;                          ///< pinned chunks (at least 2)
-  unsigned copy_threads = 0;  ///< threads for large host copies; 0: up to 4, as the host has
+  unsigned copy_threads = 0;  ///< threads for large host copies; 0: up to 8, as the host has
   MemoryModel memory = MemoryModel::automatic;
 };
 
@@ -160,6 +160,8 @@ class BufferManager {
   const std::string& selection_reason() const noexcept { return reason_; }
   /// The transfer paths in use (never MemoryModel::automatic).
   MemoryModel memory_model() const noexcept { return options_.memory; }
+  /// The options in force, with every `automatic` resolved.
+  const Options& options() const noexcept { return options_; }
 
   /// @throws Error (code CL_SUCCESS) after cleanup().
   const cl::Context& context() const {
@@ -440,16 +442,15 @@ class BufferManager {
                                                         : MemoryModel::unified;
     }
     if (options_.copy_threads == 0) {
-      options_.copy_threads = std::clamp(std::thread::hardware_concurrency(), 1u, 4u);
+      options_.copy_threads = std::clamp(std::thread::hardware_concurrency(), 1u, 8u);
     }
     if (options_.pool_limit_bytes == Options::automatic) {
       options_.pool_limit_bytes = static_cast<std::size_t>(
           std::min<std::uint64_t>(info_.global_mem_bytes / 4, std::uint64_t{1} << 30));
     }
     copier_ = std::make_unique<detail::ParallelCopier>(options_.copy_threads);
-    pool_ =
-        std::make_shared<detail::MemoryPool>(context_, queue_, options_.memory == MemoryModel::host,
-                                             options_.pool_limit_bytes, info_.max_alloc_bytes);
+    pool_ = std::make_shared<detail::MemoryPool>(context_, options_.memory == MemoryModel::host,
+                                                 options_.pool_limit_bytes, info_.max_alloc_bytes);
     if (options_.memory == MemoryModel::discrete &&
         options_.staging_threshold_bytes != Options::never) {
       stager_ = std::make_unique<detail::Stager>(context_, queue_, options_.staging_chunk_bytes,
@@ -523,7 +524,7 @@ class BufferManager {
     DeviceBuffer<T> buffer(acquire(op, bytes), pool_, context_(), count, {count});
     telemetry_.count_async(detail::Telemetry::upload, bytes);
     if (bytes == 0) return Future<DeviceBuffer<T>>(op, cl::Event(), std::move(buffer), nullptr);
-    if (bytes < detail::huge_page_bytes && detail::MemoryPool::host_writable(buffer.memory_)) {
+    if (bytes < detail::huge_page_bytes && buffer.memory_.host != nullptr && buffer.memory_.fresh) {
       std::memcpy(buffer.memory_.host, data, bytes);  // cheaper than a queue command
       return Future<DeviceBuffer<T>>(op, cl::Event(), std::move(buffer), nullptr);
     }
@@ -571,8 +572,8 @@ class BufferManager {
     DeviceBuffer<T> buffer(acquire(op, bytes), pool_, context_(), count, std::move(shape));
     if (bytes == 0) return buffer;
     detail::Telemetry::Timer timer(telemetry_, detail::Telemetry::upload, bytes);
-    if (detail::MemoryPool::host_writable(buffer.memory_)) {
-      copier_->copy(buffer.memory_.host, data, bytes);  // a fresh block: no command to wait for
+    if (buffer.memory_.host != nullptr && buffer.memory_.fresh) {
+      copier_->copy(buffer.memory_.host, data, bytes);  // no command can be using a fresh block
     } else {
       write(op, buffer.memory_, 0, data, bytes, pinned);
     }

@@ -37,19 +37,16 @@ struct Allocation {
   cl::Buffer buffer;
   std::size_t capacity = 0;
   void* host = nullptr;
-  cl::Event idle_after;  ///< completes once no earlier queued command uses the buffer
+  bool fresh = false;  ///< never handed out before: no command can be using it
 };
 
 inline void CL_CALLBACK free_host_block(cl_mem, void* block) { std::free(block); }
 
 class MemoryPool {
  public:
-  MemoryPool(cl::Context context, cl::CommandQueue queue, bool host_backed, std::size_t limit_bytes,
+  MemoryPool(cl::Context context, bool host_backed, std::size_t limit_bytes,
              std::uint64_t max_alloc_bytes)
-      : context_(std::move(context)),
-        queue_(std::move(queue)),
-        host_backed_(host_backed),
-        max_alloc_bytes_(max_alloc_bytes) {
+      : context_(std::move(context)), host_backed_(host_backed), max_alloc_bytes_(max_alloc_bytes) {
     stats_.limit_bytes = limit_bytes;
   }
 
@@ -115,30 +112,10 @@ class MemoryPool {
       allocation = Allocation();  // the host block is freed when the driver drops the buffer
       return;
     }
-    if (host_backed_) {
-      // The host may write this block directly on reuse only after every command queued so
-      // far (an asynchronous read of it, a kernel) is done: the marker says when.
-      cl_event marker = nullptr;
-      if (CLBUF_CL(clEnqueueMarkerWithWaitList)(queue_(), 0, nullptr, &marker) == CL_SUCCESS) {
-        allocation.idle_after = cl::Event(marker, false);
-      } else {
-        allocation.idle_after = cl::Event();
-        allocation.host = nullptr;  // unknown: never write it directly
-      }
-    }
+    allocation.fresh = false;
     stats_.cached_bytes += allocation.capacity;
     ++stats_.cached_buffers;
     free_[allocation.capacity].push_back(std::move(allocation));
-  }
-
-  /// True when the host may write `allocation.host` directly now.
-  static bool host_writable(const Allocation& allocation) noexcept {
-    if (allocation.host == nullptr) return false;
-    if (allocation.idle_after() == nullptr) return true;
-    cl_int status = CL_QUEUED;
-    return CLBUF_CL(clGetEventInfo)(allocation.idle_after(), CL_EVENT_COMMAND_EXECUTION_STATUS,
-                                    sizeof(status), &status, nullptr) == CL_SUCCESS &&
-           status == CL_COMPLETE;
   }
 
   /// Frees every cached buffer.
@@ -156,7 +133,6 @@ class MemoryPool {
     trim();
     std::lock_guard<std::mutex> lock(mutex_);
     closed_ = true;
-    queue_ = cl::CommandQueue();
     context_ = cl::Context();
   }
 
@@ -183,6 +159,7 @@ class MemoryPool {
   Allocation create(std::size_t capacity, cl_int& err) {
     Allocation allocation;
     allocation.capacity = capacity;
+    allocation.fresh = true;
     if (!host_backed_) {
       allocation.buffer = cl::Buffer(
           CLBUF_CL(clCreateBuffer)(context_(), CL_MEM_READ_WRITE, capacity, nullptr, &err), false);
@@ -213,7 +190,6 @@ class MemoryPool {
 
   mutable std::mutex mutex_;
   cl::Context context_;
-  cl::CommandQueue queue_;
   const bool host_backed_;
   const std::uint64_t max_alloc_bytes_;
   bool closed_ = false;
