@@ -1,7 +1,7 @@
 // The device-memory pool: reuse, bins, the limit, trimming, and its end with the manager.
-#include "support/device_test.hpp"
-
 #include <vector>
+
+#include "support/device_test.hpp"
 
 namespace {
 

@@ -1,0 +1,234 @@
+// Concurrency: one manager shared by several threads, a manager per thread, buffers handed
+// between threads, and cleanup() while other threads are mid-transfer.
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <mutex>
+#include <random>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "support/device_test.hpp"
+
+namespace {
+
+using clbuf_test::DeviceTest;
+
+constexpr int thread_count = 4;
+
+/// Failures seen on worker threads, reported on the main thread.
+class Failures {
+ public:
+  void add(std::string what) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    list_.push_back(std::move(what));
+  }
+  ::testing::AssertionResult none() const {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (list_.empty()) return ::testing::AssertionSuccess();
+    auto result = ::testing::AssertionFailure() << list_.size() << " failures; first: ";
+    return result << list_.front();
+  }
+
+ private:
+  mutable std::mutex mutex_;
+  std::vector<std::string> list_;
+};
+
+/// One random round trip (fresh upload, upload into, copy, download) of random size; records
+/// any difference.
+template <class T>
+void round_trip(clbuf::BufferManager& manager, std::mt19937& rng, Failures& failures, int thread,
+                int iteration) {
+  const std::size_t n = std::uniform_int_distribution<std::size_t>(1, 20000)(rng);
+  const auto data = clbuf_test::random_bytes<T>(rng, n);
+  const auto a = manager.upload(data);
+  auto b = manager.allocate<T>(n);
+  manager.copy(a, b);
+  const auto back = manager.download(b);
+  const auto direct = manager.download(a);
+  if (!clbuf_test::same_bytes(data, back) || !clbuf_test::same_bytes(data, direct)) {
+    failures.add("thread " + std::to_string(thread) + ", iteration " + std::to_string(iteration) +
+                 ": " + std::to_string(n) + " elements of " + std::to_string(sizeof(T)) +
+                 " bytes differ");
+  }
+  const auto patch = clbuf_test::random_bytes<T>(rng, n / 2);
+  manager.upload(b, patch, n - n / 2);
+  auto async = manager.download_async(b);
+  const auto later = async.get();
+  if (!clbuf_test::same_bytes(patch.data(), later.data() + (n - n / 2), patch.size() * sizeof(T)) ||
+      !clbuf_test::same_bytes(data.data(), later.data(), (n - n / 2) * sizeof(T))) {
+    failures.add("thread " + std::to_string(thread) + ", iteration " + std::to_string(iteration) +
+                 ": windowed upload differs");
+  }
+}
+
+void mixed_round_trips(clbuf::BufferManager& manager, std::uint32_t seed, Failures& failures,
+                       int thread, int iterations) {
+  std::mt19937 rng(seed);
+  try {
+    for (int i = 0; i < iterations; ++i) {
+      switch (i % 4) {
+        case 0:
+          round_trip<float>(manager, rng, failures, thread, i);
+          break;
+        case 1:
+          round_trip<std::int32_t>(manager, rng, failures, thread, i);
+          break;
+        case 2:
+          round_trip<double>(manager, rng, failures, thread, i);
+          break;
+        default:
+          round_trip<std::uint8_t>(manager, rng, failures, thread, i);
+          break;
+      }
+    }
+  } catch (const std::exception& error) {
+    failures.add("thread " + std::to_string(thread) + " threw: " + error.what());
+  }
+}
+
+class Threads : public DeviceTest {};
+
+TEST_F(Threads, FourThreadsShareOneManager) {
+  Failures failures;
+  std::vector<std::thread> threads;
+  for (int t = 0; t < thread_count; ++t) {
+    threads.emplace_back(mixed_round_trips, std::ref(manager()),
+                         seed_ + static_cast<std::uint32_t>(t), std::ref(failures), t, 40);
+  }
+  for (auto& thread : threads) thread.join();
+  EXPECT_TRUE(failures.none());
+}
+
+TEST_F(Threads, AManagerPerThread) {
+  Failures failures;
+  std::vector<std::thread> threads;
+  for (int t = 0; t < thread_count; ++t) {
+    threads.emplace_back([&failures, t, seed = seed_] {
+      try {
+        clbuf::BufferManager own;
+        mixed_round_trips(own, seed + static_cast<std::uint32_t>(t), failures, t, 30);
+      } catch (const std::exception& error) {
+        failures.add("thread " + std::to_string(t) + " threw: " + error.what());
+      }
+    });
+  }
+  for (auto& thread : threads) thread.join();
+  EXPECT_TRUE(failures.none());
+}
+
+TEST_F(Threads, ManagersCreatedConcurrently) {
+  Failures failures;
+  std::vector<std::thread> threads;
+  for (int t = 0; t < thread_count; ++t) {
+    threads.emplace_back([&failures, t, seed = seed_] {
+      std::mt19937 rng(seed + static_cast<std::uint32_t>(t));
+      for (int i = 0; i < 10; ++i) {
+        try {
+          clbuf::BufferManager own;
+          const auto data = clbuf_test::random_values<int>(rng, 3);
+          if (own.download(own.upload(data)) != data) failures.add("round trip differs");
+        } catch (const std::exception& error) {
+          failures.add(error.what());
+        }
+      }
+    });
+  }
+  for (auto& thread : threads) thread.join();
+  EXPECT_TRUE(failures.none());
+}
+
+TEST_F(Threads, BuffersHandedBetweenThreads) {
+  // Producers upload; the main thread downloads what each produced.
+  const auto inputs = [this] {
+    std::vector<std::vector<float>> result;
+    for (int t = 0; t < thread_count; ++t) result.push_back(random<float>(pick(1, 50000)));
+    return result;
+  }();
+  std::vector<clbuf::DeviceBuffer<float>> buffers(thread_count);
+  std::vector<std::thread> threads;
+  for (int t = 0; t < thread_count; ++t) {
+    threads.emplace_back([this, &inputs, &buffers, t] {
+      const auto index = static_cast<std::size_t>(t);
+      buffers[index] = manager().upload(inputs[index]);
+    });
+  }
+  for (auto& thread : threads) thread.join();
+  for (std::size_t t = 0; t < buffers.size(); ++t) {
+    EXPECT_TRUE(clbuf_test::same_bytes(inputs[t], manager().download(buffers[t]))) << t;
+  }
+}
+
+TEST_F(Threads, ConcurrentCopiesIntoSeparateBuffers) {
+  const auto data = random<std::int64_t>(30000);
+  const auto src = manager().upload(data);
+  std::vector<clbuf::DeviceBuffer<std::int64_t>> targets;
+  for (int t = 0; t < thread_count; ++t)
+    targets.push_back(manager().allocate<std::int64_t>(data.size()));
+  Failures failures;
+  std::vector<std::thread> threads;
+  for (int t = 0; t < thread_count; ++t) {
+    threads.emplace_back([&, t] {
+      try {
+        for (int i = 0; i < 20; ++i) {
+          manager().copy(src, targets[static_cast<std::size_t>(t)]);
+          if (i % 5 == 0) manager().finish();
+        }
+      } catch (const std::exception& error) {
+        failures.add(error.what());
+      }
+    });
+  }
+  for (auto& thread : threads) thread.join();
+  EXPECT_TRUE(failures.none());
+  for (const auto& target : targets)
+    EXPECT_TRUE(clbuf_test::same_bytes(data, manager().download(target)));
+}
+
+TEST_F(Threads, CleanupWhileOtherThreadsTransfer) {
+  // Each call either completes correctly or throws the cleaned-up error; after cleanup()
+  // returns, every call throws it. No other outcome, no crash.
+  Failures failures;
+  std::atomic<bool> cleaned{false};
+  std::atomic<int> started{0};
+  std::atomic<int> rejected_after_cleanup{0};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < thread_count; ++t) {
+    threads.emplace_back([&, t] {
+      std::mt19937 rng(seed_ + static_cast<std::uint32_t>(t));
+      ++started;
+      for (int i = 0; i < 100000; ++i) {
+        const bool after = cleaned.load();
+        try {
+          const auto data = clbuf_test::random_bytes<std::uint32_t>(rng, 257);
+          const auto buffer = manager().upload(data);
+          const auto back = manager().download(buffer);
+          if (after) failures.add("a call succeeded after cleanup() had returned");
+          if (!clbuf_test::same_bytes(data, back)) failures.add("round trip differs");
+        } catch (const clbuf::Error& error) {
+          if (error.code() != CL_SUCCESS ||
+              std::string(error.what()).find("cleanup") == std::string::npos) {
+            failures.add(std::string("unexpected error: ") + error.what());
+          }
+          ++rejected_after_cleanup;
+          return;
+        } catch (const std::exception& error) {
+          failures.add(std::string("unexpected exception: ") + error.what());
+          return;
+        }
+      }
+      failures.add("thread " + std::to_string(t) + " never saw the cleanup");
+    });
+  }
+  while (started.load() < thread_count) std::this_thread::yield();
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  manager().cleanup();
+  cleaned = true;
+  for (auto& thread : threads) thread.join();
+  EXPECT_TRUE(failures.none());
+  EXPECT_EQ(rejected_after_cleanup.load(), thread_count);
+}
+
+}  // namespace
