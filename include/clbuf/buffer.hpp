@@ -56,18 +56,18 @@ class DeviceBuffer {
   /// before the DeviceBuffer is destroyed: its memory goes back to the pool for reuse.
   const cl::Buffer& native() const noexcept { return memory_.buffer; }
   /// False for a default-constructed or moved-from buffer.
-  bool valid() const noexcept { return context_ != nullptr; }
+  bool valid() const noexcept { return context_() != nullptr; }
   /// The OpenCL context the memory belongs to (null when !valid()).
-  cl_context context() const noexcept { return context_; }
+  cl_context context() const noexcept { return context_(); }
 
  private:
   friend class BufferManager;
 
   DeviceBuffer(detail::Allocation memory, std::shared_ptr<detail::MemoryPool> pool,
-               cl_context context, std::size_t size, std::vector<std::size_t> shape)
+               cl::Context context, std::size_t size, std::vector<std::size_t> shape)
       : memory_(std::move(memory)),
         pool_(std::move(pool)),
-        context_(context),
+        context_(std::move(context)),
         size_(size),
         shape_(std::move(shape)) {}
 
@@ -81,7 +81,7 @@ class DeviceBuffer {
 
   detail::Allocation memory_;
   std::shared_ptr<detail::MemoryPool> pool_;  // null for empty buffers
-  cl_context context_ = nullptr;  // not retained: the buffer retains it while there is memory
+  cl::Context context_;                       // retained, for empty buffers too
   std::size_t size_ = 0;
   std::vector<std::size_t> shape_;
 };

@@ -194,7 +194,7 @@ class BufferManager {
     const char* op = "allocate";
     auto lock = enter(op);
     const std::size_t bytes = checked_bytes<T>(op, count);
-    return DeviceBuffer<T>(acquire(op, bytes), pool_, context_(), count, {count});
+    return DeviceBuffer<T>(acquire(op, bytes), pool_, context_, count, {count});
   }
 
   /// Pinned host memory for `count` elements (contents unspecified), for the fastest transfers.
@@ -372,6 +372,7 @@ class BufferManager {
                    "source has " + std::to_string(src.size()) + " elements but destination has " +
                        std::to_string(dst.size()));
     }
+    check_copy(op, src, dst, src.size_bytes(), 0, 0);  // one buffer onto itself overlaps
     copy_checked(op, src.memory_, dst.memory_, src.size_bytes(), 0, 0);
   }
 
@@ -479,7 +480,7 @@ class BufferManager {
   template <class T>
   void check_buffer(const char* operation, const DeviceBuffer<T>& buffer) const {
     if (!buffer.valid()) detail::fail_invalid_buffer(operation);
-    if (buffer.context_ != context_()) detail::fail_other_context(operation);
+    if (buffer.context_() != context_()) detail::fail_other_context(operation);
   }
 
   template <class T>
@@ -521,7 +522,7 @@ class BufferManager {
     auto lock = enter(op);
     check_host_pointer(op, data, count);
     const std::size_t bytes = checked_bytes<T>(op, count);
-    DeviceBuffer<T> buffer(acquire(op, bytes), pool_, context_(), count, {count});
+    DeviceBuffer<T> buffer(acquire(op, bytes), pool_, context_, count, {count});
     telemetry_.count_async(detail::Telemetry::upload, bytes);
     if (bytes == 0) return Future<DeviceBuffer<T>>(op, cl::Event(), std::move(buffer), nullptr);
     if (bytes < detail::huge_page_bytes && buffer.memory_.host != nullptr && buffer.memory_.fresh) {
@@ -569,7 +570,7 @@ class BufferManager {
               " elements but the data has " + std::to_string(count));
     }
     const std::size_t bytes = checked_bytes<T>(op, count);
-    DeviceBuffer<T> buffer(acquire(op, bytes), pool_, context_(), count, std::move(shape));
+    DeviceBuffer<T> buffer(acquire(op, bytes), pool_, context_, count, std::move(shape));
     if (bytes == 0) return buffer;
     detail::Telemetry::Timer timer(telemetry_, detail::Telemetry::upload, bytes);
     if (buffer.memory_.host != nullptr && buffer.memory_.fresh) {
