@@ -671,6 +671,16 @@ void print_rows(const std::vector<Result>& rs) {
 // One 256 MiB round trip (fresh upload, download into a new vector, check) and nothing else, so
 // `/usr/bin/time -v` reports its peak RSS. Method "none" holds the same host data and an
 // initialised OpenCL context but moves nothing: the baseline to subtract.
+// VmHWM of this process (Linux), so machines without /usr/bin/time can report peak RSS too.
+long peak_rss_kib() {
+  std::ifstream status("/proc/self/status");
+  std::string line;
+  while (std::getline(status, line)) {
+    if (line.rfind("VmHWM:", 0) == 0) return std::stol(line.substr(6));
+  }
+  return -1;
+}
+
 int rss_roundtrip(Env& env, const Options& o) {
   const std::size_t count = o.rss_bytes / sizeof(T);
   std::vector<T> src(count);
@@ -703,7 +713,8 @@ int rss_roundtrip(Env& env, const Options& o) {
     return 2;
   }
   const bool ok = back.size() == src.size() && same(back.data(), src);
-  std::printf("rss_roundtrip method=%s bytes=%zu ok=%d\n", m.c_str(), o.rss_bytes, ok ? 1 : 0);
+  std::printf("rss_roundtrip method=%s bytes=%zu ok=%d peak_rss_kib=%ld\n", m.c_str(), o.rss_bytes,
+              ok ? 1 : 0, peak_rss_kib());
   return ok ? 0 : 1;
 }
 

@@ -1,0 +1,52 @@
+#!/usr/bin/env bash
+# Runs clbuf's tests and benchmark on the NVIDIA H200 machine (see ../shared/GPU.md), from a
+# Release build folder made on Debian 12 and the ICD loader packages in .dev/:
+#   bench/gpu_run.sh BUILD_DIR OUT_DIR STAGE...     (stages: tests bench sweep rss)
+# Writes test logs, the benchmark CSV/table, a staging sweep and peak RSS into OUT_DIR.
+set -uo pipefail
+build=$1
+out=$2
+shift 2
+stages=" $* "
+for f in .dev/*.deb; do dpkg -x "$f" /tmp/cl; done
+mkdir -p /tmp/vend && echo /usr/lib/libnvidia-opencl.so > /tmp/vend/nvidia.icd
+export OCL_ICD_VENDORS=/tmp/vend LD_LIBRARY_PATH=/tmp/cl/usr/lib/x86_64-linux-gnu:${LD_LIBRARY_PATH:-}
+mkdir -p "$out"
+/tmp/cl/usr/bin/clinfo -l | tee "$out/clinfo.txt"
+nproc; grep -m1 "model name" /proc/cpuinfo; cat /sys/kernel/mm/transparent_hugepage/enabled
+
+if [[ $stages == *" tests "* ]]; then
+echo "== unit tests on the GPU"
+export CLBUF_REQUIRE_DEVICE=1
+for t in "$build"/tests/*_test; do
+  name=$(basename "$t")
+  timeout 120 "$t" --gtest_brief=1 > "$out/test_$name.log" 2>&1
+  echo "$name rc=$? $(grep -E '^\[  (PASSED|FAILED)' "$out/test_$name.log" | tr '\n' ' ')"
+done
+for e in "$build"/examples/0*; do timeout 60 "$e" > "$out/example_$(basename "$e").log" 2>&1; echo "$(basename "$e") rc=$?"; done
+cat "$out/example_02_device_selection.log"
+fi
+
+bench=$build/bench/clbuf_bench
+if [[ $stages == *" bench "* ]]; then
+echo "== benchmark"
+timeout 420 "$bench" --sizes 4,4K,1M,16M,64M,256M --gib --target-s 0.15 --case-budget-s 5 \
+  --csv "$out/clbuf_h200.csv" > "$out/clbuf_h200.txt" 2>&1
+echo "bench rc=$?"; cat "$out/clbuf_h200.txt"
+fi
+
+if [[ $stages == *" sweep "* ]]; then
+echo "== staging sweep (256 MiB, pageable std::vector)"
+for chunk in 2M 8M 32M; do
+  for threads in 4 8 16; do
+    timeout 60 "$bench" --sizes 256M --ops upload_existing,download_caller --methods clbuf,clhpp_naive \
+      --chunk $chunk --copy-threads $threads --target-s 0.1 --case-budget-s 4 2>&1 |
+      grep -E "^(upload|download).*clbuf " | sed "s/^/chunk=$chunk threads=$threads /"
+  done
+done | tee "$out/sweep.txt"
+fi
+
+if [[ $stages == *" rss "* ]]; then
+echo "== peak RSS of a 256 MiB round trip"
+for m in none clbuf clhpp_naive; do timeout 60 "$bench" --rss-roundtrip $m; done | tee "$out/rss.txt"
+fi
