@@ -37,10 +37,11 @@ fi
 
 if [[ $stages == *" sweep "* ]]; then
 echo "== staging sweep (256 MiB, pageable std::vector)"
-for chunk in 2M 8M 32M; do
+for chunk in 1M 2M 4M; do
   for threads in 4 8 16; do
-    timeout 60 "$bench" --sizes 256M --ops upload_existing,download_caller --methods clbuf,clhpp_naive \
-      --chunk $chunk --copy-threads $threads --target-s 0.1 --case-budget-s 4 2>&1 |
+    timeout 60 "$bench" --sizes 256M --ops upload_existing,download_caller --methods clbuf \
+      --chunk $chunk --chunks $((2 * threads)) --copy-threads $threads --target-s 0.1 \
+      --case-budget-s 3 2>&1 |
       grep -E "^(upload|download).*clbuf " | sed "s/^/chunk=$chunk threads=$threads /"
   done
 done | tee "$out/sweep.txt"

@@ -1,6 +1,6 @@
 // Every transfer path gives the same bytes: the CPU device's host blocks, the unified path and
 // the discrete path with pinned staging (forced on PoCL with tiny chunks, so that transfers span
-// many chunks and the pipeline wraps around its slots).
+// many chunks, several threads share them and each wraps around its slots).
 #include <cstring>
 #include <string>
 #include <vector>
@@ -38,7 +38,8 @@ class PathTest : public clbuf_test::DeviceTest, public ::testing::WithParamInter
     options.memory = GetParam();
     options.staging_threshold_bytes = 1;  // stage everything the discrete path moves
     options.staging_chunk_bytes = 4096;   // the minimum: many chunks per transfer
-    options.staging_chunks = 3;
+    options.staging_chunks = 8;           // 4 threads with 2 slots each take chunks in turn
+    options.copy_threads = 4;
     paths_ = std::make_unique<clbuf::BufferManager>(std::string(), options);
   }
 
@@ -50,7 +51,7 @@ class PathTest : public clbuf_test::DeviceTest, public ::testing::WithParamInter
 TEST_P(PathTest, ReportsTheForcedMemoryModel) { EXPECT_EQ(paths().memory_model(), GetParam()); }
 
 TEST_P(PathTest, RoundTripIsExactAtChunkBoundaries) {
-  // 4096-byte chunks, 3 slots: sizes below, at and past one chunk and past the ring of slots.
+  // 4096-byte chunks, 8 slots: sizes below, at and past one chunk and past all the slots.
   for (std::size_t count : {1u, 1023u, 1024u, 1025u, 3071u, 3072u, 3073u, 10000u, 262147u}) {
     SCOPED_TRACE(count);
     const auto data = random_raw<float>(count);

@@ -47,9 +47,13 @@ struct Options {
   /// Pageable transfers at least this large to or from a discrete device are staged through
   /// pinned memory; `never` turns staging off.
   std::size_t staging_threshold_bytes = std::size_t{4} << 20;
-  std::size_t staging_chunk_bytes = std::size_t{8} << 20;  ///< bytes per pinned chunk
-  std::size_t staging_chunks = 3;                          ///< pinned chunks (at least 2)
-  unsigned copy_threads = 0;  ///< threads for large host copies; 0: up to 8, as the host has
+  std::size_t staging_chunk_bytes = std::size_t{2} << 20;  ///< bytes per pinned chunk
+  /// Pinned chunks (at least 2), shared out among the copy threads, two or more each; pinned
+  /// memory stays at staging_chunk_bytes * staging_chunks.
+  std::size_t staging_chunks = 16;
+  /// Threads for large host copies (the CPU device's memcpy, staged chunks); 0: as many as
+  /// the host has, at most 8.
+  unsigned copy_threads = 0;
   MemoryModel memory = MemoryModel::automatic;
 };
 
@@ -455,7 +459,7 @@ class BufferManager {
     if (options_.memory == MemoryModel::discrete &&
         options_.staging_threshold_bytes != Options::never) {
       stager_ = std::make_unique<detail::Stager>(context_, queue_, options_.staging_chunk_bytes,
-                                                 options_.staging_chunks, *copier_);
+                                                 options_.staging_chunks, options_.copy_threads);
     }
   }
 

@@ -1,17 +1,22 @@
 // Pinned staging for large transfers between pageable host memory and a discrete device.
 // Drivers move pageable memory at a fraction of the bus speed (7-17 GB/s against 55 GB/s pinned
-// on an H200), so clbuf copies through a few pinned chunks (CL_MEM_ALLOC_HOST_PTR, mapped once),
-// pipelined: the host copies chunk k+1 while the device transfers chunk k.
+// on an H200), and one host thread copies only ~10 GB/s, so clbuf splits a transfer into chunks
+// that several threads take in turn: each copies its chunk into a pinned slot of its own
+// (CL_MEM_ALLOC_HOST_PTR, mapped once) and enqueues the DMA, so host copies of some chunks
+// overlap the device transfer of others. Pinned memory is bounded: chunk bytes x slots.
 #ifndef CLBUF_STAGING_HPP
 #define CLBUF_STAGING_HPP
 
-#include <clbuf/detail/host_memory.hpp>
 #include <clbuf/error.hpp>
 
 #include <algorithm>
+#include <atomic>
+#include <condition_variable>
 #include <cstddef>
-#include <memory>
+#include <cstring>
 #include <mutex>
+#include <string>
+#include <thread>
 #include <vector>
 
 namespace clbuf {
@@ -19,19 +24,26 @@ namespace detail {
 
 class Stager {
  public:
-  /// `chunk_bytes` per chunk, `chunks` of them (at least 2), `copy_threads` for the host copies.
-  Stager(cl::Context context, cl::CommandQueue queue, std::size_t chunk_bytes, std::size_t chunks,
-         ParallelCopier& copier)
+  /// `slots` pinned chunks of `chunk_bytes`, shared out among up to `threads` threads.
+  Stager(cl::Context context, cl::CommandQueue queue, std::size_t chunk_bytes, std::size_t slots,
+         unsigned threads)
       : context_(std::move(context)),
         queue_(std::move(queue)),
         chunk_bytes_(std::max<std::size_t>(chunk_bytes, 4096)),
-        chunk_count_(std::max<std::size_t>(chunks, 2)),
-        copier_(copier) {}
+        slot_count_(std::max<std::size_t>(slots, 2)),
+        threads_(static_cast<unsigned>(
+            std::clamp<std::size_t>(threads, 1, std::max<std::size_t>(slot_count_ / 2, 1)))) {}
 
   Stager(const Stager&) = delete;
   Stager& operator=(const Stager&) = delete;
 
   ~Stager() {
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      stop_ = true;
+    }
+    start_.notify_all();
+    for (std::thread& worker : workers_) worker.join();
     for (Slot& slot : slots_) {
       if (slot.host != nullptr) {
         CLBUF_CL(clEnqueueUnmapMemObject)(queue_(), slot.buffer(), slot.host, 0, nullptr, nullptr);
@@ -40,98 +52,157 @@ class Stager {
     if (queue_() != nullptr) CLBUF_CL(clFinish)(queue_());
   }
 
-  std::size_t pinned_bytes() const noexcept { return slots_.size() * chunk_bytes_; }
-
   /// Host `src` -> `dst` at `dst_offset`; returns when the device has the data.
   void write(cl_mem dst, std::size_t dst_offset, const void* src, std::size_t bytes,
              const char* operation) {
-    std::lock_guard<std::mutex> lock(mutex_);
-    ensure_slots(operation);
-    const char* from = static_cast<const char*>(src);
-    Drain drain{slots_};
-    for (std::size_t done = 0, k = 0; done < bytes; done += chunk_bytes_, ++k) {
-      Slot& slot = slots_[k % slots_.size()];
-      wait_for(slot, operation);
-      const std::size_t length = std::min(chunk_bytes_, bytes - done);
-      copier_.copy(slot.host, from + done, length);
-      cl_event event = nullptr;
-      check(CLBUF_CL(clEnqueueWriteBuffer)(queue_(), dst, CL_FALSE, dst_offset + done, length,
-                                           slot.host, 0, nullptr, &event),
-            operation, "clEnqueueWriteBuffer");
-      slot.busy = cl::Event(event, false);
-      check(CLBUF_CL(clFlush)(queue_()), operation, "clFlush");
-    }
-    for (Slot& slot : slots_) wait_for(slot, operation);
+    run(true, dst, dst_offset, const_cast<void*>(src), bytes, operation);
   }
 
   /// `src` at `src_offset` -> host `dst`; returns when `dst` holds the data.
   void read(cl_mem src, std::size_t src_offset, void* dst, std::size_t bytes,
             const char* operation) {
-    std::lock_guard<std::mutex> lock(mutex_);
-    ensure_slots(operation);
-    char* to = static_cast<char*>(dst);
-    Drain drain{slots_};
-    const std::size_t chunks = (bytes + chunk_bytes_ - 1) / chunk_bytes_;
-    auto enqueue = [&](std::size_t k) {
-      Slot& slot = slots_[k % slots_.size()];
-      const std::size_t offset = k * chunk_bytes_;
-      cl_event event = nullptr;
-      check(CLBUF_CL(clEnqueueReadBuffer)(queue_(), src, CL_FALSE, src_offset + offset,
-                                          std::min(chunk_bytes_, bytes - offset), slot.host, 0,
-                                          nullptr, &event),
-            operation, "clEnqueueReadBuffer");
-      slot.busy = cl::Event(event, false);
-    };
-    for (std::size_t k = 0; k < std::min(chunks, slots_.size()); ++k) enqueue(k);
-    check(CLBUF_CL(clFlush)(queue_()), operation, "clFlush");
-    for (std::size_t k = 0; k < chunks; ++k) {
-      Slot& slot = slots_[k % slots_.size()];
-      wait_for(slot, operation);
-      const std::size_t offset = k * chunk_bytes_;
-      copier_.copy(to + offset, slot.host, std::min(chunk_bytes_, bytes - offset));
-      if (k + slots_.size() < chunks) {
-        enqueue(k + slots_.size());
-        check(CLBUF_CL(clFlush)(queue_()), operation, "clFlush");
-      }
-    }
+    run(false, src, src_offset, dst, bytes, operation);
   }
 
  private:
   struct Slot {
     cl::Buffer buffer;
     void* host = nullptr;
-    cl::Event busy;
+    cl::Event busy;  // the DMA that last used this slot
   };
 
-  /// On every exit, an exception included, waits until no chunk is in flight: a slot is never
-  /// reused or freed while the device may still touch it.
-  struct Drain {
-    std::vector<Slot>& slots;
-    ~Drain() {
-      for (Slot& slot : slots) {
-        if (slot.busy() != nullptr) {
-          cl_event event = slot.busy();
-          CLBUF_CL(clWaitForEvents)(1, &event);
-          slot.busy = cl::Event();
+  struct Job {
+    bool to_device = true;
+    cl_mem memory = nullptr;
+    std::size_t memory_offset = 0;
+    char* host = nullptr;
+    std::size_t bytes = 0;
+    std::size_t chunks = 0;
+    std::atomic<std::size_t> next{0};
+    std::atomic<bool> failed{false};
+    cl_int error = CL_SUCCESS;  // the first failure, under mutex_
+    std::string call;
+  };
+
+  void run(bool to_device, cl_mem memory, std::size_t offset, void* host, std::size_t bytes,
+           const char* operation) {
+    std::lock_guard<std::mutex> serial(serial_);  // one staged transfer at a time
+    ensure_slots(operation);
+    Job job;
+    job.to_device = to_device;
+    job.memory = memory;
+    job.memory_offset = offset;
+    job.host = static_cast<char*>(host);
+    job.bytes = bytes;
+    job.chunks = (bytes + chunk_bytes_ - 1) / chunk_bytes_;
+    const unsigned helpers = static_cast<unsigned>(std::min<std::size_t>(threads_, job.chunks)) - 1;
+    start_workers(helpers);
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      job_ = &job;
+      active_ = helpers;
+      pending_ = helpers;
+      ++generation_;
+    }
+    start_.notify_all();
+    work(0, job);  // the calling thread is worker 0
+    {
+      std::unique_lock<std::mutex> lock(mutex_);
+      done_.wait(lock, [this] { return pending_ == 0; });
+      job_ = nullptr;
+    }
+    if (job.failed) fail(operation, job.error, job.call + " failed in a staged transfer");
+  }
+
+  void start_workers(unsigned count) {
+    while (workers_.size() < count) {
+      const unsigned index = static_cast<unsigned>(workers_.size()) + 1;
+      workers_.emplace_back([this, index] { worker_loop(index); });
+    }
+  }
+
+  void worker_loop(unsigned index) {
+    std::uint64_t seen = 0;
+    for (;;) {
+      Job* job = nullptr;
+      {
+        std::unique_lock<std::mutex> lock(mutex_);
+        start_.wait(lock, [&] { return stop_ || generation_ != seen; });
+        if (stop_) return;
+        seen = generation_;
+        if (index > active_) continue;  // not needed for this transfer
+        job = job_;
+      }
+      work(index, *job);
+      std::lock_guard<std::mutex> lock(mutex_);
+      if (--pending_ == 0) done_.notify_one();
+    }
+  }
+
+  /// Worker `index` takes chunks until none is left, using its own slots in turn.
+  void work(unsigned index, Job& job) noexcept {
+    const std::size_t per_worker = slot_count_ / threads_;
+    Slot* slots = &slots_[index * per_worker];
+    std::size_t turn = 0;
+    for (std::size_t k; !job.failed && (k = job.next.fetch_add(1)) < job.chunks;) {
+      Slot& slot = slots[turn++ % per_worker];
+      if (!settle(slot, job)) break;
+      const std::size_t offset = k * chunk_bytes_;
+      const std::size_t length = std::min(chunk_bytes_, job.bytes - offset);
+      cl_event event = nullptr;
+      if (job.to_device) {
+        std::memcpy(slot.host, job.host + offset, length);
+        if (!ok(CLBUF_CL(clEnqueueWriteBuffer)(queue_(), job.memory, CL_FALSE,
+                                               job.memory_offset + offset, length, slot.host, 0,
+                                               nullptr, &event),
+                "clEnqueueWriteBuffer", job)) {
+          break;
         }
+        slot.busy = cl::Event(event, false);
+        if (!ok(CLBUF_CL(clFlush)(queue_()), "clFlush", job)) break;
+      } else {
+        if (!ok(CLBUF_CL(clEnqueueReadBuffer)(queue_(), job.memory, CL_FALSE,
+                                              job.memory_offset + offset, length, slot.host, 0,
+                                              nullptr, &event),
+                "clEnqueueReadBuffer", job)) {
+          break;
+        }
+        slot.busy = cl::Event(event, false);
+        if (!settle(slot, job)) break;
+        std::memcpy(job.host + offset, slot.host, length);
       }
     }
-  };
+    // Every exit, a failure included, waits until none of this worker's slots is in flight.
+    for (std::size_t s = 0; s < per_worker; ++s) settle(slots[s], job);
+  }
 
-  void wait_for(Slot& slot, const char* operation) {
-    if (slot.busy() == nullptr) return;
+  /// Waits for the slot's last DMA; false (and the job marked failed) if it failed.
+  bool settle(Slot& slot, Job& job) noexcept {
+    if (slot.busy() == nullptr) return true;
     cl_event event = slot.busy();
-    const cl_int err = CLBUF_CL(clWaitForEvents)(1, &event);
+    cl_int err = CLBUF_CL(clWaitForEvents)(1, &event);
     cl_int status = CL_COMPLETE;
-    CLBUF_CL(clGetEventInfo)
-    (event, CL_EVENT_COMMAND_EXECUTION_STATUS, sizeof(status), &status, nullptr);
+    if (CLBUF_CL(clGetEventInfo)(event, CL_EVENT_COMMAND_EXECUTION_STATUS, sizeof(status), &status,
+                                 nullptr) == CL_SUCCESS &&
+        status < 0) {
+      err = status;
+    }
     slot.busy = cl::Event();
-    if (status < 0) fail(operation, status, "a staged chunk failed on the device");
-    check(err, operation, "clWaitForEvents");
+    return ok(err, "a chunk's DMA", job);
+  }
+
+  bool ok(cl_int err, const char* call, Job& job) noexcept {
+    if (err == CL_SUCCESS) return true;
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (!job.failed.exchange(true)) {
+      job.error = err;
+      job.call = call;
+    }
+    return false;
   }
 
   void ensure_slots(const char* operation) {
-    while (slots_.size() < chunk_count_) {
+    while (slots_.size() < slot_count_) {
       cl_int err = CL_SUCCESS;
       Slot slot;
       slot.buffer =
@@ -147,13 +218,22 @@ class Stager {
     }
   }
 
-  std::mutex mutex_;  // one staged transfer at a time: the chunks are shared
+  std::mutex serial_;
   cl::Context context_;
   cl::CommandQueue queue_;
   const std::size_t chunk_bytes_;
-  const std::size_t chunk_count_;
-  ParallelCopier& copier_;  // the manager's, which outlives this
+  const std::size_t slot_count_;
+  const unsigned threads_;  // at most slot_count_ / 2: each thread has two slots or more
   std::vector<Slot> slots_;
+
+  std::mutex mutex_;  // guards the fields below and a job's first error
+  std::condition_variable start_, done_;
+  std::vector<std::thread> workers_;
+  Job* job_ = nullptr;
+  unsigned active_ = 0;   // helpers 1..active_ take part in the current job
+  unsigned pending_ = 0;  // helpers not yet done with it
+  std::uint64_t generation_ = 0;
+  bool stop_ = false;
 };
 
 }  // namespace detail
