@@ -46,13 +46,13 @@ struct Options {
   std::size_t pool_limit_bytes = automatic;
   /// Pageable transfers at least this large to or from a discrete device are staged through
   /// pinned memory; `never` turns staging off.
-  std::size_t staging_threshold_bytes = std::size_t{4} << 20;
-  std::size_t staging_chunk_bytes = std::size_t{2} << 20;  ///< bytes per pinned chunk
+  std::size_t staging_threshold_bytes = std::size_t{512} << 10;
+  std::size_t staging_chunk_bytes = std::size_t{1} << 20;  ///< bytes per pinned chunk
   /// Pinned chunks (at least 2), shared out among the copy threads, two or more each; pinned
   /// memory stays at staging_chunk_bytes * staging_chunks.
-  std::size_t staging_chunks = 16;
+  std::size_t staging_chunks = 32;
   /// Threads for large host copies (the CPU device's memcpy, staged chunks); 0: as many as
-  /// the host has, at most 8.
+  /// the host has, at most 16.
   unsigned copy_threads = 0;
   MemoryModel memory = MemoryModel::automatic;
 };
@@ -447,7 +447,7 @@ class BufferManager {
                                                         : MemoryModel::unified;
     }
     if (options_.copy_threads == 0) {
-      options_.copy_threads = std::clamp(std::thread::hardware_concurrency(), 1u, 8u);
+      options_.copy_threads = std::clamp(std::thread::hardware_concurrency(), 1u, 16u);
     }
     if (options_.pool_limit_bytes == Options::automatic) {
       options_.pool_limit_bytes = static_cast<std::size_t>(

@@ -77,6 +77,7 @@ class Stager {
     std::size_t memory_offset = 0;
     char* host = nullptr;
     std::size_t bytes = 0;
+    std::size_t chunk = 0;  // bytes per chunk for this job, at most a slot
     std::size_t chunks = 0;
     std::atomic<std::size_t> next{0};
     std::atomic<bool> failed{false};
@@ -94,7 +95,10 @@ class Stager {
     job.memory_offset = offset;
     job.host = static_cast<char*>(host);
     job.bytes = bytes;
-    job.chunks = (bytes + chunk_bytes_ - 1) / chunk_bytes_;
+    // Mid-sized transfers are cut finer, so that every thread gets a share.
+    job.chunk =
+        std::clamp<std::size_t>((bytes / threads_ + 4095) / 4096 * 4096, 4096, chunk_bytes_);
+    job.chunks = (bytes + job.chunk - 1) / job.chunk;
     const unsigned helpers = static_cast<unsigned>(std::min<std::size_t>(threads_, job.chunks)) - 1;
     start_workers(helpers);
     {
@@ -147,8 +151,8 @@ class Stager {
     for (std::size_t k; !job.failed && (k = job.next.fetch_add(1)) < job.chunks;) {
       Slot& slot = slots[turn++ % per_worker];
       if (!settle(slot, job)) break;
-      const std::size_t offset = k * chunk_bytes_;
-      const std::size_t length = std::min(chunk_bytes_, job.bytes - offset);
+      const std::size_t offset = k * job.chunk;
+      const std::size_t length = std::min(job.chunk, job.bytes - offset);
       cl_event event = nullptr;
       if (job.to_device) {
         std::memcpy(slot.host, job.host + offset, length);
