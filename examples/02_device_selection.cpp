@@ -1,5 +1,7 @@
-// What list_devices() sees, which device the default selection picks, and why.
-// Pass a selector as the first argument ("gpu", "cpu", "0:0", part of a name) to try it.
+// What list_devices() sees, which device the default selection picks, and why: the full report of
+// explain_selection() (every device, picked or why rejected; CLBUF_DEBUG=1 logs the same report
+// whenever a BufferManager is made). Pass a selector as the first argument ("gpu", "cpu", "0:0",
+// part of a name) to try it.
 #include <clbuf/clbuf.hpp>
 
 #include <iostream>
@@ -14,6 +16,9 @@ int main(int argc, char** argv) try {
               << "  global=" << d.global_mem_bytes / (1024 * 1024) << " MiB"
               << "  max_alloc=" << d.max_alloc_bytes / (1024 * 1024) << " MiB\n";
   }
+
+  const std::string selector = argc > 1 ? argv[1] : "";
+  std::cout << clbuf::explain_selection(selector).to_string();
 
   const clbuf::BufferManager manager =
       argc > 1 ? clbuf::BufferManager(std::string(argv[1])) : clbuf::BufferManager();

@@ -4,12 +4,15 @@
 #   scripts/install-deps.sh --all      also what every test needs: the Python module (pybind11,
 #                                      numpy, pytest) and the benchmark peers (Boost.Compute,
 #                                      pyopencl, gnuplot) for the benchmark's smoke test
+#   scripts/install-deps.sh --sanitize the sanitizer stage (scripts/sanitize.sh): clang-14 with its
+#                                      sanitizer and libFuzzer runtimes, valgrind, oclgrind
 set -eu
 packages="cmake g++ make pocl-opencl-icd ocl-icd-opencl-dev opencl-clhpp-headers opencl-c-headers clinfo googletest libgtest-dev"
 for arg in "$@"; do
   case "$arg" in
     --all) packages="$packages pybind11-dev python3-dev python3-numpy python3-pytest libbenchmark-dev libboost-dev python3-pyopencl gnuplot-nox time" ;;
-    *) echo "usage: $0 [--all]" >&2; exit 2 ;;
+    --sanitize) packages="$packages clang-14 libclang-rt-14-dev valgrind oclgrind" ;;
+    *) echo "usage: $0 [--all] [--sanitize]" >&2; exit 2 ;;
   esac
 done
 

@@ -12,40 +12,14 @@ namespace {
 using clbuf::MemoryModel;
 using clbuf_test::same_bytes;
 
-std::string model_name(const ::testing::TestParamInfo<MemoryModel>& info) {
-  switch (info.param) {
-    case MemoryModel::host:
-      return "Host";
-    case MemoryModel::unified:
-      return "Unified";
-    case MemoryModel::discrete:
-      return "DiscreteStaged";
-    case MemoryModel::automatic:
-      break;
-  }
-  return "Automatic";
-}
-
-class PathTest : public clbuf_test::DeviceTest, public ::testing::WithParamInterface<MemoryModel> {
+class PathTest : public clbuf_test::ModelTest {
  protected:
-  void SetUp() override {
-    clbuf_test::DeviceTest::SetUp();
-    if (IsSkipped() || HasFatalFailure()) return;
-    if (GetParam() == MemoryModel::host && manager().device().type != clbuf::DeviceType::cpu) {
-      GTEST_SKIP() << "the host path needs a CPU device";
-    }
-    clbuf::Options options;
-    options.memory = GetParam();
+  void configure(clbuf::Options& options) override {
     options.staging_threshold_bytes = 1;  // stage everything the discrete path moves
     options.staging_chunk_bytes = 4096;   // the minimum: many chunks per transfer
     options.staging_chunks = 8;           // 4 threads with 2 slots each take chunks in turn
     options.copy_threads = 4;
-    paths_ = std::make_unique<clbuf::BufferManager>(std::string(), options);
   }
-
-  clbuf::BufferManager& paths() { return *paths_; }
-
-  std::unique_ptr<clbuf::BufferManager> paths_;
 };
 
 TEST_P(PathTest, ReportsTheForcedMemoryModel) { EXPECT_EQ(paths().memory_model(), GetParam()); }
@@ -162,9 +136,6 @@ TEST_P(PathTest, ReuseWaitsForAnAsyncReadOfTheFreedBuffer) {
   EXPECT_TRUE(same_bytes(second, paths().download(reused)));
 }
 
-INSTANTIATE_TEST_SUITE_P(Models, PathTest,
-                         ::testing::Values(MemoryModel::host, MemoryModel::unified,
-                                           MemoryModel::discrete),
-                         model_name);
+CLBUF_INSTANTIATE_MODELS(PathTest);
 
 }  // namespace

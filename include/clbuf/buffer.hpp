@@ -39,10 +39,28 @@ class DeviceBuffer {
     return *this;
   }
 
-  /// Gives the memory back to its manager's pool (or frees it when there is none).
+  /// Gives the memory back to its manager's pool (or frees it when there is none). Memory that
+  /// sub-buffer views or mapped views still use goes back only when the last of them is gone.
   ~DeviceBuffer() {
     if (pool_) pool_->give_back(std::move(memory_));
   }
+
+  /// Hands the OpenCL buffer to the caller and leaves this DeviceBuffer empty (!valid()). The
+  /// memory never goes back to clbuf's pool, even when views of it are alive; CL_MEM_SIZE may be
+  /// larger than size_bytes() (pooled memory is binned). A sub-buffer view releases its
+  /// sub-buffer. Returns a null buffer when !valid() or empty().
+  cl::Buffer release() noexcept {
+    if (lease_) lease_->reusable.store(false);
+    cl::Buffer out = std::move(memory_.buffer);
+    memory_.buffer = cl::Buffer();
+    DeviceBuffer().swap(*this);
+    return out;
+  }
+
+  /// True for a sub-buffer view of another buffer (BufferManager::view()).
+  bool is_view() const noexcept { return root_() != nullptr; }
+  /// Byte offset of this buffer's first element within its root buffer (0 unless a view).
+  std::size_t root_offset_bytes() const noexcept { return root_offset_; }
 
   /// Number of elements.
   std::size_t size() const noexcept { return size_; }
@@ -71,8 +89,24 @@ class DeviceBuffer {
         size_(size),
         shape_(std::move(shape)) {}
 
+  /// The OpenCL buffer that owns the bytes: the parent of a sub-buffer, else native().
+  cl_mem root() const noexcept { return root_() != nullptr ? root_() : memory_.buffer(); }
+
+  /// Shares this buffer's memory with a view: from now on it goes back to the pool only when
+  /// this buffer and every view are gone.
+  const std::shared_ptr<detail::Lease>& share_memory() {
+    if (!lease_) {
+      lease_ = std::make_shared<detail::Lease>(memory_, std::move(pool_));
+      pool_.reset();
+    }
+    return lease_;
+  }
+
   void swap(DeviceBuffer& other) noexcept {
     std::swap(memory_, other.memory_);
+    std::swap(lease_, other.lease_);
+    std::swap(root_, other.root_);
+    std::swap(root_offset_, other.root_offset_);
     std::swap(pool_, other.pool_);
     std::swap(context_, other.context_);
     std::swap(size_, other.size_);
@@ -80,7 +114,10 @@ class DeviceBuffer {
   }
 
   detail::Allocation memory_;
-  std::shared_ptr<detail::MemoryPool> pool_;  // null for empty buffers
+  std::shared_ptr<detail::MemoryPool> pool_;  // null for empty, adopted or shared memory
+  std::shared_ptr<detail::Lease> lease_;      // shared with views; null until a view is made
+  cl::Buffer root_;                           // the parent of a sub-buffer; null otherwise
+  std::size_t root_offset_ = 0;               // bytes from the start of root()
   cl::Context context_;                       // retained, for empty buffers too
   std::size_t size_ = 0;
   std::vector<std::size_t> shape_;

@@ -17,7 +17,9 @@
 #include <clbuf/opencl.hpp>
 #include <clbuf/pinned.hpp>
 #include <clbuf/pool.hpp>
+#include <clbuf/rect.hpp>
 #include <clbuf/staging.hpp>
 #include <clbuf/telemetry.hpp>
+#include <clbuf/view.hpp>
 
 #endif  // CLBUF_CLBUF_HPP

@@ -119,8 +119,9 @@ inline std::vector<DeviceEntry> enumerate_devices(const char* operation) {
   constexpr cl_int platform_not_found_khr = -1001;
   cl_uint platform_count = 0;
   cl_int err = CLBUF_CL(clGetPlatformIDs)(0, nullptr, &platform_count);
-  if (err == platform_not_found_khr || platform_count == 0) return {};
-  check(err, operation, "clGetPlatformIDs");
+  if (err == platform_not_found_khr) return {};
+  check(err, operation, "clGetPlatformIDs");  // a failed query is an error, not "no platform"
+  if (platform_count == 0) return {};
   std::vector<cl_platform_id> platforms(platform_count);
   check(CLBUF_CL(clGetPlatformIDs)(platform_count, platforms.data(), nullptr), operation,
         "clGetPlatformIDs");
@@ -129,8 +130,9 @@ inline std::vector<DeviceEntry> enumerate_devices(const char* operation) {
   for (std::size_t p = 0; p < platforms.size(); ++p) {
     cl_uint device_count = 0;
     err = CLBUF_CL(clGetDeviceIDs)(platforms[p], CL_DEVICE_TYPE_ALL, 0, nullptr, &device_count);
-    if (err == CL_DEVICE_NOT_FOUND || device_count == 0) continue;
+    if (err == CL_DEVICE_NOT_FOUND) continue;
     check(err, operation, "clGetDeviceIDs");
+    if (device_count == 0) continue;
     std::vector<cl_device_id> devices(device_count);
     check(CLBUF_CL(clGetDeviceIDs)(platforms[p], CL_DEVICE_TYPE_ALL, device_count, devices.data(),
                                    nullptr),
@@ -200,10 +202,130 @@ inline std::string describe_entries(const std::vector<DeviceEntry>& entries) {
   return text;
 }
 
+/// One device as a selector judged it.
+struct Verdict {
+  std::size_t entry = 0;  ///< index into the entries
+  bool picked = false;
+  std::string reason;
+};
+
+/// Judges every entry by `selector`; at most one verdict is picked. The picked verdict's reason
+/// is the manager's selection_reason(), so the report and the choice never disagree.
+inline std::vector<Verdict> judge_devices(const std::vector<DeviceEntry>& entries,
+                                          const Selector& selector, const std::string& quoted) {
+  std::vector<Verdict> verdicts(entries.size());
+  auto label = [&](std::size_t i) {
+    return "[" + std::to_string(entries[i].info.platform_index) + ":" +
+           std::to_string(entries[i].info.device_index) + "]";
+  };
+  auto first_of = [&](DeviceType type) {
+    for (std::size_t i = 0; i < entries.size(); ++i) {
+      if (entries[i].info.type == type) return i;
+    }
+    return entries.size();
+  };
+  std::size_t pick = entries.size();
+  std::string reason;
+  switch (selector.kind) {
+    case Selector::Kind::automatic: {
+      const std::size_t gpu = first_of(DeviceType::gpu);
+      const std::size_t cpu = first_of(DeviceType::cpu);
+      if (gpu < entries.size()) {
+        pick = gpu;
+        reason = "the first GPU (default: GPU preferred)";
+      } else if (cpu < entries.size()) {
+        pick = cpu;
+        reason = "no GPU found, so the first CPU device (default: GPU preferred, CPU fallback)";
+      } else if (!entries.empty()) {
+        pick = 0;
+        reason = "no GPU or CPU device found, so the first device";
+      }
+      for (std::size_t i = 0; i < entries.size(); ++i) {
+        const DeviceType type = entries[i].info.type;
+        verdicts[i].reason = type == entries[pick].info.type
+                                 ? std::string("a later ") + to_string(type) + " device; " +
+                                       label(pick) + " comes first"
+                                 : std::string("a ") + to_string(type) +
+                                       " device; the default takes " +
+                                       (gpu < entries.size() ? "a GPU" : "a CPU device") + " first";
+      }
+      break;
+    }
+    case Selector::Kind::type:
+      pick = first_of(selector.type);
+      reason =
+          std::string("the first ") + to_string(selector.type) + " device, as " + quoted + " asks";
+      for (std::size_t i = 0; i < entries.size(); ++i) {
+        verdicts[i].reason = entries[i].info.type == selector.type
+                                 ? std::string("a later ") + to_string(selector.type) +
+                                       " device; " + label(pick) + " comes first"
+                                 : std::string("a ") + to_string(entries[i].info.type) +
+                                       " device, not the " + to_string(selector.type) + " device " +
+                                       quoted + " asks for";
+      }
+      break;
+    case Selector::Kind::index:
+      for (std::size_t i = 0; i < entries.size(); ++i) {
+        if (entries[i].info.platform_index == selector.platform_index &&
+            entries[i].info.device_index == selector.device_index) {
+          pick = i;
+        }
+        verdicts[i].reason = "not platform " + std::to_string(selector.platform_index) +
+                             ", device " + std::to_string(selector.device_index) + " of " + quoted;
+      }
+      reason = "platform " + std::to_string(selector.platform_index) + ", device " +
+               std::to_string(selector.device_index) + ", as " + quoted + " asks";
+      break;
+    case Selector::Kind::name:
+      for (std::size_t i = 0; i < entries.size(); ++i) {
+        const bool match =
+            lower_case(entries[i].info.name).find(selector.name) != std::string::npos;
+        if (match && pick == entries.size()) pick = i;
+        verdicts[i].reason = match ? "its name matches too, but " + label(pick) + " comes first"
+                                   : "its name does not contain " + quoted;
+      }
+      reason = "the first device whose name contains " + quoted;
+      break;
+  }
+  for (std::size_t i = 0; i < entries.size(); ++i) verdicts[i].entry = i;
+  if (pick < entries.size()) {
+    verdicts[pick].picked = true;
+    verdicts[pick].reason = reason;
+  }
+  return verdicts;
+}
+
+/// The selector text in force: `selector` unless it is blank, then CLBUF_DEVICE when set and not
+/// empty, else "" (the default). `origin` says which.
+inline std::string effective_selector(const std::string& selector, std::string& origin) {
+  const char* from_environment = std::getenv("CLBUF_DEVICE");
+  if (trimmed(selector).empty() && from_environment != nullptr && *from_environment != '\0') {
+    origin = "CLBUF_DEVICE";
+    return from_environment;
+  }
+  origin = trimmed(selector).empty() ? "default" : "selector";
+  return selector;
+}
+
 struct Selection {
   DeviceEntry entry;
   std::string reason;  ///< why this device, in words
 };
+
+[[noreturn]] inline void fail_no_devices(const char* operation) {
+  cl_uint platforms = 0;
+  const bool any_platform =
+      CLBUF_CL(clGetPlatformIDs)(0, nullptr, &platforms) == CL_SUCCESS && platforms > 0;
+  fail(operation, any_platform ? CL_DEVICE_NOT_FOUND : -1001,
+       std::string(any_platform ? "OpenCL platforms exist but none has a device"
+                                : "no OpenCL platform is installed") +
+           "; install an OpenCL driver, e.g. Debian's pocl-opencl-icd for the CPU, and check "
+           "with clinfo -l");
+}
+
+inline std::string quote_selector(const std::string& selector_text, const std::string& origin) {
+  return "\"" + trimmed(selector_text) + "\" (from " + origin + ")";
+}
 
 /// Picks a device by `selector`; `origin` says where the selector came from, for messages
 /// (e.g. "CLBUF_DEVICE"). Throws CL_PLATFORM_NOT_FOUND_KHR when no platform exists and
@@ -211,69 +333,14 @@ struct Selection {
 inline Selection select_device(const std::string& selector_text, const std::string& origin,
                                const char* operation) {
   const std::vector<DeviceEntry> entries = enumerate_devices(operation);
-  if (entries.empty()) {
-    cl_uint platforms = 0;
-    const bool any_platform =
-        CLBUF_CL(clGetPlatformIDs)(0, nullptr, &platforms) == CL_SUCCESS && platforms > 0;
-    fail(operation, any_platform ? CL_DEVICE_NOT_FOUND : -1001,
-         std::string(any_platform ? "OpenCL platforms exist but none has a device"
-                                  : "no OpenCL platform is installed") +
-             "; install an OpenCL driver, e.g. Debian's pocl-opencl-icd for the CPU, and check "
-             "with clinfo -l");
+  if (entries.empty()) fail_no_devices(operation);
+  const std::string quoted = quote_selector(selector_text, origin);
+  for (Verdict& verdict : judge_devices(entries, parse_selector(selector_text), quoted)) {
+    if (verdict.picked) return {entries[verdict.entry], std::move(verdict.reason)};
   }
-
-  const Selector selector = parse_selector(selector_text);
-  const std::string quoted = "\"" + trimmed(selector_text) + "\" (from " + origin + ")";
-  auto first_of = [&](DeviceType type) -> const DeviceEntry* {
-    for (const DeviceEntry& entry : entries) {
-      if (entry.info.type == type) return &entry;
-    }
-    return nullptr;
-  };
-
-  const DeviceEntry* found = nullptr;
-  std::string reason;
-  switch (selector.kind) {
-    case Selector::Kind::automatic:
-      if ((found = first_of(DeviceType::gpu))) {
-        reason = "the first GPU (default: GPU preferred)";
-      } else if ((found = first_of(DeviceType::cpu))) {
-        reason = "no GPU found, so the first CPU device (default: GPU preferred, CPU fallback)";
-      } else {
-        found = &entries.front();
-        reason = "no GPU or CPU device found, so the first device";
-      }
-      break;
-    case Selector::Kind::type:
-      found = first_of(selector.type);
-      reason =
-          std::string("the first ") + to_string(selector.type) + " device, as " + quoted + " asks";
-      break;
-    case Selector::Kind::index:
-      for (const DeviceEntry& entry : entries) {
-        if (entry.info.platform_index == selector.platform_index &&
-            entry.info.device_index == selector.device_index) {
-          found = &entry;
-        }
-      }
-      reason = "platform " + std::to_string(selector.platform_index) + ", device " +
-               std::to_string(selector.device_index) + ", as " + quoted + " asks";
-      break;
-    case Selector::Kind::name:
-      for (const DeviceEntry& entry : entries) {
-        if (!found && lower_case(entry.info.name).find(selector.name) != std::string::npos) {
-          found = &entry;
-        }
-      }
-      reason = "the first device whose name contains " + quoted;
-      break;
-  }
-  if (!found) {
-    fail(operation, CL_DEVICE_NOT_FOUND,
-         "no device matches " + quoted + "; devices: " + describe_entries(entries) +
-             "; selectors: gpu, cpu, accelerator, P:D, or part of a device name");
-  }
-  return {*found, reason};
+  fail(operation, CL_DEVICE_NOT_FOUND,
+       "no device matches " + quoted + "; devices: " + describe_entries(entries) +
+           "; selectors: gpu, cpu, accelerator, P:D, or part of a device name");
 }
 
 }  // namespace detail
@@ -287,6 +354,71 @@ inline std::vector<DeviceInfo> list_devices() {
     infos.push_back(std::move(entry.info));
   }
   return infos;
+}
+
+/// One device of a SelectionReport: picked, or why not.
+struct DeviceVerdict {
+  DeviceInfo device;
+  bool picked = false;
+  std::string reason;  ///< why it was picked (as selection_reason() says) or rejected
+};
+
+/// What a selector makes of every device: explain_selection()'s answer.
+struct SelectionReport {
+  std::string selector;                ///< the selector text in force ("" for the default)
+  std::string origin;                  ///< "selector", "CLBUF_DEVICE" or "default"
+  std::vector<DeviceVerdict> devices;  ///< every device, in list_devices() order
+  std::string problem;                 ///< why nothing was picked ("" when a device was)
+
+  /// The picked device, or nullptr when none matches.
+  const DeviceVerdict* picked() const noexcept {
+    for (const DeviceVerdict& verdict : devices) {
+      if (verdict.picked) return &verdict;
+    }
+    return nullptr;
+  }
+
+  /// One line for the selector, then one per device, e.g.
+  /// "  [0:0] pthread-... (cpu, Portable Computing Language): picked: no GPU found, ...".
+  std::string to_string() const {
+    std::string text = "clbuf device selection by " +
+                       (origin == "default" ? std::string("the default (GPU preferred)")
+                                            : detail::quote_selector(selector, origin)) +
+                       ": " + std::to_string(devices.size()) + " device(s)\n";
+    for (const DeviceVerdict& verdict : devices) {
+      text += "  [" + std::to_string(verdict.device.platform_index) + ":" +
+              std::to_string(verdict.device.device_index) + "] " + verdict.device.name + " (" +
+              clbuf::to_string(verdict.device.type) + ", " + verdict.device.platform +
+              "): " + (verdict.picked ? "picked: " : "rejected: ") + verdict.reason + "\n";
+    }
+    if (!problem.empty()) text += "  nothing picked: " + problem + "\n";
+    return text;
+  }
+};
+
+/// Every device of every platform with the verdict `selector` (the grammar of CLBUF_DEVICE;
+/// blank: CLBUF_DEVICE, then the default) gives it: picked, or why it was rejected. The same
+/// logic as BufferManager's constructor, so the report never disagrees with the choice. Never
+/// throws for a selector that matches nothing or for a missing platform: `problem` says so.
+/// @throws Error when an OpenCL query fails. Wraps clGetPlatformIDs, clGetDeviceIDs.
+inline SelectionReport explain_selection(const std::string& selector = std::string()) {
+  SelectionReport report;
+  report.selector = detail::effective_selector(selector, report.origin);
+  const std::vector<detail::DeviceEntry> entries = detail::enumerate_devices("explain_selection");
+  if (entries.empty()) {
+    report.problem =
+        "no OpenCL device on any platform; install an OpenCL driver, e.g. Debian's "
+        "pocl-opencl-icd for the CPU, and check with clinfo -l";
+    return report;
+  }
+  const std::string quoted = detail::quote_selector(report.selector, report.origin);
+  for (detail::Verdict& verdict :
+       detail::judge_devices(entries, detail::parse_selector(report.selector), quoted)) {
+    report.devices.push_back(
+        {entries[verdict.entry].info, verdict.picked, std::move(verdict.reason)});
+  }
+  if (report.picked() == nullptr) report.problem = "no device matches " + quoted;
+  return report;
 }
 
 }  // namespace clbuf

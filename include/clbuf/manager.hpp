@@ -12,12 +12,17 @@
 #include <clbuf/future.hpp>
 #include <clbuf/pinned.hpp>
 #include <clbuf/pool.hpp>
+#include <clbuf/rect.hpp>
 #include <clbuf/staging.hpp>
 #include <clbuf/telemetry.hpp>
+#include <clbuf/view.hpp>
 
 #include <algorithm>
+#include <array>
 #include <cstddef>
 #include <cstdlib>
+#include <cstring>
+#include <iostream>
 #include <limits>
 #include <memory>
 #include <mutex>
@@ -46,13 +51,13 @@ struct Options {
   std::size_t pool_limit_bytes = automatic;
   /// Pageable transfers at least this large to or from a discrete device are staged through
   /// pinned memory; `never` turns staging off.
-  std::size_t staging_threshold_bytes = std::size_t{512} << 10;
+  std::size_t staging_threshold_bytes = std::size_t{4} << 20;
   std::size_t staging_chunk_bytes = std::size_t{1} << 20;  ///< bytes per pinned chunk
   /// Pinned chunks (at least 2), shared out among the copy threads, two or more each; pinned
   /// memory stays at staging_chunk_bytes * staging_chunks.
-  std::size_t staging_chunks = 32;
+  std::size_t staging_chunks = 24;
   /// Threads for large host copies (the CPU device's memcpy, staged chunks); 0: as many as
-  /// the host has, at most 16.
+  /// the host has, at most 12.
   unsigned copy_threads = 0;
   MemoryModel memory = MemoryModel::automatic;
 };
@@ -94,6 +99,10 @@ class BufferManager {
                               use_environment ? "CLBUF_DEVICE" : "selector", op);
     info_ = std::move(selection.entry.info);
     reason_ = std::move(selection.reason);
+    const char* debug = std::getenv("CLBUF_DEBUG");
+    if (debug != nullptr && std::string(debug) == "1") {
+      std::cerr << explain_selection(selector).to_string() << std::flush;
+    }
     const cl_context_properties properties[] = {
         CL_CONTEXT_PLATFORM, reinterpret_cast<cl_context_properties>(selection.entry.platform), 0};
     cl_int err = CL_SUCCESS;
@@ -414,6 +423,335 @@ class BufferManager {
     return future;
   }
 
+  // ---- Fill ----------------------------------------------------------------------------------
+
+  /// Sets every element of `buffer` to `value` (blocking). Wraps clEnqueueFillBuffer where the
+  /// device has it (OpenCL 1.2) and sizeof(T) is a power of two up to 128 bytes; otherwise one
+  /// small clEnqueueWriteBuffer and doubling clEnqueueCopyBuffer calls on the device. On a CPU
+  /// device, clbuf's own memory is filled by the host after clFinish.
+  /// @throws Error CL_INVALID_MEM_OBJECT for a moved-from buffer, CL_INVALID_CONTEXT for a buffer
+  ///         of another context.
+  template <class T>
+  void fill(DeviceBuffer<T>& buffer, const T& value) {
+    fill(buffer, value, buffer.size(), 0);
+  }
+
+  /// Sets `count` elements of `buffer` starting at element `offset` to `value` (blocking).
+  /// @throws Error CL_INVALID_VALUE for a range past the end of `buffer`.
+  template <class T>
+  void fill(DeviceBuffer<T>& buffer, const T& value, std::size_t count, std::size_t offset = 0) {
+    const char* op = "fill";
+    auto lock = enter(op);
+    check_buffer(op, buffer);
+    check_range(op, "write", buffer, count, offset);
+    if (count == 0) return;
+    detail::Telemetry::Timer timer(telemetry_, detail::Telemetry::upload, count * sizeof(T));
+    fill_bytes(op, buffer.memory_, offset * sizeof(T), &value, sizeof(T), count);
+  }
+
+  // ---- Rectangular regions -------------------------------------------------------------------
+
+  /// Copies the box `region` from the host array `data` of `count` elements (laid out as
+  /// region.src_extents) into `dst` (laid out as region.dst_extents), blocking. Pitches come from
+  /// the extents. Wraps clEnqueueWriteBufferRect. An empty region makes no OpenCL call.
+  /// @throws Error CL_INVALID_VALUE when the box leaves either array, an array does not fit in
+  ///         `count` elements or in `dst`, a size overflows, or `data` is null with count > 0.
+  template <class T>
+  void upload_rect(DeviceBuffer<T>& dst, const T* data, std::size_t count, const Region& region) {
+    const char* op = "upload_rect";
+    auto lock = enter(op);
+    check_buffer(op, dst);
+    check_host_pointer(op, data, count);
+    const detail::RectSide host =
+        rect_side<T>(op, "host", region.size, region.src_origin, region.src_extents, count);
+    const detail::RectSide device = rect_side<T>(op, "destination", region.size, region.dst_origin,
+                                                 region.dst_extents, dst.size());
+    if (detail::rect_empty(region.size)) return;
+    transfer_rect(op, true, dst.memory_, device, const_cast<T*>(data), host, region, sizeof(T));
+  }
+
+  template <class T>
+  void upload_rect(DeviceBuffer<T>& dst, const std::vector<T>& data, const Region& region) {
+    upload_rect(dst, data.data(), data.size(), region);
+  }
+
+  /// Copies the box `region` of `src` (laid out as region.src_extents) into the host array `out`
+  /// of `count` elements (laid out as region.dst_extents), blocking; elements of `out` outside
+  /// the box are left as they were. Wraps clEnqueueReadBufferRect.
+  /// @throws Error CL_INVALID_VALUE as upload_rect().
+  template <class T>
+  void download_rect(const DeviceBuffer<T>& src, T* out, std::size_t count, const Region& region) {
+    const char* op = "download_rect";
+    auto lock = enter(op);
+    check_buffer(op, src);
+    check_host_pointer(op, out, count);
+    const detail::RectSide device =
+        rect_side<T>(op, "source", region.size, region.src_origin, region.src_extents, src.size());
+    const detail::RectSide host =
+        rect_side<T>(op, "host", region.size, region.dst_origin, region.dst_extents, count);
+    if (detail::rect_empty(region.size)) return;
+    transfer_rect(op, false, src.memory_, device, out, host, region, sizeof(T));
+  }
+
+  template <class T>
+  void download_rect(const DeviceBuffer<T>& src, std::vector<T>& out, const Region& region) {
+    download_rect(src, out.data(), out.size(), region);
+  }
+
+  /// Copies the box `region` from `src` to `dst` on the device (blocking, no host round trip).
+  /// Wraps clEnqueueCopyBufferRect.
+  /// @throws Error CL_INVALID_VALUE as upload_rect(); CL_MEM_COPY_OVERLAP when source and
+  ///         destination share a byte of one buffer (views of one buffer included). With equal
+  ///         extents on both sides the test is exact; with different extents any overlap of the
+  ///         two byte spans counts.
+  template <class T>
+  void copy_rect(const DeviceBuffer<T>& src, DeviceBuffer<T>& dst, const Region& region) {
+    const char* op = "copy_rect";
+    auto lock = enter(op);
+    check_buffer(op, src);
+    check_buffer(op, dst);
+    const detail::RectSide from =
+        rect_side<T>(op, "source", region.size, region.src_origin, region.src_extents, src.size());
+    const detail::RectSide to = rect_side<T>(op, "destination", region.size, region.dst_origin,
+                                             region.dst_extents, dst.size());
+    if (detail::rect_empty(region.size)) return;
+    if (src.root() == dst.root()) {
+      check_rect_overlap(op, src.root_offset_bytes() + from.origin_bytes, from,
+                         dst.root_offset_bytes() + to.origin_bytes, to, region.size, sizeof(T));
+    }
+    // Both sides are addressed in the root buffer, never a sub-buffer (PoCL 3.1 crashes in
+    // clEnqueueCopyBufferRect when either buffer is a sub-buffer), with the absolute byte offset
+    // split back into (x bytes, row, slice) by that side's pitches.
+    const auto origin_in_root = [](std::size_t offset, const detail::RectSide& side) {
+      return std::array<std::size_t, 3>{offset % side.slice_pitch % side.row_pitch,
+                                        offset % side.slice_pitch / side.row_pitch,
+                                        offset / side.slice_pitch};
+    };
+    const std::array<std::size_t, 3> src_origin =
+        origin_in_root(src.root_offset_bytes() + from.origin_bytes, from);
+    const std::array<std::size_t, 3> dst_origin =
+        origin_in_root(dst.root_offset_bytes() + to.origin_bytes, to);
+    const std::size_t extent[3] = {region.size.x * sizeof(T), region.size.y, region.size.z};
+    detail::Telemetry::Timer timer(telemetry_, detail::Telemetry::copy,
+                                   extent[0] * extent[1] * extent[2]);
+    if (src_origin[0] + extent[0] > from.row_pitch || dst_origin[0] + extent[0] > to.row_pitch ||
+        src_origin[1] + extent[1] > region.src_extents.y ||
+        dst_origin[1] + extent[1] > region.dst_extents.y) {
+      // A view whose offset is not a whole number of rows or slices: the box wraps in the root's
+      // coordinates, which clEnqueueCopyBufferRect rejects. Copy row by row instead.
+      const std::size_t a = src.root_offset_bytes() + from.origin_bytes;
+      const std::size_t b = dst.root_offset_bytes() + to.origin_bytes;
+      for (std::size_t z = 0; z < region.size.z; ++z) {
+        for (std::size_t y = 0; y < region.size.y; ++y) {
+          detail::check(CLBUF_CL(clEnqueueCopyBuffer)(queue_(), src.root(), dst.root(),
+                                                      a + z * from.slice_pitch + y * from.row_pitch,
+                                                      b + z * to.slice_pitch + y * to.row_pitch,
+                                                      extent[0], 0, nullptr, nullptr),
+                        op, "clEnqueueCopyBuffer");
+        }
+      }
+      detail::check(CLBUF_CL(clFinish)(queue_()), op, "clFinish");
+      return;
+    }
+    cl_event event = nullptr;
+    detail::check(CLBUF_CL(clEnqueueCopyBufferRect)(queue_(), src.root(), dst.root(),
+                                                    src_origin.data(), dst_origin.data(), extent,
+                                                    from.row_pitch, from.slice_pitch, to.row_pitch,
+                                                    to.slice_pitch, 0, nullptr, &event),
+                  op, "clEnqueueCopyBufferRect");
+    const cl::Event owned(event, false);
+    detail::check(CLBUF_CL(clWaitForEvents)(1, &event), op, "clWaitForEvents");
+  }
+
+  // ---- Raw handles ---------------------------------------------------------------------------
+
+  /// Wraps an application's OpenCL buffer (shared, not copied) as a DeviceBuffer of `count`
+  /// elements. clbuf never pools it: it is released when the DeviceBuffer and every view of it
+  /// are gone. A sub-buffer is recognised (CL_MEM_ASSOCIATED_MEMOBJECT), so overlap checks see
+  /// its parent. For a raw cl_mem pass cl::Buffer(mem, true) (retains it). Wraps
+  /// clGetMemObjectInfo.
+  /// @throws Error CL_INVALID_MEM_OBJECT for a null buffer, CL_INVALID_CONTEXT for a buffer of
+  ///         another context, CL_INVALID_VALUE when count * sizeof(T) overflows or exceeds the
+  ///         buffer's CL_MEM_SIZE.
+  template <class T>
+  DeviceBuffer<T> adopt(cl::Buffer buffer, std::size_t count) {
+    const char* op = "adopt";
+    auto lock = enter(op);
+    if (buffer() == nullptr) {
+      detail::fail(op, CL_INVALID_MEM_OBJECT, "the cl::Buffer to adopt is null");
+    }
+    cl_context context = nullptr;
+    std::size_t capacity = 0;
+    cl_mem parent = nullptr;
+    std::size_t parent_offset = 0;
+    detail::check(
+        CLBUF_CL(clGetMemObjectInfo)(buffer(), CL_MEM_CONTEXT, sizeof(context), &context, nullptr),
+        op, "clGetMemObjectInfo");
+    if (context != context_()) {
+      detail::fail(op, CL_INVALID_CONTEXT,
+                   "the cl::Buffer belongs to another OpenCL context than this BufferManager's");
+    }
+    detail::check(
+        CLBUF_CL(clGetMemObjectInfo)(buffer(), CL_MEM_SIZE, sizeof(capacity), &capacity, nullptr),
+        op, "clGetMemObjectInfo");
+    detail::check(CLBUF_CL(clGetMemObjectInfo)(buffer(), CL_MEM_ASSOCIATED_MEMOBJECT,
+                                               sizeof(parent), &parent, nullptr),
+                  op, "clGetMemObjectInfo");
+    detail::check(CLBUF_CL(clGetMemObjectInfo)(buffer(), CL_MEM_OFFSET, sizeof(parent_offset),
+                                               &parent_offset, nullptr),
+                  op, "clGetMemObjectInfo");
+    std::size_t bytes = 0;
+    if (!detail::checked_multiply(count, sizeof(T), bytes)) {
+      detail::fail_overflow(op, count, sizeof(T));
+    }
+    if (bytes > capacity) {
+      detail::fail(op, CL_INVALID_VALUE,
+                   std::to_string(count) + " elements of " + std::to_string(sizeof(T)) +
+                       " bytes need " + std::to_string(bytes) + " bytes but the buffer has " +
+                       std::to_string(capacity) + " (CL_MEM_SIZE)");
+    }
+    detail::Allocation memory;
+    memory.buffer = std::move(buffer);
+    memory.capacity = capacity;
+    DeviceBuffer<T> adopted(std::move(memory), nullptr, context_, count, {count});
+    if (parent != nullptr) {
+      adopted.root_ = cl::Buffer(parent, true);
+      adopted.root_offset_ = parent_offset;
+    }
+    return adopted;
+  }
+
+  // ---- Sub-buffer views ----------------------------------------------------------------------
+
+  /// A DeviceBuffer of `count` elements starting at element `offset` of `parent`, sharing its
+  /// memory (a sub-buffer: clCreateSubBuffer), usable everywhere a buffer is. The memory goes
+  /// back to the pool only when `parent` and every view of it are gone; a view outlives its
+  /// parent safely. A view of a view is a view of the same root buffer. count == 0 gives an
+  /// empty buffer with no OpenCL call.
+  /// @throws Error CL_INVALID_VALUE past the end of `parent`; CL_MISALIGNED_SUB_BUFFER_OFFSET
+  ///         when the byte offset from the root buffer is not a multiple of the device's
+  ///         CL_DEVICE_MEM_BASE_ADDR_ALIGN.
+  template <class T>
+  DeviceBuffer<T> view(DeviceBuffer<T>& parent, std::size_t offset, std::size_t count) {
+    const char* op = "view";
+    auto lock = enter(op);
+    check_buffer(op, parent);
+    check_range(op, "view", parent, count, offset);
+    if (count == 0) return DeviceBuffer<T>(detail::Allocation(), nullptr, context_, 0, {0});
+    const std::size_t bytes = count * sizeof(T);
+    const std::size_t absolute = parent.root_offset_ + offset * sizeof(T);
+    if (absolute % base_align_bytes_ != 0) {
+      detail::fail(op, CL_MISALIGNED_SUB_BUFFER_OFFSET,
+                   "offset of " + std::to_string(absolute) +
+                       " bytes from the start of the root buffer is not a multiple of the "
+                       "device's CL_DEVICE_MEM_BASE_ADDR_ALIGN of " +
+                       std::to_string(base_align_bytes_) + " bytes");
+    }
+    const cl_buffer_region area = {absolute, bytes};
+    cl_int err = CL_SUCCESS;
+    detail::Allocation memory;
+    memory.buffer =
+        cl::Buffer(CLBUF_CL(clCreateSubBuffer)(parent.root(), CL_MEM_READ_WRITE,
+                                               CL_BUFFER_CREATE_TYPE_REGION, &area, &err),
+                   false);
+    detail::check(err, op, "clCreateSubBuffer");
+    memory.capacity = bytes;
+    if (parent.memory_.host != nullptr) {
+      memory.host = static_cast<char*>(parent.memory_.host) + offset * sizeof(T);
+    }
+    DeviceBuffer<T> result(std::move(memory), nullptr, context_, count, {count});
+    result.root_ = cl::Buffer(parent.root(), true);
+    result.root_offset_ = absolute;
+    result.lease_ = parent.share_memory();
+    return result;
+  }
+
+  // ---- Mapped views --------------------------------------------------------------------------
+
+  /// Maps all of `buffer` for the host (blocking); see MappedView. Zero-copy where the device
+  /// shares host memory. Wraps clEnqueueMapBuffer.
+  template <class T>
+  MappedView<T> map(DeviceBuffer<T>& buffer, MapMode mode = MapMode::read_write) {
+    return map(buffer, mode, 0, buffer.size());
+  }
+
+  /// Maps `count` elements of `buffer` starting at element `offset`.
+  /// @throws Error CL_INVALID_VALUE past the end of `buffer`, CL_INVALID_MEM_OBJECT for a
+  ///         moved-from buffer, CL_INVALID_CONTEXT for one of another context.
+  template <class T>
+  MappedView<T> map(DeviceBuffer<T>& buffer, MapMode mode, std::size_t offset, std::size_t count) {
+    const char* op = "map";
+    auto lock = enter(op);
+    check_buffer(op, buffer);
+    check_range(op, mode == MapMode::read ? "read" : "write", buffer, count, offset);
+    if (count == 0) return MappedView<T>();
+    const cl_map_flags flags = mode == MapMode::read    ? CL_MAP_READ
+                               : mode == MapMode::write ? CL_MAP_WRITE_INVALIDATE_REGION
+                                                        : CL_MAP_READ | CL_MAP_WRITE;
+    cl_int err = CL_SUCCESS;
+    void* mapped = CLBUF_CL(clEnqueueMapBuffer)(queue_(), buffer.memory_.buffer(), CL_TRUE, flags,
+                                                offset * sizeof(T), count * sizeof(T), 0, nullptr,
+                                                nullptr, &err);
+    detail::check(err, op, "clEnqueueMapBuffer");
+    return MappedView<T>(queue_, buffer.memory_.buffer, buffer.share_memory(), mapped, count, mode);
+  }
+
+  // ---- Several managers ----------------------------------------------------------------------
+
+  /// Copies all of `src`, a buffer of `source`, into `dst`, a buffer of this manager (blocking).
+  /// Same OpenCL context: one clEnqueueCopyBuffer after `source`'s queue has finished. Different
+  /// contexts (other devices or platforms): chunks pipelined through two pinned buffers of
+  /// this context (clEnqueueReadBuffer on `source`'s queue, clEnqueueWriteBuffer on this one),
+  /// or straight into or out of a CPU device's own memory; never a full host copy.
+  /// @throws Error CL_INVALID_VALUE when the sizes differ, CL_INVALID_CONTEXT when `src` is not
+  ///         of `source` or `dst` not of this manager, CL_MEM_COPY_OVERLAP for one buffer.
+  template <class T>
+  void copy_from(BufferManager& source, const DeviceBuffer<T>& src, DeviceBuffer<T>& dst) {
+    const char* op = "copy_from";
+    // Both managers are entered in address order, so two opposite copies cannot deadlock.
+    BufferManager* first = this < &source ? this : &source;
+    BufferManager* second = this < &source ? &source : this;
+    auto first_lock = first->enter(op);
+    std::shared_lock<std::shared_mutex> second_lock;
+    if (second != first) second_lock = second->enter(op);
+    source.check_buffer(op, src);
+    check_buffer(op, dst);
+    if (src.size() != dst.size()) {
+      detail::fail(op, CL_INVALID_VALUE,
+                   "source has " + std::to_string(src.size()) + " elements but destination has " +
+                       std::to_string(dst.size()));
+    }
+    const std::size_t bytes = src.size_bytes();
+    if (src.root() == dst.root() &&
+        detail::ranges_overlap(src.root_offset_bytes(), dst.root_offset_bytes(), bytes)) {
+      detail::fail_overlap(op, src.root_offset_bytes(), dst.root_offset_bytes(), bytes);
+    }
+    if (bytes == 0) return;
+    detail::check(CLBUF_CL(clFinish)(source.queue_()), op, "clFinish");
+    if (source.context_() == context_()) {
+      copy_checked(op, src.memory_, dst.memory_, bytes, 0, 0);
+      return;
+    }
+    detail::Telemetry::Timer timer(telemetry_, detail::Telemetry::copy, bytes);
+    if (host_access(dst.memory_, op)) {  // a CPU device's own memory: read straight into it
+      if (src.memory_.host != nullptr) {
+        copier_->copy(dst.memory_.host, src.memory_.host, bytes);
+        return;
+      }
+      detail::check(CLBUF_CL(clEnqueueReadBuffer)(source.queue_(), src.memory_.buffer(), CL_TRUE, 0,
+                                                  bytes, dst.memory_.host, 0, nullptr, nullptr),
+                    op, "clEnqueueReadBuffer");
+      return;
+    }
+    if (src.memory_.host != nullptr) {  // write straight out of a CPU device's own memory
+      detail::check(CLBUF_CL(clEnqueueWriteBuffer)(queue_(), dst.memory_.buffer(), CL_TRUE, 0,
+                                                   bytes, src.memory_.host, 0, nullptr, nullptr),
+                    op, "clEnqueueWriteBuffer");
+      return;
+    }
+    copy_between_contexts(op, source.queue_, src.memory_.buffer, dst.memory_.buffer, bytes);
+  }
+
   /// Waits for everything queued. Wraps clFinish.
   void finish() {
     const char* op = "finish";
@@ -447,12 +785,18 @@ class BufferManager {
                                                         : MemoryModel::unified;
     }
     if (options_.copy_threads == 0) {
-      options_.copy_threads = std::clamp(std::thread::hardware_concurrency(), 1u, 16u);
+      options_.copy_threads = std::clamp(std::thread::hardware_concurrency(), 1u, 12u);
     }
     if (options_.pool_limit_bytes == Options::automatic) {
       options_.pool_limit_bytes = static_cast<std::size_t>(
           std::min<std::uint64_t>(info_.global_mem_bytes / 4, std::uint64_t{1} << 30));
     }
+    const cl_uint align_bits =
+        detail::device_value<cl_uint>(device, CL_DEVICE_MEM_BASE_ADDR_ALIGN, op);
+    base_align_bytes_ = std::max<std::size_t>(1, align_bits / 8);
+    // "OpenCL 1.0 ..." and "OpenCL 1.1 ..." devices have no clEnqueueFillBuffer.
+    const std::string version = detail::device_string(device, CL_DEVICE_VERSION, op);
+    fill_buffer_ = version.rfind("OpenCL 1.0", 0) != 0 && version.rfind("OpenCL 1.1", 0) != 0;
     copier_ = std::make_unique<detail::ParallelCopier>(options_.copy_threads);
     pool_ = std::make_shared<detail::MemoryPool>(context_, options_.memory == MemoryModel::host,
                                                  options_.pool_limit_bytes, info_.max_alloc_bytes);
@@ -512,9 +856,12 @@ class BufferManager {
     if (!detail::range_fits(dst_offset, bytes, dst.size_bytes())) {
       detail::fail_range(operation, "write", bytes, dst_offset, dst.size_bytes(), 1);
     }
-    if (src.memory_.buffer() == dst.memory_.buffer() &&
-        detail::ranges_overlap(src_offset, dst_offset, bytes)) {
-      detail::fail_overlap(operation, src_offset, dst_offset, bytes);
+    // Views of one buffer overlap by their offsets from the root buffer.
+    if (src.root() == dst.root() &&
+        detail::ranges_overlap(src.root_offset_bytes() + src_offset,
+                               dst.root_offset_bytes() + dst_offset, bytes)) {
+      detail::fail_overlap(operation, src.root_offset_bytes() + src_offset,
+                           dst.root_offset_bytes() + dst_offset, bytes);
     }
   }
 
@@ -654,6 +1001,171 @@ class BufferManager {
     detail::check(CLBUF_CL(clWaitForEvents)(1, &event), operation, "clWaitForEvents");
   }
 
+  /// Repeats the `size`-byte `pattern` `count` times from byte `offset` of `memory` (checked).
+  void fill_bytes(const char* operation, const detail::Allocation& memory, std::size_t offset,
+                  const void* pattern, std::size_t size, std::size_t count) {
+    const std::size_t bytes = count * size;
+    if (host_access(memory, operation)) {
+      char* out = static_cast<char*>(memory.host) + offset;
+      std::memcpy(out, pattern, size);
+      for (std::size_t done = size; done < bytes; done += std::min(done, bytes - done)) {
+        std::memcpy(out + done, out, std::min(done, bytes - done));
+      }
+      return;
+    }
+    const bool power_of_two = size != 0 && (size & (size - 1)) == 0 && size <= 128;
+    if (fill_buffer_ && power_of_two) {
+      cl_event event = nullptr;
+      detail::check(CLBUF_CL(clEnqueueFillBuffer)(queue_(), memory.buffer(), pattern, size, offset,
+                                                  bytes, 0, nullptr, &event),
+                    operation, "clEnqueueFillBuffer");
+      const cl::Event owned(event, false);
+      detail::check(CLBUF_CL(clWaitForEvents)(1, &event), operation, "clWaitForEvents");
+      return;
+    }
+    // No fill command for this pattern: write a small run of it, then double the filled part on
+    // the device. Source and destination ranges never overlap, and no more than 64 KiB (one
+    // element at least) crosses the bus.
+    const std::size_t run =
+        std::max<std::size_t>(1, std::min(count, (std::size_t{64} << 10) / size));
+    std::vector<char> head(run * size);
+    for (std::size_t i = 0; i < run; ++i) std::memcpy(head.data() + i * size, pattern, size);
+    detail::check(CLBUF_CL(clEnqueueWriteBuffer)(queue_(), memory.buffer(), CL_TRUE, offset,
+                                                 head.size(), head.data(), 0, nullptr, nullptr),
+                  operation, "clEnqueueWriteBuffer");
+    for (std::size_t done = head.size(); done < bytes; done += std::min(done, bytes - done)) {
+      detail::check(CLBUF_CL(clEnqueueCopyBuffer)(
+                        queue_(), memory.buffer(), memory.buffer(), offset, offset + done,
+                        std::min(done, bytes - done), 0, nullptr, nullptr),
+                    operation, "clEnqueueCopyBuffer");
+    }
+    detail::check(CLBUF_CL(clFinish)(queue_()), operation, "clFinish");
+  }
+
+  /// One side of a region, checked against `capacity` elements; `side` names it in messages.
+  template <class T>
+  static detail::RectSide rect_side(const char* operation, const char* side, const Extents& size,
+                                    const Offset& origin, const Extents& extents,
+                                    std::size_t capacity) {
+    detail::RectSide geometry;
+    const std::string problem =
+        detail::rect_side_problem(size, origin, extents, capacity, sizeof(T), geometry);
+    if (!problem.empty()) detail::fail(operation, CL_INVALID_VALUE, side + (": " + problem));
+    return geometry;
+  }
+
+  /// Regions of one buffer at absolute byte offsets `a` and `b` (checked sides) share no byte.
+  static void check_rect_overlap(const char* operation, std::size_t a, const detail::RectSide& from,
+                                 std::size_t b, const detail::RectSide& to, const Extents& size,
+                                 std::size_t element_size) {
+    const std::size_t width = size.x * element_size;
+    bool overlap = false;
+    if (from.row_pitch == to.row_pitch && from.slice_pitch == to.slice_pitch) {
+      overlap =
+          detail::rect_rows_overlap(a, b, width, size.y, size.z, from.row_pitch, from.slice_pitch);
+    } else {  // different pitches: the byte spans must be apart
+      const std::size_t a_span =
+          (size.z - 1) * from.slice_pitch + (size.y - 1) * from.row_pitch + width;
+      const std::size_t b_span =
+          (size.z - 1) * to.slice_pitch + (size.y - 1) * to.row_pitch + width;
+      overlap = a < b ? b - a < a_span : a - b < b_span;
+    }
+    if (overlap) {
+      detail::fail(operation, CL_MEM_COPY_OVERLAP,
+                   "source region at byte " + std::to_string(a) +
+                       " and destination region at "
+                       "byte " +
+                       std::to_string(b) + " of one buffer share bytes (region of " +
+                       detail::describe(size) + " elements, row pitches " +
+                       std::to_string(from.row_pitch) + " and " + std::to_string(to.row_pitch) +
+                       ", slice pitches " + std::to_string(from.slice_pitch) + " and " +
+                       std::to_string(to.slice_pitch) + " bytes)");
+    }
+  }
+
+  /// A blocking clEnqueueWriteBufferRect (`upload`) or clEnqueueReadBufferRect of checked sides.
+  void transfer_rect(const char* operation, bool upload, const detail::Allocation& memory,
+                     const detail::RectSide& device, void* host, const detail::RectSide& host_side,
+                     const Region& region, std::size_t element_size) {
+    const Offset& device_origin = upload ? region.dst_origin : region.src_origin;
+    const Offset& host_origin = upload ? region.src_origin : region.dst_origin;
+    const std::size_t buffer_origin[3] = {device_origin.x * element_size, device_origin.y,
+                                          device_origin.z};
+    const std::size_t host_offset[3] = {host_origin.x * element_size, host_origin.y, host_origin.z};
+    const std::size_t extent[3] = {region.size.x * element_size, region.size.y, region.size.z};
+    detail::Telemetry::Timer timer(telemetry_,
+                                   upload ? detail::Telemetry::upload : detail::Telemetry::download,
+                                   extent[0] * extent[1] * extent[2]);
+    if (upload) {
+      detail::check(CLBUF_CL(clEnqueueWriteBufferRect)(
+                        queue_(), memory.buffer(), CL_TRUE, buffer_origin, host_offset, extent,
+                        device.row_pitch, device.slice_pitch, host_side.row_pitch,
+                        host_side.slice_pitch, host, 0, nullptr, nullptr),
+                    operation, "clEnqueueWriteBufferRect");
+    } else {
+      detail::check(CLBUF_CL(clEnqueueReadBufferRect)(
+                        queue_(), memory.buffer(), CL_TRUE, buffer_origin, host_offset, extent,
+                        device.row_pitch, device.slice_pitch, host_side.row_pitch,
+                        host_side.slice_pitch, host, 0, nullptr, nullptr),
+                    operation, "clEnqueueReadBufferRect");
+    }
+  }
+
+  /// `bytes` from `src` (read on `source_queue`, another context) into `dst` (written on this
+  /// manager's queue), through two pinned chunks of this context: while one chunk is written to
+  /// `dst`, the next is read into the other.
+  void copy_between_contexts(const char* operation, const cl::CommandQueue& source_queue,
+                             const cl::Buffer& src, const cl::Buffer& dst, std::size_t bytes) {
+    const std::size_t chunk =
+        std::min(bytes, std::max<std::size_t>(options_.staging_chunk_bytes, 4096));
+    cl_int err = CL_SUCCESS;
+    cl::Buffer pinned[2];
+    void* host[2] = {nullptr, nullptr};
+    for (int i = 0; i < 2; ++i) {
+      pinned[i] =
+          cl::Buffer(CLBUF_CL(clCreateBuffer)(context_(), CL_MEM_READ_WRITE | CL_MEM_ALLOC_HOST_PTR,
+                                              chunk, nullptr, &err),
+                     false);
+      detail::check(err, operation, "clCreateBuffer(CL_MEM_ALLOC_HOST_PTR)");
+      host[i] =
+          CLBUF_CL(clEnqueueMapBuffer)(queue_(), pinned[i](), CL_TRUE, CL_MAP_READ | CL_MAP_WRITE,
+                                       0, chunk, 0, nullptr, nullptr, &err);
+      detail::check(err, operation, "clEnqueueMapBuffer");
+    }
+    // Unmaps on every way out, after the last command that touches the chunks has finished.
+    struct Unmap {
+      const cl::CommandQueue& queue;
+      cl::Buffer* buffers;
+      void** host;
+      ~Unmap() {
+        CLBUF_CL(clFinish)(queue());
+        for (int i = 0; i < 2; ++i) {
+          CLBUF_CL(clEnqueueUnmapMemObject)(queue(), buffers[i](), host[i], 0, nullptr, nullptr);
+        }
+        CLBUF_CL(clFinish)(queue());
+      }
+    } unmap{queue_, pinned, host};
+    cl::Event written[2];  // the last write out of each chunk
+    for (std::size_t offset = 0, i = 0; offset < bytes; offset += chunk, ++i) {
+      const std::size_t n = std::min(chunk, bytes - offset);
+      const std::size_t slot = i % 2;
+      if (written[slot]() != nullptr) {
+        cl_event wait = written[slot]();
+        detail::check(CLBUF_CL(clWaitForEvents)(1, &wait), operation, "clWaitForEvents");
+      }
+      detail::check(CLBUF_CL(clEnqueueReadBuffer)(source_queue(), src(), CL_TRUE, offset, n,
+                                                  host[slot], 0, nullptr, nullptr),
+                    operation, "clEnqueueReadBuffer");
+      cl_event event = nullptr;
+      detail::check(CLBUF_CL(clEnqueueWriteBuffer)(queue_(), dst(), CL_FALSE, offset, n, host[slot],
+                                                   0, nullptr, &event),
+                    operation, "clEnqueueWriteBuffer");
+      written[slot] = cl::Event(event, false);
+      flush(operation);
+    }
+    detail::check(CLBUF_CL(clFinish)(queue_()), operation, "clFinish");
+  }
+
   void flush(const char* operation) {
     // Without a flush an asynchronous transfer may never start, and ready() would poll forever.
     detail::check(CLBUF_CL(clFlush)(queue_()), operation, "clFlush");
@@ -669,6 +1181,8 @@ class BufferManager {
   std::unique_ptr<detail::ParallelCopier> copier_;
   std::shared_ptr<detail::MemoryPool> pool_;  // shared with the buffers it serves
   std::unique_ptr<detail::Stager> stager_;    // discrete devices only
+  std::size_t base_align_bytes_ = 1;          // CL_DEVICE_MEM_BASE_ADDR_ALIGN, in bytes
+  bool fill_buffer_ = true;                   // the device has clEnqueueFillBuffer (1.2+)
   detail::Telemetry telemetry_;
 };
 

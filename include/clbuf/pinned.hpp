@@ -12,6 +12,20 @@ namespace clbuf {
 
 class BufferManager;
 
+namespace detail {
+
+/// Unmaps in a destructor: a mapping holds a reference to its buffer, so a failed unmap would
+/// leak the buffer, its context and its queue. One retry after the queue has drained.
+inline void unmap_quietly(cl_command_queue queue, cl_mem buffer, void* data) noexcept {
+  if (CLBUF_CL(clEnqueueUnmapMemObject)(queue, buffer, data, 0, nullptr, nullptr) != CL_SUCCESS) {
+    CLBUF_CL(clFinish)(queue);
+    CLBUF_CL(clEnqueueUnmapMemObject)(queue, buffer, data, 0, nullptr, nullptr);
+  }
+  CLBUF_CL(clFlush)(queue);
+}
+
+}  // namespace detail
+
 /// Host memory the driver has pinned (a CL_MEM_ALLOC_HOST_PTR buffer, mapped), made by
 /// BufferManager::allocate_pinned(). Use it like an array; the upload/download overloads that
 /// take it transfer by DMA at full bus speed, with no staging copy. Move-only.
@@ -32,10 +46,7 @@ class PinnedBuffer {
     return *this;
   }
   ~PinnedBuffer() {
-    if (data_ != nullptr) {
-      CLBUF_CL(clEnqueueUnmapMemObject)(queue_(), buffer_(), data_, 0, nullptr, nullptr);
-      CLBUF_CL(clFlush)(queue_());
-    }
+    if (data_ != nullptr) detail::unmap_quietly(queue_(), buffer_(), data_);
   }
 
   T* data() noexcept { return data_; }

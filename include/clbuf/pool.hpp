@@ -8,9 +8,11 @@
 #include <clbuf/detail/host_memory.hpp>
 #include <clbuf/error.hpp>
 
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <cstdlib>
+#include <memory>
 #include <mutex>
 #include <unordered_map>
 #include <utility>
@@ -195,6 +197,23 @@ class MemoryPool {
   bool closed_ = false;
   PoolStats stats_;
   std::unordered_map<std::size_t, std::vector<Allocation>> free_;
+};
+
+/// Memory shared by a DeviceBuffer and its sub-buffer views or mapped views: it goes back to the
+/// pool only when the last of them is gone, and never once one of them was released to the
+/// application (the application may still use it).
+struct Lease {
+  Lease(Allocation allocation, std::shared_ptr<MemoryPool> owner)
+      : memory(std::move(allocation)), pool(std::move(owner)) {}
+  Lease(const Lease&) = delete;
+  Lease& operator=(const Lease&) = delete;
+  ~Lease() {
+    if (pool && reusable.load()) pool->give_back(std::move(memory));
+  }
+
+  Allocation memory;
+  std::shared_ptr<MemoryPool> pool;  // null: not pooled (adopted memory)
+  std::atomic<bool> reusable{true};
 };
 
 }  // namespace detail

@@ -8,6 +8,7 @@
 #define CLBUF_STAGING_HPP
 
 #include <clbuf/error.hpp>
+#include <clbuf/pinned.hpp>
 
 #include <algorithm>
 #include <atomic>
@@ -45,9 +46,7 @@ class Stager {
     start_.notify_all();
     for (std::thread& worker : workers_) worker.join();
     for (Slot& slot : slots_) {
-      if (slot.host != nullptr) {
-        CLBUF_CL(clEnqueueUnmapMemObject)(queue_(), slot.buffer(), slot.host, 0, nullptr, nullptr);
-      }
+      if (slot.host != nullptr) unmap_quietly(queue_(), slot.buffer(), slot.host);
     }
     if (queue_() != nullptr) CLBUF_CL(clFinish)(queue_());
   }
@@ -95,9 +94,11 @@ class Stager {
     job.memory_offset = offset;
     job.host = static_cast<char*>(host);
     job.bytes = bytes;
-    // Mid-sized transfers are cut finer, so that every thread gets a share.
+    // Mid-sized transfers are cut finer so that every thread gets a share, but not below
+    // 256 KiB: smaller DMAs cost more than they save.
+    const std::size_t min_chunk = std::min<std::size_t>(std::size_t{256} << 10, chunk_bytes_);
     job.chunk =
-        std::clamp<std::size_t>((bytes / threads_ + 4095) / 4096 * 4096, 4096, chunk_bytes_);
+        std::clamp<std::size_t>((bytes / threads_ + 4095) / 4096 * 4096, min_chunk, chunk_bytes_);
     job.chunks = (bytes + job.chunk - 1) / job.chunk;
     const unsigned helpers = static_cast<unsigned>(std::min<std::size_t>(threads_, job.chunks)) - 1;
     start_workers(helpers);

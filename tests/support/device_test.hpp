@@ -297,7 +297,55 @@ class DeviceTest : public ::testing::Test {
   std::unique_ptr<clbuf::BufferManager> manager_;
 };
 
+/// A DeviceTest whose `paths()` manager is forced onto the MemoryModel the test is instantiated
+/// with (CLBUF_INSTANTIATE_MODELS), so one test body proves every transfer path. The host path
+/// needs a CPU device; elsewhere it skips. Override configure() to tune the Options further.
+class ModelTest : public DeviceTest, public ::testing::WithParamInterface<clbuf::MemoryModel> {
+ protected:
+  void SetUp() override {
+    DeviceTest::SetUp();
+    if (IsSkipped() || HasFatalFailure()) return;
+    if (GetParam() == clbuf::MemoryModel::host &&
+        manager().device().type != clbuf::DeviceType::cpu) {
+      GTEST_SKIP() << "the host path needs a CPU device";
+    }
+    clbuf::Options options;
+    options.memory = GetParam();
+    configure(options);
+    paths_ = std::make_unique<clbuf::BufferManager>(std::string(), options);
+  }
+
+  virtual void configure(clbuf::Options&) {}
+
+  clbuf::BufferManager& paths() { return *paths_; }
+
+  std::unique_ptr<clbuf::BufferManager> paths_;
+};
+
+/// "Host", "Unified", "DiscreteStaged": test names for each MemoryModel.
+inline std::string model_name(const ::testing::TestParamInfo<clbuf::MemoryModel>& info) {
+  switch (info.param) {
+    case clbuf::MemoryModel::host:
+      return "Host";
+    case clbuf::MemoryModel::unified:
+      return "Unified";
+    case clbuf::MemoryModel::discrete:
+      return "DiscreteStaged";
+    case clbuf::MemoryModel::automatic:
+      break;
+  }
+  return "Automatic";
+}
+
 }  // namespace clbuf_test
+
+/// Runs every TEST_P of a ModelTest suite on the host, unified and discrete paths.
+#define CLBUF_INSTANTIATE_MODELS(Suite)                                        \
+  INSTANTIATE_TEST_SUITE_P(                                                    \
+      Models, Suite,                                                           \
+      ::testing::Values(clbuf::MemoryModel::host, clbuf::MemoryModel::unified, \
+                        clbuf::MemoryModel::discrete),                         \
+      ::clbuf_test::model_name)
 
 /// EXPECT_CLBUF_ERROR(statement, code, fragment...): `statement` throws a clbuf::Error whose
 /// code() is `code` and whose what() contains every fragment (const char* or std::string).

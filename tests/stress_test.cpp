@@ -1,0 +1,236 @@
+// Stress (RELIABILITY.md group E) on every MemoryModel, so the fast paths (host blocks, staging,
+// the pool) meet the same random workloads as the default path: random windows against a host
+// shadow with sentinels, random operations over eight buffers against a model, sizes around every
+// boundary from misaligned host pointers, 20,000 tiny buffers, 200 managers, and an allocation of
+// exactly the device's max allocation (POCL_MEMORY_LIMIT=1 keeps it at 256 MiB).
+#include <algorithm>
+#include <cstdint>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "support/device_test.hpp"
+
+namespace {
+
+using clbuf::MemoryModel;
+using clbuf_test::all_sentinel;
+using clbuf_test::same_bytes;
+using clbuf_test::sentinels;
+
+const char* model_name(MemoryModel model) {
+  switch (model) {
+    case MemoryModel::host:
+      return "host";
+    case MemoryModel::unified:
+      return "unified";
+    case MemoryModel::discrete:
+      return "discrete";
+    default:
+      return "automatic";
+  }
+}
+
+/// A manager per MemoryModel; the discrete one stages anything from 8 KiB in 4 KiB chunks.
+class Stress : public clbuf_test::DeviceTest, public ::testing::WithParamInterface<MemoryModel> {
+ protected:
+  void SetUp() override {
+    DeviceTest::SetUp();
+    if (IsSkipped() || HasFatalFailure()) return;
+    clbuf::Options options;
+    options.memory = GetParam();
+    options.staging_threshold_bytes = 8192;
+    options.staging_chunk_bytes = 4096;
+    model_ = std::make_unique<clbuf::BufferManager>("", options);
+  }
+  clbuf::BufferManager& m() { return *model_; }
+  std::unique_ptr<clbuf::BufferManager> model_;
+};
+
+TEST_P(Stress, ThousandRandomWindowsMatchAHostShadowWithSentinels) {
+  const std::size_t n = 20011;  // 80 KB: windows both below and above the staging threshold
+  auto shadow = random<std::uint32_t>(n);
+  auto buffer = m().upload(shadow);
+  for (int i = 0; i < 1000; ++i) {
+    const std::size_t offset = pick(0, n);
+    const std::size_t count = pick(0, n - offset);
+    auto host = sentinels<std::uint32_t>(count + 2);
+    if (i % 2 == 0) {
+      const auto patch = random<std::uint32_t>(count);
+      std::copy(patch.begin(), patch.end(), host.begin() + 1);
+      m().upload(buffer, &host[1], count, offset);
+      std::copy(patch.begin(), patch.end(), shadow.begin() + static_cast<std::ptrdiff_t>(offset));
+    } else {
+      m().download(buffer, &host[1], count, offset);
+      ASSERT_TRUE(same_bytes(shadow.data() + offset, &host[1], count * 4))
+          << "iteration " << i << ": " << count << " elements at " << offset;
+    }
+    ASSERT_TRUE(all_sentinel(&host[0], 4)) << "iteration " << i;
+    ASSERT_TRUE(all_sentinel(&host[count + 1], 4)) << "iteration " << i;
+    if (i % 100 == 99) {
+      ASSERT_TRUE(same_bytes(shadow, m().download(buffer))) << "iteration " << i;
+    }
+  }
+  EXPECT_TRUE(same_bytes(shadow, m().download(buffer)));
+}
+
+TEST_P(Stress, FiveHundredRandomOperationsOnEightBuffersMatchAModel) {
+  constexpr std::size_t count = 8;
+  std::vector<std::vector<std::uint8_t>> model;
+  std::vector<clbuf::DeviceBuffer<std::uint8_t>> device;
+  for (std::size_t i = 0; i < count; ++i) {
+    model.push_back(random<std::uint8_t>(pick(1, 20000)));
+    device.push_back(m().upload(model.back()));
+  }
+  for (int step = 0; step < 500; ++step) {
+    const std::size_t a = pick(0, count - 1);
+    const std::size_t b = pick(0, count - 1);
+    switch (pick(0, 6)) {
+      case 0: {  // replace with a fresh upload of a new size (pool reuse)
+        model[a] = random<std::uint8_t>(pick(0, 20000));
+        device[a] = m().upload(model[a]);
+        break;
+      }
+      case 1: {  // upload a window
+        const std::size_t offset = pick(0, model[a].size());
+        const auto patch = random<std::uint8_t>(pick(0, model[a].size() - offset));
+        m().upload(device[a], patch, offset);
+        std::copy(patch.begin(), patch.end(),
+                  model[a].begin() + static_cast<std::ptrdiff_t>(offset));
+        break;
+      }
+      case 2: {  // copy_bytes, rejected exactly when the ranges of one buffer overlap
+        const std::size_t limit = std::min(model[a].size(), model[b].size());
+        const std::size_t bytes = pick(0, limit);
+        const std::size_t src = pick(0, model[a].size() - bytes);
+        const std::size_t dst = pick(0, model[b].size() - bytes);
+        const bool overlaps =
+            a == b && bytes != 0 && (src < dst ? dst - src < bytes : src - dst < bytes);
+        if (overlaps) {
+          EXPECT_CLBUF_ERROR(m().copy_bytes(device[a], device[b], bytes, src, dst),
+                             CL_MEM_COPY_OVERLAP, "copy_bytes: ");
+        } else {
+          m().copy_bytes(device[a], device[b], bytes, src, dst);
+          std::memmove(model[b].data() + dst, model[a].data() + src, bytes);
+        }
+        break;
+      }
+      case 3: {  // an out-of-range window is rejected and changes nothing
+        const std::size_t size = model[a].size();
+        const std::size_t offset = pick(0, size + 2);
+        const std::size_t length = size - std::min(size, offset) + pick(1, 3);
+        const auto patch = random<std::uint8_t>(length);
+        EXPECT_CLBUF_ERROR(m().upload(device[a], patch, offset), CL_INVALID_VALUE, "upload: ");
+        break;
+      }
+      case 4: {  // async download of a whole buffer
+        auto future = m().download_async(device[a]);
+        ASSERT_TRUE(same_bytes(model[a], future.get())) << "step " << step;
+        break;
+      }
+      case 5: {  // async copy of a window between different buffers
+        if (a == b) break;
+        const std::size_t bytes = pick(0, std::min(model[a].size(), model[b].size()));
+        m().copy_bytes_async(device[a], device[b], bytes).wait();
+        std::memcpy(model[b].data(), model[a].data(), bytes);
+        break;
+      }
+      default:
+        ASSERT_TRUE(same_bytes(model[a], m().download(device[a]))) << "step " << step;
+    }
+  }
+  for (std::size_t i = 0; i < count; ++i) {
+    EXPECT_TRUE(same_bytes(model[i], m().download(device[i]))) << "buffer " << i;
+  }
+}
+
+TEST_P(Stress, BoundarySizesFromMisalignedPointersRoundTrip) {
+  std::vector<std::size_t> sizes;
+  for (std::size_t n = 1; n <= 17; ++n) sizes.push_back(n);
+  const std::size_t mib = std::size_t{1} << 20;
+  for (std::size_t n :
+       std::vector<std::size_t>{4095, 4096, 4097, 8191, 8192, 8193, 12289, mib - 1, mib, mib + 1}) {
+    sizes.push_back(n);
+  }
+  for (std::size_t bytes : sizes) {
+    for (std::size_t shift : {std::size_t{0}, std::size_t{1}, std::size_t{3}}) {
+      // Bytes at an odd address, with sentinels on both sides of the download window.
+      std::vector<std::uint8_t> source = random<std::uint8_t>(bytes + shift);
+      const std::uint8_t* from = source.data() + shift;
+      auto buffer = m().upload(from, bytes);
+      std::vector<std::uint8_t> back = sentinels<std::uint8_t>(bytes + shift + 1);
+      m().download(buffer, back.data() + shift, bytes);
+      ASSERT_TRUE(same_bytes(from, back.data() + shift, bytes)) << bytes << " bytes +" << shift;
+      ASSERT_TRUE(all_sentinel(back.data(), shift));
+      ASSERT_TRUE(all_sentinel(back.data() + shift + bytes, 1)) << bytes << " bytes +" << shift;
+      auto again = m().allocate<std::uint8_t>(bytes);
+      m().upload(again, from, bytes);
+      m().copy(again, buffer);
+      ASSERT_TRUE(same_bytes(from, m().download(buffer).data(), bytes)) << bytes;
+    }
+  }
+}
+
+TEST_P(Stress, TwentyThousandTinyBuffers) {
+  const auto values = random<std::int32_t>(20000);
+  std::vector<clbuf::DeviceBuffer<std::int32_t>> buffers;
+  buffers.reserve(values.size());
+  for (const std::int32_t& value : values) buffers.push_back(m().upload(&value, 1));
+  for (std::size_t i = 0; i < values.size(); i += 7) {
+    std::int32_t out = 0;
+    m().download(buffers[i], &out, 1);
+    ASSERT_EQ(out, values[i]) << "buffer " << i;
+  }
+  buffers.clear();  // all back to the pool (or freed past its limit)
+  EXPECT_LE(m().stats().pool.cached_bytes, m().stats().pool.limit_bytes);
+}
+
+TEST_P(Stress, TwoHundredManagersComeAndGo) {
+  clbuf::Options options = m().options();
+  for (int i = 0; i < 200; ++i) {
+    clbuf::BufferManager local("", options);
+    const auto data = random<std::int32_t>(pick(1, 4000));
+    auto buffer = local.upload(data);
+    if (i % 2 == 0) {
+      ASSERT_TRUE(same_bytes(data, local.download(buffer))) << "manager " << i;
+    } else {
+      auto future = local.download_async(buffer);  // destroyed with the transfer pending
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Models, Stress,
+                         ::testing::Values(MemoryModel::host, MemoryModel::unified,
+                                           MemoryModel::discrete),
+                         [](const ::testing::TestParamInfo<MemoryModel>& param) {
+                           return std::string(model_name(param.param));
+                         });
+
+class MaxAlloc : public clbuf_test::DeviceTest {};
+
+// Registered with POCL_MEMORY_LIMIT=1, which keeps PoCL's max allocation at 256 MiB.
+TEST_F(MaxAlloc, ExactlyMaxAllocIsAllocatedWrittenAtBothEndsAndOneMoreByteIsNot) {
+  const std::uint64_t max_alloc = manager().device().max_alloc_bytes;
+  if (max_alloc > (std::uint64_t{1} << 30)) {
+    GTEST_SKIP() << "max allocation " << max_alloc << " bytes: run with POCL_MEMORY_LIMIT=1";
+  }
+  const auto bytes = static_cast<std::size_t>(max_alloc);
+  auto buffer = manager().allocate<std::uint8_t>(bytes);
+  ASSERT_EQ(buffer.size(), bytes);
+  const auto head = random<std::uint8_t>(4096);
+  const auto tail = random<std::uint8_t>(4096);
+  manager().upload(buffer, head, 0);
+  manager().upload(buffer, tail, bytes - tail.size());
+  auto out = sentinels<std::uint8_t>(4097);
+  manager().download(buffer, out.data(), 4096, bytes - 4096);
+  EXPECT_TRUE(same_bytes(tail.data(), out.data(), 4096));
+  EXPECT_TRUE(all_sentinel(&out[4096], 1));
+  manager().download(buffer, out.data(), 4096, 0);
+  EXPECT_TRUE(same_bytes(head.data(), out.data(), 4096));
+  EXPECT_CLBUF_ERROR(manager().allocate<std::uint8_t>(bytes + 1), CL_INVALID_BUFFER_SIZE,
+                     "allocate: ", std::to_string(bytes + 1), std::to_string(max_alloc));
+  EXPECT_CLBUF_ERROR(manager().allocate<std::uint32_t>(bytes / 4 + 1), CL_INVALID_BUFFER_SIZE,
+                     "allocate: ");
+}
+
+}  // namespace
