@@ -36,17 +36,17 @@ TEST_P(SubBuffer, ViewReadsAndWritesItsPartOfTheParent) {
   EXPECT_TRUE(part.is_view());
   EXPECT_EQ(part.size(), 3 * s);
   EXPECT_EQ(part.root_offset_bytes(), 2 * s * sizeof(float));
-  EXPECT_TRUE(same_bytes(std::vector<float>(data.begin() + 2 * s, data.begin() + 5 * s),
+  EXPECT_TRUE(same_bytes(std::vector<float>(data.data() + 2 * s, data.data() + 5 * s),
                          paths().download(part)));
   // Writes through the view land in the parent, and nowhere else.
   const std::vector<float> fresh = random<float>(3 * s);
   paths().upload(part, fresh);
   std::vector<float> expected = data;
-  std::copy(fresh.begin(), fresh.end(), expected.begin() + 2 * s);
+  std::copy(fresh.begin(), fresh.end(), expected.data() + 2 * s);
   EXPECT_TRUE(same_bytes(expected, paths().download(parent)));
   // Fill, map, rect and copy work on it too.
   paths().fill(part, 1.5f, s, s);
-  std::fill(expected.begin() + 3 * s, expected.begin() + 4 * s, 1.5f);
+  std::fill(expected.data() + 3 * s, expected.data() + 4 * s, 1.5f);
   EXPECT_TRUE(same_bytes(expected, paths().download(parent)));
   {
     clbuf::MappedView<float> mapped = paths().map(part, clbuf::MapMode::read);
@@ -54,7 +54,7 @@ TEST_P(SubBuffer, ViewReadsAndWritesItsPartOfTheParent) {
   }
   clbuf::DeviceBuffer<float> other = paths().allocate<float>(3 * s);
   paths().copy(part, other);
-  EXPECT_TRUE(same_bytes(std::vector<float>(expected.begin() + 2 * s, expected.begin() + 5 * s),
+  EXPECT_TRUE(same_bytes(std::vector<float>(expected.data() + 2 * s, expected.data() + 5 * s),
                          paths().download(other)));
 }
 
@@ -65,7 +65,7 @@ TEST_P(SubBuffer, ViewOfAViewIsAViewOfTheRoot) {
   clbuf::DeviceBuffer<std::uint32_t> outer = paths().view(parent, s, 4 * s);
   clbuf::DeviceBuffer<std::uint32_t> inner = paths().view(outer, s, 2 * s);
   EXPECT_EQ(inner.root_offset_bytes(), 2 * s * sizeof(std::uint32_t));
-  EXPECT_TRUE(same_bytes(std::vector<std::uint32_t>(data.begin() + 2 * s, data.begin() + 4 * s),
+  EXPECT_TRUE(same_bytes(std::vector<std::uint32_t>(data.data() + 2 * s, data.data() + 4 * s),
                          paths().download(inner)));
 }
 
@@ -176,7 +176,7 @@ TEST_P(SubBuffer, ParentMemoryIsNotReusedWhileAViewIsAlive) {
     EXPECT_NE(later.back().native()(), parent_handle);
   }
   EXPECT_EQ(paths().stats().pool.hits, before.hits) << "the parent's memory was reused";
-  EXPECT_TRUE(same_bytes(std::vector<std::uint8_t>(data.begin() + s, data.begin() + 2 * s),
+  EXPECT_TRUE(same_bytes(std::vector<std::uint8_t>(data.data() + s, data.data() + 2 * s),
                          paths().download(part)));
   later.clear();
   part = clbuf::DeviceBuffer<std::uint8_t>();  // the last user: now the memory is pooled
