@@ -18,19 +18,6 @@ using clbuf_test::all_sentinel;
 using clbuf_test::same_bytes;
 using clbuf_test::sentinels;
 
-const char* model_name(MemoryModel model) {
-  switch (model) {
-    case MemoryModel::host:
-      return "host";
-    case MemoryModel::unified:
-      return "unified";
-    case MemoryModel::discrete:
-      return "discrete";
-    default:
-      return "automatic";
-  }
-}
-
 /// A manager per MemoryModel; the discrete one stages anything from 8 KiB in 4 KiB chunks.
 class Stress : public clbuf_test::DeviceTest, public ::testing::WithParamInterface<MemoryModel> {
  protected:
@@ -199,12 +186,7 @@ TEST_P(Stress, TwoHundredManagersComeAndGo) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Models, Stress,
-                         ::testing::Values(MemoryModel::host, MemoryModel::unified,
-                                           MemoryModel::discrete),
-                         [](const ::testing::TestParamInfo<MemoryModel>& param) {
-                           return std::string(model_name(param.param));
-                         });
+CLBUF_INSTANTIATE_MODELS(Stress);
 
 class MaxAlloc : public clbuf_test::DeviceTest {};
 

@@ -312,12 +312,7 @@ TEST_P(FaultInjection, EveryCallSiteFailsCleanly) { sweep(false); }
 
 TEST_P(FaultInjection, EveryCallSiteOfAnAdoptedManagerFailsCleanly) { sweep(true); }
 
-INSTANTIATE_TEST_SUITE_P(Models, FaultInjection,
-                         ::testing::Values(MemoryModel::host, MemoryModel::unified,
-                                           MemoryModel::discrete),
-                         [](const ::testing::TestParamInfo<MemoryModel>& param) {
-                           return std::string(model_name(param.param));
-                         });
+CLBUF_INSTANTIATE_MODELS(FaultInjection);
 
 // -----------------------------------------------------------------------------------------
 // Targeted checks: the failure surfaces where it should and carries the injected code.
