@@ -19,6 +19,7 @@
 
 #include <algorithm>
 #include <array>
+#include <atomic>
 #include <cstddef>
 #include <cstdlib>
 #include <cstring>
@@ -764,6 +765,7 @@ class BufferManager {
   /// Error (code CL_SUCCESS). Buffers stay valid; their memory is freed when they are.
   /// @throws Error if the final clFinish fails (the manager is released all the same).
   void cleanup() {
+    closing_.store(true, std::memory_order_release);
     std::unique_lock<std::shared_mutex> lock(mutex_);
     if (cleaned_up_) return;
     cleaned_up_ = true;
@@ -808,6 +810,9 @@ class BufferManager {
   }
 
   std::shared_lock<std::shared_mutex> enter(const char* operation) const {
+    // Checked before the lock too: once cleanup() has begun no new call may take the shared
+    // lock, or threads that keep calling would hold it forever and starve cleanup().
+    if (closing_.load(std::memory_order_acquire)) detail::fail_cleaned_up(operation);
     std::shared_lock<std::shared_mutex> lock(mutex_);
     if (cleaned_up_) detail::fail_cleaned_up(operation);
     return lock;
@@ -1171,7 +1176,8 @@ class BufferManager {
     detail::check(CLBUF_CL(clFlush)(queue_()), operation, "clFlush");
   }
 
-  mutable std::shared_mutex mutex_;  // shared: any call; exclusive: cleanup()
+  mutable std::shared_mutex mutex_;   // shared: any call; exclusive: cleanup()
+  std::atomic<bool> closing_{false};  // cleanup() has begun: no new call enters
   bool cleaned_up_ = false;
   Options options_;
   cl::Context context_;
