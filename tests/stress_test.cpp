@@ -19,19 +19,13 @@ using clbuf_test::same_bytes;
 using clbuf_test::sentinels;
 
 /// A manager per MemoryModel; the discrete one stages anything from 8 KiB in 4 KiB chunks.
-class Stress : public clbuf_test::DeviceTest, public ::testing::WithParamInterface<MemoryModel> {
+class Stress : public clbuf_test::ModelTest {
  protected:
-  void SetUp() override {
-    DeviceTest::SetUp();
-    if (IsSkipped() || HasFatalFailure()) return;
-    clbuf::Options options;
-    options.memory = GetParam();
+  void configure(clbuf::Options& options) override {
     options.staging_threshold_bytes = 8192;
     options.staging_chunk_bytes = 4096;
-    model_ = std::make_unique<clbuf::BufferManager>("", options);
   }
-  clbuf::BufferManager& m() { return *model_; }
-  std::unique_ptr<clbuf::BufferManager> model_;
+  clbuf::BufferManager& m() { return paths(); }
 };
 
 TEST_P(Stress, ThousandRandomWindowsMatchAHostShadowWithSentinels) {

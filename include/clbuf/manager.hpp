@@ -786,6 +786,12 @@ class BufferManager {
                         : info_.type == DeviceType::cpu ? MemoryModel::host
                                                         : MemoryModel::unified;
     }
+    if (options_.memory == MemoryModel::host && info_.type != DeviceType::cpu) {
+      // The host path writes a buffer's host memory directly, which only a CPU device reads.
+      detail::fail(op, CL_INVALID_VALUE,
+                   std::string("MemoryModel::host needs a CPU device; ") + info_.name + " is a " +
+                       to_string(info_.type) + " (use MemoryModel::automatic)");
+    }
     if (options_.copy_threads == 0) {
       options_.copy_threads = std::clamp(std::thread::hardware_concurrency(), 1u, 12u);
     }
