@@ -336,15 +336,9 @@ class BufferManager {
     check_buffer(op, buffer);
     std::vector<T> out;
     detail::resize_fresh(out, buffer.size());
-    telemetry_.count_async(detail::Telemetry::download, buffer.size_bytes());
-    if (out.empty()) return Future<std::vector<T>>(op, cl::Event(), std::move(out), nullptr);
-    cl_event event = nullptr;
-    detail::check(
-        CLBUF_CL(clEnqueueReadBuffer)(queue_(), buffer.memory_.buffer(), CL_FALSE, 0,
-                                      buffer.size_bytes(), out.data(), 0, nullptr, &event),
-        op, "clEnqueueReadBuffer");
+    cl::Event event = start_read(op, buffer, out.data(), out.size(), 0);
     // Moving the vector into the Future keeps its heap block, which the device writes into.
-    Future<std::vector<T>> future(op, cl::Event(event, false), std::move(out), nullptr);
+    Future<std::vector<T>> future(op, std::move(event), std::move(out), nullptr);
     flush(op);
     return future;
   }
@@ -360,14 +354,7 @@ class BufferManager {
     check_buffer(op, buffer);
     check_host_pointer(op, out, count);
     check_range(op, "read", buffer, count, src_offset);
-    telemetry_.count_async(detail::Telemetry::download, count * sizeof(T));
-    if (count == 0) return Future<void>(op, cl::Event(), {}, nullptr);
-    cl_event event = nullptr;
-    detail::check(CLBUF_CL(clEnqueueReadBuffer)(queue_(), buffer.memory_.buffer(), CL_FALSE,
-                                                src_offset * sizeof(T), count * sizeof(T), out, 0,
-                                                nullptr, &event),
-                  op, "clEnqueueReadBuffer");
-    Future<void> future(op, cl::Event(event, false), {}, nullptr);
+    Future<void> future(op, start_read(op, buffer, out, count, src_offset), {}, nullptr);
     flush(op);
     return future;
   }
@@ -386,7 +373,7 @@ class BufferManager {
                    "source has " + std::to_string(src.size()) + " elements but destination has " +
                        std::to_string(dst.size()));
     }
-    check_copy(op, src, dst, src.size_bytes(), 0, 0);  // one buffer onto itself overlaps
+    check_no_overlap(op, src, dst, src.size_bytes(), 0, 0);  // a buffer onto itself overlaps
     copy_checked(op, src.memory_, dst.memory_, src.size_bytes(), 0, 0);
   }
 
@@ -723,10 +710,7 @@ class BufferManager {
                        std::to_string(dst.size()));
     }
     const std::size_t bytes = src.size_bytes();
-    if (src.root() == dst.root() &&
-        detail::ranges_overlap(src.root_offset_bytes(), dst.root_offset_bytes(), bytes)) {
-      detail::fail_overlap(op, src.root_offset_bytes(), dst.root_offset_bytes(), bytes);
-    }
+    check_no_overlap(op, src, dst, bytes, 0, 0);
     if (bytes == 0) return;
     detail::check(CLBUF_CL(clFinish)(source.queue_()), op, "clFinish");
     if (source.context_() == context_()) {
@@ -867,7 +851,14 @@ class BufferManager {
     if (!detail::range_fits(dst_offset, bytes, dst.size_bytes())) {
       detail::fail_range(operation, "write", bytes, dst_offset, dst.size_bytes(), 1);
     }
-    // Views of one buffer overlap by their offsets from the root buffer.
+    check_no_overlap(operation, src, dst, bytes, src_offset, dst_offset);
+  }
+
+  /// Views of one buffer overlap by their offsets from the root buffer. The ranges fit.
+  template <class T, class U>
+  static void check_no_overlap(const char* operation, const DeviceBuffer<T>& src,
+                               const DeviceBuffer<U>& dst, std::size_t bytes,
+                               std::size_t src_offset, std::size_t dst_offset) {
     if (src.root() == dst.root() &&
         detail::ranges_overlap(src.root_offset_bytes() + src_offset,
                                dst.root_offset_bytes() + dst_offset, bytes)) {
@@ -898,6 +889,22 @@ class BufferManager {
     Future<DeviceBuffer<T>> future(op, cl::Event(event, false), std::move(buffer), std::move(host));
     flush(op);
     return future;
+  }
+
+  /// The non-blocking read of both download_async()s, counted; a null event for zero-sized
+  /// work (no OpenCL call). The range is checked. The caller flushes once a Future owns the
+  /// memory, so that a failed flush cannot free memory the device is writing.
+  template <class T>
+  cl::Event start_read(const char* operation, const DeviceBuffer<T>& buffer, T* out,
+                       std::size_t count, std::size_t offset) {
+    telemetry_.count_async(detail::Telemetry::download, count * sizeof(T));
+    if (count == 0) return cl::Event();
+    cl_event event = nullptr;
+    detail::check(CLBUF_CL(clEnqueueReadBuffer)(queue_(), buffer.memory_.buffer(), CL_FALSE,
+                                                offset * sizeof(T), count * sizeof(T), out, 0,
+                                                nullptr, &event),
+                  operation, "clEnqueueReadBuffer");
+    return cl::Event(event, false);
   }
 
   detail::Allocation acquire(const char* operation, std::size_t bytes) {
