@@ -71,9 +71,9 @@ asan() {
 tsan() {
   local dir=${prefix}tsan
   configure "$dir" "-O1 -g -fsanitize=thread" || return 1
-  cmake --build "$dir" -j"$jobs" --target thread_test async_test paths_test race_test || return 1
+  cmake --build "$dir" -j"$jobs" --target thread_test async_test paths_test race_test hostile_test || return 1
   local t
-  for t in thread_test async_test paths_test race_test; do
+  for t in thread_test async_test paths_test race_test hostile_test; do
     TSAN_OPTIONS="halt_on_error=1:second_deadlock_stack=1:log_path=$reports/tsan" \
       timeout 300 "$dir/tests/$t" --gtest_brief=1 || { no_reports; return 1; }
   done

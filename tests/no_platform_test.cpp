@@ -1,7 +1,11 @@
-// Run with OCL_ICD_VENDORS pointing at an empty folder (set by CMake): the ICD loader then finds
-// no OpenCL platform at all. list_devices() is empty and every constructor that must pick a
-// device throws CL_PLATFORM_NOT_FOUND_KHR (-1001), saying how to install a driver.
+// No OpenCL platform at all: before main() runs, and so before the ICD loader reads its
+// configuration, this program points OCL_ICD_VENDORS at an empty folder of its own, so it needs
+// no environment from CTest and runs the same on any machine (the H200's run script sets
+// OCL_ICD_VENDORS to NVIDIA's driver). list_devices() is empty and every constructor that must
+// pick a device throws CL_PLATFORM_NOT_FOUND_KHR (-1001), saying how to install a driver.
 #include <clbuf/clbuf.hpp>
+#include <unistd.h>
+
 #include <cstdlib>
 #include <string>
 
@@ -9,12 +13,22 @@
 
 namespace {
 
+/// An empty vendor folder made before any OpenCL call; empty when it could not be made.
+const std::string empty_vendors = [] {
+  char folder[] = "/tmp/clbuf_no_vendors_XXXXXX";
+  if (::mkdtemp(folder) == nullptr) return std::string();
+  ::setenv("OCL_ICD_VENDORS", folder, 1);
+  ::unsetenv("OPENCL_VENDOR_PATH");
+  std::atexit([] {
+    if (const char* path = std::getenv("OCL_ICD_VENDORS")) ::rmdir(path);
+  });
+  return std::string(folder);
+}();
+
 class NoPlatform : public ::testing::Test {
  protected:
   void SetUp() override {
-    if (std::getenv("OCL_ICD_VENDORS") == nullptr) {
-      GTEST_SKIP() << "run through CTest, which points OCL_ICD_VENDORS at an empty folder";
-    }
+    if (empty_vendors.empty()) GTEST_SKIP() << "could not make an empty vendor folder in /tmp";
   }
   clbuf_test::ScopedEnv no_selector_{"CLBUF_DEVICE", nullptr};
 };

@@ -28,6 +28,32 @@ class SubBuffer : public clbuf_test::ModelTest {
   std::size_t align_ = 1;
 };
 
+// Issue 9, finding 14: on the H200 this layout once crashed in the driver's clReleaseMemObject
+// of a view. Five views of one 32 MiB buffer overlap each other (large ones staged), each is
+// downloaded and uploaded once with exact data, then destroyed while the parent lives.
+TEST_P(SubBuffer, OverlappingViewsRoundTripAndDieBeforeTheirParent) {
+  constexpr std::size_t mib = std::size_t{1} << 20;
+  const std::size_t offsets[] = {0, 4096, 12288, 27 * mib, 28672};
+  const std::size_t sizes[] = {8 * mib, 8 * mib, 16 * mib + 4096, 5 * mib, mib};
+  for (std::size_t offset : offsets) {
+    if (offset % align_ != 0) GTEST_SKIP() << "offsets not aligned to " << align_ << " bytes";
+  }
+  std::vector<std::uint8_t> shadow = random<std::uint8_t>(32 * mib);
+  clbuf::DeviceBuffer<std::uint8_t> parent = paths().upload(shadow);
+  std::vector<clbuf::DeviceBuffer<std::uint8_t>> views;
+  for (int i = 0; i < 5; ++i) views.push_back(paths().view(parent, offsets[i], sizes[i]));
+  for (int i = 0; i < 5; ++i) {
+    const std::vector<std::uint8_t> read = paths().download(views[static_cast<std::size_t>(i)]);
+    ASSERT_TRUE(same_bytes(shadow.data() + offsets[i], read.data(), sizes[i])) << "view " << i;
+    const std::vector<std::uint8_t> fresh = random<std::uint8_t>(sizes[i]);
+    paths().upload(views[static_cast<std::size_t>(i)], fresh);
+    std::copy(fresh.begin(), fresh.end(), shadow.begin() + static_cast<std::ptrdiff_t>(offsets[i]));
+  }
+  for (auto& view : views) view = clbuf::DeviceBuffer<std::uint8_t>();
+  paths().finish();
+  EXPECT_TRUE(same_bytes(shadow, paths().download(parent)));
+}
+
 TEST_P(SubBuffer, ViewReadsAndWritesItsPartOfTheParent) {
   const std::size_t s = step<float>();
   const std::vector<float> data = random<float>(8 * s);

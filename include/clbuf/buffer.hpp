@@ -89,6 +89,21 @@ class DeviceBuffer {
         size_(size),
         shape_(std::move(shape)) {}
 
+  /// Records a command of a queue other than the owning manager's that uses this memory: the
+  /// pool does not hand the memory out again before it has completed.
+  /// Where the record cannot be kept (out of host memory), waits for the command instead.
+  void fence(const detail::MemoryPool* user_pool, const cl::Event& event) const noexcept {
+    const std::shared_ptr<detail::MemoryPool>& owner = lease_ ? lease_->pool : pool_;
+    const std::shared_ptr<detail::Fences>& fences = lease_ ? lease_->memory.fences : memory_.fences;
+    if (!owner || owner.get() == user_pool || !fences || event() == nullptr) return;
+    try {
+      fences->add(event);
+    } catch (...) {
+      cl_event wait = event();
+      CLBUF_CL(clWaitForEvents)(1, &wait);
+    }
+  }
+
   /// The OpenCL buffer that owns the bytes: the parent of a sub-buffer, else native().
   cl_mem root() const noexcept { return root_() != nullptr ? root_() : memory_.buffer(); }
 

@@ -9,6 +9,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstdlib>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -112,10 +113,19 @@ inline DeviceInfo describe_device(cl_platform_id platform, cl_device_id device,
   return info;
 }
 
+/// Serialises clbuf's OpenCL discovery and context creation in the process: drivers initialise
+/// lazily on first use and some do it unsafely (PoCL 3.1 crashes, or lists no device, when
+/// several threads make their first OpenCL calls at once).
+inline std::unique_lock<std::mutex> discovery_lock() {
+  static std::mutex mutex;
+  return std::unique_lock<std::mutex>(mutex);
+}
+
 /// Every device of every platform, in the order of clGetPlatformIDs and clGetDeviceIDs.
 /// No platform at all (CL_PLATFORM_NOT_FOUND_KHR from the ICD loader) is an empty list, and so
 /// is a platform without devices (CL_DEVICE_NOT_FOUND).
 inline std::vector<DeviceEntry> enumerate_devices(const char* operation) {
+  const auto serial = discovery_lock();
   constexpr cl_int platform_not_found_khr = -1001;
   cl_uint platform_count = 0;
   cl_int err = CLBUF_CL(clGetPlatformIDs)(0, nullptr, &platform_count);
@@ -314,8 +324,12 @@ struct Selection {
 
 [[noreturn]] inline void fail_no_devices(const char* operation) {
   cl_uint platforms = 0;
-  const bool any_platform =
-      CLBUF_CL(clGetPlatformIDs)(0, nullptr, &platforms) == CL_SUCCESS && platforms > 0;
+  bool any_platform = false;
+  {
+    const auto serial = discovery_lock();
+    any_platform =
+        CLBUF_CL(clGetPlatformIDs)(0, nullptr, &platforms) == CL_SUCCESS && platforms > 0;
+  }
   fail(operation, any_platform ? CL_DEVICE_NOT_FOUND : -1001,
        std::string(any_platform ? "OpenCL platforms exist but none has a device"
                                 : "no OpenCL platform is installed") +
@@ -323,8 +337,30 @@ struct Selection {
            "with clinfo -l");
 }
 
+/// `text` with control bytes written as escapes (\0, \n, \x1f), so a message shows them and
+/// is never cut short by a NUL.
+inline std::string printable(const std::string& text) {
+  static const char digits[] = "0123456789abcdef";
+  std::string out;
+  for (const char c : text) {
+    const auto byte = static_cast<unsigned char>(c);
+    if (byte == 0) {
+      out += "\\0";
+    } else if (c == '\n') {
+      out += "\\n";
+    } else if (c == '\t') {
+      out += "\\t";
+    } else if (byte < 0x20 || byte == 0x7f) {
+      out += std::string("\\x") + digits[byte >> 4] + digits[byte & 15];
+    } else {
+      out += c;
+    }
+  }
+  return out;
+}
+
 inline std::string quote_selector(const std::string& selector_text, const std::string& origin) {
-  return "\"" + trimmed(selector_text) + "\" (from " + origin + ")";
+  return "\"" + printable(trimmed(selector_text)) + "\" (from " + origin + ")";
 }
 
 /// Picks a device by `selector`; `origin` says where the selector came from, for messages

@@ -144,7 +144,19 @@ namespace detail {
     message += " (" + std::to_string(code) + "): ";
   }
   message += details;
+  // what() is a C string: a NUL inside the details (a user's text) would cut the message short.
+  for (std::size_t at = message.find('\0'); at != std::string::npos; at = message.find('\0', at)) {
+    message.replace(at, 1, "\\0");
+  }
   throw Error(code, message);
+}
+
+/// Out of host memory while clbuf allocates host memory of `bytes` (`what`).
+[[noreturn]] inline void fail_host_memory(const char* operation, std::size_t bytes,
+                                          const char* what) {
+  fail(operation, CL_OUT_OF_HOST_MEMORY,
+       std::string("could not allocate ") + std::to_string(bytes) + " bytes of host memory for " +
+           what);
 }
 
 /// Turns the return code of an OpenCL C call into an Error naming the call.

@@ -54,15 +54,16 @@ class Future {
     return status == CL_COMPLETE || status < 0;
   }
 
-  /// Blocks until the transfer has completed. Wraps clWaitForEvents.
+  /// Blocks until the transfer has completed. Several threads may wait on one Future at once.
+  /// Wraps clWaitForEvents.
   /// @throws Error with the failed command's code if the transfer failed on the device.
   void wait() const {
     if (event_() == nullptr) return;
     cl_event event = event_();
     const cl_int err = CLBUF_CL(clWaitForEvents)(1, &event);
-    // The command has ended either way: the host memory is no longer in use.
+    // Nothing is released here: wait() is const, and several threads may wait at once. The
+    // host memory is let go by get(), by assignment or by destruction.
     const cl_int status = status_of_event();
-    host_.reset();
     if (status < 0) {
       detail::fail(operation_, status, "the transfer failed on the device");
     }
@@ -76,6 +77,7 @@ class Future {
       detail::fail(operation_, CL_SUCCESS, "the result of this Future was already taken by get()");
     }
     wait();
+    host_.reset();  // the transfer has ended: its host memory is no longer in use
     if constexpr (std::is_void<R>::value) {
       value_.reset();
     } else {
@@ -115,7 +117,7 @@ class Future {
   const char* operation_ = "wait";
   cl::Event event_;
   std::optional<Stored> value_;  // a download's vector is written in place by the device
-  mutable std::shared_ptr<const void> host_;  // host memory the transfer reads (an upload's data)
+  std::shared_ptr<const void> host_;  // host memory the transfer reads (an upload's data)
 };
 
 }  // namespace clbuf

@@ -27,7 +27,9 @@
 #include <limits>
 #include <memory>
 #include <mutex>
+#include <new>
 #include <shared_mutex>
+#include <stdexcept>
 #include <string>
 #include <thread>
 #include <utility>
@@ -108,6 +110,7 @@ class BufferManager {
         CL_CONTEXT_PLATFORM, reinterpret_cast<cl_context_properties>(selection.entry.platform), 0};
     cl_int err = CL_SUCCESS;
     cl_device_id device = selection.entry.device;
+    const auto serial = detail::discovery_lock();
     context_ = cl::Context(
         CLBUF_CL(clCreateContext)(properties, 1, &device, nullptr, nullptr, &err), false);
     detail::check(err, op, "clCreateContext");
@@ -177,13 +180,16 @@ class BufferManager {
   /// The options in force, with every `automatic` resolved.
   const Options& options() const noexcept { return options_; }
 
+  /// The manager's context, retained: the handle stays valid after cleanup() or the manager's
+  /// destruction, however many threads ask while another cleans up.
   /// @throws Error (code CL_SUCCESS) after cleanup().
-  const cl::Context& context() const {
+  cl::Context context() const {
     auto lock = enter("context");
     return context_;
   }
-  /// The manager's in-order queue. @throws Error (code CL_SUCCESS) after cleanup().
-  const cl::CommandQueue& queue() const {
+  /// The manager's in-order queue, retained like context().
+  /// @throws Error (code CL_SUCCESS) after cleanup().
+  cl::CommandQueue queue() const {
     auto lock = enter("queue");
     return queue_;
   }
@@ -281,7 +287,12 @@ class BufferManager {
   /// memory; get() returns the buffer. Wraps clEnqueueWriteBuffer, non-blocking.
   template <class T>
   Future<DeviceBuffer<T>> upload_async(std::vector<T> data) {
-    auto host = std::make_shared<const std::vector<T>>(std::move(data));
+    std::shared_ptr<const std::vector<T>> host;
+    try {
+      host = std::make_shared<const std::vector<T>>(std::move(data));
+    } catch (const std::bad_alloc&) {
+      detail::fail_host_memory("upload_async", sizeof(std::vector<T>), "the Future's data");
+    }
     return start_upload(host->data(), host->size(), host);
   }
 
@@ -299,8 +310,7 @@ class BufferManager {
     const char* op = "download";
     auto lock = enter(op);
     check_buffer(op, buffer);
-    std::vector<T> out;
-    detail::resize_fresh(out, buffer.size());
+    std::vector<T> out = new_vector<T>(op, buffer.size());
     read(op, buffer, out.data(), out.size(), 0, false);
     return out;
   }
@@ -315,6 +325,7 @@ class BufferManager {
     auto lock = enter(op);
     check_buffer(op, buffer);
     check_host_pointer(op, out, count);
+    check_not_mapped(op, buffer, out, count);
     read(op, buffer, out, count, src_offset, false);
   }
 
@@ -334,9 +345,9 @@ class BufferManager {
     const char* op = "download_async";
     auto lock = enter(op);
     check_buffer(op, buffer);
-    std::vector<T> out;
-    detail::resize_fresh(out, buffer.size());
+    std::vector<T> out = new_vector<T>(op, buffer.size());
     cl::Event event = start_read(op, buffer, out.data(), out.size(), 0);
+    buffer.fence(pool_.get(), event);
     // Moving the vector into the Future keeps its heap block, which the device writes into.
     Future<std::vector<T>> future(op, std::move(event), std::move(out), nullptr);
     flush(op);
@@ -354,7 +365,10 @@ class BufferManager {
     check_buffer(op, buffer);
     check_host_pointer(op, out, count);
     check_range(op, "read", buffer, count, src_offset);
-    Future<void> future(op, start_read(op, buffer, out, count, src_offset), {}, nullptr);
+    check_not_mapped(op, buffer, out, count);
+    cl::Event event = start_read(op, buffer, out, count, src_offset);
+    buffer.fence(pool_.get(), event);
+    Future<void> future(op, std::move(event), {}, nullptr);
     flush(op);
     return future;
   }
@@ -406,7 +420,10 @@ class BufferManager {
                                                 dst.memory_.buffer(), src_offset_bytes,
                                                 dst_offset_bytes, size_bytes, 0, nullptr, &event),
                   op, "clEnqueueCopyBuffer");
-    Future<void> future(op, cl::Event(event, false), {}, nullptr);
+    const cl::Event copied(event, false);
+    src.fence(pool_.get(), copied);
+    dst.fence(pool_.get(), copied);
+    Future<void> future(op, copied, {}, nullptr);
     flush(op);
     return future;
   }
@@ -414,8 +431,9 @@ class BufferManager {
   // ---- Fill ----------------------------------------------------------------------------------
 
   /// Sets every element of `buffer` to `value` (blocking). Wraps clEnqueueFillBuffer where the
-  /// device has it (OpenCL 1.2) and sizeof(T) is a power of two up to 128 bytes; otherwise one
-  /// small clEnqueueWriteBuffer and doubling clEnqueueCopyBuffer calls on the device. On a CPU
+  /// device has it (OpenCL 1.2) and sizeof(T) is a power of two up to 128 bytes; otherwise
+  /// copies from a small buffer made with the pattern (clCreateBuffer(CL_MEM_COPY_HOST_PTR)),
+  /// then doubling clEnqueueCopyBuffer calls: device work only, whatever the host-access flags. On a CPU
   /// device, clbuf's own memory is filled by the host after clFinish.
   /// @throws Error CL_INVALID_MEM_OBJECT for a moved-from buffer, CL_INVALID_CONTEXT for a buffer
   ///         of another context.
@@ -455,6 +473,7 @@ class BufferManager {
     const detail::RectSide device = rect_side<T>(op, "destination", region.size, region.dst_origin,
                                                  region.dst_extents, dst.size());
     if (detail::rect_empty(region.size)) return;
+    check_not_mapped(op, dst, data, count);
     transfer_rect(op, true, dst.memory_, device, const_cast<T*>(data), host, region, sizeof(T));
   }
 
@@ -478,6 +497,7 @@ class BufferManager {
     const detail::RectSide host =
         rect_side<T>(op, "host", region.size, region.dst_origin, region.dst_extents, count);
     if (detail::rect_empty(region.size)) return;
+    check_not_mapped(op, src, out, count);
     transfer_rect(op, false, src.memory_, device, out, host, region, sizeof(T));
   }
 
@@ -487,7 +507,9 @@ class BufferManager {
   }
 
   /// Copies the box `region` from `src` to `dst` on the device (blocking, no host round trip).
-  /// Wraps clEnqueueCopyBufferRect.
+  /// Wraps clEnqueueCopyBufferRect; one clEnqueueCopyBuffer per row where that cannot express
+  /// the copy (one root buffer with different extents on the two sides, or a view whose offset
+  /// splits a row).
   /// @throws Error CL_INVALID_VALUE as upload_rect(); CL_MEM_COPY_OVERLAP when source and
   ///         destination share a byte of one buffer (views of one buffer included). With equal
   ///         extents on both sides the test is exact; with different extents any overlap of the
@@ -522,11 +544,15 @@ class BufferManager {
     const std::size_t extent[3] = {region.size.x * sizeof(T), region.size.y, region.size.z};
     detail::Telemetry::Timer timer(telemetry_, detail::Telemetry::copy,
                                    extent[0] * extent[1] * extent[2]);
-    if (src_origin[0] + extent[0] > from.row_pitch || dst_origin[0] + extent[0] > to.row_pitch ||
+    const bool same_pitches =
+        from.row_pitch == to.row_pitch && from.slice_pitch == to.slice_pitch;
+    if ((src.root() == dst.root() && !same_pitches) ||
+        src_origin[0] + extent[0] > from.row_pitch || dst_origin[0] + extent[0] > to.row_pitch ||
         src_origin[1] + extent[1] > region.src_extents.y ||
         dst_origin[1] + extent[1] > region.dst_extents.y) {
-      // A view whose offset is not a whole number of rows or slices: the box wraps in the root's
-      // coordinates, which clEnqueueCopyBufferRect rejects. Copy row by row instead.
+      // clEnqueueCopyBufferRect rejects two pitches within one buffer, and a box that wraps in
+      // the root's coordinates (a view whose offset is not a whole number of rows or slices).
+      // Copy row by row instead.
       const std::size_t a = src.root_offset_bytes() + from.origin_bytes;
       const std::size_t b = dst.root_offset_bytes() + to.origin_bytes;
       for (std::size_t z = 0; z < region.size.z; ++z) {
@@ -681,7 +707,13 @@ class BufferManager {
                                                 offset * sizeof(T), count * sizeof(T), 0, nullptr,
                                                 nullptr, &err);
     detail::check(err, op, "clEnqueueMapBuffer");
-    return MappedView<T>(queue_, buffer.memory_.buffer, buffer.share_memory(), mapped, count, mode);
+    MappedView<T> view(queue_, buffer.memory_.buffer, buffer.share_memory(), mapped, count, mode);
+    try {
+      view.lease_->add_mapping(mapped, count * sizeof(T));
+    } catch (const std::bad_alloc&) {
+      detail::fail_host_memory(op, sizeof(void*) * 2, "the record of the mapping");  // unmaps
+    }
+    return view;
   }
 
   // ---- Several managers ----------------------------------------------------------------------
@@ -831,6 +863,22 @@ class BufferManager {
     if (pointer == nullptr && count != 0) detail::fail_null_pointer(operation, count);
   }
 
+  /// The host memory of a transfer must not be the buffer's own mapped memory (a live
+  /// MappedView): OpenCL leaves a transfer into or out of a mapped region undefined, and on a
+  /// device that shares host memory the copy would overlap itself.
+  template <class T>
+  static void check_not_mapped(const char* operation, const DeviceBuffer<T>& buffer,
+                               const T* host, std::size_t count) {
+    std::size_t bytes = 0;
+    if (buffer.lease_ && detail::checked_multiply(count, sizeof(T), bytes) &&
+        buffer.lease_->maps_onto(host, bytes)) {
+      detail::fail(operation, CL_INVALID_OPERATION,
+                   "the " + std::to_string(bytes) +
+                       " bytes of host memory overlap a MappedView of the same buffer; unmap the "
+                       "view first, or copy from memory of your own");
+    }
+  }
+
   template <class T>
   static void check_range(const char* operation, const char* access, const DeviceBuffer<T>& buffer,
                           std::size_t count, std::size_t offset) {
@@ -907,6 +955,20 @@ class BufferManager {
     return cl::Event(event, false);
   }
 
+  /// A vector of `count` elements for a download, or Error CL_OUT_OF_HOST_MEMORY.
+  template <class T>
+  static std::vector<T> new_vector(const char* operation, std::size_t count) {
+    std::vector<T> out;
+    try {
+      detail::resize_fresh(out, count);
+    } catch (const std::bad_alloc&) {
+      detail::fail_host_memory(operation, count * sizeof(T), "the downloaded vector");
+    } catch (const std::length_error&) {
+      detail::fail_host_memory(operation, count * sizeof(T), "the downloaded vector");
+    }
+    return out;
+  }
+
   detail::Allocation acquire(const char* operation, std::size_t bytes) {
     if (bytes == 0) return detail::Allocation();
     return pool_->acquire(bytes, operation);
@@ -959,6 +1021,7 @@ class BufferManager {
     check_host_pointer(op, data, count);
     check_range(op, "write", dst, count, dst_offset);
     if (count == 0) return;
+    check_not_mapped(op, dst, data, count);
     detail::Telemetry::Timer timer(telemetry_, detail::Telemetry::upload, count * sizeof(T));
     write(op, dst.memory_, dst_offset * sizeof(T), data, count * sizeof(T), pinned);
   }
@@ -1041,16 +1104,24 @@ class BufferManager {
       detail::check(CLBUF_CL(clWaitForEvents)(1, &event), operation, "clWaitForEvents");
       return;
     }
-    // No fill command for this pattern: write a small run of it, then double the filled part on
-    // the device. Source and destination ranges never overlap, and no more than 64 KiB (one
-    // element at least) crosses the bus.
+    // No fill command for this pattern: a small run of it goes into a buffer of its own
+    // (CL_MEM_COPY_HOST_PTR) and is copied on the device, then the filled part is doubled by
+    // device copies. No host access to `memory` at all, so CL_MEM_HOST_NO_ACCESS buffers fill
+    // too; source and destination ranges never overlap, and at most 64 KiB (one element at
+    // least) crosses the bus.
     const std::size_t run =
         std::max<std::size_t>(1, std::min(count, (std::size_t{64} << 10) / size));
     std::vector<char> head(run * size);
     for (std::size_t i = 0; i < run; ++i) std::memcpy(head.data() + i * size, pattern, size);
-    detail::check(CLBUF_CL(clEnqueueWriteBuffer)(queue_(), memory.buffer(), CL_TRUE, offset,
-                                                 head.size(), head.data(), 0, nullptr, nullptr),
-                  operation, "clEnqueueWriteBuffer");
+    cl_int err = CL_SUCCESS;
+    const cl::Buffer source(
+        CLBUF_CL(clCreateBuffer)(context_(), CL_MEM_READ_ONLY | CL_MEM_COPY_HOST_PTR, head.size(),
+                                 head.data(), &err),
+        false);
+    detail::check(err, operation, "clCreateBuffer(CL_MEM_COPY_HOST_PTR)");
+    detail::check(CLBUF_CL(clEnqueueCopyBuffer)(queue_(), source(), memory.buffer(), 0, offset,
+                                                head.size(), 0, nullptr, nullptr),
+                  operation, "clEnqueueCopyBuffer");
     for (std::size_t done = head.size(); done < bytes; done += std::min(done, bytes - done)) {
       detail::check(CLBUF_CL(clEnqueueCopyBuffer)(
                         queue_(), memory.buffer(), memory.buffer(), offset, offset + done,

@@ -8,12 +8,14 @@
 #include <clbuf/detail/host_memory.hpp>
 #include <clbuf/error.hpp>
 
+#include <algorithm>
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <cstdlib>
 #include <memory>
 #include <mutex>
+#include <new>
 #include <unordered_map>
 #include <utility>
 #include <vector>
@@ -34,12 +36,50 @@ struct PoolStats {
 
 namespace detail {
 
+/// Commands on queues other than the owning manager's that may still use a pooled buffer
+/// (another manager of the same context transferring it asynchronously). The owner's own queue
+/// is in order, so its commands need no record; these do: the pool hands the buffer out again
+/// only once every one of them has completed.
+class Fences {
+ public:
+  void add(const cl::Event& event) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    prune();
+    events_.push_back(event);
+  }
+
+  /// True while a recorded command has not completed.
+  bool busy() noexcept {
+    std::lock_guard<std::mutex> lock(mutex_);
+    prune();
+    return !events_.empty();
+  }
+
+ private:
+  void prune() noexcept {
+    events_.erase(std::remove_if(events_.begin(), events_.end(),
+                                 [](const cl::Event& event) {
+                                   cl_int status = CL_COMPLETE;
+                                   const cl_int err = CLBUF_CL(clGetEventInfo)(
+                                       event(), CL_EVENT_COMMAND_EXECUTION_STATUS, sizeof(status),
+                                       &status, nullptr);
+                                   // An event that cannot be queried is kept: never reuse early.
+                                   return err == CL_SUCCESS && (status == CL_COMPLETE || status < 0);
+                                 }),
+                  events_.end());
+  }
+
+  std::mutex mutex_;
+  std::vector<cl::Event> events_;
+};
+
 /// One buffer of the pool. `host` is the block behind it when the pool is host-backed.
 struct Allocation {
   cl::Buffer buffer;
   std::size_t capacity = 0;
   void* host = nullptr;
   bool fresh = false;  ///< never handed out before: no command can be using it
+  std::shared_ptr<Fences> fences;  ///< other queues' commands on it; null when not pooled
 };
 
 inline void CL_CALLBACK free_host_block(cl_mem, void* block) { std::free(block); }
@@ -80,13 +120,18 @@ class MemoryPool {
     {
       std::lock_guard<std::mutex> lock(mutex_);
       auto bin = free_.find(capacity);
-      if (bin != free_.end() && !bin->second.empty()) {
-        Allocation allocation = std::move(bin->second.back());
-        bin->second.pop_back();
-        ++stats_.hits;
-        --stats_.cached_buffers;
-        stats_.cached_bytes -= capacity;
-        return allocation;
+      if (bin != free_.end()) {
+        std::vector<Allocation>& cached = bin->second;
+        // The most recently freed first; one that another queue may still use stays cached.
+        for (std::size_t i = cached.size(); i-- > 0;) {
+          if (cached[i].fences && cached[i].fences->busy()) continue;
+          Allocation allocation = std::move(cached[i]);
+          cached.erase(cached.begin() + static_cast<std::ptrdiff_t>(i));
+          ++stats_.hits;
+          --stats_.cached_buffers;
+          stats_.cached_bytes -= capacity;
+          return allocation;
+        }
       }
       ++stats_.misses;
     }
@@ -162,6 +207,12 @@ class MemoryPool {
     Allocation allocation;
     allocation.capacity = capacity;
     allocation.fresh = true;
+    try {
+      allocation.fences = std::make_shared<Fences>();
+    } catch (const std::bad_alloc&) {
+      err = CL_OUT_OF_HOST_MEMORY;
+      return allocation;
+    }
     if (!host_backed_) {
       allocation.buffer = cl::Buffer(
           CLBUF_CL(clCreateBuffer)(context_(), CL_MEM_READ_WRITE, capacity, nullptr, &err), false);
@@ -211,9 +262,43 @@ struct Lease {
     if (pool && reusable.load()) pool->give_back(std::move(memory));
   }
 
+  /// Records a MappedView's host range [data, data + bytes) while it is mapped.
+  void add_mapping(const void* data, std::size_t bytes) {
+    std::lock_guard<std::mutex> lock(mappings_mutex_);
+    mappings_.emplace_back(reinterpret_cast<std::uintptr_t>(data), bytes);
+  }
+
+  void remove_mapping(const void* data) noexcept {
+    std::lock_guard<std::mutex> lock(mappings_mutex_);
+    const auto address = reinterpret_cast<std::uintptr_t>(data);
+    for (std::size_t i = 0; i < mappings_.size(); ++i) {
+      if (mappings_[i].first == address) {
+        mappings_.erase(mappings_.begin() + static_cast<std::ptrdiff_t>(i));
+        return;
+      }
+    }
+  }
+
+  /// True when [data, data + bytes) shares a byte with a live mapping of this memory.
+  bool maps_onto(const void* data, std::size_t bytes) noexcept {
+    std::lock_guard<std::mutex> lock(mappings_mutex_);
+    const auto begin = reinterpret_cast<std::uintptr_t>(data);
+    for (const auto& mapping : mappings_) {
+      if (bytes != 0 && mapping.second != 0 && begin < mapping.first + mapping.second &&
+          mapping.first < begin + bytes) {
+        return true;
+      }
+    }
+    return false;
+  }
+
   Allocation memory;
   std::shared_ptr<MemoryPool> pool;  // null: not pooled (adopted memory)
   std::atomic<bool> reusable{true};
+
+ private:
+  std::mutex mappings_mutex_;
+  std::vector<std::pair<std::uintptr_t, std::size_t>> mappings_;  // live MappedViews
 };
 
 }  // namespace detail

@@ -7,17 +7,16 @@
 #ifndef CLBUF_STAGING_HPP
 #define CLBUF_STAGING_HPP
 
+#include <clbuf/detail/worker_pool.hpp>
 #include <clbuf/error.hpp>
 #include <clbuf/pinned.hpp>
 
 #include <algorithm>
 #include <atomic>
-#include <condition_variable>
 #include <cstddef>
 #include <cstring>
 #include <mutex>
 #include <string>
-#include <thread>
 #include <vector>
 
 namespace clbuf {
@@ -39,12 +38,6 @@ class Stager {
   Stager& operator=(const Stager&) = delete;
 
   ~Stager() {
-    {
-      std::lock_guard<std::mutex> lock(mutex_);
-      stop_ = true;
-    }
-    start_.notify_all();
-    for (std::thread& worker : workers_) worker.join();
     for (Slot& slot : slots_) {
       if (slot.host != nullptr) unmap_quietly(queue_(), slot.buffer(), slot.host);
     }
@@ -100,48 +93,9 @@ class Stager {
     job.chunk =
         std::clamp<std::size_t>((bytes / threads_ + 4095) / 4096 * 4096, min_chunk, chunk_bytes_);
     job.chunks = (bytes + job.chunk - 1) / job.chunk;
-    const unsigned helpers = static_cast<unsigned>(std::min<std::size_t>(threads_, job.chunks)) - 1;
-    start_workers(helpers);
-    {
-      std::lock_guard<std::mutex> lock(mutex_);
-      job_ = &job;
-      active_ = helpers;
-      pending_ = helpers;
-      ++generation_;
-    }
-    start_.notify_all();
-    work(0, job);  // the calling thread is worker 0
-    {
-      std::unique_lock<std::mutex> lock(mutex_);
-      done_.wait(lock, [this] { return pending_ == 0; });
-      job_ = nullptr;
-    }
+    auto task = [this, &job](unsigned index) noexcept { work(index, job); };
+    workers_.run(static_cast<unsigned>(std::min<std::size_t>(threads_, job.chunks)), task);
     if (job.failed) fail(operation, job.error, job.call + " failed in a staged transfer");
-  }
-
-  void start_workers(unsigned count) {
-    while (workers_.size() < count) {
-      const unsigned index = static_cast<unsigned>(workers_.size()) + 1;
-      workers_.emplace_back([this, index] { worker_loop(index); });
-    }
-  }
-
-  void worker_loop(unsigned index) {
-    std::uint64_t seen = 0;
-    for (;;) {
-      Job* job = nullptr;
-      {
-        std::unique_lock<std::mutex> lock(mutex_);
-        start_.wait(lock, [&] { return stop_ || generation_ != seen; });
-        if (stop_) return;
-        seen = generation_;
-        if (index > active_) continue;  // not needed for this transfer
-        job = job_;
-      }
-      work(index, *job);
-      std::lock_guard<std::mutex> lock(mutex_);
-      if (--pending_ == 0) done_.notify_one();
-    }
   }
 
   /// Worker `index` takes chunks until none is left, using its own slots in turn.
@@ -231,14 +185,8 @@ class Stager {
   const unsigned threads_;  // at most slot_count_ / 2: each thread has two slots or more
   std::vector<Slot> slots_;
 
-  std::mutex mutex_;  // guards the fields below and a job's first error
-  std::condition_variable start_, done_;
-  std::vector<std::thread> workers_;
-  Job* job_ = nullptr;
-  unsigned active_ = 0;   // helpers 1..active_ take part in the current job
-  unsigned pending_ = 0;  // helpers not yet done with it
-  std::uint64_t generation_ = 0;
-  bool stop_ = false;
+  std::mutex mutex_;  // guards a job's first error
+  WorkerPool workers_{threads_};
 };
 
 }  // namespace detail

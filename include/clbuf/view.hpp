@@ -63,6 +63,7 @@ class MappedView {
     const cl::CommandQueue queue = std::move(queue_);
     const cl::Buffer buffer = std::move(buffer_);
     const std::shared_ptr<detail::Lease> lease = std::move(lease_);
+    if (lease) lease->remove_mapping(mapped);
     cl_event event = nullptr;
     cl_int err = CLBUF_CL(clEnqueueUnmapMemObject)(queue(), buffer(), mapped, 0, nullptr, &event);
     if (err != CL_SUCCESS) {

@@ -8,6 +8,8 @@
 
 #include <chrono>
 #include <cstdint>
+#include <cstring>
+#include <functional>
 #include <iostream>
 #include <memory>
 #include <sstream>
@@ -254,6 +256,9 @@ class FaultInjection : public ::testing::TestWithParam<MemoryModel> {
   void SetUp() override {
     try {
       clbuf::BufferManager probe;
+      if (GetParam() == MemoryModel::host && probe.device().type != clbuf::DeviceType::cpu) {
+        GTEST_SKIP() << "the host path needs a CPU device";
+      }
     } catch (const clbuf::Error& error) {
       if (clbuf_test::device_required()) FAIL() << "no device: " << error.what();
       GTEST_SKIP() << "no OpenCL device: " << error.what();
@@ -313,6 +318,136 @@ TEST_P(FaultInjection, EveryCallSiteFailsCleanly) { sweep(false); }
 TEST_P(FaultInjection, EveryCallSiteOfAnAdoptedManagerFailsCleanly) { sweep(true); }
 
 CLBUF_INSTANTIATE_MODELS(FaultInjection);
+
+// -----------------------------------------------------------------------------------------
+// A failed call changes no data outside the range it was asked to write, and never its source;
+// a call of one OpenCL command changes nothing at all. Every call of every entry point each
+// operation reaches fails once; the destination and source are then read back unarmed.
+
+/// One operation on `dst` (device buffer `device` or host array `host`) from `src`: writes the
+/// elements [first, first + count) of its destination with new data.
+struct DataOp {
+  const char* name;
+  bool into_host;           ///< the destination is `host`, else `device`
+  bool one_command;         ///< one OpenCL command: all or nothing
+  std::size_t first, count;
+  std::function<void(clbuf::BufferManager&, clbuf::DeviceBuffer<std::uint32_t>& device,
+                     std::vector<std::uint32_t>& host, const clbuf::DeviceBuffer<std::uint32_t>& src,
+                     const std::vector<std::uint32_t>& host_src)>
+      run;
+};
+
+class FaultData : public ::testing::TestWithParam<MemoryModel> {};
+
+TEST_P(FaultData, FailedCallsChangeNothingOutsideTheirDestination) {
+  try {
+    clbuf::BufferManager probe;
+    if (GetParam() == MemoryModel::host && probe.device().type != clbuf::DeviceType::cpu) {
+      GTEST_SKIP() << "the host path needs a CPU device";
+    }
+  } catch (const clbuf::Error& error) {
+    if (clbuf_test::device_required()) FAIL() << "no device: " << error.what();
+    GTEST_SKIP() << "no OpenCL device: " << error.what();
+  }
+  const bool discrete = GetParam() == MemoryModel::discrete;
+  constexpr std::size_t total = 3 * large;
+  std::mt19937 rng(clbuf_test::fresh_seed());
+  const auto old_data = clbuf_test::random_bytes<std::uint32_t>(rng, total);
+  const auto new_data = clbuf_test::random_bytes<std::uint32_t>(rng, total);
+  clbuf::BufferManager m("", options_for(GetParam()));
+  const auto source = m.upload(new_data);
+  using Buffer = clbuf::DeviceBuffer<std::uint32_t>;
+  using Host = std::vector<std::uint32_t>;
+  const std::size_t at = large / 2;
+  const std::vector<DataOp> ops = {
+      {"upload (small)", false, true, at, small,
+       [&](clbuf::BufferManager& mm, Buffer& d, Host&, const Buffer&, const Host& hs) {
+         mm.upload(d, hs.data() + at, small, at);
+       }},
+      {"upload (staged)", false, !discrete, at, large,
+       [&](clbuf::BufferManager& mm, Buffer& d, Host&, const Buffer&, const Host& hs) {
+         mm.upload(d, hs.data() + at, large, at);
+       }},
+      {"download (small)", true, true, at, small,
+       [&](clbuf::BufferManager& mm, Buffer&, Host& h, const Buffer& s, const Host&) {
+         mm.download(s, h.data() + at, small, at);
+       }},
+      {"download (staged)", true, !discrete, at, large,
+       [&](clbuf::BufferManager& mm, Buffer&, Host& h, const Buffer& s, const Host&) {
+         mm.download(s, h.data() + at, large, at);
+       }},
+      {"download_async", true, true, at, large,
+       [&](clbuf::BufferManager& mm, Buffer&, Host& h, const Buffer& s, const Host&) {
+         mm.download_async(s, h.data() + at, large, at).get();
+       }},
+      {"copy_bytes", false, true, at, large,
+       [&](clbuf::BufferManager& mm, Buffer& d, Host&, const Buffer& s, const Host&) {
+         mm.copy_bytes(s, d, large * 4, at * 4, at * 4);
+       }},
+      {"fill", false, false, at, large,
+       [&](clbuf::BufferManager& mm, Buffer& d, Host&, const Buffer&, const Host&) {
+         mm.fill(d, new_data[0], large, at);
+       }},
+  };
+  long trials = 0;
+  for (const DataOp& op : ops) {
+    // The expected outcome of a completed call.
+    Host done = old_data;
+    for (std::size_t i = op.first; i < op.first + op.count; ++i) {
+      done[i] = op.name == std::string("fill") ? new_data[0] : new_data[i];
+    }
+    // A clean run counts the calls of each entry point.
+    auto device = m.upload(old_data);
+    Host host = old_data;
+    state().arm(-1, 0, false);
+    op.run(m, device, host, source, new_data);
+    std::array<long, site_count> calls{};
+    {
+      std::lock_guard<std::mutex> lock(state().mutex);
+      calls = state().calls;
+    }
+    state().disarm();
+    for (int site = 0; site < site_count; ++site) {
+      if (site == clbuf_fault::ReleaseMemObject) continue;
+      for (long n = 1; n <= calls[static_cast<std::size_t>(site)]; ++n) {
+        ++trials;
+        device = m.upload(old_data);
+        host = old_data;
+        m.finish();
+        state().arm(site, n, false);
+        bool failed = false;
+        try {
+          op.run(m, device, host, source, new_data);
+        } catch (const clbuf::Error&) {
+          failed = true;
+        }
+        state().disarm();
+        const Host after = op.into_host ? host : m.download(device);
+        const std::string where =
+            std::string(op.name) + " with " + site_name(site) + " #" + std::to_string(n) + " failing";
+        ASSERT_TRUE(clbuf_test::same_bytes(new_data, m.download(source))) << where << ": source";
+        for (std::size_t i = 0; i < total; ++i) {
+          const bool inside = i >= op.first && i < op.first + op.count;
+          if (!inside) {
+            ASSERT_EQ(after[i], old_data[i]) << where << ": element " << i;
+          }
+        }
+        if (!failed) {
+          ASSERT_TRUE(clbuf_test::same_bytes(done, after)) << where << ": completed wrongly";
+        } else if (op.one_command) {
+          const bool unchanged = std::memcmp(after.data(), old_data.data(), total * 4) == 0;
+          const bool whole = std::memcmp(after.data(), done.data(), total * 4) == 0;
+          ASSERT_TRUE(unchanged || whole) << where << ": partly written";
+        }
+      }
+    }
+  }
+  std::cout << "[ fault    ] " << model_name(GetParam()) << ": " << trials
+            << " failed calls, none changed data outside its destination\n";
+  EXPECT_GT(trials, 0);
+}
+
+CLBUF_INSTANTIATE_MODELS(FaultData);
 
 // -----------------------------------------------------------------------------------------
 // Targeted checks: the failure surfaces where it should and carries the injected code.

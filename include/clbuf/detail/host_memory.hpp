@@ -3,14 +3,14 @@
 #ifndef CLBUF_DETAIL_HOST_MEMORY_HPP
 #define CLBUF_DETAIL_HOST_MEMORY_HPP
 
+#include <clbuf/detail/worker_pool.hpp>
+
 #include <algorithm>
-#include <condition_variable>
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
-#include <mutex>
-#include <thread>
 #include <vector>
 
 #if defined(__linux__)
@@ -59,85 +59,47 @@ void resize_fresh(std::vector<T>& out, std::size_t count) {
   out.resize(count);
 }
 
-/// memcpy split over worker threads for large copies; a plain memcpy with one thread.
-/// Thread-safe: concurrent calls are serialised.
+/// True when [a, a + bytes) and [b, b + bytes) share a byte.
+inline bool host_ranges_overlap(const void* a, const void* b, std::size_t bytes) noexcept {
+  const auto x = reinterpret_cast<std::uintptr_t>(a);
+  const auto y = reinterpret_cast<std::uintptr_t>(b);
+  return bytes != 0 && (x < y ? y - x < bytes : x - y < bytes);
+}
+
+/// memcpy split into chunks that the worker threads take in turn; a plain memcpy when small or
+/// with one thread, and memmove when the two ranges overlap (a host pointer into a buffer's own
+/// mapped memory). Thread-safe: concurrent calls are serialised.
 class ParallelCopier {
  public:
-  explicit ParallelCopier(unsigned threads) : parts_(std::max(threads, 1u)) {}
+  explicit ParallelCopier(unsigned threads) noexcept : workers_(threads) {}
 
-  ParallelCopier(const ParallelCopier&) = delete;
-  ParallelCopier& operator=(const ParallelCopier&) = delete;
+  unsigned threads() const noexcept { return workers_.limit(); }
 
-  ~ParallelCopier() {
-    {
-      std::lock_guard<std::mutex> lock(mutex_);
-      stop_ = true;
-    }
-    start_.notify_all();
-    for (std::thread& worker : workers_) worker.join();
-  }
-
-  unsigned threads() const noexcept { return parts_; }
-
-  void copy(void* dst, const void* src, std::size_t bytes) {
+  void copy(void* dst, const void* src, std::size_t bytes) noexcept {
     constexpr std::size_t min_part = std::size_t{1} << 20;
-    if (parts_ == 1 || bytes < 2 * min_part) {
+    if (host_ranges_overlap(dst, src, bytes)) {
+      std::memmove(dst, src, bytes);
+      return;
+    }
+    if (workers_.limit() == 1 || bytes < 2 * min_part) {
       std::memcpy(dst, src, bytes);
       return;
     }
-    std::lock_guard<std::mutex> serial(serial_);
-    start_workers();
-    const std::size_t part = round_up((bytes + parts_ - 1) / parts_, 4096);
-    {
-      std::lock_guard<std::mutex> lock(mutex_);
-      dst_ = static_cast<char*>(dst);
-      src_ = static_cast<const char*>(src);
-      bytes_ = bytes;
-      part_ = part;
-      pending_ = static_cast<unsigned>(workers_.size());
-      ++generation_;
-    }
-    start_.notify_all();
-    std::memcpy(dst, src, std::min(part, bytes));  // part 0 on the calling thread
-    std::unique_lock<std::mutex> lock(mutex_);
-    done_.wait(lock, [this] { return pending_ == 0; });
+    const std::size_t part = std::max(min_part, round_up(bytes / workers_.limit() + 1, 4096));
+    const std::size_t parts = (bytes + part - 1) / part;
+    std::atomic<std::size_t> next{0};
+    auto task = [&](unsigned) noexcept {
+      for (std::size_t k; (k = next.fetch_add(1)) < parts;) {
+        const std::size_t begin = k * part;
+        std::memcpy(static_cast<char*>(dst) + begin, static_cast<const char*>(src) + begin,
+                    std::min(part, bytes - begin));
+      }
+    };
+    workers_.run(static_cast<unsigned>(parts), task);
   }
 
  private:
-  void start_workers() {
-    if (!workers_.empty()) return;
-    for (unsigned i = 1; i < parts_; ++i) workers_.emplace_back([this, i] { work(i); });
-  }
-
-  void work(unsigned index) {
-    std::uint64_t seen = 0;
-    for (;;) {
-      std::unique_lock<std::mutex> lock(mutex_);
-      start_.wait(lock, [&] { return stop_ || generation_ != seen; });
-      if (stop_) return;
-      seen = generation_;
-      const std::size_t begin = std::min(bytes_, part_ * index);
-      const std::size_t end = std::min(bytes_, begin + part_);
-      char* dst = dst_;
-      const char* src = src_;
-      lock.unlock();
-      if (end > begin) std::memcpy(dst + begin, src + begin, end - begin);
-      lock.lock();
-      if (--pending_ == 0) done_.notify_one();
-    }
-  }
-
-  const unsigned parts_;
-  std::mutex serial_;  // one copy at a time
-  std::mutex mutex_;
-  std::condition_variable start_, done_;
-  std::vector<std::thread> workers_;
-  char* dst_ = nullptr;
-  const char* src_ = nullptr;
-  std::size_t bytes_ = 0, part_ = 0;
-  unsigned pending_ = 0;
-  std::uint64_t generation_ = 0;
-  bool stop_ = false;
+  WorkerPool workers_;
 };
 
 }  // namespace detail
