@@ -20,7 +20,7 @@ echo "== unit tests on the GPU"
 export CLBUF_REQUIRE_DEVICE=1
 for t in "$build"/tests/*_test; do
   name=$(basename "$t")
-  timeout 120 "$t" --gtest_brief=1 > "$out/test_$name.log" 2>&1
+  timeout 300 "$t" --gtest_brief=1 > "$out/test_$name.log" 2>&1
   echo "$name rc=$? $(grep -E '^\[  (PASSED|FAILED)' "$out/test_$name.log" | tr '\n' ' ')"
 done
 for e in "$build"/examples/0*; do timeout 60 "$e" > "$out/example_$(basename "$e").log" 2>&1; echo "$(basename "$e") rc=$?"; done
