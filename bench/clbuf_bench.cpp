@@ -167,10 +167,9 @@ struct Case {
 
 // ---------------------------------------------------------------- operations
 
-const std::vector<std::string> kAllOps = {"upload_fresh",  "upload_existing", "download_caller",
-                                          "download_new",  "d2d_copy",        "roundtrip_seed",
-                                          "upload_fresh_repeat_64MiB", "upload_pinned",
-                                          "download_pinned"};
+const std::vector<std::string> kAllOps = {
+    "upload_fresh",   "upload_existing",           "download_caller", "download_new",   "d2d_copy",
+    "roundtrip_seed", "upload_fresh_repeat_64MiB", "upload_pinned",   "download_pinned"};
 const std::vector<std::string> kMethods = {"clbuf", "clhpp_naive", "clhpp_best", "boost_compute",
                                            "memcpy"};
 
@@ -181,8 +180,8 @@ struct Pinned {
   T* ptr = nullptr;
   Pinned(Env& env, std::size_t count) : queue(env.queue) {
     buf = cl::Buffer(env.ctx, CL_MEM_ALLOC_HOST_PTR | CL_MEM_READ_WRITE, count * sizeof(T));
-    ptr = static_cast<T*>(queue.enqueueMapBuffer(buf, CL_TRUE, CL_MAP_READ | CL_MAP_WRITE, 0,
-                                                 count * sizeof(T)));
+    ptr = static_cast<T*>(
+        queue.enqueueMapBuffer(buf, CL_TRUE, CL_MAP_READ | CL_MAP_WRITE, 0, count * sizeof(T)));
   }
   ~Pinned() {
     try {
@@ -213,7 +212,9 @@ Case make_clbuf(Env& env, const std::string& op, std::size_t count, Data& d) {
     src->push_back(m.upload(d.src[1]));
     auto out = std::make_shared<std::vector<T>>(count);
     c.prepare = [out](int) { std::fill(out->begin(), out->end(), T{}); };
-    c.run = [&m, src, out](int p) { m.download((*src)[static_cast<std::size_t>(p)], out->data(), out->size()); };
+    c.run = [&m, src, out](int p) {
+      m.download((*src)[static_cast<std::size_t>(p)], out->data(), out->size());
+    };
     c.verify = [&d, out](int p) { return same(out->data(), d.src[p]); };
   } else if (op == "download_new") {
     auto src = std::make_shared<std::vector<clbuf::DeviceBuffer<T>>>();
@@ -221,7 +222,9 @@ Case make_clbuf(Env& env, const std::string& op, std::size_t count, Data& d) {
     src->push_back(m.upload(d.src[1]));
     auto out = std::make_shared<std::vector<T>>();
     c.run = [&m, src, out](int p) { *out = m.download((*src)[static_cast<std::size_t>(p)]); };
-    c.verify = [&d, out](int p) { return out->size() == d.src[p].size() && same(out->data(), d.src[p]); };
+    c.verify = [&d, out](int p) {
+      return out->size() == d.src[p].size() && same(out->data(), d.src[p]);
+    };
     c.release = [out] { std::vector<T>().swap(*out); };
   } else if (op == "d2d_copy") {
     auto src = std::make_shared<std::vector<clbuf::DeviceBuffer<T>>>();
@@ -255,7 +258,9 @@ Case make_clbuf(Env& env, const std::string& op, std::size_t count, Data& d) {
       auto buf = m.upload(d.src[p]);
       *out = m.download(buf);
     };
-    c.verify = [&d, out](int p) { return out->size() == d.src[p].size() && same(out->data(), d.src[p]); };
+    c.verify = [&d, out](int p) {
+      return out->size() == d.src[p].size() && same(out->data(), d.src[p]);
+    };
     c.release = [out] { std::vector<T>().swap(*out); };
   }
   return c;
@@ -285,7 +290,8 @@ Case make_naive(Env& env, const std::string& op, std::size_t count, Data& d) {
     auto out = std::make_shared<std::vector<T>>(count);
     c.prepare = [out](int) { std::fill(out->begin(), out->end(), T{}); };
     c.run = [&env, src, out, bytes](int p) {
-      env.queue.enqueueReadBuffer((*src)[static_cast<std::size_t>(p)], CL_TRUE, 0, bytes, out->data());
+      env.queue.enqueueReadBuffer((*src)[static_cast<std::size_t>(p)], CL_TRUE, 0, bytes,
+                                  out->data());
     };
     c.verify = [&d, out](int p) { return same(out->data(), d.src[p]); };
   } else if (op == "download_new") {
@@ -298,7 +304,9 @@ Case make_naive(Env& env, const std::string& op, std::size_t count, Data& d) {
       env.queue.enqueueReadBuffer((*src)[static_cast<std::size_t>(p)], CL_TRUE, 0, bytes, v.data());
       *out = std::move(v);
     };
-    c.verify = [&d, out](int p) { return out->size() == d.src[p].size() && same(out->data(), d.src[p]); };
+    c.verify = [&d, out](int p) {
+      return out->size() == d.src[p].size() && same(out->data(), d.src[p]);
+    };
     c.release = [out] { std::vector<T>().swap(*out); };
   } else if (op == "d2d_copy") {
     auto src = std::make_shared<std::vector<cl::Buffer>>();
@@ -319,7 +327,9 @@ Case make_naive(Env& env, const std::string& op, std::size_t count, Data& d) {
       env.queue.enqueueReadBuffer(buf, CL_TRUE, 0, bytes, v.data());
       *out = std::move(v);
     };
-    c.verify = [&d, out](int p) { return out->size() == d.src[p].size() && same(out->data(), d.src[p]); };
+    c.verify = [&d, out](int p) {
+      return out->size() == d.src[p].size() && same(out->data(), d.src[p]);
+    };
     c.release = [out] { std::vector<T>().swap(*out); };
   }
   return c;
@@ -339,7 +349,8 @@ Case make_best(Env& env, const std::string& op, std::size_t count, Data& d) {
       std::memcpy(pin->back()->ptr, d.src[p].data(), bytes);
     }
     c.run = [&env, dst, pin, bytes](int p) {
-      env.queue.enqueueWriteBuffer(*dst, CL_TRUE, 0, bytes, (*pin)[static_cast<std::size_t>(p)]->ptr);
+      env.queue.enqueueWriteBuffer(*dst, CL_TRUE, 0, bytes,
+                                   (*pin)[static_cast<std::size_t>(p)]->ptr);
     };
     c.verify = [&env, &d, dst](int p) { return env.device_equals(*dst, d.src[p]); };
     return c;
@@ -374,17 +385,21 @@ Case make_best(Env& env, const std::string& op, std::size_t count, Data& d) {
       out->resize(count);
       c.prepare = [out](int) { std::fill(out->begin(), out->end(), T{}); };
       c.run = [&env, src, pin, out, bytes](int p) {
-        env.queue.enqueueReadBuffer((*src)[static_cast<std::size_t>(p)], CL_TRUE, 0, bytes, pin->ptr);
+        env.queue.enqueueReadBuffer((*src)[static_cast<std::size_t>(p)], CL_TRUE, 0, bytes,
+                                    pin->ptr);
         std::memcpy(out->data(), pin->ptr, bytes);
       };
     } else {
       c.run = [&env, src, pin, out, count, bytes](int p) {
-        env.queue.enqueueReadBuffer((*src)[static_cast<std::size_t>(p)], CL_TRUE, 0, bytes, pin->ptr);
+        env.queue.enqueueReadBuffer((*src)[static_cast<std::size_t>(p)], CL_TRUE, 0, bytes,
+                                    pin->ptr);
         *out = std::vector<T>(pin->ptr, pin->ptr + count);
       };
       c.release = [out] { std::vector<T>().swap(*out); };
     }
-    c.verify = [&d, out](int p) { return out->size() == d.src[p].size() && same(out->data(), d.src[p]); };
+    c.verify = [&d, out](int p) {
+      return out->size() == d.src[p].size() && same(out->data(), d.src[p]);
+    };
   } else if (op == "d2d_copy") {
     auto src = std::make_shared<std::vector<cl::Buffer>>();
     src->push_back(env.make_buffer(d.src[0]));
@@ -392,7 +407,8 @@ Case make_best(Env& env, const std::string& op, std::size_t count, Data& d) {
     auto dst = std::make_shared<cl::Buffer>(env.ctx, CL_MEM_READ_WRITE, bytes);
     c.run = [&env, src, dst, bytes](int p) {
       cl::Event e;
-      env.queue.enqueueCopyBuffer((*src)[static_cast<std::size_t>(p)], *dst, 0, 0, bytes, nullptr, &e);
+      env.queue.enqueueCopyBuffer((*src)[static_cast<std::size_t>(p)], *dst, 0, 0, bytes, nullptr,
+                                  &e);
       e.wait();
     };
     c.verify = [&env, &d, dst](int p) { return env.device_equals(*dst, d.src[p]); };
@@ -406,7 +422,9 @@ Case make_best(Env& env, const std::string& op, std::size_t count, Data& d) {
       env.queue.enqueueReadBuffer(*buf, CL_TRUE, 0, bytes, pin->ptr);
       *out = std::vector<T>(pin->ptr, pin->ptr + count);
     };
-    c.verify = [&d, out](int p) { return out->size() == d.src[p].size() && same(out->data(), d.src[p]); };
+    c.verify = [&d, out](int p) {
+      return out->size() == d.src[p].size() && same(out->data(), d.src[p]);
+    };
     c.release = [out] { std::vector<T>().swap(*out); };
   }
   return c;
@@ -428,7 +446,9 @@ Case make_boost(Env& env, const std::string& op, std::size_t count, Data& d) {
     c.release = [out] { out->reset(); };
   } else if (op == "upload_existing") {
     auto dst = std::make_shared<compute::vector<T>>(count, env.bctx);
-    c.run = [&q, &d, dst](int p) { compute::copy(d.src[p].begin(), d.src[p].end(), dst->begin(), q); };
+    c.run = [&q, &d, dst](int p) {
+      compute::copy(d.src[p].begin(), d.src[p].end(), dst->begin(), q);
+    };
     c.verify = [&env, &d, dst](int p) { return env.device_equals(wrap(*dst), d.src[p]); };
   } else if (op == "download_caller" || op == "download_new" || op == "d2d_copy") {
     auto src = std::make_shared<std::vector<compute::vector<T>>>();
@@ -450,7 +470,9 @@ Case make_boost(Env& env, const std::string& op, std::size_t count, Data& d) {
         compute::copy(s.begin(), s.end(), v.begin(), q);
         *out = std::move(v);
       };
-      c.verify = [&d, out](int p) { return out->size() == d.src[p].size() && same(out->data(), d.src[p]); };
+      c.verify = [&d, out](int p) {
+        return out->size() == d.src[p].size() && same(out->data(), d.src[p]);
+      };
       c.release = [out] { std::vector<T>().swap(*out); };
     } else {
       auto dst = std::make_shared<compute::vector<T>>(count, env.bctx);
@@ -469,7 +491,9 @@ Case make_boost(Env& env, const std::string& op, std::size_t count, Data& d) {
       compute::copy(dv.begin(), dv.end(), v.begin(), q);
       *out = std::move(v);
     };
-    c.verify = [&d, out](int p) { return out->size() == d.src[p].size() && same(out->data(), d.src[p]); };
+    c.verify = [&d, out](int p) {
+      return out->size() == d.src[p].size() && same(out->data(), d.src[p]);
+    };
     c.release = [out] { std::vector<T>().swap(*out); };
   }
   return c;
@@ -481,7 +505,9 @@ Case make_memcpy(Env&, const std::string& op, std::size_t count, Data& d) {
   const std::size_t bytes = count * sizeof(T);
   Case c;
   auto out = std::make_shared<std::vector<T>>();
-  auto check = [&d, out](int p) { return out->size() == d.src[p].size() && same(out->data(), d.src[p]); };
+  auto check = [&d, out](int p) {
+    return out->size() == d.src[p].size() && same(out->data(), d.src[p]);
+  };
   auto drop = [out] { std::vector<T>().swap(*out); };
   if (op == "upload_fresh" || op == "upload_fresh_repeat_64MiB" || op == "download_new" ||
       op == "roundtrip_seed") {
@@ -640,11 +666,13 @@ std::vector<Result> run_one(Env& env, const Options& o, const std::string& op, s
   return res;
 }
 
-double gbps(std::size_t bytes, double us) { return us > 0 ? static_cast<double>(bytes) / (us * 1e3) : 0; }
+double gbps(std::size_t bytes, double us) {
+  return us > 0 ? static_cast<double>(bytes) / (us * 1e3) : 0;
+}
 
 void print_header() {
-  std::printf("%-26s %9s  %-14s %6s %12s %12s %12s %9s %11s\n", "operation", "size", "method", "reps",
-              "median_us", "q1_us", "q3_us", "GB/s", "clbuf/this");
+  std::printf("%-26s %9s  %-14s %6s %12s %12s %12s %9s %11s\n", "operation", "size", "method",
+              "reps", "median_us", "q1_us", "q3_us", "GB/s", "clbuf/this");
 }
 
 void print_rows(const std::vector<Result>& rs) {
@@ -654,7 +682,8 @@ void print_rows(const std::vector<Result>& rs) {
   }
   for (const auto& r : rs) {
     if (!r.ok) {
-      std::printf("%-26s %9s  %-14s  %s\n", r.op.c_str(), size_name(r.bytes).c_str(), r.method.c_str(),
+      std::printf("%-26s %9s  %-14s  %s\n", r.op.c_str(), size_name(r.bytes).c_str(),
+                  r.method.c_str(),
                   (r.error == "not applicable" ? "n/a" : ("FAILED: " + r.error).c_str()));
       continue;
     }
@@ -837,7 +866,9 @@ int main(int argc, char** argv) {
                                                        : "discrete (pinned staging)",
                 mgr->options().staging_threshold_bytes, mgr->options().staging_chunk_bytes,
                 mgr->options().staging_chunks, mgr->options().copy_threads);
-    std::printf("# median of interleaved repetitions; clbuf/this = time ratio (lower is better for clbuf)\n");
+    std::printf(
+        "# median of interleaved repetitions; clbuf/this = time ratio (lower is better for "
+        "clbuf)\n");
     std::printf("# GB/s = payload bytes / median time (d2d counts the bytes once)\n");
     print_header();
 
@@ -865,9 +896,9 @@ int main(int argc, char** argv) {
       f << "op,bytes,method,reps,median_us,q1_us,q3_us,gbps,ok,device\n";
       for (const auto& r : all) {
         if (r.error == "not applicable") continue;
-        f << r.op << ',' << r.bytes << ',' << r.method << ',' << r.us.size() << ',' << r.median() << ','
-          << r.quantile(0.25) << ',' << r.quantile(0.75) << ',' << gbps(r.bytes, r.median()) << ','
-          << (r.ok ? 1 : 0) << ",\"" << dev.name << "\"\n";
+        f << r.op << ',' << r.bytes << ',' << r.method << ',' << r.us.size() << ',' << r.median()
+          << ',' << r.quantile(0.25) << ',' << r.quantile(0.75) << ',' << gbps(r.bytes, r.median())
+          << ',' << (r.ok ? 1 : 0) << ",\"" << dev.name << "\"\n";
       }
     }
     if (failed) {

@@ -3,15 +3,18 @@
 #   scripts/install-deps.sh            the library, the demo and the C++ tests (PoCL as the device)
 #   scripts/install-deps.sh --all      also what every test needs: the Python module (pybind11,
 #                                      numpy, pytest) and the benchmark peers (Boost.Compute,
-#                                      pyopencl, gnuplot) for the benchmark's smoke test
+#                                      pyopencl, gnuplot) for the benchmark's smoke test; and
+#                                      clang-format-14 for CI's format check
+#                                      (scripts/check-format.sh)
 #   scripts/install-deps.sh --sanitize the sanitizer stage (scripts/sanitize.sh): clang-14 with its
-#                                      sanitizer and libFuzzer runtimes, valgrind, oclgrind
+#                                      sanitizer and libFuzzer runtimes, valgrind, oclgrind, and
+#                                      python3 for scripts/run_label.py
 set -eu
 packages="cmake g++ make pocl-opencl-icd ocl-icd-opencl-dev opencl-clhpp-headers opencl-c-headers clinfo googletest libgtest-dev"
 for arg in "$@"; do
   case "$arg" in
-    --all) packages="$packages pybind11-dev python3-dev python3-numpy python3-pytest libbenchmark-dev libboost-dev python3-pyopencl gnuplot-nox time" ;;
-    --sanitize) packages="$packages clang-14 libclang-rt-14-dev valgrind oclgrind" ;;
+    --all) packages="$packages pybind11-dev python3-dev python3-numpy python3-pytest libbenchmark-dev libboost-dev python3-pyopencl gnuplot-nox time clang-format-14" ;;
+    --sanitize) packages="$packages clang-14 libclang-rt-14-dev valgrind oclgrind python3" ;;
     *) echo "usage: $0 [--all] [--sanitize]" >&2; exit 2 ;;
   esac
 done

@@ -1,14 +1,20 @@
 #!/usr/bin/env bash
 # The sanitizer stage of CI (.ci/run calls it after the main test command); see README
-# "Reliability". Fails on any report. Stages, each timed:
-#   asan      ASan+UBSan (clang-14, leak detection on) over the unit, fault and stress suites
-#   tsan      TSan over the concurrency tests (thread_test, async_test, paths_test, race_test)
-#   valgrind  memcheck over a few test binaries of the plain build
-#   oclgrind  the single-threaded suites under `oclgrind --check-api` (log must stay empty), and
-#             GPU-preferred selection with oclgrind's GPU next to PoCL's CPU
-#   fuzz      libFuzzer smoke runs of the pure-host checks
+# "Reliability". Fails on any report. Which tests a stage runs is chosen by their CTest labels
+# (tests/CMakeLists.txt), never by names here. Stages, each timed:
+#   asan      ASan+UBSan (clang-14, leak detection on): ctest -L 'unit|fault|stress'
+#   tsan      TSan (clang-14), building only what the label needs: ctest -L tsan
+#   valgrind  memcheck over label valgrind in the plain build, one process per test executable
+#             (scripts/run_label.py)
+#   oclgrind  label oclgrind under `oclgrind --check-api` in the plain build, one process per test
+#             executable (oclgrind is not thread-safe): no "Oclgrind - " report in the output and
+#             every log empty; then label two_platforms (GPU-preferred selection and copies
+#             between platforms, with oclgrind's GPU next to PoCL's CPU)
+#   fuzz      the libFuzzer targets (CLBUF_BUILD_FUZZERS=ON), each from its kept corpus
+#             tests/fuzz/corpus/<target>/ (which every build's ctest also replays, label fuzz)
 # Usage: scripts/sanitize.sh [stage...]   (default: all). Environment:
-#   CLBUF_PLAIN_BUILD  a configured, built plain build folder (default: build; built if missing)
+#   CLBUF_PLAIN_BUILD  the plain build folder (default: build; configured again here, so that it
+#                      sees oclgrind, and its labels' executables built)
 #   CLBUF_SANITIZE_DIR prefix of the sanitizer build folders (default: build-rel-)
 #   CLBUF_FUZZ_SECONDS seconds per fuzz target (default 10); JOBS (default: nproc)
 set -euo pipefail
@@ -26,8 +32,8 @@ fuzz_seconds=${CLBUF_FUZZ_SECONDS:-10}
 export CLBUF_REQUIRE_DEVICE=1
 POCL_CACHE_DIR=$(mktemp -d)
 export POCL_CACHE_DIR
-reports=$(mktemp -d)  # every sanitizer report lands here too; any file here fails the stage
-trap 'rm -rf "$POCL_CACHE_DIR"' EXIT
+reports=$(mktemp -d)  # every sanitizer report and tool log lands here; any non-empty file fails
+trap 'rm -rf "$POCL_CACHE_DIR" "$reports"' EXIT
 summary=()
 
 note() { echo "== sanitize: $*"; }
@@ -43,110 +49,100 @@ timed() {  # timed NAME COMMAND...: runs, records the time, fails the script on 
     exit 1
   fi
 }
-no_reports() {  # fails when a sanitizer wrote a report file
-  if compgen -G "$reports/*" > /dev/null; then
-    note "sanitizer reports:"; cat "$reports"/*; return 1
-  fi
+no_reports() {  # fails when a sanitizer or tool wrote a report (an empty log is no report)
+  local status=0 file
+  for file in "$reports"/*; do
+    if [ -s "$file" ]; then
+      status=1
+      note "report $(basename "$file"):"; cat "$file"
+    fi
+  done
+  return $status
 }
-configure() {  # configure DIR FLAGS: a clang-14 build of the tests only
+configure() {  # configure DIR FLAGS [CMAKE_ARG...]: a clang-14 build of the tests only
   cmake -S . -B "$1" -DCMAKE_BUILD_TYPE=Debug -DCMAKE_CXX_COMPILER=clang++-14 \
     -DCMAKE_CXX_FLAGS="${CXXFLAGS:-} $2" -DCMAKE_EXE_LINKER_FLAGS="$2" \
     -DCLBUF_BUILD_EXAMPLES=OFF -DCLBUF_INSTALL=OFF -DCLBUF_BUILD_PYTHON=OFF \
-    -DCLBUF_BUILD_BENCHMARKS=OFF > /dev/null
+    -DCLBUF_BUILD_BENCHMARKS=OFF "${@:3}" > /dev/null
+}
+labelled() {  # labelled DIR LABEL [CTEST_ARG...]: the tests of one label; none at all fails
+  ctest --test-dir "$1" -L "^$2\$" --no-tests=error --output-on-failure -j"$jobs" "${@:3}"
 }
 
 asan() {
   local dir=${prefix}asan
-  local flags="-O1 -g -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined"
+  local flags="-O1 -g -fsanitize=address,undefined -fno-omit-frame-pointer"
+  flags+=" -fno-sanitize-recover=undefined"
   configure "$dir" "$flags" || return 1
   cmake --build "$dir" -j"$jobs" || return 1
   ASAN_OPTIONS="fast_unwind_on_malloc=0:detect_leaks=1:abort_on_error=0:log_path=$reports/asan" \
   LSAN_OPTIONS="suppressions=$root/scripts/lsan.supp:print_suppressions=0" \
   UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1:log_path=$reports/ubsan" \
-    ctest --test-dir "$dir" -L 'unit|fault|stress' --output-on-failure -j"$jobs" --timeout 600 ||
-    { no_reports; return 1; }
+    ctest --test-dir "$dir" -L '^(unit|fault|stress)$' --no-tests=error --output-on-failure \
+      -j"$jobs" --timeout 600 || { no_reports; return 1; }
   no_reports
 }
 
 tsan() {
   local dir=${prefix}tsan
   configure "$dir" "-O1 -g -fsanitize=thread" || return 1
-  cmake --build "$dir" -j"$jobs" --target thread_test async_test paths_test race_test hostile_test || return 1
-  local t
-  for t in thread_test async_test paths_test race_test hostile_test; do
-    TSAN_OPTIONS="halt_on_error=1:second_deadlock_stack=1:log_path=$reports/tsan" \
-      timeout 300 "$dir/tests/$t" --gtest_brief=1 || { no_reports; return 1; }
-  done
+  cmake --build "$dir" -j"$jobs" --target clbuf_tests_tsan || return 1
+  TSAN_OPTIONS="halt_on_error=1:second_deadlock_stack=1:log_path=$reports/tsan" \
+    labelled "$dir" tsan || { no_reports; return 1; }
   no_reports
 }
 
-plain_build() {  # .ci/run has just built it; build it only when it is not there
-  if [ ! -x "$plain/tests/gpu_preferred_test" ]; then
+plain_build() {  # plain_build LABEL...: the plain build, configured again, with what LABELs need
+  local label targets=()
+  for label in "$@"; do targets+=(--target "clbuf_tests_$label"); done
+  if [ -f "$plain/CMakeCache.txt" ]; then
+    cmake "$plain" > /dev/null || return 1  # again: finds oclgrind, installed since .ci/run's build
+  else
     cmake -S . -B "$plain" -DCLBUF_BUILD_EXAMPLES=OFF > /dev/null || return 1
-    cmake --build "$plain" -j"$jobs" || return 1
   fi
+  cmake --build "$plain" -j"$jobs" "${targets[@]}"
 }
 
 valgrind_stage() {
-  plain_build || return 1
+  plain_build valgrind || return 1
   # POCL_MEMORY_LIMIT=1 keeps PoCL's max allocation at 256 MiB: the max-alloc tests allocate
   # that much, and under memcheck a 2 GiB allocation exhausts a 24 GiB machine.
-  local vg=(env POCL_MEMORY_LIMIT=1
-            valgrind --error-exitcode=1 --suppressions=scripts/valgrind.supp
-            --leak-check=full --errors-for-leak-kinds=definite
-            --show-leak-kinds=definite --track-origins=yes --quiet)
-  timeout 600 "${vg[@]}" "$plain/tests/errors_test" --gtest_brief=1 &&
-  timeout 600 "${vg[@]}" "$plain/tests/buffer_test" --gtest_brief=1 \
-    --gtest_filter='-Buffer.ManyManagersComeAndGo' &&
-  timeout 600 "${vg[@]}" "$plain/tests/transfer_test" --gtest_brief=1 \
-    --gtest_filter='-*Large*:*TwentyThousand*:*RandomOperations*:*RandomWindows*' &&
-  timeout 600 "${vg[@]}" "$plain/tests/async_test" --gtest_brief=1
+  POCL_MEMORY_LIMIT=1 python3 "$root/scripts/run_label.py" "$plain" valgrind --jobs "$jobs" \
+    --timeout 600 -- \
+    valgrind --error-exitcode=1 --suppressions="$root/scripts/valgrind.supp" --leak-check=full \
+    --errors-for-leak-kinds=definite --show-leak-kinds=definite --track-origins=yes --quiet
 }
 
 oclgrind_stage() {
-  plain_build || return 1
-  # oclgrind is not thread-safe: single-threaded suites only, and no transfers large enough to
-  # be staged (oclgrind's GPU is a discrete device to clbuf, and staged chunks are enqueued from
-  # several threads): the RoundTrip suites reach the staging threshold and crash oclgrind.
-  local log t failed=0
-  for t in transfer_test errors_test buffer_test async_test adopt_test pool_test telemetry_test; do
-    log=$(mktemp)
-    timeout 600 oclgrind --check-api --log "$log" "$plain/tests/$t" --gtest_brief=1 \
-      --gtest_filter='-*Large*:*TwentyThousand*:*ManyManagers*:*MaxAlloc*:*Threads*:RoundTrip*' || failed=1
-    if [ -s "$log" ]; then
-      note "oclgrind --check-api reported for $t:"; cat "$log"; failed=1
-    fi
-    rm -f "$log"
-  done
-  # GPU preferred: PoCL's CPU listed first, oclgrind's GPU second, through the ICD loader.
-  local vendors
-  vendors=$(mktemp -d)
-  cp /etc/OpenCL/vendors/pocl.icd "$vendors/10-pocl.icd"
-  echo "$(dpkg -L oclgrind | grep 'liboclgrind-rt-icd.so$' | head -1)" > "$vendors/20-oclgrind.icd"
-  OCL_ICD_VENDORS=$vendors OCL_ICD_PLATFORM_SORT=none timeout 120 \
-    "$plain/tests/gpu_preferred_test" 2>&1 | tee "$vendors/out" || failed=1
-  grep -q '^\[       OK \] GpuPreferred' "$vendors/out" || { note "GPU-preferred test did not pass"; failed=1; }
-  rm -rf "$vendors"
-  return $failed
+  plain_build oclgrind two_platforms || return 1
+  # --check-api prints what it finds on stderr ("Oclgrind - OpenCL runtime error detected"),
+  # which does not change the exit status: such a line fails the stage. Its other messages go
+  # to one log per test executable ({name}); every log must stay empty.
+  python3 "$root/scripts/run_label.py" "$plain" oclgrind --jobs "$jobs" --timeout 600 \
+    --fail-on '^Oclgrind - ' -- \
+    oclgrind --check-api --log "$reports/oclgrind-{name}.log" || { no_reports; return 1; }
+  no_reports || return 1
+  # PoCL's CPU listed first, oclgrind's GPU second, through the ICD loader (tests/CMakeLists.txt
+  # registers these only where oclgrind is installed; none is a failure here).
+  labelled "$plain" two_platforms
 }
 
 fuzz() {
-  local dir=${prefix}fuzz t pids=()
-  mkdir -p "$dir"
-  local targets=(range_fits checked_multiply ranges_overlap shape_elements parse_selector)
-  for t in "${targets[@]}"; do
-    clang++-14 -std=c++17 -O1 -g -fsanitize=fuzzer,address,undefined \
-      -fno-sanitize-recover=undefined -I include "tests/fuzz/${t}_fuzz.cpp" -o "$dir/${t}_fuzz" \
-      -lOpenCL &
-    pids+=($!)
-    if [ ${#pids[@]} -ge "$jobs" ]; then wait "${pids[0]}" || return 1; pids=("${pids[@]:1}"); fi
-  done
-  for pid in "${pids[@]}"; do wait "$pid" || return 1; done
-  for t in "${targets[@]}"; do
-    mkdir -p "$dir/corpus/$t"
-    "$dir/${t}_fuzz" -max_total_time="$fuzz_seconds" -print_final_stats=1 "$dir/corpus/$t" \
-      > "$dir/$t.log" 2>&1 || { cat "$dir/$t.log"; return 1; }
-    note "fuzz $t: $(grep -o 'number_of_executed_units: [0-9]*' "$dir/$t.log" | cut -d' ' -f2) executions in ${fuzz_seconds} s"
+  local dir=${prefix}fuzz source t work runs kept
+  configure "$dir" "-O1 -g -fsanitize=address,undefined -fno-sanitize-recover=undefined" \
+    -DCLBUF_BUILD_FUZZERS=ON || return 1
+  cmake --build "$dir" -j"$jobs" --target clbuf_fuzzers || return 1
+  for source in tests/fuzz/*_fuzz.cpp; do
+    t=$(basename "$source" _fuzz.cpp)
+    # New inputs go to a scratch folder; the kept corpus is only read.
+    work=$dir/corpus/$t
+    rm -rf "$work" && mkdir -p "$work"
+    "$dir/tests/fuzz/${t}_fuzz" -max_total_time="$fuzz_seconds" -print_final_stats=1 \
+      -artifact_prefix="$dir/$t-" "$work" "tests/fuzz/corpus/$t" > "$dir/$t.log" 2>&1 ||
+      { cat "$dir/$t.log"; note "fuzz $t: the failing input is in $dir/$t-*"; return 1; }
+    runs=$(grep -o 'number_of_executed_units: [0-9]*' "$dir/$t.log" | cut -d' ' -f2)
+    kept=$(find "tests/fuzz/corpus/$t" -type f | wc -l)
+    note "fuzz $t: $runs executions in ${fuzz_seconds} s from $kept kept inputs"
   done
 }
 

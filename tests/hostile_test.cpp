@@ -166,8 +166,8 @@ TEST_F(HostMemoryShort, DownloadIntoANewVectorThrowsOutOfHostMemory) {
   manager().finish();
   AddressSpaceCap cap(std::size_t{4} << 20);
   if (!cap.active()) GTEST_SKIP() << cap.reason();
-  EXPECT_CLBUF_ERROR(manager().download(buffer), CL_OUT_OF_HOST_MEMORY, "download: ",
-                     std::to_string(count * sizeof(float)) + " bytes of host memory");
+  EXPECT_CLBUF_ERROR(manager().download(buffer), CL_OUT_OF_HOST_MEMORY,
+                     "download: ", std::to_string(count * sizeof(float)) + " bytes of host memory");
   EXPECT_CLBUF_ERROR(manager().download_async(buffer), CL_OUT_OF_HOST_MEMORY, "download_async: ");
   cap.lift();
   EXPECT_EQ(manager().download(buffer).size(), count);  // and usable afterwards
@@ -441,8 +441,10 @@ struct Twelve {
 };
 
 TEST_F(FillNoHostAccess, PatternsOfAnySizeFillWhateverTheHostAccessFlags) {
-  for (cl_mem_flags flags : {cl_mem_flags{CL_MEM_HOST_NO_ACCESS}, cl_mem_flags{CL_MEM_HOST_READ_ONLY}}) {
-    SCOPED_TRACE(flags == CL_MEM_HOST_NO_ACCESS ? "CL_MEM_HOST_NO_ACCESS" : "CL_MEM_HOST_READ_ONLY");
+  for (cl_mem_flags flags :
+       {cl_mem_flags{CL_MEM_HOST_NO_ACCESS}, cl_mem_flags{CL_MEM_HOST_READ_ONLY}}) {
+    SCOPED_TRACE(flags == CL_MEM_HOST_NO_ACCESS ? "CL_MEM_HOST_NO_ACCESS"
+                                                : "CL_MEM_HOST_READ_ONLY");
     fill_and_check(flags, clbuf_test::Rgb{1, 2, 3});
     fill_and_check(flags, Twelve{0xdeadbeef, 7, 0x12345678});
     fill_and_check(flags, std::uint32_t{0xa5a5f00d});

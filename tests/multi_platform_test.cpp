@@ -1,4 +1,5 @@
-// The tests of multi_device_test.cpp with two platforms, PoCL and oclgrind (tests/CMakeLists.txt
-// points the ICD loader at both): copies between managers of different platforms.
+// Two platforms, PoCL and oclgrind (tests/CMakeLists.txt points the ICD loader at both): the
+// cases of support/multi_device_cases.hpp as suite MultiPlatform, copies between managers of
+// different platforms.
 #define CLBUF_MULTI_SUITE MultiPlatform
-#include "multi_device_test.cpp"  // NOLINT(bugprone-suspicious-include)
+#include "support/multi_device_cases.hpp"

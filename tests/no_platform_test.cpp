@@ -3,8 +3,8 @@
 // no environment from CTest and runs the same on any machine (the H200's run script sets
 // OCL_ICD_VENDORS to NVIDIA's driver). list_devices() is empty and every constructor that must
 // pick a device throws CL_PLATFORM_NOT_FOUND_KHR (-1001), saying how to install a driver.
-#include <clbuf/clbuf.hpp>
 #include <unistd.h>
+#include <clbuf/clbuf.hpp>
 
 #include <cstdlib>
 #include <string>

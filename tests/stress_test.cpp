@@ -3,13 +3,12 @@
 // shadow with sentinels, random operations over eight buffers against a model, sizes around every
 // boundary from misaligned host pointers, 20,000 tiny buffers, 200 managers, and an allocation of
 // exactly the device's max allocation (POCL_MEMORY_LIMIT=1 keeps it at 256 MiB).
-#include <algorithm>
 #include <cstdint>
-#include <cstring>
 #include <string>
 #include <vector>
 
 #include "support/device_test.hpp"
+#include "support/random_workload.hpp"
 
 namespace {
 
@@ -28,101 +27,21 @@ class Stress : public clbuf_test::ModelTest {
   clbuf::BufferManager& m() { return paths(); }
 };
 
+// The random workloads of tests/support/random_workload.hpp, shared with the transfer suite.
 TEST_P(Stress, ThousandRandomWindowsMatchAHostShadowWithSentinels) {
-  const std::size_t n = 20011;  // 80 KB: windows both below and above the staging threshold
-  auto shadow = random<std::uint32_t>(n);
-  auto buffer = m().upload(shadow);
-  for (int i = 0; i < 1000; ++i) {
-    const std::size_t offset = pick(0, n);
-    const std::size_t count = pick(0, n - offset);
-    auto host = sentinels<std::uint32_t>(count + 2);
-    if (i % 2 == 0) {
-      const auto patch = random<std::uint32_t>(count);
-      std::copy(patch.begin(), patch.end(), host.begin() + 1);
-      m().upload(buffer, &host[1], count, offset);
-      std::copy(patch.begin(), patch.end(), shadow.begin() + static_cast<std::ptrdiff_t>(offset));
-    } else {
-      m().download(buffer, &host[1], count, offset);
-      ASSERT_TRUE(same_bytes(shadow.data() + offset, &host[1], count * 4))
-          << "iteration " << i << ": " << count << " elements at " << offset;
-    }
-    ASSERT_TRUE(all_sentinel(&host[0], 4)) << "iteration " << i;
-    ASSERT_TRUE(all_sentinel(&host[count + 1], 4)) << "iteration " << i;
-    if (i % 100 == 99) {
-      ASSERT_TRUE(same_bytes(shadow, m().download(buffer))) << "iteration " << i;
-    }
-  }
-  EXPECT_TRUE(same_bytes(shadow, m().download(buffer)));
+  clbuf_test::RandomWindows workload;
+  workload.elements = 20011;  // 80 KB: windows both below and above the staging threshold
+  workload.iterations = 1000;
+  workload.check_every = 100;
+  EXPECT_TRUE(workload.run(m(), seed_));
 }
 
 TEST_P(Stress, FiveHundredRandomOperationsOnEightBuffersMatchAModel) {
-  constexpr std::size_t count = 8;
-  std::vector<std::vector<std::uint8_t>> model;
-  std::vector<clbuf::DeviceBuffer<std::uint8_t>> device;
-  for (std::size_t i = 0; i < count; ++i) {
-    model.push_back(random<std::uint8_t>(pick(1, 20000)));
-    device.push_back(m().upload(model.back()));
-  }
-  for (int step = 0; step < 500; ++step) {
-    const std::size_t a = pick(0, count - 1);
-    const std::size_t b = pick(0, count - 1);
-    switch (pick(0, 6)) {
-      case 0: {  // replace with a fresh upload of a new size (pool reuse)
-        model[a] = random<std::uint8_t>(pick(0, 20000));
-        device[a] = m().upload(model[a]);
-        break;
-      }
-      case 1: {  // upload a window
-        const std::size_t offset = pick(0, model[a].size());
-        const auto patch = random<std::uint8_t>(pick(0, model[a].size() - offset));
-        m().upload(device[a], patch, offset);
-        std::copy(patch.begin(), patch.end(),
-                  model[a].begin() + static_cast<std::ptrdiff_t>(offset));
-        break;
-      }
-      case 2: {  // copy_bytes, rejected exactly when the ranges of one buffer overlap
-        const std::size_t limit = std::min(model[a].size(), model[b].size());
-        const std::size_t bytes = pick(0, limit);
-        const std::size_t src = pick(0, model[a].size() - bytes);
-        const std::size_t dst = pick(0, model[b].size() - bytes);
-        const bool overlaps =
-            a == b && bytes != 0 && (src < dst ? dst - src < bytes : src - dst < bytes);
-        if (overlaps) {
-          EXPECT_CLBUF_ERROR(m().copy_bytes(device[a], device[b], bytes, src, dst),
-                             CL_MEM_COPY_OVERLAP, "copy_bytes: ");
-        } else {
-          m().copy_bytes(device[a], device[b], bytes, src, dst);
-          std::memmove(model[b].data() + dst, model[a].data() + src, bytes);
-        }
-        break;
-      }
-      case 3: {  // an out-of-range window is rejected and changes nothing
-        const std::size_t size = model[a].size();
-        const std::size_t offset = pick(0, size + 2);
-        const std::size_t length = size - std::min(size, offset) + pick(1, 3);
-        const auto patch = random<std::uint8_t>(length);
-        EXPECT_CLBUF_ERROR(m().upload(device[a], patch, offset), CL_INVALID_VALUE, "upload: ");
-        break;
-      }
-      case 4: {  // async download of a whole buffer
-        auto future = m().download_async(device[a]);
-        ASSERT_TRUE(same_bytes(model[a], future.get())) << "step " << step;
-        break;
-      }
-      case 5: {  // async copy of a window between different buffers
-        if (a == b) break;
-        const std::size_t bytes = pick(0, std::min(model[a].size(), model[b].size()));
-        m().copy_bytes_async(device[a], device[b], bytes).wait();
-        std::memcpy(model[b].data(), model[a].data(), bytes);
-        break;
-      }
-      default:
-        ASSERT_TRUE(same_bytes(model[a], m().download(device[a]))) << "step " << step;
-    }
-  }
-  for (std::size_t i = 0; i < count; ++i) {
-    EXPECT_TRUE(same_bytes(model[i], m().download(device[i]))) << "buffer " << i;
-  }
+  clbuf_test::RandomOperations workload;
+  workload.buffers = 8;
+  workload.operations = 500;
+  workload.max_bytes = 20000;  // staged (from 8 KiB) and not
+  EXPECT_TRUE(workload.run(m(), seed_));
 }
 
 TEST_P(Stress, BoundarySizesFromMisalignedPointersRoundTrip) {

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "support/device_test.hpp"
+#include "support/random_workload.hpp"
 
 namespace {
 
@@ -446,87 +447,21 @@ TEST_F(Transfer, FinishWithNothingQueuedReturns) {
 // ---------------------------------------------------------------------------------------------
 // Stress against a host model.
 
+// The random workloads of tests/support/random_workload.hpp, shared with the stress suite (which
+// runs them on every MemoryModel with larger buffers), here on the default manager.
 TEST_F(Transfer, RandomWindowsMatchAHostShadow) {
-  const std::size_t n = 4099;
-  auto shadow = random<std::uint32_t>(n);
-  auto buffer = manager().upload(shadow);
-  for (int i = 0; i < 1000; ++i) {
-    const std::size_t offset = pick(0, n);
-    const std::size_t count = pick(0, n - offset);
-    if (i % 2 == 0) {
-      const auto patch = random<std::uint32_t>(count);
-      manager().upload(buffer, patch.data(), count, offset);
-      std::copy(patch.begin(), patch.end(), shadow.begin() + static_cast<std::ptrdiff_t>(offset));
-    } else {
-      auto out = sentinels<std::uint32_t>(count + 2);
-      manager().download(buffer, &out[1], count, offset);
-      ASSERT_TRUE(same_bytes(shadow.data() + offset, &out[1], count * 4))
-          << "iteration " << i << ": " << count << " at " << offset;
-      ASSERT_TRUE(all_sentinel(&out[0], 4)) << "iteration " << i;
-      ASSERT_TRUE(all_sentinel(&out[count + 1], 4)) << "iteration " << i;
-    }
-  }
-  EXPECT_TRUE(same_bytes(shadow, manager().download(buffer)));
+  clbuf_test::RandomWindows workload;
+  workload.elements = 4099;
+  workload.iterations = 1000;
+  EXPECT_TRUE(workload.run(manager(), seed_));
 }
 
 TEST_F(Transfer, RandomOperationsOnEightBuffersMatchAModel) {
-  constexpr std::size_t buffers_count = 8;
-  std::vector<std::vector<std::uint8_t>> model;
-  std::vector<clbuf::DeviceBuffer<std::uint8_t>> device;
-  for (std::size_t i = 0; i < buffers_count; ++i) {
-    model.push_back(random<std::uint8_t>(pick(1, 3000)));
-    device.push_back(manager().upload(model.back()));
-  }
-  for (int step = 0; step < 500; ++step) {
-    const std::size_t a = pick(0, buffers_count - 1);
-    const std::size_t b = pick(0, buffers_count - 1);
-    switch (pick(0, 4)) {
-      case 0: {  // replace a buffer with a fresh upload of a new size
-        model[a] = random<std::uint8_t>(pick(0, 3000));
-        device[a] = manager().upload(model[a]);
-        break;
-      }
-      case 1: {  // upload a window
-        const std::size_t offset = pick(0, model[a].size());
-        const auto patch = random<std::uint8_t>(pick(0, model[a].size() - offset));
-        manager().upload(device[a], patch, offset);
-        std::copy(patch.begin(), patch.end(),
-                  model[a].begin() + static_cast<std::ptrdiff_t>(offset));
-        break;
-      }
-      case 2: {  // copy_bytes between two buffers, or within one without overlap
-        const std::size_t limit = std::min(model[a].size(), model[b].size());
-        const std::size_t bytes = pick(0, limit / 2);
-        const std::size_t src_offset = pick(0, model[a].size() - bytes);
-        std::size_t dst_offset = pick(0, model[b].size() - bytes);
-        if (a == b) {
-          const bool overlaps =
-              bytes != 0 && (src_offset < dst_offset ? dst_offset - src_offset < bytes
-                                                     : src_offset - dst_offset < bytes);
-          if (overlaps) break;
-        }
-        manager().copy_bytes(device[a], device[b], bytes, src_offset, dst_offset);
-        std::memmove(model[b].data() + dst_offset, model[a].data() + src_offset, bytes);
-        break;
-      }
-      case 3: {  // whole copy between equal sizes
-        if (a == b) break;
-        if (model[a].size() != model[b].size()) {
-          model[b] = random<std::uint8_t>(model[a].size());
-          device[b] = manager().upload(model[b]);
-        }
-        manager().copy(device[a], device[b]);
-        model[b] = model[a];
-        break;
-      }
-      default: {  // check one buffer
-        ASSERT_TRUE(same_bytes(model[a], manager().download(device[a]))) << "step " << step;
-      }
-    }
-  }
-  for (std::size_t i = 0; i < buffers_count; ++i) {
-    EXPECT_TRUE(same_bytes(model[i], manager().download(device[i]))) << "buffer " << i;
-  }
+  clbuf_test::RandomOperations workload;
+  workload.buffers = 8;
+  workload.operations = 500;
+  workload.max_bytes = 3000;
+  EXPECT_TRUE(workload.run(manager(), seed_));
 }
 
 TEST_F(Transfer, TwentyThousandTinyBuffers) {

@@ -8,7 +8,8 @@
 //
 // Build (Debian 12, in the project root):
 //   mkdir -p build-gpu-repro
-//   g++ -std=c++17 -O2 -g -I/work/main/include bench/gpu/views_repro.cpp -o /work/main/build-gpu-repro/views_repro -lOpenCL -lpthread
+//   g++ -std=c++17 -O2 -g -I/work/main/include bench/gpu/views_repro.cpp -o
+//   /work/main/build-gpu-repro/views_repro -lOpenCL -lpthread
 //
 // Run here on PoCL (the default MemoryModel::host there; --discrete forces clbuf's discrete-GPU
 // path with pinned staging, as on the H200):
@@ -19,8 +20,9 @@
 // build-gpu-repro there):
 //   for f in .dev/*.deb; do dpkg -x $f /tmp/cl; done
 //   mkdir -p /tmp/vend && echo /usr/lib/libnvidia-opencl.so > /tmp/vend/nvidia.icd
-//   export OCL_ICD_VENDORS=/tmp/vend LD_LIBRARY_PATH=/tmp/cl/usr/lib/x86_64-linux-gnu:$LD_LIBRARY_PATH
-//   timeout 300 build-gpu-repro/views_repro 2>&1 | tee $OUT/views_repro.txt
+//   export OCL_ICD_VENDORS=/tmp/vend
+//   LD_LIBRARY_PATH=/tmp/cl/usr/lib/x86_64-linux-gnu:$LD_LIBRARY_PATH timeout 300
+//   build-gpu-repro/views_repro 2>&1 | tee $OUT/views_repro.txt
 //
 // Options: --device SEL (as CLBUF_DEVICE: gpu, cpu, P:D, name part), --reps N (3),
 //          --discrete (clbuf variants force MemoryModel::discrete; on the H200 the default
@@ -71,11 +73,17 @@ struct Region {
   std::size_t offset, bytes;
 };
 // The finding's views: overlapping, all at multiples of 4096 bytes.
-const std::vector<Region> kOverlapping = {
-    {0, 8 * MiB}, {4096, 8 * MiB}, {12288, 16 * MiB + 4 * KiB}, {28311552, 5 * MiB}, {28672, 1 * MiB}};
+const std::vector<Region> kOverlapping = {{0, 8 * MiB},
+                                          {4096, 8 * MiB},
+                                          {12288, 16 * MiB + 4 * KiB},
+                                          {28311552, 5 * MiB},
+                                          {28672, 1 * MiB}};
 // Same sizes where they fit (the third shrunk to 8 MiB), disjoint, at multiples of 1 MiB.
-const std::vector<Region> kDisjoint = {
-    {0, 8 * MiB}, {8 * MiB, 8 * MiB}, {16 * MiB, 8 * MiB}, {24 * MiB, 5 * MiB}, {29 * MiB, 1 * MiB}};
+const std::vector<Region> kDisjoint = {{0, 8 * MiB},
+                                       {8 * MiB, 8 * MiB},
+                                       {16 * MiB, 8 * MiB},
+                                       {24 * MiB, 5 * MiB},
+                                       {29 * MiB, 1 * MiB}};
 
 // ---- Child-side logging: straight write(2), so that nothing is lost in a stdio buffer when the
 // child dies. Lines: "step ..." (progress; the parent shows the last ones when a child dies),
@@ -158,7 +166,8 @@ long leftover(std::string& names) {
 
 cl_int driver_mem_refcount(cl_mem m) {
   cl_uint n = 0;
-  if (::clGetMemObjectInfo(m, CL_MEM_REFERENCE_COUNT, sizeof n, &n, nullptr) != CL_SUCCESS) return -1;
+  if (::clGetMemObjectInfo(m, CL_MEM_REFERENCE_COUNT, sizeof n, &n, nullptr) != CL_SUCCESS)
+    return -1;
   return static_cast<cl_int>(n);
 }
 
@@ -170,7 +179,7 @@ cl_int driver_mem_refcount(cl_mem m) {
 #define HIDDEN __attribute__((visibility("hidden")))
 extern "C" {
 HIDDEN cl_mem CL_API_CALL clCreateBuffer(cl_context context, cl_mem_flags flags, size_t size,
-                                               void* host_ptr, cl_int* errcode_ret) {
+                                         void* host_ptr, cl_int* errcode_ret) {
   using Fn = cl_mem(CL_API_CALL*)(cl_context, cl_mem_flags, size_t, void*, cl_int*);
   static Fn real = reinterpret_cast<Fn>(dlsym(RTLD_NEXT, "clCreateBuffer"));
   cl_mem m = real(context, flags, size, host_ptr, errcode_ret);
@@ -179,9 +188,10 @@ HIDDEN cl_mem CL_API_CALL clCreateBuffer(cl_context context, cl_mem_flags flags,
   return m;
 }
 HIDDEN cl_mem CL_API_CALL clCreateSubBuffer(cl_mem buffer, cl_mem_flags flags,
-                                                  cl_buffer_create_type type, const void* info,
-                                                  cl_int* errcode_ret) {
-  using Fn = cl_mem(CL_API_CALL*)(cl_mem, cl_mem_flags, cl_buffer_create_type, const void*, cl_int*);
+                                            cl_buffer_create_type type, const void* info,
+                                            cl_int* errcode_ret) {
+  using Fn =
+      cl_mem(CL_API_CALL*)(cl_mem, cl_mem_flags, cl_buffer_create_type, const void*, cl_int*);
   static Fn real = reinterpret_cast<Fn>(dlsym(RTLD_NEXT, "clCreateSubBuffer"));
   cl_mem m = real(buffer, flags, type, info, errcode_ret);
   ledger::created(m);
@@ -220,7 +230,8 @@ HIDDEN cl_int CL_API_CALL clReleaseMemObject(cl_mem memobj) {
     line("OVERRELEASE ", "clReleaseMemObject(%p %s) with ledger count %ld (a release too many)",
          (void*)memobj, name.empty() ? "unnamed" : name.c_str(), before);
   }
-  if (!name.empty()) STEP("clReleaseMemObject(%s) ledger %ld->%ld ...", name.c_str(), before, before - 1);
+  if (!name.empty())
+    STEP("clReleaseMemObject(%s) ledger %ld->%ld ...", name.c_str(), before, before - 1);
   const cl_int r = real(memobj);
   if (!name.empty()) STEP("clReleaseMemObject(%s) returned %d", name.c_str(), r);
   return r;
@@ -286,11 +297,11 @@ V device_value(cl_device_id d, cl_device_info what) {
 
 // ---- A raw imitation of clbuf's Stager (staging.hpp) ----------------------------------------
 struct Geometry {
-  unsigned threads;           // worker 0 is the calling thread
-  std::size_t slots;          // pinned chunks in all, shared out evenly among the threads
-  std::size_t slot_bytes;     // bytes per pinned chunk
-  bool clbuf_chunking;        // chunk = clamp(round_4K(bytes / threads), 256 KiB, slot) as clbuf
-  bool flush_reads;           // clFlush after each read enqueue too (clbuf only waits)
+  unsigned threads;        // worker 0 is the calling thread
+  std::size_t slots;       // pinned chunks in all, shared out evenly among the threads
+  std::size_t slot_bytes;  // bytes per pinned chunk
+  bool clbuf_chunking;     // chunk = clamp(round_4K(bytes / threads), 256 KiB, slot) as clbuf
+  bool flush_reads;        // clFlush after each read enqueue too (clbuf only waits)
 };
 
 // clbuf's own numbers for this host (set_up_paths + Stager's constructor, default Options).
@@ -410,7 +421,8 @@ class RawStager {
     if (err == CL_SUCCESS) return true;
     std::lock_guard<std::mutex> lock(mutex_);
     if (!job.failed.exchange(true)) {
-      job.error = std::string(call) + " -> " + clbuf::error_name(err) + " (" + std::to_string(err) + ")";
+      job.error =
+          std::string(call) + " -> " + clbuf::error_name(err) + " (" + std::to_string(err) + ")";
     }
     return false;
   }
@@ -485,12 +497,12 @@ struct Variant {
   // clbuf
   bool staging_off = false;
   Order order = Order::forward;
-  bool transfer_views = true;    // L: no download/upload of the views
+  bool transfer_views = true;  // L: no download/upload of the views
   // raw
   Transfer transfer = Transfer::blocking;
-  bool via_parent = false;       // F: address the parent at view offset + chunk offset
-  bool one_at_a_time = false;    // I: create, read, write, release each sub-buffer in turn
-  bool clbuf_refs = false;       // M: clbuf's retain/release sequence around each view
+  bool via_parent = false;     // F: address the parent at view offset + chunk offset
+  bool one_at_a_time = false;  // I: create, read, write, release each sub-buffer in turn
+  bool clbuf_refs = false;     // M: clbuf's retain/release sequence around each view
   // Self-tests of the harness (run only when named): 's' SIGSEGV after the views are made,
   // 'h' hang (SIGALRM), 'm' a corrupted byte (mismatch), 'o' a release too many, 'e' CL error.
   char fault = 0;
@@ -499,7 +511,8 @@ struct Variant {
 const std::vector<Variant>& variants() {
   static const std::vector<Variant> list = [] {
     std::vector<Variant> v;
-    Variant a{"A", "clbuf default: upload, 5 overlapping views, dl+ul each, destroy views in order", Kind::clbuf};
+    Variant a{"A", "clbuf default: upload, 5 overlapping views, dl+ul each, destroy views in order",
+              Kind::clbuf};
     v.push_back(a);
     Variant b = a;
     b.id = "B";
@@ -511,7 +524,8 @@ const std::vector<Variant>& variants() {
     c.what = "clbuf as A, views destroyed in reverse order";
     c.order = Order::reverse;
     v.push_back(c);
-    Variant d{"D", "raw: all 5 sub-buffers up front, blocking read+write from malloc, release", Kind::raw};
+    Variant d{"D", "raw: all 5 sub-buffers up front, blocking read+write from malloc, release",
+              Kind::raw};
     d.transfer = Transfer::blocking;
     v.push_back(d);
     Variant e = d;
@@ -580,8 +594,8 @@ void print_alignment(std::size_t align_bytes) {
     std::string s;
     for (std::size_t i = 0; i < layout->size(); ++i) {
       const Region& r = (*layout)[i];
-      s += " v" + std::to_string(i) + "@" + std::to_string(r.offset) + "+" + std::to_string(r.bytes) +
-           (r.offset % align_bytes == 0 ? ":aligned" : ":MISALIGNED");
+      s += " v" + std::to_string(i) + "@" + std::to_string(r.offset) + "+" +
+           std::to_string(r.bytes) + (r.offset % align_bytes == 0 ? ":aligned" : ":MISALIGNED");
     }
     NOTE("INFO %s layout vs MEM_BASE_ADDR_ALIGN %zu B:%s",
          layout == &kOverlapping ? "overlapping" : "disjoint", align_bytes, s.c_str());
@@ -601,12 +615,14 @@ int run_info() {
   NOTE("INFO device: %s | vendor %s | %s | driver %s", device_string(d, CL_DEVICE_NAME).c_str(),
        device_string(d, CL_DEVICE_VENDOR).c_str(), device_string(d, CL_DEVICE_VERSION).c_str(),
        device_string(d, CL_DRIVER_VERSION).c_str());
-  NOTE("INFO CL_DEVICE_MEM_BASE_ADDR_ALIGN: %u bits = %u bytes; host unified memory: %s; "
-       "global %llu MiB; max alloc %llu MiB",
-       align_bits, align_bits / 8,
-       device_value<cl_bool>(d, CL_DEVICE_HOST_UNIFIED_MEMORY) ? "yes" : "no",
-       static_cast<unsigned long long>(device_value<cl_ulong>(d, CL_DEVICE_GLOBAL_MEM_SIZE) / MiB),
-       static_cast<unsigned long long>(device_value<cl_ulong>(d, CL_DEVICE_MAX_MEM_ALLOC_SIZE) / MiB));
+  NOTE(
+      "INFO CL_DEVICE_MEM_BASE_ADDR_ALIGN: %u bits = %u bytes; host unified memory: %s; "
+      "global %llu MiB; max alloc %llu MiB",
+      align_bits, align_bits / 8,
+      device_value<cl_bool>(d, CL_DEVICE_HOST_UNIFIED_MEMORY) ? "yes" : "no",
+      static_cast<unsigned long long>(device_value<cl_ulong>(d, CL_DEVICE_GLOBAL_MEM_SIZE) / MiB),
+      static_cast<unsigned long long>(device_value<cl_ulong>(d, CL_DEVICE_MAX_MEM_ALLOC_SIZE) /
+                                      MiB));
   print_alignment(std::max<std::size_t>(1, align_bits / 8));
   {
     clbuf::Options options;
@@ -614,14 +630,15 @@ int run_info() {
     clbuf::BufferManager manager(g_selector, options);
     const clbuf::MemoryModel model = manager.memory_model();
     const Geometry g = clbuf_geometry();
-    NOTE("INFO clbuf picks: %s (%s); memory model %s; copy_threads %u; stager %u threads x %zu "
-         "slots of %zu KiB; staging threshold %zu MiB; hardware_concurrency %u",
-         manager.device().name.c_str(), manager.selection_reason().c_str(),
-         model == clbuf::MemoryModel::discrete ? "discrete (staged)"
-         : model == clbuf::MemoryModel::host   ? "host (memcpy, no staging)"
-                                               : "unified (no staging)",
-         manager.options().copy_threads, g.threads, g.slots / g.threads, g.slot_bytes / KiB,
-         manager.options().staging_threshold_bytes / MiB, std::thread::hardware_concurrency());
+    NOTE(
+        "INFO clbuf picks: %s (%s); memory model %s; copy_threads %u; stager %u threads x %zu "
+        "slots of %zu KiB; staging threshold %zu MiB; hardware_concurrency %u",
+        manager.device().name.c_str(), manager.selection_reason().c_str(),
+        model == clbuf::MemoryModel::discrete ? "discrete (staged)"
+        : model == clbuf::MemoryModel::host   ? "host (memcpy, no staging)"
+                                              : "unified (no staging)",
+        manager.options().copy_threads, g.threads, g.slots / g.threads, g.slot_bytes / KiB,
+        manager.options().staging_threshold_bytes / MiB, std::thread::hardware_concurrency());
   }
   return 0;
 }
@@ -631,8 +648,10 @@ int run_info() {
 void note_refs(const std::vector<cl_mem>& views, cl_mem parent) {
   std::string ledger_counts, driver_counts;
   for (cl_mem m : views) {
-    ledger_counts += (ledger_counts.empty() ? "" : ",") + (m ? std::to_string(ledger::count(m)) : "-");
-    driver_counts += (driver_counts.empty() ? "" : ",") + (m ? std::to_string(driver_mem_refcount(m)) : "-");
+    ledger_counts +=
+        (ledger_counts.empty() ? "" : ",") + (m ? std::to_string(ledger::count(m)) : "-");
+    driver_counts +=
+        (driver_counts.empty() ? "" : ",") + (m ? std::to_string(driver_mem_refcount(m)) : "-");
   }
   g_refs = "refs views " + ledger_counts + " (driver " + driver_counts + "), parent " +
            std::to_string(ledger::count(parent)) + " (driver " +
@@ -664,16 +683,19 @@ int run_clbuf(const Variant& v) {
 
   std::vector<std::optional<clbuf::DeviceBuffer<Elem>>> views(layout.size());
   for (std::size_t i = 0; i < layout.size(); ++i) {
-    views[i].emplace(manager->view(*parent, layout[i].offset / sizeof(Elem), layout[i].bytes / sizeof(Elem)));
+    views[i].emplace(
+        manager->view(*parent, layout[i].offset / sizeof(Elem), layout[i].bytes / sizeof(Elem)));
     ledger::name(views[i]->native()(), "view" + std::to_string(i));
     STEP("made %s", region_name(i, layout[i]).c_str());
   }
   if (v.transfer_views) {
     for (std::size_t i = 0; i < layout.size(); ++i) {
-      const std::size_t first = layout[i].offset / sizeof(Elem), count = layout[i].bytes / sizeof(Elem);
+      const std::size_t first = layout[i].offset / sizeof(Elem),
+                        count = layout[i].bytes / sizeof(Elem);
       const std::string label = region_name(i, layout[i]);
       std::vector<Elem> got = manager->download(*views[i]);
-      compare(("download " + label).c_str(), got.data(), shadow.data() + first, count, layout[i].offset);
+      compare(("download " + label).c_str(), got.data(), shadow.data() + first, count,
+              layout[i].offset);
       std::vector<Elem> fresh(count);
       fill_random(fresh.data(), count);
       manager->upload(*views[i], fresh);
@@ -770,12 +792,13 @@ int run_raw(const Variant& v) {
   bool lease_retained = false;
   auto make_sub = [&](std::size_t i) {
     const cl_buffer_region area = {layout[i].offset, layout[i].bytes};
-    subs[i] = clCreateSubBuffer(parent, CL_MEM_READ_WRITE, CL_BUFFER_CREATE_TYPE_REGION, &area, &err);
+    subs[i] =
+        clCreateSubBuffer(parent, CL_MEM_READ_WRITE, CL_BUFFER_CREATE_TYPE_REGION, &area, &err);
     ck(err, ("clCreateSubBuffer " + region_name(i, layout[i])).c_str());
     ledger::name(subs[i], "view" + std::to_string(i));
     if (v.clbuf_refs) {
       ck(clRetainMemObject(parent), "clRetainMemObject(root_)");  // result.root_
-      ck(clRetainContext(ctx), "clRetainContext");                 // result.context_
+      ck(clRetainContext(ctx), "clRetainContext");                // result.context_
       if (!lease_retained) {  // parent.share_memory(): the Lease copies the Allocation
         ck(clRetainMemObject(parent), "clRetainMemObject(lease)");
         lease_retained = true;
@@ -814,7 +837,8 @@ int run_raw(const Variant& v) {
   if (v.transfer != Transfer::none) {
     for (std::size_t i = 0; i < layout.size(); ++i) {
       if (v.one_at_a_time) make_sub(i);
-      const std::size_t first = layout[i].offset / sizeof(Elem), count = layout[i].bytes / sizeof(Elem);
+      const std::size_t first = layout[i].offset / sizeof(Elem),
+                        count = layout[i].bytes / sizeof(Elem);
       const std::string label = region_name(i, layout[i]);
       cl_mem target = v.via_parent ? parent : subs[i];
       const std::size_t base = v.via_parent ? layout[i].offset : 0;
@@ -845,8 +869,8 @@ int run_raw(const Variant& v) {
   }
   STEP("release parent ...");
   if (v.clbuf_refs) {
-    ck(clReleaseContext(ctx), "clReleaseContext");          // parent DeviceBuffer's context_
-    ck(clReleaseMemObject(parent), "clReleaseMemObject");   // parent DeviceBuffer's memory_
+    ck(clReleaseContext(ctx), "clReleaseContext");         // parent DeviceBuffer's context_
+    ck(clReleaseMemObject(parent), "clReleaseMemObject");  // parent DeviceBuffer's memory_
   }
   if (!v.clbuf_refs) {
     ck(clReleaseMemObject(parent), "clReleaseMemObject(parent)");
@@ -902,15 +926,24 @@ struct Outcome {
 
 std::string signal_name(int sig) {
   switch (sig) {
-    case SIGSEGV: return "SIGSEGV";
-    case SIGABRT: return "SIGABRT";
-    case SIGBUS: return "SIGBUS";
-    case SIGALRM: return "SIGALRM";
-    case SIGKILL: return "SIGKILL";
-    case SIGFPE: return "SIGFPE";
-    case SIGILL: return "SIGILL";
-    case SIGTERM: return "SIGTERM";
-    default: return "SIG" + std::to_string(sig);
+    case SIGSEGV:
+      return "SIGSEGV";
+    case SIGABRT:
+      return "SIGABRT";
+    case SIGBUS:
+      return "SIGBUS";
+    case SIGALRM:
+      return "SIGALRM";
+    case SIGKILL:
+      return "SIGKILL";
+    case SIGFPE:
+      return "SIGFPE";
+    case SIGILL:
+      return "SIGILL";
+    case SIGTERM:
+      return "SIGTERM";
+    default:
+      return "SIG" + std::to_string(sig);
   }
 }
 
@@ -1072,8 +1105,10 @@ int main(int argc, char** argv) {
       for (const Variant& v : variants()) std::printf("%-5s  %s\n", v.id, v.what);
       return 0;
     } else if (a == "--help" || a == "-h") {
-      std::printf("usage: %s [--device SEL] [--reps N] [--discrete] [--verbose] [--alarm S] [--budget-s S] [--list] [VARIANT...]\n",
-                  argv[0]);
+      std::printf(
+          "usage: %s [--device SEL] [--reps N] [--discrete] [--verbose] [--alarm S] [--budget-s S] "
+          "[--list] [VARIANT...]\n",
+          argv[0]);
       return 0;
     } else {
       wanted.push_back(a);
@@ -1084,7 +1119,8 @@ int main(int argc, char** argv) {
     bool take = wanted.empty();
     if (v.fault != 0) take = false;  // self-tests only by name
     for (const std::string& w : wanted) {
-      take = take || w == v.id || (w.size() == 1 && v.id[1] == '\0' && std::toupper(w[0]) == v.id[0]);
+      take =
+          take || w == v.id || (w.size() == 1 && v.id[1] == '\0' && std::toupper(w[0]) == v.id[0]);
     }
     if (take) chosen.push_back(&v);
   }
@@ -1099,7 +1135,9 @@ int main(int argc, char** argv) {
   for (const Region& r : kDisjoint) std::printf(" %zu+%zu", r.offset, r.bytes);
   const char* env = std::getenv("CLBUF_DEVICE");
   std::printf("\nselector: %s; clbuf variants: %s; reps %d; pid %d\n",
-              !g_selector.empty() ? g_selector.c_str() : env && *env ? env : "(clbuf default)",
+              !g_selector.empty() ? g_selector.c_str()
+              : env && *env       ? env
+                                  : "(clbuf default)",
               g_discrete ? "--discrete (MemoryModel::discrete forced)" : "MemoryModel::automatic",
               reps, static_cast<int>(::getpid()));
   run_child(nullptr, 0, "info");

@@ -2,7 +2,7 @@
 #ifndef CLBUF_BUFFER_HPP
 #define CLBUF_BUFFER_HPP
 
-#include <clbuf/pool.hpp>
+#include <clbuf/detail/pool.hpp>
 
 #include <cstddef>
 #include <memory>
@@ -49,7 +49,7 @@ class DeviceBuffer {
   /// memory never goes back to clbuf's pool, even when views of it are alive; CL_MEM_SIZE may be
   /// larger than size_bytes() (pooled memory is binned). A sub-buffer view releases its
   /// sub-buffer. Returns a null buffer when !valid() or empty().
-  cl::Buffer release() noexcept {
+  [[nodiscard]] cl::Buffer release() noexcept {
     if (lease_) lease_->reusable.store(false);
     cl::Buffer out = std::move(memory_.buffer);
     memory_.buffer = cl::Buffer();

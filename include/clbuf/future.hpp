@@ -18,7 +18,7 @@ class BufferManager;
 /// byte of host memory the transfer reads or writes, so that memory is never released while
 /// the device may still touch it: destroying a Future that was never waited for waits first.
 template <class R>
-class Future {
+class [[nodiscard]] Future {
  public:
   Future() = default;
   Future(const Future&) = delete;
@@ -116,7 +116,7 @@ class Future {
 
   const char* operation_ = "wait";
   cl::Event event_;
-  std::optional<Stored> value_;  // a download's vector is written in place by the device
+  std::optional<Stored> value_;       // a download's vector is written in place by the device
   std::shared_ptr<const void> host_;  // host memory the transfer reads (an upload's data)
 };
 

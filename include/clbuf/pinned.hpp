@@ -2,7 +2,7 @@
 #ifndef CLBUF_PINNED_HPP
 #define CLBUF_PINNED_HPP
 
-#include <clbuf/opencl.hpp>
+#include <clbuf/detail/pinned_block.hpp>
 
 #include <cstddef>
 #include <type_traits>
@@ -11,20 +11,6 @@
 namespace clbuf {
 
 class BufferManager;
-
-namespace detail {
-
-/// Unmaps in a destructor: a mapping holds a reference to its buffer, so a failed unmap would
-/// leak the buffer, its context and its queue. One retry after the queue has drained.
-inline void unmap_quietly(cl_command_queue queue, cl_mem buffer, void* data) noexcept {
-  if (CLBUF_CL(clEnqueueUnmapMemObject)(queue, buffer, data, 0, nullptr, nullptr) != CL_SUCCESS) {
-    CLBUF_CL(clFinish)(queue);
-    CLBUF_CL(clEnqueueUnmapMemObject)(queue, buffer, data, 0, nullptr, nullptr);
-  }
-  CLBUF_CL(clFlush)(queue);
-}
-
-}  // namespace detail
 
 /// Host memory the driver has pinned (a CL_MEM_ALLOC_HOST_PTR buffer, mapped), made by
 /// BufferManager::allocate_pinned(). Use it like an array; the upload/download overloads that
@@ -45,9 +31,6 @@ class PinnedBuffer {
     PinnedBuffer(std::move(other)).swap(*this);
     return *this;
   }
-  ~PinnedBuffer() {
-    if (data_ != nullptr) detail::unmap_quietly(queue_(), buffer_(), data_);
-  }
 
   T* data() noexcept { return data_; }
   const T* data() const noexcept { return data_; }
@@ -64,18 +47,16 @@ class PinnedBuffer {
  private:
   friend class BufferManager;
 
-  PinnedBuffer(cl::Buffer buffer, cl::CommandQueue queue, T* data, std::size_t size)
-      : buffer_(std::move(buffer)), queue_(std::move(queue)), data_(data), size_(size) {}
+  PinnedBuffer(detail::PinnedBlock block, std::size_t size) noexcept
+      : block_(std::move(block)), data_(static_cast<T*>(block_.data())), size_(size) {}
 
   void swap(PinnedBuffer& other) noexcept {
-    std::swap(buffer_, other.buffer_);
-    std::swap(queue_, other.queue_);
+    std::swap(block_, other.block_);
     std::swap(data_, other.data_);
     std::swap(size_, other.size_);
   }
 
-  cl::Buffer buffer_;
-  cl::CommandQueue queue_;  // unmaps on destruction
+  detail::PinnedBlock block_;  // unmapped on destruction
   T* data_ = nullptr;
   std::size_t size_ = 0;
 };

@@ -4,8 +4,9 @@
 #ifndef CLBUF_VIEW_HPP
 #define CLBUF_VIEW_HPP
 
+#include <clbuf/detail/pinned_block.hpp>
+#include <clbuf/detail/pool.hpp>
 #include <clbuf/error.hpp>
-#include <clbuf/pool.hpp>
 
 #include <cstddef>
 #include <memory>
@@ -19,6 +20,15 @@ class BufferManager;
 /// How a MappedView may be used: read the device's data, write new data (the old contents are
 /// not read back, CL_MAP_WRITE_INVALIDATE_REGION where the device has it), or both.
 enum class MapMode { read, write, read_write };
+
+namespace detail {
+/// The clEnqueueMapBuffer flags of a MapMode.
+inline cl_map_flags map_flags(MapMode mode) noexcept {
+  return mode == MapMode::read    ? CL_MAP_READ
+         : mode == MapMode::write ? CL_MAP_WRITE_INVALIDATE_REGION
+                                  : CL_MAP_READ | CL_MAP_WRITE;
+}
+}  // namespace detail
 
 /// A range of a DeviceBuffer mapped for the host, made by BufferManager::map(). Use it like an
 /// array; the device sees what was written once the view is unmapped, by unmap() or by the
@@ -65,13 +75,7 @@ class MappedView {
     const std::shared_ptr<detail::Lease> lease = std::move(lease_);
     if (lease) lease->remove_mapping(mapped);
     cl_event event = nullptr;
-    cl_int err = CLBUF_CL(clEnqueueUnmapMemObject)(queue(), buffer(), mapped, 0, nullptr, &event);
-    if (err != CL_SUCCESS) {
-      // A mapping holds a reference to its buffer: a lost unmap would leak the buffer, its
-      // context and its queue. One retry once the queue has drained.
-      CLBUF_CL(clFinish)(queue());
-      err = CLBUF_CL(clEnqueueUnmapMemObject)(queue(), buffer(), mapped, 0, nullptr, &event);
-    }
+    const cl_int err = detail::unmap_with_retry(queue(), buffer(), mapped, &event);
     detail::check(err, "unmap", "clEnqueueUnmapMemObject");
     const cl::Event owned(event, false);
     detail::check(CLBUF_CL(clWaitForEvents)(1, &event), "unmap", "clWaitForEvents");

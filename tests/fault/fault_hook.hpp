@@ -94,10 +94,10 @@ inline const char* site_name(int site) {
 struct State {
   std::mutex mutex;
   std::array<long, site_count> calls{};
-  int target = -1;     ///< the entry point to fail; -1: none
-  long fail_at = 0;    ///< its call number (1-based) that fails
-  bool sticky = false; ///< fail that call and every later call of the entry point
-  long fired = 0;      ///< how many calls were failed
+  int target = -1;                      ///< the entry point to fail; -1: none
+  long fail_at = 0;                     ///< its call number (1-based) that fails
+  bool sticky = false;                  ///< fail that call and every later call of the entry point
+  long fired = 0;                       ///< how many calls were failed
   std::vector<cl_event> failed_events;  ///< retained; reported as failed by clGetEventInfo
   std::atomic<long> live_buffers{0};    ///< buffers clCreateBuffer made that still exist
   std::atomic<long> created_buffers{0};
@@ -166,11 +166,9 @@ inline cl_int clGetDeviceInfo(cl_device_id d, cl_device_info what, size_t size, 
   if (state().hit(GetDeviceInfo)) return CL_OUT_OF_RESOURCES;
   return ::clGetDeviceInfo(d, what, size, value, size_ret);
 }
-inline cl_context clCreateContext(const cl_context_properties* properties, cl_uint n,
-                                  const cl_device_id* devices,
-                                  void(CL_CALLBACK* notify)(const char*, const void*, size_t,
-                                                            void*),
-                                  void* user, cl_int* err) {
+inline cl_context clCreateContext(
+    const cl_context_properties* properties, cl_uint n, const cl_device_id* devices,
+    void(CL_CALLBACK* notify)(const char*, const void*, size_t, void*), void* user, cl_int* err) {
   if (state().hit(CreateContext)) {
     if (err) *err = CL_OUT_OF_HOST_MEMORY;
     return nullptr;
@@ -293,10 +291,9 @@ inline cl_int clEnqueueReadBufferRect(cl_command_queue q, cl_mem m, cl_bool bloc
 }
 inline cl_int clEnqueueWriteBufferRect(cl_command_queue q, cl_mem m, cl_bool blocking,
                                        const size_t* buffer_origin, const size_t* host_origin,
-                                       const size_t* region, size_t buffer_row,
-                                       size_t buffer_slice, size_t host_row, size_t host_slice,
-                                       const void* p, cl_uint n, const cl_event* wait,
-                                       cl_event* event) {
+                                       const size_t* region, size_t buffer_row, size_t buffer_slice,
+                                       size_t host_row, size_t host_slice, const void* p, cl_uint n,
+                                       const cl_event* wait, cl_event* event) {
   if (state().hit(EnqueueWriteBufferRect)) return CL_OUT_OF_RESOURCES;
   return ::clEnqueueWriteBufferRect(q, m, blocking, buffer_origin, host_origin, region, buffer_row,
                                     buffer_slice, host_row, host_slice, p, n, wait, event);

@@ -328,11 +328,12 @@ CLBUF_INSTANTIATE_MODELS(FaultInjection);
 /// elements [first, first + count) of its destination with new data.
 struct DataOp {
   const char* name;
-  bool into_host;           ///< the destination is `host`, else `device`
-  bool one_command;         ///< one OpenCL command: all or nothing
+  bool into_host;    ///< the destination is `host`, else `device`
+  bool one_command;  ///< one OpenCL command: all or nothing
   std::size_t first, count;
   std::function<void(clbuf::BufferManager&, clbuf::DeviceBuffer<std::uint32_t>& device,
-                     std::vector<std::uint32_t>& host, const clbuf::DeviceBuffer<std::uint32_t>& src,
+                     std::vector<std::uint32_t>& host,
+                     const clbuf::DeviceBuffer<std::uint32_t>& src,
                      const std::vector<std::uint32_t>& host_src)>
       run;
 };
@@ -423,8 +424,8 @@ TEST_P(FaultData, FailedCallsChangeNothingOutsideTheirDestination) {
         }
         state().disarm();
         const Host after = op.into_host ? host : m.download(device);
-        const std::string where =
-            std::string(op.name) + " with " + site_name(site) + " #" + std::to_string(n) + " failing";
+        const std::string where = std::string(op.name) + " with " + site_name(site) + " #" +
+                                  std::to_string(n) + " failing";
         ASSERT_TRUE(clbuf_test::same_bytes(new_data, m.download(source))) << where << ": source";
         for (std::size_t i = 0; i < total; ++i) {
           const bool inside = i >= op.first && i < op.first + op.count;

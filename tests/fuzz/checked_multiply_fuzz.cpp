@@ -1,12 +1,12 @@
 // detail::checked_multiply(a, b, out) against 128-bit arithmetic: the product when it fits in
 // size_t, else false with `out` untouched.
-#include <clbuf/detail/range.hpp>
+#include <clbuf/clbuf.hpp>
 
 #include "fuzz_support.hpp"
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* bytes, std::size_t size) {
   using namespace clbuf_fuzz;
-  FuzzedDataProvider data(bytes, size);
+  DataProvider data(bytes, size);
   const std::size_t a = pick(data);
   const std::size_t b = pick(data, a == 0 ? 0 : size_max / a);
   const u128 product = u128{a} * u128{b};

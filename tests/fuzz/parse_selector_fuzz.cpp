@@ -5,7 +5,7 @@
 // lower-cased and trimmed.
 #include <string>
 
-#include <clbuf/device.hpp>
+#include <clbuf/clbuf.hpp>
 
 #include "fuzz_support.hpp"
 
@@ -75,7 +75,9 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* bytes, std::size_t siz
   const clbuf::detail::Selector s = clbuf::detail::parse_selector(text);
   bool same = s.kind == e.kind;
   if (same && e.kind == Kind::type) same = s.type == e.type;
-  if (same && e.kind == Kind::index) same = s.platform_index == e.platform && s.device_index == e.device;
+  if (same && e.kind == Kind::index) {
+    same = s.platform_index == e.platform && s.device_index == e.device;
+  }
   if (same && e.kind == Kind::name) same = s.name == e.name;
   if (!same) {
     std::fprintf(stderr, "MISMATCH parse_selector(\"%s\"): kind %d, expected %d\n", text.c_str(),

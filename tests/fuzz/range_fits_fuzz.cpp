@@ -1,11 +1,11 @@
 // detail::range_fits(offset, length, capacity) against 128-bit arithmetic.
-#include <clbuf/detail/range.hpp>
+#include <clbuf/clbuf.hpp>
 
 #include "fuzz_support.hpp"
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* bytes, std::size_t size) {
   using namespace clbuf_fuzz;
-  FuzzedDataProvider data(bytes, size);
+  DataProvider data(bytes, size);
   const std::size_t capacity = pick(data);
   const std::size_t offset = pick(data, capacity);
   const std::size_t length = pick(data, capacity - offset);

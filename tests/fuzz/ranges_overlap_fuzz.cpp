@@ -2,20 +2,19 @@
 // in one buffer of `capacity` bytes (the function's precondition) and for any inputs.
 #include <algorithm>
 
-#include <clbuf/detail/range.hpp>
+#include <clbuf/clbuf.hpp>
 
 #include "fuzz_support.hpp"
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* bytes, std::size_t size) {
   using namespace clbuf_fuzz;
-  FuzzedDataProvider data(bytes, size);
+  DataProvider data(bytes, size);
   const std::size_t capacity = pick(data);
   const std::size_t length = pick(data, capacity / 2);
   const std::size_t a = pick(data, capacity - length);
   const std::size_t b = pick(data, a + length);  // the edges: b == a + length - 1, a + length
   // [a, a + length) and [b, b + length) share a byte.
-  const bool expected =
-      length != 0 && u128{std::max(a, b)} < u128{std::min(a, b)} + u128{length};
+  const bool expected = length != 0 && u128{std::max(a, b)} < u128{std::min(a, b)} + u128{length};
   if (clbuf::detail::ranges_overlap(a, b, length) != expected) {
     mismatch("ranges_overlap", a, b, length);
   }

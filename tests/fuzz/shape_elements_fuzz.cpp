@@ -2,14 +2,14 @@
 // product when it fits in size_t, else false.
 #include <vector>
 
-#include <clbuf/detail/range.hpp>
+#include <clbuf/clbuf.hpp>
 
 #include "fuzz_support.hpp"
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* bytes, std::size_t size) {
   using namespace clbuf_fuzz;
-  FuzzedDataProvider data(bytes, size);
-  std::vector<std::size_t> shape(data.ConsumeIntegralInRange<std::size_t>(0, 8));
+  DataProvider data(bytes, size);
+  std::vector<std::size_t> shape(data.integral_in_range<std::size_t>(0, 8));
   for (std::size_t& extent : shape) extent = pick(data, 2);
   bool zero = false;
   bool overflow = false;

@@ -106,6 +106,14 @@ std::vector<T> sentinels(std::size_t count) {
   return data;
 }
 
+/// "0x5a": one byte in hex. (AssertionResult streams each value on its own, so std::hex given
+/// to it would not reach the next value.)
+inline std::string hex_byte(unsigned char byte) {
+  std::ostringstream text;
+  text << "0x" << std::hex << static_cast<unsigned>(byte);
+  return text.str();
+}
+
 /// Byte-exact comparison (memcmp: NaN payloads and -0.0 compare exactly); names the first
 /// differing byte.
 inline ::testing::AssertionResult same_bytes(const void* expected, const void* actual,
@@ -121,8 +129,7 @@ inline ::testing::AssertionResult same_bytes(const void* expected, const void* a
   for (std::size_t i = 0; i < bytes; ++i) differing += a[i] != b[i] ? 1u : 0u;
   return ::testing::AssertionFailure()
          << differing << " of " << bytes << " bytes differ; first at byte " << first
-         << ": expected 0x" << std::hex << static_cast<unsigned>(a[first]) << ", got 0x"
-         << static_cast<unsigned>(b[first]) << std::dec;
+         << ": expected " << hex_byte(a[first]) << ", got " << hex_byte(b[first]);
 }
 
 template <class T>
@@ -141,8 +148,7 @@ inline ::testing::AssertionResult all_sentinel(const void* data, std::size_t byt
   for (std::size_t i = 0; i < bytes; ++i) {
     if (p[i] != sentinel_byte) {
       return ::testing::AssertionFailure()
-             << "byte " << i << " of " << bytes << " was overwritten (0x" << std::hex
-             << static_cast<unsigned>(p[i]) << std::dec << ")";
+             << "byte " << i << " of " << bytes << " was overwritten (" << hex_byte(p[i]) << ")";
     }
   }
   return ::testing::AssertionSuccess();

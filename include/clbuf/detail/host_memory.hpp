@@ -4,6 +4,7 @@
 #define CLBUF_DETAIL_HOST_MEMORY_HPP
 
 #include <clbuf/detail/worker_pool.hpp>
+#include <clbuf/error.hpp>
 
 #include <algorithm>
 #include <atomic>
@@ -11,6 +12,10 @@
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
+#include <memory>
+#include <new>
+#include <stdexcept>
+#include <utility>
 #include <vector>
 
 #if defined(__linux__)
@@ -57,6 +62,32 @@ void resize_fresh(std::vector<T>& out, std::size_t count) {
   out.reserve(count);
   advise_huge_pages(out.data(), count * sizeof(T));
   out.resize(count);
+}
+
+/// A vector of `count` elements for a download (resize_fresh).
+/// @throws Error CL_OUT_OF_HOST_MEMORY, never std::bad_alloc.
+template <class T>
+std::vector<T> new_vector(const char* operation, std::size_t count) {
+  std::vector<T> out;
+  try {
+    resize_fresh(out, count);
+  } catch (const std::bad_alloc&) {
+    fail_host_memory(operation, count * sizeof(T), "the downloaded vector");
+  } catch (const std::length_error&) {
+    fail_host_memory(operation, count * sizeof(T), "the downloaded vector");
+  }
+  return out;
+}
+
+/// `data` moved into shared ownership (a Future's host memory).
+/// @throws Error CL_OUT_OF_HOST_MEMORY, never std::bad_alloc.
+template <class T>
+std::shared_ptr<const std::vector<T>> shared_vector(const char* operation, std::vector<T> data) {
+  try {
+    return std::make_shared<const std::vector<T>>(std::move(data));
+  } catch (const std::bad_alloc&) {
+    fail_host_memory(operation, sizeof(std::vector<T>), "the Future's data");
+  }
 }
 
 /// True when [a, a + bytes) and [b, b + bytes) share a byte.

@@ -1,0 +1,149 @@
+// What a BufferManager runs on: the device it picked (or adopted), its context and in-order
+// queue, the facts about the device clbuf needs, and the Options with every `automatic`
+// resolved. Fixed at construction; cleanup() drops the context and queue.
+#ifndef CLBUF_DETAIL_DEVICE_CONTEXT_HPP
+#define CLBUF_DETAIL_DEVICE_CONTEXT_HPP
+
+#include <clbuf/detail/queue.hpp>
+#include <clbuf/device.hpp>
+#include <clbuf/error.hpp>
+#include <clbuf/options.hpp>
+
+#include <algorithm>
+#include <cstdint>
+#include <cstdlib>
+#include <iostream>
+#include <string>
+#include <thread>
+#include <utility>
+
+namespace clbuf {
+namespace detail {
+
+class DeviceContext {
+ public:
+  /// Picks a device by `selector` (blank: CLBUF_DEVICE, then the default), then makes a context
+  /// and an in-order queue on it. Wraps clCreateContext and clCreateCommandQueue.
+  DeviceContext(const std::string& selector, const Options& options, const char* operation)
+      : options_(options) {
+    std::string origin;
+    const std::string text = effective_selector(selector, origin);
+    Selection selection =
+        select_device(text, origin == "CLBUF_DEVICE" ? "CLBUF_DEVICE" : "selector", operation);
+    info_ = std::move(selection.entry.info);
+    reason_ = std::move(selection.reason);
+    const char* debug = std::getenv("CLBUF_DEBUG");
+    if (debug != nullptr && std::string(debug) == "1") {
+      std::cerr << explain_selection(selector).to_string() << std::flush;
+    }
+    const cl_context_properties properties[] = {
+        CL_CONTEXT_PLATFORM, reinterpret_cast<cl_context_properties>(selection.entry.platform), 0};
+    cl_int err = CL_SUCCESS;
+    cl_device_id device = selection.entry.device;
+    const auto serial = discovery_lock();
+    context_ = cl::Context(
+        CLBUF_CL(clCreateContext)(properties, 1, &device, nullptr, nullptr, &err), false);
+    check(err, operation, "clCreateContext");
+    queue_ =
+        Queue(cl::CommandQueue(CLBUF_CL(clCreateCommandQueue)(context_(), device, 0, &err), false));
+    check(err, operation, "clCreateCommandQueue");
+    resolve(device, operation);
+  }
+
+  /// Adopts an application's context and in-order queue (shared, not copied).
+  DeviceContext(cl::Context context, cl::CommandQueue queue, const Options& options,
+                const char* operation)
+      : options_(options), context_(std::move(context)), queue_(std::move(queue)) {
+    if (context_() == nullptr || queue_.get() == nullptr) {
+      fail(operation, CL_INVALID_COMMAND_QUEUE, "adopted a null context or queue");
+    }
+    cl_context queue_context = nullptr;
+    cl_device_id device = nullptr;
+    cl_command_queue_properties properties = 0;
+    check(CLBUF_CL(clGetCommandQueueInfo)(queue_.get(), CL_QUEUE_CONTEXT, sizeof(queue_context),
+                                          &queue_context, nullptr),
+          operation, "clGetCommandQueueInfo");
+    check(CLBUF_CL(clGetCommandQueueInfo)(queue_.get(), CL_QUEUE_DEVICE, sizeof(device), &device,
+                                          nullptr),
+          operation, "clGetCommandQueueInfo");
+    check(CLBUF_CL(clGetCommandQueueInfo)(queue_.get(), CL_QUEUE_PROPERTIES, sizeof(properties),
+                                          &properties, nullptr),
+          operation, "clGetCommandQueueInfo");
+    if (queue_context != context_()) {
+      fail(operation, CL_INVALID_CONTEXT, "the adopted queue belongs to another context");
+    }
+    if (properties & CL_QUEUE_OUT_OF_ORDER_EXEC_MODE_ENABLE) {
+      fail(operation, CL_INVALID_COMMAND_QUEUE,
+           "the adopted queue is out-of-order; clbuf orders transfers by an in-order queue");
+    }
+    cl_platform_id platform = nullptr;
+    check(
+        CLBUF_CL(clGetDeviceInfo)(device, CL_DEVICE_PLATFORM, sizeof(platform), &platform, nullptr),
+        operation, "clGetDeviceInfo");
+    info_ = describe_device(platform, device, 0, 0, operation);
+    for (const DeviceEntry& entry : enumerate_devices(operation)) {
+      if (entry.device == device) info_ = entry.info;
+    }
+    reason_ = "adopted from the application's context and queue";
+    resolve(device, operation);
+  }
+
+  const Options& options() const noexcept { return options_; }
+  const DeviceInfo& info() const noexcept { return info_; }
+  const std::string& reason() const noexcept { return reason_; }
+  const cl::Context& context() const noexcept { return context_; }
+  const Queue& queue() const noexcept { return queue_; }
+  /// CL_DEVICE_MEM_BASE_ADDR_ALIGN in bytes: where sub-buffers may start.
+  std::size_t base_align_bytes() const noexcept { return base_align_bytes_; }
+  /// The device has clEnqueueFillBuffer (OpenCL 1.2 and later).
+  bool has_fill() const noexcept { return has_fill_; }
+
+  /// Drops the context and queue (cleanup()); the facts stay.
+  void release() noexcept {
+    queue_ = Queue();
+    context_ = cl::Context();
+  }
+
+ private:
+  void resolve(cl_device_id device, const char* operation) {
+    if (options_.memory == MemoryModel::automatic) {
+      const cl_bool unified =
+          device_value<cl_bool>(device, CL_DEVICE_HOST_UNIFIED_MEMORY, operation);
+      options_.memory = !unified                        ? MemoryModel::discrete
+                        : info_.type == DeviceType::cpu ? MemoryModel::host
+                                                        : MemoryModel::unified;
+    }
+    if (options_.memory == MemoryModel::host && info_.type != DeviceType::cpu) {
+      // The host path writes a buffer's host memory directly, which only a CPU device reads.
+      fail(operation, CL_INVALID_VALUE,
+           std::string("MemoryModel::host needs a CPU device; ") + info_.name + " is a " +
+               to_string(info_.type) + " (use MemoryModel::automatic)");
+    }
+    if (options_.copy_threads == 0) {
+      options_.copy_threads = std::clamp(std::thread::hardware_concurrency(), 1u, 12u);
+    }
+    if (options_.pool_limit_bytes == Options::automatic) {
+      options_.pool_limit_bytes = static_cast<std::size_t>(
+          std::min<std::uint64_t>(info_.global_mem_bytes / 4, std::uint64_t{1} << 30));
+    }
+    const cl_uint align_bits =
+        device_value<cl_uint>(device, CL_DEVICE_MEM_BASE_ADDR_ALIGN, operation);
+    base_align_bytes_ = std::max<std::size_t>(1, align_bits / 8);
+    // "OpenCL 1.0 ..." and "OpenCL 1.1 ..." devices have no clEnqueueFillBuffer.
+    const std::string version = device_string(device, CL_DEVICE_VERSION, operation);
+    has_fill_ = version.rfind("OpenCL 1.0", 0) != 0 && version.rfind("OpenCL 1.1", 0) != 0;
+  }
+
+  Options options_;
+  cl::Context context_;
+  Queue queue_;
+  DeviceInfo info_;
+  std::string reason_;
+  std::size_t base_align_bytes_ = 1;
+  bool has_fill_ = true;
+};
+
+}  // namespace detail
+}  // namespace clbuf
+
+#endif  // CLBUF_DETAIL_DEVICE_CONTEXT_HPP

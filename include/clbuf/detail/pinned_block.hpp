@@ -1,0 +1,85 @@
+// A pinned host block: a CL_MEM_ALLOC_HOST_PTR buffer mapped once for the host, the memory the
+// driver moves by DMA at full bus speed. Used by PinnedBuffer, the staging slots and the copies
+// between contexts; MappedView shares its unmap-with-retry.
+#ifndef CLBUF_DETAIL_PINNED_BLOCK_HPP
+#define CLBUF_DETAIL_PINNED_BLOCK_HPP
+
+#include <clbuf/error.hpp>
+
+#include <cstddef>
+#include <utility>
+
+namespace clbuf {
+namespace detail {
+
+/// Unmaps `data` of `buffer`. A mapping holds a reference to its buffer, so a lost unmap would
+/// leak the buffer, its context and its queue: a failed unmap is retried once after the queue
+/// has drained. Returns the last code; `event` (may be null) receives the unmap's event.
+inline cl_int unmap_with_retry(cl_command_queue queue, cl_mem buffer, void* data,
+                               cl_event* event) noexcept {
+  cl_int err = CLBUF_CL(clEnqueueUnmapMemObject)(queue, buffer, data, 0, nullptr, event);
+  if (err != CL_SUCCESS) {
+    CLBUF_CL(clFinish)(queue);
+    err = CLBUF_CL(clEnqueueUnmapMemObject)(queue, buffer, data, 0, nullptr, event);
+  }
+  return err;
+}
+
+class PinnedBlock {
+ public:
+  PinnedBlock() = default;
+
+  /// `bytes` (> 0) of pinned memory of `context`, mapped for reading and writing on `queue`.
+  /// Wraps clCreateBuffer(CL_MEM_ALLOC_HOST_PTR) and a blocking clEnqueueMapBuffer.
+  PinnedBlock(const cl::Context& context, const cl::CommandQueue& queue, std::size_t bytes,
+              const char* operation)
+      : queue_(queue), bytes_(bytes) {
+    cl_int err = CL_SUCCESS;
+    buffer_ =
+        cl::Buffer(CLBUF_CL(clCreateBuffer)(context(), CL_MEM_READ_WRITE | CL_MEM_ALLOC_HOST_PTR,
+                                            bytes, nullptr, &err),
+                   false);
+    check(err, operation, "clCreateBuffer(CL_MEM_ALLOC_HOST_PTR)");
+    data_ = CLBUF_CL(clEnqueueMapBuffer)(queue_(), buffer_(), CL_TRUE, CL_MAP_READ | CL_MAP_WRITE,
+                                         0, bytes, 0, nullptr, nullptr, &err);
+    check(err, operation, "clEnqueueMapBuffer");
+  }
+
+  PinnedBlock(const PinnedBlock&) = delete;
+  PinnedBlock& operator=(const PinnedBlock&) = delete;
+  PinnedBlock(PinnedBlock&& other) noexcept { swap(other); }
+  PinnedBlock& operator=(PinnedBlock&& other) noexcept {
+    PinnedBlock(std::move(other)).swap(*this);
+    return *this;
+  }
+
+  /// Unmaps (the unmap is enqueued and flushed, not waited for).
+  ~PinnedBlock() {
+    if (data_ != nullptr) {
+      unmap_with_retry(queue_(), buffer_(), data_, nullptr);
+      CLBUF_CL(clFlush)(queue_());
+    }
+  }
+
+  void* data() const noexcept { return data_; }
+  std::size_t size() const noexcept { return bytes_; }
+  cl_mem buffer() const noexcept { return buffer_(); }
+
+ private:
+  void swap(PinnedBlock& other) noexcept {
+    std::swap(buffer_, other.buffer_);
+    std::swap(queue_, other.queue_);
+    std::swap(data_, other.data_);
+    std::swap(bytes_, other.bytes_);
+  }
+
+  cl::Buffer buffer_;
+  cl::CommandQueue queue_;  // the queue it was mapped on, which unmaps it
+  void* data_ = nullptr;
+  std::size_t bytes_ = 0;
+};
+
+}  // namespace detail
+}  // namespace clbuf
+
+#endif  // CLBUF_DETAIL_PINNED_BLOCK_HPP

@@ -1,0 +1,303 @@
+// The device-memory pool behind allocate() and upload(): size-binned, bounded, thread-safe.
+// Repeated uploads skip allocation and the slow first touch of fresh memory. On devices that
+// share host memory the pool's buffers are host blocks clbuf allocates (CL_MEM_USE_HOST_PTR),
+// which the host can fill directly, with no queue command, while the block is idle. Memory is
+// handed out again only once no queue may still use it (Fences), and never while views or
+// mappings of it are alive (Lease).
+#ifndef CLBUF_DETAIL_POOL_HPP
+#define CLBUF_DETAIL_POOL_HPP
+
+#include <clbuf/detail/host_memory.hpp>
+#include <clbuf/error.hpp>
+#include <clbuf/pool.hpp>
+
+#include <algorithm>
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <cstdlib>
+#include <memory>
+#include <mutex>
+#include <new>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+namespace clbuf {
+namespace detail {
+
+/// Commands on queues other than the owning manager's that may still use a pooled buffer
+/// (another manager of the same context transferring it asynchronously). The owner's own queue
+/// is in order, so its commands need no record; these do: the pool hands the buffer out again
+/// only once every one of them has completed.
+class Fences {
+ public:
+  void add(const cl::Event& event) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    prune();
+    events_.push_back(event);
+  }
+
+  /// True while a recorded command has not completed.
+  bool busy() noexcept {
+    std::lock_guard<std::mutex> lock(mutex_);
+    prune();
+    return !events_.empty();
+  }
+
+ private:
+  void prune() noexcept {
+    events_.erase(
+        std::remove_if(events_.begin(), events_.end(),
+                       [](const cl::Event& event) {
+                         cl_int status = CL_COMPLETE;
+                         const cl_int err =
+                             CLBUF_CL(clGetEventInfo)(event(), CL_EVENT_COMMAND_EXECUTION_STATUS,
+                                                      sizeof(status), &status, nullptr);
+                         // An event that cannot be queried is kept: never reuse early.
+                         return err == CL_SUCCESS && (status == CL_COMPLETE || status < 0);
+                       }),
+        events_.end());
+  }
+
+  std::mutex mutex_;
+  std::vector<cl::Event> events_;
+};
+
+/// One buffer of the pool. `host` is the block behind it when the pool is host-backed.
+struct Allocation {
+  cl::Buffer buffer;
+  std::size_t capacity = 0;
+  void* host = nullptr;
+  bool fresh = false;              ///< never handed out before: no command can be using it
+  std::shared_ptr<Fences> fences;  ///< other queues' commands on it; null when not pooled
+};
+
+inline void CL_CALLBACK free_host_block(cl_mem, void* block) { std::free(block); }
+
+class MemoryPool {
+ public:
+  MemoryPool(cl::Context context, bool host_backed, std::size_t limit_bytes,
+             std::uint64_t max_alloc_bytes)
+      : context_(std::move(context)), host_backed_(host_backed), max_alloc_bytes_(max_alloc_bytes) {
+    stats_.limit_bytes = limit_bytes;
+  }
+
+  MemoryPool(const MemoryPool&) = delete;
+  MemoryPool& operator=(const MemoryPool&) = delete;
+
+  bool host_backed() const noexcept { return host_backed_; }
+
+  /// The capacity a request of `bytes` is served with: 64 B, then powers of two up to 4 KiB,
+  /// then steps of an eighth of a power of two (at most 12.5% unused), never past `max`.
+  static std::size_t bin_size(std::size_t bytes, std::uint64_t max) noexcept {
+    std::size_t bin = 64;
+    if (bytes > 4096) {
+      std::size_t power = 4096;
+      while (power * 2 < bytes && power * 2 > power) power *= 2;
+      const std::size_t step = power / 8;
+      bin = (bytes + step - 1) / step * step;
+      if (bin < bytes) bin = bytes;  // wrapped near SIZE_MAX
+    } else {
+      while (bin < bytes) bin *= 2;
+    }
+    return bin > max ? bytes : bin;
+  }
+
+  /// A buffer of at least `bytes` (> 0) bytes. Trims the pool and retries once when the
+  /// driver or the host is out of memory.
+  Allocation acquire(std::size_t bytes, const char* operation) {
+    const std::size_t capacity = bin_size(bytes, max_alloc_bytes_);
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      auto bin = free_.find(capacity);
+      if (bin != free_.end()) {
+        std::vector<Allocation>& cached = bin->second;
+        // The most recently freed first; one that another queue may still use stays cached.
+        for (std::size_t i = cached.size(); i-- > 0;) {
+          if (cached[i].fences && cached[i].fences->busy()) continue;
+          Allocation allocation = std::move(cached[i]);
+          cached.erase(cached.begin() + static_cast<std::ptrdiff_t>(i));
+          ++stats_.hits;
+          --stats_.cached_buffers;
+          stats_.cached_bytes -= capacity;
+          return allocation;
+        }
+      }
+      ++stats_.misses;
+    }
+    cl_int err = CL_SUCCESS;
+    Allocation allocation = create(capacity, err);
+    if (is_out_of_memory(err)) {
+      trim();
+      {
+        std::lock_guard<std::mutex> lock(mutex_);
+        ++stats_.retries;
+      }
+      allocation = create(capacity, err);
+    }
+    check(err, operation, host_backed_ ? "clCreateBuffer(CL_MEM_USE_HOST_PTR)" : "clCreateBuffer");
+    return allocation;
+  }
+
+  /// Takes a buffer back for reuse, or frees it when the pool is full or closed.
+  void give_back(Allocation&& allocation) noexcept {
+    if (allocation.buffer() == nullptr) return;
+    std::unique_lock<std::mutex> lock(mutex_);
+    if (closed_ || stats_.cached_bytes + allocation.capacity > stats_.limit_bytes) {
+      ++stats_.released;
+      lock.unlock();
+      allocation = Allocation();  // the host block is freed when the driver drops the buffer
+      return;
+    }
+    allocation.fresh = false;
+    stats_.cached_bytes += allocation.capacity;
+    ++stats_.cached_buffers;
+    free_[allocation.capacity].push_back(std::move(allocation));
+  }
+
+  /// Frees every cached buffer.
+  void trim() noexcept {
+    std::unordered_map<std::size_t, std::vector<Allocation>> dropped;
+    std::lock_guard<std::mutex> lock(mutex_);
+    dropped.swap(free_);
+    stats_.cached_bytes = 0;
+    stats_.cached_buffers = 0;
+    ++stats_.trims;
+  }
+
+  /// Trims and stops caching (the manager was cleaned up); buffers still out are freed on return.
+  void close() noexcept {
+    trim();
+    std::lock_guard<std::mutex> lock(mutex_);
+    closed_ = true;
+    context_ = cl::Context();
+  }
+
+  void set_limit(std::size_t limit_bytes) noexcept {
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      stats_.limit_bytes = limit_bytes;
+      if (stats_.cached_bytes <= limit_bytes) return;
+    }
+    trim();
+  }
+
+  PoolStats stats() const {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return stats_;
+  }
+
+ private:
+  static bool is_out_of_memory(cl_int err) noexcept {
+    return err == CL_MEM_OBJECT_ALLOCATION_FAILURE || err == CL_OUT_OF_RESOURCES ||
+           err == CL_OUT_OF_HOST_MEMORY;
+  }
+
+  Allocation create(std::size_t capacity, cl_int& err) {
+    Allocation allocation;
+    allocation.capacity = capacity;
+    allocation.fresh = true;
+    try {
+      allocation.fences = std::make_shared<Fences>();
+    } catch (const std::bad_alloc&) {
+      err = CL_OUT_OF_HOST_MEMORY;
+      return allocation;
+    }
+    if (!host_backed_) {
+      allocation.buffer = cl::Buffer(
+          CLBUF_CL(clCreateBuffer)(context_(), CL_MEM_READ_WRITE, capacity, nullptr, &err), false);
+      return allocation;
+    }
+    void* block = allocate_host_block(capacity);
+    if (block == nullptr) {
+      err = CL_OUT_OF_HOST_MEMORY;
+      return allocation;
+    }
+    cl_mem memory = CLBUF_CL(clCreateBuffer)(context_(), CL_MEM_READ_WRITE | CL_MEM_USE_HOST_PTR,
+                                             capacity, block, &err);
+    if (err != CL_SUCCESS) {
+      std::free(block);
+      return allocation;
+    }
+    // The block must outlive every command on the buffer, which may outlive this object.
+    err = CLBUF_CL(clSetMemObjectDestructorCallback)(memory, free_host_block, block);
+    if (err != CL_SUCCESS) {
+      CLBUF_CL(clReleaseMemObject)(memory);
+      std::free(block);
+      return allocation;
+    }
+    allocation.buffer = cl::Buffer(memory, false);
+    allocation.host = block;
+    return allocation;
+  }
+
+  mutable std::mutex mutex_;
+  cl::Context context_;
+  const bool host_backed_;
+  const std::uint64_t max_alloc_bytes_;
+  bool closed_ = false;
+  PoolStats stats_;
+  std::unordered_map<std::size_t, std::vector<Allocation>> free_;
+};
+
+/// Memory shared by a DeviceBuffer and its sub-buffer views or mapped views: it goes back to the
+/// pool only when the last of them is gone, and never once one of them was released to the
+/// application (the application may still use it).
+struct Lease {
+  Lease(Allocation allocation, std::shared_ptr<MemoryPool> owner)
+      : memory(std::move(allocation)), pool(std::move(owner)) {}
+  Lease(const Lease&) = delete;
+  Lease& operator=(const Lease&) = delete;
+  ~Lease() {
+    if (pool && reusable.load()) pool->give_back(std::move(memory));
+  }
+
+  /// Records a MappedView's host range [data, data + bytes) while it is mapped.
+  /// @throws Error CL_OUT_OF_HOST_MEMORY when the record cannot be kept.
+  void add_mapping(const char* operation, const void* data, std::size_t bytes) {
+    std::lock_guard<std::mutex> lock(mappings_mutex_);
+    try {
+      mappings_.emplace_back(reinterpret_cast<std::uintptr_t>(data), bytes);
+    } catch (const std::bad_alloc&) {
+      fail_host_memory(operation, sizeof(mappings_[0]), "the record of a mapping");
+    }
+  }
+
+  void remove_mapping(const void* data) noexcept {
+    std::lock_guard<std::mutex> lock(mappings_mutex_);
+    const auto address = reinterpret_cast<std::uintptr_t>(data);
+    for (std::size_t i = 0; i < mappings_.size(); ++i) {
+      if (mappings_[i].first == address) {
+        mappings_.erase(mappings_.begin() + static_cast<std::ptrdiff_t>(i));
+        return;
+      }
+    }
+  }
+
+  /// True when [data, data + bytes) shares a byte with a live mapping of this memory.
+  bool maps_onto(const void* data, std::size_t bytes) noexcept {
+    std::lock_guard<std::mutex> lock(mappings_mutex_);
+    const auto begin = reinterpret_cast<std::uintptr_t>(data);
+    for (const auto& mapping : mappings_) {
+      if (bytes != 0 && mapping.second != 0 && begin < mapping.first + mapping.second &&
+          mapping.first < begin + bytes) {
+        return true;
+      }
+    }
+    return false;
+  }
+
+  Allocation memory;
+  std::shared_ptr<MemoryPool> pool;  // null: not pooled (adopted memory)
+  std::atomic<bool> reusable{true};
+
+ private:
+  std::mutex mappings_mutex_;
+  std::vector<std::pair<std::uintptr_t, std::size_t>> mappings_;  // live MappedViews
+};
+
+}  // namespace detail
+}  // namespace clbuf
+
+#endif  // CLBUF_DETAIL_POOL_HPP

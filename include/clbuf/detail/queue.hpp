@@ -1,0 +1,135 @@
+// Checked queue operations: each wraps one OpenCL call behind CLBUF_CL and turns a failure into
+// an Error naming the operation and the call (the shape of Boost.Compute's command_queue). The
+// queue is in order; `blocking` calls return when the command has completed.
+#ifndef CLBUF_DETAIL_QUEUE_HPP
+#define CLBUF_DETAIL_QUEUE_HPP
+
+#include <clbuf/error.hpp>
+
+#include <cstddef>
+#include <utility>
+
+namespace clbuf {
+namespace detail {
+
+class Queue {
+ public:
+  Queue() = default;
+  explicit Queue(cl::CommandQueue queue) noexcept : queue_(std::move(queue)) {}
+
+  const cl::CommandQueue& handle() const noexcept { return queue_; }
+  cl_command_queue get() const noexcept { return queue_(); }
+
+  /// Host -> buffer. Non-blocking calls return the command's event; the host memory must
+  /// stay alive until it completes.
+  cl::Event write(const char* operation, cl_mem buffer, std::size_t offset, std::size_t bytes,
+                  const void* host, bool blocking) const {
+    cl_event event = nullptr;
+    check(CLBUF_CL(clEnqueueWriteBuffer)(queue_(), buffer, blocking ? CL_TRUE : CL_FALSE, offset,
+                                         bytes, host, 0, nullptr, blocking ? nullptr : &event),
+          operation, "clEnqueueWriteBuffer");
+    return cl::Event(event, false);
+  }
+
+  /// Buffer -> host; as write().
+  cl::Event read(const char* operation, cl_mem buffer, std::size_t offset, std::size_t bytes,
+                 void* host, bool blocking) const {
+    cl_event event = nullptr;
+    check(CLBUF_CL(clEnqueueReadBuffer)(queue_(), buffer, blocking ? CL_TRUE : CL_FALSE, offset,
+                                        bytes, host, 0, nullptr, blocking ? nullptr : &event),
+          operation, "clEnqueueReadBuffer");
+    return cl::Event(event, false);
+  }
+
+  /// Buffer -> buffer on the device; returns the command's event.
+  cl::Event copy(const char* operation, cl_mem src, cl_mem dst, std::size_t src_offset,
+                 std::size_t dst_offset, std::size_t bytes) const {
+    cl_event event = nullptr;
+    check(CLBUF_CL(clEnqueueCopyBuffer)(queue_(), src, dst, src_offset, dst_offset, bytes, 0,
+                                        nullptr, &event),
+          operation, "clEnqueueCopyBuffer");
+    return cl::Event(event, false);
+  }
+
+  /// Repeats `pattern` (`size` bytes, a power of two up to 128) over `bytes` bytes.
+  cl::Event fill(const char* operation, cl_mem buffer, const void* pattern, std::size_t size,
+                 std::size_t offset, std::size_t bytes) const {
+    cl_event event = nullptr;
+    check(CLBUF_CL(clEnqueueFillBuffer)(queue_(), buffer, pattern, size, offset, bytes, 0, nullptr,
+                                        &event),
+          operation, "clEnqueueFillBuffer");
+    return cl::Event(event, false);
+  }
+
+  /// A blocking rectangular write (`to_device`) or read between `buffer` and `host`; origins,
+  /// region and pitches in bytes as OpenCL takes them.
+  void transfer_rect(const char* operation, bool to_device, cl_mem buffer,
+                     const std::size_t buffer_origin[3], const std::size_t host_origin[3],
+                     const std::size_t region[3], std::size_t buffer_row_pitch,
+                     std::size_t buffer_slice_pitch, std::size_t host_row_pitch,
+                     std::size_t host_slice_pitch, void* host) const {
+    if (to_device) {
+      check(CLBUF_CL(clEnqueueWriteBufferRect)(
+                queue_(), buffer, CL_TRUE, buffer_origin, host_origin, region, buffer_row_pitch,
+                buffer_slice_pitch, host_row_pitch, host_slice_pitch, host, 0, nullptr, nullptr),
+            operation, "clEnqueueWriteBufferRect");
+    } else {
+      check(CLBUF_CL(clEnqueueReadBufferRect)(
+                queue_(), buffer, CL_TRUE, buffer_origin, host_origin, region, buffer_row_pitch,
+                buffer_slice_pitch, host_row_pitch, host_slice_pitch, host, 0, nullptr, nullptr),
+            operation, "clEnqueueReadBufferRect");
+    }
+  }
+
+  /// A rectangular copy on the device; returns the command's event.
+  cl::Event copy_rect(const char* operation, cl_mem src, cl_mem dst,
+                      const std::size_t src_origin[3], const std::size_t dst_origin[3],
+                      const std::size_t region[3], std::size_t src_row_pitch,
+                      std::size_t src_slice_pitch, std::size_t dst_row_pitch,
+                      std::size_t dst_slice_pitch) const {
+    cl_event event = nullptr;
+    check(CLBUF_CL(clEnqueueCopyBufferRect)(queue_(), src, dst, src_origin, dst_origin, region,
+                                            src_row_pitch, src_slice_pitch, dst_row_pitch,
+                                            dst_slice_pitch, 0, nullptr, &event),
+          operation, "clEnqueueCopyBufferRect");
+    return cl::Event(event, false);
+  }
+
+  /// Maps `bytes` at `offset` for the host (blocking).
+  void* map(const char* operation, cl_mem buffer, cl_map_flags flags, std::size_t offset,
+            std::size_t bytes) const {
+    cl_int err = CL_SUCCESS;
+    void* mapped = CLBUF_CL(clEnqueueMapBuffer)(queue_(), buffer, CL_TRUE, flags, offset, bytes, 0,
+                                                nullptr, nullptr, &err);
+    check(err, operation, "clEnqueueMapBuffer");
+    return mapped;
+  }
+
+  /// clFinish's code, for cleanup(), which must release everything before it reports.
+  cl_int finish_code() const noexcept {
+    return queue_() != nullptr ? CLBUF_CL(clFinish)(queue_()) : CL_SUCCESS;
+  }
+
+  void finish(const char* operation) const {
+    check(CLBUF_CL(clFinish)(queue_()), operation, "clFinish");
+  }
+
+  /// Without a flush an asynchronous transfer may never start, and ready() would poll forever.
+  void flush(const char* operation) const {
+    check(CLBUF_CL(clFlush)(queue_()), operation, "clFlush");
+  }
+
+  /// Blocks until `event`'s command has completed.
+  static void wait(const char* operation, const cl::Event& event) {
+    cl_event handle = event();
+    check(CLBUF_CL(clWaitForEvents)(1, &handle), operation, "clWaitForEvents");
+  }
+
+ private:
+  cl::CommandQueue queue_;
+};
+
+}  // namespace detail
+}  // namespace clbuf
+
+#endif  // CLBUF_DETAIL_QUEUE_HPP

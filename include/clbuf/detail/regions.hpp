@@ -1,0 +1,104 @@
+// Rectangular transfers (upload_rect, download_rect, copy_rect) on checked sides (checks.hpp):
+// the byte geometry OpenCL takes, and the row-by-row copies where clEnqueueCopyBufferRect
+// cannot express a copy.
+#ifndef CLBUF_DETAIL_REGIONS_HPP
+#define CLBUF_DETAIL_REGIONS_HPP
+
+#include <clbuf/detail/checks.hpp>
+#include <clbuf/detail/pool.hpp>
+#include <clbuf/detail/transfer_engine.hpp>
+#include <clbuf/rect.hpp>
+
+#include <array>
+#include <cstddef>
+
+namespace clbuf {
+namespace detail {
+
+/// A blocking rectangular write (`to_device`) or read between `memory` (laid out as `device`)
+/// and `host` (laid out as `host_side`).
+inline void transfer_rect(TransferEngine& engine, const char* operation, bool to_device,
+                          const Allocation& memory, const RectSide& device, void* host,
+                          const RectSide& host_side, const Region& region,
+                          std::size_t element_size) {
+  const Offset& device_origin = to_device ? region.dst_origin : region.src_origin;
+  const Offset& host_origin = to_device ? region.src_origin : region.dst_origin;
+  const std::size_t buffer_origin[3] = {device_origin.x * element_size, device_origin.y,
+                                        device_origin.z};
+  const std::size_t host_offset[3] = {host_origin.x * element_size, host_origin.y, host_origin.z};
+  const std::size_t extent[3] = {region.size.x * element_size, region.size.y, region.size.z};
+  Telemetry::Timer timer(engine.telemetry(), to_device ? Telemetry::upload : Telemetry::download,
+                         extent[0] * extent[1] * extent[2]);
+  engine.queue().transfer_rect(operation, to_device, memory.buffer(), buffer_origin, host_offset,
+                               extent, device.row_pitch, device.slice_pitch, host_side.row_pitch,
+                               host_side.slice_pitch, host);
+}
+
+/// One side of a device copy_rect: its root buffer and the absolute byte offset of the box's
+/// origin in it (a view's offset plus the origin within the view), with its checked geometry.
+struct RectEnd {
+  cl_mem root = nullptr;
+  std::size_t at = 0;
+  RectSide side;
+  std::size_t rows = 1;  // the side's extents.y: rows per slice
+};
+
+/// One checked side of a copy_rect, in its root buffer.
+inline RectEnd rect_end(const char* operation, const char* side, cl_mem root,
+                        std::size_t root_offset, const Extents& size, const Offset& origin,
+                        const Extents& extents, std::size_t capacity, std::size_t element_size) {
+  RectEnd end;
+  end.root = root;
+  end.side = rect_side(operation, side, size, origin, extents, capacity, element_size);
+  end.at = root_offset + end.side.origin_bytes;
+  end.rows = extents.y;
+  return end;
+}
+
+/// Copies the box `size` (x in elements of `element_size`) from `from` to `to`, blocking; one
+/// buffer's sides must not share a byte (CL_MEM_COPY_OVERLAP otherwise). Both
+/// sides are addressed in their root buffers, never a sub-buffer (PoCL 3.1 crashes in
+/// clEnqueueCopyBufferRect on sub-buffers), with the absolute offset split back into (x bytes,
+/// row, slice) by that side's pitches.
+inline void copy_rect(TransferEngine& engine, const char* operation, const RectEnd& from,
+                      const RectEnd& to, const Extents& size, std::size_t element_size) {
+  const auto origin_in_root = [](const RectEnd& end) {
+    return std::array<std::size_t, 3>{end.at % end.side.slice_pitch % end.side.row_pitch,
+                                      end.at % end.side.slice_pitch / end.side.row_pitch,
+                                      end.at / end.side.slice_pitch};
+  };
+  if (from.root == to.root) {
+    check_rect_overlap(operation, from.at, from.side, to.at, to.side, size, element_size);
+  }
+  const std::array<std::size_t, 3> src_origin = origin_in_root(from);
+  const std::array<std::size_t, 3> dst_origin = origin_in_root(to);
+  const std::size_t extent[3] = {size.x * element_size, size.y, size.z};
+  Telemetry::Timer timer(engine.telemetry(), Telemetry::copy, extent[0] * extent[1] * extent[2]);
+  const bool same_pitches =
+      from.side.row_pitch == to.side.row_pitch && from.side.slice_pitch == to.side.slice_pitch;
+  if ((from.root == to.root && !same_pitches) || src_origin[0] + extent[0] > from.side.row_pitch ||
+      dst_origin[0] + extent[0] > to.side.row_pitch || src_origin[1] + extent[1] > from.rows ||
+      dst_origin[1] + extent[1] > to.rows) {
+    // clEnqueueCopyBufferRect rejects two pitches within one buffer, and a box that wraps in
+    // the root's coordinates (a view whose offset is not a whole number of rows or slices).
+    // Copy row by row instead.
+    for (std::size_t z = 0; z < size.z; ++z) {
+      for (std::size_t y = 0; y < size.y; ++y) {
+        engine.queue().copy(operation, from.root, to.root,
+                            from.at + z * from.side.slice_pitch + y * from.side.row_pitch,
+                            to.at + z * to.side.slice_pitch + y * to.side.row_pitch, extent[0]);
+      }
+    }
+    engine.queue().finish(operation);
+    return;
+  }
+  Queue::wait(operation, engine.queue().copy_rect(operation, from.root, to.root, src_origin.data(),
+                                                  dst_origin.data(), extent, from.side.row_pitch,
+                                                  from.side.slice_pitch, to.side.row_pitch,
+                                                  to.side.slice_pitch));
+}
+
+}  // namespace detail
+}  // namespace clbuf
+
+#endif  // CLBUF_DETAIL_REGIONS_HPP

@@ -1,0 +1,224 @@
+// The transfer engine: moves bytes between host memory and device memory (a pool Allocation
+// plus a byte offset) by the one path rule below, and counts what it moves. Everything under
+// the typed BufferManager facade that is not a check ends here or in regions.hpp /
+// cross_context.hpp, which build on it.
+//
+// THE path rule (route()), for a transfer of `bytes` between host memory and `memory`:
+//   1. host_block: `memory` is a host block clbuf allocated itself (a CPU device, PoCL): once the
+//      queue has finished earlier work the host copies with memcpy (ParallelCopier), no command;
+//   2. staged: a discrete device, pageable host memory and at least staging_threshold_bytes:
+//      pinned chunks pipelined by several threads (Stager);
+//   3. queue: one clEnqueueWriteBuffer / clEnqueueReadBuffer.
+#ifndef CLBUF_DETAIL_TRANSFER_ENGINE_HPP
+#define CLBUF_DETAIL_TRANSFER_ENGINE_HPP
+
+#include <clbuf/detail/device_context.hpp>
+#include <clbuf/detail/host_memory.hpp>
+#include <clbuf/detail/pool.hpp>
+#include <clbuf/detail/queue.hpp>
+#include <clbuf/detail/staging.hpp>
+#include <clbuf/detail/telemetry.hpp>
+#include <clbuf/options.hpp>
+
+#include <algorithm>
+#include <cstddef>
+#include <cstring>
+#include <memory>
+#include <vector>
+
+namespace clbuf {
+namespace detail {
+
+/// How the host memory of a transfer is held: the caller's pageable memory, or pinned memory
+/// (a PinnedBuffer) the device reaches by DMA.
+enum class HostMemory { pageable, pinned };
+
+class TransferEngine {
+ public:
+  enum class Path { host_block, staged, queue };
+
+  explicit TransferEngine(const DeviceContext& device)
+      : device_(device), copier_(device.options().copy_threads) {
+    const Options& options = device.options();
+    if (options.memory == MemoryModel::discrete &&
+        options.staging_threshold_bytes != Options::never) {
+      stager_ = std::make_unique<Stager>(device.context(), device.queue().handle(),
+                                         options.staging_chunk_bytes, options.staging_chunks,
+                                         options.copy_threads);
+    }
+  }
+
+  TransferEngine(const TransferEngine&) = delete;
+  TransferEngine& operator=(const TransferEngine&) = delete;
+
+  /// The path rule, the one place clbuf chooses how bytes move.
+  Path route(const Allocation& memory, std::size_t bytes, HostMemory host) const noexcept {
+    if (memory.host != nullptr) return Path::host_block;
+    if (stager_ && host == HostMemory::pageable &&
+        bytes >= device_.options().staging_threshold_bytes) {
+      return Path::staged;
+    }
+    return Path::queue;
+  }
+
+  /// Host `data` -> `memory` at byte `offset`, blocking (`data` may be reused on return).
+  void write(const char* operation, const Allocation& memory, std::size_t offset, const void* data,
+             std::size_t bytes, HostMemory host) {
+    if (bytes == 0) return;
+    Telemetry::Timer timer(telemetry_, Telemetry::upload, bytes);
+    switch (route(memory, bytes, host)) {
+      case Path::host_block:
+        queue().finish(operation);
+        copier_.copy(static_cast<char*>(memory.host) + offset, data, bytes);
+        break;
+      case Path::staged:
+        stager_->write(memory.buffer(), offset, data, bytes, operation);
+        break;
+      case Path::queue:
+        queue().write(operation, memory.buffer(), offset, bytes, data, true);
+        break;
+    }
+  }
+
+  /// As write() into memory just taken from the pool: a fresh host block, which no command can
+  /// be using yet, is written with no wait for the queue.
+  void write_fresh(const char* operation, const Allocation& memory, const void* data,
+                   std::size_t bytes, HostMemory host) {
+    if (bytes == 0) return;
+    if (memory.host != nullptr && memory.fresh) {
+      Telemetry::Timer timer(telemetry_, Telemetry::upload, bytes);
+      copier_.copy(memory.host, data, bytes);
+      return;
+    }
+    write(operation, memory, 0, data, bytes, host);
+  }
+
+  /// `memory` at byte `offset` -> host `out`, blocking; the mirror of write().
+  void read(const char* operation, const Allocation& memory, std::size_t offset, void* out,
+            std::size_t bytes, HostMemory host) {
+    if (bytes == 0) return;
+    Telemetry::Timer timer(telemetry_, Telemetry::download, bytes);
+    switch (route(memory, bytes, host)) {
+      case Path::host_block:
+        queue().finish(operation);
+        copier_.copy(out, static_cast<const char*>(memory.host) + offset, bytes);
+        break;
+      case Path::staged:
+        stager_->read(memory.buffer(), offset, out, bytes, operation);
+        break;
+      case Path::queue:
+        queue().read(operation, memory.buffer(), offset, bytes, out, true);
+        break;
+    }
+  }
+
+  /// Starts writing `data` into fresh pool memory; a null event when the write is already done
+  /// (a small fresh host block is filled by memcpy, cheaper than a command). `data` must stay
+  /// alive until the event completes.
+  cl::Event write_fresh_async(const char* operation, const Allocation& memory, const void* data,
+                              std::size_t bytes) {
+    telemetry_.count_async(Telemetry::upload, bytes);
+    if (bytes == 0) return cl::Event();
+    if (bytes < huge_page_bytes && memory.host != nullptr && memory.fresh) {
+      std::memcpy(memory.host, data, bytes);
+      return cl::Event();
+    }
+    return queue().write(operation, memory.buffer(), 0, bytes, data, false);
+  }
+
+  /// Starts reading `bytes` at `offset` into `out`; a null event for zero bytes. `out` must
+  /// stay alive until the event completes.
+  cl::Event read_async(const char* operation, const Allocation& memory, std::size_t offset,
+                       void* out, std::size_t bytes) {
+    telemetry_.count_async(Telemetry::download, bytes);
+    if (bytes == 0) return cl::Event();
+    return queue().read(operation, memory.buffer(), offset, bytes, out, false);
+  }
+
+  /// Device copy of checked, non-overlapping ranges; returns when done.
+  void copy(const char* operation, const Allocation& src, std::size_t src_offset,
+            const Allocation& dst, std::size_t dst_offset, std::size_t bytes) {
+    if (bytes == 0) return;
+    Telemetry::Timer timer(telemetry_, Telemetry::copy, bytes);
+    if (src.host != nullptr && dst.host != nullptr) {
+      // Both live in host memory, which is this device's memory: one memcpy is the copy.
+      queue().finish(operation);
+      copier_.copy(static_cast<char*>(dst.host) + dst_offset,
+                   static_cast<const char*>(src.host) + src_offset, bytes);
+      return;
+    }
+    Queue::wait(operation,
+                queue().copy(operation, src.buffer(), dst.buffer(), src_offset, dst_offset, bytes));
+  }
+
+  /// Starts a device copy; a null event for zero bytes.
+  cl::Event copy_async(const char* operation, const Allocation& src, std::size_t src_offset,
+                       const Allocation& dst, std::size_t dst_offset, std::size_t bytes) {
+    telemetry_.count_async(Telemetry::copy, bytes);
+    if (bytes == 0) return cl::Event();
+    return queue().copy(operation, src.buffer(), dst.buffer(), src_offset, dst_offset, bytes);
+  }
+
+  /// Repeats the `size`-byte `pattern` `count` times from byte `offset` of `memory`.
+  void fill(const char* operation, const Allocation& memory, std::size_t offset,
+            const void* pattern, std::size_t size, std::size_t count) {
+    const std::size_t bytes = count * size;
+    Telemetry::Timer timer(telemetry_, Telemetry::upload, bytes);
+    if (memory.host != nullptr) {
+      queue().finish(operation);
+      char* out = static_cast<char*>(memory.host) + offset;
+      std::memcpy(out, pattern, size);
+      for (std::size_t done = size; done < bytes; done += std::min(done, bytes - done)) {
+        std::memcpy(out + done, out, std::min(done, bytes - done));
+      }
+      return;
+    }
+    const bool power_of_two = size != 0 && (size & (size - 1)) == 0 && size <= 128;
+    if (device_.has_fill() && power_of_two) {
+      Queue::wait(operation,
+                  queue().fill(operation, memory.buffer(), pattern, size, offset, bytes));
+      return;
+    }
+    // No fill command for this pattern: a small run of it goes into a buffer of its own
+    // (CL_MEM_COPY_HOST_PTR) and is copied on the device, then the filled part is doubled by
+    // device copies. No host access to `memory` at all, so CL_MEM_HOST_NO_ACCESS buffers fill
+    // too; source and destination ranges never overlap, and at most 64 KiB (one element at
+    // least) crosses the bus.
+    const std::size_t run =
+        std::max<std::size_t>(1, std::min(count, (std::size_t{64} << 10) / size));
+    std::vector<char> head(run * size);
+    for (std::size_t i = 0; i < run; ++i) std::memcpy(head.data() + i * size, pattern, size);
+    cl_int err = CL_SUCCESS;
+    const cl::Buffer source(
+        CLBUF_CL(clCreateBuffer)(device_.context()(), CL_MEM_READ_ONLY | CL_MEM_COPY_HOST_PTR,
+                                 head.size(), head.data(), &err),
+        false);
+    check(err, operation, "clCreateBuffer(CL_MEM_COPY_HOST_PTR)");
+    queue().copy(operation, source(), memory.buffer(), 0, offset, head.size());
+    for (std::size_t done = head.size(); done < bytes; done += std::min(done, bytes - done)) {
+      queue().copy(operation, memory.buffer(), memory.buffer(), offset, offset + done,
+                   std::min(done, bytes - done));
+    }
+    queue().finish(operation);
+  }
+
+  const Queue& queue() const noexcept { return device_.queue(); }
+  ParallelCopier& copier() noexcept { return copier_; }
+  Telemetry& telemetry() noexcept { return telemetry_; }
+  const Telemetry& telemetry() const noexcept { return telemetry_; }
+  const Options& options() const noexcept { return device_.options(); }
+
+  /// Frees the staging chunks (cleanup()).
+  void close() noexcept { stager_.reset(); }
+
+ private:
+  const DeviceContext& device_;
+  ParallelCopier copier_;
+  std::unique_ptr<Stager> stager_;  // discrete devices only
+  Telemetry telemetry_;
+};
+
+}  // namespace detail
+}  // namespace clbuf
+
+#endif  // CLBUF_DETAIL_TRANSFER_ENGINE_HPP

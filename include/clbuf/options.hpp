@@ -1,0 +1,55 @@
+// clbuf::Options: how a BufferManager moves bytes (memory model, pool, staging, copy threads).
+#ifndef CLBUF_OPTIONS_HPP
+#define CLBUF_OPTIONS_HPP
+
+#include <cstddef>
+#include <limits>
+
+namespace clbuf {
+
+/// How a device's memory relates to the host's, which decides the transfer paths.
+enum class MemoryModel {
+  automatic,  ///< ask the device (CL_DEVICE_TYPE, CL_DEVICE_HOST_UNIFIED_MEMORY)
+  host,       ///< a CPU device: device memory is host memory that clbuf allocates and copies itself
+  unified,    ///< shares host memory but is not the CPU (integrated GPU): no staging
+  discrete    ///< own memory over a bus: large pageable transfers are staged through pinned memory
+};
+
+/// "automatic", "host", "unified" or "discrete".
+inline const char* to_string(MemoryModel model) noexcept {
+  switch (model) {
+    case MemoryModel::automatic:
+      return "automatic";
+    case MemoryModel::host:
+      return "host";
+    case MemoryModel::unified:
+      return "unified";
+    case MemoryModel::discrete:
+      return "discrete";
+  }
+  return "unknown";
+}
+
+/// Tuning of a BufferManager; the defaults suit most applications (docs/environment.md).
+struct Options {
+  static constexpr std::size_t automatic = std::numeric_limits<std::size_t>::max();
+  static constexpr std::size_t never = std::numeric_limits<std::size_t>::max();
+  /// Most bytes of freed device memory kept for reuse; `automatic`: a quarter of the device's
+  /// memory, at most 1 GiB. 0 turns the pool off.
+  std::size_t pool_limit_bytes = automatic;
+  /// Pageable transfers at least this large to or from a discrete device are staged through
+  /// pinned memory; `never` turns staging off.
+  std::size_t staging_threshold_bytes = std::size_t{4} << 20;
+  std::size_t staging_chunk_bytes = std::size_t{1} << 20;  ///< bytes per pinned chunk
+  /// Pinned chunks (at least 2), shared out among the copy threads, two or more each; pinned
+  /// memory stays at staging_chunk_bytes * staging_chunks.
+  std::size_t staging_chunks = 24;
+  /// Threads for large host copies (the CPU device's memcpy, staged chunks); 0: as many as
+  /// the host has, at most 12.
+  unsigned copy_threads = 0;
+  MemoryModel memory = MemoryModel::automatic;
+};
+
+}  // namespace clbuf
+
+#endif  // CLBUF_OPTIONS_HPP
