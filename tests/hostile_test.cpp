@@ -35,7 +35,7 @@ using clbuf_test::ModelTest;
 using clbuf_test::same_bytes;
 
 /// The process's address space in bytes (VmSize), 0 when unknown.
-std::size_t address_space_bytes() {
+[[maybe_unused]] std::size_t address_space_bytes() {
   std::ifstream status("/proc/self/status");
   std::string key;
   while (status >> key) {
