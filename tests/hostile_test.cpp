@@ -35,7 +35,7 @@ using clbuf_test::ModelTest;
 using clbuf_test::same_bytes;
 
 /// The process's address space in bytes (VmSize), 0 when unknown.
-std::size_t address_space_bytes() {
+[[maybe_unused]] std::size_t address_space_bytes() {
   std::ifstream status("/proc/self/status");
   std::string key;
   while (status >> key) {
@@ -264,13 +264,14 @@ class CleanupRace : public DeviceTest {};
 TEST_F(CleanupRace, ContextAndQueueHandlesStayValidWhileCleanupRuns) {
   for (int round = 0; round < 20; ++round) {
     clbuf::BufferManager victim;
-    std::atomic<bool> go{false};
+    std::atomic<int> started{0};
     std::atomic<int> bad{0};
     std::vector<std::thread> readers;
     for (int t = 0; t < 4; ++t) {
       readers.emplace_back([&] {
-        while (!go.load()) std::this_thread::yield();
-        for (int i = 0; i < 200; ++i) {
+        // Every reader copies handles until it sees the manager cleaned up, so some copies
+        // always overlap cleanup().
+        for (bool first = true;; first = false) {
           try {
             const cl::CommandQueue queue = victim.queue();
             const cl::Context context = victim.context();
@@ -278,11 +279,13 @@ TEST_F(CleanupRace, ContextAndQueueHandlesStayValidWhileCleanupRuns) {
             if (queue.getInfo<CL_QUEUE_CONTEXT>()() != context()) ++bad;
           } catch (const clbuf::Error& error) {
             if (error.code() != CL_SUCCESS) ++bad;  // only "cleaned up" is expected
+            return;
           }
+          if (first) ++started;
         }
       });
     }
-    go.store(true);
+    while (started.load() < 4) std::this_thread::yield();
     victim.cleanup();
     for (std::thread& reader : readers) reader.join();
     ASSERT_EQ(bad.load(), 0);

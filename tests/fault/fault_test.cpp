@@ -338,18 +338,9 @@ struct DataOp {
       run;
 };
 
-class FaultData : public ::testing::TestWithParam<MemoryModel> {};
+class FaultData : public FaultInjection {};  // the same device probe in SetUp()
 
 TEST_P(FaultData, FailedCallsChangeNothingOutsideTheirDestination) {
-  try {
-    clbuf::BufferManager probe;
-    if (GetParam() == MemoryModel::host && probe.device().type != clbuf::DeviceType::cpu) {
-      GTEST_SKIP() << "the host path needs a CPU device";
-    }
-  } catch (const clbuf::Error& error) {
-    if (clbuf_test::device_required()) FAIL() << "no device: " << error.what();
-    GTEST_SKIP() << "no OpenCL device: " << error.what();
-  }
   const bool discrete = GetParam() == MemoryModel::discrete;
   constexpr std::size_t total = 3 * large;
   std::mt19937 rng(clbuf_test::fresh_seed());

@@ -1,0 +1,366 @@
+"""Hostile Python (issue 9, findings 10-12 and the review after them): nothing a pure-Python
+caller does may crash, hang or abort the process; every failure is a Python exception with a
+message that says what is wrong. Whatever might crash runs in a subprocess with a timeout, so a
+crash fails the test instead of killing pytest."""
+import json
+import os
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+import pytest
+
+import clbuf
+
+CL_SUCCESS = 0
+CL_INVALID_VALUE = -30
+CL_INVALID_MEM_OBJECT = -38
+
+# numpy's limit on an array's dimensions (NPY_MAXDIMS): 32 before numpy 2.0, 64 from it.
+NUMPY_MAX_DIMS = 64 if int(np.__version__.split(".")[0]) >= 2 else 32
+
+
+def run_python(source, timeout=60):
+    """Runs `source` in a fresh interpreter with this one's sys.path (the module under test)."""
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in sys.path if p)
+    env["PYTHONDONTWRITEBYTECODE"] = "1"
+    return subprocess.run([sys.executable, "-c", textwrap.dedent(source)], capture_output=True,
+                          text=True, timeout=timeout, env=env)
+
+
+def describe(result):
+    return f"return code {result.returncode}\nstdout:\n{result.stdout}\nstderr:\n{result.stderr}"
+
+
+def raises_clbuf_error(call, code, *fragments):
+    with pytest.raises(clbuf.Error) as info:
+        call()
+    assert info.value.code == code, str(info.value)
+    for fragment in fragments:
+        assert fragment in str(info.value), (fragment, str(info.value))
+    return info.value
+
+
+# ---- finding 10: objects made by __new__ without __init__ ---------------------------------
+
+# Every public method and property of each class, called on an object made by cls.__new__(cls)
+# with no __init__. The script lists the class's attributes itself (dir()), so a method added
+# later is called too; ARGS gives the arguments of those that take some. Each call prints one
+# JSON line before and one after, so a crash shows which call it was.
+UNINITIALISED_SCRIPT = r"""
+import json, sys
+import numpy as np
+import clbuf
+
+name = sys.argv[1]
+cls = getattr(clbuf, name)
+obj = cls.__new__(cls)
+ARGS = {
+    "upload_to_device": (np.zeros(4, np.float32),),
+    "upload_async": (np.zeros(4, np.float32),),
+    "download_from_device": (None,),
+    "download_async": (None,),
+    "copy_device_buffer": (None, None, 0),
+    "__exit__": (None, None, None),
+    "__getitem__": ("name",),
+}
+if name in ("BufferManager", "Future", "DeviceBuffer", "DeviceInfo"):
+    # a real DeviceBuffer for the manager's methods, so that only `self` is wrong
+    real = clbuf.BufferManager()
+    buffer = real.upload_to_device(np.zeros(4, np.float32))
+    ARGS["download_from_device"] = (buffer,)
+    ARGS["download_async"] = (buffer,)
+    ARGS["copy_device_buffer"] = (buffer, buffer, 0)
+names = sorted(n for n in dir(cls) if not n.startswith("_"))
+names += [n for n in ("__enter__", "__exit__", "__len__", "__getitem__") if hasattr(cls, n)]
+for attribute in names:
+    print(json.dumps({"start": attribute}), flush=True)
+    outcome = {"name": attribute}
+    try:
+        value = getattr(obj, attribute)
+        if callable(value):
+            value = value(*ARGS.get(attribute, ()))
+        outcome["returned"] = repr(value)
+    except BaseException as error:
+        outcome["type"] = type(error).__name__
+        outcome["message"] = str(error)
+        outcome["code"] = getattr(error, "code", None)
+        outcome["is_clbuf_error"] = isinstance(error, clbuf.Error)
+    print(json.dumps(outcome), flush=True)
+print(json.dumps({"repr": repr(obj)}), flush=True)
+del obj
+print(json.dumps({"done": True}), flush=True)
+"""
+
+
+@pytest.mark.parametrize("class_name", ["BufferManager", "Future", "DeviceBuffer", "DeviceInfo"])
+def test_every_method_of_an_uninitialised_object_raises(bm, class_name):
+    """Finding 10: `cls.__new__(cls)` leaves pybind11 without a C++ object. Every method then
+    raises clbuf.Error (code 0) saying so, instead of crashing, hanging or reading freed
+    memory."""
+    try:
+        result = run_python(UNINITIALISED_SCRIPT.replace("sys.argv[1]", repr(class_name)),
+                            timeout=60)
+    except subprocess.TimeoutExpired:
+        pytest.fail(f"clbuf.{class_name}: a method of an uninitialised object hung")
+    lines = [json.loads(line) for line in result.stdout.splitlines() if line.startswith("{")]
+    assert result.returncode == 0 and lines and lines[-1] == {"done": True}, (
+        f"crashed during {lines[-1] if lines else 'import'}\n{describe(result)}")
+    outcomes = [line for line in lines if "name" in line]
+    assert len(outcomes) >= 3, outcomes
+    for outcome in outcomes:
+        assert outcome.get("is_clbuf_error"), outcome
+        assert outcome["code"] == CL_SUCCESS, outcome
+        assert f"clbuf.{class_name}" in outcome["message"], outcome
+        assert "never initialised" in outcome["message"], outcome
+    # repr() never raises: it says what the object is
+    reprs = [line["repr"] for line in lines if "repr" in line]
+    assert reprs and f"clbuf.{class_name}" in reprs[0]
+
+
+def test_uninitialised_device_buffer_as_an_argument(bm):
+    raw = clbuf.DeviceBuffer.__new__(clbuf.DeviceBuffer)
+    real = bm.upload_to_device(np.zeros(4, np.float32))
+    calls = [
+        lambda: bm.download_from_device(raw),
+        lambda: bm.download_async(raw),
+        lambda: bm.copy_device_buffer(raw, real, 0),
+        lambda: bm.copy_device_buffer(real, raw, 0),
+    ]
+    for call in calls:
+        raises_clbuf_error(call, CL_INVALID_MEM_OBJECT, "uninitialised clbuf.DeviceBuffer")
+
+
+def test_init_after_new_makes_a_working_manager(bm):
+    manager = clbuf.BufferManager.__new__(clbuf.BufferManager)
+    manager.__init__()
+    data = np.arange(10, dtype=np.int32)
+    np.testing.assert_array_equal(manager.download_from_device(manager.upload_to_device(data)),
+                                  data)
+    manager.cleanup()
+
+
+# ---- finding 11: clear errors for shapes numpy cannot make, and for selectors --------------
+
+@pytest.mark.parametrize("method", ["download_from_device", "download_async"])
+def test_shape_beyond_numpy_dimensions_is_rejected_up_front(new_manager, method):
+    bm = new_manager()
+    handle = bm.upload_to_device(np.zeros(1, np.float64))
+    dims = NUMPY_MAX_DIMS + 1
+    bm.reset_stats()
+    error = raises_clbuf_error(lambda: getattr(bm, method)(handle, (1,) * dims, np.float64),
+                               CL_INVALID_VALUE, method, f"{dims} dimensions",
+                               f"at most {NUMPY_MAX_DIMS}", "(1, 1, 1")
+    assert "shape" in str(error)
+    assert bm.stats()["download"]["operations"] == 0  # nothing reached the device
+    # the limit itself is fine
+    result = getattr(bm, method)(handle, (1,) * NUMPY_MAX_DIMS, np.float64)
+    if method == "download_async":
+        result = result.get()
+    assert result.shape == (1,) * NUMPY_MAX_DIMS
+
+
+def test_shape_sequence_with_a_huge_len_fails_fast(bm):
+    class Endless:
+        def __len__(self):
+            return 10**12
+
+        def __getitem__(self, index):
+            return 1
+
+    handle = bm.upload_to_device(np.zeros(1, np.float64))
+    raises_clbuf_error(lambda: bm.download_from_device(handle, Endless()), CL_INVALID_VALUE,
+                       "1000000000000 dimensions", f"at most {NUMPY_MAX_DIMS}")
+
+
+@pytest.mark.parametrize("selector,type_name", [
+    (5, "int"), (1.5, "float"), (b"cpu", "bytes"), (["cpu"], "list"), (object(), "object"),
+], ids=repr)
+def test_selector_must_be_a_str_or_none(bm, selector, type_name):
+    raises_clbuf_error(lambda: clbuf.BufferManager(selector), CL_INVALID_VALUE, "BufferManager",
+                       f"selector must be a str or None, not {type_name}")
+    raises_clbuf_error(lambda: clbuf.BufferManager(selector=selector), CL_INVALID_VALUE,
+                       f"not {type_name}")
+
+
+@pytest.mark.parametrize("selector", ["\ud800", "cpu\udcff"], ids=ascii)
+def test_selector_that_is_not_valid_utf8(bm, selector):
+    raises_clbuf_error(lambda: clbuf.BufferManager(selector), CL_INVALID_VALUE, "BufferManager",
+                       ascii(selector), "not valid UTF-8", "surrogates not allowed")
+
+
+def test_selector_none_and_str_keep_their_meaning(bm):
+    device = bm.device
+    for manager in (clbuf.BufferManager(None), clbuf.BufferManager(selector=None),
+                    clbuf.BufferManager(f"{device.platform_index}:{device.device_index}"),
+                    clbuf.BufferManager(device.type)):
+        assert manager.device.name == device.name
+        manager.cleanup()
+
+
+# ---- finding 12: daemon threads still transferring when the interpreter exits -------------
+
+DAEMON_SCRIPT = r"""
+import atexit, sys, threading, time
+import numpy as np
+import clbuf
+
+shared = clbuf.BufferManager()
+data = np.arange(1 << 14, dtype=np.float32)
+strided = np.arange(1 << 15, dtype=np.float32)[::2]
+big = np.ones(1 << 22, dtype=np.uint8)
+
+def transfers(bm):
+    while True:
+        handle = bm.upload_to_device(data)
+        bm.download_from_device(handle)
+        bm.download_async(handle).get()
+        other = bm.upload_async(strided).get()
+        bm.copy_device_buffer(handle, other, 64)
+        bm.download_async(other)  # dropped at once: its destructor waits without the GIL
+
+def on_shared():
+    started.wait()
+    transfers(shared)
+
+def on_its_own():
+    started.wait()
+    transfers(clbuf.BufferManager())
+
+def making_managers():
+    started.wait()
+    while True:
+        with clbuf.BufferManager() as bm:
+            bm.upload_to_device(data)
+
+def waiting_on_big_transfers():
+    started.wait()
+    handle = shared.upload_to_device(big)
+    while True:
+        shared.download_async(handle).wait()
+
+def finishing():
+    # a non-daemon thread: Python joins it before exiting, and its transfers must all work
+    bm = clbuf.BufferManager()
+    for _ in range(50):
+        assert bm.download_from_device(bm.upload_to_device(data)).tobytes() == data.tobytes()
+    print("non-daemon thread done", flush=True)
+
+targets = [on_shared] * 3 + [on_its_own] * 2 + [making_managers, waiting_on_big_transfers] * 2
+started = threading.Barrier(len(targets) + 1)  # the daemon threads and the main thread
+for target in targets:
+    threading.Thread(target=target, daemon=True).start()
+threading.Thread(target=finishing).start()
+if "cleanup-at-exit" in sys.argv:
+    atexit.register(shared.cleanup)  # runs while the daemon threads still transfer
+started.wait()
+time.sleep(float(sys.argv[1]))
+print("main thread exits", flush=True)
+"""
+
+
+@pytest.mark.parametrize("variant", ["", "cleanup-at-exit"], ids=["plain", "cleanup_at_exit"])
+def test_exit_while_daemon_threads_transfer(bm, variant):
+    """Finding 12: the main thread returns while daemon threads are inside transfers (with the
+    GIL released), on a shared manager and on their own. The interpreter must exit with 0,
+    never abort in the GIL guard ("terminate called without an active exception")."""
+    for attempt, pause in enumerate((0.0, 0.05, 0.15, 0.3)):
+        source = DAEMON_SCRIPT.replace("sys.argv[1]", repr(pause)).replace(
+            '"cleanup-at-exit" in sys.argv', repr(variant == "cleanup-at-exit"))
+        try:
+            result = run_python(source, timeout=60)
+        except subprocess.TimeoutExpired:
+            pytest.fail(f"attempt {attempt} (pause {pause} s): the interpreter hung at exit")
+        assert result.returncode == 0, f"attempt {attempt} (pause {pause} s)\n{describe(result)}"
+        assert "terminate" not in result.stderr, describe(result)
+        assert "main thread exits" in result.stdout, describe(result)
+        assert "non-daemon thread done" in result.stdout, describe(result)
+
+
+# ---- the rest of the review ----------------------------------------------------------------
+
+def test_shape_may_be_a_0d_integer_array(bm):
+    data = np.arange(6, dtype=np.int16)
+    handle = bm.upload_to_device(data)
+    np.testing.assert_array_equal(bm.download_from_device(handle, np.array(6)), data)
+    np.testing.assert_array_equal(bm.download_from_device(handle, np.array([2, 3])),
+                                  data.reshape(2, 3))
+
+
+@pytest.mark.parametrize("shape", [(0, 2**62, 2**62), (2**40, 2**40, 0)], ids=str)
+def test_empty_shape_whose_other_extents_overflow(bm, shape):
+    """numpy refuses these (its size check skips zero extents); so does clbuf, with a
+    clbuf.Error like any other shape that does not fit."""
+    handle = bm.upload_to_device(np.zeros(0, np.float32))
+    raises_clbuf_error(lambda: bm.download_from_device(handle, shape, np.float32),
+                       CL_INVALID_VALUE, "more bytes than fit in memory")
+
+
+def test_shape_without_a_len(bm):
+    class NoLen:
+        def __getitem__(self, index):
+            return 1
+
+    handle = bm.upload_to_device(np.zeros(1, np.float32))
+    raises_clbuf_error(lambda: bm.download_from_device(handle, NoLen()), CL_INVALID_VALUE,
+                       "shape must be an int or a sequence of ints", "NoLen")
+
+
+def test_exceptions_raised_by_the_callers_own_code_propagate(bm):
+    """An __index__ or __getitem__ of the caller's that raises is the caller's error: it
+    propagates as it would from any Python function (a TypeError still means 'not an int')."""
+    class Broken:
+        def __index__(self):
+            raise ZeroDivisionError("from __index__")
+
+    class BadItems:
+        def __len__(self):
+            return 2
+
+        def __getitem__(self, index):
+            raise KeyError(index)
+
+    handle = bm.upload_to_device(np.zeros(4, np.uint8))
+    with pytest.raises(ZeroDivisionError, match="from __index__"):
+        bm.copy_device_buffer(handle, handle, Broken())
+    with pytest.raises(KeyError):
+        bm.download_from_device(handle, BadItems())
+    raises_clbuf_error(lambda: bm.copy_device_buffer(handle, handle, np.array([1, 2])),
+                       CL_INVALID_VALUE, "size_bytes must be an integer, not ndarray")
+
+
+def test_type_names_in_messages_do_not_run_python_code(bm):
+    class Meta(type):
+        def __getattribute__(cls, name):
+            if name == "__name__":
+                raise KeyError("__name__ looked up")
+            return type.__getattribute__(cls, name)
+
+    class Odd(metaclass=Meta):
+        pass
+
+    raises_clbuf_error(lambda: bm.upload_to_device(Odd()), CL_INVALID_VALUE,
+                       "data must be a numpy.ndarray, not Odd")
+
+
+@pytest.mark.filterwarnings("ignore::PendingDeprecationWarning")  # np.matrix
+def test_non_contiguous_subclass_input_is_uploaded_as_plain_bytes(bm):
+    data = np.ma.masked_array(np.arange(20, dtype=np.int32), mask=[0, 1] * 10)[::2]
+    handle = bm.upload_to_device(data)
+    np.testing.assert_array_equal(bm.download_from_device(handle), np.arange(0, 20, 2))
+    matrix = np.matrix(np.arange(12, dtype=np.float64).reshape(3, 4))[:, ::-1]
+    result = bm.download_from_device(bm.upload_to_device(matrix))
+    assert type(result) is np.ndarray
+    np.testing.assert_array_equal(result, np.asarray(matrix))
+
+
+def test_device_info_getitem_is_a_mapping_of_its_fields(bm):
+    info = bm.device
+    for key in ("name", "platform", "type", "global_mem_bytes", "max_alloc_bytes",
+                "platform_index", "device_index"):
+        assert info[key] == getattr(info, key)
+    for key in ("nope", "__class__", "__init__", 0, None):
+        with pytest.raises(KeyError):
+            info[key]
