@@ -348,8 +348,7 @@ std::size_t as_size(const char* operation, const py::handle& value, const char* 
   if (PyErr_Occurred() != nullptr ||
       result > static_cast<unsigned long long>(std::numeric_limits<py::ssize_t>::max())) {
     PyErr_Clear();
-    fail(operation, CL_INVALID_VALUE,
-         std::string(what) + " " + text_of(number) + " is too large");
+    fail(operation, CL_INVALID_VALUE, std::string(what) + " " + text_of(number) + " is too large");
   }
   return static_cast<std::size_t>(result);
 }
@@ -390,8 +389,7 @@ std::vector<py::ssize_t> as_shape(const char* operation, const py::handle& value
   if (count < 0) {
     const std::string why = take_python_error();
     fail(operation, CL_INVALID_VALUE,
-         "shape must be an int or a sequence of ints, not " + type_name(value) + " (" + why +
-             ")");
+         "shape must be an int or a sequence of ints, not " + type_name(value) + " (" + why + ")");
   }
   if (static_cast<std::size_t>(count) > numpy_max_dims) {
     fail(operation, CL_INVALID_VALUE,
@@ -587,20 +585,6 @@ struct PythonName<Pending> {
   static constexpr const char* made_by = "Futures come from upload_async() and download_async()";
 };
 
-std::string to_string(clbuf::MemoryModel model) {
-  switch (model) {
-    case clbuf::MemoryModel::automatic:
-      return "automatic";
-    case clbuf::MemoryModel::host:
-      return "host";
-    case clbuf::MemoryModel::unified:
-      return "unified";
-    case clbuf::MemoryModel::discrete:
-      return "discrete";
-  }
-  return "unknown";
-}
-
 py::dict to_dict(const clbuf::DirectionStats& d) {
   py::dict out;
   out["operations"] = d.operations;
@@ -643,7 +627,7 @@ class Manager {
 
   const clbuf::DeviceInfo& device() const noexcept { return manager_->device(); }
   const std::string& selection_reason() const noexcept { return manager_->selection_reason(); }
-  std::string memory_model() const { return to_string(manager_->memory_model()); }
+  std::string memory_model() const { return clbuf::to_string(manager_->memory_model()); }
   py::dict stats() const { return to_dict(manager_->stats()); }
   void reset_stats() noexcept { manager_->reset_stats(); }
 
@@ -767,8 +751,8 @@ std::optional<std::string> as_selector(const py::handle& value) {
     const auto shown = py::reinterpret_steal<py::object>(PyObject_ASCII(value.ptr()));
     if (!shown) PyErr_Clear();
     fail(op, CL_INVALID_VALUE,
-         "selector " + (shown ? text_of(shown) : std::string("?")) +
-             " is not valid UTF-8 text (" + why + ")");
+         "selector " + (shown ? text_of(shown) : std::string("?")) + " is not valid UTF-8 text (" +
+             why + ")");
   }
   return std::string(text, static_cast<std::size_t>(size));
 }
@@ -797,8 +781,9 @@ PYBIND11_MODULE(clbuf, m) {
                           std::to_string(CLBUF_VERSION_PATCH);
 
   m.def("_error_name", [](cl_int code) { return clbuf::error_name(code); });
-  m.def("error_name", [](cl_int code) { return clbuf::error_name(code); }, py::arg("code"),
-        "The name of an OpenCL error code, e.g. error_name(-30) == 'CL_INVALID_VALUE'.");
+  m.def(
+      "error_name", [](cl_int code) { return clbuf::error_name(code); }, py::arg("code"),
+      "The name of an OpenCL error code, e.g. error_name(-30) == 'CL_INVALID_VALUE'.");
   py::dict scope;
   scope["__builtins__"] = py::module_::import("builtins");
   scope["__name__"] = "clbuf";
@@ -821,45 +806,33 @@ PYBIND11_MODULE(clbuf, m) {
   // `self` as a Self<T> and gets the object through initialised() or checked(); repr() answers
   // all the same. Every class is held by a std::shared_ptr for that (see held_object()).
   using Info = clbuf::DeviceInfo;
-  py::class_<Info, std::shared_ptr<Info>>(m, "DeviceInfo",
-                                          "What clbuf knows of one OpenCL device.")
+  py::class_<Info, std::shared_ptr<Info>>(m, "DeviceInfo", "What clbuf knows of one OpenCL device.")
+      .def_property_readonly("name",
+                             [](Self<Info> self) { return initialised(self, "name")->name; })
       .def_property_readonly(
-          "name", [](Self<Info> self) { return initialised(self, "name")->name; })
+          "platform", [](Self<Info> self) { return initialised(self, "platform")->platform; })
       .def_property_readonly(
-          "platform",
-          [](Self<Info> self) { return initialised(self, "platform")->platform; })
-      .def_property_readonly("type",
-                             [](Self<Info> self) {
-                               return clbuf::to_string(initialised(self, "type")->type);
-                             })
-      .def_property_readonly("global_mem_bytes",
-                             [](Self<Info> self) {
-                               return initialised(self, "global_mem_bytes")
-                                   ->global_mem_bytes;
-                             })
+          "type", [](Self<Info> self) { return clbuf::to_string(initialised(self, "type")->type); })
+      .def_property_readonly(
+          "global_mem_bytes",
+          [](Self<Info> self) { return initialised(self, "global_mem_bytes")->global_mem_bytes; })
       .def_property_readonly(
           "max_alloc_bytes",
-          [](Self<Info> self) {
-            return initialised(self, "max_alloc_bytes")->max_alloc_bytes;
-          })
+          [](Self<Info> self) { return initialised(self, "max_alloc_bytes")->max_alloc_bytes; })
       .def_property_readonly(
           "platform_index",
-          [](Self<Info> self) {
-            return initialised(self, "platform_index")->platform_index;
-          })
-      .def_property_readonly("device_index",
-                             [](Self<Info> self) {
-                               return initialised(self, "device_index")->device_index;
-                             })
+          [](Self<Info> self) { return initialised(self, "platform_index")->platform_index; })
+      .def_property_readonly(
+          "device_index",
+          [](Self<Info> self) { return initialised(self, "device_index")->device_index; })
       .def("__getitem__",
            [](Self<Info> self, const py::handle& key) -> py::object {
              initialised(self, "__getitem__");
              // The fields only: any other key (an attribute such as "__class__" included) is a
              // KeyError, as in a dict.
-             static const char* const fields[] = {"name",           "platform",
-                                                  "type",           "global_mem_bytes",
-                                                  "max_alloc_bytes", "platform_index",
-                                                  "device_index"};
+             static const char* const fields[] = {
+                 "name",           "platform",    "type", "global_mem_bytes", "max_alloc_bytes",
+                 "platform_index", "device_index"};
              if (py::isinstance<py::str>(key)) {
                for (const char* field : fields) {
                  if (py::str(field).equal(key)) return self.object.attr(field);
@@ -885,13 +858,11 @@ PYBIND11_MODULE(clbuf, m) {
       "BufferManager.upload_to_device(); freed when the last reference goes.")
       .def_property_readonly("nbytes", checked("nbytes", &Handle::nbytes))
       .def_property_readonly("size", checked("size", &Handle::size))
+      .def_property_readonly("dtype",
+                             [](Self<Handle> self) { return initialised(self, "dtype")->dtype; })
       .def_property_readonly(
-          "dtype", [](Self<Handle> self) { return initialised(self, "dtype")->dtype; })
-      .def_property_readonly("shape",
-                             [](Self<Handle> self) {
-                               return py::tuple(
-                                   py::cast(initialised(self, "shape")->shape));
-                             })
+          "shape",
+          [](Self<Handle> self) { return py::tuple(py::cast(initialised(self, "shape")->shape)); })
       .def("__len__",
            [](Self<Handle> self) -> py::ssize_t {
              const std::shared_ptr<Handle> h = initialised(self, "__len__");
@@ -906,9 +877,10 @@ PYBIND11_MODULE(clbuf, m) {
                ">";
       });
 
-  py::class_<Pending, std::shared_ptr<Pending>>(m, "Future",
-                      "An asynchronous transfer in flight. The host array it reads or writes "
-                      "must not be modified until wait() returns.")
+  py::class_<Pending, std::shared_ptr<Pending>>(
+      m, "Future",
+      "An asynchronous transfer in flight. The host array it reads or writes "
+      "must not be modified until wait() returns.")
       .def("wait", checked("wait", &Pending::wait),
            "Blocks until the transfer is done (the GIL is released).")
       .def("ready", checked("ready", &Pending::ready), "True once the transfer is done.")
@@ -916,8 +888,9 @@ PYBIND11_MODULE(clbuf, m) {
            "wait(), then the result: a DeviceBuffer for upload_async, an ndarray for "
            "download_async.");
 
-  py::class_<Manager, std::shared_ptr<Manager>>(m, "BufferManager",
-                      "Manages buffer transfers between host numpy arrays and one OpenCL device.")
+  py::class_<Manager, std::shared_ptr<Manager>>(
+      m, "BufferManager",
+      "Manages buffer transfers between host numpy arrays and one OpenCL device.")
       .def(py::init([](Selector selector) {
              return std::make_shared<Manager>(as_selector(selector.object));
            }),
@@ -926,8 +899,7 @@ PYBIND11_MODULE(clbuf, m) {
            "name), else CLBUF_DEVICE, else the first GPU, else the first CPU device.")
       .def("upload_to_device", checked("upload_to_device", &Manager::upload_to_device),
            py::arg("data"), "Copies a numpy array into new device memory; returns a DeviceBuffer.")
-      .def("download_from_device",
-           checked("download_from_device", &Manager::download_from_device),
+      .def("download_from_device", checked("download_from_device", &Manager::download_from_device),
            py::arg("device_buffer"), py::arg("shape") = py::none(), py::arg("dtype") = py::none(),
            "Reads a whole DeviceBuffer into a new array of `shape` and `dtype` (None: as "
            "uploaded), whose byte count must equal the buffer's.")
@@ -969,8 +941,7 @@ PYBIND11_MODULE(clbuf, m) {
       });
 
   // numpy's limit on dimensions (NPY_MAXDIMS) went from 32 to 64 in numpy 2.0.
-  const std::string numpy_version =
-      text_of(py::module_::import("numpy").attr("__version__"));
+  const std::string numpy_version = text_of(py::module_::import("numpy").attr("__version__"));
   int numpy_major = 0;
   for (const char c : numpy_version) {
     if (c < '0' || c > '9') break;

@@ -58,19 +58,6 @@ void verify(const std::vector<T>& expected, const std::vector<T>& actual, const 
   verify(expected, actual.data(), actual.size(), what);
 }
 
-const char* model_name(MemoryModel model) {
-  switch (model) {
-    case MemoryModel::host:
-      return "host";
-    case MemoryModel::unified:
-      return "unified";
-    case MemoryModel::discrete:
-      return "discrete";
-    default:
-      return "automatic";
-  }
-}
-
 clbuf::Options options_for(MemoryModel model) {
   clbuf::Options options;
   options.memory = model;
@@ -208,7 +195,7 @@ void trial(MemoryModel model, bool adopt, int site, long n, bool sticky, std::ui
   }();
   state().disarm();
 
-  const std::string where = std::string(model_name(model)) + (adopt ? "/adopted " : " ") +
+  const std::string where = std::string(clbuf::to_string(model)) + (adopt ? "/adopted " : " ") +
                             site_name(site) + " #" + std::to_string(n) + (sticky ? " onwards" : "");
   ++tally.trials;
   if (fired == 0) {
@@ -296,7 +283,7 @@ class FaultInjection : public ::testing::TestWithParam<MemoryModel> {
         trial(model, adopt, site, 1, true, seed, tally);
       }
     }
-    std::cout << "[ fault    ] " << model_name(model) << (adopt ? " (adopted)" : "")
+    std::cout << "[ fault    ] " << clbuf::to_string(model) << (adopt ? " (adopted)" : "")
               << ": fault sites swept " << sites << " (+ sticky per entry point), trials "
               << tally.trials << ": raised clbuf::Error " << tally.raised
               << ", absorbed with correct data " << tally.absorbed << ", not reached "
@@ -434,7 +421,7 @@ TEST_P(FaultData, FailedCallsChangeNothingOutsideTheirDestination) {
       }
     }
   }
-  std::cout << "[ fault    ] " << model_name(GetParam()) << ": " << trials
+  std::cout << "[ fault    ] " << clbuf::to_string(GetParam()) << ": " << trials
             << " failed calls, none changed data outside its destination\n";
   EXPECT_GT(trials, 0);
 }
