@@ -136,7 +136,8 @@ class Error : public std::runtime_error {
 
 namespace detail {
 
-[[noreturn]] inline void fail(const char* operation, cl_int code, const std::string& details) {
+/// The text of an Error: "operation: CL_NAME (code): details" (no name for CL_SUCCESS).
+inline std::string error_message(const char* operation, cl_int code, const std::string& details) {
   std::string message = operation;
   message += ": ";
   if (code != CL_SUCCESS) {
@@ -148,7 +149,11 @@ namespace detail {
   for (std::size_t at = message.find('\0'); at != std::string::npos; at = message.find('\0', at)) {
     message.replace(at, 1, "\\0");
   }
-  throw Error(code, message);
+  return message;
+}
+
+[[noreturn]] inline void fail(const char* operation, cl_int code, const std::string& details) {
+  throw Error(code, error_message(operation, code, details));
 }
 
 /// Out of host memory while clbuf allocates host memory of `bytes` (`what`).

@@ -2,21 +2,25 @@
 #ifndef CLBUF_FUTURE_HPP
 #define CLBUF_FUTURE_HPP
 
+#include <clbuf/detail/async.hpp>
 #include <clbuf/error.hpp>
 
 #include <memory>
 #include <optional>
 #include <type_traits>
 #include <utility>
+#include <vector>
 
 namespace clbuf {
 
 class BufferManager;
 
-/// The result of upload_async(), download_async() or copy_async(); Future<void> for transfers
-/// into memory the caller already owns. Move-only. Owns (or keeps alive) every
-/// byte of host memory the transfer reads or writes, so that memory is never released while
-/// the device may still touch it: destroying a Future that was never waited for waits first.
+/// The result of an asynchronous operation (upload_async(), download_async(), fill_async(), ...);
+/// Future<void> for operations with no value to hand over. Move-only. Owns (or keeps alive)
+/// every byte of host memory the operation reads or writes that the caller did not promise to
+/// keep, so that memory is never released while the device may still touch it: destroying a
+/// Future that was never waited for waits first. event() is what a kernel of the application
+/// waits for to run after the operation, without a host wait in between.
 template <class R>
 class [[nodiscard]] Future {
  public:
@@ -28,7 +32,8 @@ class [[nodiscard]] Future {
       : operation_(other.operation_),
         event_(std::move(other.event_)),
         value_(std::exchange(other.value_, std::nullopt)),
-        host_(std::move(other.host_)) {}
+        host_(std::move(other.host_)),
+        outcome_(std::move(other.outcome_)) {}
 
   Future& operator=(Future&& other) noexcept {
     if (this != &other) {
@@ -37,6 +42,7 @@ class [[nodiscard]] Future {
       event_ = std::move(other.event_);
       value_ = std::exchange(other.value_, std::nullopt);
       host_ = std::move(other.host_);
+      outcome_ = std::move(other.outcome_);
     }
     return *this;
   }
@@ -45,6 +51,17 @@ class [[nodiscard]] Future {
 
   /// True while the result has not been taken by get().
   bool valid() const noexcept { return value_.has_value(); }
+
+  /// The event that completes with the operation, for the wait list of an application's own
+  /// command (a kernel on manager.queue() or on another queue of its context). A null handle
+  /// when nothing was left to wait for (the operation finished during the call, or moved no
+  /// bytes); wait_list() gives a list to pass either way.
+  const cl::Event& event() const noexcept { return event_; }
+
+  /// {event()}, or an empty list when event() is null: a wait list OpenCL accepts as it is.
+  std::vector<cl::Event> wait_list() const {
+    return event_() == nullptr ? std::vector<cl::Event>() : std::vector<cl::Event>{event_};
+  }
 
   /// The transfer has completed (successfully or not). Wraps clGetEventInfo.
   /// @throws Error if the event cannot be queried.
@@ -68,6 +85,7 @@ class [[nodiscard]] Future {
       detail::fail(operation_, status, "the transfer failed on the device");
     }
     if (err != CL_SUCCESS) detail::check(err, operation_, "clWaitForEvents");
+    if (outcome_) outcome_->rethrow();  // a failure in the part clbuf ran on the host
   }
 
   /// wait(), then hands over the result; once only.
@@ -93,11 +111,13 @@ class [[nodiscard]] Future {
   struct Nothing {};
   using Stored = std::conditional_t<std::is_void<R>::value, Nothing, R>;
 
-  Future(const char* operation, cl::Event event, Stored value, std::shared_ptr<const void> host)
+  Future(const char* operation, cl::Event event, Stored value, std::shared_ptr<const void> host,
+         std::shared_ptr<const detail::Outcome> outcome = nullptr)
       : operation_(operation),
         event_(std::move(event)),
         value_(std::move(value)),
-        host_(std::move(host)) {}
+        host_(std::move(host)),
+        outcome_(std::move(outcome)) {}
 
   cl_int status_of_event() const {
     cl_int status = CL_COMPLETE;
@@ -118,6 +138,7 @@ class [[nodiscard]] Future {
   cl::Event event_;
   std::optional<Stored> value_;       // a download's vector is written in place by the device
   std::shared_ptr<const void> host_;  // host memory the transfer reads (an upload's data)
+  std::shared_ptr<const detail::Outcome> outcome_;  // set when clbuf finishes the work on the host
 };
 
 }  // namespace clbuf

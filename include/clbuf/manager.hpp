@@ -196,18 +196,24 @@ class BufferManager {
   }
 
   /// Starts copying `data` (which the Future owns until the copy completes) into new device
-  /// memory; get() returns the buffer. Wraps clEnqueueWriteBuffer, non-blocking.
+  /// memory, after the commands of `after` (events of this context, e.g. a kernel on another
+  /// queue); get() returns the buffer. Returns at once on every path: large pageable data for a
+  /// discrete device is staged through pinned chunks by clbuf's background thread while the
+  /// queue holds later work behind it. Wraps clEnqueueWriteBuffer, non-blocking.
+  /// @throws Error CL_INVALID_CONTEXT for an event of another context.
   template <class T>
-  Future<DeviceBuffer<T>> upload_async(std::vector<T> data) {
+  Future<DeviceBuffer<T>> upload_async(std::vector<T> data,
+                                       const std::vector<cl::Event>& after = {}) {
     const auto host = detail::shared_vector("upload_async", std::move(data));
-    return start_upload(host->data(), host->size(), host);
+    return start_upload(host->data(), host->size(), host, after);
   }
   /// As upload_async(std::vector), without a copy of `data`, which the caller keeps alive and
   /// unchanged until the Future has completed.
   /// @throws Error CL_INVALID_VALUE for a null `data` with count > 0.
   template <class T>
-  Future<DeviceBuffer<T>> upload_async(const T* data, std::size_t count) {
-    return start_upload(data, count, nullptr);
+  Future<DeviceBuffer<T>> upload_async(const T* data, std::size_t count,
+                                       const std::vector<cl::Event>& after = {}) {
+    return start_upload(data, count, nullptr, after);
   }
   /// @}
 
@@ -251,20 +257,24 @@ class BufferManager {
                  detail::HostMemory::pinned);
   }
 
-  /// Starts reading the whole buffer into a vector the Future owns; get() hands it over.
-  /// Wraps clEnqueueReadBuffer, non-blocking.
+  /// Starts reading the whole buffer, after the commands of `after`, into a vector the Future
+  /// owns; get() hands it over. Returns at once on every path (staged for large downloads from
+  /// a discrete device, as upload_async()). Wraps clEnqueueReadBuffer, non-blocking.
+  /// @throws Error CL_INVALID_CONTEXT for an event of another context.
   template <class T>
-  Future<std::vector<T>> download_async(const DeviceBuffer<T>& buffer) {
+  Future<std::vector<T>> download_async(const DeviceBuffer<T>& buffer,
+                                        const std::vector<cl::Event>& after = {}) {
     const char* op = "download_async";
     auto entry = gate_.enter(op);
     check(op, buffer);
+    const std::vector<cl_event> wait = wait_list(op, after);
     std::vector<T> out = detail::new_vector<T>(op, buffer.size());
-    cl::Event event = engine_.read_async(op, buffer.memory_, 0, out.data(), buffer.size_bytes());
-    buffer.fence(pool_.get(), event);
-    const bool enqueued = event() != nullptr;
+    hold(op, wait);
+    detail::Started start =
+        engine_.read_async(op, buffer.memory_, 0, out.data(), buffer.size_bytes());
+    buffer.fence(pool_.get(), start.event);
     // Moving the vector into the Future keeps its heap block, which the device writes into.
-    return started(op, enqueued,
-                   Future<std::vector<T>>(op, std::move(event), std::move(out), nullptr));
+    return future<std::vector<T>>(op, std::move(start), std::move(out));
   }
 
   /// Starts reading `count` elements at element `src_offset` into `out`, which the caller keeps
@@ -272,15 +282,16 @@ class BufferManager {
   /// @throws Error CL_INVALID_VALUE past the end of `buffer` or for a null `out` with count > 0.
   template <class T>
   Future<void> download_async(const DeviceBuffer<T>& buffer, T* out, std::size_t count,
-                              std::size_t src_offset = 0) {
+                              std::size_t src_offset = 0,
+                              const std::vector<cl::Event>& after = {}) {
     const char* op = "download_async";
     auto entry = gate_.enter(op);
     check_read(op, buffer, out, count, src_offset);
-    cl::Event event =
+    hold(op, wait_list(op, after));
+    detail::Started start =
         engine_.read_async(op, buffer.memory_, src_offset * sizeof(T), out, count * sizeof(T));
-    buffer.fence(pool_.get(), event);
-    const bool enqueued = event() != nullptr;
-    return started(op, enqueued, Future<void>(op, std::move(event), {}, nullptr));
+    buffer.fence(pool_.get(), start.event);
+    return future<void>(op, std::move(start), {});
   }
   /// @}
 
@@ -313,21 +324,23 @@ class BufferManager {
     engine_.copy(op, src.memory_, src_offset_bytes, dst.memory_, dst_offset_bytes, size_bytes);
   }
 
-  /// As copy_bytes(), but returns at once; the Future completes when the device has copied.
-  /// Wraps clEnqueueCopyBuffer, non-blocking.
+  /// As copy_bytes(), after the commands of `after`, but returns at once; the Future completes
+  /// when the device has copied. Wraps clEnqueueCopyBuffer, non-blocking.
   template <class T, class U>
   Future<void> copy_bytes_async(const DeviceBuffer<T>& src, DeviceBuffer<U>& dst,
                                 std::size_t size_bytes, std::size_t src_offset_bytes = 0,
-                                std::size_t dst_offset_bytes = 0) {
+                                std::size_t dst_offset_bytes = 0,
+                                const std::vector<cl::Event>& after = {}) {
     const char* op = "copy_bytes_async";
     auto entry = gate_.enter(op);
     check_copy(op, src, dst, size_bytes, src_offset_bytes, dst_offset_bytes);
-    cl::Event event = engine_.copy_async(op, src.memory_, src_offset_bytes, dst.memory_,
-                                         dst_offset_bytes, size_bytes);
-    src.fence(pool_.get(), event);
-    dst.fence(pool_.get(), event);
-    const bool enqueued = event() != nullptr;
-    return started(op, enqueued, Future<void>(op, std::move(event), {}, nullptr));
+    hold(op, wait_list(op, after));
+    detail::Started start{engine_.copy_async(op, src.memory_, src_offset_bytes, dst.memory_,
+                                             dst_offset_bytes, size_bytes),
+                          nullptr};
+    src.fence(pool_.get(), start.event);
+    dst.fence(pool_.get(), start.event);
+    return future<void>(op, std::move(start), {});
   }
   /// @}
 
@@ -357,6 +370,29 @@ class BufferManager {
     if (count == 0) return;
     engine_.fill(op, buffer.memory_, offset * sizeof(T), &value, sizeof(T), count);
   }
+
+  /// As fill(buffer, value), after the commands of `after`, returning at once (`value` may be
+  /// reused on return). Wraps clEnqueueFillBuffer (or the copies of fill()), non-blocking.
+  template <class T>
+  Future<void> fill_async(DeviceBuffer<T>& buffer, const T& value,
+                          const std::vector<cl::Event>& after = {}) {
+    return fill_async(buffer, value, buffer.size(), 0, after);
+  }
+
+  /// As fill(buffer, value, count, offset), returning at once.
+  template <class T>
+  Future<void> fill_async(DeviceBuffer<T>& buffer, const T& value, std::size_t count,
+                          std::size_t offset = 0, const std::vector<cl::Event>& after = {}) {
+    const char* op = "fill_async";
+    auto entry = gate_.enter(op);
+    check(op, buffer);
+    detail::check_range(op, "write", count, offset, buffer.size(), sizeof(T));
+    hold(op, wait_list(op, after));
+    detail::Started start =
+        engine_.fill_async(op, buffer.memory_, offset * sizeof(T), &value, sizeof(T), count);
+    buffer.fence(pool_.get(), start.event);
+    return future<void>(op, std::move(start), {});
+  }
   /// @}
 
   /// @name Rectangular regions
@@ -369,23 +405,28 @@ class BufferManager {
   ///         `count` elements or in `dst`, a size overflows, or `data` is null with count > 0.
   template <class T>
   void upload_rect(DeviceBuffer<T>& dst, const T* data, std::size_t count, const Region& region) {
-    const char* op = "upload_rect";
-    auto entry = gate_.enter(op);
-    check(op, dst);
-    detail::check_host_pointer(op, data, count);
-    const detail::RectSide host = detail::rect_side(op, "host", region.size, region.src_origin,
-                                                    region.src_extents, count, sizeof(T));
-    const detail::RectSide device =
-        detail::rect_side(op, "destination", region.size, region.dst_origin, region.dst_extents,
-                          dst.size(), sizeof(T));
-    if (detail::rect_empty(region.size)) return;
-    detail::check_not_mapped(op, dst.lease_.get(), data, count, sizeof(T));
-    detail::transfer_rect(engine_, op, true, dst.memory_, device, const_cast<T*>(data), host,
-                          region, sizeof(T));
+    auto entry = gate_.enter("upload_rect");
+    transfer_rect("upload_rect", true, dst, const_cast<T*>(data), count, region, nullptr);
   }
   template <class T>
   void upload_rect(DeviceBuffer<T>& dst, const std::vector<T>& data, const Region& region) {
     upload_rect(dst, data.data(), data.size(), region);
+  }
+
+  /// As upload_rect(), after the commands of `after`, returning at once; `data` must stay alive
+  /// and unchanged until the Future has completed. Wraps clEnqueueWriteBufferRect, non-blocking.
+  template <class T>
+  Future<void> upload_rect_async(DeviceBuffer<T>& dst, const T* data, std::size_t count,
+                                 const Region& region, const std::vector<cl::Event>& after = {}) {
+    const char* op = "upload_rect_async";
+    auto entry = gate_.enter(op);
+    return future<void>(
+        op, transfer_rect(op, true, dst, const_cast<T*>(data), count, region, &after), {});
+  }
+  template <class T>
+  Future<void> upload_rect_async(DeviceBuffer<T>& dst, const std::vector<T>& data,
+                                 const Region& region, const std::vector<cl::Event>& after = {}) {
+    return upload_rect_async(dst, data.data(), data.size(), region, after);
   }
 
   /// Copies the box `region` of `src` (laid out as region.src_extents) into the host array `out`
@@ -394,21 +435,27 @@ class BufferManager {
   /// @throws Error CL_INVALID_VALUE as upload_rect().
   template <class T>
   void download_rect(const DeviceBuffer<T>& src, T* out, std::size_t count, const Region& region) {
-    const char* op = "download_rect";
-    auto entry = gate_.enter(op);
-    check(op, src);
-    detail::check_host_pointer(op, out, count);
-    const detail::RectSide device = detail::rect_side(op, "source", region.size, region.src_origin,
-                                                      region.src_extents, src.size(), sizeof(T));
-    const detail::RectSide host = detail::rect_side(op, "host", region.size, region.dst_origin,
-                                                    region.dst_extents, count, sizeof(T));
-    if (detail::rect_empty(region.size)) return;
-    detail::check_not_mapped(op, src.lease_.get(), out, count, sizeof(T));
-    detail::transfer_rect(engine_, op, false, src.memory_, device, out, host, region, sizeof(T));
+    auto entry = gate_.enter("download_rect");
+    transfer_rect("download_rect", false, src, out, count, region, nullptr);
   }
   template <class T>
   void download_rect(const DeviceBuffer<T>& src, std::vector<T>& out, const Region& region) {
     download_rect(src, out.data(), out.size(), region);
+  }
+
+  /// As download_rect(), after the commands of `after`, returning at once; `out` must stay alive
+  /// until the Future has completed. Wraps clEnqueueReadBufferRect, non-blocking.
+  template <class T>
+  Future<void> download_rect_async(const DeviceBuffer<T>& src, T* out, std::size_t count,
+                                   const Region& region, const std::vector<cl::Event>& after = {}) {
+    const char* op = "download_rect_async";
+    auto entry = gate_.enter(op);
+    return future<void>(op, transfer_rect(op, false, src, out, count, region, &after), {});
+  }
+  template <class T>
+  Future<void> download_rect_async(const DeviceBuffer<T>& src, std::vector<T>& out,
+                                   const Region& region, const std::vector<cl::Event>& after = {}) {
+    return download_rect_async(src, out.data(), out.size(), region, after);
   }
 
   /// Copies the box `region` from `src` to `dst` on the device (blocking, no host round trip).
@@ -421,18 +468,17 @@ class BufferManager {
   ///         two byte spans counts.
   template <class T>
   void copy_rect(const DeviceBuffer<T>& src, DeviceBuffer<T>& dst, const Region& region) {
-    const char* op = "copy_rect";
+    auto entry = gate_.enter("copy_rect");
+    copy_box("copy_rect", src, dst, region, nullptr);
+  }
+
+  /// As copy_rect(), after the commands of `after`, returning at once.
+  template <class T>
+  Future<void> copy_rect_async(const DeviceBuffer<T>& src, DeviceBuffer<T>& dst,
+                               const Region& region, const std::vector<cl::Event>& after = {}) {
+    const char* op = "copy_rect_async";
     auto entry = gate_.enter(op);
-    check(op, src);
-    check(op, dst);
-    const detail::RectEnd from =
-        detail::rect_end(op, "source", src.root(), src.root_offset_bytes(), region.size,
-                         region.src_origin, region.src_extents, src.size(), sizeof(T));
-    const detail::RectEnd to =
-        detail::rect_end(op, "destination", dst.root(), dst.root_offset_bytes(), region.size,
-                         region.dst_origin, region.dst_extents, dst.size(), sizeof(T));
-    if (detail::rect_empty(region.size)) return;
-    detail::copy_rect(engine_, op, from, to, region.size, sizeof(T));
+    return future<void>(op, copy_box(op, src, dst, region, &after), {});
   }
   /// @}
 
@@ -539,24 +585,45 @@ class BufferManager {
   template <class T>
   void copy_from(BufferManager& source, const DeviceBuffer<T>& src, DeviceBuffer<T>& dst) {
     const char* op = "copy_from";
-    // Both managers are entered in address order, so two opposite copies cannot deadlock.
-    BufferManager* first = this < &source ? this : &source;
-    BufferManager* second = this < &source ? &source : this;
-    auto first_entry = first->gate_.enter(op);
-    detail::Gate::Entry second_entry;
-    if (second != first) second_entry = second->gate_.enter(op);
-    source.check(op, src);
-    check(op, dst);
-    detail::check_same_size(op, src.size(), dst.size());
-    check_apart(op, src, 0, dst, 0, src.size_bytes());
-    if (src.size_bytes() == 0) return;
-    source.device_.queue().finish(op);
-    if (source.device_.context()() == device_.context()()) {
-      engine_.copy(op, src.memory_, 0, dst.memory_, 0, src.size_bytes());
-    } else {
-      detail::copy_across_contexts(op, source.device_.queue(), src.memory_, device_, engine_,
-                                   dst.memory_, src.size_bytes());
+    auto entries = enter_both(op, source);
+    check_copy_from(op, source, src, dst);
+    copy_from_now(op, source, src, dst);
+  }
+
+  /// As copy_from(), returning at once: the copy runs after the work queued on both managers
+  /// before the call, and work queued on either after it runs after the copy. Same context: one
+  /// clEnqueueCopyBuffer, ordered by a marker of `source`'s queue and a barrier on it. Different
+  /// contexts: the pinned chunks of copy_from() on clbuf's background thread.
+  /// @throws Error as copy_from(); a failure during the copy surfaces at wait() / get().
+  template <class T>
+  Future<void> copy_from_async(BufferManager& source, const DeviceBuffer<T>& src,
+                               DeviceBuffer<T>& dst) {
+    const char* op = "copy_from_async";
+    auto entries = enter_both(op, source);
+    check_copy_from(op, source, src, dst);
+    if (src.size_bytes() == 0 || !device_.opencl_1_2() || !source.device_.opencl_1_2()) {
+      copy_from_now(op, source, src, dst);  // no markers or barriers before OpenCL 1.2
+      return future<void>(op, detail::Started(), {});
     }
+    const detail::Queue& theirs = source.device_.queue();
+    detail::Started start;
+    if (source.device_.context()() != device_.context()()) {
+      start = detail::copy_across_contexts_async(op, source.device_, src.memory_, device_, engine_,
+                                                 dst.memory_, src.size_bytes());
+    } else {
+      if (theirs.get() != device_.queue().get()) {
+        const cl::Event before = theirs.marker(op);
+        theirs.flush(op);
+        hold(op, {before()});
+      }
+      start.event = engine_.copy_async(op, src.memory_, 0, dst.memory_, 0, src.size_bytes());
+      if (theirs.get() != device_.queue().get()) theirs.barrier(op, {start.event()});
+    }
+    src.fence(pool_.get(), start.event);
+    dst.fence(pool_.get(), start.event);
+    Future<void> result = future<void>(op, std::move(start), {});
+    theirs.flush(op);
+    return result;
   }
   /// @}
 
@@ -591,6 +658,41 @@ class BufferManager {
     return std::make_shared<detail::MemoryPool>(
         device_.context(), device_.options().memory == MemoryModel::host,
         device_.options().pool_limit_bytes, device_.info().max_alloc_bytes);
+  }
+
+  /// Enters both managers' gates, in address order, so two opposite copies cannot deadlock.
+  std::pair<detail::Gate::Entry, detail::Gate::Entry> enter_both(const char* operation,
+                                                                 BufferManager& other) {
+    BufferManager* first = this < &other ? this : &other;
+    BufferManager* second = this < &other ? &other : this;
+    std::pair<detail::Gate::Entry, detail::Gate::Entry> entries;
+    entries.first = first->gate_.enter(operation);
+    if (second != first) entries.second = second->gate_.enter(operation);
+    return entries;
+  }
+
+  /// copy_from, once checked: returns when `dst` holds the copy.
+  template <class T>
+  void copy_from_now(const char* op, BufferManager& source, const DeviceBuffer<T>& src,
+                     DeviceBuffer<T>& dst) {
+    if (src.size_bytes() == 0) return;
+    source.device_.queue().finish(op);
+    if (source.device_.context()() == device_.context()()) {
+      engine_.copy(op, src.memory_, 0, dst.memory_, 0, src.size_bytes());
+    } else {
+      detail::copy_across_contexts(op, source.device_.queue(), src.memory_, device_.context(),
+                                   device_.queue(), engine_, dst.memory_, src.size_bytes());
+    }
+  }
+
+  /// copy_from: `src` of `source`, `dst` of this manager, equal sizes, no overlap.
+  template <class T>
+  void check_copy_from(const char* operation, const BufferManager& source,
+                       const DeviceBuffer<T>& src, const DeviceBuffer<T>& dst) const {
+    source.check(operation, src);
+    check(operation, dst);
+    detail::check_same_size(operation, src.size(), dst.size());
+    check_apart(operation, src, 0, dst, 0, src.size_bytes());
   }
 
   template <class T>
@@ -642,12 +744,87 @@ class BufferManager {
     return DeviceBuffer<T>(std::move(memory), pool_, device_.context(), count, std::move(shape));
   }
 
-  /// Flushes the queue once `future` owns the memory its transfer touches, so that a failed
-  /// flush cannot free memory the device is writing (the Future's destructor waits).
+  /// The handles of `after` (checked: this context) to hold the queue for.
+  std::vector<cl_event> wait_list(const char* operation,
+                                  const std::vector<cl::Event>& after) const {
+    return detail::wait_list_of(operation, after, device_.context()());
+  }
+
+  /// Holds the queue's later commands until each of `events` has completed (before OpenCL 1.2,
+  /// which has no barrier with a wait list, the host waits for them).
+  void hold(const char* operation, const std::vector<cl_event>& events) {
+    if (events.empty()) return;
+    if (device_.opencl_1_2()) {
+      device_.queue().barrier(operation, events);
+    } else {
+      detail::check(CLBUF_CL(clWaitForEvents)(static_cast<cl_uint>(events.size()), events.data()),
+                    operation, "clWaitForEvents");
+    }
+  }
+
+  /// The Future of a started operation; `host`, when set, owns host memory the operation uses.
+  /// Flushes the queue once the Future owns that memory, so that a failed flush cannot free
+  /// memory the device is using (the Future's destructor waits).
   template <class R>
-  Future<R> started(const char* operation, bool enqueued, Future<R> future) {
+  Future<R> future(const char* operation, detail::Started start, typename Future<R>::Stored value,
+                   std::shared_ptr<const void> host = nullptr) {
+    const bool enqueued = start.event() != nullptr;
+    Future<R> result(operation, std::move(start.event), std::move(value),
+                     enqueued ? std::move(host) : nullptr, std::move(start.outcome));
     if (enqueued) device_.queue().flush(operation);
-    return future;
+    return result;
+  }
+
+  /// upload_rect / download_rect and their async forms: blocking when `after` is null, else
+  /// started after `after`.
+  template <class T>
+  detail::Started transfer_rect(const char* op, bool to_device, const DeviceBuffer<T>& buffer,
+                                T* host, std::size_t count, const Region& region,
+                                const std::vector<cl::Event>* after) {
+    check(op, buffer);
+    detail::check_host_pointer(op, host, count);
+    const Offset& device_origin = to_device ? region.dst_origin : region.src_origin;
+    const Extents& device_extents = to_device ? region.dst_extents : region.src_extents;
+    const Offset& host_origin = to_device ? region.src_origin : region.dst_origin;
+    const Extents& host_extents = to_device ? region.src_extents : region.dst_extents;
+    const detail::RectSide host_side =
+        detail::rect_side(op, "host", region.size, host_origin, host_extents, count, sizeof(T));
+    const detail::RectSide device_side =
+        detail::rect_side(op, to_device ? "destination" : "source", region.size, device_origin,
+                          device_extents, buffer.size(), sizeof(T));
+    const std::vector<cl_event> wait = after ? wait_list(op, *after) : std::vector<cl_event>();
+    if (detail::rect_empty(region.size)) return detail::Started();
+    detail::check_not_mapped(op, buffer.lease_.get(), host, count, sizeof(T));
+    hold(op, wait);
+    detail::Started start{
+        detail::transfer_rect(engine_, op, to_device, buffer.memory_, device_side, host, host_side,
+                              region, sizeof(T), after == nullptr),
+        nullptr};
+    buffer.fence(pool_.get(), start.event);
+    return start;
+  }
+
+  /// copy_rect and copy_rect_async: blocking when `after` is null, else started after `after`.
+  template <class T>
+  detail::Started copy_box(const char* op, const DeviceBuffer<T>& src, DeviceBuffer<T>& dst,
+                           const Region& region, const std::vector<cl::Event>* after) {
+    check(op, src);
+    check(op, dst);
+    const detail::RectEnd from =
+        detail::rect_end(op, "source", src.root(), src.root_offset_bytes(), region.size,
+                         region.src_origin, region.src_extents, src.size(), sizeof(T));
+    const detail::RectEnd to =
+        detail::rect_end(op, "destination", dst.root(), dst.root_offset_bytes(), region.size,
+                         region.dst_origin, region.dst_extents, dst.size(), sizeof(T));
+    const std::vector<cl_event> wait = after ? wait_list(op, *after) : std::vector<cl_event>();
+    if (detail::rect_empty(region.size)) return detail::Started();
+    hold(op, wait);
+    detail::Started start{
+        detail::copy_rect(engine_, op, from, to, region.size, sizeof(T), after == nullptr),
+        nullptr};
+    src.fence(pool_.get(), start.event);
+    dst.fence(pool_.get(), start.event);
+    return start;
   }
 
   template <class T>
@@ -678,16 +855,18 @@ class BufferManager {
   /// upload_async: `host`, when set, owns `data` until the write completes.
   template <class T>
   Future<DeviceBuffer<T>> start_upload(const T* data, std::size_t count,
-                                       std::shared_ptr<const void> host) {
+                                       std::shared_ptr<const void> host,
+                                       const std::vector<cl::Event>& after) {
     const char* op = "upload_async";
     auto entry = gate_.enter(op);
     detail::check_host_pointer(op, data, count);
+    const std::vector<cl_event> wait = wait_list(op, after);
     DeviceBuffer<T> buffer = new_buffer<T>(op, count, {count});
-    cl::Event event = engine_.write_fresh_async(op, buffer.memory_, data, buffer.size_bytes());
-    const bool enqueued = event() != nullptr;
-    return started(op, enqueued,
-                   Future<DeviceBuffer<T>>(op, std::move(event), std::move(buffer),
-                                           enqueued ? std::move(host) : nullptr));
+    hold(op, wait);
+    detail::Started start = engine_.write_fresh_async(op, buffer.memory_, data, buffer.size_bytes(),
+                                                      host, !wait.empty());
+    buffer.fence(pool_.get(), start.event);
+    return future<DeviceBuffer<T>>(op, std::move(start), std::move(buffer), std::move(host));
   }
 
   detail::Gate gate_;                         // cleanup() against calls in flight

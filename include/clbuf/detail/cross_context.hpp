@@ -4,6 +4,7 @@
 #ifndef CLBUF_DETAIL_CROSS_CONTEXT_HPP
 #define CLBUF_DETAIL_CROSS_CONTEXT_HPP
 
+#include <clbuf/detail/async.hpp>
 #include <clbuf/detail/device_context.hpp>
 #include <clbuf/detail/pinned_block.hpp>
 #include <clbuf/detail/pool.hpp>
@@ -12,18 +13,21 @@
 
 #include <algorithm>
 #include <cstddef>
+#include <functional>
+#include <memory>
+#include <vector>
 
 namespace clbuf {
 namespace detail {
 
-/// All `bytes` of `src` (read on `source`, whose earlier work has finished) into `dst` of the
-/// context `target` runs (written by `engine`), blocking.
+/// All `bytes` of `src` (read on `source`, whose earlier work has finished) into `dst` of
+/// `context` (written on `target`, in that context; counted and copied by `engine`), blocking.
 inline void copy_across_contexts(const char* operation, const Queue& source, const Allocation& src,
-                                 const DeviceContext& target, TransferEngine& engine,
-                                 const Allocation& dst, std::size_t bytes) {
+                                 const cl::Context& context, const Queue& target,
+                                 TransferEngine& engine, const Allocation& dst, std::size_t bytes) {
   Telemetry::Timer timer(engine.telemetry(), Telemetry::copy, bytes);
   if (dst.host != nullptr) {  // a CPU device's own memory: read straight into it
-    target.queue().finish(operation);
+    target.finish(operation);
     if (src.host != nullptr) {
       engine.copier().copy(dst.host, src.host, bytes);
     } else {
@@ -32,16 +36,16 @@ inline void copy_across_contexts(const char* operation, const Queue& source, con
     return;
   }
   if (src.host != nullptr) {  // write straight out of a CPU device's own memory
-    target.queue().write(operation, dst.buffer(), 0, bytes, src.host, true);
+    target.write(operation, dst.buffer(), 0, bytes, src.host, true);
     return;
   }
   // Two pinned chunks of the target's context: while one is written to `dst`, the next is read
   // into the other.
   const std::size_t chunk =
       std::min(bytes, std::max<std::size_t>(engine.options().staging_chunk_bytes, 4096));
-  const Queue& queue = target.queue();
-  PinnedBlock pinned[2] = {PinnedBlock(target.context(), queue.handle(), chunk, operation),
-                           PinnedBlock(target.context(), queue.handle(), chunk, operation)};
+  const Queue& queue = target;
+  PinnedBlock pinned[2] = {PinnedBlock(context, queue.handle(), chunk, operation),
+                           PinnedBlock(context, queue.handle(), chunk, operation)};
   // On every way out, nothing may still use the chunks when they are unmapped.
   struct Drain {
     const Queue& queue;
@@ -57,6 +61,59 @@ inline void copy_across_contexts(const char* operation, const Queue& source, con
     queue.flush(operation);
   }
   queue.finish(operation);
+}
+
+/// copy_from_async between contexts: as copy_across_contexts(), on `engine`'s background thread,
+/// returning at once. Both managers' queues hold their later work behind a barrier until the
+/// copy has ended (async.hpp), and the copy runs on their side queues once the work queued
+/// before the call has finished; the job holds its own handles, so either manager may be
+/// destroyed meanwhile (its cleanup waits for the barrier).
+inline Started copy_across_contexts_async(const char* operation, const DeviceContext& source,
+                                          const Allocation& src, const DeviceContext& target,
+                                          TransferEngine& engine, const Allocation& dst,
+                                          std::size_t bytes) {
+  struct Job {
+    Allocation src, dst;  // retain both buffers
+    cl::Context context;
+    Queue source_main, source_side, target_main, target_side;
+    cl::Event source_before, target_before;
+    UserEvent source_done, target_done;
+    std::shared_ptr<Outcome> outcome = std::make_shared<Outcome>();
+  };
+  auto job = std::make_shared<Job>();
+  job->src = src;
+  job->dst = dst;
+  job->context = target.context();
+  job->source_main = source.queue();
+  job->source_side = source.side_queue(operation);
+  job->target_main = target.queue();
+  job->target_side = target.side_queue(operation);
+  job->source_done = UserEvent(operation, source.context()());
+  job->target_done = UserEvent(operation, target.context()());
+  std::function<void()> task = [job, operation, bytes, &engine]() noexcept {
+    try {
+      Queue::wait(operation, job->source_before);  // one context per clWaitForEvents
+      Queue::wait(operation, job->target_before);
+      copy_across_contexts(operation, job->source_side, job->src, job->context, job->target_side,
+                           engine, job->dst, bytes);
+    } catch (const Error& e) {
+      job->outcome->failed(e);
+    } catch (...) {
+      job->outcome->failed(operation, CL_OUT_OF_HOST_MEMORY, "a copy ran out of host memory");
+    }
+    job->source_done.complete();
+    job->target_done.complete();
+    CLBUF_CL(clFlush)(job->source_main.get());
+    CLBUF_CL(clFlush)(job->target_main.get());
+  };
+  job->source_before = source.queue().marker(operation);
+  job->target_before = target.queue().marker(operation);
+  source.queue().barrier(operation, {job->source_done.get()});
+  Started started{target.queue().barrier(operation, {job->target_done.get()}), job->outcome};
+  source.queue().flush(operation);
+  target.queue().flush(operation);
+  engine.background().post(std::move(task));
+  return started;
 }
 
 }  // namespace detail

@@ -1,6 +1,7 @@
 // What a BufferManager runs on: the device it picked (or adopted), its context and in-order
 // queue, the facts about the device clbuf needs, and the Options with every `automatic`
-// resolved. Fixed at construction; cleanup() drops the context and queue.
+// resolved. Fixed at construction (but for the side queue, made on first use); cleanup() drops
+// the context and queues.
 #ifndef CLBUF_DETAIL_DEVICE_CONTEXT_HPP
 #define CLBUF_DETAIL_DEVICE_CONTEXT_HPP
 
@@ -13,6 +14,7 @@
 #include <cstdint>
 #include <cstdlib>
 #include <iostream>
+#include <mutex>
 #include <string>
 #include <thread>
 #include <utility>
@@ -95,11 +97,25 @@ class DeviceContext {
   const Queue& queue() const noexcept { return queue_; }
   /// CL_DEVICE_MEM_BASE_ADDR_ALIGN in bytes: where sub-buffers may start.
   std::size_t base_align_bytes() const noexcept { return base_align_bytes_; }
-  /// The device has clEnqueueFillBuffer (OpenCL 1.2 and later).
-  bool has_fill() const noexcept { return has_fill_; }
+  /// The device speaks OpenCL 1.2 or later: clEnqueueFillBuffer, markers and barriers with
+  /// wait lists.
+  bool opencl_1_2() const noexcept { return opencl_1_2_; }
 
-  /// Drops the context and queue (cleanup()); the facts stay.
+  /// A second in-order queue on the device, made on first use: where clbuf's background jobs
+  /// enqueue while the main queue holds later work behind their barrier. Wraps
+  /// clCreateCommandQueue.
+  const Queue& side_queue(const char* operation) const {
+    std::lock_guard<std::mutex> lock(side_mutex_);
+    if (side_.get() == nullptr) side_ = Queue::beside(operation, context_(), queue_);
+    return side_;
+  }
+
+  /// Drops the context and queues (cleanup()); the facts stay.
   void release() noexcept {
+    {
+      std::lock_guard<std::mutex> lock(side_mutex_);
+      side_ = Queue();
+    }
     queue_ = Queue();
     context_ = cl::Context();
   }
@@ -131,7 +147,7 @@ class DeviceContext {
     base_align_bytes_ = std::max<std::size_t>(1, align_bits / 8);
     // "OpenCL 1.0 ..." and "OpenCL 1.1 ..." devices have no clEnqueueFillBuffer.
     const std::string version = device_string(device, CL_DEVICE_VERSION, operation);
-    has_fill_ = version.rfind("OpenCL 1.0", 0) != 0 && version.rfind("OpenCL 1.1", 0) != 0;
+    opencl_1_2_ = version.rfind("OpenCL 1.0", 0) != 0 && version.rfind("OpenCL 1.1", 0) != 0;
   }
 
   Options options_;
@@ -140,7 +156,9 @@ class DeviceContext {
   DeviceInfo info_;
   std::string reason_;
   std::size_t base_align_bytes_ = 1;
-  bool has_fill_ = true;
+  bool opencl_1_2_ = true;
+  mutable std::mutex side_mutex_;
+  mutable Queue side_;  // side_queue(), under side_mutex_
 };
 
 }  // namespace detail

@@ -8,6 +8,7 @@
 
 #include <cstddef>
 #include <utility>
+#include <vector>
 
 namespace clbuf {
 namespace detail {
@@ -16,6 +17,18 @@ class Queue {
  public:
   Queue() = default;
   explicit Queue(cl::CommandQueue queue) noexcept : queue_(std::move(queue)) {}
+
+  /// A new in-order queue of `context` on the device of `other`. Wraps clCreateCommandQueue.
+  static Queue beside(const char* operation, cl_context context, const Queue& other) {
+    cl_device_id device = nullptr;
+    check(CLBUF_CL(clGetCommandQueueInfo)(other.get(), CL_QUEUE_DEVICE, sizeof(device), &device,
+                                          nullptr),
+          operation, "clGetCommandQueueInfo");
+    cl_int err = CL_SUCCESS;
+    Queue queue(cl::CommandQueue(CLBUF_CL(clCreateCommandQueue)(context, device, 0, &err), false));
+    check(err, operation, "clCreateCommandQueue");
+    return queue;
+  }
 
   const cl::CommandQueue& handle() const noexcept { return queue_; }
   cl_command_queue get() const noexcept { return queue_(); }
@@ -61,24 +74,28 @@ class Queue {
     return cl::Event(event, false);
   }
 
-  /// A blocking rectangular write (`to_device`) or read between `buffer` and `host`; origins,
-  /// region and pitches in bytes as OpenCL takes them.
-  void transfer_rect(const char* operation, bool to_device, cl_mem buffer,
-                     const std::size_t buffer_origin[3], const std::size_t host_origin[3],
-                     const std::size_t region[3], std::size_t buffer_row_pitch,
-                     std::size_t buffer_slice_pitch, std::size_t host_row_pitch,
-                     std::size_t host_slice_pitch, void* host) const {
+  /// A rectangular write (`to_device`) or read between `buffer` and `host`; origins, region and
+  /// pitches in bytes as OpenCL takes them. Non-blocking calls return the command's event.
+  cl::Event transfer_rect(const char* operation, bool to_device, cl_mem buffer,
+                          const std::size_t buffer_origin[3], const std::size_t host_origin[3],
+                          const std::size_t region[3], std::size_t buffer_row_pitch,
+                          std::size_t buffer_slice_pitch, std::size_t host_row_pitch,
+                          std::size_t host_slice_pitch, void* host, bool blocking) const {
+    cl_event event = nullptr;
+    cl_event* out = blocking ? nullptr : &event;
+    const cl_bool block = blocking ? CL_TRUE : CL_FALSE;
     if (to_device) {
       check(CLBUF_CL(clEnqueueWriteBufferRect)(
-                queue_(), buffer, CL_TRUE, buffer_origin, host_origin, region, buffer_row_pitch,
-                buffer_slice_pitch, host_row_pitch, host_slice_pitch, host, 0, nullptr, nullptr),
+                queue_(), buffer, block, buffer_origin, host_origin, region, buffer_row_pitch,
+                buffer_slice_pitch, host_row_pitch, host_slice_pitch, host, 0, nullptr, out),
             operation, "clEnqueueWriteBufferRect");
     } else {
       check(CLBUF_CL(clEnqueueReadBufferRect)(
-                queue_(), buffer, CL_TRUE, buffer_origin, host_origin, region, buffer_row_pitch,
-                buffer_slice_pitch, host_row_pitch, host_slice_pitch, host, 0, nullptr, nullptr),
+                queue_(), buffer, block, buffer_origin, host_origin, region, buffer_row_pitch,
+                buffer_slice_pitch, host_row_pitch, host_slice_pitch, host, 0, nullptr, out),
             operation, "clEnqueueReadBufferRect");
     }
+    return cl::Event(event, false);
   }
 
   /// A rectangular copy on the device; returns the command's event.
@@ -92,6 +109,25 @@ class Queue {
                                             src_row_pitch, src_slice_pitch, dst_row_pitch,
                                             dst_slice_pitch, 0, nullptr, &event),
           operation, "clEnqueueCopyBufferRect");
+    return cl::Event(event, false);
+  }
+
+  /// A marker: its event completes when every command queued before it has. Wraps
+  /// clEnqueueMarkerWithWaitList (OpenCL 1.2).
+  cl::Event marker(const char* operation) const {
+    cl_event event = nullptr;
+    check(CLBUF_CL(clEnqueueMarkerWithWaitList)(queue_(), 0, nullptr, &event), operation,
+          "clEnqueueMarkerWithWaitList");
+    return cl::Event(event, false);
+  }
+
+  /// Holds every later command of the queue until each of `events` has completed; returns the
+  /// barrier's event. Wraps clEnqueueBarrierWithWaitList (OpenCL 1.2).
+  cl::Event barrier(const char* operation, const std::vector<cl_event>& events) const {
+    cl_event event = nullptr;
+    check(CLBUF_CL(clEnqueueBarrierWithWaitList)(queue_(), static_cast<cl_uint>(events.size()),
+                                                 events.empty() ? nullptr : events.data(), &event),
+          operation, "clEnqueueBarrierWithWaitList");
     return cl::Event(event, false);
   }
 

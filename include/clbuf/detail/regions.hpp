@@ -11,27 +11,35 @@
 
 #include <array>
 #include <cstddef>
+#include <optional>
 
 namespace clbuf {
 namespace detail {
 
-/// A blocking rectangular write (`to_device`) or read between `memory` (laid out as `device`)
-/// and `host` (laid out as `host_side`).
-inline void transfer_rect(TransferEngine& engine, const char* operation, bool to_device,
-                          const Allocation& memory, const RectSide& device, void* host,
-                          const RectSide& host_side, const Region& region,
-                          std::size_t element_size) {
+/// A rectangular write (`to_device`) or read between `memory` (laid out as `device`) and
+/// `host` (laid out as `host_side`). Blocking, or started: then the command's event returns and
+/// `host` must stay alive until it completes.
+inline cl::Event transfer_rect(TransferEngine& engine, const char* operation, bool to_device,
+                               const Allocation& memory, const RectSide& device, void* host,
+                               const RectSide& host_side, const Region& region,
+                               std::size_t element_size, bool blocking) {
   const Offset& device_origin = to_device ? region.dst_origin : region.src_origin;
   const Offset& host_origin = to_device ? region.src_origin : region.dst_origin;
   const std::size_t buffer_origin[3] = {device_origin.x * element_size, device_origin.y,
                                         device_origin.z};
   const std::size_t host_offset[3] = {host_origin.x * element_size, host_origin.y, host_origin.z};
   const std::size_t extent[3] = {region.size.x * element_size, region.size.y, region.size.z};
-  Telemetry::Timer timer(engine.telemetry(), to_device ? Telemetry::upload : Telemetry::download,
-                         extent[0] * extent[1] * extent[2]);
-  engine.queue().transfer_rect(operation, to_device, memory.buffer(), buffer_origin, host_offset,
-                               extent, device.row_pitch, device.slice_pitch, host_side.row_pitch,
-                               host_side.slice_pitch, host);
+  const Telemetry::Direction direction = to_device ? Telemetry::upload : Telemetry::download;
+  const std::size_t bytes = extent[0] * extent[1] * extent[2];
+  std::optional<Telemetry::Timer> timer;  // times blocking calls; started ones are counted
+  if (blocking) {
+    timer.emplace(engine.telemetry(), direction, bytes);
+  } else {
+    engine.telemetry().count_async(direction, bytes);
+  }
+  return engine.queue().transfer_rect(operation, to_device, memory.buffer(), buffer_origin,
+                                      host_offset, extent, device.row_pitch, device.slice_pitch,
+                                      host_side.row_pitch, host_side.slice_pitch, host, blocking);
 }
 
 /// One side of a device copy_rect: its root buffer and the absolute byte offset of the box's
@@ -55,13 +63,15 @@ inline RectEnd rect_end(const char* operation, const char* side, cl_mem root,
   return end;
 }
 
-/// Copies the box `size` (x in elements of `element_size`) from `from` to `to`, blocking; one
+/// Copies the box `size` (x in elements of `element_size`) from `from` to `to`, blocking or
+/// started (then the event of its last command returns: the queue is in order); one
 /// buffer's sides must not share a byte (CL_MEM_COPY_OVERLAP otherwise). Both
 /// sides are addressed in their root buffers, never a sub-buffer (PoCL 3.1 crashes in
 /// clEnqueueCopyBufferRect on sub-buffers), with the absolute offset split back into (x bytes,
 /// row, slice) by that side's pitches.
-inline void copy_rect(TransferEngine& engine, const char* operation, const RectEnd& from,
-                      const RectEnd& to, const Extents& size, std::size_t element_size) {
+inline cl::Event copy_rect(TransferEngine& engine, const char* operation, const RectEnd& from,
+                           const RectEnd& to, const Extents& size, std::size_t element_size,
+                           bool blocking) {
   const auto origin_in_root = [](const RectEnd& end) {
     return std::array<std::size_t, 3>{end.at % end.side.slice_pitch % end.side.row_pitch,
                                       end.at % end.side.slice_pitch / end.side.row_pitch,
@@ -73,7 +83,14 @@ inline void copy_rect(TransferEngine& engine, const char* operation, const RectE
   const std::array<std::size_t, 3> src_origin = origin_in_root(from);
   const std::array<std::size_t, 3> dst_origin = origin_in_root(to);
   const std::size_t extent[3] = {size.x * element_size, size.y, size.z};
-  Telemetry::Timer timer(engine.telemetry(), Telemetry::copy, extent[0] * extent[1] * extent[2]);
+  const std::size_t bytes = extent[0] * extent[1] * extent[2];
+  std::optional<Telemetry::Timer> timer;
+  if (blocking) {
+    timer.emplace(engine.telemetry(), Telemetry::copy, bytes);
+  } else {
+    engine.telemetry().count_async(Telemetry::copy, bytes);
+  }
+  cl::Event last;
   const bool same_pitches =
       from.side.row_pitch == to.side.row_pitch && from.side.slice_pitch == to.side.slice_pitch;
   if ((from.root == to.root && !same_pitches) || src_origin[0] + extent[0] > from.side.row_pitch ||
@@ -84,18 +101,19 @@ inline void copy_rect(TransferEngine& engine, const char* operation, const RectE
     // Copy row by row instead.
     for (std::size_t z = 0; z < size.z; ++z) {
       for (std::size_t y = 0; y < size.y; ++y) {
-        engine.queue().copy(operation, from.root, to.root,
-                            from.at + z * from.side.slice_pitch + y * from.side.row_pitch,
-                            to.at + z * to.side.slice_pitch + y * to.side.row_pitch, extent[0]);
+        last =
+            engine.queue().copy(operation, from.root, to.root,
+                                from.at + z * from.side.slice_pitch + y * from.side.row_pitch,
+                                to.at + z * to.side.slice_pitch + y * to.side.row_pitch, extent[0]);
       }
     }
-    engine.queue().finish(operation);
-    return;
+  } else {
+    last = engine.queue().copy_rect(operation, from.root, to.root, src_origin.data(),
+                                    dst_origin.data(), extent, from.side.row_pitch,
+                                    from.side.slice_pitch, to.side.row_pitch, to.side.slice_pitch);
   }
-  Queue::wait(operation, engine.queue().copy_rect(operation, from.root, to.root, src_origin.data(),
-                                                  dst_origin.data(), extent, from.side.row_pitch,
-                                                  from.side.slice_pitch, to.side.row_pitch,
-                                                  to.side.slice_pitch));
+  if (blocking) Queue::wait(operation, last);
+  return last;
 }
 
 }  // namespace detail

@@ -4,19 +4,33 @@
 // that several threads take in turn: each copies its chunk into a pinned slot of its own
 // (CL_MEM_ALLOC_HOST_PTR, mapped once) and enqueues the DMA, so host copies of some chunks
 // overlap the device transfer of others. Pinned memory is bounded: chunk bytes x slots.
+//
+// Staged transfers, blocking and asynchronous, run one at a time in the order of their calls
+// (tickets), on a side queue of their own: each takes a marker of the manager's queue at the call
+// and its chunks wait for it, so they see everything queued before them. An asynchronous one
+// also holds the manager's queue behind a barrier until its last chunk has landed (async.hpp);
+// a blocking one returns only then. Neither can wait for the other out of order, so no mix of
+// them deadlocks.
 #ifndef CLBUF_DETAIL_STAGING_HPP
 #define CLBUF_DETAIL_STAGING_HPP
 
+#include <clbuf/detail/async.hpp>
+#include <clbuf/detail/device_context.hpp>
 #include <clbuf/detail/pinned_block.hpp>
 #include <clbuf/detail/worker_pool.hpp>
 #include <clbuf/error.hpp>
 
 #include <algorithm>
 #include <atomic>
+#include <condition_variable>
 #include <cstddef>
+#include <cstdint>
 #include <cstring>
+#include <functional>
+#include <memory>
 #include <mutex>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace clbuf {
@@ -24,11 +38,10 @@ namespace detail {
 
 class Stager {
  public:
-  /// `slots` pinned chunks of `chunk_bytes`, shared out among up to `threads` threads.
-  Stager(cl::Context context, cl::CommandQueue queue, std::size_t chunk_bytes, std::size_t slots,
-         unsigned threads)
-      : context_(std::move(context)),
-        queue_(std::move(queue)),
+  /// `slots` pinned chunks of `chunk_bytes`, shared out among up to `threads` threads, for
+  /// `device` (OpenCL 1.2: markers and barriers), which must outlive the Stager.
+  Stager(const DeviceContext& device, std::size_t chunk_bytes, std::size_t slots, unsigned threads)
+      : device_(device),
         chunk_bytes_(std::max<std::size_t>(chunk_bytes, 4096)),
         slot_count_(std::max<std::size_t>(slots, 2)),
         threads_(static_cast<unsigned>(
@@ -37,21 +50,53 @@ class Stager {
   Stager(const Stager&) = delete;
   Stager& operator=(const Stager&) = delete;
 
+  /// Call only once no staged transfer is in flight (the engine drains its Background first).
   ~Stager() {
     slots_.clear();  // unmaps every slot
-    if (queue_() != nullptr) CLBUF_CL(clFinish)(queue_());
+    if (side_ != nullptr) CLBUF_CL(clFinish)(side_);
   }
 
   /// Host `src` -> `dst` at `dst_offset`; returns when the device has the data.
   void write(cl_mem dst, std::size_t dst_offset, const void* src, std::size_t bytes,
              const char* operation) {
-    run(true, dst, dst_offset, const_cast<void*>(src), bytes, operation);
+    blocking(true, dst, dst_offset, const_cast<void*>(src), bytes, operation);
   }
 
   /// `src` at `src_offset` -> host `dst`; returns when `dst` holds the data.
   void read(cl_mem src, std::size_t src_offset, void* dst, std::size_t bytes,
             const char* operation) {
-    run(false, src, src_offset, dst, bytes, operation);
+    blocking(false, src, src_offset, dst, bytes, operation);
+  }
+
+  /// Starts a staged transfer on `background` and returns at once. `memory` is retained until
+  /// the job ends; `host` (the caller's memory) must stay alive until `done` has completed, as
+  /// `keep` (may be null) sees to for memory the Future owns. Returns the barrier the main queue
+  /// holds until the job ends.
+  Started submit(bool to_device, cl::Buffer memory, std::size_t offset, void* host,
+                 std::size_t bytes, const char* operation, std::shared_ptr<const void> keep,
+                 Background& background) {
+    // Everything that may throw comes before the ticket: once a transfer holds a ticket, its
+    // job must run, or every later staged transfer would wait for it forever.
+    auto job = std::make_shared<AsyncJob>();
+    job->to_device = to_device;
+    job->memory = std::move(memory);
+    job->offset = offset;
+    job->host = host;
+    job->bytes = bytes;
+    job->operation = operation;
+    job->keep = std::move(keep);
+    job->landed = UserEvent(operation, device_.context()());
+    std::function<void()> task = [this, job]() noexcept { finish_async(*job); };
+    Started started{cl::Event(), job->outcome};
+    {
+      std::lock_guard<std::mutex> order(order_);
+      if (side_ == nullptr) side_ = device_.side_queue(operation).get();
+      job->before = main().marker(operation);
+      started.event = main().barrier(operation, {job->landed.get()});
+      job->ticket = next_ticket_++;
+    }
+    background.post(std::move(task));
+    return started;
   }
 
  private:
@@ -69,15 +114,103 @@ class Stager {
     std::size_t bytes = 0;
     std::size_t chunk = 0;  // bytes per chunk for this job, at most a slot
     std::size_t chunks = 0;
+    cl_event after = nullptr;  // the marker of the main queue every chunk waits for
     std::atomic<std::size_t> next{0};
     std::atomic<bool> failed{false};
     cl_int error = CL_SUCCESS;  // the first failure, under mutex_
     std::string call;
   };
 
+  /// An asynchronous staged transfer, shared by submit() and the background job.
+  struct AsyncJob {
+    bool to_device = true;
+    cl::Buffer memory;  // retained until the job ends
+    std::size_t offset = 0;
+    void* host = nullptr;
+    std::size_t bytes = 0;
+    const char* operation = "";
+    std::shared_ptr<const void> keep;  // host memory the Future owns, if any
+    cl::Event before;                  // the main queue's marker at the call
+    UserEvent landed;                  // completed when the job ends; holds the barrier
+    std::shared_ptr<Outcome> outcome = std::make_shared<Outcome>();
+    std::uint64_t ticket = 0;
+  };
+
+  /// The background half of submit(): waits for its turn, moves the bytes, reports, and lets
+  /// the main queue go on.
+  void finish_async(AsyncJob& job) noexcept {
+    Turn turn(*this, job.ticket);
+    const cl_int err = CLBUF_CL(clFlush)(main().get());  // the marker must reach the device
+    if (err != CL_SUCCESS) {
+      job.outcome->failed(job.operation, err, "clFlush failed before a staged transfer");
+    } else {
+      try {
+        turn.wait();
+        run(job.to_device, job.memory(), job.offset, job.host, job.bytes, job.before(),
+            job.operation);
+      } catch (const Error& e) {
+        job.outcome->failed(e);
+      } catch (...) {
+        job.outcome->failed(job.operation, CL_OUT_OF_HOST_MEMORY,
+                            "a staged transfer ran out of host memory");
+      }
+    }
+    turn.release();
+    job.keep.reset();
+    job.landed.complete();
+    CLBUF_CL(clFlush)(main().get());  // lets the barrier, and what follows it, run
+  }
+
+  /// A place in the order of staged transfers; waits for its turn, and gives it up on every way
+  /// out so that later transfers are never left waiting.
+  class Turn {
+   public:
+    Turn(Stager& stager, std::uint64_t ticket) noexcept : stager_(stager), ticket_(ticket) {}
+    Turn(const Turn&) = delete;
+    Turn& operator=(const Turn&) = delete;
+    ~Turn() { release(); }
+
+    void wait() noexcept {
+      if (waited_) return;
+      std::unique_lock<std::mutex> lock(stager_.turn_mutex_);
+      stager_.turn_.wait(lock, [&] { return stager_.serving_ == ticket_; });
+      waited_ = true;
+    }
+
+    void release() noexcept {
+      if (released_) return;
+      wait();
+      {
+        std::lock_guard<std::mutex> lock(stager_.turn_mutex_);
+        ++stager_.serving_;
+      }
+      stager_.turn_.notify_all();
+      released_ = true;
+    }
+
+   private:
+    Stager& stager_;
+    const std::uint64_t ticket_;
+    bool waited_ = false, released_ = false;
+  };
+
+  void blocking(bool to_device, cl_mem memory, std::size_t offset, void* host, std::size_t bytes,
+                const char* operation) {
+    std::unique_lock<std::mutex> order(order_);
+    if (side_ == nullptr) side_ = device_.side_queue(operation).get();
+    const cl::Event before = main().marker(operation);
+    Turn turn(*this, next_ticket_++);
+    order.unlock();
+    main().flush(operation);
+    turn.wait();
+    run(to_device, memory, offset, host, bytes, before(), operation);
+  }
+
+  const Queue& main() const noexcept { return device_.queue(); }
+
+  /// The pipeline, on the side queue, once it is this transfer's turn.
   void run(bool to_device, cl_mem memory, std::size_t offset, void* host, std::size_t bytes,
-           const char* operation) {
-    std::lock_guard<std::mutex> serial(serial_);  // one staged transfer at a time
+           cl_event after, const char* operation) {
     ensure_slots(operation);
     Job job;
     job.to_device = to_device;
@@ -85,6 +218,7 @@ class Stager {
     job.memory_offset = offset;
     job.host = static_cast<char*>(host);
     job.bytes = bytes;
+    job.after = after;
     // Mid-sized transfers are cut finer so that every thread gets a share, but not below
     // 256 KiB: smaller DMAs cost more than they save.
     const std::size_t min_chunk = std::min<std::size_t>(std::size_t{256} << 10, chunk_bytes_);
@@ -100,6 +234,7 @@ class Stager {
   void work(unsigned index, Job& job) noexcept {
     const std::size_t per_worker = slot_count_ / threads_;
     Slot* slots = &slots_[index * per_worker];
+    const cl_uint waits = job.after != nullptr ? 1 : 0;
     std::size_t turn = 0;
     for (std::size_t k; !job.failed && (k = job.next.fetch_add(1)) < job.chunks;) {
       Slot& slot = slots[turn++ % per_worker];
@@ -109,18 +244,18 @@ class Stager {
       cl_event event = nullptr;
       if (job.to_device) {
         std::memcpy(slot.host, job.host + offset, length);
-        if (!ok(CLBUF_CL(clEnqueueWriteBuffer)(queue_(), job.memory, CL_FALSE,
-                                               job.memory_offset + offset, length, slot.host, 0,
-                                               nullptr, &event),
+        if (!ok(CLBUF_CL(clEnqueueWriteBuffer)(side_, job.memory, CL_FALSE,
+                                               job.memory_offset + offset, length, slot.host, waits,
+                                               &job.after, &event),
                 "clEnqueueWriteBuffer", job)) {
           break;
         }
         slot.busy = cl::Event(event, false);
-        if (!ok(CLBUF_CL(clFlush)(queue_()), "clFlush", job)) break;
+        if (!ok(CLBUF_CL(clFlush)(side_), "clFlush", job)) break;
       } else {
-        if (!ok(CLBUF_CL(clEnqueueReadBuffer)(queue_(), job.memory, CL_FALSE,
-                                              job.memory_offset + offset, length, slot.host, 0,
-                                              nullptr, &event),
+        if (!ok(CLBUF_CL(clEnqueueReadBuffer)(side_, job.memory, CL_FALSE,
+                                              job.memory_offset + offset, length, slot.host, waits,
+                                              &job.after, &event),
                 "clEnqueueReadBuffer", job)) {
           break;
         }
@@ -158,22 +293,30 @@ class Stager {
     return false;
   }
 
+  /// The pinned slots, mapped on the side queue (the main queue may be held by a barrier that
+  /// waits for this very transfer). On its turn only.
   void ensure_slots(const char* operation) {
     while (slots_.size() < slot_count_) {
       Slot slot;
-      slot.block = PinnedBlock(context_, queue_, chunk_bytes_, operation);
+      slot.block = PinnedBlock(device_.context(), device_.side_queue(operation).handle(),
+                               chunk_bytes_, operation);
       slot.host = slot.block.data();
       slots_.push_back(std::move(slot));
     }
   }
 
-  std::mutex serial_;
-  cl::Context context_;
-  cl::CommandQueue queue_;
+  const DeviceContext& device_;
+  cl_command_queue side_ = nullptr;  // device_.side_queue(): the chunks' queue; under order_
   const std::size_t chunk_bytes_;
   const std::size_t slot_count_;
   const unsigned threads_;  // at most slot_count_ / 2: each thread has two slots or more
   std::vector<Slot> slots_;
+
+  std::mutex order_;  // a ticket and the markers (and barrier) of one transfer, together
+  std::uint64_t next_ticket_ = 0;
+  std::mutex turn_mutex_;
+  std::condition_variable turn_;
+  std::uint64_t serving_ = 0;
 
   std::mutex mutex_;  // guards a job's first error
   WorkerPool workers_{threads_};

@@ -12,6 +12,7 @@
 #ifndef CLBUF_DETAIL_TRANSFER_ENGINE_HPP
 #define CLBUF_DETAIL_TRANSFER_ENGINE_HPP
 
+#include <clbuf/detail/async.hpp>
 #include <clbuf/detail/device_context.hpp>
 #include <clbuf/detail/host_memory.hpp>
 #include <clbuf/detail/pool.hpp>
@@ -41,10 +42,9 @@ class TransferEngine {
       : device_(device), copier_(device.options().copy_threads) {
     const Options& options = device.options();
     if (options.memory == MemoryModel::discrete &&
-        options.staging_threshold_bytes != Options::never) {
-      stager_ = std::make_unique<Stager>(device.context(), device.queue().handle(),
-                                         options.staging_chunk_bytes, options.staging_chunks,
-                                         options.copy_threads);
+        options.staging_threshold_bytes != Options::never && device.opencl_1_2()) {
+      stager_ = std::make_unique<Stager>(device, options.staging_chunk_bytes,
+                                         options.staging_chunks, options.copy_threads);
     }
   }
 
@@ -112,27 +112,42 @@ class TransferEngine {
     }
   }
 
-  /// Starts writing `data` into fresh pool memory; a null event when the write is already done
-  /// (a small fresh host block is filled by memcpy, cheaper than a command). `data` must stay
-  /// alive until the event completes.
-  cl::Event write_fresh_async(const char* operation, const Allocation& memory, const void* data,
-                              std::size_t bytes) {
+  /// Starts writing `data` into fresh pool memory by the path rule; the Future waits for the
+  /// returned event. `keep`, when set, owns `data` (else the caller keeps it alive and unchanged
+  /// until the event completes). A small fresh host block is filled by memcpy at once, cheaper
+  /// than a command, unless the write is `ordered` (it must follow commands queued before it):
+  /// then nothing is left to wait for.
+  Started write_fresh_async(const char* operation, const Allocation& memory, const void* data,
+                            std::size_t bytes, std::shared_ptr<const void> keep, bool ordered) {
     telemetry_.count_async(Telemetry::upload, bytes);
-    if (bytes == 0) return cl::Event();
-    if (bytes < huge_page_bytes && memory.host != nullptr && memory.fresh) {
-      std::memcpy(memory.host, data, bytes);
-      return cl::Event();
+    if (bytes == 0) return Started();
+    switch (route(memory, bytes, HostMemory::pageable)) {
+      case Path::host_block:
+        if (bytes < huge_page_bytes && memory.fresh && !ordered) {
+          std::memcpy(memory.host, data, bytes);
+          return Started();
+        }
+        break;
+      case Path::staged:
+        return stager_->submit(true, memory.buffer, 0, const_cast<void*>(data), bytes, operation,
+                               std::move(keep), background_);
+      case Path::queue:
+        break;
     }
-    return queue().write(operation, memory.buffer(), 0, bytes, data, false);
+    return Started{queue().write(operation, memory.buffer(), 0, bytes, data, false), nullptr};
   }
 
-  /// Starts reading `bytes` at `offset` into `out`; a null event for zero bytes. `out` must
-  /// stay alive until the event completes.
-  cl::Event read_async(const char* operation, const Allocation& memory, std::size_t offset,
-                       void* out, std::size_t bytes) {
+  /// Starts reading `bytes` at `offset` into `out` by the path rule; nothing to wait for for
+  /// zero bytes. `out` must stay alive until the event completes.
+  Started read_async(const char* operation, const Allocation& memory, std::size_t offset, void* out,
+                     std::size_t bytes) {
     telemetry_.count_async(Telemetry::download, bytes);
-    if (bytes == 0) return cl::Event();
-    return queue().read(operation, memory.buffer(), offset, bytes, out, false);
+    if (bytes == 0) return Started();
+    if (route(memory, bytes, HostMemory::pageable) == Path::staged) {
+      return stager_->submit(false, memory.buffer, offset, out, bytes, operation, nullptr,
+                             background_);
+    }
+    return Started{queue().read(operation, memory.buffer(), offset, bytes, out, false), nullptr};
   }
 
   /// Device copy of checked, non-overlapping ranges; returns when done.
@@ -173,17 +188,49 @@ class TransferEngine {
       }
       return;
     }
+    Queue::wait(operation, fill_commands(operation, memory, offset, pattern, size, count));
+  }
+
+  /// Starts a fill on the device, whatever the memory (a CPU device's host block too); `pattern`
+  /// may be reused at once. Nothing to wait for when count is 0.
+  Started fill_async(const char* operation, const Allocation& memory, std::size_t offset,
+                     const void* pattern, std::size_t size, std::size_t count) {
+    telemetry_.count_async(Telemetry::upload, count * size);
+    if (count == 0) return Started();
+    return Started{fill_commands(operation, memory, offset, pattern, size, count), nullptr};
+  }
+
+  const Queue& queue() const noexcept { return device_.queue(); }
+  ParallelCopier& copier() noexcept { return copier_; }
+  Telemetry& telemetry() noexcept { return telemetry_; }
+  const Telemetry& telemetry() const noexcept { return telemetry_; }
+  const Options& options() const noexcept { return device_.options(); }
+
+  /// Runs `job` on the background thread, after every job posted before it.
+  Background& background() noexcept { return background_; }
+
+  /// Ends the background thread and frees the staging chunks (cleanup(), once the queue has
+  /// finished: every background job has then ended).
+  void close() noexcept {
+    background_.stop();
+    stager_.reset();
+  }
+
+ private:
+  /// Enqueues the commands of a fill; returns the last one's event (the queue is in order).
+  cl::Event fill_commands(const char* operation, const Allocation& memory, std::size_t offset,
+                          const void* pattern, std::size_t size, std::size_t count) {
+    const std::size_t bytes = count * size;
     const bool power_of_two = size != 0 && (size & (size - 1)) == 0 && size <= 128;
-    if (device_.has_fill() && power_of_two) {
-      Queue::wait(operation,
-                  queue().fill(operation, memory.buffer(), pattern, size, offset, bytes));
-      return;
+    if (device_.opencl_1_2() && power_of_two) {
+      return queue().fill(operation, memory.buffer(), pattern, size, offset, bytes);
     }
     // No fill command for this pattern: a small run of it goes into a buffer of its own
     // (CL_MEM_COPY_HOST_PTR) and is copied on the device, then the filled part is doubled by
     // device copies. No host access to `memory` at all, so CL_MEM_HOST_NO_ACCESS buffers fill
     // too; source and destination ranges never overlap, and at most 64 KiB (one element at
-    // least) crosses the bus.
+    // least) crosses the bus. The run's buffer is released at once: OpenCL keeps it until the
+    // copy that reads it has ended.
     const std::size_t run =
         std::max<std::size_t>(1, std::min(count, (std::size_t{64} << 10) / size));
     std::vector<char> head(run * size);
@@ -194,28 +241,19 @@ class TransferEngine {
                                  head.size(), head.data(), &err),
         false);
     check(err, operation, "clCreateBuffer(CL_MEM_COPY_HOST_PTR)");
-    queue().copy(operation, source(), memory.buffer(), 0, offset, head.size());
+    cl::Event last = queue().copy(operation, source(), memory.buffer(), 0, offset, head.size());
     for (std::size_t done = head.size(); done < bytes; done += std::min(done, bytes - done)) {
-      queue().copy(operation, memory.buffer(), memory.buffer(), offset, offset + done,
-                   std::min(done, bytes - done));
+      last = queue().copy(operation, memory.buffer(), memory.buffer(), offset, offset + done,
+                          std::min(done, bytes - done));
     }
-    queue().finish(operation);
+    return last;
   }
 
-  const Queue& queue() const noexcept { return device_.queue(); }
-  ParallelCopier& copier() noexcept { return copier_; }
-  Telemetry& telemetry() noexcept { return telemetry_; }
-  const Telemetry& telemetry() const noexcept { return telemetry_; }
-  const Options& options() const noexcept { return device_.options(); }
-
-  /// Frees the staging chunks (cleanup()).
-  void close() noexcept { stager_.reset(); }
-
- private:
   const DeviceContext& device_;
   ParallelCopier copier_;
   std::unique_ptr<Stager> stager_;  // discrete devices only
   Telemetry telemetry_;
+  Background background_;  // after stager_: its jobs use the stager, so it ends first
 };
 
 }  // namespace detail
