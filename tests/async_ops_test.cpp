@@ -62,6 +62,48 @@ TEST_P(AsyncOps, UploadAsyncFromAPointerIsExactAtEverySize) {
   }
 }
 
+TEST_P(AsyncOps, UploadAsyncIntoABufferIsExactAtEverySizeAndOffset) {
+  for (std::size_t count : element_counts(sizeof(std::uint16_t))) {
+    const auto initial = random<std::uint16_t>(count + 9);
+    const auto data = random<std::uint16_t>(count);
+    auto owned = paths().upload(initial);
+    auto borrowed = paths().upload(initial);
+    auto a = paths().upload_async(owned, std::vector<std::uint16_t>(data), 4);
+    auto b = paths().upload_async(borrowed, data.data(), count, 5);
+    a.get();
+    b.get();
+    auto expected_a = initial;
+    auto expected_b = initial;
+    std::copy(data.begin(), data.end(), expected_a.begin() + 4);
+    std::copy(data.begin(), data.end(), expected_b.begin() + 5);
+    EXPECT_TRUE(same_bytes(expected_a, paths().download(owned))) << count;
+    EXPECT_TRUE(same_bytes(expected_b, paths().download(borrowed))) << count;
+  }
+  auto buffer = paths().allocate<int>(10);
+  EXPECT_CLBUF_ERROR((void)paths().upload_async(buffer, std::vector<int>(8), 3), CL_INVALID_VALUE,
+                     "upload_async");
+}
+
+TEST_P(AsyncOps, UploadKernelDownloadChainNeedsNoHostWait) {
+  const std::size_t count = 7 * kStagedBytes / sizeof(int) + 3;
+  const auto data = random<int>(count);
+  auto buffer = paths().allocate<int>(count);
+  cl::CommandQueue mine(paths().context(), cl_device());
+  cl::Kernel twice = doubler();
+  twice.setArg(0, buffer.native());
+  auto up = paths().upload_async(buffer, data.data(), count);
+  const std::vector<cl::Event> uploaded = up.wait_list();
+  cl::Event doubled;
+  mine.enqueueNDRangeKernel(twice, cl::NullRange, cl::NDRange(count), cl::NullRange, &uploaded,
+                            &doubled);
+  mine.flush();
+  auto down = paths().download_async(buffer, {doubled});
+  std::vector<int> expected(count);
+  for (std::size_t i = 0; i < count; ++i) expected[i] = 2 * data[i];
+  EXPECT_EQ(down.get(), expected);
+  up.get();
+}
+
 TEST_P(AsyncOps, DownloadAsyncIsExactAtEverySizeAndOffset) {
   for (std::size_t count : element_counts(sizeof(float))) {
     const auto data = random<float>(count + 9);

@@ -215,6 +215,26 @@ class BufferManager {
                                        const std::vector<cl::Event>& after = {}) {
     return start_upload(data, count, nullptr, after);
   }
+
+  /// Starts copying `data` (which the Future owns until the copy completes) into `dst` from
+  /// element `dst_offset`, after the commands of `after`; returns at once, as
+  /// upload_async(std::vector). With a buffer allocated beforehand, a kernel can be queued
+  /// behind the upload (on the manager's queue, or waiting for Future::event()) with no wait.
+  /// @throws Error CL_INVALID_VALUE past the end of `dst`; CL_INVALID_CONTEXT for an event of
+  ///         another context.
+  template <class T>
+  Future<void> upload_async(DeviceBuffer<T>& dst, std::vector<T> data, std::size_t dst_offset = 0,
+                            const std::vector<cl::Event>& after = {}) {
+    const auto host = detail::shared_vector("upload_async", std::move(data));
+    return start_upload_into(dst, host->data(), host->size(), dst_offset, host, after);
+  }
+  /// As upload_async(dst, std::vector), without a copy of `data`, which the caller keeps alive
+  /// and unchanged until the Future has completed.
+  template <class T>
+  Future<void> upload_async(DeviceBuffer<T>& dst, const T* data, std::size_t count,
+                            std::size_t dst_offset = 0, const std::vector<cl::Event>& after = {}) {
+    return start_upload_into(dst, data, count, dst_offset, nullptr, after);
+  }
   /// @}
 
   /// @name Download: device -> host
@@ -863,10 +883,28 @@ class BufferManager {
     const std::vector<cl_event> wait = wait_list(op, after);
     DeviceBuffer<T> buffer = new_buffer<T>(op, count, {count});
     hold(op, wait);
-    detail::Started start = engine_.write_fresh_async(op, buffer.memory_, data, buffer.size_bytes(),
-                                                      host, !wait.empty());
+    detail::Started start =
+        engine_.write_async(op, buffer.memory_, 0, data, buffer.size_bytes(), host, wait.empty());
     buffer.fence(pool_.get(), start.event);
     return future<DeviceBuffer<T>>(op, std::move(start), std::move(buffer), std::move(host));
+  }
+
+  /// upload_async into an existing buffer: `host`, when set, owns `data`.
+  template <class T>
+  Future<void> start_upload_into(DeviceBuffer<T>& dst, const T* data, std::size_t count,
+                                 std::size_t dst_offset, std::shared_ptr<const void> host,
+                                 const std::vector<cl::Event>& after) {
+    const char* op = "upload_async";
+    auto entry = gate_.enter(op);
+    check(op, dst);
+    detail::check_host_pointer(op, data, count);
+    detail::check_range(op, "write", count, dst_offset, dst.size(), sizeof(T));
+    detail::check_not_mapped(op, dst.lease_.get(), data, count, sizeof(T));
+    hold(op, wait_list(op, after));
+    detail::Started start = engine_.write_async(op, dst.memory_, dst_offset * sizeof(T), data,
+                                                count * sizeof(T), host, false);
+    dst.fence(pool_.get(), start.event);
+    return future<void>(op, std::move(start), {}, std::move(host));
   }
 
   detail::Gate gate_;                         // cleanup() against calls in flight

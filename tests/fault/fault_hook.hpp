@@ -58,6 +58,9 @@ enum Site : int {
   EnqueueCopyBufferRect,
   CreateSubBuffer,
   GetMemObjectInfo,
+  CreateUserEvent,
+  EnqueueMarkerWithWaitList,
+  EnqueueBarrierWithWaitList,
   site_count
 };
 
@@ -86,7 +89,10 @@ inline const char* site_name(int site) {
                                           "clEnqueueWriteBufferRect",
                                           "clEnqueueCopyBufferRect",
                                           "clCreateSubBuffer",
-                                          "clGetMemObjectInfo"};
+                                          "clGetMemObjectInfo",
+                                          "clCreateUserEvent",
+                                          "clEnqueueMarkerWithWaitList",
+                                          "clEnqueueBarrierWithWaitList"};
   return names[site];
 }
 
@@ -319,6 +325,29 @@ inline cl_int clGetMemObjectInfo(cl_mem m, cl_mem_info what, size_t size, void* 
                                  size_t* size_ret) {
   if (state().hit(GetMemObjectInfo)) return CL_OUT_OF_RESOURCES;
   return ::clGetMemObjectInfo(m, what, size, value, size_ret);
+}
+
+inline cl_event clCreateUserEvent(cl_context c, cl_int* err) {
+  if (state().hit(CreateUserEvent)) {
+    if (err) *err = CL_OUT_OF_HOST_MEMORY;
+    return nullptr;
+  }
+  return ::clCreateUserEvent(c, err);
+}
+// Not a fault site: a user event that never completes holds its queue forever, which no code
+// can recover from, so clbuf (like any application) relies on it; counted through here only.
+inline cl_int clSetUserEventStatus(cl_event e, cl_int status) {
+  return ::clSetUserEventStatus(e, status);
+}
+inline cl_int clEnqueueMarkerWithWaitList(cl_command_queue q, cl_uint n, const cl_event* wait,
+                                          cl_event* event) {
+  if (state().hit(EnqueueMarkerWithWaitList)) return CL_OUT_OF_RESOURCES;
+  return ::clEnqueueMarkerWithWaitList(q, n, wait, event);
+}
+inline cl_int clEnqueueBarrierWithWaitList(cl_command_queue q, cl_uint n, const cl_event* wait,
+                                           cl_event* event) {
+  if (state().hit(EnqueueBarrierWithWaitList)) return CL_OUT_OF_RESOURCES;
+  return ::clEnqueueBarrierWithWaitList(q, n, wait, event);
 }
 
 }  // namespace clbuf_fault

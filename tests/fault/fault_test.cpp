@@ -135,6 +135,30 @@ void workload(MemoryModel model, std::unique_ptr<clbuf::BufferManager>& slot, st
   auto f5 = m.copy_bytes_async(b5, b3, large * sizeof(std::uint32_t));
   f5.get();
   verify(big, m.download(b3), "copy_bytes_async");
+  auto f6 = m.fill_async(b3, 0x01020304u);
+  auto f7 = m.download_async(b3, f6.wait_list());  // staged, after an event
+  std::vector<std::uint32_t> filled(large, 0x01020304u);
+  verify(filled, f7.get(), "fill_async / download_async after its event");
+  clbuf::Region box;
+  box.size = {10, 3, 1};
+  box.src_extents = {20, 5, 1};
+  box.dst_extents = {20, 5, 1};
+  auto f8 = m.upload_rect_async(b0, a, box);
+  auto f9 = m.copy_rect_async(b0, b4, box);
+  std::vector<std::uint32_t> rect(small, 0);
+  auto f10 = m.download_rect_async(b4, rect, box);
+  f8.get();
+  f9.get();
+  f10.get();
+  for (std::size_t y = 0; y < 3; ++y) {
+    verify(std::vector<std::uint32_t>(a.begin() + y * 20, a.begin() + y * 20 + 10),
+           rect.data() + y * 20, 10, "upload_rect_async / copy_rect_async / download_rect_async");
+  }
+  clbuf::BufferManager second("", options_for(model));
+  auto b7 = second.allocate<std::uint32_t>(large);
+  auto f11 = second.copy_from_async(m, b5, b7);  // across contexts: the background thread
+  f11.get();
+  verify(big, second.download(b7), "copy_from_async");
   m.finish();
 
   {  // buffers back to the pool, then served again from it
@@ -355,7 +379,7 @@ TEST_P(FaultData, FailedCallsChangeNothingOutsideTheirDestination) {
        [&](clbuf::BufferManager& mm, Buffer&, Host& h, const Buffer& s, const Host&) {
          mm.download(s, h.data() + at, large, at);
        }},
-      {"download_async", true, true, at, large,
+      {"download_async", true, !discrete, at, large,
        [&](clbuf::BufferManager& mm, Buffer&, Host& h, const Buffer& s, const Host&) {
          mm.download_async(s, h.data() + at, large, at).get();
        }},
@@ -367,13 +391,21 @@ TEST_P(FaultData, FailedCallsChangeNothingOutsideTheirDestination) {
        [&](clbuf::BufferManager& mm, Buffer& d, Host&, const Buffer&, const Host&) {
          mm.fill(d, new_data[0], large, at);
        }},
+      {"fill_async", false, false, at, large,
+       [&](clbuf::BufferManager& mm, Buffer& d, Host&, const Buffer&, const Host&) {
+         mm.fill_async(d, new_data[0], large, at).get();
+       }},
+      {"copy_bytes_async", false, true, at, large,
+       [&](clbuf::BufferManager& mm, Buffer& d, Host&, const Buffer& s, const Host&) {
+         mm.copy_bytes_async(s, d, large * 4, at * 4, at * 4).get();
+       }},
   };
   long trials = 0;
   for (const DataOp& op : ops) {
     // The expected outcome of a completed call.
     Host done = old_data;
     for (std::size_t i = op.first; i < op.first + op.count; ++i) {
-      done[i] = op.name == std::string("fill") ? new_data[0] : new_data[i];
+      done[i] = std::string(op.name).rfind("fill", 0) == 0 ? new_data[0] : new_data[i];
     }
     // A clean run counts the calls of each entry point.
     auto device = m.upload(old_data);

@@ -112,29 +112,30 @@ class TransferEngine {
     }
   }
 
-  /// Starts writing `data` into fresh pool memory by the path rule; the Future waits for the
-  /// returned event. `keep`, when set, owns `data` (else the caller keeps it alive and unchanged
-  /// until the event completes). A small fresh host block is filled by memcpy at once, cheaper
-  /// than a command, unless the write is `ordered` (it must follow commands queued before it):
-  /// then nothing is left to wait for.
-  Started write_fresh_async(const char* operation, const Allocation& memory, const void* data,
-                            std::size_t bytes, std::shared_ptr<const void> keep, bool ordered) {
+  /// Starts writing `data` into `memory` at byte `offset` by the path rule; the Future waits for
+  /// the returned event. `keep`, when set, owns `data` (else the caller keeps it alive and
+  /// unchanged until the event completes). With `now_if_fresh`, a small fresh host block (which
+  /// no command can be using) is filled by memcpy at once, cheaper than a command: then nothing
+  /// is left to wait for.
+  Started write_async(const char* operation, const Allocation& memory, std::size_t offset,
+                      const void* data, std::size_t bytes, std::shared_ptr<const void> keep,
+                      bool now_if_fresh) {
     telemetry_.count_async(Telemetry::upload, bytes);
     if (bytes == 0) return Started();
     switch (route(memory, bytes, HostMemory::pageable)) {
       case Path::host_block:
-        if (bytes < huge_page_bytes && memory.fresh && !ordered) {
-          std::memcpy(memory.host, data, bytes);
+        if (now_if_fresh && memory.fresh && bytes < huge_page_bytes) {
+          std::memcpy(static_cast<char*>(memory.host) + offset, data, bytes);
           return Started();
         }
         break;
       case Path::staged:
-        return stager_->submit(true, memory.buffer, 0, const_cast<void*>(data), bytes, operation,
-                               std::move(keep), background_);
+        return stager_->submit(true, memory.buffer, offset, const_cast<void*>(data), bytes,
+                               operation, std::move(keep), background_);
       case Path::queue:
         break;
     }
-    return Started{queue().write(operation, memory.buffer(), 0, bytes, data, false), nullptr};
+    return Started{queue().write(operation, memory.buffer(), offset, bytes, data, false), nullptr};
   }
 
   /// Starts reading `bytes` at `offset` into `out` by the path rule; nothing to wait for for
