@@ -167,9 +167,17 @@ struct Case {
 
 // ---------------------------------------------------------------- operations
 
-const std::vector<std::string> kAllOps = {
-    "upload_fresh",   "upload_existing",           "download_caller", "download_new",   "d2d_copy",
-    "roundtrip_seed", "upload_fresh_repeat_64MiB", "upload_pinned",   "download_pinned"};
+const std::vector<std::string> kAllOps = {"upload_fresh",
+                                          "upload_existing",
+                                          "download_caller",
+                                          "download_new",
+                                          "d2d_copy",
+                                          "roundtrip_seed",
+                                          "upload_fresh_repeat_64MiB",
+                                          "upload_pinned",
+                                          "download_pinned",
+                                          "upload_async",
+                                          "download_async"};
 const std::vector<std::string> kMethods = {"clbuf", "clhpp_naive", "clhpp_best", "boost_compute",
                                            "memcpy"};
 
@@ -252,6 +260,20 @@ Case make_clbuf(Env& env, const std::string& op, std::size_t count, Data& d) {
     c.prepare = [out](int) { std::fill(out->begin(), out->end(), T{}); };
     c.run = [&m, src, out](int p) { m.download((*src)[static_cast<std::size_t>(p)], *out); };
     c.verify = [&d, out](int p) { return same(out->data(), d.src[p]); };
+  } else if (op == "upload_async") {  // upload_existing, started and then waited for
+    auto dst = std::make_shared<clbuf::DeviceBuffer<T>>(m.template allocate<T>(count));
+    c.run = [&m, &d, dst, count](int p) { m.upload_async(*dst, d.src[p].data(), count).get(); };
+    c.verify = [&env, &d, dst](int p) { return env.device_equals(dst->native(), d.src[p]); };
+  } else if (op == "download_async") {  // download_caller, started and then waited for
+    auto src = std::make_shared<std::vector<clbuf::DeviceBuffer<T>>>();
+    src->push_back(m.upload(d.src[0]));
+    src->push_back(m.upload(d.src[1]));
+    auto out = std::make_shared<std::vector<T>>(count);
+    c.prepare = [out](int) { std::fill(out->begin(), out->end(), T{}); };
+    c.run = [&m, src, out](int p) {
+      m.download_async((*src)[static_cast<std::size_t>(p)], out->data(), out->size()).get();
+    };
+    c.verify = [&d, out](int p) { return same(out->data(), d.src[p]); };
   } else if (op == "roundtrip_seed") {
     auto out = std::make_shared<std::vector<T>>();
     c.run = [&m, &d, out](int p) {
@@ -277,21 +299,28 @@ Case make_naive(Env& env, const std::string& op, std::size_t count, Data& d) {
     };
     c.verify = [&env, &d, out](int p) { return env.device_equals(*out, d.src[p]); };
     c.release = [out] { *out = cl::Buffer(); };
-  } else if (op == "upload_existing") {
+  } else if (op == "upload_existing" || op == "upload_async") {
+    // upload_async by hand: a non-blocking write of the pageable vector, then a wait.
+    const cl_bool blocking = op == "upload_existing" ? CL_TRUE : CL_FALSE;
     auto dst = std::make_shared<cl::Buffer>(env.ctx, CL_MEM_READ_WRITE, bytes);
-    c.run = [&env, &d, dst, bytes](int p) {
-      env.queue.enqueueWriteBuffer(*dst, CL_TRUE, 0, bytes, d.src[p].data());
+    c.run = [&env, &d, dst, bytes, blocking](int p) {
+      cl::Event done;
+      env.queue.enqueueWriteBuffer(*dst, blocking, 0, bytes, d.src[p].data(), nullptr, &done);
+      if (!blocking) done.wait();
     };
     c.verify = [&env, &d, dst](int p) { return env.device_equals(*dst, d.src[p]); };
-  } else if (op == "download_caller") {
+  } else if (op == "download_caller" || op == "download_async") {
+    const cl_bool blocking = op == "download_caller" ? CL_TRUE : CL_FALSE;
     auto src = std::make_shared<std::vector<cl::Buffer>>();
     src->push_back(env.make_buffer(d.src[0]));
     src->push_back(env.make_buffer(d.src[1]));
     auto out = std::make_shared<std::vector<T>>(count);
     c.prepare = [out](int) { std::fill(out->begin(), out->end(), T{}); };
-    c.run = [&env, src, out, bytes](int p) {
-      env.queue.enqueueReadBuffer((*src)[static_cast<std::size_t>(p)], CL_TRUE, 0, bytes,
-                                  out->data());
+    c.run = [&env, src, out, bytes, blocking](int p) {
+      cl::Event done;
+      env.queue.enqueueReadBuffer((*src)[static_cast<std::size_t>(p)], blocking, 0, bytes,
+                                  out->data(), nullptr, &done);
+      if (!blocking) done.wait();
     };
     c.verify = [&d, out](int p) { return same(out->data(), d.src[p]); };
   } else if (op == "download_new") {
@@ -756,7 +785,7 @@ void usage() {
       "       clbuf_bench [--device SEL] --rss-roundtrip METHOD [--rss-bytes SIZE]\n"
       "sizes: 4,4K,64K,1M,16M,256M (default); --gib adds 1G\n"
       "ops: upload_fresh upload_existing download_caller download_new d2d_copy roundtrip_seed\n"
-      "     upload_fresh_repeat_64MiB upload_pinned download_pinned\n"
+      "     upload_fresh_repeat_64MiB upload_pinned download_pinned upload_async download_async\n"
       "methods: clbuf clhpp_naive clhpp_best boost_compute memcpy\n"
       "rss methods: none clbuf clhpp_naive clhpp_best boost_compute");
 }
