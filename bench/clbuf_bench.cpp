@@ -210,18 +210,32 @@ Case make_clbuf(Env& env, const std::string& op, std::size_t count, Data& d) {
     c.run = [&m, &d, out](int p) { *out = m.upload(d.src[p]); };
     c.verify = [&env, &d, out](int p) { return env.device_equals(out->native(), d.src[p]); };
     c.release = [out] { *out = clbuf::DeviceBuffer<T>(); };
-  } else if (op == "upload_existing") {
+  } else if (op == "upload_existing" || op == "upload_async") {
+    // upload_async: the same upload, started and then waited for.
+    const bool async = op == "upload_async";
     auto dst = std::make_shared<clbuf::DeviceBuffer<T>>(m.template allocate<T>(count));
-    c.run = [&m, &d, dst](int p) { m.upload(*dst, d.src[p]); };
+    c.run = [&m, &d, dst, async](int p) {
+      if (async) {
+        m.upload_async(*dst, d.src[p].data(), d.src[p].size()).get();
+      } else {
+        m.upload(*dst, d.src[p]);
+      }
+    };
     c.verify = [&env, &d, dst](int p) { return env.device_equals(dst->native(), d.src[p]); };
-  } else if (op == "download_caller") {
+  } else if (op == "download_caller" || op == "download_async") {
+    const bool async = op == "download_async";
     auto src = std::make_shared<std::vector<clbuf::DeviceBuffer<T>>>();
     src->push_back(m.upload(d.src[0]));
     src->push_back(m.upload(d.src[1]));
     auto out = std::make_shared<std::vector<T>>(count);
     c.prepare = [out](int) { std::fill(out->begin(), out->end(), T{}); };
-    c.run = [&m, src, out](int p) {
-      m.download((*src)[static_cast<std::size_t>(p)], out->data(), out->size());
+    c.run = [&m, src, out, async](int p) {
+      const auto& from = (*src)[static_cast<std::size_t>(p)];
+      if (async) {
+        m.download_async(from, out->data(), out->size()).get();
+      } else {
+        m.download(from, out->data(), out->size());
+      }
     };
     c.verify = [&d, out](int p) { return same(out->data(), d.src[p]); };
   } else if (op == "download_new") {
@@ -259,20 +273,6 @@ Case make_clbuf(Env& env, const std::string& op, std::size_t count, Data& d) {
     auto out = std::make_shared<clbuf::PinnedBuffer<T>>(m.template allocate_pinned<T>(count));
     c.prepare = [out](int) { std::fill(out->begin(), out->end(), T{}); };
     c.run = [&m, src, out](int p) { m.download((*src)[static_cast<std::size_t>(p)], *out); };
-    c.verify = [&d, out](int p) { return same(out->data(), d.src[p]); };
-  } else if (op == "upload_async") {  // upload_existing, started and then waited for
-    auto dst = std::make_shared<clbuf::DeviceBuffer<T>>(m.template allocate<T>(count));
-    c.run = [&m, &d, dst, count](int p) { m.upload_async(*dst, d.src[p].data(), count).get(); };
-    c.verify = [&env, &d, dst](int p) { return env.device_equals(dst->native(), d.src[p]); };
-  } else if (op == "download_async") {  // download_caller, started and then waited for
-    auto src = std::make_shared<std::vector<clbuf::DeviceBuffer<T>>>();
-    src->push_back(m.upload(d.src[0]));
-    src->push_back(m.upload(d.src[1]));
-    auto out = std::make_shared<std::vector<T>>(count);
-    c.prepare = [out](int) { std::fill(out->begin(), out->end(), T{}); };
-    c.run = [&m, src, out](int p) {
-      m.download_async((*src)[static_cast<std::size_t>(p)], out->data(), out->size()).get();
-    };
     c.verify = [&d, out](int p) { return same(out->data(), d.src[p]); };
   } else if (op == "roundtrip_seed") {
     auto out = std::make_shared<std::vector<T>>();
