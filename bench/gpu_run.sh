@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Runs clbuf's tests and benchmark on the NVIDIA H200 machine (see ../shared/GPU.md), from a
 # Release build folder made on Debian 12 and the ICD loader packages in .dev/:
-#   bench/gpu_run.sh BUILD_DIR OUT_DIR STAGE...     (stages: tests bench sweep rss)
+#   bench/gpu_run.sh BUILD_DIR OUT_DIR STAGE...     (stages: tests bench async sweep rss)
+# TESTS (a space-separated list of test executables' names) limits the tests stage; SWEEP_SIZES
+# (default 256M) the sizes of the staging sweep.
 # Writes test logs, the benchmark CSV/table, a staging sweep and peak RSS into OUT_DIR.
 set -uo pipefail
 build=$1
@@ -20,6 +22,7 @@ echo "== unit tests on the GPU"
 export CLBUF_REQUIRE_DEVICE=1
 for t in "$build"/tests/*_test; do
   name=$(basename "$t")
+  if [[ -n ${TESTS:-} && " $TESTS " != *" $name "* ]]; then continue; fi
   timeout 300 "$t" --gtest_brief=1 > "$out/test_$name.log" 2>&1
   echo "$name rc=$? $(grep -E '^\[  (PASSED|FAILED)' "$out/test_$name.log" | tr '\n' ' ')"
 done
@@ -35,11 +38,27 @@ timeout 420 "$bench" --sizes 4,4K,1M,16M,64M,256M --gib --target-s 0.15 --case-b
 echo "bench rc=$?"; cat "$out/clbuf_h200.txt"
 fi
 
+if [[ $stages == *" async "* ]]; then
+echo "== asynchronous against blocking, pageable std::vector (clbuf against CLHPP's non-blocking calls)"
+timeout 240 "$bench" --sizes 64M,256M,1G --ops upload_existing,upload_async,download_caller,download_async \
+  --methods clbuf,clhpp_naive --target-s 0.15 --case-budget-s 4 --csv "$out/async_h200.csv" \
+  > "$out/async_h200.txt" 2>&1
+echo "async rc=$?"; cat "$out/async_h200.txt"
+echo "== small transfers, fresh uploads, pinned"
+timeout 150 "$bench" --sizes 4,4K --ops roundtrip_seed,d2d_copy --methods clbuf,clhpp_naive,clhpp_best \
+  --target-s 0.15 --case-budget-s 3 > "$out/small_h200.txt" 2>&1
+timeout 150 "$bench" --sizes 64M,256M --ops upload_fresh_repeat_64MiB,upload_pinned,download_pinned \
+  --methods clbuf,clhpp_naive,clhpp_best --target-s 0.15 --case-budget-s 3 >> "$out/small_h200.txt" 2>&1
+echo "small rc=$?"; cat "$out/small_h200.txt"
+echo "== upload_async beside a kernel on another queue"
+timeout 60 "$build/bench/async_overlap" --mib 256 --reps 7 --kernel-ms 40 | tee "$out/overlap_h200.txt"
+fi
+
 if [[ $stages == *" sweep "* ]]; then
-echo "== staging sweep (256 MiB, pageable std::vector)"
+echo "== staging sweep (${SWEEP_SIZES:-256M}, pageable std::vector)"
 for chunk in 1M 2M 4M; do
   for threads in 4 8 16; do
-    timeout 60 "$bench" --sizes 256M --ops upload_existing,download_caller --methods clbuf \
+    timeout 60 "$bench" --sizes "${SWEEP_SIZES:-256M}" --ops upload_existing,download_caller --methods clbuf \
       --chunk $chunk --chunks $((2 * threads)) --copy-threads $threads --target-s 0.1 \
       --case-budget-s 3 2>&1 |
       grep -E "^(upload|download).*clbuf " | sed "s/^/chunk=$chunk threads=$threads /"
