@@ -5,7 +5,9 @@
 #include <algorithm>
 #include <array>
 #include <cstdint>
+#include <cstring>
 #include <numeric>
+#include <random>
 #include <thread>
 #include <vector>
 
@@ -429,5 +431,26 @@ TEST_P(AsyncOps, CleanupWaitsForStagedTransfersInFlight) {
 }
 
 CLBUF_INSTANTIATE_MODELS(AsyncOps);
+
+TEST(StreamingCopy, CopiesExactlyAtEveryAlignmentAndSizeAndNothingElse) {
+  // The staging chunks' copy (streaming stores on x86-64): head up to 16-byte alignment, 64-byte
+  // body, tail; the bytes around the destination stay as they were.
+  std::mt19937 rng(7);
+  for (std::size_t bytes : {std::size_t{0}, std::size_t{1}, std::size_t{63}, std::size_t{4095},
+                            std::size_t{4096}, std::size_t{4097}, std::size_t{4096 + 63},
+                            std::size_t{65536 + 17}, (std::size_t{1} << 20) + 37}) {
+    for (std::size_t dst_shift = 0; dst_shift < 18; dst_shift += 5) {
+      for (std::size_t src_shift = 0; src_shift < 18; src_shift += 3) {
+        std::vector<unsigned char> src(bytes + 32), dst(bytes + 64, 0xEE);
+        for (auto& b : src) b = static_cast<unsigned char>(rng());
+        clbuf::detail::copy_streaming(dst.data() + 16 + dst_shift, src.data() + src_shift, bytes);
+        ASSERT_EQ(std::memcmp(dst.data() + 16 + dst_shift, src.data() + src_shift, bytes), 0)
+            << bytes << " bytes, shifts " << dst_shift << "/" << src_shift;
+        for (std::size_t i = 0; i < 16 + dst_shift; ++i) ASSERT_EQ(dst[i], 0xEE) << i;
+        for (std::size_t i = 16 + dst_shift + bytes; i < dst.size(); ++i) ASSERT_EQ(dst[i], 0xEE);
+      }
+    }
+  }
+}
 
 }  // namespace

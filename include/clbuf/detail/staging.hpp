@@ -16,6 +16,7 @@
 
 #include <clbuf/detail/async.hpp>
 #include <clbuf/detail/device_context.hpp>
+#include <clbuf/detail/host_memory.hpp>
 #include <clbuf/detail/pinned_block.hpp>
 #include <clbuf/detail/worker_pool.hpp>
 #include <clbuf/error.hpp>
@@ -243,7 +244,7 @@ class Stager {
       const std::size_t length = std::min(job.chunk, job.bytes - offset);
       cl_event event = nullptr;
       if (job.to_device) {
-        std::memcpy(slot.host, job.host + offset, length);
+        copy_streaming(slot.host, job.host + offset, length);
         if (!ok(CLBUF_CL(clEnqueueWriteBuffer)(side_, job.memory, CL_FALSE,
                                                job.memory_offset + offset, length, slot.host, waits,
                                                &job.after, &event),
@@ -261,7 +262,7 @@ class Stager {
         }
         slot.busy = cl::Event(event, false);
         if (!settle(slot, job)) break;
-        std::memcpy(job.host + offset, slot.host, length);
+        copy_streaming(job.host + offset, slot.host, length);
       }
     }
     // Every exit, a failure included, waits until none of this worker's slots is in flight.
