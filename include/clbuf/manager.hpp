@@ -777,8 +777,7 @@ class BufferManager {
     if (device_.opencl_1_2()) {
       device_.queue().barrier(operation, events);
     } else {
-      detail::check(CLBUF_CL(clWaitForEvents)(static_cast<cl_uint>(events.size()), events.data()),
-                    operation, "clWaitForEvents");
+      detail::Queue::wait(operation, events);
     }
   }
 

@@ -161,6 +161,13 @@ class Queue {
     check(CLBUF_CL(clWaitForEvents)(1, &handle), operation, "clWaitForEvents");
   }
 
+  /// Blocks until every one of `events` (of one context) has completed.
+  static void wait(const char* operation, const std::vector<cl_event>& events) {
+    if (events.empty()) return;
+    check(CLBUF_CL(clWaitForEvents)(static_cast<cl_uint>(events.size()), events.data()), operation,
+          "clWaitForEvents");
+  }
+
  private:
   cl::CommandQueue queue_;
 };
