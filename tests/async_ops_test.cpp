@@ -397,10 +397,10 @@ TEST_P(AsyncOps, FutureEventIsNullOnlyWhenNothingIsLeftToWaitFor) {
 TEST_P(AsyncOps, ThreadsSharingAManagerMixStagedAsyncAndBlockingTransfers) {
   const std::size_t count = 4 * kStagedBytes / sizeof(std::uint32_t) + 3;
   std::vector<std::vector<std::uint32_t>> inputs;
-  for (int t = 0; t < 4; ++t) inputs.push_back(random<std::uint32_t>(count));
+  for (std::size_t t = 0; t < 4; ++t) inputs.push_back(random<std::uint32_t>(count));
   std::vector<int> failures(4, 0);
   std::vector<std::thread> threads;
-  for (int t = 0; t < 4; ++t) {
+  for (std::size_t t = 0; t < 4; ++t) {
     threads.emplace_back([&, t] {
       for (int round = 0; round < 6; ++round) {
         auto up = paths().upload_async(inputs[t]);
