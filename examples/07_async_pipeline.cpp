@@ -35,10 +35,10 @@ int main() try {
   cl::CommandQueue queue = manager.queue();  // the kernels run on the manager's in-order queue
 
   const std::size_t n = std::size_t{1} << 22;  // 16 MiB of float per array
-  const int batches = 3;
+  const std::size_t batches = 3;
   std::vector<std::vector<float>> results(batches, std::vector<float>(n));
   std::vector<clbuf::Future<void>> pending;
-  for (int b = 0; b < batches; ++b) {
+  for (std::size_t b = 0; b < batches; ++b) {
     std::vector<float> x(n), y(n);
     for (std::size_t i = 0; i < n; ++i) {
       x[i] = static_cast<float>(i % 1000);
@@ -67,7 +67,7 @@ int main() try {
   }
   for (auto& future : pending) future.get();  // the first and only host wait
 
-  for (int b = 0; b < batches; ++b) {
+  for (std::size_t b = 0; b < batches; ++b) {
     for (std::size_t i = 0; i < n; i += 9973) {
       const float expected = 2.0f * static_cast<float>(i % 1000) + static_cast<float>(b);
       if (std::fabs(results[b][i] - expected) > 0.0f) {

@@ -130,12 +130,12 @@ TEST_P(AsyncOps, AsyncDownloadsSeeExactlyTheBlockingCallsBeforeThem) {
   for (int v = 0; v < 4; ++v) versions.push_back(random<int>(count));
   auto buffer = paths().upload(versions[0]);
   std::vector<clbuf::Future<std::vector<int>>> seen;
-  for (int v = 1; v < 4; ++v) {
+  for (std::size_t v = 1; v < 4; ++v) {
     seen.push_back(paths().download_async(buffer));
     paths().upload(buffer, versions[v]);
   }
   seen.push_back(paths().download_async(buffer));
-  for (int v = 0; v < 4; ++v) EXPECT_TRUE(same_bytes(versions[v], seen[v].get())) << v;
+  for (std::size_t v = 0; v < 4; ++v) EXPECT_TRUE(same_bytes(versions[v], seen[v].get())) << v;
 }
 
 TEST_P(AsyncOps, LaterWorkOnTheQueueWaitsForAnAsyncDownload) {
