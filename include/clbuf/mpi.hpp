@@ -420,7 +420,7 @@ class Communicator {
   }
   template <class T>
   void check_buffer(const char* op, const DeviceBuffer<T>& buffer) const {
-    clbuf::detail::check_buffer(op, buffer.valid(), buffer.context(), manager().context()());
+    clbuf::detail::check_buffer(op, buffer.valid(), buffer.context(), core_->context());
   }
 
   /// `all` (the root's) holds count * size() elements.

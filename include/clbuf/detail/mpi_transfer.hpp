@@ -123,6 +123,7 @@ class Core {
     try {
       model_ = manager.memory_model();
       context_ = manager.context();  // throws after cleanup()
+      raw_context_ = context_();
       if (options.chunk_bytes < 4096 || options.chunk_bytes > (std::size_t{1} << 30) ||
           options.depth < 1 || options.depth > 64) {
         fail(op, CL_INVALID_VALUE,
@@ -179,6 +180,9 @@ class Core {
   BufferManager& manager() const noexcept { return manager_; }
   const Options& options() const noexcept { return options_; }
   MemoryModel model() const noexcept { return model_; }
+  /// The manager's context, for the buffer checks (each transfer takes the manager's queue,
+  /// which throws after cleanup()).
+  cl_context context() const noexcept { return raw_context_; }
   int rank() const noexcept { return rank_; }
   int size() const noexcept { return size_; }
   int tag_ub() const noexcept { return tag_ub_; }
@@ -295,6 +299,7 @@ class Core {
   Options options_;
   MemoryModel model_ = MemoryModel::host;
   cl::Context context_;
+  cl_context raw_context_ = nullptr;
   MPI_Comm user_ = MPI_COMM_NULL;  // headers of point-to-point messages (the user's tags)
   MPI_Comm wire_ = MPI_COMM_NULL;  // chunks, tagged by stream
   MPI_Comm coll_ = MPI_COMM_NULL;  // headers of collectives, and their agreement
@@ -598,39 +603,41 @@ class RecvStream final : public Stream {
     MPI_Get_count(&status, MPI_BYTE, &received);
     peer_ = status.MPI_SOURCE;
     tag_ = status.MPI_TAG;
-    const std::string from =
-        "rank " + std::to_string(peer_) + " (tag " + std::to_string(tag_) + ")";
+    const auto from = [this] {
+      return "rank " + std::to_string(peer_) + " (tag " + std::to_string(tag_) + ")";
+    };
     if (received < static_cast<int>(header_bytes)) {
       fail(operation_, CL_INVALID_VALUE,
-           "the message from " + from + " is " + std::to_string(received) +
+           "the message from " + from() + " is " + std::to_string(received) +
                " bytes, no clbuf::mpi header; both ends must use clbuf::mpi");
     }
     std::memcpy(&header_, envelope_.get(), header_bytes);
     if (header_.magic != magic) {
       fail(operation_, CL_INVALID_VALUE,
-           "the message from " + from + " has no clbuf::mpi header; both ends must use clbuf::mpi");
+           "the message from " + from() +
+               " has no clbuf::mpi header; both ends must use clbuf::mpi");
     }
     const bool chunked = header_.inline_bytes < header_.bytes;
     if (chunked && (header_.chunk_bytes == 0 || header_.chunk_bytes > core_.chunk_bytes())) {
       fail(operation_, CL_INVALID_VALUE,
-           "the message from " + from + " is cut in chunks of " +
+           "the message from " + from() + " is cut in chunks of " +
                std::to_string(header_.chunk_bytes) + " bytes, this rank's are " +
                std::to_string(core_.chunk_bytes()));
     }
     if (!chunked && received != static_cast<int>(header_bytes + header_.inline_bytes)) {
       fail(operation_, CL_INVALID_VALUE,
-           "the message from " + from + " is " + std::to_string(received) +
+           "the message from " + from() + " is " + std::to_string(received) +
                " bytes but its header says " + std::to_string(header_bytes + header_.inline_bytes));
     }
     std::string problem;
     if (header_.kind != static_cast<std::uint32_t>(kind_)) {
       problem =
           header_.kind == static_cast<std::uint32_t>(Kind::collective)
-              ? from + " sent part of a collective where a point-to-point message was expected"
-              : from + " sent a point-to-point message where a collective was expected";
+              ? from() + " sent part of a collective where a point-to-point message was expected"
+              : from() + " sent a point-to-point message where a collective was expected";
     } else if (header_.bytes != span_.bytes || header_.element_size != span_.element_size ||
                (header_.type != any_type && span_.type != any_type && header_.type != span_.type)) {
-      problem = std::string(header_.bytes > span_.bytes ? "MPI_ERR_TRUNCATE: " : "") + from +
+      problem = std::string(header_.bytes > span_.bytes ? "MPI_ERR_TRUNCATE: " : "") + from() +
                 " sent " + describe(header_.count, header_.element_size, header_.type) +
                 " but the receiving buffer holds " +
                 describe(span_.count, span_.element_size, span_.type);
