@@ -336,6 +336,8 @@ TEST_P(Mpi, AllreduceSumMinMax) {
     check_allreduce<float>(*manager_, comm, rank_, size_, count, 900);
     check_allreduce<std::int32_t>(*manager_, comm, rank_, size_, count, 901);
   }
+  // The other element types once (their kernels do not depend on the path; builds take time).
+  if (std::string(GetParam().name) != "ZeroCopyAndStaged") return;
   for (std::size_t count : {std::size_t{3}, std::size_t{9001}}) {
     check_allreduce<double>(*manager_, comm, rank_, size_, count, 902);
     check_allreduce<std::int8_t>(*manager_, comm, rank_, size_, count, 903);
