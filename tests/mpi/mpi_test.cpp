@@ -225,7 +225,10 @@ TEST_P(Mpi, TestPollsToCompletion) {
   clbuf::mpi::Request received = comm.irecv(in, left, 3);
   clbuf::DeviceBuffer<double> out = upload(pattern<double>(rank_, 400, count));
   clbuf::mpi::Request sent = comm.isend(out, right, 3);
-  while (!(received.test() & sent.test())) {
+  for (bool done = false; !done;) {
+    const bool got = received.test();  // both polled every time
+    const bool went = sent.test();
+    done = got && went;
   }
   EXPECT_TRUE(same(pattern<double>(left, 400, count), manager_->download(in)));
   EXPECT_TRUE(received.test());  // an empty Request is complete
@@ -286,7 +289,8 @@ TEST_P(Mpi, BroadcastFromEveryRoot) {
   clbuf::mpi::Communicator comm = communicator(16 << 10);
   for (int root = 0; root < size_; ++root) {
     for (std::size_t count : {std::size_t{0}, std::size_t{3}, std::size_t{100003}}) {
-      const std::uint32_t key = 800 + static_cast<std::uint32_t>(root * 7 + count % 5);
+      const std::uint32_t key =
+          800 + static_cast<std::uint32_t>(root * 7) + static_cast<std::uint32_t>(count % 5);
       clbuf::DeviceBuffer<double> buffer = rank_ == root
                                                ? upload(pattern<double>(root, key, count))
                                                : upload(pattern<double>(rank_, key + 1, count));
@@ -351,7 +355,8 @@ TEST_P(Mpi, ScatterAndGatherEveryRoot) {
   clbuf::mpi::Communicator comm = communicator(8 << 10);
   for (int root = 0; root < size_; ++root) {
     for (std::size_t n : {std::size_t{0}, std::size_t{2}, std::size_t{10007}}) {
-      const std::uint32_t key = 1000 + static_cast<std::uint32_t>(root + n % 7);
+      const std::uint32_t key =
+          1000 + static_cast<std::uint32_t>(root) + static_cast<std::uint32_t>(n % 7);
       const std::size_t total = n * static_cast<std::size_t>(size_);
       clbuf::DeviceBuffer<std::int16_t> all = rank_ == root
                                                   ? upload(pattern<std::int16_t>(root, key, total))
