@@ -405,7 +405,7 @@ class Communicator {
   static detail::Span span_of(const DeviceBuffer<T>& buffer, std::size_t first, std::size_t count) {
     const clbuf::detail::Allocation& memory = clbuf::detail::BufferAccess::memory(buffer);
     detail::Span span;
-    span.buffer = memory.buffer;
+    span.buffer = memory.buffer();
     span.host = static_cast<char*>(memory.host);
     span.offset = first * sizeof(T);
     span.bytes = count * sizeof(T);

@@ -42,8 +42,8 @@ using clbuf::detail::Queue;
 
 /// Bytes of one device buffer a transfer moves, with what the header says about them.
 struct Span {
-  cl::Buffer buffer;     // retained; null for an empty buffer
-  char* host = nullptr;  // the buffer's host block (CPU device), else null
+  cl_mem buffer = nullptr;  // the DeviceBuffer's (alive until the transfer completes)
+  char* host = nullptr;     // the buffer's host block (CPU device), else null
   std::size_t offset = 0;
   std::size_t bytes = 0;
   std::uint64_t count = 0;
@@ -124,6 +124,7 @@ class Core {
       model_ = manager.memory_model();
       context_ = manager.context();  // throws after cleanup()
       raw_context_ = context_();
+      queue_ = Queue(manager.queue());
       if (options.chunk_bytes < 4096 || options.chunk_bytes > (std::size_t{1} << 30) ||
           options.depth < 1 || options.depth > 64) {
         fail(op, CL_INVALID_VALUE,
@@ -215,6 +216,28 @@ class Core {
     return stream;
   }
 
+  /// The manager's queue, retained at construction: transfers enqueue on it without entering
+  /// the manager's gate each time.
+  const Queue& queue() const noexcept { return queue_; }
+
+  /// A host buffer of header_bytes + inline_max() for a header and an inline payload (cached).
+  std::unique_ptr<char[]> take_envelope() {
+    if (!free_envelopes_.empty()) {
+      std::unique_ptr<char[]> envelope = std::move(free_envelopes_.back());
+      free_envelopes_.pop_back();
+      return envelope;
+    }
+    return std::unique_ptr<char[]>(new char[header_bytes + inline_max_]);
+  }
+
+  void give_envelope(std::unique_ptr<char[]> envelope) noexcept {
+    if (!envelope || free_envelopes_.size() >= 64) return;
+    try {
+      free_envelopes_.push_back(std::move(envelope));
+    } catch (...) {  // NOLINT(bugprone-empty-catch): freed instead
+    }
+  }
+
   /// A pinned chunk of chunk_bytes() (cached, else new).
   PinnedBlock acquire_slot(const char* operation) {
     if (!free_slots_.empty()) {
@@ -223,7 +246,7 @@ class Core {
       note_in_use(block.size());
       return block;
     }
-    PinnedBlock block(context_, manager_.queue(), options_.chunk_bytes, operation);
+    PinnedBlock block(context_, queue_.handle(), options_.chunk_bytes, operation);
     pinned_bytes_ += block.size();
     note_in_use(block.size());
     return block;
@@ -256,17 +279,27 @@ class Core {
 
   void progress() noexcept {
     for (std::size_t i = 0; i < active_.size(); ++i) active_[i]->step();
+    prune();
+  }
+
+  /// Stops tracking the transfers that are done.
+  void prune() noexcept {
     active_.erase(std::remove_if(active_.begin(), active_.end(),
                                  [](const std::shared_ptr<Transfer>& t) { return t->done(); }),
                   active_.end());
   }
 
-  /// Progresses until `transfer` is done; then rethrows its failure, if any.
+  /// Progresses until `transfer` is done; then rethrows its failure, if any. The others move on
+  /// every few spins (each MPI_Test runs MPI's progress engine: testing all of them every spin
+  /// would make a window of n requests cost n^2 tests).
   void wait(Transfer& transfer) {
     for (unsigned spins = 0; !transfer.done(); ++spins) {
-      progress();
-      if (!transfer.done() && spins > 2000) std::this_thread::yield();  // oversubscribed hosts
+      transfer.step();
+      if (transfer.done()) break;
+      if (spins % 8 == 7) progress();
+      if (spins > 4000) std::this_thread::yield();  // oversubscribed hosts
     }
+    prune();
     transfer.rethrow();
   }
 
@@ -300,6 +333,7 @@ class Core {
   MemoryModel model_ = MemoryModel::host;
   cl::Context context_;
   cl_context raw_context_ = nullptr;
+  Queue queue_;
   MPI_Comm user_ = MPI_COMM_NULL;  // headers of point-to-point messages (the user's tags)
   MPI_Comm wire_ = MPI_COMM_NULL;  // chunks, tagged by stream
   MPI_Comm coll_ = MPI_COMM_NULL;  // headers of collectives, and their agreement
@@ -309,6 +343,7 @@ class Core {
   std::size_t inline_max_ = 0;
   std::vector<std::uint32_t> streams_;
   std::vector<PinnedBlock> free_slots_;
+  std::vector<std::unique_ptr<char[]>> free_envelopes_;
   std::size_t pinned_bytes_ = 0;
   std::size_t in_use_bytes_ = 0;
   std::size_t peak_in_use_bytes_ = 0;
@@ -345,7 +380,7 @@ struct Slot {
 class Stream : public Transfer {
  protected:
   Stream(Core& core, const char* operation, Span span)
-      : Transfer(operation), core_(core), span_(std::move(span)), queue_(core.manager().queue()) {}
+      : Transfer(operation), core_(core), span_(std::move(span)), queue_(core.queue()) {}
 
   ~Stream() override {
     // Only a failed transfer gets here with MPI still owning memory: that memory is left to MPI
@@ -361,6 +396,7 @@ class Stream : public Transfer {
       }
       if (mapped_ != nullptr) mapped_ = nullptr;  // stays mapped
     }
+    core_.give_envelope(std::move(envelope_));
     for (Slot& slot : slots_) {
       if (slot.copy() != nullptr) {
         cl_event event = slot.copy();
@@ -369,7 +405,7 @@ class Stream : public Transfer {
       core_.release_slot(std::move(slot.block));
     }
     if (mapped_ != nullptr)
-      clbuf::detail::unmap_with_retry(queue_.get(), span_.buffer(), mapped_, nullptr);
+      clbuf::detail::unmap_with_retry(queue_.get(), span_.buffer, mapped_, nullptr);
   }
 
   /// The buffer's bytes for the host: its host block, or mapped (`flags`) around MPI.
@@ -378,7 +414,7 @@ class Stream : public Transfer {
       queue_.finish(operation_);
       return span_.host + span_.offset;
     }
-    mapped_ = queue_.map(operation_, span_.buffer(), flags, span_.offset, span_.bytes);
+    mapped_ = queue_.map(operation_, span_.buffer, flags, span_.offset, span_.bytes);
     return static_cast<char*>(mapped_);
   }
 
@@ -386,8 +422,7 @@ class Stream : public Transfer {
   void unmap() {
     if (mapped_ == nullptr) return;
     cl_event event = nullptr;
-    const cl_int err =
-        clbuf::detail::unmap_with_retry(queue_.get(), span_.buffer(), mapped_, &event);
+    const cl_int err = clbuf::detail::unmap_with_retry(queue_.get(), span_.buffer, mapped_, &event);
     mapped_ = nullptr;
     clbuf::detail::check(err, operation_, "clEnqueueUnmapMemObject");
     const cl::Event owned(event, false);
@@ -418,7 +453,7 @@ class Stream : public Transfer {
 
   Core& core_;
   Span span_;
-  Queue queue_;
+  const Queue& queue_;  // the Core's, which outlives every transfer
   Route route_ = Route::zero_copy;
   Chunking chunks_;
   std::size_t next_ = 0;  // the next chunk to start
@@ -447,7 +482,7 @@ class SendStream final : public Stream {
     header_.stream = core.next_stream(dest);
     if (span_.bytes <= core.inline_max()) {
       header_.inline_bytes = static_cast<std::uint32_t>(span_.bytes);
-      envelope_.reset(new char[header_bytes + span_.bytes]);
+      envelope_ = core.take_envelope();
       std::memcpy(envelope_.get(), &header_, header_bytes);
       read_into(envelope_.get() + header_bytes);
       check_mpi(MPI_Isend(envelope_.get(), static_cast<int>(header_bytes + span_.bytes), MPI_BYTE,
@@ -485,14 +520,14 @@ class SendStream final : public Stream {
       queue_.finish(operation_);
       std::memcpy(out, span_.host + span_.offset, span_.bytes);
     } else {
-      queue_.read(operation_, span_.buffer(), span_.offset, span_.bytes, out, true);
+      queue_.read(operation_, span_.buffer, span_.offset, span_.bytes, out, true);
     }
   }
 
   void start_read(Slot& slot) {
     slot.chunk = next_++;
     slot.copy =
-        queue_.read(operation_, span_.buffer(), span_.offset + chunks_.offset(slot.chunk),
+        queue_.read(operation_, span_.buffer, span_.offset + chunks_.offset(slot.chunk),
                     static_cast<std::size_t>(chunks_.length(slot.chunk)), slot.block.data(), false);
     slot.state = Slot::copying;
     queue_.flush(operation_);
@@ -550,7 +585,7 @@ class RecvStream final : public Stream {
       return;
     }
     const std::size_t capacity = header_bytes + core.inline_max();
-    envelope_.reset(new char[capacity]);
+    envelope_ = core.take_envelope();
     check_mpi(MPI_Irecv(envelope_.get(), static_cast<int>(capacity), MPI_BYTE, source, tag, comm,
                         &header_request_),
               operation, "MPI_Irecv");
@@ -578,7 +613,7 @@ class RecvStream final : public Stream {
     for (Slot& slot : slots_) {
       if (slot.state == Slot::messaging && test(slot.request)) {
         slot.copy = queue_.write(
-            operation_, span_.buffer(), span_.offset + chunks_.offset(slot.chunk),
+            operation_, span_.buffer, span_.offset + chunks_.offset(slot.chunk),
             static_cast<std::size_t>(chunks_.length(slot.chunk)), slot.block.data(), false);
         slot.state = Slot::copying;
         queue_.flush(operation_);
@@ -685,7 +720,7 @@ class RecvStream final : public Stream {
       queue_.finish(operation_);
       std::memcpy(span_.host + span_.offset, data, span_.bytes);
     } else {
-      queue_.write(operation_, span_.buffer(), span_.offset, span_.bytes, data, true);
+      queue_.write(operation_, span_.buffer, span_.offset, span_.bytes, data, true);
     }
   }
 
