@@ -444,6 +444,19 @@ TEST_P(Mpi, CountMismatchIsAnErrorOnTheReceiver) {
   }
 }
 
+// A rejected chunked message is drained without blocking: a rank sending to itself, progressed
+// by the same thread, completes too.
+TEST_P(Mpi, MismatchWithItselfDoesNotHang) {
+  clbuf::mpi::Communicator comm = communicator(8 << 10);
+  clbuf::DeviceBuffer<double> in = manager_->allocate<double>(30000);
+  clbuf::mpi::Request received = comm.irecv(in, rank_, 9);
+  clbuf::DeviceBuffer<double> out = upload(pattern<double>(rank_, 1250, 30001));
+  clbuf::mpi::Request sent = comm.isend(out, rank_, 9);
+  EXPECT_TRUE(throws([&] { received.wait(); }, CL_INVALID_VALUE,
+                     {"irecv: ", "MPI_ERR_TRUNCATE", "sent 30001 elements of 8 bytes (double)"}));
+  sent.wait();
+}
+
 TEST_P(Mpi, TypeMismatchOfTheSameSizeIsAnError) {
   clbuf::mpi::Communicator comm = communicator(8 << 10);
   if (rank_ == 0) comm.send(upload(pattern<float>(0, 1300, 50000)), 1);
@@ -548,6 +561,35 @@ TEST_P(Mpi, HaloExchangeFillsGhostCells) {
               field.begin() + static_cast<std::ptrdiff_t>(halo + interior));
     EXPECT_TRUE(same(field, manager_->download(buffer))) << "round " << round;
   }
+}
+
+// Open ends: MPI_PROC_NULL neighbours move nothing, their ghost cells stay as they were.
+TEST_P(Mpi, HaloExchangeWithOpenEnds) {
+  clbuf::mpi::Communicator comm = communicator(8 << 10);
+  const std::size_t halo = 5;
+  const std::size_t interior = 20;
+  const std::size_t n = interior + 2 * halo;
+  const int left = rank_ == 0 ? MPI_PROC_NULL : rank_ - 1;
+  const int right = rank_ == size_ - 1 ? MPI_PROC_NULL : rank_ + 1;
+  clbuf::mpi::HaloExchange<float> exchange(
+      comm, {{left, halo, 0, halo, 1, 2}, {right, interior, halo + interior, halo, 2, 1}});
+  std::vector<float> field = pattern<float>(rank_, 1600, n);
+  clbuf::DeviceBuffer<float> buffer = upload(field);
+  exchange.start(buffer);
+  while (!exchange.test()) {
+  }
+  if (left != MPI_PROC_NULL) {
+    const std::vector<float> theirs = pattern<float>(left, 1600, n);
+    std::copy(theirs.begin() + static_cast<std::ptrdiff_t>(interior),
+              theirs.begin() + static_cast<std::ptrdiff_t>(interior + halo), field.begin());
+  }
+  if (right != MPI_PROC_NULL) {
+    const std::vector<float> theirs = pattern<float>(right, 1600, n);
+    std::copy(theirs.begin() + static_cast<std::ptrdiff_t>(halo),
+              theirs.begin() + static_cast<std::ptrdiff_t>(2 * halo),
+              field.begin() + static_cast<std::ptrdiff_t>(halo + interior));
+  }
+  EXPECT_TRUE(same(field, manager_->download(buffer)));
 }
 
 TEST(MpiSelector, LocalDeviceSelectorNamesADevice) {

@@ -390,6 +390,7 @@ class Stream : public Transfer {
     for (Slot& slot : slots_) pending = pending || slot.request != MPI_REQUEST_NULL;
     if (pending && !mpi_finalized()) {
       static_cast<void>(envelope_.release());
+      static_cast<void>(scratch_.release());
       for (Slot& slot : slots_) {
         if (slot.request != MPI_REQUEST_NULL)
           static_cast<void>(new PinnedBlock(std::move(slot.block)));
@@ -459,6 +460,7 @@ class Stream : public Transfer {
   std::size_t next_ = 0;  // the next chunk to start
   Header header_;
   std::unique_ptr<char[]> envelope_;  // header + inline payload
+  std::unique_ptr<char[]> scratch_;   // the chunks of a rejected message land here
   MPI_Request header_request_ = MPI_REQUEST_NULL;
   std::vector<MPI_Request> requests_;  // zero-copy and mapped chunks
   std::vector<Slot> slots_;            // staged chunks
@@ -604,6 +606,7 @@ class RecvStream final : public Stream {
       if (!accept(status)) return true;  // inline payload, already written
     }
     if (peer_ == MPI_PROC_NULL) return true;
+    if (draining()) return false;
     if (route_ != Route::staged) {
       if (!requests_done()) return false;
       unmap();
@@ -678,8 +681,9 @@ class RecvStream final : public Stream {
                 describe(span_.count, span_.element_size, span_.type);
     }
     if (!problem.empty()) {
-      if (chunked) drain();
-      fail(operation_, CL_INVALID_VALUE, problem);
+      if (!chunked) fail(operation_, CL_INVALID_VALUE, problem);
+      start_drain(std::move(problem));
+      return true;
     }
     if (!chunked) {
       write_from(envelope_.get() + header_bytes);
@@ -703,15 +707,33 @@ class RecvStream final : public Stream {
     return true;
   }
 
-  /// Receives and drops the chunks of a rejected message, so that its sender completes.
-  void drain() noexcept {
-    const Chunking pieces = chunking(header_.bytes, header_.chunk_bytes);
-    std::unique_ptr<char[]> scratch(new (std::nothrow) char[pieces.chunk]);
-    if (!scratch) return;
-    for (std::size_t k = 0; k < pieces.count; ++k) {
-      MPI_Recv(scratch.get(), pieces.length(k), MPI_BYTE, peer_, static_cast<int>(header_.stream),
-               core_.wire(), MPI_STATUS_IGNORE);
+  /// Receives and drops the chunks of a rejected message, one at a time into one chunk of
+  /// scratch memory, so that its sender completes; then the transfer fails with `problem`.
+  void start_drain(std::string problem) {
+    problem_ = std::move(problem);
+    chunks_ = chunking(header_.bytes, header_.chunk_bytes);
+    scratch_.reset(new (std::nothrow) char[chunks_.chunk]);
+    if (!scratch_) fail(operation_, CL_INVALID_VALUE, problem_);  // the sender may then wait
+    requests_.assign(1, MPI_REQUEST_NULL);
+    next_ = 0;
+    drain_next();
+  }
+
+  void drain_next() {
+    check_mpi(MPI_Irecv(scratch_.get(), chunks_.length(next_), MPI_BYTE, peer_,
+                        static_cast<int>(header_.stream), core_.wire(), &requests_[0]),
+              operation_, "MPI_Irecv");
+    ++next_;
+  }
+
+  /// True while draining; fails once the last chunk is in.
+  bool draining() {
+    if (problem_.empty()) return false;
+    while (test(requests_[0])) {
+      if (next_ == chunks_.count) fail(operation_, CL_INVALID_VALUE, problem_);
+      drain_next();
     }
+    return true;
   }
 
   void write_from(const char* data) {
@@ -734,6 +756,7 @@ class RecvStream final : public Stream {
 
   Kind kind_;
   bool received_ = false;
+  std::string problem_;  // a rejected message being drained into scratch_
   int tag_ = MPI_ANY_TAG;
 };
 
