@@ -238,25 +238,32 @@ class Core {
     }
   }
 
-  /// A pinned chunk of chunk_bytes() (cached, else new).
-  PinnedBlock acquire_slot(const char* operation) {
+  /// A pinned chunk of chunk_bytes() for sending (0) or receiving (1), cached or new; an empty
+  /// block when that direction already uses its budget of 2 x depth chunks. Pinned memory in use
+  /// thus stays at 4 x depth chunks per Communicator however many messages are in flight; a
+  /// transfer without a chunk waits for one (a receive takes one only for a chunk that has
+  /// arrived, so a chunk never waits on a remote rank while it is held by a receive).
+  PinnedBlock acquire_slot(int direction, const char* operation) {
+    if (slots_in_use_[direction] >= 2 * options_.depth) return PinnedBlock();
+    PinnedBlock block;
     if (!free_slots_.empty()) {
-      PinnedBlock block = std::move(free_slots_.back());
+      block = std::move(free_slots_.back());
       free_slots_.pop_back();
-      note_in_use(block.size());
-      return block;
+    } else {
+      block = PinnedBlock(context_, queue_.handle(), options_.chunk_bytes, operation);
+      pinned_bytes_ += block.size();
     }
-    PinnedBlock block(context_, queue_.handle(), options_.chunk_bytes, operation);
-    pinned_bytes_ += block.size();
+    ++slots_in_use_[direction];
     note_in_use(block.size());
     return block;
   }
 
-  /// Back to the cache, which keeps enough for one send and one receive in flight.
-  void release_slot(PinnedBlock&& block) noexcept {
+  /// Back to the cache, which keeps every chunk both directions may use at once.
+  void release_slot(int direction, PinnedBlock&& block) noexcept {
     if (block.data() == nullptr) return;
+    --slots_in_use_[direction];
     in_use_bytes_ -= block.size();
-    if (free_slots_.size() < 2 * options_.depth) {
+    if (free_slots_.size() < 4 * options_.depth) {
       try {
         free_slots_.push_back(std::move(block));
         return;
@@ -345,6 +352,7 @@ class Core {
   std::vector<PinnedBlock> free_slots_;
   std::vector<std::unique_ptr<char[]>> free_envelopes_;
   std::size_t pinned_bytes_ = 0;
+  std::size_t slots_in_use_[2] = {0, 0};  // sending, receiving
   std::size_t in_use_bytes_ = 0;
   std::size_t peak_in_use_bytes_ = 0;
   std::vector<std::shared_ptr<Transfer>> active_;  // last: destroyed first
@@ -379,8 +387,12 @@ struct Slot {
 /// and what happens to MPI requests still pending when a failed transfer is destroyed.
 class Stream : public Transfer {
  protected:
-  Stream(Core& core, const char* operation, Span span)
-      : Transfer(operation), core_(core), span_(std::move(span)), queue_(core.queue()) {}
+  Stream(Core& core, const char* operation, Span span, int direction)
+      : Transfer(operation),
+        core_(core),
+        span_(std::move(span)),
+        queue_(core.queue()),
+        direction_(direction) {}
 
   ~Stream() override {
     // Only a failed transfer gets here with MPI still owning memory: that memory is left to MPI
@@ -403,7 +415,7 @@ class Stream : public Transfer {
         cl_event event = slot.copy();
         CLBUF_CL(clWaitForEvents)(1, &event);
       }
-      core_.release_slot(std::move(slot.block));
+      core_.release_slot(direction_, std::move(slot.block));
     }
     if (mapped_ != nullptr)
       clbuf::detail::unmap_with_retry(queue_.get(), span_.buffer, mapped_, nullptr);
@@ -447,14 +459,20 @@ class Stream : public Transfer {
     return flag != 0;
   }
 
-  void release_slots() noexcept {
-    for (Slot& slot : slots_) core_.release_slot(std::move(slot.block));
-    slots_.clear();
+  /// Gives the idle slots back, so that other transfers may use them.
+  void release_idle_slots() noexcept {
+    for (Slot& slot : slots_) {
+      if (slot.state == Slot::idle) core_.release_slot(direction_, std::move(slot.block));
+    }
+    slots_.erase(std::remove_if(slots_.begin(), slots_.end(),
+                                [](const Slot& slot) { return slot.block.data() == nullptr; }),
+                 slots_.end());
   }
 
   Core& core_;
   Span span_;
-  const Queue& queue_;  // the Core's, which outlives every transfer
+  const Queue& queue_;   // the Core's, which outlives every transfer
+  const int direction_;  // 0: sending, 1: receiving (the slot budgets)
   Route route_ = Route::zero_copy;
   Chunking chunks_;
   std::size_t next_ = 0;  // the next chunk to start
@@ -473,7 +491,7 @@ class SendStream final : public Stream {
   /// Posts the header (with the payload when it fits the envelope) and starts the chunks.
   SendStream(Core& core, const char* operation, Span span, int dest, int tag, MPI_Comm comm,
              Kind kind)
-      : Stream(core, operation, std::move(span)) {
+      : Stream(core, operation, std::move(span), 0) {
     peer_ = dest;
     if (dest == MPI_PROC_NULL) return;
     header_.kind = static_cast<std::uint32_t>(kind);
@@ -497,9 +515,8 @@ class SendStream final : public Stream {
     route_ = core.route(span_);
     char* base = nullptr;
     if (route_ == Route::staged) {
-      slots_.resize(std::min(core.options().depth, chunks_.count));
-      for (Slot& slot : slots_) slot.block = core.acquire_slot(operation);
-      for (Slot& slot : slots_) start_read(slot);
+      slots_.reserve(core.options().depth);
+      fill_slots();
     } else {
       base = host_bytes(CL_MAP_READ);
     }
@@ -537,6 +554,17 @@ class SendStream final : public Stream {
 
   std::size_t sent_ = 0;  // chunks handed to MPI
 
+  /// Starts reading the next chunks into as many slots as depth and the budget allow.
+  void fill_slots() {
+    while (slots_.size() < core_.options().depth && next_ < chunks_.count) {
+      PinnedBlock block = core_.acquire_slot(direction_, operation_);
+      if (block.data() == nullptr) return;
+      slots_.emplace_back();
+      slots_.back().block = std::move(block);
+      start_read(slots_.back());
+    }
+  }
+
   bool advance() override {
     if (peer_ == MPI_PROC_NULL) return true;
     const bool header_sent = test(header_request_);
@@ -562,17 +590,15 @@ class SendStream final : public Stream {
         }
       }
     }
-    bool busy = false;
     for (Slot& slot : slots_) {
       if (slot.state == Slot::messaging && test(slot.request)) {
         slot.state = Slot::idle;
         if (next_ < chunks_.count) start_read(slot);
       }
-      busy = busy || slot.state != Slot::idle;
     }
-    if (busy || !header_sent) return false;
-    release_slots();
-    return true;
+    release_idle_slots();
+    fill_slots();
+    return header_sent && slots_.empty() && next_ == chunks_.count;
   }
 };
 
@@ -581,7 +607,7 @@ class RecvStream final : public Stream {
   /// Posts the receive of the header (and of an inline payload).
   RecvStream(Core& core, const char* operation, Span span, int source, int tag, MPI_Comm comm,
              Kind kind)
-      : Stream(core, operation, std::move(span)), kind_(kind) {
+      : Stream(core, operation, std::move(span), 1), kind_(kind) {
     if (source == MPI_PROC_NULL) {
       received_ = true;
       return;
@@ -612,7 +638,26 @@ class RecvStream final : public Stream {
       unmap();
       return true;
     }
-    bool busy = false;
+    // A chunk takes a slot only once it has arrived (MPI_Improbe), then MPI_Imrecv.
+    while (slots_.size() < core_.options().depth && next_ < chunks_.count) {
+      if (held_ == MPI_MESSAGE_NULL) {
+        int arrived = 0;
+        check_mpi(MPI_Improbe(peer_, static_cast<int>(header_.stream), core_.wire(), &arrived,
+                              &held_, MPI_STATUS_IGNORE),
+                  operation_, "MPI_Improbe");
+        if (!arrived) break;
+      }
+      PinnedBlock block = core_.acquire_slot(direction_, operation_);
+      if (block.data() == nullptr) break;
+      slots_.emplace_back();
+      Slot& slot = slots_.back();
+      slot.block = std::move(block);
+      slot.chunk = next_++;
+      slot.state = Slot::messaging;
+      check_mpi(MPI_Imrecv(slot.block.data(), chunks_.length(slot.chunk), MPI_BYTE, &held_,
+                           &slot.request),
+                operation_, "MPI_Imrecv");
+    }
     for (Slot& slot : slots_) {
       if (slot.state == Slot::messaging && test(slot.request)) {
         slot.copy = queue_.write(
@@ -625,13 +670,10 @@ class RecvStream final : public Stream {
           completed(operation_, slot.copy, "a chunk's clEnqueueWriteBuffer")) {
         slot.copy = cl::Event();
         slot.state = Slot::idle;
-        if (next_ < chunks_.count) post_recv(slot);
       }
-      busy = busy || slot.state != Slot::idle;
     }
-    if (busy) return false;
-    release_slots();
-    return true;
+    release_idle_slots();
+    return slots_.empty() && next_ == chunks_.count;
   }
 
   /// Checks the header against the buffer; writes an inline payload (returns false: done) or
@@ -692,9 +734,7 @@ class RecvStream final : public Stream {
     chunks_ = chunking(span_.bytes, header_.chunk_bytes);
     route_ = core_.route(span_);
     if (route_ == Route::staged) {
-      slots_.resize(std::min(core_.options().depth, chunks_.count));
-      for (Slot& slot : slots_) slot.block = core_.acquire_slot(operation_);
-      for (Slot& slot : slots_) post_recv(slot);
+      slots_.reserve(core_.options().depth);
       return true;
     }
     char* base = host_bytes(CL_MAP_WRITE_INVALIDATE_REGION);
@@ -746,17 +786,10 @@ class RecvStream final : public Stream {
     }
   }
 
-  void post_recv(Slot& slot) {
-    slot.chunk = next_++;
-    check_mpi(MPI_Irecv(slot.block.data(), chunks_.length(slot.chunk), MPI_BYTE, peer_,
-                        static_cast<int>(header_.stream), core_.wire(), &slot.request),
-              operation_, "MPI_Irecv");
-    slot.state = Slot::messaging;
-  }
-
   Kind kind_;
   bool received_ = false;
-  std::string problem_;  // a rejected message being drained into scratch_
+  MPI_Message held_ = MPI_MESSAGE_NULL;  // an arrived chunk waiting for a slot
+  std::string problem_;                  // a rejected message being drained into scratch_
   int tag_ = MPI_ANY_TAG;
 };
 
