@@ -222,6 +222,8 @@ TEST_P(Mpi, ManyMessagesInFlight) {
     requests.push_back(comm.isend(out.back(), right, i % 3));
   }
   for (std::size_t i = requests.size(); i-- > 0;) requests[i].wait();
+  // 80 messages in flight, pinned chunks on a budget: 2 x depth a direction
+  EXPECT_LE(comm.peak_pinned_bytes(), std::size_t{2 * 2 * 2} * (16 << 10));
   for (int i = 0; i < messages; ++i) {
     EXPECT_TRUE(same(pattern<std::int32_t>(left, 300 + static_cast<std::uint32_t>(i), count_of(i)),
                      manager_->download(in[static_cast<std::size_t>(i)])))

@@ -7,8 +7,9 @@
 //   zero_copy  a CPU device's host block: the queue is finished and MPI reads or writes the
 //              buffer's own memory, every chunk posted at once;
 //   map        the buffer is mapped for the host around MPI (unified memory);
-//   staged     `depth` pinned chunks per message (discrete GPUs): the DMA of chunk k+1 overlaps
-//              MPI's transfer of chunk k; pinned memory is chunk_bytes x depth per message.
+//   staged     up to `depth` pinned chunks per message (discrete GPUs): the DMA of chunk k+1
+//              overlaps MPI's transfer of chunk k; a Communicator uses at most 2 x depth chunks
+//              per direction, however many messages are in flight.
 // The receiver checks the header against its buffer before any byte lands there; a mismatch
 // drains the sender's chunks (so the sender never hangs) and is a clbuf::Error.
 #ifndef CLBUF_DETAIL_MPI_TRANSFER_HPP
