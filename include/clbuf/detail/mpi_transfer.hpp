@@ -282,7 +282,9 @@ class Core {
   /// Starts tracking `transfer`; every wait progresses every tracked transfer, so that two
   /// requests that depend on each other's peer (a send and a receive) never deadlock.
   void track(std::shared_ptr<Transfer> transfer) {
-    if (!transfer->done()) active_.push_back(std::move(transfer));
+    if (transfer->done()) return;
+    if (active_.size() >= 64) prune();  // amortised: waits do not prune
+    active_.push_back(std::move(transfer));
   }
 
   void progress() noexcept {
@@ -307,7 +309,6 @@ class Core {
       if (spins % 8 == 7) progress();
       if (spins > 4000) std::this_thread::yield();  // oversubscribed hosts
     }
-    prune();
     transfer.rethrow();
   }
 
