@@ -192,7 +192,15 @@ class Communicator {
   /// @throws Error CL_INVALID_VALUE for a rank or tag out of range; as Request::wait().
   template <class T>
   void send(const DeviceBuffer<T>& buffer, int dest, int tag = 0) {
-    isend(buffer, dest, tag).wait();
+    const char* op = "send";
+    check_buffer(op, buffer);
+    check_rank(op, "destination", dest, false);
+    check_tag(op, tag, false);
+    // On the stack and untracked: no allocation or request for a blocking call; the wait still
+    // moves every tracked transfer on.
+    detail::SendStream stream(*core_, op, span_of(buffer), dest, tag, core_->user(),
+                              detail::Kind::point_to_point);
+    core_->wait(stream);
   }
 
   /// Receives into all of `buffer` from `source` (or MPI_ANY_SOURCE) with `tag` (or
@@ -200,7 +208,13 @@ class Communicator {
   /// @throws Error CL_INVALID_VALUE when it does not (naming both sides); nothing is written.
   template <class T>
   void recv(DeviceBuffer<T>& buffer, int source, int tag = 0) {
-    irecv(buffer, source, tag).wait();
+    const char* op = "recv";
+    check_buffer(op, buffer);
+    check_rank(op, "source", source, true);
+    check_tag(op, tag, true);
+    detail::RecvStream stream(*core_, op, span_of(buffer), source, tag, core_->user(),
+                              detail::Kind::point_to_point);
+    core_->wait(stream);
   }
 
   /// Sends `out` to `dest` and receives `in` from `source` at once (no deadlock in rings).

@@ -165,7 +165,9 @@ class Core {
            "Options::chunk_bytes differ between ranks (" + std::to_string(-all[1]) + " to " +
                std::to_string(all[0]) + "); every rank must cut messages alike");
     }
-    inline_max_ = std::min<std::size_t>(options.chunk_bytes, std::size_t{8} << 10);
+    // Inline messages stay within shared memory's eager fragment (4 KiB in Open MPI's vader);
+    // larger ones go zero copy or through pinned chunks rather than through a host envelope.
+    inline_max_ = std::min<std::size_t>(options.chunk_bytes, 3968);
   }
 
   Core(const Core&) = delete;
