@@ -14,6 +14,7 @@
 #include <clbuf/buffer.hpp>
 #include <clbuf/detail/buffer_access.hpp>
 #include <clbuf/detail/checks.hpp>
+#include <clbuf/detail/mpi_core.hpp>
 #include <clbuf/detail/mpi_reduce.hpp>
 #include <clbuf/detail/mpi_transfer.hpp>
 #include <clbuf/detail/mpi_wire.hpp>
