@@ -21,10 +21,14 @@ namespace mpi {
 /// The reduction of allreduce().
 enum class Op { sum, min, max };
 
-/// How a message's bytes reach MPI. `automatic` follows BufferManager::memory_model(): a CPU
-/// device's own host block (zero copy), map/unmap on unified memory, pinned chunks on a discrete
-/// device.
-enum class Path { automatic, zero_copy, map, staged };
+/// How a message's bytes reach MPI.
+enum class Path {
+  automatic,  ///< by BufferManager::memory_model(): zero_copy where there is a host block
+              ///< (host), else map (unified) or staged (discrete)
+  zero_copy,  ///< MPI on the buffer's own host block (CPU device); buffers without one are mapped
+  map,        ///< map the buffer for the host around MPI
+  staged      ///< pinned chunks, the DMA of one overlapping MPI's transfer of another
+};
 
 /// Tuning of a Communicator; chunk_bytes must be the same on every rank (checked).
 struct Options {
