@@ -13,7 +13,10 @@
 //
 //   mpirun -np 2 mpi_bench [--sizes 4,64,4K,64K,1M,4M,16M,64M,256M] [--target-s 0.2]
 //          [--samples 5] [--device SEL | --device0 SEL --device1 SEL] [--memory MODEL]
-//          [--chunk BYTES] [--depth N] [--csv PATH] [--smoke]
+//          [--chunk BYTES] [--depth N] [--no-verify] [--csv PATH] [--smoke]
+// The allreduce table follows (float sum, every rank): MPI_Allreduce on huge-page memory against
+// Communicator::allreduce and download / MPI_Allreduce / upload; --no-verify skips the
+// collectives' agreement (Options::verify_collectives).
 #include <mpi.h>
 #include <clbuf/mpi.hpp>
 
@@ -153,6 +156,8 @@ int main(int argc, char** argv) {
       mpi_options.chunk_bytes = parse_size(next());
     } else if (arg == "--depth") {
       mpi_options.depth = std::stoul(next());
+    } else if (arg == "--no-verify") {
+      mpi_options.verify_collectives = false;
     } else if (arg == "--csv") {
       csv_path = next();
     } else {
@@ -383,6 +388,71 @@ int main(int argc, char** argv) {
         for (std::size_t m = 0; m < methods.size(); ++m) {
           csv << bytes << "," << methods[m].name << "," << results[m].pingpong_s * 1e6 << ","
               << gbs(results[m].pingpong_s) << "," << gbs(results[m].stream_s) << "\n";
+        }
+      }
+    }
+    // allreduce (float sum) of the same bytes: MPI_Allreduce on huge-page host memory, clbuf's
+    // allreduce (MPI on host memory below Options::device_reduce_bytes, a ring with an OpenCL
+    // kernel from it), and download / MPI_Allreduce / upload by hand. Every rank takes part.
+    if (!smoke && status == 0) {
+      if (rank == 0) {
+        std::printf("\nallreduce, float sum, %d ranks (GB/s of the vector; median)\n", size);
+        std::printf("%-9s | %-10s | %-10s | %-10s | %s\n", "size", "host_huge", "clbuf", "naive",
+                    "clbuf / host_huge, naive");
+      }
+      for (std::size_t bytes : sizes) {
+        const std::size_t count = bytes / sizeof(float);
+        if (count == 0) continue;
+        HostBlock host(count * sizeof(float), true);
+        std::vector<float> values(count, 1.0f);
+        std::memcpy(host.data, values.data(), count * sizeof(float));
+        clbuf::DeviceBuffer<float> buffer = manager.upload(values);
+        std::vector<float> staging(count);
+        const std::vector<std::function<void()>> ops = {
+            [&] {
+              MPI_Allreduce(MPI_IN_PLACE, host.data, static_cast<int>(count), MPI_FLOAT, MPI_SUM,
+                            MPI_COMM_WORLD);
+            },
+            [&] { comm.allreduce(buffer, clbuf::mpi::Op::sum); },
+            [&] {
+              manager.download(buffer, staging.data(), count);
+              MPI_Allreduce(MPI_IN_PLACE, staging.data(), static_cast<int>(count), MPI_FLOAT,
+                            MPI_SUM, MPI_COMM_WORLD);
+              manager.upload(buffer, staging.data(), count);
+            }};
+        std::vector<std::vector<double>> times(ops.size());
+        for (int sample = 0; sample < samples + 1; ++sample) {
+          for (std::size_t m = 0; m < ops.size(); ++m) {
+            int reps = 1;
+            if (sample > 0) {
+              reps = static_cast<int>(
+                  std::clamp(target_s / samples / std::max(times[m].back(), 1e-7), 1.0, 10000.0));
+            }
+            MPI_Bcast(&reps, 1, MPI_INT, 0, MPI_COMM_WORLD);
+            MPI_Barrier(MPI_COMM_WORLD);
+            const auto start = Clock::now();
+            for (int r = 0; r < reps; ++r) ops[m]();
+            double per = std::chrono::duration<double>(Clock::now() - start).count() / reps;
+            MPI_Bcast(&per, 1, MPI_DOUBLE, 0, MPI_COMM_WORLD);
+            if (sample == 0) times[m].clear();
+            times[m].push_back(per);
+          }
+        }
+        if (rank != 0) continue;
+        double median[3];
+        for (std::size_t m = 0; m < ops.size(); ++m) {
+          std::vector<double> v(times[m].begin() + 1, times[m].end());
+          std::sort(v.begin(), v.end());
+          median[m] = v[v.size() / 2];
+        }
+        const double b = static_cast<double>(count * sizeof(float));
+        std::printf("%-9s | %-10.2f | %-10.2f | %-10.2f | %.2fx, %.2fx\n", size_name(bytes).c_str(),
+                    b / median[0] / 1e9, b / median[1] / 1e9, b / median[2] / 1e9,
+                    median[0] / median[1], median[2] / median[1]);
+        if (csv.is_open()) {
+          csv << bytes << ",allreduce_host_huge,," << b / median[0] / 1e9 << ",\n"
+              << bytes << ",allreduce_clbuf,," << b / median[1] / 1e9 << ",\n"
+              << bytes << ",allreduce_naive,," << b / median[2] / 1e9 << ",\n";
         }
       }
     }

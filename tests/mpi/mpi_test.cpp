@@ -503,6 +503,21 @@ TEST_P(Mpi, BadInputIsAnError) {
       CL_INVALID_VALUE, {"neighbour rank"}));
 }
 
+// Without the agreement the collectives still give exact results.
+TEST_P(Mpi, CollectivesWithoutVerification) {
+  clbuf::mpi::Options options;
+  options.chunk_bytes = 16 << 10;
+  options.device_reduce_bytes = 4096;
+  options.verify_collectives = false;
+  clbuf::mpi::Communicator comm(*manager_, MPI_COMM_WORLD, options);
+  check_allreduce<float>(*manager_, comm, rank_, size_, 5, 1700);
+  check_allreduce<std::int32_t>(*manager_, comm, rank_, size_, 20001, 1701);
+  clbuf::DeviceBuffer<double> buffer = rank_ == 1 ? upload(pattern<double>(1, 1702, 9000))
+                                                  : upload(pattern<double>(rank_, 1703, 9000));
+  comm.broadcast(buffer, 1);
+  EXPECT_TRUE(same(pattern<double>(1, 1702, 9000), manager_->download(buffer)));
+}
+
 // A collective whose ranks disagree fails on every rank before any data moves.
 TEST_P(Mpi, CollectiveMismatchFailsOnEveryRank) {
   clbuf::mpi::Communicator comm = communicator(8 << 10);

@@ -41,6 +41,10 @@ struct Options {
   /// allreduce() of at least this many bytes reduces with an OpenCL kernel on the device; below
   /// it, MPI_Allreduce on host memory.
   std::size_t device_reduce_bytes = std::size_t{1} << 20;
+  /// Collectives first agree on their arguments (one small MPI_Allreduce), so that a mismatch is
+  /// a clbuf::Error on every rank. false skips it (a small allreduce then costs one MPI call,
+  /// not two), and a mismatch becomes whatever MPI makes of it: an error, or a hang.
+  bool verify_collectives = true;
 };
 
 namespace detail {
