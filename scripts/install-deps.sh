@@ -5,7 +5,8 @@
 #                                      numpy, pytest) and the benchmark peers (Boost.Compute,
 #                                      pyopencl, gnuplot) for the benchmark's smoke test; and
 #                                      clang-format-14 for CI's format check
-#                                      (scripts/check-format.sh)
+#                                      (scripts/check-format.sh); Open MPI (openmpi-bin
+#                                      libopenmpi-dev) for clbuf::mpi's tests, example and benchmark
 #   scripts/install-deps.sh --sanitize the sanitizer stage (scripts/sanitize.sh): clang-14 with its
 #                                      sanitizer and libFuzzer runtimes, valgrind, oclgrind, and
 #                                      python3 for scripts/run_label.py
@@ -13,7 +14,7 @@ set -eu
 packages="cmake g++ make pocl-opencl-icd ocl-icd-opencl-dev opencl-clhpp-headers opencl-c-headers clinfo googletest libgtest-dev"
 for arg in "$@"; do
   case "$arg" in
-    --all) packages="$packages pybind11-dev python3-dev python3-numpy python3-pytest libbenchmark-dev libboost-dev python3-pyopencl gnuplot-nox time clang-format-14" ;;
+    --all) packages="$packages pybind11-dev python3-dev python3-numpy python3-pytest libbenchmark-dev libboost-dev python3-pyopencl gnuplot-nox time clang-format-14 openmpi-bin libopenmpi-dev" ;;
     --sanitize) packages="$packages clang-14 libclang-rt-14-dev valgrind oclgrind python3" ;;
     *) echo "usage: $0 [--all] [--sanitize]" >&2; exit 2 ;;
   esac

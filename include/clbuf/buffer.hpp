@@ -13,6 +13,9 @@
 namespace clbuf {
 
 class BufferManager;
+namespace detail {
+struct BufferAccess;  // detail/buffer_access.hpp: the byte-level view for layers over the manager
+}
 
 /// Device memory holding `size()` elements of `T`. Move-only; frees its memory when destroyed.
 /// Stays valid after the BufferManager that made it is cleaned up or destroyed (an OpenCL
@@ -80,6 +83,7 @@ class DeviceBuffer {
 
  private:
   friend class BufferManager;
+  friend struct detail::BufferAccess;
 
   DeviceBuffer(detail::Allocation memory, std::shared_ptr<detail::MemoryPool> pool,
                cl::Context context, std::size_t size, std::vector<std::size_t> shape)

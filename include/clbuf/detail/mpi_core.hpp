@@ -1,0 +1,359 @@
+// clbuf::mpi's shared state: the Core every transfer of one Communicator uses (the manager's
+// queue, the duplicated communicators, the agreed chunk size, stream numbers, the budget and
+// cache of pinned chunks, the tracked transfers and their progress) and the Transfer interface
+// the point-to-point streams (mpi_transfer.hpp) implement. Progress runs in the caller's thread.
+#ifndef CLBUF_DETAIL_MPI_CORE_HPP
+#define CLBUF_DETAIL_MPI_CORE_HPP
+
+#include <mpi.h>
+#include <clbuf/detail/mpi_wire.hpp>
+#include <clbuf/detail/pinned_block.hpp>
+#include <clbuf/detail/queue.hpp>
+#include <clbuf/error.hpp>
+#include <clbuf/manager.hpp>
+
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <exception>
+#include <memory>
+#include <string>
+#include <thread>
+#include <utility>
+#include <vector>
+
+namespace clbuf {
+namespace mpi {
+namespace detail {
+
+using clbuf::detail::fail;
+using clbuf::detail::PinnedBlock;
+using clbuf::detail::Queue;
+
+/// Bytes of one device buffer a transfer moves, with what the header says about them.
+struct Span {
+  cl_mem buffer = nullptr;  // the DeviceBuffer's (alive until the transfer completes)
+  char* host = nullptr;     // the buffer's host block (CPU device), else null
+  std::size_t offset = 0;
+  std::size_t bytes = 0;
+  std::uint64_t count = 0;
+  std::uint32_t element_size = 1;
+  std::uint32_t type = 0;
+};
+
+enum class Route { zero_copy, map, staged };
+
+inline bool mpi_finalized() noexcept {
+  int finalized = 0;
+  MPI_Finalized(&finalized);
+  return finalized != 0;
+}
+
+/// True when the command of `event` has completed; throws when it failed on the device.
+inline bool completed(const char* operation, const cl::Event& event, const char* what) {
+  cl_int status = CL_COMPLETE;
+  clbuf::detail::check(CLBUF_CL(clGetEventInfo)(event(), CL_EVENT_COMMAND_EXECUTION_STATUS,
+                                                sizeof(status), &status, nullptr),
+                       operation, "clGetEventInfo");
+  if (status < 0) fail(operation, status, std::string(what) + " failed on the device");
+  return status == CL_COMPLETE;
+}
+
+/// One message in flight. step() moves it on without blocking and records a failure rather than
+/// throwing; the Request that owns it rethrows.
+class Transfer {
+ public:
+  explicit Transfer(const char* operation) noexcept : operation_(operation) {}
+  Transfer(const Transfer&) = delete;
+  Transfer& operator=(const Transfer&) = delete;
+  virtual ~Transfer() = default;
+
+  bool done() const noexcept { return done_; }
+  void step() noexcept {
+    if (done_) return;
+    try {
+      done_ = advance();
+    } catch (...) {
+      error_ = std::current_exception();
+      done_ = true;
+    }
+  }
+  void rethrow() {
+    if (error_) std::rethrow_exception(std::exchange(error_, nullptr));
+  }
+
+ protected:
+  virtual bool advance() = 0;
+  const char* operation_;
+
+ private:
+  bool done_ = false;
+  std::exception_ptr error_;
+};
+
+/// What every transfer of one Communicator shares: the manager, the duplicated communicators,
+/// the agreed chunk size, the stream numbers and the cache of pinned chunks.
+class Core {
+ public:
+  Core(BufferManager& manager, MPI_Comm comm, const Options& options)
+      : manager_(manager), options_(options) {
+    const char* op = "Communicator";
+    int initialized = 0;
+    MPI_Initialized(&initialized);
+    if (!initialized || mpi_finalized()) {
+      fail(op, CL_INVALID_OPERATION, "MPI is not initialized (call MPI_Init first) or finalized");
+    }
+    if (comm == MPI_COMM_NULL) fail(op, CL_INVALID_VALUE, "the communicator is MPI_COMM_NULL");
+    int inter = 0;
+    check_mpi(MPI_Comm_test_inter(comm, &inter), op, "MPI_Comm_test_inter");
+    if (inter) fail(op, CL_INVALID_VALUE, "an intercommunicator is not supported");
+    // What this rank alone can reject is only reported after the collective calls below, so
+    // that the other ranks are never left waiting in them.
+    std::exception_ptr local;
+    try {
+      model_ = manager.memory_model();
+      context_ = manager.context();  // throws after cleanup()
+      raw_context_ = context_();
+      queue_ = Queue(manager.queue());
+      if (options.chunk_bytes < 4096 || options.chunk_bytes > (std::size_t{1} << 30) ||
+          options.depth < 1 || options.depth > 64) {
+        fail(op, CL_INVALID_VALUE,
+             "Options: chunk_bytes " + std::to_string(options.chunk_bytes) +
+                 " must be in [4096, 1073741824] and depth " + std::to_string(options.depth) +
+                 " in [1, 64]");
+      }
+    } catch (...) {
+      local = std::current_exception();
+    }
+    check_mpi(MPI_Comm_dup(comm, &user_), op, "MPI_Comm_dup");
+    MPI_Comm_set_errhandler(user_, MPI_ERRORS_RETURN);
+    MPI_Comm_dup(user_, &wire_);
+    MPI_Comm_dup(user_, &coll_);
+    MPI_Comm_rank(user_, &rank_);
+    MPI_Comm_size(user_, &size_);
+    void* value = nullptr;
+    int found = 0;
+    MPI_Comm_get_attr(user_, MPI_TAG_UB, &value, &found);
+    if (found && value != nullptr) tag_ub_ = *static_cast<int*>(value);
+    streams_.assign(static_cast<std::size_t>(size_), 0);
+    // Every rank must cut large messages the same way: agree, or fail on every rank alike.
+    const long long chunk =
+        static_cast<long long>(std::min<std::size_t>(options.chunk_bytes, std::size_t{1} << 40));
+    const long long mine[3] = {chunk, -chunk, local ? rank_ : -1};
+    long long all[3] = {0, 0, 0};
+    const int err = MPI_Allreduce(mine, all, 3, MPI_LONG_LONG, MPI_MAX, coll_);
+    if (err != MPI_SUCCESS || local || all[2] >= 0 || all[0] != -all[1]) {
+      free_comms();
+      if (err != MPI_SUCCESS) fail_mpi(op, err, "MPI_Allreduce");
+      if (local) std::rethrow_exception(local);
+      if (all[2] >= 0) {
+        fail(op, CL_INVALID_VALUE,
+             "rank " + std::to_string(all[2]) + " rejected its arguments (its own error says why)");
+      }
+      fail(op, CL_INVALID_VALUE,
+           "Options::chunk_bytes differ between ranks (" + std::to_string(-all[1]) + " to " +
+               std::to_string(all[0]) + "); every rank must cut messages alike");
+    }
+    // Inline messages stay within shared memory's eager fragment (4 KiB in Open MPI's vader);
+    // larger ones go zero copy or through pinned chunks rather than through a host envelope.
+    inline_max_ = std::min<std::size_t>(options.chunk_bytes, 3968);
+  }
+
+  Core(const Core&) = delete;
+  Core& operator=(const Core&) = delete;
+
+  /// Completes every transfer still in flight (errors are dropped), then frees the
+  /// communicators; after MPI_Finalize there is nothing left to do.
+  ~Core() {
+    if (mpi_finalized()) return;
+    while (!active_.empty()) progress();
+    free_comms();
+  }
+
+  BufferManager& manager() const noexcept { return manager_; }
+  const Options& options() const noexcept { return options_; }
+  MemoryModel model() const noexcept { return model_; }
+  /// The manager's context, for the buffer checks (each transfer takes the manager's queue,
+  /// which throws after cleanup()).
+  cl_context context() const noexcept { return raw_context_; }
+  int rank() const noexcept { return rank_; }
+  int size() const noexcept { return size_; }
+  int tag_ub() const noexcept { return tag_ub_; }
+  MPI_Comm user() const noexcept { return user_; }
+  MPI_Comm wire() const noexcept { return wire_; }
+  MPI_Comm coll() const noexcept { return coll_; }
+  std::size_t inline_max() const noexcept { return inline_max_; }
+  std::size_t chunk_bytes() const noexcept { return options_.chunk_bytes; }
+
+  Route route(const Span& span) const noexcept {
+    switch (options_.path) {
+      case Path::zero_copy:
+        return span.host != nullptr ? Route::zero_copy : Route::map;
+      case Path::map:
+        return Route::map;
+      case Path::staged:
+        return Route::staged;
+      case Path::automatic:
+        break;
+    }
+    if (span.host != nullptr) return Route::zero_copy;
+    return model_ == MemoryModel::discrete ? Route::staged : Route::map;
+  }
+
+  /// The tag of the next stream of chunks to `dest`.
+  std::uint32_t next_stream(int dest) noexcept {
+    std::uint32_t& next = streams_[static_cast<std::size_t>(dest)];
+    const std::uint32_t stream = next;
+    next = next >= static_cast<std::uint32_t>(tag_ub_) ? 0 : next + 1;
+    return stream;
+  }
+
+  /// The manager's queue, retained at construction: transfers enqueue on it without entering
+  /// the manager's gate each time.
+  const Queue& queue() const noexcept { return queue_; }
+
+  /// A host buffer of header_bytes + inline_max() for a header and an inline payload (cached).
+  std::unique_ptr<char[]> take_envelope() {
+    if (!free_envelopes_.empty()) {
+      std::unique_ptr<char[]> envelope = std::move(free_envelopes_.back());
+      free_envelopes_.pop_back();
+      return envelope;
+    }
+    return std::unique_ptr<char[]>(new char[header_bytes + inline_max_]);
+  }
+
+  void give_envelope(std::unique_ptr<char[]> envelope) noexcept {
+    if (!envelope || free_envelopes_.size() >= 64) return;
+    try {
+      free_envelopes_.push_back(std::move(envelope));
+    } catch (...) {  // NOLINT(bugprone-empty-catch): freed instead
+    }
+  }
+
+  /// A pinned chunk of chunk_bytes() for sending (0) or receiving (1), cached or new; an empty
+  /// block when that direction already uses its budget of 2 x depth chunks. Pinned memory in use
+  /// thus stays at 4 x depth chunks per Communicator however many messages are in flight; a
+  /// transfer without a chunk waits for one (a receive takes one only for a chunk that has
+  /// arrived, so a chunk never waits on a remote rank while it is held by a receive).
+  PinnedBlock acquire_slot(int direction, const char* operation) {
+    if (slots_in_use_[direction] >= 2 * options_.depth) return PinnedBlock();
+    PinnedBlock block;
+    if (!free_slots_.empty()) {
+      block = std::move(free_slots_.back());
+      free_slots_.pop_back();
+    } else {
+      block = PinnedBlock(context_, queue_.handle(), options_.chunk_bytes, operation);
+      pinned_bytes_ += block.size();
+    }
+    ++slots_in_use_[direction];
+    note_in_use(block.size());
+    return block;
+  }
+
+  /// Back to the cache, which keeps every chunk both directions may use at once.
+  void release_slot(int direction, PinnedBlock&& block) noexcept {
+    if (block.data() == nullptr) return;
+    --slots_in_use_[direction];
+    in_use_bytes_ -= block.size();
+    if (free_slots_.size() < 4 * options_.depth) {
+      try {
+        free_slots_.push_back(std::move(block));
+        return;
+      } catch (...) {  // NOLINT(bugprone-empty-catch): freed below instead
+      }
+    }
+    pinned_bytes_ -= block.size();
+    PinnedBlock dropped(std::move(block));
+  }
+
+  /// Pinned bytes allocated now (in use and cached), and the most ever in use at once.
+  std::size_t pinned_bytes() const noexcept { return pinned_bytes_; }
+  std::size_t peak_pinned_in_use() const noexcept { return peak_in_use_bytes_; }
+
+  /// Starts tracking `transfer`; every wait progresses every tracked transfer, so that two
+  /// requests that depend on each other's peer (a send and a receive) never deadlock.
+  void track(std::shared_ptr<Transfer> transfer) {
+    if (transfer->done()) return;
+    if (active_.size() >= 64) prune();  // amortised: waits do not prune
+    active_.push_back(std::move(transfer));
+  }
+
+  void progress() noexcept {
+    for (std::size_t i = 0; i < active_.size(); ++i) active_[i]->step();
+    prune();
+  }
+
+  /// Stops tracking the transfers that are done.
+  void prune() noexcept {
+    active_.erase(std::remove_if(active_.begin(), active_.end(),
+                                 [](const std::shared_ptr<Transfer>& t) { return t->done(); }),
+                  active_.end());
+  }
+
+  /// Progresses until `transfer` is done; then rethrows its failure, if any. The others move on
+  /// every few spins (each MPI_Test runs MPI's progress engine: testing all of them every spin
+  /// would make a window of n requests cost n^2 tests).
+  void wait(Transfer& transfer) {
+    for (unsigned spins = 0; !transfer.done(); ++spins) {
+      transfer.step();
+      if (transfer.done()) break;
+      if (spins % 8 == 7) progress();
+      if (spins > 4000) std::this_thread::yield();  // oversubscribed hosts
+    }
+    transfer.rethrow();
+  }
+
+  /// Waits for all, then rethrows the first failure.
+  void wait_all(std::vector<std::shared_ptr<Transfer>>& transfers) {
+    std::exception_ptr first;
+    for (auto& transfer : transfers) {
+      try {
+        wait(*transfer);
+      } catch (...) {
+        if (!first) first = std::current_exception();
+      }
+    }
+    if (first) std::rethrow_exception(first);
+  }
+
+ private:
+  void note_in_use(std::size_t bytes) noexcept {
+    in_use_bytes_ += bytes;
+    peak_in_use_bytes_ = std::max(peak_in_use_bytes_, in_use_bytes_);
+  }
+
+  void free_comms() noexcept {
+    for (MPI_Comm* comm : {&coll_, &wire_, &user_}) {
+      if (*comm != MPI_COMM_NULL) MPI_Comm_free(comm);
+    }
+  }
+
+  BufferManager& manager_;
+  Options options_;
+  MemoryModel model_ = MemoryModel::host;
+  cl::Context context_;
+  cl_context raw_context_ = nullptr;
+  Queue queue_;
+  MPI_Comm user_ = MPI_COMM_NULL;  // headers of point-to-point messages (the user's tags)
+  MPI_Comm wire_ = MPI_COMM_NULL;  // chunks, tagged by stream
+  MPI_Comm coll_ = MPI_COMM_NULL;  // headers of collectives, and their agreement
+  int rank_ = 0;
+  int size_ = 1;
+  int tag_ub_ = 32767;
+  std::size_t inline_max_ = 0;
+  std::vector<std::uint32_t> streams_;
+  std::vector<PinnedBlock> free_slots_;
+  std::vector<std::unique_ptr<char[]>> free_envelopes_;
+  std::size_t pinned_bytes_ = 0;
+  std::size_t slots_in_use_[2] = {0, 0};  // sending, receiving
+  std::size_t in_use_bytes_ = 0;
+  std::size_t peak_in_use_bytes_ = 0;
+  std::vector<std::shared_ptr<Transfer>> active_;  // last: destroyed first
+};
+
+}  // namespace detail
+}  // namespace mpi
+}  // namespace clbuf
+
+#endif  // CLBUF_DETAIL_MPI_CORE_HPP

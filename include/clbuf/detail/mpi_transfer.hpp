@@ -1,0 +1,479 @@
+// The streams under clbuf::mpi::Communicator: point-to-point transfers of byte ranges of device
+// memory (on the Core of mpi_core.hpp), progressed in the caller's thread (no hidden threads;
+// MPI_THREAD_FUNNELED suffices).
+//
+// A message is a Header on the user's communicator, matched by MPI's own rules (source, tag,
+// posting order), followed, when it is larger than an envelope, by chunks on the data
+// communicator tagged with the header's stream number. The path of the bytes (route()):
+//   zero_copy  a CPU device's host block: the queue is finished and MPI reads or writes the
+//              buffer's own memory, every chunk posted at once;
+//   map        the buffer is mapped for the host around MPI (unified memory);
+//   staged     up to `depth` pinned chunks per message (discrete GPUs): the DMA of chunk k+1
+//              overlaps MPI's transfer of chunk k; a Communicator uses at most 2 x depth chunks
+//              per direction, however many messages are in flight.
+// The receiver checks the header against its buffer before any byte lands there; a mismatch
+// drains the sender's chunks (so the sender never hangs) and is a clbuf::Error.
+#ifndef CLBUF_DETAIL_MPI_TRANSFER_HPP
+#define CLBUF_DETAIL_MPI_TRANSFER_HPP
+
+#include <mpi.h>
+#include <clbuf/detail/mpi_core.hpp>
+#include <clbuf/detail/mpi_wire.hpp>
+#include <clbuf/detail/pinned_block.hpp>
+#include <clbuf/detail/queue.hpp>
+#include <clbuf/error.hpp>
+
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <memory>
+#include <new>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace clbuf {
+namespace mpi {
+namespace detail {
+
+/// Pieces of a chunked message: chunk k covers [k * chunk, min((k + 1) * chunk, bytes)).
+struct Chunking {
+  std::size_t bytes = 0;
+  std::size_t chunk = 0;
+  std::size_t count = 0;
+  std::size_t offset(std::size_t k) const noexcept { return k * chunk; }
+  int length(std::size_t k) const noexcept {
+    return static_cast<int>(std::min(chunk, bytes - k * chunk));
+  }
+};
+
+inline Chunking chunking(std::size_t bytes, std::size_t chunk) noexcept {
+  return Chunking{bytes, chunk, chunk == 0 ? 0 : (bytes + chunk - 1) / chunk};
+}
+
+/// A pinned chunk and what it is doing.
+struct Slot {
+  enum State { idle, copying, messaging };
+  PinnedBlock block;
+  State state = idle;
+  std::size_t chunk = 0;
+  cl::Event copy;  // the DMA into or out of the block
+  MPI_Request request = MPI_REQUEST_NULL;
+};
+
+/// The parts a send and a receive share: the queue, the chunk bookkeeping, the mapped pointer,
+/// and what happens to MPI requests still pending when a failed transfer is destroyed.
+class Stream : public Transfer {
+ protected:
+  Stream(Core& core, const char* operation, Span span, int direction)
+      : Transfer(operation),
+        core_(core),
+        span_(std::move(span)),
+        queue_(core.queue()),
+        direction_(direction) {}
+
+  ~Stream() override {
+    // Only a failed transfer gets here with MPI still owning memory: that memory is left to MPI
+    // (leaked), never freed under it.
+    bool pending = header_request_ != MPI_REQUEST_NULL;
+    for (MPI_Request& request : requests_) pending = pending || request != MPI_REQUEST_NULL;
+    for (Slot& slot : slots_) pending = pending || slot.request != MPI_REQUEST_NULL;
+    if (pending && !mpi_finalized()) {
+      static_cast<void>(envelope_.release());
+      static_cast<void>(scratch_.release());
+      for (Slot& slot : slots_) {
+        if (slot.request != MPI_REQUEST_NULL)
+          static_cast<void>(new PinnedBlock(std::move(slot.block)));
+      }
+      if (mapped_ != nullptr) mapped_ = nullptr;  // stays mapped
+    }
+    core_.give_envelope(std::move(envelope_));
+    for (Slot& slot : slots_) {
+      if (slot.copy() != nullptr) {
+        cl_event event = slot.copy();
+        CLBUF_CL(clWaitForEvents)(1, &event);
+      }
+      core_.release_slot(direction_, std::move(slot.block));
+    }
+    if (mapped_ != nullptr)
+      clbuf::detail::unmap_with_retry(queue_.get(), span_.buffer, mapped_, nullptr);
+  }
+
+  /// The buffer's bytes for the host: its host block, or mapped (`flags`) around MPI.
+  char* host_bytes(cl_map_flags flags) {
+    if (route_ == Route::zero_copy) {
+      queue_.finish(operation_);
+      return span_.host + span_.offset;
+    }
+    mapped_ = queue_.map(operation_, span_.buffer, flags, span_.offset, span_.bytes);
+    return static_cast<char*>(mapped_);
+  }
+
+  /// After MPI is done with mapped memory: unmap and wait for the unmap.
+  void unmap() {
+    if (mapped_ == nullptr) return;
+    cl_event event = nullptr;
+    const cl_int err = clbuf::detail::unmap_with_retry(queue_.get(), span_.buffer, mapped_, &event);
+    mapped_ = nullptr;
+    clbuf::detail::check(err, operation_, "clEnqueueUnmapMemObject");
+    const cl::Event owned(event, false);
+    Queue::wait(operation_, owned);
+  }
+
+  /// Every MPI request of the chunks has completed.
+  bool requests_done() {
+    if (requests_.empty()) return true;
+    int flag = 0;
+    check_mpi(MPI_Testall(static_cast<int>(requests_.size()), requests_.data(), &flag,
+                          MPI_STATUSES_IGNORE),
+              operation_, "MPI_Testall");
+    return flag != 0;
+  }
+
+  bool test(MPI_Request& request, MPI_Status* status = MPI_STATUS_IGNORE) {
+    if (request == MPI_REQUEST_NULL) return true;
+    int flag = 0;
+    check_mpi(MPI_Test(&request, &flag, status), operation_, "MPI_Test");
+    return flag != 0;
+  }
+
+  /// Gives the idle slots back, so that other transfers may use them.
+  void release_idle_slots() noexcept {
+    for (Slot& slot : slots_) {
+      if (slot.state == Slot::idle) core_.release_slot(direction_, std::move(slot.block));
+    }
+    slots_.erase(std::remove_if(slots_.begin(), slots_.end(),
+                                [](const Slot& slot) { return slot.block.data() == nullptr; }),
+                 slots_.end());
+  }
+
+  Core& core_;
+  Span span_;
+  const Queue& queue_;   // the Core's, which outlives every transfer
+  const int direction_;  // 0: sending, 1: receiving (the slot budgets)
+  Route route_ = Route::zero_copy;
+  Chunking chunks_;
+  std::size_t next_ = 0;  // the next chunk to start
+  Header header_;
+  std::unique_ptr<char[]> envelope_;  // header + inline payload
+  std::unique_ptr<char[]> scratch_;   // the chunks of a rejected message land here
+  MPI_Request header_request_ = MPI_REQUEST_NULL;
+  std::vector<MPI_Request> requests_;  // zero-copy and mapped chunks
+  std::vector<Slot> slots_;            // staged chunks
+  void* mapped_ = nullptr;
+  int peer_ = MPI_PROC_NULL;
+};
+
+class SendStream final : public Stream {
+ public:
+  /// Posts the header (with the payload when it fits the envelope) and starts the chunks.
+  SendStream(Core& core, const char* operation, Span span, int dest, int tag, MPI_Comm comm,
+             Kind kind)
+      : Stream(core, operation, std::move(span), 0) {
+    peer_ = dest;
+    if (dest == MPI_PROC_NULL) return;
+    header_.kind = static_cast<std::uint32_t>(kind);
+    header_.count = span_.count;
+    header_.bytes = span_.bytes;
+    header_.element_size = span_.element_size;
+    header_.type = span_.type;
+    header_.stream = core.next_stream(dest);
+    if (span_.bytes <= core.inline_max()) {
+      header_.inline_bytes = static_cast<std::uint32_t>(span_.bytes);
+      envelope_ = core.take_envelope();
+      std::memcpy(envelope_.get(), &header_, header_bytes);
+      read_into(envelope_.get() + header_bytes);
+      check_mpi(MPI_Isend(envelope_.get(), static_cast<int>(header_bytes + span_.bytes), MPI_BYTE,
+                          dest, tag, comm, &header_request_),
+                operation, "MPI_Isend");
+      return;
+    }
+    chunks_ = chunking(span_.bytes, chunk_for(span_.bytes, core.chunk_bytes()));
+    header_.chunk_bytes = chunks_.chunk;
+    route_ = core.route(span_);
+    char* base = nullptr;
+    if (route_ == Route::staged) {
+      slots_.reserve(core.options().depth);
+      fill_slots();
+    } else {
+      base = host_bytes(CL_MAP_READ);
+    }
+    check_mpi(MPI_Isend(&header_, static_cast<int>(header_bytes), MPI_BYTE, dest, tag, comm,
+                        &header_request_),
+              operation, "MPI_Isend");
+    if (base == nullptr) return;
+    requests_.assign(chunks_.count, MPI_REQUEST_NULL);
+    for (std::size_t k = 0; k < chunks_.count; ++k) {
+      check_mpi(MPI_Isend(base + chunks_.offset(k), chunks_.length(k), MPI_BYTE, dest,
+                          static_cast<int>(header_.stream), core.wire(), &requests_[k]),
+                operation, "MPI_Isend");
+    }
+  }
+
+ private:
+  void read_into(char* out) {
+    if (span_.bytes == 0) return;
+    if (span_.host != nullptr) {
+      queue_.finish(operation_);
+      std::memcpy(out, span_.host + span_.offset, span_.bytes);
+    } else {
+      queue_.read(operation_, span_.buffer, span_.offset, span_.bytes, out, true);
+    }
+  }
+
+  void start_read(Slot& slot) {
+    slot.chunk = next_++;
+    slot.copy =
+        queue_.read(operation_, span_.buffer, span_.offset + chunks_.offset(slot.chunk),
+                    static_cast<std::size_t>(chunks_.length(slot.chunk)), slot.block.data(), false);
+    slot.state = Slot::copying;
+    queue_.flush(operation_);
+  }
+
+  std::size_t sent_ = 0;  // chunks handed to MPI
+
+  /// Starts reading the next chunks into as many slots as depth and the budget allow.
+  void fill_slots() {
+    while (slots_.size() < core_.options().depth && next_ < chunks_.count) {
+      PinnedBlock block = core_.acquire_slot(direction_, operation_);
+      if (block.data() == nullptr) return;
+      slots_.emplace_back();
+      slots_.back().block = std::move(block);
+      start_read(slots_.back());
+    }
+  }
+
+  bool advance() override {
+    if (peer_ == MPI_PROC_NULL) return true;
+    const bool header_sent = test(header_request_);
+    if (route_ != Route::staged || chunks_.count == 0) {
+      if (!header_sent || !requests_done()) return false;
+      unmap();
+      return true;
+    }
+    // Chunks go out in order (they all carry the stream's tag, and MPI matches in order), even
+    // when the reads are seen complete out of order.
+    for (bool sent = true; sent;) {
+      sent = false;
+      for (Slot& slot : slots_) {
+        if (slot.state == Slot::copying && slot.chunk == sent_ &&
+            completed(operation_, slot.copy, "a chunk's clEnqueueReadBuffer")) {
+          slot.copy = cl::Event();
+          check_mpi(MPI_Isend(slot.block.data(), chunks_.length(slot.chunk), MPI_BYTE, peer_,
+                              static_cast<int>(header_.stream), core_.wire(), &slot.request),
+                    operation_, "MPI_Isend");
+          slot.state = Slot::messaging;
+          ++sent_;
+          sent = true;
+        }
+      }
+    }
+    for (Slot& slot : slots_) {
+      if (slot.state == Slot::messaging && test(slot.request)) {
+        slot.state = Slot::idle;
+        if (next_ < chunks_.count) start_read(slot);
+      }
+    }
+    release_idle_slots();
+    fill_slots();
+    return header_sent && slots_.empty() && next_ == chunks_.count;
+  }
+};
+
+class RecvStream final : public Stream {
+ public:
+  /// Posts the receive of the header (and of an inline payload).
+  RecvStream(Core& core, const char* operation, Span span, int source, int tag, MPI_Comm comm,
+             Kind kind)
+      : Stream(core, operation, std::move(span), 1), kind_(kind) {
+    if (source == MPI_PROC_NULL) {
+      received_ = true;
+      return;
+    }
+    const std::size_t capacity = header_bytes + core.inline_max();
+    envelope_ = core.take_envelope();
+    check_mpi(MPI_Irecv(envelope_.get(), static_cast<int>(capacity), MPI_BYTE, source, tag, comm,
+                        &header_request_),
+              operation, "MPI_Irecv");
+  }
+
+  /// The sender and tag of the message (after completion; MPI_PROC_NULL before).
+  int source() const noexcept { return peer_; }
+  int tag() const noexcept { return tag_; }
+
+ private:
+  bool advance() override {
+    if (!received_) {
+      MPI_Status status;
+      if (!test(header_request_, &status)) return false;
+      received_ = true;
+      if (!accept(status)) return true;  // inline payload, already written
+    }
+    if (peer_ == MPI_PROC_NULL) return true;
+    if (draining()) return false;
+    if (route_ != Route::staged) {
+      if (!requests_done()) return false;
+      unmap();
+      return true;
+    }
+    // A chunk takes a slot only once it has arrived (MPI_Improbe), then MPI_Imrecv.
+    while (slots_.size() < core_.options().depth && next_ < chunks_.count) {
+      if (held_ == MPI_MESSAGE_NULL) {
+        int arrived = 0;
+        check_mpi(MPI_Improbe(peer_, static_cast<int>(header_.stream), core_.wire(), &arrived,
+                              &held_, MPI_STATUS_IGNORE),
+                  operation_, "MPI_Improbe");
+        if (!arrived) break;
+      }
+      PinnedBlock block = core_.acquire_slot(direction_, operation_);
+      if (block.data() == nullptr) break;
+      slots_.emplace_back();
+      Slot& slot = slots_.back();
+      slot.block = std::move(block);
+      slot.chunk = next_++;
+      slot.state = Slot::messaging;
+      check_mpi(MPI_Imrecv(slot.block.data(), chunks_.length(slot.chunk), MPI_BYTE, &held_,
+                           &slot.request),
+                operation_, "MPI_Imrecv");
+    }
+    for (Slot& slot : slots_) {
+      if (slot.state == Slot::messaging && test(slot.request)) {
+        slot.copy = queue_.write(
+            operation_, span_.buffer, span_.offset + chunks_.offset(slot.chunk),
+            static_cast<std::size_t>(chunks_.length(slot.chunk)), slot.block.data(), false);
+        slot.state = Slot::copying;
+        queue_.flush(operation_);
+      }
+      if (slot.state == Slot::copying &&
+          completed(operation_, slot.copy, "a chunk's clEnqueueWriteBuffer")) {
+        slot.copy = cl::Event();
+        slot.state = Slot::idle;
+      }
+    }
+    release_idle_slots();
+    return slots_.empty() && next_ == chunks_.count;
+  }
+
+  /// Checks the header against the buffer; writes an inline payload (returns false: done) or
+  /// posts the chunks' receives (returns true: more to come).
+  bool accept(const MPI_Status& status) {
+    int received = 0;
+    MPI_Get_count(&status, MPI_BYTE, &received);
+    peer_ = status.MPI_SOURCE;
+    tag_ = status.MPI_TAG;
+    const auto from = [this] {
+      return "rank " + std::to_string(peer_) + " (tag " + std::to_string(tag_) + ")";
+    };
+    if (received < static_cast<int>(header_bytes)) {
+      fail(operation_, CL_INVALID_VALUE,
+           "the message from " + from() + " is " + std::to_string(received) +
+               " bytes, no clbuf::mpi header; both ends must use clbuf::mpi");
+    }
+    std::memcpy(&header_, envelope_.get(), header_bytes);
+    if (header_.magic != magic) {
+      fail(operation_, CL_INVALID_VALUE,
+           "the message from " + from() +
+               " has no clbuf::mpi header; both ends must use clbuf::mpi");
+    }
+    const bool chunked = header_.inline_bytes < header_.bytes;
+    if (chunked && (header_.chunk_bytes == 0 || header_.chunk_bytes > core_.chunk_bytes())) {
+      fail(operation_, CL_INVALID_VALUE,
+           "the message from " + from() + " is cut in chunks of " +
+               std::to_string(header_.chunk_bytes) + " bytes, this rank's are " +
+               std::to_string(core_.chunk_bytes()));
+    }
+    if (!chunked && received != static_cast<int>(header_bytes + header_.inline_bytes)) {
+      fail(operation_, CL_INVALID_VALUE,
+           "the message from " + from() + " is " + std::to_string(received) +
+               " bytes but its header says " + std::to_string(header_bytes + header_.inline_bytes));
+    }
+    std::string problem;
+    if (header_.kind != static_cast<std::uint32_t>(kind_)) {
+      problem =
+          header_.kind == static_cast<std::uint32_t>(Kind::collective)
+              ? from() + " sent part of a collective where a point-to-point message was expected"
+              : from() + " sent a point-to-point message where a collective was expected";
+    } else if (header_.bytes != span_.bytes || header_.element_size != span_.element_size ||
+               (header_.type != any_type && span_.type != any_type && header_.type != span_.type)) {
+      problem = std::string(header_.bytes > span_.bytes ? "MPI_ERR_TRUNCATE: " : "") + from() +
+                " sent " + describe(header_.count, header_.element_size, header_.type) +
+                " but the receiving buffer holds " +
+                describe(span_.count, span_.element_size, span_.type);
+    }
+    if (!problem.empty()) {
+      if (!chunked) fail(operation_, CL_INVALID_VALUE, problem);
+      start_drain(std::move(problem));
+      return true;
+    }
+    if (!chunked) {
+      write_from(envelope_.get() + header_bytes);
+      return false;
+    }
+    chunks_ = chunking(span_.bytes, header_.chunk_bytes);
+    route_ = core_.route(span_);
+    if (route_ == Route::staged) {
+      slots_.reserve(core_.options().depth);
+      return true;
+    }
+    char* base = host_bytes(CL_MAP_WRITE_INVALIDATE_REGION);
+    requests_.assign(chunks_.count, MPI_REQUEST_NULL);
+    for (std::size_t k = 0; k < chunks_.count; ++k) {
+      check_mpi(MPI_Irecv(base + chunks_.offset(k), chunks_.length(k), MPI_BYTE, peer_,
+                          static_cast<int>(header_.stream), core_.wire(), &requests_[k]),
+                operation_, "MPI_Irecv");
+    }
+    return true;
+  }
+
+  /// Receives and drops the chunks of a rejected message, one at a time into one chunk of
+  /// scratch memory, so that its sender completes; then the transfer fails with `problem`.
+  void start_drain(std::string problem) {
+    problem_ = std::move(problem);
+    chunks_ = chunking(header_.bytes, header_.chunk_bytes);
+    scratch_.reset(new (std::nothrow) char[chunks_.chunk]);
+    if (!scratch_) fail(operation_, CL_INVALID_VALUE, problem_);  // the sender may then wait
+    requests_.assign(1, MPI_REQUEST_NULL);
+    next_ = 0;
+    drain_next();
+  }
+
+  void drain_next() {
+    check_mpi(MPI_Irecv(scratch_.get(), chunks_.length(next_), MPI_BYTE, peer_,
+                        static_cast<int>(header_.stream), core_.wire(), &requests_[0]),
+              operation_, "MPI_Irecv");
+    ++next_;
+  }
+
+  /// True while draining; fails once the last chunk is in.
+  bool draining() {
+    if (problem_.empty()) return false;
+    while (test(requests_[0])) {
+      if (next_ == chunks_.count) fail(operation_, CL_INVALID_VALUE, problem_);
+      drain_next();
+    }
+    return true;
+  }
+
+  void write_from(const char* data) {
+    if (span_.bytes == 0) return;
+    if (span_.host != nullptr) {
+      queue_.finish(operation_);
+      std::memcpy(span_.host + span_.offset, data, span_.bytes);
+    } else {
+      queue_.write(operation_, span_.buffer, span_.offset, span_.bytes, data, true);
+    }
+  }
+
+  Kind kind_;
+  bool received_ = false;
+  MPI_Message held_ = MPI_MESSAGE_NULL;  // an arrived chunk waiting for a slot
+  std::string problem_;                  // a rejected message being drained into scratch_
+  int tag_ = MPI_ANY_TAG;
+};
+
+}  // namespace detail
+}  // namespace mpi
+}  // namespace clbuf
+
+#endif  // CLBUF_DETAIL_MPI_TRANSFER_HPP

@@ -1,0 +1,695 @@
+// clbuf::mpi: device buffers as MPI messages, on a plain host-memory MPI (Open MPI 4.1 as
+// Debian ships it). Optional: include it and link the CMake target clbuf::mpi (clbuf + MPI).
+//
+// No MPI recognises a cl_mem, so clbuf moves the bytes itself, by the path the manager's
+// memory_model() calls for: a CPU device hands MPI the buffer's own host memory (zero copy);
+// unified memory is mapped around MPI; a discrete GPU pipelines through pinned chunks (4 MiB,
+// two per direction), the DMA of one chunk overlapping MPI's transfer of the other. Both ends
+// must use clbuf::mpi: a message is a header, then its payload inline or in chunks
+// (docs/mpi.md).
+#ifndef CLBUF_MPI_HPP
+#define CLBUF_MPI_HPP
+
+#include <mpi.h>
+#include <clbuf/buffer.hpp>
+#include <clbuf/detail/buffer_access.hpp>
+#include <clbuf/detail/checks.hpp>
+#include <clbuf/detail/mpi_core.hpp>
+#include <clbuf/detail/mpi_reduce.hpp>
+#include <clbuf/detail/mpi_transfer.hpp>
+#include <clbuf/detail/mpi_wire.hpp>
+#include <clbuf/device.hpp>
+#include <clbuf/error.hpp>
+#include <clbuf/manager.hpp>
+
+#include <algorithm>
+#include <climits>
+#include <cstddef>
+#include <cstdint>
+#include <exception>
+#include <iostream>
+#include <memory>
+#include <string>
+#include <type_traits>
+#include <utility>
+#include <vector>
+
+namespace clbuf {
+namespace mpi {
+
+/// The device for this rank: "P:D" (BufferManager's selector grammar) of GPU number
+/// local_rank % GPUs, where local_rank is the rank among the ranks of `comm` on this node
+/// (MPI_Comm_split_type, MPI_COMM_TYPE_SHARED); CPU devices when there is no GPU. Collective
+/// over `comm`. Prints a warning on stderr when more ranks than GPUs share a node (each small
+/// transfer then waits for the GPU to switch processes: ~155 us instead of ~7 us on an H200).
+/// @throws Error CL_DEVICE_NOT_FOUND when there is no device, or an MPI call's failure.
+inline std::string local_device_selector(MPI_Comm comm = MPI_COMM_WORLD) {
+  const char* op = "local_device_selector";
+  MPI_Comm local = MPI_COMM_NULL;
+  detail::check_mpi(MPI_Comm_split_type(comm, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &local), op,
+                    "MPI_Comm_split_type");
+  int local_rank = 0;
+  int local_size = 1;
+  MPI_Comm_rank(local, &local_rank);
+  MPI_Comm_size(local, &local_size);
+  MPI_Comm_free(&local);
+  const std::vector<DeviceInfo> devices = list_devices();
+  std::vector<const DeviceInfo*> pick;
+  for (DeviceType type : {DeviceType::gpu, DeviceType::cpu}) {
+    for (const DeviceInfo& device : devices) {
+      if (device.type == type) pick.push_back(&device);
+    }
+    if (!pick.empty()) break;
+  }
+  if (pick.empty()) {
+    for (const DeviceInfo& device : devices) pick.push_back(&device);
+  }
+  if (pick.empty()) clbuf::detail::fail(op, CL_DEVICE_NOT_FOUND, "no OpenCL device on this node");
+  const DeviceInfo& chosen = *pick[static_cast<std::size_t>(local_rank) % pick.size()];
+  if (chosen.type == DeviceType::gpu && static_cast<std::size_t>(local_size) > pick.size() &&
+      static_cast<std::size_t>(local_rank) == pick.size()) {
+    std::cerr << "clbuf::mpi: " << local_size << " ranks on this node share " << pick.size()
+              << " GPU(s); ranks sharing a GPU wait for it to switch processes at every transfer "
+                 "(run one rank per GPU)\n";
+  }
+  return std::to_string(chosen.platform_index) + ":" + std::to_string(chosen.device_index);
+}
+
+class Communicator;
+
+/// A non-blocking send or receive started by isend() or irecv(). Progress happens in the calling
+/// thread, inside test(), wait() and every blocking call of the same Communicator. Move-only;
+/// destroying a Request that has not completed waits for it (errors are then dropped: call
+/// wait() to see them). The buffer must stay alive until the Request has completed.
+class [[nodiscard]] Request {
+ public:
+  Request() = default;
+  Request(const Request&) = delete;
+  Request& operator=(const Request&) = delete;
+  Request(Request&& other) noexcept = default;
+  Request& operator=(Request&& other) noexcept {
+    if (this != &other) {
+      wait_quietly();
+      core_ = std::move(other.core_);
+      transfer_ = std::move(other.transfer_);
+    }
+    return *this;
+  }
+  ~Request() { wait_quietly(); }
+
+  /// Moves every transfer of the Communicator on; true once this one has completed (also for
+  /// an empty Request).
+  /// @throws Error when the transfer failed (once; afterwards the Request is empty).
+  bool test() {
+    if (!transfer_) return true;
+    core_->progress();
+    if (!transfer_->done()) return false;
+    finish();
+    return true;
+  }
+
+  /// Blocks until the transfer has completed.
+  /// @throws Error when it failed: a mismatch of count, size or type with the peer's buffer
+  ///         (CL_INVALID_VALUE, naming both), an OpenCL failure, or an MPI call's failure.
+  void wait() {
+    if (!transfer_) return;
+    core_->wait(*transfer_);
+    finish();
+  }
+
+ private:
+  friend class Communicator;
+  Request(std::shared_ptr<detail::Core> core, std::shared_ptr<detail::Transfer> transfer)
+      : core_(std::move(core)), transfer_(std::move(transfer)) {}
+
+  void finish() {
+    std::shared_ptr<detail::Transfer> transfer = std::move(transfer_);
+    core_.reset();
+    transfer->rethrow();
+  }
+
+  void wait_quietly() noexcept {
+    try {
+      wait();
+    } catch (...) {  // NOLINT(bugprone-empty-catch): a destructor must not throw
+    }
+  }
+
+  std::shared_ptr<detail::Core> core_;
+  std::shared_ptr<detail::Transfer> transfer_;
+};
+
+/// Waits for every request (all of them, even after a failure); rethrows the first failure.
+inline void wait_all(std::vector<Request>& requests) {
+  std::exception_ptr first;
+  for (Request& request : requests) {
+    try {
+      request.wait();
+    } catch (...) {
+      if (!first) first = std::current_exception();
+    }
+  }
+  if (first) std::rethrow_exception(first);
+}
+
+/// One BufferManager bound to a duplicated MPI communicator: typed sends, receives and
+/// collectives of DeviceBuffers. Construction and the collectives are collective over the
+/// communicator. Counts must match exactly between sender and receiver. Not thread-safe: use a
+/// Communicator from one thread at a time (MPI_THREAD_FUNNELED is enough). It must not outlive
+/// its BufferManager.
+class Communicator {
+ public:
+  /// Duplicates `comm` (errors returned, not fatal) and checks that every rank's
+  /// Options::chunk_bytes agree. Collective. Wraps MPI_Comm_dup, MPI_Allreduce.
+  /// @throws Error CL_INVALID_OPERATION before MPI_Init, CL_INVALID_VALUE for MPI_COMM_NULL,
+  ///         invalid Options or chunk sizes that differ between ranks (on every rank).
+  explicit Communicator(BufferManager& manager, MPI_Comm comm = MPI_COMM_WORLD,
+                        const Options& options = Options())
+      : core_(std::make_shared<detail::Core>(manager, comm, options)),
+        reducer_(std::make_unique<detail::Reducer>()) {}
+
+  Communicator(const Communicator&) = delete;
+  Communicator& operator=(const Communicator&) = delete;
+  Communicator(Communicator&&) noexcept = default;
+  Communicator& operator=(Communicator&&) noexcept = default;
+
+  int rank() const noexcept { return core_->rank(); }
+  int size() const noexcept { return core_->size(); }
+  /// The duplicated communicator clbuf's point-to-point headers use (for MPI calls of your own
+  /// that must not match clbuf's, use your communicator, not this one).
+  MPI_Comm native() const noexcept { return core_->user(); }
+  BufferManager& manager() const noexcept { return core_->manager(); }
+  const Options& options() const noexcept { return core_->options(); }
+  /// Pinned staging memory allocated now (in use and cached for reuse), and the most that was
+  /// ever in use at once: chunk_bytes x depth per message in flight on the staged path.
+  std::size_t pinned_bytes() const noexcept { return core_->pinned_bytes(); }
+  std::size_t peak_pinned_bytes() const noexcept { return core_->peak_pinned_in_use(); }
+
+  /// @name Point to point
+  /// @{
+
+  /// Sends all of `buffer` to rank `dest` (MPI_PROC_NULL: nothing) with `tag`; returns when the
+  /// buffer may be changed again.
+  /// @throws Error CL_INVALID_VALUE for a rank or tag out of range; as Request::wait().
+  template <class T>
+  void send(const DeviceBuffer<T>& buffer, int dest, int tag = 0) {
+    const char* op = "send";
+    check_buffer(op, buffer);
+    check_rank(op, "destination", dest, false);
+    check_tag(op, tag, false);
+    // On the stack and untracked: no allocation or request for a blocking call; the wait still
+    // moves every tracked transfer on.
+    detail::SendStream stream(*core_, op, span_of(buffer), dest, tag, core_->user(),
+                              detail::Kind::point_to_point);
+    core_->wait(stream);
+  }
+
+  /// Receives into all of `buffer` from `source` (or MPI_ANY_SOURCE) with `tag` (or
+  /// MPI_ANY_TAG). The message must hold exactly buffer.size() elements of T.
+  /// @throws Error CL_INVALID_VALUE when it does not (naming both sides); nothing is written.
+  template <class T>
+  void recv(DeviceBuffer<T>& buffer, int source, int tag = 0) {
+    const char* op = "recv";
+    check_buffer(op, buffer);
+    check_rank(op, "source", source, true);
+    check_tag(op, tag, true);
+    detail::RecvStream stream(*core_, op, span_of(buffer), source, tag, core_->user(),
+                              detail::Kind::point_to_point);
+    core_->wait(stream);
+  }
+
+  /// Sends `out` to `dest` and receives `in` from `source` at once (no deadlock in rings).
+  /// @throws Error CL_MEM_COPY_OVERLAP when `out` and `in` share bytes.
+  template <class T>
+  void sendrecv(const DeviceBuffer<T>& out, int dest, DeviceBuffer<T>& in, int source,
+                int tag = 0) {
+    const char* op = "sendrecv";
+    check_buffer(op, out);
+    check_buffer(op, in);
+    check_apart(op, out, in);
+    Request received = irecv(in, source, tag);
+    Request sent = isend(out, dest, tag);
+    std::vector<Request> both;
+    both.push_back(std::move(received));
+    both.push_back(std::move(sent));
+    wait_all(both);
+  }
+
+  /// Starts sending `buffer`; the Request completes when it may be changed again.
+  template <class T>
+  Request isend(const DeviceBuffer<T>& buffer, int dest, int tag = 0) {
+    const char* op = "isend";
+    check_buffer(op, buffer);
+    check_rank(op, "destination", dest, false);
+    check_tag(op, tag, false);
+    return start(std::make_shared<detail::SendStream>(*core_, op, span_of(buffer), dest, tag,
+                                                      core_->user(), detail::Kind::point_to_point));
+  }
+
+  /// Starts receiving into `buffer`; the Request completes when the data is in it.
+  template <class T>
+  Request irecv(DeviceBuffer<T>& buffer, int source, int tag = 0) {
+    const char* op = "irecv";
+    check_buffer(op, buffer);
+    check_rank(op, "source", source, true);
+    check_tag(op, tag, true);
+    return start(std::make_shared<detail::RecvStream>(*core_, op, span_of(buffer), source, tag,
+                                                      core_->user(), detail::Kind::point_to_point));
+  }
+  /// @}
+
+  /// @name Collectives (every rank calls them in the same order)
+  /// Each first agrees on the arguments (one MPI_Allreduce): a count, type, root or operation
+  /// that differs between ranks, or bad input on any rank, is a clbuf::Error on every rank
+  /// before any data moves.
+  /// @{
+
+  /// Copies `buffer` of rank `root` into `buffer` of every rank (binomial tree).
+  template <class T>
+  void broadcast(DeviceBuffer<T>& buffer, int root) {
+    const char* op = "broadcast";
+    std::exception_ptr local;
+    try {
+      check_buffer(op, buffer);
+      check_rank(op, "root", root, false, false);
+    } catch (...) {
+      local = std::current_exception();
+    }
+    agree<T>(op, local, buffer.size(), root, -1);
+    const int p = size();
+    const int relative = (rank() - root + p) % p;
+    int mask = 1;
+    while (mask < p) {
+      if (relative & mask) {
+        wait_one(std::make_shared<detail::RecvStream>(*core_, op, span_of(buffer),
+                                                      (relative - mask + root) % p, 0,
+                                                      core_->coll(), detail::Kind::collective));
+        break;
+      }
+      mask <<= 1;
+    }
+    std::vector<std::shared_ptr<detail::Transfer>> sends;
+    for (mask >>= 1; mask > 0; mask >>= 1) {
+      if (relative + mask < p) {
+        sends.push_back(track(std::make_shared<detail::SendStream>(
+            *core_, op, span_of(buffer), (relative + mask + root) % p, 0, core_->coll(),
+            detail::Kind::collective)));
+      }
+    }
+    core_->wait_all(sends);
+  }
+
+  /// Reduces `buffer` element-wise over all ranks (sum, min or max), the result on every rank.
+  /// From Options::device_reduce_bytes the reduction runs on the device (a ring of
+  /// reduce-scatter then allgather, an OpenCL kernel per step); below, MPI_Allreduce on host
+  /// memory (the buffer's own on a CPU device). Floating-point sums may differ in the last bits
+  /// from a sum in another order, but every rank gets the same bits.
+  template <class T>
+  void allreduce(DeviceBuffer<T>& buffer, Op reduction = Op::sum) {
+    static_assert(
+        detail::type_code<T>() >= detail::int8 && detail::type_code<T>() <= detail::float64,
+        "clbuf::mpi::allreduce needs an arithmetic T of 8 to 64 bits (not bool)");
+    const char* op = "allreduce";
+    std::exception_ptr local;
+    try {
+      check_buffer(op, buffer);
+    } catch (...) {
+      local = std::current_exception();
+    }
+    agree<T>(op, local, buffer.size(), -1, static_cast<long long>(reduction));
+    if (size() == 1 || buffer.empty()) return;
+    const std::uint32_t type = detail::type_code<T>();
+    if (buffer.size_bytes() < options().device_reduce_bytes) {
+      reduce_on_host(op, buffer, type, reduction);
+      return;
+    }
+    const std::size_t p = static_cast<std::size_t>(size());
+    const std::size_t n = buffer.size();
+    const auto start_of = [&](std::size_t i) { return i * (n / p) + std::min(i, n % p); };
+    const auto length_of = [&](std::size_t i) { return n / p + (i < n % p ? 1 : 0); };
+    DeviceBuffer<T> incoming = manager().allocate<T>(n / p + 1);
+    const clbuf::detail::Queue queue(manager().queue());
+    const std::size_t r = static_cast<std::size_t>(rank());
+    const int right = static_cast<int>((r + 1) % p);
+    const int left = static_cast<int>((r + p - 1) % p);
+    for (std::size_t step = 0; step + 1 < p; ++step) {  // reduce-scatter
+      const std::size_t out = (r + p - step) % p;
+      const std::size_t in = (r + 2 * p - step - 1) % p;
+      exchange(op, span_of(buffer, start_of(out), length_of(out)), right,
+               span_of(incoming, 0, length_of(in)), left);
+      reducer_->reduce(op, queue, type, reduction, buffer.native()(), start_of(in),
+                       incoming.native()(), length_of(in));
+    }
+    for (std::size_t step = 0; step + 1 < p; ++step) {  // allgather
+      const std::size_t out = (r + 1 + p - step) % p;
+      const std::size_t in = (r + p - step) % p;
+      exchange(op, span_of(buffer, start_of(out), length_of(out)), right,
+               span_of(buffer, start_of(in), length_of(in)), left);
+    }
+    queue.finish(op);
+  }
+
+  /// Rank i receives elements [i * mine.size(), (i + 1) * mine.size()) of the root's `all`;
+  /// `all` is read on the root only and must hold mine.size() * size() elements there.
+  template <class T>
+  void scatter(const DeviceBuffer<T>& all, DeviceBuffer<T>& mine, int root) {
+    const char* op = "scatter";
+    std::exception_ptr local;
+    try {
+      check_buffer(op, mine);
+      check_rank(op, "root", root, false, false);
+      if (rank() == root) check_whole(op, all, mine.size());
+    } catch (...) {
+      local = std::current_exception();
+    }
+    agree<T>(op, local, mine.size(), root, -1);
+    const std::size_t n = mine.size();
+    if (rank() != root) {
+      wait_one(std::make_shared<detail::RecvStream>(*core_, op, span_of(mine), root, 0,
+                                                    core_->coll(), detail::Kind::collective));
+      return;
+    }
+    std::vector<std::shared_ptr<detail::Transfer>> sends;
+    for (int i = 0; i < size(); ++i) {
+      if (i == root) continue;
+      sends.push_back(track(std::make_shared<detail::SendStream>(
+          *core_, op, span_of(all, static_cast<std::size_t>(i) * n, n), i, 0, core_->coll(),
+          detail::Kind::collective)));
+    }
+    copy_own(op, all, static_cast<std::size_t>(root) * n, mine, 0, n, sends);
+  }
+
+  /// The reverse of scatter(): `all` on the root receives every rank's `mine` in rank order.
+  template <class T>
+  void gather(const DeviceBuffer<T>& mine, DeviceBuffer<T>& all, int root) {
+    const char* op = "gather";
+    std::exception_ptr local;
+    try {
+      check_buffer(op, mine);
+      check_rank(op, "root", root, false, false);
+      if (rank() == root) check_whole(op, all, mine.size());
+    } catch (...) {
+      local = std::current_exception();
+    }
+    agree<T>(op, local, mine.size(), root, -1);
+    const std::size_t n = mine.size();
+    if (rank() != root) {
+      wait_one(std::make_shared<detail::SendStream>(*core_, op, span_of(mine), root, 0,
+                                                    core_->coll(), detail::Kind::collective));
+      return;
+    }
+    std::vector<std::shared_ptr<detail::Transfer>> receives;
+    for (int i = 0; i < size(); ++i) {
+      if (i == root) continue;
+      receives.push_back(track(std::make_shared<detail::RecvStream>(
+          *core_, op, span_of(all, static_cast<std::size_t>(i) * n, n), i, 0, core_->coll(),
+          detail::Kind::collective)));
+    }
+    copy_own(op, mine, 0, all, static_cast<std::size_t>(root) * n, n, receives);
+  }
+
+  /// MPI_Barrier on the duplicated communicator.
+  void barrier() { detail::check_mpi(MPI_Barrier(core_->coll()), "barrier", "MPI_Barrier"); }
+  /// @}
+
+ private:
+  template <class U>
+  friend class HaloExchange;
+
+  template <class T>
+  static detail::Span span_of(const DeviceBuffer<T>& buffer, std::size_t first, std::size_t count) {
+    const clbuf::detail::Allocation& memory = clbuf::detail::BufferAccess::memory(buffer);
+    detail::Span span;
+    span.buffer = memory.buffer();
+    span.host = static_cast<char*>(memory.host);
+    span.offset = first * sizeof(T);
+    span.bytes = count * sizeof(T);
+    span.count = count;
+    span.element_size = static_cast<std::uint32_t>(sizeof(T));
+    span.type = detail::type_code<T>();
+    return span;
+  }
+  template <class T>
+  static detail::Span span_of(const DeviceBuffer<T>& buffer) {
+    return span_of(buffer, 0, buffer.size());
+  }
+  template <class T>
+  void check_buffer(const char* op, const DeviceBuffer<T>& buffer) const {
+    clbuf::detail::check_buffer(op, buffer.valid(), buffer.context(), core_->context());
+  }
+
+  /// `all` (the root's) holds count * size() elements.
+  template <class T>
+  void check_whole(const char* op, const DeviceBuffer<T>& all, std::size_t count) const {
+    check_buffer(op, all);
+    const std::size_t p = static_cast<std::size_t>(size());
+    if (count > SIZE_MAX / p || all.size() != count * p) {
+      clbuf::detail::fail(op, CL_INVALID_VALUE,
+                          "the root's buffer holds " + std::to_string(all.size()) + " elements; " +
+                              std::to_string(size()) + " ranks of " + std::to_string(count) +
+                              " need " +
+                              (count > SIZE_MAX / p ? std::string("more than SIZE_MAX")
+                                                    : std::to_string(count * p)));
+    }
+  }
+
+  void check_rank(const char* op, const char* role, int rank, bool any_allowed,
+                  bool null_allowed = true) const {
+    if (rank >= 0 && rank < size()) return;
+    if (null_allowed && rank == MPI_PROC_NULL) return;
+    if (any_allowed && rank == MPI_ANY_SOURCE) return;
+    clbuf::detail::fail(op, CL_INVALID_VALUE,
+                        std::string(role) + " rank " + std::to_string(rank) + " is not in [0, " +
+                            std::to_string(size()) + ")" +
+                            (null_allowed ? " or MPI_PROC_NULL" : "") +
+                            (any_allowed ? " or MPI_ANY_SOURCE" : ""));
+  }
+
+  void check_tag(const char* op, int tag, bool any_allowed) const {
+    if (tag >= 0 && tag <= core_->tag_ub()) return;
+    if (any_allowed && tag == MPI_ANY_TAG) return;
+    clbuf::detail::fail(op, CL_INVALID_VALUE,
+                        "tag " + std::to_string(tag) + " is not in [0, " +
+                            std::to_string(core_->tag_ub()) + "] (MPI_TAG_UB)" +
+                            (any_allowed ? " or MPI_ANY_TAG" : ""));
+  }
+
+  template <class T>
+  static void check_apart(const char* op, const DeviceBuffer<T>& out, const DeviceBuffer<T>& in) {
+    const cl_mem a = clbuf::detail::BufferAccess::root(out);
+    const cl_mem b = clbuf::detail::BufferAccess::root(in);
+    const std::size_t a0 = out.root_offset_bytes();
+    const std::size_t b0 = in.root_offset_bytes();
+    if (a != nullptr && a == b && a0 < b0 + in.size_bytes() && b0 < a0 + out.size_bytes()) {
+      clbuf::detail::fail(op, CL_MEM_COPY_OVERLAP,
+                          "the buffer sent and the buffer received into share bytes ([" +
+                              std::to_string(a0) + ", " + std::to_string(a0 + out.size_bytes()) +
+                              ") and [" + std::to_string(b0) + ", " +
+                              std::to_string(b0 + in.size_bytes()) + ") of one buffer)");
+    }
+  }
+
+  /// Every rank's count, element size, type, root and operation agree, and no rank rejected
+  /// its arguments; else the same kind of Error on every rank (the rank with bad input throws
+  /// its own).
+  template <class T>
+  void agree(const char* op, std::exception_ptr local, std::size_t count, long long root,
+             long long reduction) {
+    if (!options().verify_collectives) {
+      if (local) std::rethrow_exception(local);
+      return;
+    }
+    constexpr int fields = 5;
+    const long long mine[fields] = {static_cast<long long>(std::min<std::size_t>(count, LLONG_MAX)),
+                                    static_cast<long long>(sizeof(T)),
+                                    static_cast<long long>(detail::type_code<T>()), root,
+                                    reduction};
+    long long values[2 * fields + 1];
+    for (int i = 0; i < fields; ++i) {
+      values[i] = mine[i];
+      values[fields + i] = -mine[i];
+    }
+    values[2 * fields] = local ? rank() : -1;
+    long long all[2 * fields + 1];
+    detail::check_mpi(
+        MPI_Allreduce(values, all, 2 * fields + 1, MPI_LONG_LONG, MPI_MAX, core_->coll()), op,
+        "MPI_Allreduce");
+    if (local) std::rethrow_exception(local);
+    if (all[2 * fields] >= 0) {
+      clbuf::detail::fail(op, CL_INVALID_VALUE,
+                          "rank " + std::to_string(all[2 * fields]) +
+                              " rejected its arguments (its own error says why)");
+    }
+    static const char* const names[fields] = {"element counts", "element sizes", "element types",
+                                              "roots", "operations"};
+    for (int i = 0; i < fields; ++i) {
+      const long long high = all[i];
+      const long long low = -all[fields + i];
+      if (high == low) continue;
+      std::string range = std::to_string(low) + " to " + std::to_string(high);
+      if (i == 2) {
+        range = std::string(detail::type_name(static_cast<std::uint32_t>(low))) + " to " +
+                detail::type_name(static_cast<std::uint32_t>(high));
+      } else if (i == 4) {
+        range = std::string(detail::op_name(static_cast<Op>(low))) + " to " +
+                detail::op_name(static_cast<Op>(high));
+      }
+      clbuf::detail::fail(op, CL_INVALID_VALUE,
+                          std::string(names[i]) + " differ between ranks (" + range +
+                              "); this rank's: " + std::to_string(mine[i]));
+    }
+  }
+
+  Request start(std::shared_ptr<detail::Transfer> transfer) {
+    core_->track(transfer);
+    return Request(core_, std::move(transfer));
+  }
+
+  std::shared_ptr<detail::Transfer> track(std::shared_ptr<detail::Transfer> transfer) {
+    core_->track(transfer);
+    return transfer;
+  }
+
+  void wait_one(std::shared_ptr<detail::Transfer> transfer) {
+    core_->track(transfer);
+    core_->wait(*transfer);
+  }
+
+  /// Sends `out` right and receives `in` from the left, both complete on return.
+  void exchange(const char* op, detail::Span out, int right, detail::Span in, int left) {
+    std::vector<std::shared_ptr<detail::Transfer>> both;
+    both.push_back(track(std::make_shared<detail::RecvStream>(
+        *core_, op, std::move(in), left, 0, core_->coll(), detail::Kind::collective)));
+    both.push_back(track(std::make_shared<detail::SendStream>(
+        *core_, op, std::move(out), right, 0, core_->coll(), detail::Kind::collective)));
+    core_->wait_all(both);
+  }
+
+  /// The root's own share of scatter/gather: a device copy while the messages move; then waits
+  /// for them, so that no peer is left waiting if the copy fails.
+  template <class T>
+  void copy_own(const char* op, const DeviceBuffer<T>& src, std::size_t src_first,
+                DeviceBuffer<T>& dst, std::size_t dst_first, std::size_t count,
+                std::vector<std::shared_ptr<detail::Transfer>>& transfers) {
+    std::exception_ptr failed;
+    try {
+      if (count != 0) {
+        manager().copy_bytes(src, dst, count * sizeof(T), src_first * sizeof(T),
+                             dst_first * sizeof(T));
+      }
+    } catch (...) {
+      failed = std::current_exception();
+    }
+    (void)op;
+    core_->wait_all(transfers);
+    if (failed) std::rethrow_exception(failed);
+  }
+
+  template <class T>
+  void reduce_on_host(const char* op, DeviceBuffer<T>& buffer, std::uint32_t type, Op reduction) {
+    const clbuf::detail::Allocation& memory = clbuf::detail::BufferAccess::memory(buffer);
+    std::vector<T> copy;
+    T* data = static_cast<T*>(memory.host);
+    if (data != nullptr) {
+      manager().finish();
+    } else {
+      copy = manager().download(buffer);
+      data = copy.data();
+    }
+    for (std::size_t done = 0; done < buffer.size();) {
+      const int count = static_cast<int>(std::min<std::size_t>(buffer.size() - done, INT_MAX));
+      detail::check_mpi(MPI_Allreduce(MPI_IN_PLACE, data + done, count, detail::mpi_type(type),
+                                      detail::mpi_op(reduction), core_->coll()),
+                        op, "MPI_Allreduce");
+      done += static_cast<std::size_t>(count);
+    }
+    if (memory.host == nullptr) manager().upload(buffer, copy);
+  }
+
+  std::shared_ptr<detail::Core> core_;
+  std::unique_ptr<detail::Reducer> reducer_;
+};
+
+/// One neighbour of a HaloExchange: `count` elements at `send_offset` of the field go to `rank`
+/// with `send_tag`; `count` elements from it, sent with `recv_tag`, land at `recv_offset`.
+/// `rank` may be MPI_PROC_NULL (a boundary: nothing moves).
+struct Neighbour {
+  int rank = MPI_PROC_NULL;
+  std::size_t send_offset = 0;
+  std::size_t recv_offset = 0;
+  std::size_t count = 0;
+  int send_tag = 0;
+  int recv_tag = 0;
+};
+
+/// A persistent halo exchange of one field: start() posts every receive into the ghost ranges
+/// and every send of the boundary ranges; finish() waits for them. Kernels on the interior may
+/// run in between: the exchange moves while they compute.
+template <class T>
+class HaloExchange {
+ public:
+  /// @throws Error CL_INVALID_VALUE for a rank or tag out of range.
+  HaloExchange(Communicator& communicator, std::vector<Neighbour> plan)
+      : communicator_(communicator), plan_(std::move(plan)) {
+    for (const Neighbour& n : plan_) {
+      communicator_.check_rank("HaloExchange", "neighbour", n.rank, false);
+      communicator_.check_tag("HaloExchange", n.send_tag, false);
+      communicator_.check_tag("HaloExchange", n.recv_tag, false);
+    }
+  }
+
+  /// Starts the exchange on `field`, which must stay alive and untouched in the ranges the plan
+  /// names until finish().
+  /// @throws Error CL_INVALID_VALUE for ranges past the end of `field`, CL_INVALID_OPERATION
+  ///         when the last exchange has not finished.
+  void start(DeviceBuffer<T>& field) {
+    const char* op = "HaloExchange::start";
+    if (!requests_.empty()) {
+      clbuf::detail::fail(op, CL_INVALID_OPERATION, "the last exchange has not finished");
+    }
+    communicator_.check_buffer(op, field);
+    for (const Neighbour& n : plan_) {
+      clbuf::detail::check_range(op, "read", n.count, n.send_offset, field.size(), sizeof(T));
+      clbuf::detail::check_range(op, "write", n.count, n.recv_offset, field.size(), sizeof(T));
+    }
+    std::vector<Request> requests;
+    requests.reserve(2 * plan_.size());
+    for (const Neighbour& n : plan_) {
+      requests.push_back(communicator_.start(std::make_shared<detail::RecvStream>(
+          *communicator_.core_, op, Communicator::span_of(field, n.recv_offset, n.count), n.rank,
+          n.recv_tag, communicator_.core_->user(), detail::Kind::point_to_point)));
+    }
+    for (const Neighbour& n : plan_) {
+      requests.push_back(communicator_.start(std::make_shared<detail::SendStream>(
+          *communicator_.core_, op, Communicator::span_of(field, n.send_offset, n.count), n.rank,
+          n.send_tag, communicator_.core_->user(), detail::Kind::point_to_point)));
+    }
+    requests_ = std::move(requests);
+  }
+
+  /// Moves the exchange on; true once it has completed.
+  bool test() {
+    bool all = true;
+    for (Request& request : requests_) all = request.test() && all;
+    if (all) requests_.clear();
+    return all;
+  }
+
+  /// Waits for every message of the exchange.
+  /// @throws Error as Request::wait() (the first failure; all are waited for).
+  void finish() {
+    std::vector<Request> requests = std::move(requests_);
+    requests_.clear();
+    wait_all(requests);
+  }
+
+ private:
+  Communicator& communicator_;
+  std::vector<Neighbour> plan_;
+  std::vector<Request> requests_;
+};
+
+}  // namespace mpi
+}  // namespace clbuf
+
+#endif  // CLBUF_MPI_HPP

@@ -1,0 +1,658 @@
+// clbuf::mpi under mpiexec on 2 and 3 ranks (tests/mpi/CMakeLists.txt). Every case runs on every
+// rank; each rank's memory model comes from the parameter (even ranks one model, odd ranks
+// another), so every path meets every other path on the wire: host (zero copy), unified
+// (map around MPI) and discrete (pinned chunks; forced on PoCL). Data is seeded per sender and
+// message, so a receiver knows what it must get without being told; bytes compare exactly.
+#include <gtest/gtest.h>
+#include <mpi.h>
+#include <clbuf/mpi.hpp>
+
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+namespace {
+
+std::uint32_t g_seed = 0;
+
+struct Models {
+  clbuf::MemoryModel even;
+  clbuf::MemoryModel odd;
+  const char* name;
+};
+
+struct Pair {  // a trivially copyable type MPI and OpenCL C have no name for
+  std::int32_t a;
+  float b;
+  std::uint16_t c;
+};
+
+/// `count` elements of random bytes, the same on every rank for the same (sender, key).
+template <class T>
+std::vector<T> pattern(int sender, std::uint32_t key, std::size_t count) {
+  std::seed_seq seq{g_seed, static_cast<std::uint32_t>(sender), key};
+  std::mt19937 rng(seq);
+  std::vector<T> data(count);
+  auto* bytes = reinterpret_cast<unsigned char*>(data.data());
+  const std::size_t total = count * sizeof(T);
+  std::size_t i = 0;
+  for (; i + 4 <= total; i += 4) {
+    const std::uint32_t word = static_cast<std::uint32_t>(rng());
+    std::memcpy(bytes + i, &word, 4);
+  }
+  for (; i < total; ++i) bytes[i] = static_cast<unsigned char>(rng());
+  return data;
+}
+
+template <class T>
+::testing::AssertionResult same(const std::vector<T>& expected, const std::vector<T>& actual) {
+  if (expected.size() != actual.size()) {
+    return ::testing::AssertionFailure() << "sizes " << expected.size() << " and " << actual.size();
+  }
+  const std::size_t bytes = expected.size() * sizeof(T);
+  if (bytes == 0 || std::memcmp(expected.data(), actual.data(), bytes) == 0) {
+    return ::testing::AssertionSuccess();
+  }
+  const auto* a = reinterpret_cast<const unsigned char*>(expected.data());
+  const auto* b = reinterpret_cast<const unsigned char*>(actual.data());
+  std::size_t first = 0;
+  while (a[first] == b[first]) ++first;
+  return ::testing::AssertionFailure()
+         << "bytes differ from byte " << first << " of " << bytes << " (seed " << g_seed << ")";
+}
+
+/// Runs `body`, which must throw clbuf::Error with `code` and every fragment in its message.
+template <class F>
+::testing::AssertionResult throws(F&& body, cl_int code, std::vector<std::string> fragments) {
+  try {
+    body();
+  } catch (const clbuf::Error& e) {
+    if (e.code() != code) {
+      return ::testing::AssertionFailure()
+             << "code " << e.code() << ", not " << code << ": " << e.what();
+    }
+    for (const std::string& fragment : fragments) {
+      if (std::string(e.what()).find(fragment) == std::string::npos) {
+        return ::testing::AssertionFailure() << "no \"" << fragment << "\" in: " << e.what();
+      }
+    }
+    return ::testing::AssertionSuccess();
+  }
+  return ::testing::AssertionFailure() << "no clbuf::Error thrown";
+}
+
+class Mpi : public ::testing::TestWithParam<Models> {
+ protected:
+  // The device: CLBUF_DEVICE, else the default (GPU first). A GPU cannot take MemoryModel::host:
+  // those cases skip, on every rank alike.
+  void SetUp() override {
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank_);
+    MPI_Comm_size(MPI_COMM_WORLD, &size_);
+    int unusable = 0;
+    try {
+      manager_ = make_manager();
+    } catch (const clbuf::Error& e) {
+      if (std::string(e.what()).find("needs a CPU device") == std::string::npos) throw;
+      unusable = 1;
+    }
+    MPI_Allreduce(MPI_IN_PLACE, &unusable, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+    if (unusable) GTEST_SKIP() << "MemoryModel::host needs a CPU device";
+  }
+
+  std::unique_ptr<clbuf::BufferManager> make_manager() const {
+    clbuf::Options options;
+    options.memory = rank_ % 2 == 0 ? GetParam().even : GetParam().odd;
+    return std::make_unique<clbuf::BufferManager>("", options);
+  }
+
+  /// Small chunks by default: many chunks per message, cheaply.
+  clbuf::mpi::Communicator communicator(std::size_t chunk = 64 << 10, std::size_t depth = 2) {
+    clbuf::mpi::Options options;
+    options.chunk_bytes = chunk;
+    options.depth = depth;
+    options.device_reduce_bytes = 4096;
+    return clbuf::mpi::Communicator(*manager_, MPI_COMM_WORLD, options);
+  }
+
+  template <class T>
+  clbuf::DeviceBuffer<T> upload(const std::vector<T>& data) {
+    if (data.empty()) return manager_->allocate<T>(0);
+    return manager_->upload(data);
+  }
+
+  /// Every rank sends `count` elements to the next and receives from the previous.
+  template <class T>
+  void ring(clbuf::mpi::Communicator& comm, std::size_t count, std::uint32_t key) {
+    const int right = (rank_ + 1) % size_;
+    const int left = (rank_ + size_ - 1) % size_;
+    clbuf::DeviceBuffer<T> out = upload(pattern<T>(rank_, key, count));
+    clbuf::DeviceBuffer<T> in = manager_->allocate<T>(count);
+    comm.sendrecv(out, right, in, left, static_cast<int>(key % 1000));
+    EXPECT_TRUE(same(pattern<T>(left, key, count), manager_->download(in)))
+        << count << " elements of " << sizeof(T) << " bytes from rank " << left;
+  }
+
+  int rank_ = 0;
+  int size_ = 1;
+  std::unique_ptr<clbuf::BufferManager> manager_;
+};
+
+TEST_P(Mpi, RankAndSize) {
+  clbuf::mpi::Communicator comm = communicator();
+  EXPECT_EQ(comm.rank(), rank_);
+  EXPECT_EQ(comm.size(), size_);
+  EXPECT_NE(comm.native(), MPI_COMM_WORLD);
+}
+
+TEST_P(Mpi, EveryElementTypeArrivesExactly) {
+  clbuf::mpi::Communicator comm = communicator(16 << 10);
+  std::uint32_t key = 1;
+  for (std::size_t count : {std::size_t{0}, std::size_t{1}, std::size_t{7}, std::size_t{1000},
+                            std::size_t{5000}, std::size_t{20011}}) {
+    ring<std::int8_t>(comm, count, key++);
+    ring<std::uint8_t>(comm, count, key++);
+    ring<std::int16_t>(comm, count, key++);
+    ring<std::uint16_t>(comm, count, key++);
+    ring<std::int32_t>(comm, count, key++);
+    ring<std::uint32_t>(comm, count, key++);
+    ring<std::int64_t>(comm, count, key++);
+    ring<std::uint64_t>(comm, count, key++);
+    ring<float>(comm, count, key++);
+    ring<double>(comm, count, key++);
+    ring<Pair>(comm, count, key++);
+  }
+}
+
+// 0 B to 64 MiB with the default 4 MiB chunks: the envelope edge, one chunk +- 1 byte, sizes that
+// are no multiple of a chunk, and many chunks.
+TEST_P(Mpi, SizesFromZeroTo64MiB) {
+  clbuf::mpi::Communicator comm = communicator(std::size_t{4} << 20);
+  const std::size_t mib = std::size_t{1} << 20;
+  const std::size_t envelope = 3968;  // the inline limit
+  std::uint32_t key = 100;
+  for (std::size_t bytes :
+       {std::size_t{0}, std::size_t{1}, std::size_t{4}, envelope - 1, envelope, envelope + 1,
+        std::size_t{65536}, mib + 3, 4 * mib - 1, 4 * mib, 4 * mib + 1, 8 * mib + 4097, 64 * mib}) {
+    // 64 MiB on 2 ranks through the staged pipeline only (time); 8 MiB + 4097 B everywhere
+    const bool staged = std::string(GetParam().name).find("Staged") != std::string::npos;
+    if (bytes >= 64 * mib && (size_ > 2 || !staged)) continue;
+    if (bytes >= 8 * mib && size_ > 2) continue;
+    ring<unsigned char>(comm, bytes, key++);
+  }
+}
+
+TEST_P(Mpi, SendAndRecvBetweenEveryPair) {
+  clbuf::mpi::Communicator comm = communicator(8 << 10);
+  const std::size_t count = 3 * 1024 + 5;  // two chunks of 8 KiB, the last short
+  for (int from = 0; from < size_; ++from) {
+    for (int to = 0; to < size_; ++to) {
+      if (from == to) continue;
+      const std::uint32_t key = static_cast<std::uint32_t>(200 + from * 10 + to);
+      if (rank_ == from) comm.send(upload(pattern<float>(from, key, count)), to, 7);
+      if (rank_ == to) {
+        clbuf::DeviceBuffer<float> in = manager_->allocate<float>(count);
+        comm.recv(in, from, 7);
+        EXPECT_TRUE(same(pattern<float>(from, key, count), manager_->download(in)));
+      }
+    }
+  }
+}
+
+// Many messages in flight at once, same tag (MPI order) and different tags, waited for in
+// reverse: every transfer progresses while any is waited for.
+TEST_P(Mpi, ManyMessagesInFlight) {
+  clbuf::mpi::Communicator comm = communicator(16 << 10);
+  const int right = (rank_ + 1) % size_;
+  const int left = (rank_ + size_ - 1) % size_;
+  const int messages = 40;
+  std::vector<clbuf::DeviceBuffer<std::int32_t>> out, in;
+  std::vector<clbuf::mpi::Request> requests;
+  const auto count_of = [](int i) { return static_cast<std::size_t>((i * 2749) % 20000 + i); };
+  for (int i = 0; i < messages; ++i) {
+    in.push_back(manager_->allocate<std::int32_t>(count_of(i)));
+    requests.push_back(comm.irecv(in.back(), left, i % 3));
+  }
+  for (int i = 0; i < messages; ++i) {
+    out.push_back(
+        upload(pattern<std::int32_t>(rank_, 300 + static_cast<std::uint32_t>(i), count_of(i))));
+    requests.push_back(comm.isend(out.back(), right, i % 3));
+  }
+  for (std::size_t i = requests.size(); i-- > 0;) requests[i].wait();
+  // 80 messages in flight, pinned chunks on a budget: 2 x depth a direction
+  EXPECT_LE(comm.peak_pinned_bytes(), std::size_t{2 * 2 * 2} * (16 << 10));
+  for (int i = 0; i < messages; ++i) {
+    EXPECT_TRUE(same(pattern<std::int32_t>(left, 300 + static_cast<std::uint32_t>(i), count_of(i)),
+                     manager_->download(in[static_cast<std::size_t>(i)])))
+        << "message " << i;
+  }
+}
+
+TEST_P(Mpi, TestPollsToCompletion) {
+  clbuf::mpi::Communicator comm = communicator(16 << 10);
+  const int right = (rank_ + 1) % size_;
+  const int left = (rank_ + size_ - 1) % size_;
+  const std::size_t count = 50000;
+  clbuf::DeviceBuffer<double> in = manager_->allocate<double>(count);
+  clbuf::mpi::Request received = comm.irecv(in, left, 3);
+  clbuf::DeviceBuffer<double> out = upload(pattern<double>(rank_, 400, count));
+  clbuf::mpi::Request sent = comm.isend(out, right, 3);
+  for (bool done = false; !done;) {
+    const bool got = received.test();  // both polled every time
+    const bool went = sent.test();
+    done = got && went;
+  }
+  EXPECT_TRUE(same(pattern<double>(left, 400, count), manager_->download(in)));
+  EXPECT_TRUE(received.test());  // an empty Request is complete
+}
+
+TEST_P(Mpi, AnySourceAndAnyTag) {
+  clbuf::mpi::Communicator comm = communicator(8 << 10);
+  const std::size_t count = 4000;
+  if (rank_ == 0) {
+    std::vector<int> seen(static_cast<std::size_t>(size_), 0);
+    for (int i = 1; i < size_; ++i) {
+      clbuf::DeviceBuffer<std::uint16_t> in = manager_->allocate<std::uint16_t>(count);
+      clbuf::mpi::Request request = comm.irecv(in, MPI_ANY_SOURCE, MPI_ANY_TAG);
+      request.wait();
+      const std::vector<std::uint16_t> got = manager_->download(in);
+      int from = -1;
+      for (int r = 1; r < size_; ++r) {
+        if (got == pattern<std::uint16_t>(r, 500, count)) from = r;
+      }
+      ASSERT_GT(from, 0) << "the data of no sender";
+      ++seen[static_cast<std::size_t>(from)];
+    }
+    for (int r = 1; r < size_; ++r) EXPECT_EQ(seen[static_cast<std::size_t>(r)], 1);
+  } else {
+    comm.send(upload(pattern<std::uint16_t>(rank_, 500, count)), 0, 40 + rank_);
+  }
+}
+
+TEST_P(Mpi, ViewsAtOffsets) {
+  clbuf::mpi::Communicator comm = communicator(8 << 10);
+  const int right = (rank_ + 1) % size_;
+  const int left = (rank_ + size_ - 1) % size_;
+  const std::size_t count = 40000;
+  const std::size_t offset = 1024;  // 4 KiB: aligned for a sub-buffer
+  clbuf::DeviceBuffer<float> whole_out = upload(pattern<float>(rank_, 600, count + offset));
+  clbuf::DeviceBuffer<float> out = manager_->view(whole_out, offset, count);
+  std::vector<float> before = pattern<float>(rank_, 601, count + 2 * offset);
+  clbuf::DeviceBuffer<float> whole_in = upload(before);
+  clbuf::DeviceBuffer<float> in = manager_->view(whole_in, offset, count);
+  comm.sendrecv(out, right, in, left);
+  std::vector<float> expected = before;
+  const std::vector<float> sent = pattern<float>(left, 600, count + offset);
+  std::copy(sent.begin() + static_cast<std::ptrdiff_t>(offset), sent.end(),
+            expected.begin() + static_cast<std::ptrdiff_t>(offset));
+  EXPECT_TRUE(same(expected, manager_->download(whole_in)));
+}
+
+TEST_P(Mpi, ProcNullMovesNothing) {
+  clbuf::mpi::Communicator comm = communicator();
+  std::vector<int> data = pattern<int>(rank_, 700, 100);
+  clbuf::DeviceBuffer<int> buffer = upload(data);
+  comm.send(buffer, MPI_PROC_NULL);
+  comm.recv(buffer, MPI_PROC_NULL);
+  EXPECT_TRUE(same(data, manager_->download(buffer)));
+}
+
+TEST_P(Mpi, BroadcastFromEveryRoot) {
+  clbuf::mpi::Communicator comm = communicator(16 << 10);
+  for (int root = 0; root < size_; ++root) {
+    for (std::size_t count : {std::size_t{0}, std::size_t{3}, std::size_t{100003}}) {
+      const std::uint32_t key =
+          800 + static_cast<std::uint32_t>(root * 7) + static_cast<std::uint32_t>(count % 5);
+      clbuf::DeviceBuffer<double> buffer = rank_ == root
+                                               ? upload(pattern<double>(root, key, count))
+                                               : upload(pattern<double>(rank_, key + 1, count));
+      comm.broadcast(buffer, root);
+      EXPECT_TRUE(same(pattern<double>(root, key, count), manager_->download(buffer)));
+    }
+  }
+}
+
+template <class T>
+std::vector<T> small_values(int rank, std::uint32_t key, std::size_t count) {
+  std::seed_seq seq{g_seed, static_cast<std::uint32_t>(rank), key};
+  std::mt19937 rng(seq);
+  std::vector<T> data(count);
+  for (T& value : data)
+    value = static_cast<T>(static_cast<int>(rng() % 100) - 30 * std::is_signed<T>::value);
+  return data;
+}
+
+template <class T>
+void check_allreduce(clbuf::BufferManager& manager, clbuf::mpi::Communicator& comm, int rank,
+                     int size, std::size_t count, std::uint32_t key) {
+  for (clbuf::mpi::Op op : {clbuf::mpi::Op::sum, clbuf::mpi::Op::min, clbuf::mpi::Op::max}) {
+    std::vector<T> expected = small_values<T>(0, key, count);
+    for (int r = 1; r < size; ++r) {
+      const std::vector<T> theirs = small_values<T>(r, key, count);
+      for (std::size_t i = 0; i < count; ++i) {
+        expected[i] = op == clbuf::mpi::Op::sum   ? static_cast<T>(expected[i] + theirs[i])
+                      : op == clbuf::mpi::Op::min ? std::min(expected[i], theirs[i])
+                                                  : std::max(expected[i], theirs[i]);
+      }
+    }
+    std::vector<T> mine = small_values<T>(rank, key, count);
+    clbuf::DeviceBuffer<T> buffer = count == 0 ? manager.allocate<T>(0) : manager.upload(mine);
+    comm.allreduce(buffer, op);
+    EXPECT_TRUE(same(expected, manager.download(buffer)))
+        << count << " elements, op " << static_cast<int>(op);
+  }
+}
+
+// device_reduce_bytes is 4 KiB here: the small counts reduce on the host (MPI_Allreduce), the
+// large ones on the device (ring + OpenCL kernel); counts not divisible by the ranks.
+TEST_P(Mpi, AllreduceSumMinMax) {
+  clbuf::mpi::Communicator comm = communicator(16 << 10);
+  for (std::size_t count :
+       {std::size_t{0}, std::size_t{1}, std::size_t{5}, std::size_t{1000}, std::size_t{70001}}) {
+    check_allreduce<float>(*manager_, comm, rank_, size_, count, 900);
+    check_allreduce<std::int32_t>(*manager_, comm, rank_, size_, count, 901);
+  }
+  // The other element types once (their kernels do not depend on the path; builds take time).
+  if (std::string(GetParam().name) != "ZeroCopyAndStaged") return;
+  for (std::size_t count : {std::size_t{3}, std::size_t{9001}}) {
+    check_allreduce<double>(*manager_, comm, rank_, size_, count, 902);
+    check_allreduce<std::int8_t>(*manager_, comm, rank_, size_, count, 903);
+    check_allreduce<std::uint16_t>(*manager_, comm, rank_, size_, count, 904);
+    check_allreduce<std::uint64_t>(*manager_, comm, rank_, size_, count, 905);
+    check_allreduce<std::int64_t>(*manager_, comm, rank_, size_, count, 906);
+  }
+}
+
+TEST_P(Mpi, ScatterAndGatherEveryRoot) {
+  clbuf::mpi::Communicator comm = communicator(8 << 10);
+  for (int root = 0; root < size_; ++root) {
+    for (std::size_t n : {std::size_t{0}, std::size_t{2}, std::size_t{10007}}) {
+      const std::uint32_t key =
+          1000 + static_cast<std::uint32_t>(root) + static_cast<std::uint32_t>(n % 7);
+      const std::size_t total = n * static_cast<std::size_t>(size_);
+      clbuf::DeviceBuffer<std::int16_t> all = rank_ == root
+                                                  ? upload(pattern<std::int16_t>(root, key, total))
+                                                  : manager_->allocate<std::int16_t>(0);
+      clbuf::DeviceBuffer<std::int16_t> mine = manager_->allocate<std::int16_t>(n);
+      comm.scatter(all, mine, root);
+      const std::vector<std::int16_t> source = pattern<std::int16_t>(root, key, total);
+      const std::vector<std::int16_t> expected(
+          source.begin() + static_cast<std::ptrdiff_t>(n * static_cast<std::size_t>(rank_)),
+          source.begin() + static_cast<std::ptrdiff_t>(n * static_cast<std::size_t>(rank_ + 1)));
+      EXPECT_TRUE(same(expected, manager_->download(mine))) << "scatter from " << root;
+
+      clbuf::DeviceBuffer<std::int16_t> part = upload(pattern<std::int16_t>(rank_, key + 50, n));
+      clbuf::DeviceBuffer<std::int16_t> gathered =
+          manager_->allocate<std::int16_t>(rank_ == root ? total : 0);
+      comm.gather(part, gathered, root);
+      if (rank_ == root) {
+        std::vector<std::int16_t> want;
+        for (int r = 0; r < size_; ++r) {
+          const std::vector<std::int16_t> theirs = pattern<std::int16_t>(r, key + 50, n);
+          want.insert(want.end(), theirs.begin(), theirs.end());
+        }
+        EXPECT_TRUE(same(want, manager_->download(gathered))) << "gather to " << root;
+      }
+    }
+  }
+}
+
+// Pinned staging memory stays at chunk x depth per message in flight.
+TEST_P(Mpi, PinnedMemoryIsBounded) {
+  const std::size_t chunk = 64 << 10;
+  clbuf::mpi::Communicator comm = communicator(chunk, 2);
+  ring<float>(comm, (8 << 20) / sizeof(float) + 3, 1100);
+  EXPECT_LE(comm.peak_pinned_bytes(), 2 * 2 * chunk);  // one send and one receive
+  if (manager_->memory_model() == clbuf::MemoryModel::discrete) {
+    EXPECT_GT(comm.peak_pinned_bytes(), 0u);
+  } else {
+    EXPECT_EQ(comm.pinned_bytes(), 0u);  // zero copy and map need none
+  }
+}
+
+// --- errors: on the rank that can see them, never a hang
+
+TEST_P(Mpi, CountMismatchIsAnErrorOnTheReceiver) {
+  clbuf::mpi::Communicator comm = communicator(8 << 10);
+  if (rank_ > 1) return;
+  // small (inline) and chunked messages, the receiver's buffer larger and smaller
+  const std::size_t sent_counts[] = {10, 10, 100000, 100000};
+  const std::size_t recv_counts[] = {12, 9, 100001, 99999};
+  for (int i = 0; i < 4; ++i) {
+    if (rank_ == 0) {
+      comm.send(upload(pattern<float>(0, 1200, sent_counts[i])), 1, 5);  // completes: no hang
+    } else {
+      const std::vector<float> before = pattern<float>(1, 1201, recv_counts[i]);
+      clbuf::DeviceBuffer<float> in = upload(before);
+      const std::string sent = std::to_string(sent_counts[i]) + " elements of 4 bytes (float)";
+      const std::string held = std::to_string(recv_counts[i]) + " elements of 4 bytes (float)";
+      std::vector<std::string> fragments = {
+          "recv: CL_INVALID_VALUE (-30): ", "rank 0 (tag 5) sent " + sent,
+          "the receiving buffer holds " + held};
+      if (sent_counts[i] > recv_counts[i]) fragments.push_back("MPI_ERR_TRUNCATE");
+      EXPECT_TRUE(throws([&] { comm.recv(in, 0, 5); }, CL_INVALID_VALUE, fragments));
+      EXPECT_TRUE(same(before, manager_->download(in))) << "nothing written";
+    }
+  }
+  // the pair still works afterwards
+  if (rank_ == 0) comm.send(upload(pattern<int>(0, 1202, 70000)), 1, 6);
+  if (rank_ == 1) {
+    clbuf::DeviceBuffer<int> in = manager_->allocate<int>(70000);
+    comm.recv(in, 0, 6);
+    EXPECT_TRUE(same(pattern<int>(0, 1202, 70000), manager_->download(in)));
+  }
+}
+
+// A rejected chunked message is drained without blocking: a rank sending to itself, progressed
+// by the same thread, completes too.
+TEST_P(Mpi, MismatchWithItselfDoesNotHang) {
+  clbuf::mpi::Communicator comm = communicator(8 << 10);
+  clbuf::DeviceBuffer<double> in = manager_->allocate<double>(30000);
+  clbuf::mpi::Request received = comm.irecv(in, rank_, 9);
+  clbuf::DeviceBuffer<double> out = upload(pattern<double>(rank_, 1250, 30001));
+  clbuf::mpi::Request sent = comm.isend(out, rank_, 9);
+  EXPECT_TRUE(throws([&] { received.wait(); }, CL_INVALID_VALUE,
+                     {"irecv: ", "MPI_ERR_TRUNCATE", "sent 30001 elements of 8 bytes (double)"}));
+  sent.wait();
+}
+
+TEST_P(Mpi, TypeMismatchOfTheSameSizeIsAnError) {
+  clbuf::mpi::Communicator comm = communicator(8 << 10);
+  if (rank_ == 0) comm.send(upload(pattern<float>(0, 1300, 50000)), 1);
+  if (rank_ == 1) {
+    clbuf::DeviceBuffer<std::int32_t> in = manager_->allocate<std::int32_t>(50000);
+    EXPECT_TRUE(throws(
+        [&] { comm.recv(in, 0); }, CL_INVALID_VALUE,
+        {"sent 50000 elements of 4 bytes (float)", "holds 50000 elements of 4 bytes (int32)"}));
+  }
+}
+
+TEST_P(Mpi, BadInputIsAnError) {
+  clbuf::mpi::Communicator comm = communicator();
+  clbuf::DeviceBuffer<int> buffer = manager_->allocate<int>(10);
+  EXPECT_TRUE(throws([&] { comm.send(buffer, size_); }, CL_INVALID_VALUE,
+                     {"send: ", "destination rank " + std::to_string(size_) + " is not in [0, "}));
+  EXPECT_TRUE(throws([&] { comm.send(buffer, -5); }, CL_INVALID_VALUE, {"destination rank -5"}));
+  EXPECT_TRUE(throws([&] { comm.send(buffer, 0, -1); }, CL_INVALID_VALUE, {"tag -1 is not in"}));
+  EXPECT_TRUE(throws([&] { static_cast<void>(comm.isend(buffer, -3)); }, CL_INVALID_VALUE,
+                     {"isend: ", "destination rank -3"}));
+  EXPECT_TRUE(throws([&] { static_cast<void>(comm.irecv(buffer, size_ + 1)); }, CL_INVALID_VALUE,
+                     {"irecv: ", "source rank", "or MPI_ANY_SOURCE"}));
+  EXPECT_TRUE(throws([&] { comm.recv(buffer, 0, -7); }, CL_INVALID_VALUE, {"recv: ", "tag -7"}));
+  clbuf::DeviceBuffer<int> moved = std::move(buffer);
+  EXPECT_TRUE(throws([&] { comm.send(buffer, 0); }, CL_INVALID_MEM_OBJECT, {"send: "}));
+  EXPECT_TRUE(throws([&] { comm.sendrecv(moved, 0, moved, 0); }, CL_MEM_COPY_OVERLAP,
+                     {"sendrecv: ", "share bytes"}));
+  clbuf::BufferManager other;  // a context of its own
+  clbuf::DeviceBuffer<int> foreign = other.allocate<int>(10);
+  EXPECT_TRUE(
+      throws([&] { comm.send(foreign, 0); }, CL_INVALID_CONTEXT, {"another OpenCL context"}));
+  // a bad root on every rank: each rank rejects it itself
+  EXPECT_TRUE(throws([&] { comm.broadcast(moved, size_); }, CL_INVALID_VALUE,
+                     {"broadcast: ", "root rank"}));
+  clbuf::mpi::HaloExchange<int> halo(comm, {{(rank_ + 1) % size_, 0, 5, 5, 1, 1}});
+  clbuf::DeviceBuffer<int> small = manager_->allocate<int>(4);
+  EXPECT_TRUE(throws([&] { halo.start(small); }, CL_INVALID_VALUE, {"HaloExchange::start: "}));
+  EXPECT_TRUE(throws(
+      [&] {
+        clbuf::mpi::HaloExchange<int> bad(comm, {{size_ + 3, 0, 0, 1, 0, 0}});
+      },
+      CL_INVALID_VALUE, {"neighbour rank"}));
+}
+
+// Without the agreement the collectives still give exact results.
+TEST_P(Mpi, CollectivesWithoutVerification) {
+  clbuf::mpi::Options options;
+  options.chunk_bytes = 16 << 10;
+  options.device_reduce_bytes = 4096;
+  options.verify_collectives = false;
+  clbuf::mpi::Communicator comm(*manager_, MPI_COMM_WORLD, options);
+  check_allreduce<float>(*manager_, comm, rank_, size_, 5, 1700);
+  check_allreduce<std::int32_t>(*manager_, comm, rank_, size_, 20001, 1701);
+  clbuf::DeviceBuffer<double> buffer = rank_ == 1 ? upload(pattern<double>(1, 1702, 9000))
+                                                  : upload(pattern<double>(rank_, 1703, 9000));
+  comm.broadcast(buffer, 1);
+  EXPECT_TRUE(same(pattern<double>(1, 1702, 9000), manager_->download(buffer)));
+}
+
+// A collective whose ranks disagree fails on every rank before any data moves.
+TEST_P(Mpi, CollectiveMismatchFailsOnEveryRank) {
+  clbuf::mpi::Communicator comm = communicator(8 << 10);
+  clbuf::DeviceBuffer<float> buffer = manager_->allocate<float>(rank_ == 0 ? 100 : 101);
+  EXPECT_TRUE(throws([&] { comm.broadcast(buffer, 0); }, CL_INVALID_VALUE,
+                     {"broadcast: ", "element counts differ between ranks (100 to 101)"}));
+  EXPECT_TRUE(throws([&] { comm.allreduce(buffer); }, CL_INVALID_VALUE, {"allreduce: "}));
+  clbuf::DeviceBuffer<float> same_size = manager_->allocate<float>(64);
+  EXPECT_TRUE(throws(
+      [&] { comm.allreduce(same_size, rank_ == 0 ? clbuf::mpi::Op::sum : clbuf::mpi::Op::max); },
+      CL_INVALID_VALUE, {"operations differ between ranks (sum to max)"}));
+  EXPECT_TRUE(throws([&] { comm.broadcast(same_size, rank_ == 0 ? 0 : 1); }, CL_INVALID_VALUE,
+                     {"roots differ"}));
+  // the root's `all` is the wrong size: the root says why, the others name the root
+  clbuf::DeviceBuffer<float> all = manager_->allocate<float>(rank_ == 0 ? 7 : 0);
+  clbuf::DeviceBuffer<float> mine = manager_->allocate<float>(2);
+  EXPECT_TRUE(throws([&] { comm.scatter(all, mine, 0); }, CL_INVALID_VALUE,
+                     {rank_ == 0 ? "the root's buffer holds 7 elements" : "rank 0 rejected"}));
+  // and the communicator still works
+  check_allreduce<float>(*manager_, comm, rank_, size_, 33, 1400);
+}
+
+TEST_P(Mpi, OptionsMustAgree) {
+  clbuf::mpi::Options options;
+  options.chunk_bytes = rank_ == 0 ? std::size_t{1} << 20 : std::size_t{2} << 20;
+  EXPECT_TRUE(throws([&] { clbuf::mpi::Communicator comm(*manager_, MPI_COMM_WORLD, options); },
+                     CL_INVALID_VALUE, {"chunk_bytes differ between ranks (1048576 to 2097152)"}));
+  options.chunk_bytes = rank_ == 0 ? 100 : std::size_t{1} << 20;
+  EXPECT_TRUE(throws([&] { clbuf::mpi::Communicator comm(*manager_, MPI_COMM_WORLD, options); },
+                     CL_INVALID_VALUE,
+                     {rank_ == 0 ? "chunk_bytes 100 must be in" : "rank 0 rejected"}));
+  EXPECT_TRUE(throws([&] { clbuf::mpi::Communicator comm(*manager_, MPI_COMM_NULL); },
+                     CL_INVALID_VALUE, {"MPI_COMM_NULL"}));
+  std::unique_ptr<clbuf::BufferManager> gone = make_manager();
+  gone->cleanup();
+  EXPECT_TRUE(throws([&] { clbuf::mpi::Communicator comm(*gone); }, CL_SUCCESS, {"cleanup()"}));
+}
+
+// A periodic 1D halo exchange: each rank's ghost cells hold its neighbours' edge cells.
+TEST_P(Mpi, HaloExchangeFillsGhostCells) {
+  clbuf::mpi::Communicator comm = communicator(8 << 10);
+  const std::size_t halo = 3000;
+  const std::size_t interior = 10000;
+  const std::size_t n = interior + 2 * halo;
+  const int right = (rank_ + 1) % size_;
+  const int left = (rank_ + size_ - 1) % size_;
+  // layout: [left ghost | interior | right ghost]; send my first/last `halo` interior cells
+  clbuf::mpi::HaloExchange<double> exchange(
+      comm, {{left, halo, 0, halo, 1, 2}, {right, interior, halo + interior, halo, 2, 1}});
+  for (std::uint32_t round = 0; round < 3; ++round) {
+    std::vector<double> field = pattern<double>(rank_, 1500 + round, n);
+    clbuf::DeviceBuffer<double> buffer = upload(field);
+    exchange.start(buffer);
+    EXPECT_TRUE(throws([&] { exchange.start(buffer); }, CL_INVALID_OPERATION, {"not finished"}));
+    exchange.finish();
+    const std::vector<double> from_left = pattern<double>(left, 1500 + round, n);
+    const std::vector<double> from_right = pattern<double>(right, 1500 + round, n);
+    std::copy(from_left.begin() + static_cast<std::ptrdiff_t>(interior),
+              from_left.begin() + static_cast<std::ptrdiff_t>(interior + halo), field.begin());
+    std::copy(from_right.begin() + static_cast<std::ptrdiff_t>(halo),
+              from_right.begin() + static_cast<std::ptrdiff_t>(2 * halo),
+              field.begin() + static_cast<std::ptrdiff_t>(halo + interior));
+    EXPECT_TRUE(same(field, manager_->download(buffer))) << "round " << round;
+  }
+}
+
+// Open ends: MPI_PROC_NULL neighbours move nothing, their ghost cells stay as they were.
+TEST_P(Mpi, HaloExchangeWithOpenEnds) {
+  clbuf::mpi::Communicator comm = communicator(8 << 10);
+  const std::size_t halo = 5;
+  const std::size_t interior = 20;
+  const std::size_t n = interior + 2 * halo;
+  const int left = rank_ == 0 ? MPI_PROC_NULL : rank_ - 1;
+  const int right = rank_ == size_ - 1 ? MPI_PROC_NULL : rank_ + 1;
+  clbuf::mpi::HaloExchange<float> exchange(
+      comm, {{left, halo, 0, halo, 1, 2}, {right, interior, halo + interior, halo, 2, 1}});
+  std::vector<float> field = pattern<float>(rank_, 1600, n);
+  clbuf::DeviceBuffer<float> buffer = upload(field);
+  exchange.start(buffer);
+  while (!exchange.test()) {
+  }
+  if (left != MPI_PROC_NULL) {
+    const std::vector<float> theirs = pattern<float>(left, 1600, n);
+    std::copy(theirs.begin() + static_cast<std::ptrdiff_t>(interior),
+              theirs.begin() + static_cast<std::ptrdiff_t>(interior + halo), field.begin());
+  }
+  if (right != MPI_PROC_NULL) {
+    const std::vector<float> theirs = pattern<float>(right, 1600, n);
+    std::copy(theirs.begin() + static_cast<std::ptrdiff_t>(halo),
+              theirs.begin() + static_cast<std::ptrdiff_t>(2 * halo),
+              field.begin() + static_cast<std::ptrdiff_t>(halo + interior));
+  }
+  EXPECT_TRUE(same(field, manager_->download(buffer)));
+}
+
+TEST(MpiSelector, LocalDeviceSelectorNamesADevice) {
+  const std::string selector = clbuf::mpi::local_device_selector();
+  clbuf::BufferManager manager(selector);
+  EXPECT_EQ(selector, std::to_string(manager.device().platform_index) + ":" +
+                          std::to_string(manager.device().device_index));
+}
+
+using clbuf::MemoryModel;
+INSTANTIATE_TEST_SUITE_P(
+    Paths, Mpi,
+    ::testing::Values(Models{MemoryModel::host, MemoryModel::host, "ZeroCopy"},
+                      Models{MemoryModel::discrete, MemoryModel::discrete, "Staged"},
+                      Models{MemoryModel::unified, MemoryModel::unified, "Mapped"},
+                      Models{MemoryModel::host, MemoryModel::discrete, "ZeroCopyAndStaged"},
+                      Models{MemoryModel::discrete, MemoryModel::unified, "StagedAndMapped"}),
+    [](const ::testing::TestParamInfo<Models>& param) { return std::string(param.param.name); });
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  int provided = 0;
+  MPI_Init_thread(&argc, &argv, MPI_THREAD_FUNNELED, &provided);
+  ::testing::InitGoogleTest(&argc, argv);
+  int rank = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  if (const char* seed = std::getenv("CLBUF_TEST_SEED")) {
+    g_seed = static_cast<std::uint32_t>(std::strtoul(seed, nullptr, 10));
+  } else if (rank == 0) {
+    g_seed = std::random_device()();
+  }
+  MPI_Bcast(&g_seed, 1, MPI_UINT32_T, 0, MPI_COMM_WORLD);
+  if (rank == 0) std::cout << "[ seed     ] " << g_seed << " (CLBUF_TEST_SEED to repeat)\n";
+  if (rank != 0) {  // one report; a failing rank still prints its failures
+    ::testing::TestEventListeners& listeners = ::testing::UnitTest::GetInstance()->listeners();
+    ::testing::GTEST_FLAG(brief) = true;
+    (void)listeners;
+  }
+  const int failed = RUN_ALL_TESTS();
+  int any = 0;
+  MPI_Allreduce(&failed, &any, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+  MPI_Finalize();
+  return any;
+}
