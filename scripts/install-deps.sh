@@ -2,10 +2,12 @@
 # Installs the Debian packages that clbuf's demo and tests need; does nothing when all are there.
 #   scripts/install-deps.sh            the library, the demo and the C++ tests (PoCL as the device)
 #   scripts/install-deps.sh --all      also what every test needs: the Python module (pybind11,
-#                                      numpy, pytest) and the benchmark peers (Boost.Compute,
-#                                      pyopencl, gnuplot) for the benchmark's smoke test; and
-#                                      clang-format-14 for CI's format check
-#                                      (scripts/check-format.sh)
+#                                      numpy, pytest) and its pip install in a venv (setuptools,
+#                                      wheel, pybind11 for Python, venv, pip); the benchmark peers
+#                                      (Boost.Compute, pyopencl, gnuplot) for the benchmark's smoke
+#                                      test; the packaging tests (clang++ 14 for the coexistence
+#                                      matrix, pkg-config, doxygen); and clang-format-14 for CI's
+#                                      format check (scripts/check-format.sh)
 #   scripts/install-deps.sh --sanitize the sanitizer stage (scripts/sanitize.sh): clang-14 with its
 #                                      sanitizer and libFuzzer runtimes, valgrind, oclgrind, and
 #                                      python3 for scripts/run_label.py
@@ -13,7 +15,7 @@ set -eu
 packages="cmake g++ make pocl-opencl-icd ocl-icd-opencl-dev opencl-clhpp-headers opencl-c-headers clinfo googletest libgtest-dev"
 for arg in "$@"; do
   case "$arg" in
-    --all) packages="$packages pybind11-dev python3-dev python3-numpy python3-pytest libbenchmark-dev libboost-dev python3-pyopencl gnuplot-nox time clang-format-14" ;;
+    --all) packages="$packages pybind11-dev python3-dev python3-numpy python3-pytest python3-pybind11 python3-setuptools python3-wheel python3-venv python3-pip libbenchmark-dev libboost-dev python3-pyopencl gnuplot-nox time clang-format-14 clang-14 pkg-config doxygen" ;;
     --sanitize) packages="$packages clang-14 libclang-rt-14-dev valgrind oclgrind python3" ;;
     *) echo "usage: $0 [--all] [--sanitize]" >&2; exit 2 ;;
   esac
