@@ -1,6 +1,7 @@
 # cmake -DSOURCE_DIR=<clbuf checkout> -P check_release.cmake
 # The release files agree with include/clbuf/version.hpp: README pins this version (a tag, not a
-# branch) for FetchContent and find_package, and CHANGELOG.md has an entry for it.
+# branch) for FetchContent and find_package, and CHANGELOG.md has an entry for it. And every
+# option() of the top-level CMakeLists.txt is in README's options list and docs/environment.md.
 file(READ "${SOURCE_DIR}/include/clbuf/version.hpp" header)
 foreach(part MAJOR MINOR PATCH)
   string(REGEX MATCH "#define CLBUF_VERSION_${part} ([0-9]+)" _ "${header}")
@@ -25,6 +26,23 @@ string(FIND "${changelog}" "## [${version}]" found)
 if(found EQUAL -1)
   list(APPEND problems "CHANGELOG.md has no entry \"## [${version}]\"")
 endif()
+file(READ "${SOURCE_DIR}/CMakeLists.txt" top)
+file(READ "${SOURCE_DIR}/docs/environment.md" environment)
+string(REGEX MATCHALL "option\\((CLBUF_[A-Z_]+)" options "${top}")
+foreach(option IN LISTS options)
+  string(REPLACE "option(" "" option "${option}")
+  foreach(doc README.md docs/environment.md)
+    if(doc STREQUAL "README.md")
+      set(text "${readme}")
+    else()
+      set(text "${environment}")
+    endif()
+    string(FIND "${text}" "`${option}`" found)
+    if(found EQUAL -1)
+      list(APPEND problems "${doc} does not name the option ${option}")
+    endif()
+  endforeach()
+endforeach()
 if(problems)
   string(REPLACE ";" "\n  " problems "${problems}")
   message(FATAL_ERROR "release files and version.hpp (${version}) disagree:\n  ${problems}")
