@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: MIT
 """Builds the extension clbuf._clbuf for pip (pyproject.toml holds the rest of the metadata).
 
 The version comes from include/clbuf/version.hpp. The build folder is build-wheel/ (git ignores

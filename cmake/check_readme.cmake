@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: MIT
 # README's quick start must be examples/01_quick_start.cpp verbatim (after its SPDX line, if any,
 # and its first comment line).
 file(READ "${SOURCE_DIR}/README.md" readme)

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: MIT
 # cmake -DDOXYGEN=<doxygen> -DDOXYFILE=<Doxyfile> -DLOG=<its WARN_LOGFILE> -P check_doxygen.cmake
 # Runs Doxygen and fails on any warning: Doxygen's WARN_AS_ERROR, with every warning printed.
 #

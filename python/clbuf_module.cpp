@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // The extension module `clbuf._clbuf` of the Python package `clbuf` (python/clbuf/): the seed's
 // BufferManager API (upload_to_device, download_from_device, copy_device_buffer, cleanup) over
 // the clbuf C++ core.

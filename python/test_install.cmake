@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: MIT
 # cmake -DMODE=cmake|pip -DPYTHON=<python3> -DSOURCE_DIR=<checkout> -DBUILD_DIR=<clbuf build>
 #       -DWORK=<scratch dir> -DPACKAGE_DIR=<CLBUF_PYTHON_INSTALL_DIR> -P test_install.cmake
 # Installs the Python package as a user would, into a fresh folder, and runs python/tests on it

@@ -1,4 +1,5 @@
 #!/usr/bin/python3
+# SPDX-License-Identifier: MIT
 """Writes single_include/clbuf/clbuf.hpp, the whole library in one header, from include/.
 
     /usr/bin/python3 scripts/amalgamate.py           regenerate the single header

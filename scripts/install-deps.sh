@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: MIT
 # Installs the Debian packages that clbuf's demo and tests need; does nothing when all are there.
 #   scripts/install-deps.sh            the library, the demo and the C++ tests (PoCL as the device)
 #   scripts/install-deps.sh --all      also what every test needs: the Python module (pybind11,

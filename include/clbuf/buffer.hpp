@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // clbuf::DeviceBuffer<T>: a typed, move-only owner of device memory.
 #ifndef CLBUF_BUFFER_HPP
 #define CLBUF_BUFFER_HPP

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // clbuf: typed, checked, fast transfers between host memory and OpenCL devices.
 // One include gives the whole library; the topic headers below hold one concern each.
 #ifndef CLBUF_CLBUF_HPP

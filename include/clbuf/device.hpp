@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // Device discovery and selection: list_devices(), the selector grammar shared by CLBUF_DEVICE
 // and BufferManager(selector), and the GPU-first default.
 #ifndef CLBUF_DEVICE_HPP

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // clbuf::Error, the table of OpenCL error names, and the factories every failure goes through,
 // so that the same failure always reads the same:
 //   "<operation>: <CL_NAME> (<code>): <details>"

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // The Khronos C++ bindings, as the application configures them. clbuf works with any target
 // version from 1.2 on, exceptions on or off, whichever is included first: clbuf or the bindings
 // (<CL/opencl.hpp>, <CL/cl2.hpp>, <CL/cl.h>). The first include fixes the bindings for the

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // clbuf::Options: how a BufferManager moves bytes (memory model, pool, staging, copy threads).
 #ifndef CLBUF_OPTIONS_HPP
 #define CLBUF_OPTIONS_HPP

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // clbuf::PinnedBuffer<T>: page-locked host memory, the fastest path to and from a discrete device.
 #ifndef CLBUF_PINNED_HPP
 #define CLBUF_PINNED_HPP

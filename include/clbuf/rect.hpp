@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // Rectangular 2D/3D regions of row-major arrays, in elements: clbuf::Extents, clbuf::Offset,
 // clbuf::Region, and the pure checks behind upload_rect/download_rect/copy_rect (bounds and
 // overlap, overflow-safe, no OpenCL here). Pitches are always derived from the extents.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // clbuf::TransferStats: a manager's bytes, operations and time per direction, and its pool's
 // counters (the counters themselves: detail/telemetry.hpp).
 #ifndef CLBUF_TELEMETRY_HPP

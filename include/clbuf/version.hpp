@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // clbuf's version: the one place it is written. CMake, pkg-config, the Python package and
 // the single header read it from here.
 #ifndef CLBUF_VERSION_HPP

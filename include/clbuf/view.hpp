@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // clbuf::MappedView<T>: a typed, move-only span over device memory mapped into the host's address
 // space (clEnqueueMapBuffer), unmapped by its destructor. Zero-copy where the device shares host
 // memory (PoCL, integrated GPUs).

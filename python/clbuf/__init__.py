@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: MIT
 """clbuf: typed, checked host <-> device transfers of numpy arrays over OpenCL.
 
 The Python face of the clbuf C++ library. The classes and functions below come from the private

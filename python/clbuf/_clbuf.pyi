@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: MIT
 """Type stubs of the extension module clbuf._clbuf (python/clbuf_module.cpp)."""
 from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
 

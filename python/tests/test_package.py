@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: MIT
 """The package as users install it: a Python package `clbuf` over the private extension
 `clbuf._clbuf`, with the Python class Error, type stubs that match the extension, and py.typed.
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // What a BufferManager runs on: the device it picked (or adopted), its context and in-order
 // queue, the facts about the device clbuf needs, and the Options with every `automatic`
 // resolved. Fixed at construction; cleanup() drops the context and queue.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // A translation unit of an application that uses the Khronos OpenCL headers itself next to
 // clbuf. tests/cmake/CMakeLists.txt compiles it under -Wall -Wextra -Werror, clbuf on a plain -I
 // path (as a header copy is), for every combination of

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // The application's own include of the Khronos C++ bindings, by either name.
 #if COEXIST_CL2
 // <CL/cl2.hpp> prints a message saying it was renamed (clang's -Werror makes that an error,

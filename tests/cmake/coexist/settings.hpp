@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // The application's own settings of the Khronos headers (no include guard: app.cpp includes it
 // where the application would write them). COEXIST_TARGET 0: the application sets nothing.
 #if COEXIST_ORDER == 3

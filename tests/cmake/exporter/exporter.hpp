@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // The library's interface: clbuf types in it, so its users need clbuf too.
 #ifndef EXPORTER_HPP
 #define EXPORTER_HPP

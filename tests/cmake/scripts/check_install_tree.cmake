@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: MIT
 # cmake -DPREFIX=<install prefix> -DFILES=<paths relative to it> -P check_install_tree.cmake
 # Fails naming every file the install tree lacks.
 set(missing "")

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: MIT
 # cmake -DSOURCE_DIR=<clbuf checkout> -P check_release.cmake
 # The release files agree with include/clbuf/version.hpp: README pins this version (a tag, not a
 # branch) for FetchContent and find_package, and CHANGELOG.md has an entry for it. And every

@@ -1,7 +1,9 @@
+# SPDX-License-Identifier: MIT
 # cmake -DSOURCE_DIR=<clbuf checkout> -P check_spdx.cmake
 # Every source file begins with its licence as an SPDX line: line 1 (line 2 after a #! line),
 #   // SPDX-License-Identifier: MIT     (C++)
 #   # SPDX-License-Identifier: MIT      (CMake, Python, shell, TOML)
+cmake_policy(SET CMP0009 NEW)  # no following of symbolic links
 set(patterns "")
 foreach(dir include single_include tests examples bench python scripts cmake docs .ci)
   foreach(ext hpp cpp h py cmake in sh toml pyi)

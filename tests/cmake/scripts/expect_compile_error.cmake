@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: MIT
 # cmake -DCOMPILER=<c++> -DSTD=<c++14|c++17> -DINCLUDE=<clbuf include dir> -DSOURCE=<file>
 #       -DEXPECT=<regex> -DWORK=<scratch dir> [-DHIDE_BINDINGS=ON] -P expect_compile_error.cmake
 # Compiles SOURCE and passes when the compile fails with exactly one error, and that error

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: MIT
 # cmake -DSOURCE=<clbuf checkout> -DWORK=<scratch dir> -DGENERATOR=<generator> -DCOMPILER=<c++>
 #       -P install_without_googletest.cmake
 # A top-level configure with the defaults (tests on) on a machine without GoogleTest, then

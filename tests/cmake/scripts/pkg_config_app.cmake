@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: MIT
 # cmake -DPKG_CONFIG=<pkg-config> -DPC_DIR=<dir of clbuf.pc> -DCOMPILER=<c++> -DSOURCE=<main.cpp>
 #       -DWORK=<scratch dir> -DVERSION=<x.y.z> -P pkg_config_app.cmake
 # Builds and runs an application with nothing but the flags `pkg-config --cflags --libs clbuf`

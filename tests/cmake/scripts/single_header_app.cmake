@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: MIT
 # cmake -DCOMPILER=<c++> -DHEADER=<single_include/clbuf/clbuf.hpp> -DSOURCE=<main.cpp>
 #       -DWORK=<scratch dir> -P single_header_app.cmake
 # A vendored copy: the one file in a folder of its own, the only clbuf file on the include path;
