@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // clbuf_bench: clbuf against hand-written OpenCL-CLHPP (naive and best practice), Boost.Compute
 // and a single-thread memcpy, in one process, interleaved, on the same device and queue.
 //

@@ -1,4 +1,5 @@
 #!/usr/bin/python3
+# SPDX-License-Identifier: MIT
 """pyopencl peer for clbuf_bench: the same operations, sizes, rules and CSV schema.
 
 Methods:

@@ -1,4 +1,5 @@
 #!/usr/bin/python3
+# SPDX-License-Identifier: MIT
 """Merge clbuf_bench and pyopencl_bench CSVs, print the table of medians and ratios, write
 results/benchmark.csv, results/table.md and PNG plots of bandwidth against size (gnuplot).
 

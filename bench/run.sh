@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: MIT
 # One command for the whole benchmark: build clbuf_bench (Release, build-bench/), run it and the
 # pyopencl peer on the same device, measure peak RSS of a 256 MiB round trip per method, merge
 # the CSVs, print the table of medians and clbuf/peer ratios, and draw PNG plots into

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // The README's quick start: upload, copy on the device, download, check.
 #include <clbuf/clbuf.hpp>
 

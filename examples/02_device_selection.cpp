@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // What list_devices() sees, which device the default selection picks, and why: the full report of
 // explain_selection() (every device, picked or why rejected; CLBUF_DEBUG=1 logs the same report
 // whenever a BufferManager is made). Pass a selector as the first argument ("gpu", "cpu", "0:0",

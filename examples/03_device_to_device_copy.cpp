@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // The seed's second case: two buffers on the device, the first copied into the second with no
 // host round trip, then a byte range copied between buffers of different element types.
 #include <clbuf/clbuf.hpp>

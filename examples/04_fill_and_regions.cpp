@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // Fill a buffer with one value, then move rectangular tiles of a 2D image between the host and
 // the device and within the device: pitches come from the extents, never computed by hand.
 #include <clbuf/clbuf.hpp>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // Mapped views (RAII), sub-buffer views, raw OpenCL handles in and out, and a copy between two
 // managers (run with POCL_DEVICES="pthread pthread" to see two PoCL devices).
 #include <clbuf/clbuf.hpp>

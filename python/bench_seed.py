@@ -1,4 +1,5 @@
 #!/usr/bin/python3
+# SPDX-License-Identifier: MIT
 """clbuf's Python module against pyopencl on the seed's round trip and on large round trips.
 
     PYTHONPATH=build-python/python /usr/bin/python3 python/bench_seed.py [--quick]

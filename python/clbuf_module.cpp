@@ -1,5 +1,7 @@
-// The Python module `clbuf`: the seed's BufferManager API (upload_to_device, download_from_device,
-// copy_device_buffer, cleanup) over the clbuf C++ core.
+// SPDX-License-Identifier: MIT
+// The extension module `clbuf._clbuf` of the Python package `clbuf` (python/clbuf/): the seed's
+// BufferManager API (upload_to_device, download_from_device, copy_device_buffer, cleanup) over
+// the clbuf C++ core.
 //
 // A clbuf.DeviceBuffer holds the raw bytes of an array (clbuf::DeviceBuffer<std::uint8_t>) plus
 // the numpy dtype and shape it was uploaded with. Contiguous aligned input is uploaded straight
@@ -13,7 +15,6 @@
 // (clbuf::BufferManager); this file checks only what Python passes in.
 #include <clbuf/clbuf.hpp>
 
-#include <pybind11/eval.h>
 #include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
@@ -44,7 +45,7 @@ constexpr int npy_c_contiguous = 0x0001;
 constexpr int npy_ensure_array = 0x0040;
 constexpr int npy_aligned = 0x0100;
 
-// clbuf.Error, created in PYBIND11_MODULE; the module keeps it alive.
+// clbuf.Error (python/clbuf/__init__.py), looked up in PYBIND11_MODULE; the module keeps it alive.
 PyObject* error_type = nullptr;
 
 /// Throws clbuf::Error as the library words it: "<operation>: <CL_NAME> (<code>): <details>".
@@ -757,39 +758,20 @@ std::optional<std::string> as_selector(const py::handle& value) {
   return std::string(text, static_cast<std::size_t>(size));
 }
 
-const char* const error_class_source = R"(
-class Error(RuntimeError):
-    """A failed clbuf operation. `code` is the OpenCL error code (0 for misuse OpenCL has no
-    code for, such as using a cleaned-up BufferManager); `name` is its name, e.g.
-    "CL_INVALID_VALUE"; str(error) is the whole message."""
-
-    def __init__(self, message="", code=0):
-        super().__init__(message)
-        self.code = code
-
-    @property
-    def name(self):
-        return _error_name(self.code)
-)";
-
 }  // namespace
 
-PYBIND11_MODULE(clbuf, m) {
+// The private extension of the package `clbuf` (python/clbuf/__init__.py), which defines the
+// Python class clbuf.Error before it imports this module.
+PYBIND11_MODULE(_clbuf, m) {
   m.doc() = "Typed, checked host<->device transfers over OpenCL (the clbuf C++ library).";
   m.attr("__version__") = std::to_string(CLBUF_VERSION_MAJOR) + "." +
                           std::to_string(CLBUF_VERSION_MINOR) + "." +
                           std::to_string(CLBUF_VERSION_PATCH);
 
-  m.def("_error_name", [](cl_int code) { return clbuf::error_name(code); });
   m.def(
       "error_name", [](cl_int code) { return clbuf::error_name(code); }, py::arg("code"),
       "The name of an OpenCL error code, e.g. error_name(-30) == 'CL_INVALID_VALUE'.");
-  py::dict scope;
-  scope["__builtins__"] = py::module_::import("builtins");
-  scope["__name__"] = "clbuf";
-  scope["_error_name"] = m.attr("_error_name");
-  py::exec(error_class_source, scope);
-  py::object error = scope["Error"];
+  py::object error = py::module_::import("clbuf").attr("Error");
   m.attr("Error") = error;
   error_type = error.ptr();  // the module's attribute keeps it alive
 

@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: MIT
 # The format check of CI (.ci/run runs it before the build): every C++ file git tracks (and every
 # new one it does not ignore) must be as Debian 12's clang-format 14 formats it with the
 # project's .clang-format. Prints each difference and fails on any. To fix: clang-format-14 -i FILE

@@ -1,11 +1,14 @@
 #!/bin/sh
+# SPDX-License-Identifier: MIT
 # Installs the Debian packages that clbuf's demo and tests need; does nothing when all are there.
 #   scripts/install-deps.sh            the library, the demo and the C++ tests (PoCL as the device)
 #   scripts/install-deps.sh --all      also what every test needs: the Python module (pybind11,
-#                                      numpy, pytest) and the benchmark peers (Boost.Compute,
-#                                      pyopencl, gnuplot) for the benchmark's smoke test; and
-#                                      clang-format-14 for CI's format check
-#                                      (scripts/check-format.sh); Open MPI (openmpi-bin
+#                                      numpy, pytest) and its pip install in a venv (setuptools,
+#                                      wheel, pybind11 for Python, venv, pip); the benchmark peers
+#                                      (Boost.Compute, pyopencl, gnuplot) for the benchmark's smoke
+#                                      test; the packaging tests (clang++ 14 for the coexistence
+#                                      matrix, pkg-config, doxygen); and clang-format-14 for CI's
+#                                      format check (scripts/check-format.sh); Open MPI (openmpi-bin
 #                                      libopenmpi-dev) for clbuf::mpi's tests, example and benchmark
 #   scripts/install-deps.sh --sanitize the sanitizer stage (scripts/sanitize.sh): clang-14 with its
 #                                      sanitizer and libFuzzer runtimes, valgrind, oclgrind, and
@@ -14,7 +17,7 @@ set -eu
 packages="cmake g++ make pocl-opencl-icd ocl-icd-opencl-dev opencl-clhpp-headers opencl-c-headers clinfo googletest libgtest-dev"
 for arg in "$@"; do
   case "$arg" in
-    --all) packages="$packages pybind11-dev python3-dev python3-numpy python3-pytest libbenchmark-dev libboost-dev python3-pyopencl gnuplot-nox time clang-format-14 openmpi-bin libopenmpi-dev" ;;
+    --all) packages="$packages pybind11-dev python3-dev python3-numpy python3-pytest python3-pybind11 python3-setuptools python3-wheel python3-venv python3-pip libbenchmark-dev libboost-dev python3-pyopencl gnuplot-nox time clang-format-14 clang-14 pkg-config doxygen openmpi-bin libopenmpi-dev" ;;
     --sanitize) packages="$packages clang-14 libclang-rt-14-dev valgrind oclgrind python3" ;;
     *) echo "usage: $0 [--all] [--sanitize]" >&2; exit 2 ;;
   esac

@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: MIT
 """Runs the CTest tests of one label under a tool, one process per test executable.
 
     scripts/run_label.py BUILD_DIR LABEL [--jobs N] [--timeout S] [--fail-on REGEX] -- TOOL [ARG...]

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: MIT
 # The sanitizer stage of CI (.ci/run calls it after the main test command); see README
 # "Reliability". Fails on any report. Which tests a stage runs is chosen by their CTest labels
 # (tests/CMakeLists.txt), never by names here. Stages, each timed:

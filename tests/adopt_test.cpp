@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // BufferManager(cl::Context, cl::CommandQueue): adopting an application's own context and
 // in-order queue, sharing (not copying) them, and rejecting queues clbuf cannot order by.
 #include <cstdint>

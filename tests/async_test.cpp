@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // Asynchronous transfers: Futures own the host memory they touch, complete in queue order, hand
 // their result over once, and wait when dropped unwaited.
 #include <chrono>

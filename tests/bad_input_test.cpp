@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // Bad input: every rule of DESIGN.md and the API brief, each checked for its clbuf::Error code,
 // its message, and for leaving every byte of device and host memory as it was.
 #include <cstdint>

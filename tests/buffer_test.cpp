@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // clbuf::DeviceBuffer<T>: a move-only owner of device memory; its size, shape and native handle;
 // and its life after the manager that made it is cleaned up or destroyed.
 #include <cstdint>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // Must NOT compile: a DeviceBuffer element has to be copyable byte for byte. The CTest test
 // CompileFail.NonTriviallyCopyableElementIsRejected builds this file and expects the library's
 // static_assert to reject it.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // Device discovery and selection: list_devices(), the selector grammar of
 // BufferManager(selector) and CLBUF_DEVICE, the GPU-first default, and its error messages.
 #include "support/device_test.hpp"

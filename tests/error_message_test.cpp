@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // clbuf::Error and clbuf::error_name: the name table, the exception type, and the message
 // format "<operation>: <CL_NAME> (<code>): <details>" as real failures produce it.
 #include <regex>

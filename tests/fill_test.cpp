@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // fill(): a whole buffer and an element range with one value, on every transfer path, for
 // element sizes that clEnqueueFillBuffer takes (powers of two up to 128 bytes) and those it does
 // not (3, 24 and 256 bytes: the fallback); bad input leaves every byte as it was.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // Several threads construct the process's first BufferManager at once, as its first OpenCL use.
 // PoCL 3.1 initialises itself lazily and not thread-safely: without clbuf serialising discovery
 // this crashed 7 times in 10 and gave a false CL_DEVICE_NOT_FOUND the other 3. Each trial runs

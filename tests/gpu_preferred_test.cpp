@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // GPU preferred over the CPU (RELIABILITY.md group B): run with OCL_ICD_VENDORS naming both
 // PoCL (a CPU) and oclgrind (a simulator whose device says it is a GPU), listed so that the CPU
 // comes first (OCL_ICD_PLATFORM_SORT=none keeps that order). The default BufferManager must pick

@@ -1,5 +1,6 @@
+// SPDX-License-Identifier: MIT
 #include <clbuf/clbuf.hpp>
-// The line above is the first of this file on purpose: clbuf.hpp must compile with nothing
+// The include above comes before any other on purpose: clbuf.hpp must compile with nothing
 // included before it.
 
 #include <gtest/gtest.h>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // Promises attacked as a hostile user would (issue 9): the host refusing threads or memory, two
 // managers sharing one context, host pointers into a buffer's own mapped memory, several threads
 // waiting on one Future, cleanup() racing context()/queue(), fills of buffers the host may not

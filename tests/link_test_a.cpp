@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // With link_test_b.cpp: two translation units that include clbuf and instantiate the same
 // templates, linked into one program. A non-inline function in a header fails to link here.
 #include <clbuf/clbuf.hpp>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // The second translation unit of the link test (see link_test_a.cpp).
 #include <clbuf/clbuf.hpp>
 #include <cstdint>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // map(): RAII mapped views for read, write or both, on every transfer path; writes reach the
 // device at unmap; a view is empty after unmap or a move; the memory stays out of the pool while
 // a view of it is alive; bad input is rejected with nothing mapped or changed.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // Run with POCL_DEVICES=bogus (set by CMake): PoCL's platform is there but has no device.
 // list_devices() is empty and constructing a manager throws CL_DEVICE_NOT_FOUND, saying how to
 // install a driver. Skipped where another vendor's platform still lists devices.

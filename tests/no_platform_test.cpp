@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // No OpenCL platform at all: before main() runs, and so before the ICD loader reads its
 // configuration, this program points OCL_ICD_VENDORS at an empty folder of its own, so it needs
 // no environment from CTest and runs the same on any machine (the H200's run script sets

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // Every transfer path gives the same bytes: the CPU device's host blocks, the unified path and
 // the discrete path with pinned staging (forced on PoCL with tiny chunks, so that transfers span
 // many chunks, several threads share them and each wraps around its slots).

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // The device-memory pool: reuse, bins, the limit, trimming, and its end with the manager.
 #include <vector>
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // Concurrency gaps of RELIABILITY.md group C, for TSan: a buffer destroyed by one thread while
 // another thread's transfer of it is in flight; managers destroyed with work pending; concurrent
 // const reads (downloads of one buffer from several threads); cleanup() racing transfers on the

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // adopt() and release(): an application's cl::Buffer wrapped as a DeviceBuffer<T> (context, size
 // and overflow checked), and a DeviceBuffer's buffer handed to the application, never to be
 // reused by clbuf's pool.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // Rectangular 2D/3D regions: upload_rect, download_rect and copy_rect against a host model on
 // every transfer path; bounds checks (overflow-safe) and overlap checks within one buffer, each
 // with its code and message and no data changed; the exact overlap test against brute force.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // explain_selection(): every device considered, the one picked with the manager's own reason,
 // every other with why it was rejected; CLBUF_DEVICE honoured; CLBUF_DEBUG=1 logs the report.
 #include <string>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // Stress (RELIABILITY.md group E) on every MemoryModel, so the fast paths (host blocks, staging,
 // the pool) meet the same random workloads as the default path: random windows against a host
 // shadow with sentinels, random operations over eight buffers against a model, sizes around every

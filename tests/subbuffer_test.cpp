@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // view(): sub-buffer views usable everywhere a buffer is, on every transfer path; alignment to
 // CL_DEVICE_MEM_BASE_ADDR_ALIGN; overlap checks by root buffer and absolute offset; and the
 // parent's memory kept out of the pool while any view of it is alive.

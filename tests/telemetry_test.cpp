@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // Transfer telemetry: bytes and operations per direction, and the one-line summary.
 #include "support/device_test.hpp"
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // Concurrency: one manager shared by several threads, a manager per thread, buffers handed
 // between threads, and cleanup() while other threads are mid-transfer.
 #include <atomic>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // Transfers: the seed's two test cases, round trips of every element type at boundary sizes,
 // uploads into existing buffers and partial downloads at offsets, device-to-device copies, zero-
 // sized work, and random operations checked against a host model. Every comparison is byte-exact.

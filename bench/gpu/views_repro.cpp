@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // views_repro: does the segfault in the driver's clReleaseMemObject of an overlapping sub-buffer
 // view come from clbuf (a release too many) or from the driver? Runs every variant below in a
 // forked child (the parent never calls OpenCL), several times, and prints one line per child run

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // clbuf::DeviceBuffer<T>: a typed, move-only owner of device memory.
 #ifndef CLBUF_BUFFER_HPP
 #define CLBUF_BUFFER_HPP
@@ -29,14 +30,16 @@ class DeviceBuffer {
                 "clbuf::DeviceBuffer<T> needs an unqualified T");
 
  public:
-  using value_type = T;
+  using value_type = T;  ///< The element type.
 
   DeviceBuffer() = default;
   DeviceBuffer(const DeviceBuffer&) = delete;
   DeviceBuffer& operator=(const DeviceBuffer&) = delete;
 
+  /// Takes over `other`'s memory; `other` is left empty (!valid()).
   DeviceBuffer(DeviceBuffer&& other) noexcept { swap(other); }
 
+  /// Gives this buffer's memory back (as the destructor does), then takes over `other`'s.
   DeviceBuffer& operator=(DeviceBuffer&& other) noexcept {
     DeviceBuffer(std::move(other)).swap(*this);
     return *this;
@@ -69,6 +72,7 @@ class DeviceBuffer {
   std::size_t size() const noexcept { return size_; }
   /// Number of bytes: size() * sizeof(T).
   std::size_t size_bytes() const noexcept { return size_ * sizeof(T); }
+  /// True when size() is 0.
   bool empty() const noexcept { return size_ == 0; }
   /// The shape given at upload, else {size()}.
   const std::vector<std::size_t>& shape() const noexcept { return shape_; }

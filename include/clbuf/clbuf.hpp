@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // clbuf: typed, checked, fast transfers between host memory and OpenCL devices.
 // One include gives the whole library; the topic headers below hold one concern each.
 #ifndef CLBUF_CLBUF_HPP
@@ -5,17 +6,21 @@
 
 #include <clbuf/version.hpp>
 
+// First: it checks for C++17 and the Khronos bindings, with one error naming what is missing.
+#include <clbuf/opencl.hpp>
+
+#ifndef CLBUF_DETAIL_CANNOT_COMPILE
 #include <clbuf/buffer.hpp>
 #include <clbuf/device.hpp>
 #include <clbuf/error.hpp>
 #include <clbuf/future.hpp>
 #include <clbuf/manager.hpp>
-#include <clbuf/opencl.hpp>
 #include <clbuf/options.hpp>
 #include <clbuf/pinned.hpp>
 #include <clbuf/pool.hpp>
 #include <clbuf/rect.hpp>
 #include <clbuf/telemetry.hpp>
 #include <clbuf/view.hpp>
+#endif
 
 #endif  // CLBUF_CLBUF_HPP

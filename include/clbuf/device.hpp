@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // Device discovery and selection: list_devices(), the selector grammar shared by CLBUF_DEVICE
 // and BufferManager(selector), and the GPU-first default.
 #ifndef CLBUF_DEVICE_HPP
@@ -34,13 +35,13 @@ inline const char* to_string(DeviceType type) noexcept {
 
 /// What clbuf knows of one OpenCL device.
 struct DeviceInfo {
-  std::string platform;  ///< CL_PLATFORM_NAME
-  std::string name;      ///< CL_DEVICE_NAME
-  DeviceType type = DeviceType::other;
-  std::uint64_t global_mem_bytes = 0;  ///< CL_DEVICE_GLOBAL_MEM_SIZE
-  std::uint64_t max_alloc_bytes = 0;   ///< CL_DEVICE_MAX_MEM_ALLOC_SIZE
-  std::size_t platform_index = 0;      ///< as numbered by list_devices()
-  std::size_t device_index = 0;        ///< within its platform
+  std::string platform;                 ///< CL_PLATFORM_NAME
+  std::string name;                     ///< CL_DEVICE_NAME
+  DeviceType type = DeviceType::other;  ///< CL_DEVICE_TYPE: gpu, cpu, accelerator or other
+  std::uint64_t global_mem_bytes = 0;   ///< CL_DEVICE_GLOBAL_MEM_SIZE
+  std::uint64_t max_alloc_bytes = 0;    ///< CL_DEVICE_MAX_MEM_ALLOC_SIZE
+  std::size_t platform_index = 0;       ///< as numbered by list_devices()
+  std::size_t device_index = 0;         ///< within its platform
 };
 
 namespace detail {
@@ -394,9 +395,9 @@ inline std::vector<DeviceInfo> list_devices() {
 
 /// One device of a SelectionReport: picked, or why not.
 struct DeviceVerdict {
-  DeviceInfo device;
-  bool picked = false;
-  std::string reason;  ///< why it was picked (as selection_reason() says) or rejected
+  DeviceInfo device;    ///< the device
+  bool picked = false;  ///< true for the one device the selector picked
+  std::string reason;   ///< why it was picked (as selection_reason() says) or rejected
 };
 
 /// What a selector makes of every device: explain_selection()'s answer.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // clbuf::Error, the table of OpenCL error names, and the factories every failure goes through,
 // so that the same failure always reads the same:
 //   "<operation>: <CL_NAME> (<code>): <details>"
@@ -125,6 +126,8 @@ inline const char* error_name(cl_int code) noexcept {
 /// number where there is one, and the values that were wrong.
 class Error : public std::runtime_error {
  public:
+  /// An error with OpenCL code `code` (CL_SUCCESS for misuse OpenCL has no code for) and the
+  /// whole message `what()` returns.
   Error(cl_int code, const std::string& message) : std::runtime_error(message), code_(code) {}
 
   /// The OpenCL code that names the failure; CL_SUCCESS for misuse OpenCL has no code for.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // clbuf::Future<R>: the result of an asynchronous transfer, owning the host memory it touches.
 #ifndef CLBUF_FUTURE_HPP
 #define CLBUF_FUTURE_HPP

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // clbuf::BufferManager: owns a context and an in-order queue on one device, and moves typed data
 // between host memory and device memory. This file is the typed facade: each call enters the
 // gate, checks its input (detail/checks.hpp) before OpenCL is called, converts elements to bytes

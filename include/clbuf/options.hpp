@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // clbuf::Options: how a BufferManager moves bytes (memory model, pool, staging, copy threads).
 #ifndef CLBUF_OPTIONS_HPP
 #define CLBUF_OPTIONS_HPP
@@ -32,7 +33,9 @@ inline const char* to_string(MemoryModel model) noexcept {
 
 /// Tuning of a BufferManager; the defaults suit most applications (docs/environment.md).
 struct Options {
+  /// A size clbuf works out from the device (see each field).
   static constexpr std::size_t automatic = std::numeric_limits<std::size_t>::max();
+  /// A threshold that is never reached: turns the feature off (see each field).
   static constexpr std::size_t never = std::numeric_limits<std::size_t>::max();
   /// Most bytes of freed device memory kept for reuse; `automatic`: a quarter of the device's
   /// memory, at most 1 GiB. 0 turns the pool off.
@@ -47,6 +50,7 @@ struct Options {
   /// Threads for large host copies (the CPU device's memcpy, staged chunks); 0: as many as
   /// the host has, at most 12.
   unsigned copy_threads = 0;
+  /// The transfer paths: host (a CPU device), unified or discrete; `automatic` asks the device.
   MemoryModel memory = MemoryModel::automatic;
 };
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // clbuf::PinnedBuffer<T>: page-locked host memory, the fastest path to and from a discrete device.
 #ifndef CLBUF_PINNED_HPP
 #define CLBUF_PINNED_HPP
@@ -21,27 +22,40 @@ class PinnedBuffer {
                 "clbuf::PinnedBuffer<T> needs a trivially copyable T");
 
  public:
-  using value_type = T;
+  using value_type = T;  ///< The element type.
 
   PinnedBuffer() = default;
   PinnedBuffer(const PinnedBuffer&) = delete;
   PinnedBuffer& operator=(const PinnedBuffer&) = delete;
+  /// Takes over `other`'s memory; `other` is left empty.
   PinnedBuffer(PinnedBuffer&& other) noexcept { swap(other); }
+  /// Frees this buffer's memory (as the destructor does), then takes over `other`'s.
   PinnedBuffer& operator=(PinnedBuffer&& other) noexcept {
     PinnedBuffer(std::move(other)).swap(*this);
     return *this;
   }
 
+  /// The page-locked host memory; null when empty().
   T* data() noexcept { return data_; }
+  /// The page-locked host memory; null when empty().
   const T* data() const noexcept { return data_; }
+  /// Number of elements.
   std::size_t size() const noexcept { return size_; }
+  /// Number of bytes: size() * sizeof(T).
   std::size_t size_bytes() const noexcept { return size_ * sizeof(T); }
+  /// True when size() is 0.
   bool empty() const noexcept { return size_ == 0; }
+  /// Element `i` (unchecked, as std::vector's operator[]).
   T& operator[](std::size_t i) noexcept { return data_[i]; }
+  /// Element `i` (unchecked, as std::vector's operator[]).
   const T& operator[](std::size_t i) const noexcept { return data_[i]; }
+  /// The first element.
   T* begin() noexcept { return data_; }
+  /// One past the last element.
   T* end() noexcept { return data_ + size_; }
+  /// The first element.
   const T* begin() const noexcept { return data_; }
+  /// One past the last element.
   const T* end() const noexcept { return data_ + size_; }
 
  private:

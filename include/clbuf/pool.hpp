@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // clbuf::PoolStats: the counters of a BufferManager's device-memory pool (detail/pool.hpp).
 #ifndef CLBUF_POOL_HPP
 #define CLBUF_POOL_HPP

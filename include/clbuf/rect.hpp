@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // Rectangular 2D/3D regions of row-major arrays, in elements: clbuf::Extents, clbuf::Offset,
 // clbuf::Region, and the pure checks behind upload_rect/download_rect/copy_rect (bounds and
 // overlap, overflow-safe, no OpenCL here). Pitches are always derived from the extents.
@@ -14,16 +15,16 @@ namespace clbuf {
 /// The size of a row-major array or of a region, in elements: `x` elements per row, `y` rows per
 /// slice, `z` slices. A 2D array is {width, height}; a 1D array {length}.
 struct Extents {
-  std::size_t x = 1;
-  std::size_t y = 1;
-  std::size_t z = 1;
+  std::size_t x = 1;  ///< elements per row
+  std::size_t y = 1;  ///< rows per slice
+  std::size_t z = 1;  ///< slices
 };
 
 /// A position in a row-major array, in elements (column x, row y, slice z).
 struct Offset {
-  std::size_t x = 0;
-  std::size_t y = 0;
-  std::size_t z = 0;
+  std::size_t x = 0;  ///< column (element within its row)
+  std::size_t y = 0;  ///< row within its slice
+  std::size_t z = 0;  ///< slice
 };
 
 /// A box of `size` elements copied from `src_origin` of an array laid out as `src_extents` to
@@ -31,11 +32,11 @@ struct Offset {
 /// the extents (row pitch = extents.x * sizeof(T), slice pitch = row pitch * extents.y); each
 /// array must fit in the buffer or host memory it describes.
 struct Region {
-  Extents size;
-  Offset src_origin;
-  Extents src_extents;
-  Offset dst_origin;
-  Extents dst_extents;
+  Extents size;         ///< the box copied, in elements
+  Offset src_origin;    ///< where the box starts in the source array
+  Extents src_extents;  ///< the source array's layout
+  Offset dst_origin;    ///< where the box goes in the destination array
+  Extents dst_extents;  ///< the destination array's layout
 };
 
 namespace detail {

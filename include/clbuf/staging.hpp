@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // Kept for one release for code that included it directly: staging is internal now
 // (detail/staging.hpp).
 #ifndef CLBUF_STAGING_HPP

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // clbuf::TransferStats: a manager's bytes, operations and time per direction, and its pool's
 // counters (the counters themselves: detail/telemetry.hpp).
 #ifndef CLBUF_TELEMETRY_HPP
@@ -14,8 +15,8 @@ namespace clbuf {
 /// One direction's totals. Asynchronous transfers count bytes and operations when they are
 /// started; their time is not counted (it overlaps other work).
 struct DirectionStats {
-  std::uint64_t operations = 0;
-  std::uint64_t bytes = 0;
+  std::uint64_t operations = 0;   ///< transfers started (zero-sized ones and rejected ones not)
+  std::uint64_t bytes = 0;        ///< bytes moved
   std::uint64_t nanoseconds = 0;  ///< wall time inside blocking calls
   /// Achieved GB/s (10^9 bytes per second) over the blocking calls, 0 when none was timed.
   double gigabytes_per_second() const noexcept {
@@ -28,7 +29,7 @@ struct TransferStats {
   DirectionStats upload;    ///< host -> device
   DirectionStats download;  ///< device -> host
   DirectionStats copy;      ///< device -> device
-  PoolStats pool;
+  PoolStats pool;           ///< the buffer pool's counters
 
   /// One line, e.g. "upload 12 ops 48.0 MiB 9.1 GB/s | download ... | copy ... | pool 10 hits".
   std::string summary() const {

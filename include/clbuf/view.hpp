@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // clbuf::MappedView<T>: a typed, move-only span over device memory mapped into the host's address
 // space (clEnqueueMapBuffer), unmapped by its destructor. Zero-copy where the device shares host
 // memory (PoCL, integrated GPUs).
@@ -41,13 +42,15 @@ class MappedView {
                 "clbuf::MappedView<T> needs a trivially copyable T");
 
  public:
-  using value_type = T;
-  using iterator = T*;
+  using value_type = T;  ///< The element type.
+  using iterator = T*;   ///< A pointer into the mapped memory.
 
   MappedView() = default;
   MappedView(const MappedView&) = delete;
   MappedView& operator=(const MappedView&) = delete;
+  /// Takes over `other`'s mapping; `other` is left empty.
   MappedView(MappedView&& other) noexcept { swap(other); }
+  /// Unmaps this view's memory (as the destructor does), then takes over `other`'s mapping.
   MappedView& operator=(MappedView&& other) noexcept {
     MappedView(std::move(other)).swap(*this);
     return *this;
@@ -81,14 +84,21 @@ class MappedView {
     detail::check(CLBUF_CL(clWaitForEvents)(1, &event), "unmap", "clWaitForEvents");
   }
 
+  /// The mapped host memory; null when empty().
   T* data() const noexcept { return data_; }
+  /// Number of mapped elements; 0 after unmap() or a move.
   std::size_t size() const noexcept { return size_; }
+  /// Number of mapped bytes: size() * sizeof(T).
   std::size_t size_bytes() const noexcept { return size_ * sizeof(T); }
+  /// True when nothing is mapped (size() is 0).
   bool empty() const noexcept { return size_ == 0; }
   /// The mode it was mapped with.
   MapMode mode() const noexcept { return mode_; }
+  /// Element `i` of the mapped range (unchecked, as std::vector's operator[]).
   T& operator[](std::size_t i) const noexcept { return data_[i]; }
+  /// The first mapped element.
   T* begin() const noexcept { return data_; }
+  /// One past the last mapped element.
   T* end() const noexcept { return data_ + size_; }
 
  private:

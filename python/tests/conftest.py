@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: MIT
 """Shared fixtures. Every test needs an OpenCL device: without one the tests skip, unless
 CLBUF_REQUIRE_DEVICE=1 (as CI sets) makes that a failure."""
 import os

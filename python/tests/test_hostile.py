@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: MIT
 """Hostile Python (issue 9, findings 10-12 and the review after them): nothing a pure-Python
 caller does may crash, hang or abort the process; every failure is a Python exception with a
 message that says what is wrong. Whatever might crash runs in a subprocess with a timeout, so a

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: MIT
 """The clbuf module beyond the seed: dtypes, shapes, layouts, bad input, async, threads."""
 import threading
 

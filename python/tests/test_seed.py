@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: MIT
 """The seed's two test cases, as the seed states them, on the seed's API."""
 import numpy as np
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // Compile-time fault injection for clbuf: defines CLBUF_CL(fn) before clbuf is included, so every
 // OpenCL C entry point clbuf calls goes through a wrapper here that counts the call and, when told,
 // makes the Nth call of one entry point fail the way a driver would:

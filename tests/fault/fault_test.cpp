@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // Fault injection: the Nth call of every OpenCL entry point clbuf uses fails, for every N the
 // workload reaches, on every MemoryModel. Each injected failure must surface as a clbuf::Error
 // (never cl::Error or another exception, never an abort) or be absorbed with correct data (a

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // detail::checked_multiply(a, b, out) against 128-bit arithmetic: the product when it fits in
 // size_t, else false with `out` untouched.
 #include <clbuf/clbuf.hpp>

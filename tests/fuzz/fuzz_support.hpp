@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // Shared by the fuzz targets: the bytes of one input read as integers (DataProvider), a value
 // source biased towards the edges where size arithmetic breaks (0, 1, SIZE_MAX, powers of two,
 // values next to earlier ones), and a failure report.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // detail::parse_selector(text) against an independent reading of DESIGN.md's grammar:
 // surrounding white space ignored, case-insensitive; "" -> automatic; "gpu" / "cpu" /
 // "accelerator" -> that type; "P:D" -> platform P, device D (decimal indices; as parse_index

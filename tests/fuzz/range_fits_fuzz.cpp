@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // detail::range_fits(offset, length, capacity) against 128-bit arithmetic.
 #include <clbuf/clbuf.hpp>
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // detail::ranges_overlap(a, b, length) against 128-bit interval arithmetic, for ranges that fit
 // in one buffer of `capacity` bytes (the function's precondition) and for any inputs.
 #include <algorithm>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // Replays fuzz inputs without libFuzzer: each file named on the command line, and each regular
 // file of each folder named there, goes once through the target's LLVMFuzzerTestOneInput, in name
 // order. Every build links each fuzz target with this main() and replays its kept corpus

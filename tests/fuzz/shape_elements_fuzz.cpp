@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // detail::shape_elements(shape, out) against a 128-bit product: 0 when any extent is 0, else the
 // product when it fits in size_t, else false.
 #include <vector>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // Shared test support: the DeviceTest fixture (acquires a device or skips), seeded random data,
 // byte-exact comparison, and EXPECT_CLBUF_ERROR for checking a clbuf::Error by type, code and
 // message fragments.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // The test cases of the two-device suites, shared by multi_device_test.cpp (two PoCL devices of
 // one platform, suite MultiDevice) and multi_platform_test.cpp (PoCL and oclgrind as two
 // platforms, suite MultiPlatform): a manager per device and copy_from() between managers, same

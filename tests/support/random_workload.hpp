@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // The random workloads that the transfer suite (on the default manager) and the stress suite (on
 // every MemoryModel) share, each checked byte for byte against a host model:
 //   RandomWindows     random windows of one buffer uploaded and downloaded, against a host shadow,

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // Every check a BufferManager call makes before OpenCL is called, as free functions on sizes,
 // offsets and handles (testable without a device). A failed check throws the Error its factory
 // in error.hpp words, and nothing has been changed.

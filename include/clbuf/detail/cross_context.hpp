@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // copy_from between managers of different contexts (other devices or platforms): OpenCL has no
 // copy between contexts, so bytes go through host memory, never as a full host copy: straight
 // into or out of a CPU device's own host block, or pipelined through two pinned chunks.

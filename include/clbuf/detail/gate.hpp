@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // The gate every BufferManager call passes: any number of calls at once (shared), cleanup()
 // alone (exclusive), and once cleanup() has begun no new call enters, so threads that keep
 // calling cannot starve it (a reader-preferring shared_mutex would).

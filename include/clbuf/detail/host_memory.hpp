@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // Host memory clbuf allocates itself: aligned blocks that ask for huge pages (fresh 4 KiB pages
 // are slow to touch), vectors grown without a slow first touch, and a parallel memcpy.
 #ifndef CLBUF_DETAIL_HOST_MEMORY_HPP

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // OpenCL memory objects that clbuf does not allocate from its pool: an application's buffer
 // being adopted (what OpenCL says about it) and sub-buffer views.
 #ifndef CLBUF_DETAIL_MEMORY_OBJECT_HPP

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // A pinned host block: a CL_MEM_ALLOC_HOST_PTR buffer mapped once for the host, the memory the
 // driver moves by DMA at full bus speed. Used by PinnedBuffer, the staging slots and the copies
 // between contexts; MappedView shares its unmap-with-retry.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // The device-memory pool behind allocate() and upload(): size-binned, bounded, thread-safe.
 // Repeated uploads skip allocation and the slow first touch of fresh memory. On devices that
 // share host memory the pool's buffers are host blocks clbuf allocates (CL_MEM_USE_HOST_PTR),

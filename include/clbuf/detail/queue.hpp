@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // Checked queue operations: each wraps one OpenCL call behind CLBUF_CL and turns a failure into
 // an Error naming the operation and the call (the shape of Boost.Compute's command_queue). The
 // queue is in order; `blocking` calls return when the command has completed.

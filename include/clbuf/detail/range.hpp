@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // Pure host arithmetic behind every pre-check: overflow-safe sizes, ranges and overlaps.
 // No OpenCL here, so these functions can be fuzzed against a wide-integer reference.
 #ifndef CLBUF_DETAIL_RANGE_HPP

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // Rectangular transfers (upload_rect, download_rect, copy_rect) on checked sides (checks.hpp):
 // the byte geometry OpenCL takes, and the row-by-row copies where clEnqueueCopyBufferRect
 // cannot express a copy.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // Pinned staging for large transfers between pageable host memory and a discrete device.
 // Drivers move pageable memory at a fraction of the bus speed (7-17 GB/s against 55 GB/s pinned
 // on an H200), and one host thread copies only ~10 GB/s, so clbuf splits a transfer into chunks

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // A manager's transfer counters: bytes, operations and time per direction. Cheap enough to stay
 // on: a few relaxed atomic additions and two clock reads per blocking call.
 #ifndef CLBUF_DETAIL_TELEMETRY_HPP

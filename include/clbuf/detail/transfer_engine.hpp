@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // The transfer engine: moves bytes between host memory and device memory (a pool Allocation
 // plus a byte offset) by the one path rule below, and counts what it moves. Everything under
 // the typed BufferManager facade that is not a check ends here or in regions.hpp /

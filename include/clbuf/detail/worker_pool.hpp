@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // The worker threads behind clbuf's large host copies and staged transfers: one job at a time
 // runs on the calling thread and on up to `limit - 1` helpers, each taking work from state the
 // job shares (a chunk counter), so a job completes correctly with however many threads the host

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 #include <clbuf/clbuf.hpp>
 
 #include <iostream>

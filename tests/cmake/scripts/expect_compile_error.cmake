@@ -1,0 +1,66 @@
+# SPDX-License-Identifier: MIT
+# cmake -DCOMPILER=<c++> -DSTD=<c++14|c++17> -DINCLUDE=<clbuf include dir> -DSOURCE=<file>
+#       -DEXPECT=<regex> -DWORK=<scratch dir> [-DHIDE_BINDINGS=ON] -P expect_compile_error.cmake
+# Compiles SOURCE and passes when the compile fails with exactly one error, and that error
+# matches EXPECT. HIDE_BINDINGS: the compiler's own system include folders, except that the
+# Khronos C++ bindings (CL/opencl.hpp, CL/cl2.hpp) are not there, as on a machine without
+# Debian's opencl-clhpp-headers.
+set(flags "")
+if(HIDE_BINDINGS)
+  execute_process(COMMAND "${COMPILER}" -xc++ -E -v -
+    INPUT_FILE /dev/null OUTPUT_QUIET ERROR_VARIABLE verbose RESULT_VARIABLE result)
+  if(NOT result EQUAL 0)
+    message(FATAL_ERROR "${COMPILER} -E -v failed: ${verbose}")
+  endif()
+  string(REGEX MATCH "#include <...> search starts here:\n(.*)\nEnd of search list" _ "${verbose}")
+  string(REPLACE "\n" ";" dirs "${CMAKE_MATCH_1}")
+  file(REMOVE_RECURSE "${WORK}")
+  set(hidden FALSE)
+  set(index 0)
+  list(APPEND flags -nostdinc -nostdinc++)
+  foreach(dir IN LISTS dirs)
+    string(STRIP "${dir}" dir)
+    get_filename_component(dir "${dir}" REALPATH)
+    if(EXISTS "${dir}/CL/opencl.hpp")
+      # A copy of the folder made of links, with CL/ holding every header but the bindings.
+      set(farm "${WORK}/include${index}")
+      file(MAKE_DIRECTORY "${farm}/CL")
+      file(GLOB entries RELATIVE "${dir}" "${dir}/*")
+      foreach(entry IN LISTS entries)
+        if(NOT entry STREQUAL "CL")
+          file(CREATE_LINK "${dir}/${entry}" "${farm}/${entry}" SYMBOLIC)
+        endif()
+      endforeach()
+      file(GLOB entries RELATIVE "${dir}/CL" "${dir}/CL/*")
+      foreach(entry IN LISTS entries)
+        if(NOT entry MATCHES "^(opencl|cl2)\\.hpp$")
+          file(CREATE_LINK "${dir}/CL/${entry}" "${farm}/CL/${entry}" SYMBOLIC)
+        endif()
+      endforeach()
+      set(dir "${farm}")
+      set(hidden TRUE)
+    endif()
+    list(APPEND flags -isystem "${dir}")
+    math(EXPR index "${index} + 1")
+  endforeach()
+  if(NOT hidden)
+    message(FATAL_ERROR "no system include folder of ${COMPILER} holds CL/opencl.hpp")
+  endif()
+endif()
+
+execute_process(
+  COMMAND "${COMPILER}" -std=${STD} -fsyntax-only "-I${INCLUDE}" ${flags} "${SOURCE}"
+  RESULT_VARIABLE result OUTPUT_VARIABLE output ERROR_VARIABLE output)
+message("${output}")
+if(result EQUAL 0)
+  message(FATAL_ERROR "the compile succeeded; it must fail")
+endif()
+string(REGEX MATCHALL "[^\n]*: (fatal )?error: [^\n]*" errors "${output}")
+list(LENGTH errors count)
+if(NOT count EQUAL 1)
+  message(FATAL_ERROR "${count} errors; expected exactly one, matching \"${EXPECT}\"")
+endif()
+if(NOT errors MATCHES "${EXPECT}")
+  message(FATAL_ERROR "the error does not match \"${EXPECT}\": ${errors}")
+endif()
+message(STATUS "one error, as expected: ${errors}")
