@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // Does an asynchronous upload overlap a kernel? Times, each the median of interleaved
 // repetitions: a kernel alone on a queue of the application's own, upload_async() of a pageable
 // std::vector alone, and both started together. Overlap shows as together < kernel + upload.

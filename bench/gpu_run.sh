@@ -2,7 +2,7 @@
 # SPDX-License-Identifier: MIT
 # Runs clbuf's tests and benchmark on the NVIDIA H200 machine (see ../shared/GPU.md), from a
 # Release build folder made on Debian 12 and the ICD loader packages in .dev/:
-#   bench/gpu_run.sh BUILD_DIR OUT_DIR STAGE...     (stages: tests bench async sweep rss)
+#   bench/gpu_run.sh BUILD_DIR OUT_DIR STAGE...     (stages: tests bench async streaming sweep rss)
 # TESTS (a space-separated list of test executables' names) limits the tests stage; SWEEP_SIZES
 # (default 256M) the sizes of the staging sweep.
 # Writes test logs, the benchmark CSV/table, a staging sweep and peak RSS into OUT_DIR.
@@ -55,6 +55,16 @@ echo "== upload_async beside a kernel on another queue"
 timeout 60 "$build/bench/async_overlap" --mib 256 --reps 7 --kernel-ms 40 | tee "$out/overlap_h200.txt"
 fi
 
+if [[ $stages == *" streaming "* ]]; then
+echo "== staging copies: streaming stores (clbuf_bench) against plain memcpy (clbuf_bench_plain_copy), interleaved"
+for round in 1 2; do
+  for b in clbuf_bench clbuf_bench_plain_copy; do
+    timeout 120 "$build/bench/$b" --sizes 64M,256M,1G \
+      --ops upload_existing,download_caller,upload_async,download_async --methods clbuf \
+      --target-s 0.1 --case-budget-s 2 2>&1 | grep -E "^(upload|download).*clbuf " | sed "s/^/$b round=$round /"
+  done
+done | tee "$out/streaming.txt"
+fi
 if [[ $stages == *" sweep "* ]]; then
 echo "== staging sweep (${SWEEP_SIZES:-256M}, pageable std::vector)"
 for chunk in 1M 2M 4M; do

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // mpi_bench: clbuf::mpi against MPI on host memory in the same job, and against the
 // download / MPI_Send / MPI_Recv / upload that OpenCL applications write by hand. Two ranks (more
 // wait). Methods, interleaved per size (A B C D, several samples, the median reported):

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: MIT
 # clbuf::mpi on the NVIDIA H200 machine (../shared/GPU.md): the benchmark, the MPI tests and
 # example 06, from a Release build folder made on Debian 12 (targets mpi_bench, mpi_test,
 # 06_mpi_halo) and the ICD loader packages in .dev/. With one GPU both ranks share it (reported

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // Upload -> kernel -> download with no host wait in between, and a second batch uploading while
 // the first one's kernel runs. The kernel is the application's own (a cl::Program built on the
 // manager's context); clbuf's Futures hand it the events to wait for, and take its event back.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // Asynchronous forms of every operation (issue 11) on every transfer path, the staged one
 // included: exact data, order against blocking calls and later work on the queue, events in
 // (`after`) and out (Future::event()), dropping a Future, and bad input. Staging is forced onto

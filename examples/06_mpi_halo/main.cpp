@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // examples/06_mpi_halo: a 1D heat equation (3-point stencil, periodic) on device buffers,
 // split over the MPI ranks, with a persistent halo exchange that moves while the interior kernel
 // runs. Rank 0 then runs the same solver alone (MPI_COMM_SELF) and checks that every cell of

@@ -29,6 +29,7 @@ class [[nodiscard]] Future {
   Future(const Future&) = delete;
   Future& operator=(const Future&) = delete;
 
+  /// Takes over `other`'s transfer; `other` becomes empty (valid() is false).
   Future(Future&& other) noexcept
       : operation_(other.operation_),
         event_(std::move(other.event_)),
@@ -36,6 +37,8 @@ class [[nodiscard]] Future {
         host_(std::move(other.host_)),
         outcome_(std::move(other.outcome_)) {}
 
+  /// Waits for this Future's own transfer (errors ignored, as the destructor does), then takes
+  /// over `other`'s; `other` becomes empty.
   Future& operator=(Future&& other) noexcept {
     if (this != &other) {
       wait_quietly();

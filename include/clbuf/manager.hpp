@@ -63,6 +63,8 @@ class BufferManager {
   /// given": CLBUF_DEVICE, then the default.
   explicit BufferManager(const std::string& selector) : BufferManager(selector, Options()) {}
 
+  /// As BufferManager(selector), with `options` (memory model, staging, pool; options.hpp).
+  /// @throws Error CL_INVALID_VALUE for options out of range, else as BufferManager().
   BufferManager(const std::string& selector, const Options& options)
       : device_(selector, options, "BufferManager"), pool_(make_pool()), engine_(device_) {}
 
@@ -122,6 +124,7 @@ class BufferManager {
     stats.pool = pool_->stats();
     return stats;
   }
+  /// Sets the transfer counters of stats() back to zero (the pool's counters stay).
   void reset_stats() noexcept { engine_.telemetry().reset(); }
   /// Frees every buffer the pool holds for reuse.
   void trim_pool() noexcept { pool_->trim(); }
@@ -164,6 +167,7 @@ class BufferManager {
   [[nodiscard]] DeviceBuffer<T> upload(const T* data, std::size_t count) {
     return upload_new(data, count, {count}, detail::HostMemory::pageable);
   }
+  /// As upload(data.data(), data.size()).
   template <class T>
   [[nodiscard]] DeviceBuffer<T> upload(const std::vector<T>& data) {
     return upload_new(data.data(), data.size(), {data.size()}, detail::HostMemory::pageable);
@@ -187,10 +191,12 @@ class BufferManager {
   void upload(DeviceBuffer<T>& dst, const T* data, std::size_t count, std::size_t dst_offset = 0) {
     upload_into(dst, data, count, dst_offset, detail::HostMemory::pageable);
   }
+  /// As upload(dst, data.data(), data.size(), dst_offset).
   template <class T>
   void upload(DeviceBuffer<T>& dst, const std::vector<T>& data, std::size_t dst_offset = 0) {
     upload_into(dst, data.data(), data.size(), dst_offset, detail::HostMemory::pageable);
   }
+  /// As upload(dst, data.data(), data.size(), dst_offset), by DMA with no staging copy.
   template <class T>
   void upload(DeviceBuffer<T>& dst, const PinnedBuffer<T>& data, std::size_t dst_offset = 0) {
     upload_into(dst, data.data(), data.size(), dst_offset, detail::HostMemory::pinned);
@@ -429,6 +435,7 @@ class BufferManager {
     auto entry = gate_.enter("upload_rect");
     transfer_rect("upload_rect", true, dst, const_cast<T*>(data), count, region, nullptr);
   }
+  /// As upload_rect(dst, data.data(), data.size(), region).
   template <class T>
   void upload_rect(DeviceBuffer<T>& dst, const std::vector<T>& data, const Region& region) {
     upload_rect(dst, data.data(), data.size(), region);
@@ -444,6 +451,7 @@ class BufferManager {
     return future<void>(
         op, transfer_rect(op, true, dst, const_cast<T*>(data), count, region, &after), {});
   }
+  /// As upload_rect_async(dst, data.data(), data.size(), region, after).
   template <class T>
   Future<void> upload_rect_async(DeviceBuffer<T>& dst, const std::vector<T>& data,
                                  const Region& region, const std::vector<cl::Event>& after = {}) {
@@ -459,6 +467,7 @@ class BufferManager {
     auto entry = gate_.enter("download_rect");
     transfer_rect("download_rect", false, src, out, count, region, nullptr);
   }
+  /// As download_rect(src, out.data(), out.size(), region).
   template <class T>
   void download_rect(const DeviceBuffer<T>& src, std::vector<T>& out, const Region& region) {
     download_rect(src, out.data(), out.size(), region);
@@ -473,6 +482,7 @@ class BufferManager {
     auto entry = gate_.enter(op);
     return future<void>(op, transfer_rect(op, false, src, out, count, region, &after), {});
   }
+  /// As download_rect_async(src, out.data(), out.size(), region, after).
   template <class T>
   Future<void> download_rect_async(const DeviceBuffer<T>& src, std::vector<T>& out,
                                    const Region& region, const std::vector<cl::Event>& after = {}) {

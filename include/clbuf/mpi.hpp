@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // clbuf::mpi: device buffers as MPI messages, on a plain host-memory MPI (Open MPI 4.1 as
 // Debian ships it). Optional: include it and link the CMake target clbuf::mpi (clbuf + MPI).
 //
@@ -86,7 +87,10 @@ class [[nodiscard]] Request {
   Request() = default;
   Request(const Request&) = delete;
   Request& operator=(const Request&) = delete;
+  /// Takes over `other`'s message; `other` becomes empty.
   Request(Request&& other) noexcept = default;
+  /// Waits for this Request's own message (errors ignored, as the destructor does), then takes
+  /// over `other`'s.
   Request& operator=(Request&& other) noexcept {
     if (this != &other) {
       wait_quietly();
@@ -170,19 +174,26 @@ class Communicator {
 
   Communicator(const Communicator&) = delete;
   Communicator& operator=(const Communicator&) = delete;
+  /// Takes over `other`'s communicator and manager binding.
   Communicator(Communicator&&) noexcept = default;
+  /// Takes over `other`'s communicator and manager binding.
   Communicator& operator=(Communicator&&) noexcept = default;
 
+  /// This process's rank in the communicator.
   int rank() const noexcept { return core_->rank(); }
+  /// The number of ranks in the communicator.
   int size() const noexcept { return core_->size(); }
   /// The duplicated communicator clbuf's point-to-point headers use (for MPI calls of your own
   /// that must not match clbuf's, use your communicator, not this one).
   MPI_Comm native() const noexcept { return core_->user(); }
+  /// The manager whose buffers this communicator moves.
   BufferManager& manager() const noexcept { return core_->manager(); }
+  /// The options it was made with (chunk size, pipeline depth, path, device-reduce threshold).
   const Options& options() const noexcept { return core_->options(); }
   /// Pinned staging memory allocated now (in use and cached for reuse), and the most that was
   /// ever in use at once: chunk_bytes x depth per message in flight on the staged path.
   std::size_t pinned_bytes() const noexcept { return core_->pinned_bytes(); }
+  /// The most pinned staging memory that was ever in use at once (see pinned_bytes()).
   std::size_t peak_pinned_bytes() const noexcept { return core_->peak_pinned_in_use(); }
 
   /// @name Point to point
@@ -614,12 +625,12 @@ class Communicator {
 /// with `send_tag`; `count` elements from it, sent with `recv_tag`, land at `recv_offset`.
 /// `rank` may be MPI_PROC_NULL (a boundary: nothing moves).
 struct Neighbour {
-  int rank = MPI_PROC_NULL;
-  std::size_t send_offset = 0;
-  std::size_t recv_offset = 0;
-  std::size_t count = 0;
-  int send_tag = 0;
-  int recv_tag = 0;
+  int rank = MPI_PROC_NULL;     ///< The neighbour's rank, or MPI_PROC_NULL.
+  std::size_t send_offset = 0;  ///< First element (of the field) sent to it.
+  std::size_t recv_offset = 0;  ///< First element (of the field) its data lands at.
+  std::size_t count = 0;        ///< Elements each way.
+  int send_tag = 0;             ///< Tag of the message sent to it.
+  int recv_tag = 0;             ///< Tag of the message expected from it.
 };
 
 /// A persistent halo exchange of one field: start() posts every receive into the ghost ranges

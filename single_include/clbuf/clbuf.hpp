@@ -359,7 +359,8 @@ class Error : public std::runtime_error {
 
 namespace detail {
 
-[[noreturn]] inline void fail(const char* operation, cl_int code, const std::string& details) {
+/// The text of an Error: "operation: CL_NAME (code): details" (no name for CL_SUCCESS).
+inline std::string error_message(const char* operation, cl_int code, const std::string& details) {
   std::string message = operation;
   message += ": ";
   if (code != CL_SUCCESS) {
@@ -371,7 +372,11 @@ namespace detail {
   for (std::size_t at = message.find('\0'); at != std::string::npos; at = message.find('\0', at)) {
     message.replace(at, 1, "\\0");
   }
-  throw Error(code, message);
+  return message;
+}
+
+[[noreturn]] inline void fail(const char* operation, cl_int code, const std::string& details) {
+  throw Error(code, error_message(operation, code, details));
 }
 
 /// Out of host memory while clbuf allocates host memory of `bytes` (`what`).
@@ -473,6 +478,15 @@ inline std::string describe_bytes(std::size_t count, std::size_t element_size,
 #include <sys/mman.h>
 #endif
 
+// Streaming (non-temporal) stores for the staging copies: CLBUF_STREAMING_COPY=0 turns them off.
+#ifndef CLBUF_STREAMING_COPY
+#define CLBUF_STREAMING_COPY 1
+#endif
+#if CLBUF_STREAMING_COPY && defined(__SSE2__)
+#include <emmintrin.h>
+#define CLBUF_DETAIL_STREAM_SSE2 1
+#endif
+
 namespace clbuf {
 namespace detail {
 
@@ -492,6 +506,41 @@ inline void advise_huge_pages(void* data, std::size_t bytes) noexcept {
 #else
   (void)data;
   (void)bytes;
+#endif
+}
+
+/// memcpy for large copies whose destination will not be read by this CPU soon (a staging
+/// chunk the device reads by DMA, a download's destination): streaming stores go to memory
+/// without first reading each destination line into the cache, one memory pass less than
+/// memcpy for sizes below glibc's own non-temporal threshold. Ranges must not overlap.
+inline void copy_streaming(void* dst, const void* src, std::size_t bytes) noexcept {
+#if defined(CLBUF_DETAIL_STREAM_SSE2)
+  auto* out = static_cast<char*>(dst);
+  const auto* in = static_cast<const char*>(src);
+  const std::size_t head = (16 - reinterpret_cast<std::uintptr_t>(out) % 16) % 16;
+  if (bytes < 4096 + head) {
+    std::memcpy(out, in, bytes);
+    return;
+  }
+  std::memcpy(out, in, head);
+  out += head;
+  in += head;
+  bytes -= head;
+  const std::size_t body = bytes / 64 * 64;
+  for (std::size_t i = 0; i < body; i += 64) {
+    const __m128i a = _mm_loadu_si128(reinterpret_cast<const __m128i*>(in + i));
+    const __m128i b = _mm_loadu_si128(reinterpret_cast<const __m128i*>(in + i + 16));
+    const __m128i c = _mm_loadu_si128(reinterpret_cast<const __m128i*>(in + i + 32));
+    const __m128i d = _mm_loadu_si128(reinterpret_cast<const __m128i*>(in + i + 48));
+    _mm_stream_si128(reinterpret_cast<__m128i*>(out + i), a);
+    _mm_stream_si128(reinterpret_cast<__m128i*>(out + i + 16), b);
+    _mm_stream_si128(reinterpret_cast<__m128i*>(out + i + 32), c);
+    _mm_stream_si128(reinterpret_cast<__m128i*>(out + i + 48), d);
+  }
+  _mm_sfence();  // the stores are visible before the DMA is enqueued or the data handed over
+  std::memcpy(out + body, in + body, bytes - body);
+#else
+  std::memcpy(dst, src, bytes);
 #endif
 }
 
@@ -917,6 +966,9 @@ struct Lease {
 namespace clbuf {
 
 class BufferManager;
+namespace detail {
+struct BufferAccess;  // detail/buffer_access.hpp: the byte-level view for layers over the manager
+}
 
 /// Device memory holding `size()` elements of `T`. Move-only; frees its memory when destroyed.
 /// Stays valid after the BufferManager that made it is cleaned up or destroyed (an OpenCL
@@ -987,6 +1039,7 @@ class DeviceBuffer {
 
  private:
   friend class BufferManager;
+  friend struct detail::BufferAccess;
 
   DeviceBuffer(detail::Allocation memory, std::shared_ptr<detail::MemoryPool> pool,
                cl::Context context, std::size_t size, std::vector<std::size_t> shape)
@@ -1516,19 +1569,250 @@ inline SelectionReport explain_selection(const std::string& selector = std::stri
 #ifndef CLBUF_FUTURE_HPP
 #define CLBUF_FUTURE_HPP
 
+// ---- clbuf/detail/async.hpp
+// The parts of asynchronous operations that clbuf finishes on the host (staged transfers, copies
+// between contexts): the Outcome a background job reports to its Future, the UserEvent that
+// holds the manager's queue until the job is done, and the Background thread that runs jobs in
+// the order they were submitted.
+//
+// The shape of one such operation, at the call (all enqueued under one lock, so queue order and
+// job order agree):
+//   main queue:   ... earlier work ... -> marker M -> barrier B (waits for user event U) -> later
+//   work background:   waits for its turn, runs its commands on a side queue (each waits for M),
+//   then
+//                 completes U
+// The Future waits for B, so it completes after the last byte has landed and after everything
+// queued before it; work the user enqueues after the call (or on another queue, waiting for
+// Future::event()) sees the result. A failure in the job is recorded in the Outcome and U still
+// completes, so the queue never stalls: the Future reports the error at wait() / get().
+#ifndef CLBUF_DETAIL_ASYNC_HPP
+#define CLBUF_DETAIL_ASYNC_HPP
+
+#include <condition_variable>
+#include <cstddef>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <utility>
+#include <vector>
+
+namespace clbuf {
+namespace detail {
+
+/// How a background job ended; read by the Future once the job's event has completed.
+class Outcome {
+ public:
+  /// Records the first failure only.
+  void failed(const Error& error) noexcept {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (code_ != CL_SUCCESS || error.code() == CL_SUCCESS) return;
+    code_ = error.code();
+    try {
+      message_ = error.what();
+    } catch (...) {  // NOLINT(bugprone-empty-catch): the code alone still reports the failure
+    }
+  }
+  void failed(const char* operation, cl_int code, const std::string& details) noexcept {
+    try {
+      failed(Error(code, error_message(operation, code, details)));
+    } catch (...) {  // no memory for the text
+      failed(Error(code, std::string()));
+    }
+  }
+
+  /// Throws the recorded failure; nothing when the job succeeded.
+  void rethrow() const {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (code_ != CL_SUCCESS) throw Error(code_, message_);
+  }
+
+ private:
+  mutable std::mutex mutex_;
+  cl_int code_ = CL_SUCCESS;
+  std::string message_;
+};
+
+/// What an asynchronous operation started: the event its Future waits for (null when nothing is
+/// left to wait for) and, when clbuf finishes part of the work on the host, where that part
+/// reports how it ended.
+struct Started {
+  cl::Event event;
+  std::shared_ptr<Outcome> outcome;
+};
+
+/// A user event (clCreateUserEvent) that is completed exactly once: by complete(), or by the
+/// destructor, so no command waiting for it can be left waiting forever.
+class UserEvent {
+ public:
+  UserEvent() = default;
+  UserEvent(const char* operation, cl_context context) {
+    cl_int err = CL_SUCCESS;
+    event_ = cl::Event(CLBUF_CL(clCreateUserEvent)(context, &err), false);
+    check(err, operation, "clCreateUserEvent");
+  }
+  UserEvent(UserEvent&& other) noexcept : event_(std::exchange(other.event_, cl::Event())) {}
+  UserEvent& operator=(UserEvent&& other) noexcept {
+    if (this != &other) {
+      complete();
+      event_ = std::exchange(other.event_, cl::Event());
+    }
+    return *this;
+  }
+  UserEvent(const UserEvent&) = delete;
+  UserEvent& operator=(const UserEvent&) = delete;
+  ~UserEvent() { complete(); }
+
+  cl_event get() const noexcept { return event_(); }
+
+  /// Lets every command waiting for the event run; a second call does nothing. A job's failure
+  /// is reported through its Outcome, never through the event's status, which would fail every
+  /// command queued after it.
+  void complete() noexcept {
+    if (event_() == nullptr) return;
+    CLBUF_CL(clSetUserEventStatus)(event_(), CL_COMPLETE);
+    event_ = cl::Event();
+  }
+
+ private:
+  cl::Event event_;
+};
+
+/// The handles of `after` to wait for: null handles are skipped (a Future with nothing left to
+/// wait for has a null event), and each other one must be of `context`.
+/// @throws Error CL_INVALID_CONTEXT naming the event that is not. Wraps clGetEventInfo.
+inline std::vector<cl_event> wait_list_of(const char* operation,
+                                          const std::vector<cl::Event>& after, cl_context context) {
+  std::vector<cl_event> events;
+  for (std::size_t i = 0; i < after.size(); ++i) {
+    if (after[i]() == nullptr) continue;
+    cl_context of = nullptr;
+    check(CLBUF_CL(clGetEventInfo)(after[i](), CL_EVENT_CONTEXT, sizeof(of), &of, nullptr),
+          operation, "clGetEventInfo(CL_EVENT_CONTEXT)");
+    if (of != context) {
+      fail(operation, CL_INVALID_CONTEXT,
+           "event " + std::to_string(i) +
+               " of `after` belongs to another OpenCL context than "
+               "this BufferManager's");
+    }
+    events.push_back(after[i]());
+  }
+  return events;
+}
+
+/// One thread that runs posted jobs in order. When the host refuses the thread, post() runs the
+/// job on the calling thread instead: the operation then blocks, and stays correct.
+class Background {
+ public:
+  Background() = default;
+  Background(const Background&) = delete;
+  Background& operator=(const Background&) = delete;
+  ~Background() { stop(); }
+
+  /// Runs `job` (which must not throw) after every job posted before it.
+  void post(std::function<void()> job) noexcept {
+    bool queued = false;
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      if (start_locked()) {
+        try {
+          jobs_.emplace_back();  // may throw; the move below cannot
+          jobs_.back() = std::move(job);
+          ++posted_;
+          queued = true;
+        } catch (...) {  // NOLINT(bugprone-empty-catch): no memory for the entry: run it here
+        }
+      }
+    }
+    if (queued) {
+      wake_.notify_one();
+      return;
+    }
+    drain();  // in order behind the jobs already posted
+    job();
+  }
+
+  /// Returns when every job posted so far has run.
+  void drain() noexcept {
+    std::unique_lock<std::mutex> lock(mutex_);
+    const std::uint64_t target = posted_;
+    idle_.wait(lock, [&] { return done_ >= target; });
+  }
+
+  /// Runs what is queued, then ends the thread; post() afterwards starts a new one.
+  void stop() noexcept {
+    std::thread thread;
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      stop_ = true;
+      thread = std::move(thread_);
+    }
+    wake_.notify_all();
+    if (thread.joinable()) thread.join();
+    std::lock_guard<std::mutex> lock(mutex_);
+    stop_ = false;
+  }
+
+ private:
+  bool start_locked() noexcept {
+    if (thread_.joinable()) return true;
+    try {
+      thread_ = std::thread([this] { loop(); });
+      return true;
+    } catch (...) {  // std::system_error: no thread to be had
+      return false;
+    }
+  }
+
+  void loop() noexcept {
+    std::unique_lock<std::mutex> lock(mutex_);
+    for (;;) {
+      wake_.wait(lock, [this] { return stop_ || !jobs_.empty(); });
+      if (jobs_.empty()) return;  // stopping, and nothing left to run
+      std::function<void()> job = std::move(jobs_.front());
+      jobs_.pop_front();
+      lock.unlock();
+      job();
+      job = nullptr;  // what the job holds is let go before it counts as done
+      lock.lock();
+      ++done_;
+      idle_.notify_all();
+    }
+  }
+
+  std::mutex mutex_;
+  std::condition_variable wake_, idle_;
+  std::deque<std::function<void()>> jobs_;
+  std::thread thread_;
+  std::uint64_t posted_ = 0, done_ = 0;
+  bool stop_ = false;
+};
+
+}  // namespace detail
+}  // namespace clbuf
+
+#endif  // CLBUF_DETAIL_ASYNC_HPP
+// ---- end of clbuf/detail/async.hpp
+
 #include <memory>
 #include <optional>
 #include <type_traits>
 #include <utility>
+#include <vector>
 
 namespace clbuf {
 
 class BufferManager;
 
-/// The result of upload_async(), download_async() or copy_async(); Future<void> for transfers
-/// into memory the caller already owns. Move-only. Owns (or keeps alive) every
-/// byte of host memory the transfer reads or writes, so that memory is never released while
-/// the device may still touch it: destroying a Future that was never waited for waits first.
+/// The result of an asynchronous operation (upload_async(), download_async(), fill_async(), ...);
+/// Future<void> for operations with no value to hand over. Move-only. Owns (or keeps alive)
+/// every byte of host memory the operation reads or writes that the caller did not promise to
+/// keep, so that memory is never released while the device may still touch it: destroying a
+/// Future that was never waited for waits first. event() is what a kernel of the application
+/// waits for to run after the operation, without a host wait in between.
 template <class R>
 class [[nodiscard]] Future {
  public:
@@ -1536,12 +1820,16 @@ class [[nodiscard]] Future {
   Future(const Future&) = delete;
   Future& operator=(const Future&) = delete;
 
+  /// Takes over `other`'s transfer; `other` becomes empty (valid() is false).
   Future(Future&& other) noexcept
       : operation_(other.operation_),
         event_(std::move(other.event_)),
         value_(std::exchange(other.value_, std::nullopt)),
-        host_(std::move(other.host_)) {}
+        host_(std::move(other.host_)),
+        outcome_(std::move(other.outcome_)) {}
 
+  /// Waits for this Future's own transfer (errors ignored, as the destructor does), then takes
+  /// over `other`'s; `other` becomes empty.
   Future& operator=(Future&& other) noexcept {
     if (this != &other) {
       wait_quietly();
@@ -1549,6 +1837,7 @@ class [[nodiscard]] Future {
       event_ = std::move(other.event_);
       value_ = std::exchange(other.value_, std::nullopt);
       host_ = std::move(other.host_);
+      outcome_ = std::move(other.outcome_);
     }
     return *this;
   }
@@ -1557,6 +1846,17 @@ class [[nodiscard]] Future {
 
   /// True while the result has not been taken by get().
   bool valid() const noexcept { return value_.has_value(); }
+
+  /// The event that completes with the operation, for the wait list of an application's own
+  /// command (a kernel on manager.queue() or on another queue of its context). A null handle
+  /// when nothing was left to wait for (the operation finished during the call, or moved no
+  /// bytes); wait_list() gives a list to pass either way.
+  const cl::Event& event() const noexcept { return event_; }
+
+  /// {event()}, or an empty list when event() is null: a wait list OpenCL accepts as it is.
+  std::vector<cl::Event> wait_list() const {
+    return event_() == nullptr ? std::vector<cl::Event>() : std::vector<cl::Event>{event_};
+  }
 
   /// The transfer has completed (successfully or not). Wraps clGetEventInfo.
   /// @throws Error if the event cannot be queried.
@@ -1580,6 +1880,7 @@ class [[nodiscard]] Future {
       detail::fail(operation_, status, "the transfer failed on the device");
     }
     if (err != CL_SUCCESS) detail::check(err, operation_, "clWaitForEvents");
+    if (outcome_) outcome_->rethrow();  // a failure in the part clbuf ran on the host
   }
 
   /// wait(), then hands over the result; once only.
@@ -1605,11 +1906,13 @@ class [[nodiscard]] Future {
   struct Nothing {};
   using Stored = std::conditional_t<std::is_void<R>::value, Nothing, R>;
 
-  Future(const char* operation, cl::Event event, Stored value, std::shared_ptr<const void> host)
+  Future(const char* operation, cl::Event event, Stored value, std::shared_ptr<const void> host,
+         std::shared_ptr<const detail::Outcome> outcome = nullptr)
       : operation_(operation),
         event_(std::move(event)),
         value_(std::move(value)),
-        host_(std::move(host)) {}
+        host_(std::move(host)),
+        outcome_(std::move(outcome)) {}
 
   cl_int status_of_event() const {
     cl_int status = CL_COMPLETE;
@@ -1630,6 +1933,7 @@ class [[nodiscard]] Future {
   cl::Event event_;
   std::optional<Stored> value_;       // a download's vector is written in place by the device
   std::shared_ptr<const void> host_;  // host memory the transfer reads (an upload's data)
+  std::shared_ptr<const detail::Outcome> outcome_;  // set when clbuf finishes the work on the host
 };
 
 }  // namespace clbuf
@@ -1999,7 +2303,8 @@ inline void check_rect_overlap(const char* operation, std::size_t a, const RectS
 // ---- clbuf/detail/device_context.hpp
 // What a BufferManager runs on: the device it picked (or adopted), its context and in-order
 // queue, the facts about the device clbuf needs, and the Options with every `automatic`
-// resolved. Fixed at construction; cleanup() drops the context and queue.
+// resolved. Fixed at construction (but for the side queue, made on first use); cleanup() drops
+// the context and queues.
 #ifndef CLBUF_DETAIL_DEVICE_CONTEXT_HPP
 #define CLBUF_DETAIL_DEVICE_CONTEXT_HPP
 
@@ -2012,6 +2317,7 @@ inline void check_rect_overlap(const char* operation, std::size_t a, const RectS
 
 #include <cstddef>
 #include <utility>
+#include <vector>
 
 namespace clbuf {
 namespace detail {
@@ -2020,6 +2326,38 @@ class Queue {
  public:
   Queue() = default;
   explicit Queue(cl::CommandQueue queue) noexcept : queue_(std::move(queue)) {}
+
+  /// A new in-order queue of `context` on `device`. Wraps clCreateCommandQueue: the entry point
+  /// every driver has (1.2 ones lack the 2.0 clCreateCommandQueueWithProperties); the C headers
+  /// mark it deprecated from 2.0 on unless CL_USE_DEPRECATED_OPENCL_1_2_APIS, which is the
+  /// application's to choose, so the warning is silenced here, for this call alone.
+  static Queue create(const char* operation, cl_context context, cl_device_id device) {
+    cl_int err = CL_SUCCESS;
+#if defined(__GNUC__) || defined(__clang__)
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wdeprecated-declarations"
+#elif defined(_MSC_VER)
+#pragma warning(push)
+#pragma warning(disable : 4996)
+#endif
+    Queue queue(cl::CommandQueue(CLBUF_CL(clCreateCommandQueue)(context, device, 0, &err), false));
+#if defined(__GNUC__) || defined(__clang__)
+#pragma GCC diagnostic pop
+#elif defined(_MSC_VER)
+#pragma warning(pop)
+#endif
+    check(err, operation, "clCreateCommandQueue");
+    return queue;
+  }
+
+  /// A new in-order queue of `context` on the device of `other`.
+  static Queue beside(const char* operation, cl_context context, const Queue& other) {
+    cl_device_id device = nullptr;
+    check(CLBUF_CL(clGetCommandQueueInfo)(other.get(), CL_QUEUE_DEVICE, sizeof(device), &device,
+                                          nullptr),
+          operation, "clGetCommandQueueInfo");
+    return create(operation, context, device);
+  }
 
   const cl::CommandQueue& handle() const noexcept { return queue_; }
   cl_command_queue get() const noexcept { return queue_(); }
@@ -2065,24 +2403,28 @@ class Queue {
     return cl::Event(event, false);
   }
 
-  /// A blocking rectangular write (`to_device`) or read between `buffer` and `host`; origins,
-  /// region and pitches in bytes as OpenCL takes them.
-  void transfer_rect(const char* operation, bool to_device, cl_mem buffer,
-                     const std::size_t buffer_origin[3], const std::size_t host_origin[3],
-                     const std::size_t region[3], std::size_t buffer_row_pitch,
-                     std::size_t buffer_slice_pitch, std::size_t host_row_pitch,
-                     std::size_t host_slice_pitch, void* host) const {
+  /// A rectangular write (`to_device`) or read between `buffer` and `host`; origins, region and
+  /// pitches in bytes as OpenCL takes them. Non-blocking calls return the command's event.
+  cl::Event transfer_rect(const char* operation, bool to_device, cl_mem buffer,
+                          const std::size_t buffer_origin[3], const std::size_t host_origin[3],
+                          const std::size_t region[3], std::size_t buffer_row_pitch,
+                          std::size_t buffer_slice_pitch, std::size_t host_row_pitch,
+                          std::size_t host_slice_pitch, void* host, bool blocking) const {
+    cl_event event = nullptr;
+    cl_event* out = blocking ? nullptr : &event;
+    const cl_bool block = blocking ? CL_TRUE : CL_FALSE;
     if (to_device) {
       check(CLBUF_CL(clEnqueueWriteBufferRect)(
-                queue_(), buffer, CL_TRUE, buffer_origin, host_origin, region, buffer_row_pitch,
-                buffer_slice_pitch, host_row_pitch, host_slice_pitch, host, 0, nullptr, nullptr),
+                queue_(), buffer, block, buffer_origin, host_origin, region, buffer_row_pitch,
+                buffer_slice_pitch, host_row_pitch, host_slice_pitch, host, 0, nullptr, out),
             operation, "clEnqueueWriteBufferRect");
     } else {
       check(CLBUF_CL(clEnqueueReadBufferRect)(
-                queue_(), buffer, CL_TRUE, buffer_origin, host_origin, region, buffer_row_pitch,
-                buffer_slice_pitch, host_row_pitch, host_slice_pitch, host, 0, nullptr, nullptr),
+                queue_(), buffer, block, buffer_origin, host_origin, region, buffer_row_pitch,
+                buffer_slice_pitch, host_row_pitch, host_slice_pitch, host, 0, nullptr, out),
             operation, "clEnqueueReadBufferRect");
     }
+    return cl::Event(event, false);
   }
 
   /// A rectangular copy on the device; returns the command's event.
@@ -2096,6 +2438,25 @@ class Queue {
                                             src_row_pitch, src_slice_pitch, dst_row_pitch,
                                             dst_slice_pitch, 0, nullptr, &event),
           operation, "clEnqueueCopyBufferRect");
+    return cl::Event(event, false);
+  }
+
+  /// A marker: its event completes when every command queued before it has. Wraps
+  /// clEnqueueMarkerWithWaitList (OpenCL 1.2).
+  cl::Event marker(const char* operation) const {
+    cl_event event = nullptr;
+    check(CLBUF_CL(clEnqueueMarkerWithWaitList)(queue_(), 0, nullptr, &event), operation,
+          "clEnqueueMarkerWithWaitList");
+    return cl::Event(event, false);
+  }
+
+  /// Holds every later command of the queue until each of `events` has completed; returns the
+  /// barrier's event. Wraps clEnqueueBarrierWithWaitList (OpenCL 1.2).
+  cl::Event barrier(const char* operation, const std::vector<cl_event>& events) const {
+    cl_event event = nullptr;
+    check(CLBUF_CL(clEnqueueBarrierWithWaitList)(queue_(), static_cast<cl_uint>(events.size()),
+                                                 events.empty() ? nullptr : events.data(), &event),
+          operation, "clEnqueueBarrierWithWaitList");
     return cl::Event(event, false);
   }
 
@@ -2127,6 +2488,13 @@ class Queue {
   static void wait(const char* operation, const cl::Event& event) {
     cl_event handle = event();
     check(CLBUF_CL(clWaitForEvents)(1, &handle), operation, "clWaitForEvents");
+  }
+
+  /// Blocks until every one of `events` (of one context) has completed.
+  static void wait(const char* operation, const std::vector<cl_event>& events) {
+    if (events.empty()) return;
+    check(CLBUF_CL(clWaitForEvents)(static_cast<cl_uint>(events.size()), events.data()), operation,
+          "clWaitForEvents");
   }
 
  private:
@@ -2203,6 +2571,7 @@ struct Options {
 #include <cstdint>
 #include <cstdlib>
 #include <iostream>
+#include <mutex>
 #include <string>
 #include <thread>
 #include <utility>
@@ -2234,24 +2603,7 @@ class DeviceContext {
     context_ = cl::Context(
         CLBUF_CL(clCreateContext)(properties, 1, &device, nullptr, nullptr, &err), false);
     check(err, operation, "clCreateContext");
-    // clCreateCommandQueue is the entry point every driver has (1.2 ones lack the 2.0
-    // clCreateCommandQueueWithProperties); the C headers mark it deprecated from 2.0 on unless
-    // CL_USE_DEPRECATED_OPENCL_1_2_APIS, which is the application's to choose.
-#if defined(__GNUC__) || defined(__clang__)
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wdeprecated-declarations"
-#elif defined(_MSC_VER)
-#pragma warning(push)
-#pragma warning(disable : 4996)
-#endif
-    queue_ =
-        Queue(cl::CommandQueue(CLBUF_CL(clCreateCommandQueue)(context_(), device, 0, &err), false));
-#if defined(__GNUC__) || defined(__clang__)
-#pragma GCC diagnostic pop
-#elif defined(_MSC_VER)
-#pragma warning(pop)
-#endif
-    check(err, operation, "clCreateCommandQueue");
+    queue_ = Queue::create(operation, context_(), device);
     resolve(device, operation);
   }
 
@@ -2300,11 +2652,25 @@ class DeviceContext {
   const Queue& queue() const noexcept { return queue_; }
   /// CL_DEVICE_MEM_BASE_ADDR_ALIGN in bytes: where sub-buffers may start.
   std::size_t base_align_bytes() const noexcept { return base_align_bytes_; }
-  /// The device has clEnqueueFillBuffer (OpenCL 1.2 and later).
-  bool has_fill() const noexcept { return has_fill_; }
+  /// The device speaks OpenCL 1.2 or later: clEnqueueFillBuffer, markers and barriers with
+  /// wait lists.
+  bool opencl_1_2() const noexcept { return opencl_1_2_; }
 
-  /// Drops the context and queue (cleanup()); the facts stay.
+  /// A second in-order queue on the device, made on first use: where clbuf's background jobs
+  /// enqueue while the main queue holds later work behind their barrier. Wraps
+  /// clCreateCommandQueue.
+  const Queue& side_queue(const char* operation) const {
+    std::lock_guard<std::mutex> lock(side_mutex_);
+    if (side_.get() == nullptr) side_ = Queue::beside(operation, context_(), queue_);
+    return side_;
+  }
+
+  /// Drops the context and queues (cleanup()); the facts stay.
   void release() noexcept {
+    {
+      std::lock_guard<std::mutex> lock(side_mutex_);
+      side_ = Queue();
+    }
     queue_ = Queue();
     context_ = cl::Context();
   }
@@ -2336,7 +2702,7 @@ class DeviceContext {
     base_align_bytes_ = std::max<std::size_t>(1, align_bits / 8);
     // "OpenCL 1.0 ..." and "OpenCL 1.1 ..." devices have no clEnqueueFillBuffer.
     const std::string version = device_string(device, CL_DEVICE_VERSION, operation);
-    has_fill_ = version.rfind("OpenCL 1.0", 0) != 0 && version.rfind("OpenCL 1.1", 0) != 0;
+    opencl_1_2_ = version.rfind("OpenCL 1.0", 0) != 0 && version.rfind("OpenCL 1.1", 0) != 0;
   }
 
   Options options_;
@@ -2345,7 +2711,9 @@ class DeviceContext {
   DeviceInfo info_;
   std::string reason_;
   std::size_t base_align_bytes_ = 1;
-  bool has_fill_ = true;
+  bool opencl_1_2_ = true;
+  mutable std::mutex side_mutex_;
+  mutable Queue side_;  // side_queue(), under side_mutex_
 };
 
 }  // namespace detail
@@ -2460,15 +2828,27 @@ class PinnedBlock {
 // that several threads take in turn: each copies its chunk into a pinned slot of its own
 // (CL_MEM_ALLOC_HOST_PTR, mapped once) and enqueues the DMA, so host copies of some chunks
 // overlap the device transfer of others. Pinned memory is bounded: chunk bytes x slots.
+//
+// Staged transfers, blocking and asynchronous, run one at a time in the order of their calls
+// (tickets), on a side queue of their own: each takes a marker of the manager's queue at the call
+// and its chunks wait for it, so they see everything queued before them. An asynchronous one
+// also holds the manager's queue behind a barrier until its last chunk has landed (async.hpp);
+// a blocking one returns only then. Neither can wait for the other out of order, so no mix of
+// them deadlocks.
 #ifndef CLBUF_DETAIL_STAGING_HPP
 #define CLBUF_DETAIL_STAGING_HPP
 
 #include <algorithm>
 #include <atomic>
+#include <condition_variable>
 #include <cstddef>
+#include <cstdint>
 #include <cstring>
+#include <functional>
+#include <memory>
 #include <mutex>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace clbuf {
@@ -2476,11 +2856,10 @@ namespace detail {
 
 class Stager {
  public:
-  /// `slots` pinned chunks of `chunk_bytes`, shared out among up to `threads` threads.
-  Stager(cl::Context context, cl::CommandQueue queue, std::size_t chunk_bytes, std::size_t slots,
-         unsigned threads)
-      : context_(std::move(context)),
-        queue_(std::move(queue)),
+  /// `slots` pinned chunks of `chunk_bytes`, shared out among up to `threads` threads, for
+  /// `device` (OpenCL 1.2: markers and barriers), which must outlive the Stager.
+  Stager(const DeviceContext& device, std::size_t chunk_bytes, std::size_t slots, unsigned threads)
+      : device_(device),
         chunk_bytes_(std::max<std::size_t>(chunk_bytes, 4096)),
         slot_count_(std::max<std::size_t>(slots, 2)),
         threads_(static_cast<unsigned>(
@@ -2489,21 +2868,53 @@ class Stager {
   Stager(const Stager&) = delete;
   Stager& operator=(const Stager&) = delete;
 
+  /// Call only once no staged transfer is in flight (the engine drains its Background first).
   ~Stager() {
     slots_.clear();  // unmaps every slot
-    if (queue_() != nullptr) CLBUF_CL(clFinish)(queue_());
+    if (side_ != nullptr) CLBUF_CL(clFinish)(side_);
   }
 
   /// Host `src` -> `dst` at `dst_offset`; returns when the device has the data.
   void write(cl_mem dst, std::size_t dst_offset, const void* src, std::size_t bytes,
              const char* operation) {
-    run(true, dst, dst_offset, const_cast<void*>(src), bytes, operation);
+    blocking(true, dst, dst_offset, const_cast<void*>(src), bytes, operation);
   }
 
   /// `src` at `src_offset` -> host `dst`; returns when `dst` holds the data.
   void read(cl_mem src, std::size_t src_offset, void* dst, std::size_t bytes,
             const char* operation) {
-    run(false, src, src_offset, dst, bytes, operation);
+    blocking(false, src, src_offset, dst, bytes, operation);
+  }
+
+  /// Starts a staged transfer on `background` and returns at once. `memory` is retained until
+  /// the job ends; `host` (the caller's memory) must stay alive until `done` has completed, as
+  /// `keep` (may be null) sees to for memory the Future owns. Returns the barrier the main queue
+  /// holds until the job ends.
+  Started submit(bool to_device, cl::Buffer memory, std::size_t offset, void* host,
+                 std::size_t bytes, const char* operation, std::shared_ptr<const void> keep,
+                 Background& background) {
+    // Everything that may throw comes before the ticket: once a transfer holds a ticket, its
+    // job must run, or every later staged transfer would wait for it forever.
+    auto job = std::make_shared<AsyncJob>();
+    job->to_device = to_device;
+    job->memory = std::move(memory);
+    job->offset = offset;
+    job->host = host;
+    job->bytes = bytes;
+    job->operation = operation;
+    job->keep = std::move(keep);
+    job->landed = UserEvent(operation, device_.context()());
+    std::function<void()> task = [this, job]() noexcept { finish_async(*job); };
+    Started started{cl::Event(), job->outcome};
+    {
+      std::lock_guard<std::mutex> order(order_);
+      if (side_ == nullptr) side_ = device_.side_queue(operation).get();
+      job->before = main().marker(operation);
+      started.event = main().barrier(operation, {job->landed.get()});
+      job->ticket = next_ticket_++;
+    }
+    background.post(std::move(task));
+    return started;
   }
 
  private:
@@ -2521,15 +2932,103 @@ class Stager {
     std::size_t bytes = 0;
     std::size_t chunk = 0;  // bytes per chunk for this job, at most a slot
     std::size_t chunks = 0;
+    cl_event after = nullptr;  // the marker of the main queue every chunk waits for
     std::atomic<std::size_t> next{0};
     std::atomic<bool> failed{false};
     cl_int error = CL_SUCCESS;  // the first failure, under mutex_
     std::string call;
   };
 
+  /// An asynchronous staged transfer, shared by submit() and the background job.
+  struct AsyncJob {
+    bool to_device = true;
+    cl::Buffer memory;  // retained until the job ends
+    std::size_t offset = 0;
+    void* host = nullptr;
+    std::size_t bytes = 0;
+    const char* operation = "";
+    std::shared_ptr<const void> keep;  // host memory the Future owns, if any
+    cl::Event before;                  // the main queue's marker at the call
+    UserEvent landed;                  // completed when the job ends; holds the barrier
+    std::shared_ptr<Outcome> outcome = std::make_shared<Outcome>();
+    std::uint64_t ticket = 0;
+  };
+
+  /// The background half of submit(): waits for its turn, moves the bytes, reports, and lets
+  /// the main queue go on.
+  void finish_async(AsyncJob& job) noexcept {
+    Turn turn(*this, job.ticket);
+    const cl_int err = CLBUF_CL(clFlush)(main().get());  // the marker must reach the device
+    if (err != CL_SUCCESS) {
+      job.outcome->failed(job.operation, err, "clFlush failed before a staged transfer");
+    } else {
+      try {
+        turn.wait();
+        run(job.to_device, job.memory(), job.offset, job.host, job.bytes, job.before(),
+            job.operation);
+      } catch (const Error& e) {
+        job.outcome->failed(e);
+      } catch (...) {
+        job.outcome->failed(job.operation, CL_OUT_OF_HOST_MEMORY,
+                            "a staged transfer ran out of host memory");
+      }
+    }
+    turn.release();
+    job.keep.reset();
+    job.landed.complete();
+    CLBUF_CL(clFlush)(main().get());  // lets the barrier, and what follows it, run
+  }
+
+  /// A place in the order of staged transfers; waits for its turn, and gives it up on every way
+  /// out so that later transfers are never left waiting.
+  class Turn {
+   public:
+    Turn(Stager& stager, std::uint64_t ticket) noexcept : stager_(stager), ticket_(ticket) {}
+    Turn(const Turn&) = delete;
+    Turn& operator=(const Turn&) = delete;
+    ~Turn() { release(); }
+
+    void wait() noexcept {
+      if (waited_) return;
+      std::unique_lock<std::mutex> lock(stager_.turn_mutex_);
+      stager_.turn_.wait(lock, [&] { return stager_.serving_ == ticket_; });
+      waited_ = true;
+    }
+
+    void release() noexcept {
+      if (released_) return;
+      wait();
+      {
+        std::lock_guard<std::mutex> lock(stager_.turn_mutex_);
+        ++stager_.serving_;
+      }
+      stager_.turn_.notify_all();
+      released_ = true;
+    }
+
+   private:
+    Stager& stager_;
+    const std::uint64_t ticket_;
+    bool waited_ = false, released_ = false;
+  };
+
+  void blocking(bool to_device, cl_mem memory, std::size_t offset, void* host, std::size_t bytes,
+                const char* operation) {
+    std::unique_lock<std::mutex> order(order_);
+    if (side_ == nullptr) side_ = device_.side_queue(operation).get();
+    const cl::Event before = main().marker(operation);
+    Turn turn(*this, next_ticket_++);
+    order.unlock();
+    main().flush(operation);
+    turn.wait();
+    run(to_device, memory, offset, host, bytes, before(), operation);
+  }
+
+  const Queue& main() const noexcept { return device_.queue(); }
+
+  /// The pipeline, on the side queue, once it is this transfer's turn.
   void run(bool to_device, cl_mem memory, std::size_t offset, void* host, std::size_t bytes,
-           const char* operation) {
-    std::lock_guard<std::mutex> serial(serial_);  // one staged transfer at a time
+           cl_event after, const char* operation) {
     ensure_slots(operation);
     Job job;
     job.to_device = to_device;
@@ -2537,6 +3036,7 @@ class Stager {
     job.memory_offset = offset;
     job.host = static_cast<char*>(host);
     job.bytes = bytes;
+    job.after = after;
     // Mid-sized transfers are cut finer so that every thread gets a share, but not below
     // 256 KiB: smaller DMAs cost more than they save.
     const std::size_t min_chunk = std::min<std::size_t>(std::size_t{256} << 10, chunk_bytes_);
@@ -2552,6 +3052,7 @@ class Stager {
   void work(unsigned index, Job& job) noexcept {
     const std::size_t per_worker = slot_count_ / threads_;
     Slot* slots = &slots_[index * per_worker];
+    const cl_uint waits = job.after != nullptr ? 1 : 0;
     std::size_t turn = 0;
     for (std::size_t k; !job.failed && (k = job.next.fetch_add(1)) < job.chunks;) {
       Slot& slot = slots[turn++ % per_worker];
@@ -2560,25 +3061,25 @@ class Stager {
       const std::size_t length = std::min(job.chunk, job.bytes - offset);
       cl_event event = nullptr;
       if (job.to_device) {
-        std::memcpy(slot.host, job.host + offset, length);
-        if (!ok(CLBUF_CL(clEnqueueWriteBuffer)(queue_(), job.memory, CL_FALSE,
-                                               job.memory_offset + offset, length, slot.host, 0,
-                                               nullptr, &event),
+        copy_streaming(slot.host, job.host + offset, length);
+        if (!ok(CLBUF_CL(clEnqueueWriteBuffer)(side_, job.memory, CL_FALSE,
+                                               job.memory_offset + offset, length, slot.host, waits,
+                                               &job.after, &event),
                 "clEnqueueWriteBuffer", job)) {
           break;
         }
         slot.busy = cl::Event(event, false);
-        if (!ok(CLBUF_CL(clFlush)(queue_()), "clFlush", job)) break;
+        if (!ok(CLBUF_CL(clFlush)(side_), "clFlush", job)) break;
       } else {
-        if (!ok(CLBUF_CL(clEnqueueReadBuffer)(queue_(), job.memory, CL_FALSE,
-                                              job.memory_offset + offset, length, slot.host, 0,
-                                              nullptr, &event),
+        if (!ok(CLBUF_CL(clEnqueueReadBuffer)(side_, job.memory, CL_FALSE,
+                                              job.memory_offset + offset, length, slot.host, waits,
+                                              &job.after, &event),
                 "clEnqueueReadBuffer", job)) {
           break;
         }
         slot.busy = cl::Event(event, false);
         if (!settle(slot, job)) break;
-        std::memcpy(job.host + offset, slot.host, length);
+        copy_streaming(job.host + offset, slot.host, length);
       }
     }
     // Every exit, a failure included, waits until none of this worker's slots is in flight.
@@ -2610,22 +3111,30 @@ class Stager {
     return false;
   }
 
+  /// The pinned slots, mapped on the side queue (the main queue may be held by a barrier that
+  /// waits for this very transfer). On its turn only.
   void ensure_slots(const char* operation) {
     while (slots_.size() < slot_count_) {
       Slot slot;
-      slot.block = PinnedBlock(context_, queue_, chunk_bytes_, operation);
+      slot.block = PinnedBlock(device_.context(), device_.side_queue(operation).handle(),
+                               chunk_bytes_, operation);
       slot.host = slot.block.data();
       slots_.push_back(std::move(slot));
     }
   }
 
-  std::mutex serial_;
-  cl::Context context_;
-  cl::CommandQueue queue_;
+  const DeviceContext& device_;
+  cl_command_queue side_ = nullptr;  // device_.side_queue(): the chunks' queue; under order_
   const std::size_t chunk_bytes_;
   const std::size_t slot_count_;
   const unsigned threads_;  // at most slot_count_ / 2: each thread has two slots or more
   std::vector<Slot> slots_;
+
+  std::mutex order_;  // a ticket and the markers (and barrier) of one transfer, together
+  std::uint64_t next_ticket_ = 0;
+  std::mutex turn_mutex_;
+  std::condition_variable turn_;
+  std::uint64_t serving_ = 0;
 
   std::mutex mutex_;  // guards a job's first error
   WorkerPool workers_{threads_};
@@ -2791,10 +3300,9 @@ class TransferEngine {
       : device_(device), copier_(device.options().copy_threads) {
     const Options& options = device.options();
     if (options.memory == MemoryModel::discrete &&
-        options.staging_threshold_bytes != Options::never) {
-      stager_ = std::make_unique<Stager>(device.context(), device.queue().handle(),
-                                         options.staging_chunk_bytes, options.staging_chunks,
-                                         options.copy_threads);
+        options.staging_threshold_bytes != Options::never && device.opencl_1_2()) {
+      stager_ = std::make_unique<Stager>(device, options.staging_chunk_bytes,
+                                         options.staging_chunks, options.copy_threads);
     }
   }
 
@@ -2862,27 +3370,43 @@ class TransferEngine {
     }
   }
 
-  /// Starts writing `data` into fresh pool memory; a null event when the write is already done
-  /// (a small fresh host block is filled by memcpy, cheaper than a command). `data` must stay
-  /// alive until the event completes.
-  cl::Event write_fresh_async(const char* operation, const Allocation& memory, const void* data,
-                              std::size_t bytes) {
+  /// Starts writing `data` into `memory` at byte `offset` by the path rule; the Future waits for
+  /// the returned event. `keep`, when set, owns `data` (else the caller keeps it alive and
+  /// unchanged until the event completes). With `now_if_fresh`, a small fresh host block (which
+  /// no command can be using) is filled by memcpy at once, cheaper than a command: then nothing
+  /// is left to wait for.
+  Started write_async(const char* operation, const Allocation& memory, std::size_t offset,
+                      const void* data, std::size_t bytes, std::shared_ptr<const void> keep,
+                      bool now_if_fresh) {
     telemetry_.count_async(Telemetry::upload, bytes);
-    if (bytes == 0) return cl::Event();
-    if (bytes < huge_page_bytes && memory.host != nullptr && memory.fresh) {
-      std::memcpy(memory.host, data, bytes);
-      return cl::Event();
+    if (bytes == 0) return Started();
+    switch (route(memory, bytes, HostMemory::pageable)) {
+      case Path::host_block:
+        if (now_if_fresh && memory.fresh && bytes < huge_page_bytes) {
+          std::memcpy(static_cast<char*>(memory.host) + offset, data, bytes);
+          return Started();
+        }
+        break;
+      case Path::staged:
+        return stager_->submit(true, memory.buffer, offset, const_cast<void*>(data), bytes,
+                               operation, std::move(keep), background_);
+      case Path::queue:
+        break;
     }
-    return queue().write(operation, memory.buffer(), 0, bytes, data, false);
+    return Started{queue().write(operation, memory.buffer(), offset, bytes, data, false), nullptr};
   }
 
-  /// Starts reading `bytes` at `offset` into `out`; a null event for zero bytes. `out` must
-  /// stay alive until the event completes.
-  cl::Event read_async(const char* operation, const Allocation& memory, std::size_t offset,
-                       void* out, std::size_t bytes) {
+  /// Starts reading `bytes` at `offset` into `out` by the path rule; nothing to wait for for
+  /// zero bytes. `out` must stay alive until the event completes.
+  Started read_async(const char* operation, const Allocation& memory, std::size_t offset, void* out,
+                     std::size_t bytes) {
     telemetry_.count_async(Telemetry::download, bytes);
-    if (bytes == 0) return cl::Event();
-    return queue().read(operation, memory.buffer(), offset, bytes, out, false);
+    if (bytes == 0) return Started();
+    if (route(memory, bytes, HostMemory::pageable) == Path::staged) {
+      return stager_->submit(false, memory.buffer, offset, out, bytes, operation, nullptr,
+                             background_);
+    }
+    return Started{queue().read(operation, memory.buffer(), offset, bytes, out, false), nullptr};
   }
 
   /// Device copy of checked, non-overlapping ranges; returns when done.
@@ -2923,17 +3447,49 @@ class TransferEngine {
       }
       return;
     }
+    Queue::wait(operation, fill_commands(operation, memory, offset, pattern, size, count));
+  }
+
+  /// Starts a fill on the device, whatever the memory (a CPU device's host block too); `pattern`
+  /// may be reused at once. Nothing to wait for when count is 0.
+  Started fill_async(const char* operation, const Allocation& memory, std::size_t offset,
+                     const void* pattern, std::size_t size, std::size_t count) {
+    telemetry_.count_async(Telemetry::upload, count * size);
+    if (count == 0) return Started();
+    return Started{fill_commands(operation, memory, offset, pattern, size, count), nullptr};
+  }
+
+  const Queue& queue() const noexcept { return device_.queue(); }
+  ParallelCopier& copier() noexcept { return copier_; }
+  Telemetry& telemetry() noexcept { return telemetry_; }
+  const Telemetry& telemetry() const noexcept { return telemetry_; }
+  const Options& options() const noexcept { return device_.options(); }
+
+  /// Runs `job` on the background thread, after every job posted before it.
+  Background& background() noexcept { return background_; }
+
+  /// Ends the background thread and frees the staging chunks (cleanup(), once the queue has
+  /// finished: every background job has then ended).
+  void close() noexcept {
+    background_.stop();
+    stager_.reset();
+  }
+
+ private:
+  /// Enqueues the commands of a fill; returns the last one's event (the queue is in order).
+  cl::Event fill_commands(const char* operation, const Allocation& memory, std::size_t offset,
+                          const void* pattern, std::size_t size, std::size_t count) {
+    const std::size_t bytes = count * size;
     const bool power_of_two = size != 0 && (size & (size - 1)) == 0 && size <= 128;
-    if (device_.has_fill() && power_of_two) {
-      Queue::wait(operation,
-                  queue().fill(operation, memory.buffer(), pattern, size, offset, bytes));
-      return;
+    if (device_.opencl_1_2() && power_of_two) {
+      return queue().fill(operation, memory.buffer(), pattern, size, offset, bytes);
     }
     // No fill command for this pattern: a small run of it goes into a buffer of its own
     // (CL_MEM_COPY_HOST_PTR) and is copied on the device, then the filled part is doubled by
     // device copies. No host access to `memory` at all, so CL_MEM_HOST_NO_ACCESS buffers fill
     // too; source and destination ranges never overlap, and at most 64 KiB (one element at
-    // least) crosses the bus.
+    // least) crosses the bus. The run's buffer is released at once: OpenCL keeps it until the
+    // copy that reads it has ended.
     const std::size_t run =
         std::max<std::size_t>(1, std::min(count, (std::size_t{64} << 10) / size));
     std::vector<char> head(run * size);
@@ -2944,28 +3500,19 @@ class TransferEngine {
                                  head.size(), head.data(), &err),
         false);
     check(err, operation, "clCreateBuffer(CL_MEM_COPY_HOST_PTR)");
-    queue().copy(operation, source(), memory.buffer(), 0, offset, head.size());
+    cl::Event last = queue().copy(operation, source(), memory.buffer(), 0, offset, head.size());
     for (std::size_t done = head.size(); done < bytes; done += std::min(done, bytes - done)) {
-      queue().copy(operation, memory.buffer(), memory.buffer(), offset, offset + done,
-                   std::min(done, bytes - done));
+      last = queue().copy(operation, memory.buffer(), memory.buffer(), offset, offset + done,
+                          std::min(done, bytes - done));
     }
-    queue().finish(operation);
+    return last;
   }
 
-  const Queue& queue() const noexcept { return device_.queue(); }
-  ParallelCopier& copier() noexcept { return copier_; }
-  Telemetry& telemetry() noexcept { return telemetry_; }
-  const Telemetry& telemetry() const noexcept { return telemetry_; }
-  const Options& options() const noexcept { return device_.options(); }
-
-  /// Frees the staging chunks (cleanup()).
-  void close() noexcept { stager_.reset(); }
-
- private:
   const DeviceContext& device_;
   ParallelCopier copier_;
   std::unique_ptr<Stager> stager_;  // discrete devices only
   Telemetry telemetry_;
+  Background background_;  // after stager_: its jobs use the stager, so it ends first
 };
 
 }  // namespace detail
@@ -2976,18 +3523,21 @@ class TransferEngine {
 
 #include <algorithm>
 #include <cstddef>
+#include <functional>
+#include <memory>
+#include <vector>
 
 namespace clbuf {
 namespace detail {
 
-/// All `bytes` of `src` (read on `source`, whose earlier work has finished) into `dst` of the
-/// context `target` runs (written by `engine`), blocking.
+/// All `bytes` of `src` (read on `source`, whose earlier work has finished) into `dst` of
+/// `context` (written on `target`, in that context; counted and copied by `engine`), blocking.
 inline void copy_across_contexts(const char* operation, const Queue& source, const Allocation& src,
-                                 const DeviceContext& target, TransferEngine& engine,
-                                 const Allocation& dst, std::size_t bytes) {
+                                 const cl::Context& context, const Queue& target,
+                                 TransferEngine& engine, const Allocation& dst, std::size_t bytes) {
   Telemetry::Timer timer(engine.telemetry(), Telemetry::copy, bytes);
   if (dst.host != nullptr) {  // a CPU device's own memory: read straight into it
-    target.queue().finish(operation);
+    target.finish(operation);
     if (src.host != nullptr) {
       engine.copier().copy(dst.host, src.host, bytes);
     } else {
@@ -2996,16 +3546,16 @@ inline void copy_across_contexts(const char* operation, const Queue& source, con
     return;
   }
   if (src.host != nullptr) {  // write straight out of a CPU device's own memory
-    target.queue().write(operation, dst.buffer(), 0, bytes, src.host, true);
+    target.write(operation, dst.buffer(), 0, bytes, src.host, true);
     return;
   }
   // Two pinned chunks of the target's context: while one is written to `dst`, the next is read
   // into the other.
   const std::size_t chunk =
       std::min(bytes, std::max<std::size_t>(engine.options().staging_chunk_bytes, 4096));
-  const Queue& queue = target.queue();
-  PinnedBlock pinned[2] = {PinnedBlock(target.context(), queue.handle(), chunk, operation),
-                           PinnedBlock(target.context(), queue.handle(), chunk, operation)};
+  const Queue& queue = target;
+  PinnedBlock pinned[2] = {PinnedBlock(context, queue.handle(), chunk, operation),
+                           PinnedBlock(context, queue.handle(), chunk, operation)};
   // On every way out, nothing may still use the chunks when they are unmapped.
   struct Drain {
     const Queue& queue;
@@ -3021,6 +3571,59 @@ inline void copy_across_contexts(const char* operation, const Queue& source, con
     queue.flush(operation);
   }
   queue.finish(operation);
+}
+
+/// copy_from_async between contexts: as copy_across_contexts(), on `engine`'s background thread,
+/// returning at once. Both managers' queues hold their later work behind a barrier until the
+/// copy has ended (async.hpp), and the copy runs on their side queues once the work queued
+/// before the call has finished; the job holds its own handles, so either manager may be
+/// destroyed meanwhile (its cleanup waits for the barrier).
+inline Started copy_across_contexts_async(const char* operation, const DeviceContext& source,
+                                          const Allocation& src, const DeviceContext& target,
+                                          TransferEngine& engine, const Allocation& dst,
+                                          std::size_t bytes) {
+  struct Job {
+    Allocation src, dst;  // retain both buffers
+    cl::Context context;
+    Queue source_main, source_side, target_main, target_side;
+    cl::Event source_before, target_before;
+    UserEvent source_done, target_done;
+    std::shared_ptr<Outcome> outcome = std::make_shared<Outcome>();
+  };
+  auto job = std::make_shared<Job>();
+  job->src = src;
+  job->dst = dst;
+  job->context = target.context();
+  job->source_main = source.queue();
+  job->source_side = source.side_queue(operation);
+  job->target_main = target.queue();
+  job->target_side = target.side_queue(operation);
+  job->source_done = UserEvent(operation, source.context()());
+  job->target_done = UserEvent(operation, target.context()());
+  std::function<void()> task = [job, operation, bytes, &engine]() noexcept {
+    try {
+      Queue::wait(operation, job->source_before);  // one context per clWaitForEvents
+      Queue::wait(operation, job->target_before);
+      copy_across_contexts(operation, job->source_side, job->src, job->context, job->target_side,
+                           engine, job->dst, bytes);
+    } catch (const Error& e) {
+      job->outcome->failed(e);
+    } catch (...) {
+      job->outcome->failed(operation, CL_OUT_OF_HOST_MEMORY, "a copy ran out of host memory");
+    }
+    job->source_done.complete();
+    job->target_done.complete();
+    CLBUF_CL(clFlush)(job->source_main.get());
+    CLBUF_CL(clFlush)(job->target_main.get());
+  };
+  job->source_before = source.queue().marker(operation);
+  job->target_before = target.queue().marker(operation);
+  source.queue().barrier(operation, {job->source_done.get()});
+  Started started{target.queue().barrier(operation, {job->target_done.get()}), job->outcome};
+  source.queue().flush(operation);
+  target.queue().flush(operation);
+  engine.background().post(std::move(task));
+  return started;
 }
 
 }  // namespace detail
@@ -3140,27 +3743,35 @@ inline Allocation sub_buffer(const char* operation, cl_mem root, std::size_t off
 
 #include <array>
 #include <cstddef>
+#include <optional>
 
 namespace clbuf {
 namespace detail {
 
-/// A blocking rectangular write (`to_device`) or read between `memory` (laid out as `device`)
-/// and `host` (laid out as `host_side`).
-inline void transfer_rect(TransferEngine& engine, const char* operation, bool to_device,
-                          const Allocation& memory, const RectSide& device, void* host,
-                          const RectSide& host_side, const Region& region,
-                          std::size_t element_size) {
+/// A rectangular write (`to_device`) or read between `memory` (laid out as `device`) and
+/// `host` (laid out as `host_side`). Blocking, or started: then the command's event returns and
+/// `host` must stay alive until it completes.
+inline cl::Event transfer_rect(TransferEngine& engine, const char* operation, bool to_device,
+                               const Allocation& memory, const RectSide& device, void* host,
+                               const RectSide& host_side, const Region& region,
+                               std::size_t element_size, bool blocking) {
   const Offset& device_origin = to_device ? region.dst_origin : region.src_origin;
   const Offset& host_origin = to_device ? region.src_origin : region.dst_origin;
   const std::size_t buffer_origin[3] = {device_origin.x * element_size, device_origin.y,
                                         device_origin.z};
   const std::size_t host_offset[3] = {host_origin.x * element_size, host_origin.y, host_origin.z};
   const std::size_t extent[3] = {region.size.x * element_size, region.size.y, region.size.z};
-  Telemetry::Timer timer(engine.telemetry(), to_device ? Telemetry::upload : Telemetry::download,
-                         extent[0] * extent[1] * extent[2]);
-  engine.queue().transfer_rect(operation, to_device, memory.buffer(), buffer_origin, host_offset,
-                               extent, device.row_pitch, device.slice_pitch, host_side.row_pitch,
-                               host_side.slice_pitch, host);
+  const Telemetry::Direction direction = to_device ? Telemetry::upload : Telemetry::download;
+  const std::size_t bytes = extent[0] * extent[1] * extent[2];
+  std::optional<Telemetry::Timer> timer;  // times blocking calls; started ones are counted
+  if (blocking) {
+    timer.emplace(engine.telemetry(), direction, bytes);
+  } else {
+    engine.telemetry().count_async(direction, bytes);
+  }
+  return engine.queue().transfer_rect(operation, to_device, memory.buffer(), buffer_origin,
+                                      host_offset, extent, device.row_pitch, device.slice_pitch,
+                                      host_side.row_pitch, host_side.slice_pitch, host, blocking);
 }
 
 /// One side of a device copy_rect: its root buffer and the absolute byte offset of the box's
@@ -3184,13 +3795,15 @@ inline RectEnd rect_end(const char* operation, const char* side, cl_mem root,
   return end;
 }
 
-/// Copies the box `size` (x in elements of `element_size`) from `from` to `to`, blocking; one
+/// Copies the box `size` (x in elements of `element_size`) from `from` to `to`, blocking or
+/// started (then the event of its last command returns: the queue is in order); one
 /// buffer's sides must not share a byte (CL_MEM_COPY_OVERLAP otherwise). Both
 /// sides are addressed in their root buffers, never a sub-buffer (PoCL 3.1 crashes in
 /// clEnqueueCopyBufferRect on sub-buffers), with the absolute offset split back into (x bytes,
 /// row, slice) by that side's pitches.
-inline void copy_rect(TransferEngine& engine, const char* operation, const RectEnd& from,
-                      const RectEnd& to, const Extents& size, std::size_t element_size) {
+inline cl::Event copy_rect(TransferEngine& engine, const char* operation, const RectEnd& from,
+                           const RectEnd& to, const Extents& size, std::size_t element_size,
+                           bool blocking) {
   const auto origin_in_root = [](const RectEnd& end) {
     return std::array<std::size_t, 3>{end.at % end.side.slice_pitch % end.side.row_pitch,
                                       end.at % end.side.slice_pitch / end.side.row_pitch,
@@ -3202,7 +3815,14 @@ inline void copy_rect(TransferEngine& engine, const char* operation, const RectE
   const std::array<std::size_t, 3> src_origin = origin_in_root(from);
   const std::array<std::size_t, 3> dst_origin = origin_in_root(to);
   const std::size_t extent[3] = {size.x * element_size, size.y, size.z};
-  Telemetry::Timer timer(engine.telemetry(), Telemetry::copy, extent[0] * extent[1] * extent[2]);
+  const std::size_t bytes = extent[0] * extent[1] * extent[2];
+  std::optional<Telemetry::Timer> timer;
+  if (blocking) {
+    timer.emplace(engine.telemetry(), Telemetry::copy, bytes);
+  } else {
+    engine.telemetry().count_async(Telemetry::copy, bytes);
+  }
+  cl::Event last;
   const bool same_pitches =
       from.side.row_pitch == to.side.row_pitch && from.side.slice_pitch == to.side.slice_pitch;
   if ((from.root == to.root && !same_pitches) || src_origin[0] + extent[0] > from.side.row_pitch ||
@@ -3213,18 +3833,19 @@ inline void copy_rect(TransferEngine& engine, const char* operation, const RectE
     // Copy row by row instead.
     for (std::size_t z = 0; z < size.z; ++z) {
       for (std::size_t y = 0; y < size.y; ++y) {
-        engine.queue().copy(operation, from.root, to.root,
-                            from.at + z * from.side.slice_pitch + y * from.side.row_pitch,
-                            to.at + z * to.side.slice_pitch + y * to.side.row_pitch, extent[0]);
+        last =
+            engine.queue().copy(operation, from.root, to.root,
+                                from.at + z * from.side.slice_pitch + y * from.side.row_pitch,
+                                to.at + z * to.side.slice_pitch + y * to.side.row_pitch, extent[0]);
       }
     }
-    engine.queue().finish(operation);
-    return;
+  } else {
+    last = engine.queue().copy_rect(operation, from.root, to.root, src_origin.data(),
+                                    dst_origin.data(), extent, from.side.row_pitch,
+                                    from.side.slice_pitch, to.side.row_pitch, to.side.slice_pitch);
   }
-  Queue::wait(operation, engine.queue().copy_rect(operation, from.root, to.root, src_origin.data(),
-                                                  dst_origin.data(), extent, from.side.row_pitch,
-                                                  from.side.slice_pitch, to.side.row_pitch,
-                                                  to.side.slice_pitch));
+  if (blocking) Queue::wait(operation, last);
+  return last;
 }
 
 }  // namespace detail
@@ -3483,6 +4104,8 @@ class BufferManager {
   /// given": CLBUF_DEVICE, then the default.
   explicit BufferManager(const std::string& selector) : BufferManager(selector, Options()) {}
 
+  /// As BufferManager(selector), with `options` (memory model, staging, pool; options.hpp).
+  /// @throws Error CL_INVALID_VALUE for options out of range, else as BufferManager().
   BufferManager(const std::string& selector, const Options& options)
       : device_(selector, options, "BufferManager"), pool_(make_pool()), engine_(device_) {}
 
@@ -3542,6 +4165,7 @@ class BufferManager {
     stats.pool = pool_->stats();
     return stats;
   }
+  /// Sets the transfer counters of stats() back to zero (the pool's counters stay).
   void reset_stats() noexcept { engine_.telemetry().reset(); }
   /// Frees every buffer the pool holds for reuse.
   void trim_pool() noexcept { pool_->trim(); }
@@ -3584,6 +4208,7 @@ class BufferManager {
   [[nodiscard]] DeviceBuffer<T> upload(const T* data, std::size_t count) {
     return upload_new(data, count, {count}, detail::HostMemory::pageable);
   }
+  /// As upload(data.data(), data.size()).
   template <class T>
   [[nodiscard]] DeviceBuffer<T> upload(const std::vector<T>& data) {
     return upload_new(data.data(), data.size(), {data.size()}, detail::HostMemory::pageable);
@@ -3607,28 +4232,56 @@ class BufferManager {
   void upload(DeviceBuffer<T>& dst, const T* data, std::size_t count, std::size_t dst_offset = 0) {
     upload_into(dst, data, count, dst_offset, detail::HostMemory::pageable);
   }
+  /// As upload(dst, data.data(), data.size(), dst_offset).
   template <class T>
   void upload(DeviceBuffer<T>& dst, const std::vector<T>& data, std::size_t dst_offset = 0) {
     upload_into(dst, data.data(), data.size(), dst_offset, detail::HostMemory::pageable);
   }
+  /// As upload(dst, data.data(), data.size(), dst_offset), by DMA with no staging copy.
   template <class T>
   void upload(DeviceBuffer<T>& dst, const PinnedBuffer<T>& data, std::size_t dst_offset = 0) {
     upload_into(dst, data.data(), data.size(), dst_offset, detail::HostMemory::pinned);
   }
 
   /// Starts copying `data` (which the Future owns until the copy completes) into new device
-  /// memory; get() returns the buffer. Wraps clEnqueueWriteBuffer, non-blocking.
+  /// memory, after the commands of `after` (events of this context, e.g. a kernel on another
+  /// queue); get() returns the buffer. Returns at once on every path: large pageable data for a
+  /// discrete device is staged through pinned chunks by clbuf's background thread while the
+  /// queue holds later work behind it. Wraps clEnqueueWriteBuffer, non-blocking.
+  /// @throws Error CL_INVALID_CONTEXT for an event of another context.
   template <class T>
-  Future<DeviceBuffer<T>> upload_async(std::vector<T> data) {
+  Future<DeviceBuffer<T>> upload_async(std::vector<T> data,
+                                       const std::vector<cl::Event>& after = {}) {
     const auto host = detail::shared_vector("upload_async", std::move(data));
-    return start_upload(host->data(), host->size(), host);
+    return start_upload(host->data(), host->size(), host, after);
   }
   /// As upload_async(std::vector), without a copy of `data`, which the caller keeps alive and
   /// unchanged until the Future has completed.
   /// @throws Error CL_INVALID_VALUE for a null `data` with count > 0.
   template <class T>
-  Future<DeviceBuffer<T>> upload_async(const T* data, std::size_t count) {
-    return start_upload(data, count, nullptr);
+  Future<DeviceBuffer<T>> upload_async(const T* data, std::size_t count,
+                                       const std::vector<cl::Event>& after = {}) {
+    return start_upload(data, count, nullptr, after);
+  }
+
+  /// Starts copying `data` (which the Future owns until the copy completes) into `dst` from
+  /// element `dst_offset`, after the commands of `after`; returns at once, as
+  /// upload_async(std::vector). With a buffer allocated beforehand, a kernel can be queued
+  /// behind the upload (on the manager's queue, or waiting for Future::event()) with no wait.
+  /// @throws Error CL_INVALID_VALUE past the end of `dst`; CL_INVALID_CONTEXT for an event of
+  ///         another context.
+  template <class T>
+  Future<void> upload_async(DeviceBuffer<T>& dst, std::vector<T> data, std::size_t dst_offset = 0,
+                            const std::vector<cl::Event>& after = {}) {
+    const auto host = detail::shared_vector("upload_async", std::move(data));
+    return start_upload_into(dst, host->data(), host->size(), dst_offset, host, after);
+  }
+  /// As upload_async(dst, std::vector), without a copy of `data`, which the caller keeps alive
+  /// and unchanged until the Future has completed.
+  template <class T>
+  Future<void> upload_async(DeviceBuffer<T>& dst, const T* data, std::size_t count,
+                            std::size_t dst_offset = 0, const std::vector<cl::Event>& after = {}) {
+    return start_upload_into(dst, data, count, dst_offset, nullptr, after);
   }
   /// @}
 
@@ -3672,20 +4325,24 @@ class BufferManager {
                  detail::HostMemory::pinned);
   }
 
-  /// Starts reading the whole buffer into a vector the Future owns; get() hands it over.
-  /// Wraps clEnqueueReadBuffer, non-blocking.
+  /// Starts reading the whole buffer, after the commands of `after`, into a vector the Future
+  /// owns; get() hands it over. Returns at once on every path (staged for large downloads from
+  /// a discrete device, as upload_async()). Wraps clEnqueueReadBuffer, non-blocking.
+  /// @throws Error CL_INVALID_CONTEXT for an event of another context.
   template <class T>
-  Future<std::vector<T>> download_async(const DeviceBuffer<T>& buffer) {
+  Future<std::vector<T>> download_async(const DeviceBuffer<T>& buffer,
+                                        const std::vector<cl::Event>& after = {}) {
     const char* op = "download_async";
     auto entry = gate_.enter(op);
     check(op, buffer);
+    const std::vector<cl_event> wait = wait_list(op, after);
     std::vector<T> out = detail::new_vector<T>(op, buffer.size());
-    cl::Event event = engine_.read_async(op, buffer.memory_, 0, out.data(), buffer.size_bytes());
-    buffer.fence(pool_.get(), event);
-    const bool enqueued = event() != nullptr;
+    hold(op, wait);
+    detail::Started start =
+        engine_.read_async(op, buffer.memory_, 0, out.data(), buffer.size_bytes());
+    buffer.fence(pool_.get(), start.event);
     // Moving the vector into the Future keeps its heap block, which the device writes into.
-    return started(op, enqueued,
-                   Future<std::vector<T>>(op, std::move(event), std::move(out), nullptr));
+    return future<std::vector<T>>(op, std::move(start), std::move(out));
   }
 
   /// Starts reading `count` elements at element `src_offset` into `out`, which the caller keeps
@@ -3693,15 +4350,16 @@ class BufferManager {
   /// @throws Error CL_INVALID_VALUE past the end of `buffer` or for a null `out` with count > 0.
   template <class T>
   Future<void> download_async(const DeviceBuffer<T>& buffer, T* out, std::size_t count,
-                              std::size_t src_offset = 0) {
+                              std::size_t src_offset = 0,
+                              const std::vector<cl::Event>& after = {}) {
     const char* op = "download_async";
     auto entry = gate_.enter(op);
     check_read(op, buffer, out, count, src_offset);
-    cl::Event event =
+    hold(op, wait_list(op, after));
+    detail::Started start =
         engine_.read_async(op, buffer.memory_, src_offset * sizeof(T), out, count * sizeof(T));
-    buffer.fence(pool_.get(), event);
-    const bool enqueued = event() != nullptr;
-    return started(op, enqueued, Future<void>(op, std::move(event), {}, nullptr));
+    buffer.fence(pool_.get(), start.event);
+    return future<void>(op, std::move(start), {});
   }
   /// @}
 
@@ -3734,21 +4392,23 @@ class BufferManager {
     engine_.copy(op, src.memory_, src_offset_bytes, dst.memory_, dst_offset_bytes, size_bytes);
   }
 
-  /// As copy_bytes(), but returns at once; the Future completes when the device has copied.
-  /// Wraps clEnqueueCopyBuffer, non-blocking.
+  /// As copy_bytes(), after the commands of `after`, but returns at once; the Future completes
+  /// when the device has copied. Wraps clEnqueueCopyBuffer, non-blocking.
   template <class T, class U>
   Future<void> copy_bytes_async(const DeviceBuffer<T>& src, DeviceBuffer<U>& dst,
                                 std::size_t size_bytes, std::size_t src_offset_bytes = 0,
-                                std::size_t dst_offset_bytes = 0) {
+                                std::size_t dst_offset_bytes = 0,
+                                const std::vector<cl::Event>& after = {}) {
     const char* op = "copy_bytes_async";
     auto entry = gate_.enter(op);
     check_copy(op, src, dst, size_bytes, src_offset_bytes, dst_offset_bytes);
-    cl::Event event = engine_.copy_async(op, src.memory_, src_offset_bytes, dst.memory_,
-                                         dst_offset_bytes, size_bytes);
-    src.fence(pool_.get(), event);
-    dst.fence(pool_.get(), event);
-    const bool enqueued = event() != nullptr;
-    return started(op, enqueued, Future<void>(op, std::move(event), {}, nullptr));
+    hold(op, wait_list(op, after));
+    detail::Started start{engine_.copy_async(op, src.memory_, src_offset_bytes, dst.memory_,
+                                             dst_offset_bytes, size_bytes),
+                          nullptr};
+    src.fence(pool_.get(), start.event);
+    dst.fence(pool_.get(), start.event);
+    return future<void>(op, std::move(start), {});
   }
   /// @}
 
@@ -3778,6 +4438,29 @@ class BufferManager {
     if (count == 0) return;
     engine_.fill(op, buffer.memory_, offset * sizeof(T), &value, sizeof(T), count);
   }
+
+  /// As fill(buffer, value), after the commands of `after`, returning at once (`value` may be
+  /// reused on return). Wraps clEnqueueFillBuffer (or the copies of fill()), non-blocking.
+  template <class T>
+  Future<void> fill_async(DeviceBuffer<T>& buffer, const T& value,
+                          const std::vector<cl::Event>& after = {}) {
+    return fill_async(buffer, value, buffer.size(), 0, after);
+  }
+
+  /// As fill(buffer, value, count, offset), returning at once.
+  template <class T>
+  Future<void> fill_async(DeviceBuffer<T>& buffer, const T& value, std::size_t count,
+                          std::size_t offset = 0, const std::vector<cl::Event>& after = {}) {
+    const char* op = "fill_async";
+    auto entry = gate_.enter(op);
+    check(op, buffer);
+    detail::check_range(op, "write", count, offset, buffer.size(), sizeof(T));
+    hold(op, wait_list(op, after));
+    detail::Started start =
+        engine_.fill_async(op, buffer.memory_, offset * sizeof(T), &value, sizeof(T), count);
+    buffer.fence(pool_.get(), start.event);
+    return future<void>(op, std::move(start), {});
+  }
   /// @}
 
   /// @name Rectangular regions
@@ -3790,23 +4473,30 @@ class BufferManager {
   ///         `count` elements or in `dst`, a size overflows, or `data` is null with count > 0.
   template <class T>
   void upload_rect(DeviceBuffer<T>& dst, const T* data, std::size_t count, const Region& region) {
-    const char* op = "upload_rect";
-    auto entry = gate_.enter(op);
-    check(op, dst);
-    detail::check_host_pointer(op, data, count);
-    const detail::RectSide host = detail::rect_side(op, "host", region.size, region.src_origin,
-                                                    region.src_extents, count, sizeof(T));
-    const detail::RectSide device =
-        detail::rect_side(op, "destination", region.size, region.dst_origin, region.dst_extents,
-                          dst.size(), sizeof(T));
-    if (detail::rect_empty(region.size)) return;
-    detail::check_not_mapped(op, dst.lease_.get(), data, count, sizeof(T));
-    detail::transfer_rect(engine_, op, true, dst.memory_, device, const_cast<T*>(data), host,
-                          region, sizeof(T));
+    auto entry = gate_.enter("upload_rect");
+    transfer_rect("upload_rect", true, dst, const_cast<T*>(data), count, region, nullptr);
   }
+  /// As upload_rect(dst, data.data(), data.size(), region).
   template <class T>
   void upload_rect(DeviceBuffer<T>& dst, const std::vector<T>& data, const Region& region) {
     upload_rect(dst, data.data(), data.size(), region);
+  }
+
+  /// As upload_rect(), after the commands of `after`, returning at once; `data` must stay alive
+  /// and unchanged until the Future has completed. Wraps clEnqueueWriteBufferRect, non-blocking.
+  template <class T>
+  Future<void> upload_rect_async(DeviceBuffer<T>& dst, const T* data, std::size_t count,
+                                 const Region& region, const std::vector<cl::Event>& after = {}) {
+    const char* op = "upload_rect_async";
+    auto entry = gate_.enter(op);
+    return future<void>(
+        op, transfer_rect(op, true, dst, const_cast<T*>(data), count, region, &after), {});
+  }
+  /// As upload_rect_async(dst, data.data(), data.size(), region, after).
+  template <class T>
+  Future<void> upload_rect_async(DeviceBuffer<T>& dst, const std::vector<T>& data,
+                                 const Region& region, const std::vector<cl::Event>& after = {}) {
+    return upload_rect_async(dst, data.data(), data.size(), region, after);
   }
 
   /// Copies the box `region` of `src` (laid out as region.src_extents) into the host array `out`
@@ -3815,21 +4505,29 @@ class BufferManager {
   /// @throws Error CL_INVALID_VALUE as upload_rect().
   template <class T>
   void download_rect(const DeviceBuffer<T>& src, T* out, std::size_t count, const Region& region) {
-    const char* op = "download_rect";
-    auto entry = gate_.enter(op);
-    check(op, src);
-    detail::check_host_pointer(op, out, count);
-    const detail::RectSide device = detail::rect_side(op, "source", region.size, region.src_origin,
-                                                      region.src_extents, src.size(), sizeof(T));
-    const detail::RectSide host = detail::rect_side(op, "host", region.size, region.dst_origin,
-                                                    region.dst_extents, count, sizeof(T));
-    if (detail::rect_empty(region.size)) return;
-    detail::check_not_mapped(op, src.lease_.get(), out, count, sizeof(T));
-    detail::transfer_rect(engine_, op, false, src.memory_, device, out, host, region, sizeof(T));
+    auto entry = gate_.enter("download_rect");
+    transfer_rect("download_rect", false, src, out, count, region, nullptr);
   }
+  /// As download_rect(src, out.data(), out.size(), region).
   template <class T>
   void download_rect(const DeviceBuffer<T>& src, std::vector<T>& out, const Region& region) {
     download_rect(src, out.data(), out.size(), region);
+  }
+
+  /// As download_rect(), after the commands of `after`, returning at once; `out` must stay alive
+  /// until the Future has completed. Wraps clEnqueueReadBufferRect, non-blocking.
+  template <class T>
+  Future<void> download_rect_async(const DeviceBuffer<T>& src, T* out, std::size_t count,
+                                   const Region& region, const std::vector<cl::Event>& after = {}) {
+    const char* op = "download_rect_async";
+    auto entry = gate_.enter(op);
+    return future<void>(op, transfer_rect(op, false, src, out, count, region, &after), {});
+  }
+  /// As download_rect_async(src, out.data(), out.size(), region, after).
+  template <class T>
+  Future<void> download_rect_async(const DeviceBuffer<T>& src, std::vector<T>& out,
+                                   const Region& region, const std::vector<cl::Event>& after = {}) {
+    return download_rect_async(src, out.data(), out.size(), region, after);
   }
 
   /// Copies the box `region` from `src` to `dst` on the device (blocking, no host round trip).
@@ -3842,18 +4540,17 @@ class BufferManager {
   ///         two byte spans counts.
   template <class T>
   void copy_rect(const DeviceBuffer<T>& src, DeviceBuffer<T>& dst, const Region& region) {
-    const char* op = "copy_rect";
+    auto entry = gate_.enter("copy_rect");
+    copy_box("copy_rect", src, dst, region, nullptr);
+  }
+
+  /// As copy_rect(), after the commands of `after`, returning at once.
+  template <class T>
+  Future<void> copy_rect_async(const DeviceBuffer<T>& src, DeviceBuffer<T>& dst,
+                               const Region& region, const std::vector<cl::Event>& after = {}) {
+    const char* op = "copy_rect_async";
     auto entry = gate_.enter(op);
-    check(op, src);
-    check(op, dst);
-    const detail::RectEnd from =
-        detail::rect_end(op, "source", src.root(), src.root_offset_bytes(), region.size,
-                         region.src_origin, region.src_extents, src.size(), sizeof(T));
-    const detail::RectEnd to =
-        detail::rect_end(op, "destination", dst.root(), dst.root_offset_bytes(), region.size,
-                         region.dst_origin, region.dst_extents, dst.size(), sizeof(T));
-    if (detail::rect_empty(region.size)) return;
-    detail::copy_rect(engine_, op, from, to, region.size, sizeof(T));
+    return future<void>(op, copy_box(op, src, dst, region, &after), {});
   }
   /// @}
 
@@ -3960,24 +4657,45 @@ class BufferManager {
   template <class T>
   void copy_from(BufferManager& source, const DeviceBuffer<T>& src, DeviceBuffer<T>& dst) {
     const char* op = "copy_from";
-    // Both managers are entered in address order, so two opposite copies cannot deadlock.
-    BufferManager* first = this < &source ? this : &source;
-    BufferManager* second = this < &source ? &source : this;
-    auto first_entry = first->gate_.enter(op);
-    detail::Gate::Entry second_entry;
-    if (second != first) second_entry = second->gate_.enter(op);
-    source.check(op, src);
-    check(op, dst);
-    detail::check_same_size(op, src.size(), dst.size());
-    check_apart(op, src, 0, dst, 0, src.size_bytes());
-    if (src.size_bytes() == 0) return;
-    source.device_.queue().finish(op);
-    if (source.device_.context()() == device_.context()()) {
-      engine_.copy(op, src.memory_, 0, dst.memory_, 0, src.size_bytes());
-    } else {
-      detail::copy_across_contexts(op, source.device_.queue(), src.memory_, device_, engine_,
-                                   dst.memory_, src.size_bytes());
+    auto entries = enter_both(op, source);
+    check_copy_from(op, source, src, dst);
+    copy_from_now(op, source, src, dst);
+  }
+
+  /// As copy_from(), returning at once: the copy runs after the work queued on both managers
+  /// before the call, and work queued on either after it runs after the copy. Same context: one
+  /// clEnqueueCopyBuffer, ordered by a marker of `source`'s queue and a barrier on it. Different
+  /// contexts: the pinned chunks of copy_from() on clbuf's background thread.
+  /// @throws Error as copy_from(); a failure during the copy surfaces at wait() / get().
+  template <class T>
+  Future<void> copy_from_async(BufferManager& source, const DeviceBuffer<T>& src,
+                               DeviceBuffer<T>& dst) {
+    const char* op = "copy_from_async";
+    auto entries = enter_both(op, source);
+    check_copy_from(op, source, src, dst);
+    if (src.size_bytes() == 0 || !device_.opencl_1_2() || !source.device_.opencl_1_2()) {
+      copy_from_now(op, source, src, dst);  // no markers or barriers before OpenCL 1.2
+      return future<void>(op, detail::Started(), {});
     }
+    const detail::Queue& theirs = source.device_.queue();
+    detail::Started start;
+    if (source.device_.context()() != device_.context()()) {
+      start = detail::copy_across_contexts_async(op, source.device_, src.memory_, device_, engine_,
+                                                 dst.memory_, src.size_bytes());
+    } else {
+      if (theirs.get() != device_.queue().get()) {
+        const cl::Event before = theirs.marker(op);
+        theirs.flush(op);
+        hold(op, {before()});
+      }
+      start.event = engine_.copy_async(op, src.memory_, 0, dst.memory_, 0, src.size_bytes());
+      if (theirs.get() != device_.queue().get()) theirs.barrier(op, {start.event()});
+    }
+    src.fence(pool_.get(), start.event);
+    dst.fence(pool_.get(), start.event);
+    Future<void> result = future<void>(op, std::move(start), {});
+    theirs.flush(op);
+    return result;
   }
   /// @}
 
@@ -4012,6 +4730,41 @@ class BufferManager {
     return std::make_shared<detail::MemoryPool>(
         device_.context(), device_.options().memory == MemoryModel::host,
         device_.options().pool_limit_bytes, device_.info().max_alloc_bytes);
+  }
+
+  /// Enters both managers' gates, in address order, so two opposite copies cannot deadlock.
+  std::pair<detail::Gate::Entry, detail::Gate::Entry> enter_both(const char* operation,
+                                                                 BufferManager& other) {
+    BufferManager* first = this < &other ? this : &other;
+    BufferManager* second = this < &other ? &other : this;
+    std::pair<detail::Gate::Entry, detail::Gate::Entry> entries;
+    entries.first = first->gate_.enter(operation);
+    if (second != first) entries.second = second->gate_.enter(operation);
+    return entries;
+  }
+
+  /// copy_from, once checked: returns when `dst` holds the copy.
+  template <class T>
+  void copy_from_now(const char* op, BufferManager& source, const DeviceBuffer<T>& src,
+                     DeviceBuffer<T>& dst) {
+    if (src.size_bytes() == 0) return;
+    source.device_.queue().finish(op);
+    if (source.device_.context()() == device_.context()()) {
+      engine_.copy(op, src.memory_, 0, dst.memory_, 0, src.size_bytes());
+    } else {
+      detail::copy_across_contexts(op, source.device_.queue(), src.memory_, device_.context(),
+                                   device_.queue(), engine_, dst.memory_, src.size_bytes());
+    }
+  }
+
+  /// copy_from: `src` of `source`, `dst` of this manager, equal sizes, no overlap.
+  template <class T>
+  void check_copy_from(const char* operation, const BufferManager& source,
+                       const DeviceBuffer<T>& src, const DeviceBuffer<T>& dst) const {
+    source.check(operation, src);
+    check(operation, dst);
+    detail::check_same_size(operation, src.size(), dst.size());
+    check_apart(operation, src, 0, dst, 0, src.size_bytes());
   }
 
   template <class T>
@@ -4063,12 +4816,86 @@ class BufferManager {
     return DeviceBuffer<T>(std::move(memory), pool_, device_.context(), count, std::move(shape));
   }
 
-  /// Flushes the queue once `future` owns the memory its transfer touches, so that a failed
-  /// flush cannot free memory the device is writing (the Future's destructor waits).
+  /// The handles of `after` (checked: this context) to hold the queue for.
+  std::vector<cl_event> wait_list(const char* operation,
+                                  const std::vector<cl::Event>& after) const {
+    return detail::wait_list_of(operation, after, device_.context()());
+  }
+
+  /// Holds the queue's later commands until each of `events` has completed (before OpenCL 1.2,
+  /// which has no barrier with a wait list, the host waits for them).
+  void hold(const char* operation, const std::vector<cl_event>& events) {
+    if (events.empty()) return;
+    if (device_.opencl_1_2()) {
+      device_.queue().barrier(operation, events);
+    } else {
+      detail::Queue::wait(operation, events);
+    }
+  }
+
+  /// The Future of a started operation; `host`, when set, owns host memory the operation uses.
+  /// Flushes the queue once the Future owns that memory, so that a failed flush cannot free
+  /// memory the device is using (the Future's destructor waits).
   template <class R>
-  Future<R> started(const char* operation, bool enqueued, Future<R> future) {
+  Future<R> future(const char* operation, detail::Started start, typename Future<R>::Stored value,
+                   std::shared_ptr<const void> host = nullptr) {
+    const bool enqueued = start.event() != nullptr;
+    Future<R> result(operation, std::move(start.event), std::move(value),
+                     enqueued ? std::move(host) : nullptr, std::move(start.outcome));
     if (enqueued) device_.queue().flush(operation);
-    return future;
+    return result;
+  }
+
+  /// upload_rect / download_rect and their async forms: blocking when `after` is null, else
+  /// started after `after`.
+  template <class T>
+  detail::Started transfer_rect(const char* op, bool to_device, const DeviceBuffer<T>& buffer,
+                                T* host, std::size_t count, const Region& region,
+                                const std::vector<cl::Event>* after) {
+    check(op, buffer);
+    detail::check_host_pointer(op, host, count);
+    const Offset& device_origin = to_device ? region.dst_origin : region.src_origin;
+    const Extents& device_extents = to_device ? region.dst_extents : region.src_extents;
+    const Offset& host_origin = to_device ? region.src_origin : region.dst_origin;
+    const Extents& host_extents = to_device ? region.src_extents : region.dst_extents;
+    const detail::RectSide host_side =
+        detail::rect_side(op, "host", region.size, host_origin, host_extents, count, sizeof(T));
+    const detail::RectSide device_side =
+        detail::rect_side(op, to_device ? "destination" : "source", region.size, device_origin,
+                          device_extents, buffer.size(), sizeof(T));
+    const std::vector<cl_event> wait = after ? wait_list(op, *after) : std::vector<cl_event>();
+    if (detail::rect_empty(region.size)) return detail::Started();
+    detail::check_not_mapped(op, buffer.lease_.get(), host, count, sizeof(T));
+    hold(op, wait);
+    detail::Started start{
+        detail::transfer_rect(engine_, op, to_device, buffer.memory_, device_side, host, host_side,
+                              region, sizeof(T), after == nullptr),
+        nullptr};
+    buffer.fence(pool_.get(), start.event);
+    return start;
+  }
+
+  /// copy_rect and copy_rect_async: blocking when `after` is null, else started after `after`.
+  template <class T>
+  detail::Started copy_box(const char* op, const DeviceBuffer<T>& src, DeviceBuffer<T>& dst,
+                           const Region& region, const std::vector<cl::Event>* after) {
+    check(op, src);
+    check(op, dst);
+    const detail::RectEnd from =
+        detail::rect_end(op, "source", src.root(), src.root_offset_bytes(), region.size,
+                         region.src_origin, region.src_extents, src.size(), sizeof(T));
+    const detail::RectEnd to =
+        detail::rect_end(op, "destination", dst.root(), dst.root_offset_bytes(), region.size,
+                         region.dst_origin, region.dst_extents, dst.size(), sizeof(T));
+    const std::vector<cl_event> wait = after ? wait_list(op, *after) : std::vector<cl_event>();
+    if (detail::rect_empty(region.size)) return detail::Started();
+    hold(op, wait);
+    detail::Started start{
+        detail::copy_rect(engine_, op, from, to, region.size, sizeof(T), after == nullptr),
+        nullptr};
+    src.fence(pool_.get(), start.event);
+    dst.fence(pool_.get(), start.event);
+    return start;
   }
 
   template <class T>
@@ -4099,16 +4926,36 @@ class BufferManager {
   /// upload_async: `host`, when set, owns `data` until the write completes.
   template <class T>
   Future<DeviceBuffer<T>> start_upload(const T* data, std::size_t count,
-                                       std::shared_ptr<const void> host) {
+                                       std::shared_ptr<const void> host,
+                                       const std::vector<cl::Event>& after) {
     const char* op = "upload_async";
     auto entry = gate_.enter(op);
     detail::check_host_pointer(op, data, count);
+    const std::vector<cl_event> wait = wait_list(op, after);
     DeviceBuffer<T> buffer = new_buffer<T>(op, count, {count});
-    cl::Event event = engine_.write_fresh_async(op, buffer.memory_, data, buffer.size_bytes());
-    const bool enqueued = event() != nullptr;
-    return started(op, enqueued,
-                   Future<DeviceBuffer<T>>(op, std::move(event), std::move(buffer),
-                                           enqueued ? std::move(host) : nullptr));
+    hold(op, wait);
+    detail::Started start =
+        engine_.write_async(op, buffer.memory_, 0, data, buffer.size_bytes(), host, wait.empty());
+    buffer.fence(pool_.get(), start.event);
+    return future<DeviceBuffer<T>>(op, std::move(start), std::move(buffer), std::move(host));
+  }
+
+  /// upload_async into an existing buffer: `host`, when set, owns `data`.
+  template <class T>
+  Future<void> start_upload_into(DeviceBuffer<T>& dst, const T* data, std::size_t count,
+                                 std::size_t dst_offset, std::shared_ptr<const void> host,
+                                 const std::vector<cl::Event>& after) {
+    const char* op = "upload_async";
+    auto entry = gate_.enter(op);
+    check(op, dst);
+    detail::check_host_pointer(op, data, count);
+    detail::check_range(op, "write", count, dst_offset, dst.size(), sizeof(T));
+    detail::check_not_mapped(op, dst.lease_.get(), data, count, sizeof(T));
+    hold(op, wait_list(op, after));
+    detail::Started start = engine_.write_async(op, dst.memory_, dst_offset * sizeof(T), data,
+                                                count * sizeof(T), host, false);
+    dst.fence(pool_.get(), start.event);
+    return future<void>(op, std::move(start), {}, std::move(host));
   }
 
   detail::Gate gate_;                         // cleanup() against calls in flight

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // clbuf::mpi under mpiexec on 2 and 3 ranks (tests/mpi/CMakeLists.txt). Every case runs on every
 // rank; each rank's memory model comes from the parameter (even ranks one model, odd ranks
 // another), so every path meets every other path on the wire: host (zero copy), unified

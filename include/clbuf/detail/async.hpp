@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // The parts of asynchronous operations that clbuf finishes on the host (staged transfers, copies
 // between contexts): the Outcome a background job reports to its Future, the UserEvent that
 // holds the manager's queue until the job is done, and the Background thread that runs jobs in

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // The byte-level view of a DeviceBuffer for layers built over BufferManager (clbuf/mpi.hpp):
 // the pool Allocation behind it (its cl_mem and, on a CPU device, the host block clbuf allocated)
 // and its root buffer. Only the typed facades use it; everything below works on bytes.

@@ -47,24 +47,7 @@ class DeviceContext {
     context_ = cl::Context(
         CLBUF_CL(clCreateContext)(properties, 1, &device, nullptr, nullptr, &err), false);
     check(err, operation, "clCreateContext");
-    // clCreateCommandQueue is the entry point every driver has (1.2 ones lack the 2.0
-    // clCreateCommandQueueWithProperties); the C headers mark it deprecated from 2.0 on unless
-    // CL_USE_DEPRECATED_OPENCL_1_2_APIS, which is the application's to choose.
-#if defined(__GNUC__) || defined(__clang__)
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wdeprecated-declarations"
-#elif defined(_MSC_VER)
-#pragma warning(push)
-#pragma warning(disable : 4996)
-#endif
-    queue_ =
-        Queue(cl::CommandQueue(CLBUF_CL(clCreateCommandQueue)(context_(), device, 0, &err), false));
-#if defined(__GNUC__) || defined(__clang__)
-#pragma GCC diagnostic pop
-#elif defined(_MSC_VER)
-#pragma warning(pop)
-#endif
-    check(err, operation, "clCreateCommandQueue");
+    queue_ = Queue::create(operation, context_(), device);
     resolve(device, operation);
   }
 

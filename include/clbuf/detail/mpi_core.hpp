@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // clbuf::mpi's shared state: the Core every transfer of one Communicator uses (the manager's
 // queue, the duplicated communicators, the agreed chunk size, stream numbers, the budget and
 // cache of pinned chunks, the tracked transfers and their progress) and the Transfer interface

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // allreduce()'s device reduction: one small OpenCL kernel per element type and operation,
 // `acc[offset + i] = op(acc[offset + i], in[i])`, built on first use and cached. Large
 // reductions run here rather than in MPI on host memory, which reduces floats at 1-3 GB/s.

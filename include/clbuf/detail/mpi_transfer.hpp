@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // The streams under clbuf::mpi::Communicator: point-to-point transfers of byte ranges of device
 // memory (on the Core of mpi_core.hpp), progressed in the caller's thread (no hidden threads;
 // MPI_THREAD_FUNNELED suffices).

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // clbuf::mpi's wire format and vocabulary: the public Options/Op/Path (documented in
 // clbuf/mpi.hpp), the header every message starts with, element type codes, and MPI errors as
 // clbuf::Error. Every message is a header on the user's (duplicated) communicator, with the

@@ -19,16 +19,36 @@ class Queue {
   Queue() = default;
   explicit Queue(cl::CommandQueue queue) noexcept : queue_(std::move(queue)) {}
 
-  /// A new in-order queue of `context` on the device of `other`. Wraps clCreateCommandQueue.
+  /// A new in-order queue of `context` on `device`. Wraps clCreateCommandQueue: the entry point
+  /// every driver has (1.2 ones lack the 2.0 clCreateCommandQueueWithProperties); the C headers
+  /// mark it deprecated from 2.0 on unless CL_USE_DEPRECATED_OPENCL_1_2_APIS, which is the
+  /// application's to choose, so the warning is silenced here, for this call alone.
+  static Queue create(const char* operation, cl_context context, cl_device_id device) {
+    cl_int err = CL_SUCCESS;
+#if defined(__GNUC__) || defined(__clang__)
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wdeprecated-declarations"
+#elif defined(_MSC_VER)
+#pragma warning(push)
+#pragma warning(disable : 4996)
+#endif
+    Queue queue(cl::CommandQueue(CLBUF_CL(clCreateCommandQueue)(context, device, 0, &err), false));
+#if defined(__GNUC__) || defined(__clang__)
+#pragma GCC diagnostic pop
+#elif defined(_MSC_VER)
+#pragma warning(pop)
+#endif
+    check(err, operation, "clCreateCommandQueue");
+    return queue;
+  }
+
+  /// A new in-order queue of `context` on the device of `other`.
   static Queue beside(const char* operation, cl_context context, const Queue& other) {
     cl_device_id device = nullptr;
     check(CLBUF_CL(clGetCommandQueueInfo)(other.get(), CL_QUEUE_DEVICE, sizeof(device), &device,
                                           nullptr),
           operation, "clGetCommandQueueInfo");
-    cl_int err = CL_SUCCESS;
-    Queue queue(cl::CommandQueue(CLBUF_CL(clCreateCommandQueue)(context, device, 0, &err), false));
-    check(err, operation, "clCreateCommandQueue");
-    return queue;
+    return create(operation, context, device);
   }
 
   const cl::CommandQueue& handle() const noexcept { return queue_; }
