@@ -2,10 +2,12 @@
 # SPDX-License-Identifier: MIT
 # Runs clbuf's tests and benchmark on the NVIDIA H200 machine (see ../shared/GPU.md), from a
 # Release build folder made on Debian 12 and the ICD loader packages in .dev/:
-#   bench/gpu_run.sh BUILD_DIR OUT_DIR STAGE...     (stages: tests bench async streaming sweep rss)
+#   bench/gpu_run.sh BUILD_DIR OUT_DIR STAGE...
+# (stages: tests bench async streaming sweep rss xdev)
 # TESTS (a space-separated list of test executables' names) limits the tests stage; SWEEP_SIZES
 # (default 256M) the sizes of the staging sweep.
-# Writes test logs, the benchmark CSV/table, a staging sweep and peak RSS into OUT_DIR.
+# Writes test logs, the benchmark CSV/table, a staging sweep, peak RSS and the copies between
+# two devices (xdev: cross_device, 0:0 to 0:1 where there are two) into OUT_DIR.
 set -uo pipefail
 build=$1
 out=$2
@@ -80,4 +82,11 @@ fi
 if [[ $stages == *" rss "* ]]; then
 echo "== peak RSS of a 256 MiB round trip"
 for m in none clbuf clhpp_naive; do timeout 60 "$bench" --rss-roundtrip $m; done | tee "$out/rss.txt"
+fi
+
+if [[ $stages == *" xdev "* ]]; then
+echo "== copies between two devices (copy_from against download/upload by hand; both directions at once)"
+timeout 240 "$build/bench/cross_device" --sizes 1M,16M,64M,256M,1G --csv "$out/xdev_h200.csv" 2>&1 |
+  tee "$out/xdev_h200.txt"
+echo "xdev rc=${PIPESTATUS[0]}"
 fi
