@@ -36,10 +36,11 @@ class AsyncOps : public ModelTest {
     options.staging_chunks = 6;
   }
 
-  /// A kernel that doubles every int of a buffer, built for the manager's context.
+  /// A kernel that doubles every uint of a buffer (wrapping, as unsigned arithmetic does in C++
+  /// too), built for the manager's context.
   cl::Kernel doubler() {
     cl::Program program(paths().context(),
-                        "__kernel void twice(__global int* v) { size_t i = get_global_id(0);"
+                        "__kernel void twice(__global uint* v) { size_t i = get_global_id(0);"
                         " v[i] = 2 * v[i]; }");
     program.build();
     return cl::Kernel(program, "twice");
@@ -89,8 +90,8 @@ TEST_P(AsyncOps, UploadAsyncIntoABufferIsExactAtEverySizeAndOffset) {
 
 TEST_P(AsyncOps, UploadKernelDownloadChainNeedsNoHostWait) {
   const std::size_t count = 7 * kStagedBytes / sizeof(int) + 3;
-  const auto data = random<int>(count);
-  auto buffer = paths().allocate<int>(count);
+  const auto data = random<std::uint32_t>(count);
+  auto buffer = paths().allocate<std::uint32_t>(count);
   cl::CommandQueue mine(paths().context(), cl_device());
   cl::Kernel twice = doubler();
   twice.setArg(0, buffer.native());
@@ -101,8 +102,8 @@ TEST_P(AsyncOps, UploadKernelDownloadChainNeedsNoHostWait) {
                             &doubled);
   mine.flush();
   auto down = paths().download_async(buffer, {doubled});
-  std::vector<int> expected(count);
-  for (std::size_t i = 0; i < count; ++i) expected[i] = 2 * data[i];
+  std::vector<std::uint32_t> expected(count);
+  for (std::size_t i = 0; i < count; ++i) expected[i] = 2u * data[i];
   EXPECT_EQ(down.get(), expected);
   up.get();
 }
@@ -223,19 +224,19 @@ TEST_P(AsyncOps, AnEventOfAnotherContextIsRejectedBeforeAnythingRuns) {
 TEST_P(AsyncOps, AKernelOnAnotherQueueRunsBetweenAsyncOperationsWithNoHostWait) {
   // fill_async -> a kernel on a queue of the application's (waiting for the fill's event) ->
   // download_async waiting for the kernel's event.
-  const std::size_t count = 3 * kStagedBytes / sizeof(int) + 7;
-  auto buffer = paths().allocate<int>(count);
+  const std::size_t count = 3 * kStagedBytes / sizeof(std::uint32_t) + 7;
+  auto buffer = paths().allocate<std::uint32_t>(count);
   cl::CommandQueue mine(paths().context(), cl_device());
   cl::Kernel twice = doubler();
   twice.setArg(0, buffer.native());
-  auto fill = paths().fill_async(buffer, 21);
+  auto fill = paths().fill_async(buffer, std::uint32_t{21});
   const std::vector<cl::Event> filled = fill.wait_list();
   cl::Event doubled;
   mine.enqueueNDRangeKernel(twice, cl::NullRange, cl::NDRange(count), cl::NullRange, &filled,
                             &doubled);
   mine.flush();
   auto result = paths().download_async(buffer, {doubled});
-  EXPECT_EQ(result.get(), std::vector<int>(count, 42));
+  EXPECT_EQ(result.get(), std::vector<std::uint32_t>(count, 42));
   fill.get();
 }
 
