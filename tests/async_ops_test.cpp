@@ -418,6 +418,66 @@ TEST_P(AsyncOps, ThreadsSharingAManagerMixStagedAsyncAndBlockingTransfers) {
   EXPECT_EQ(failures, std::vector<int>(4, 0));
 }
 
+TEST_P(AsyncOps, AsyncTransfersStartedFromManyThreadsAtOnceAllComplete) {
+  // Regression (a deadlock seen on the H200): a staged transfer took its place in the order of
+  // staged transfers and its place on the background thread under different locks, so two threads
+  // starting one each could leave the background thread waiting for a turn whose job was queued
+  // behind it. Each thread here keeps many staged transfers in flight; every one must complete.
+  const std::size_t count = kStagedBytes / sizeof(std::uint32_t) + 5;
+  const auto data = random<std::uint32_t>(count);
+  constexpr int kThreads = 6;
+  constexpr int kRounds = 40;
+  std::vector<int> wrong(kThreads, 0);
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&, t] {
+      auto buffer = paths().allocate<std::uint32_t>(count);
+      std::vector<clbuf::Future<void>> uploads;
+      std::vector<clbuf::Future<std::vector<std::uint32_t>>> downloads;
+      for (int round = 0; round < kRounds; ++round) {
+        uploads.push_back(paths().upload_async(buffer, data.data(), count));
+        downloads.push_back(paths().download_async(buffer));
+      }
+      for (auto& upload : uploads) upload.get();
+      for (auto& download : downloads) wrong[static_cast<std::size_t>(t)] += download.get() != data;
+    });
+  }
+  for (auto& thread : threads) thread.join();
+  EXPECT_EQ(wrong, std::vector<int>(kThreads, 0));
+}
+
+TEST_P(AsyncOps, CopiesAcrossContextsAndStagedTransfersStartedFromManyThreadsAllComplete) {
+  // As above, with copy_from_async between contexts in the mix: its markers and barriers on both
+  // queues and its place on the background thread must come in one order with everyone else's.
+  clbuf::BufferManager other;  // a context of its own
+  const std::size_t count = kStagedBytes / sizeof(std::uint32_t) + 5;
+  const auto data = random<std::uint32_t>(count);
+  constexpr int kThreads = 4;
+  constexpr int kRounds = 20;
+  std::vector<int> wrong(kThreads, 0);
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&, t] {
+      auto src = other.upload(data);
+      auto dst = paths().allocate<std::uint32_t>(count);
+      auto back = other.allocate<std::uint32_t>(count);
+      std::vector<clbuf::Future<void>> steps;
+      std::vector<clbuf::Future<std::vector<std::uint32_t>>> downloads;
+      for (int round = 0; round < kRounds; ++round) {
+        steps.push_back(paths().copy_from_async(other, src, dst));
+        downloads.push_back(paths().download_async(dst));
+        steps.push_back(paths().upload_async(dst, data.data(), count));
+        steps.push_back(other.copy_from_async(paths(), dst, back));
+      }
+      for (auto& step : steps) step.get();
+      for (auto& download : downloads) wrong[static_cast<std::size_t>(t)] += download.get() != data;
+      wrong[static_cast<std::size_t>(t)] += other.download(back) != data;
+    });
+  }
+  for (auto& thread : threads) thread.join();
+  EXPECT_EQ(wrong, std::vector<int>(kThreads, 0));
+}
+
 TEST_P(AsyncOps, CleanupWaitsForStagedTransfersInFlight) {
   const std::size_t count = 8 * kStagedBytes / sizeof(int) + 1;
   const auto data = random<int>(count);

@@ -34,6 +34,18 @@
 namespace clbuf {
 namespace detail {
 
+/// Held while an asynchronous operation enqueues its markers and barriers (on one queue or, for
+/// copies between contexts, two), takes its turn among staged transfers and posts its job to a
+/// Background thread. One lock for the process makes these steps of each operation one step in a
+/// single order: a job waits (through its markers, its turn or its thread's queue) only for jobs
+/// that came before it, so no set of them can wait for each other. Never held while waiting for a
+/// job to run (except when a job must run in place because no thread could be started: the jobs
+/// it then waits for need no lock).
+inline std::mutex& submission_mutex() noexcept {
+  static std::mutex mutex;
+  return mutex;
+}
+
 /// How a background job ended; read by the Future once the job's event has completed.
 class Outcome {
  public:

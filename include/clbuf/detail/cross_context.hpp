@@ -16,6 +16,7 @@
 #include <cstddef>
 #include <functional>
 #include <memory>
+#include <mutex>
 #include <vector>
 
 namespace clbuf {
@@ -107,6 +108,8 @@ inline Started copy_across_contexts_async(const char* operation, const DeviceCon
     CLBUF_CL(clFlush)(job->source_main.get());
     CLBUF_CL(clFlush)(job->target_main.get());
   };
+  // Markers, barriers and the place on the background thread together (async.hpp).
+  std::lock_guard<std::mutex> submitting(submission_mutex());
   job->source_before = source.queue().marker(operation);
   job->target_before = target.queue().marker(operation);
   source.queue().barrier(operation, {job->source_done.get()});

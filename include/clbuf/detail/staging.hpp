@@ -8,10 +8,12 @@
 //
 // Staged transfers, blocking and asynchronous, run one at a time in the order of their calls
 // (tickets), on a side queue of their own: each takes a marker of the manager's queue at the call
-// and its chunks wait for it, so they see everything queued before them. An asynchronous one
-// also holds the manager's queue behind a barrier until its last chunk has landed (async.hpp);
-// a blocking one returns only then. Neither can wait for the other out of order, so no mix of
-// them deadlocks.
+// and waits on the host for it before its first chunk's DMA, so the chunks see everything queued
+// before them. An asynchronous one also holds the manager's queue behind a barrier until its last
+// chunk has landed (async.hpp); a blocking one returns only then. Neither can wait for the other
+// out of order, so no mix of them deadlocks. Nothing on the side queue ever waits for an event:
+// a copy between contexts (cross_context.hpp) that reads or writes on the same side queue is
+// only ever behind DMAs that can run, never behind a chunk held up by that copy's own barrier.
 #ifndef CLBUF_DETAIL_STAGING_HPP
 #define CLBUF_DETAIL_STAGING_HPP
 
@@ -90,6 +92,8 @@ class Stager {
     job->landed = UserEvent(operation, device_.context()());
     std::function<void()> task = [this, job]() noexcept { finish_async(*job); };
     Started started{cl::Event(), job->outcome};
+    // The turn and the place on the background thread are taken together (async.hpp).
+    std::lock_guard<std::mutex> submitting(submission_mutex());
     {
       std::lock_guard<std::mutex> order(order_);
       if (side_ == nullptr) side_ = device_.side_queue(operation).get();
@@ -116,7 +120,7 @@ class Stager {
     std::size_t bytes = 0;
     std::size_t chunk = 0;  // bytes per chunk for this job, at most a slot
     std::size_t chunks = 0;
-    cl_event after = nullptr;  // the marker of the main queue every chunk waits for
+    cl_event after = nullptr;  // the main queue's marker, waited for before any DMA
     std::atomic<std::size_t> next{0};
     std::atomic<bool> failed{false};
     cl_int error = CL_SUCCESS;  // the first failure, under mutex_
@@ -236,7 +240,7 @@ class Stager {
   void work(unsigned index, Job& job) noexcept {
     const std::size_t per_worker = slot_count_ / threads_;
     Slot* slots = &slots_[index * per_worker];
-    const cl_uint waits = job.after != nullptr ? 1 : 0;
+    bool ready = job.after == nullptr;  // whether the work queued before the call has finished
     std::size_t turn = 0;
     for (std::size_t k; !job.failed && (k = job.next.fetch_add(1)) < job.chunks;) {
       Slot& slot = slots[turn++ % per_worker];
@@ -246,18 +250,20 @@ class Stager {
       cl_event event = nullptr;
       if (job.to_device) {
         copy_streaming(slot.host, job.host + offset, length);
+        if (!ready && !(ready = ok(wait_for(job.after), "the work queued before", job))) break;
         if (!ok(CLBUF_CL(clEnqueueWriteBuffer)(side_, job.memory, CL_FALSE,
-                                               job.memory_offset + offset, length, slot.host, waits,
-                                               &job.after, &event),
+                                               job.memory_offset + offset, length, slot.host, 0,
+                                               nullptr, &event),
                 "clEnqueueWriteBuffer", job)) {
           break;
         }
         slot.busy = cl::Event(event, false);
         if (!ok(CLBUF_CL(clFlush)(side_), "clFlush", job)) break;
       } else {
+        if (!ready && !(ready = ok(wait_for(job.after), "the work queued before", job))) break;
         if (!ok(CLBUF_CL(clEnqueueReadBuffer)(side_, job.memory, CL_FALSE,
-                                              job.memory_offset + offset, length, slot.host, waits,
-                                              &job.after, &event),
+                                              job.memory_offset + offset, length, slot.host, 0,
+                                              nullptr, &event),
                 "clEnqueueReadBuffer", job)) {
           break;
         }
@@ -273,7 +279,13 @@ class Stager {
   /// Waits for the slot's last DMA; false (and the job marked failed) if it failed.
   bool settle(Slot& slot, Job& job) noexcept {
     if (slot.busy() == nullptr) return true;
-    cl_event event = slot.busy();
+    const cl_int err = wait_for(slot.busy());
+    slot.busy = cl::Event();
+    return ok(err, "a chunk's DMA", job);
+  }
+
+  /// Waits for `event`; its error if it (or the wait) failed, else CL_SUCCESS.
+  static cl_int wait_for(cl_event event) noexcept {
     cl_int err = CLBUF_CL(clWaitForEvents)(1, &event);
     cl_int status = CL_COMPLETE;
     if (CLBUF_CL(clGetEventInfo)(event, CL_EVENT_COMMAND_EXECUTION_STATUS, sizeof(status), &status,
@@ -281,8 +293,7 @@ class Stager {
         status < 0) {
       err = status;
     }
-    slot.busy = cl::Event();
-    return ok(err, "a chunk's DMA", job);
+    return err;
   }
 
   bool ok(cl_int err, const char* call, Job& job) noexcept {
