@@ -41,14 +41,22 @@ inline void copy_across_contexts(const char* operation, const Queue& source, con
     target.write(operation, dst.buffer(), 0, bytes, src.host, true);
     return;
   }
-  // Two pinned chunks of the target's context: while one is written to `dst`, the next is read
-  // into the other.
-  const std::size_t chunk =
-      std::min(bytes, std::max<std::size_t>(engine.options().staging_chunk_bytes, 4096));
+  // Two pinned chunks of the target's context, kept by the engine from call to call: while one
+  // is written to `dst`, the next is read into the other.
+  const std::size_t chunk = std::max<std::size_t>(engine.options().staging_chunk_bytes, 4096);
   const Queue& queue = target;
-  PinnedBlock pinned[2] = {PinnedBlock(context, queue.handle(), chunk, operation),
-                           PinnedBlock(context, queue.handle(), chunk, operation)};
-  // On every way out, nothing may still use the chunks when they are unmapped.
+  struct ChunkLease {  // gives the chunks back on every way out, after `drain`
+    PinnedCache& cache;
+    PinnedBlock pinned[2];
+    ~ChunkLease() {
+      for (PinnedBlock& block : pinned) cache.give(std::move(block));
+    }
+  } lease{engine.pinned_cache(), {}};
+  auto& pinned = lease.pinned;
+  for (std::size_t i = 0; i < 2 && i * chunk < bytes; ++i) {  // one chunk may be all it takes
+    pinned[i] = engine.pinned_cache().take(context, queue.handle(), chunk, operation);
+  }
+  // On every way out, nothing may still use the chunks when they are given back.
   struct Drain {
     const Queue& queue;
     ~Drain() { CLBUF_CL(clFinish)(queue.get()); }

@@ -1,14 +1,17 @@
 // SPDX-License-Identifier: MIT
 // A pinned host block: a CL_MEM_ALLOC_HOST_PTR buffer mapped once for the host, the memory the
 // driver moves by DMA at full bus speed. Used by PinnedBuffer, the staging slots and the copies
-// between contexts; MappedView shares its unmap-with-retry.
+// between contexts (through a PinnedCache, which keeps a few from call to call); MappedView shares
+// its unmap-with-retry.
 #ifndef CLBUF_DETAIL_PINNED_BLOCK_HPP
 #define CLBUF_DETAIL_PINNED_BLOCK_HPP
 
 #include <clbuf/error.hpp>
 
 #include <cstddef>
+#include <mutex>
 #include <utility>
+#include <vector>
 
 namespace clbuf {
 namespace detail {
@@ -78,6 +81,60 @@ class PinnedBlock {
   cl::CommandQueue queue_;  // the queue it was mapped on, which unmaps it
   void* data_ = nullptr;
   std::size_t bytes_ = 0;
+};
+
+/// Pinned blocks of one context, kept from one call to the next: allocating and mapping pinned
+/// memory costs about a millisecond on NVIDIA's driver, more than moving a MiB through it. Blocks
+/// are taken and given back by any number of threads; at most `kept` wait in the cache, so what it
+/// holds stays bounded (kept x block bytes); more in use at once are made and freed as needed.
+class PinnedCache {
+ public:
+  explicit PinnedCache(std::size_t kept) : kept_(kept) {}
+
+  /// A block of exactly `bytes`, from the cache or new (mapped on `queue`).
+  PinnedBlock take(const cl::Context& context, const cl::CommandQueue& queue, std::size_t bytes,
+                   const char* operation) {
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      for (auto it = free_.begin(); it != free_.end(); ++it) {
+        if (it->size() == bytes) {
+          PinnedBlock block = std::move(*it);
+          free_.erase(it);
+          return block;
+        }
+      }
+    }
+    return PinnedBlock(context, queue, bytes, operation);
+  }
+
+  /// Gives `block` back once nothing uses it any more; freed if the cache is full.
+  void give(PinnedBlock&& block) noexcept {
+    PinnedBlock dropped;  // unmapped outside the lock
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (block.data() == nullptr) return;
+    if (free_.size() >= kept_) {
+      dropped = std::move(block);
+      return;
+    }
+    try {
+      free_.push_back(std::move(block));
+    } catch (...) {  // NOLINT(bugprone-empty-catch): no room to keep it: freed with `block`
+    }
+  }
+
+  /// Frees every cached block (their queues must still exist; cleanup() calls it).
+  void clear() noexcept {
+    std::vector<PinnedBlock> blocks;
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      blocks.swap(free_);
+    }
+  }
+
+ private:
+  const std::size_t kept_;
+  std::mutex mutex_;
+  std::vector<PinnedBlock> free_;
 };
 
 }  // namespace detail

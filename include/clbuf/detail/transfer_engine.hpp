@@ -16,6 +16,7 @@
 #include <clbuf/detail/async.hpp>
 #include <clbuf/detail/device_context.hpp>
 #include <clbuf/detail/host_memory.hpp>
+#include <clbuf/detail/pinned_block.hpp>
 #include <clbuf/detail/pool.hpp>
 #include <clbuf/detail/queue.hpp>
 #include <clbuf/detail/staging.hpp>
@@ -211,11 +212,15 @@ class TransferEngine {
   /// Runs `job` on the background thread, after every job posted before it.
   Background& background() noexcept { return background_; }
 
-  /// Ends the background thread and frees the staging chunks (cleanup(), once the queue has
-  /// finished: every background job has then ended).
+  /// Pinned chunks of this context for copies from other contexts, kept between calls.
+  PinnedCache& pinned_cache() noexcept { return pinned_cache_; }
+
+  /// Ends the background thread and frees the staging chunks and the cached pinned chunks
+  /// (cleanup(), once the queue has finished: every background job has then ended).
   void close() noexcept {
     background_.stop();
     stager_.reset();
+    pinned_cache_.clear();
   }
 
  private:
@@ -255,7 +260,8 @@ class TransferEngine {
   ParallelCopier copier_;
   std::unique_ptr<Stager> stager_;  // discrete devices only
   Telemetry telemetry_;
-  Background background_;  // after stager_: its jobs use the stager, so it ends first
+  PinnedCache pinned_cache_{4};  // two copies from other contexts at once, without allocating
+  Background background_;        // after stager_: its jobs use the stager, so it ends first
 };
 
 }  // namespace detail
