@@ -85,7 +85,7 @@ int main(int argc, char** argv) try {
   }
 
   std::vector<double> kernel_alone, upload_alone, together, blocking_upload;
-  std::vector<double> together_blocking, together_raw;
+  std::vector<double> together_blocking, together_raw, marker_done, together_chunked;
   double raw_alone = 0;
   cl::CommandQueue raw(context, dev);
   cl::Buffer raw_target(context, CL_MEM_READ_WRITE, count * sizeof(float));
@@ -133,6 +133,30 @@ int main(int argc, char** argv) try {
     written.wait();
     kernel.wait();
     together_raw.push_back(ms_since(start));
+    // Probes of where a staged upload waits: a marker on an idle queue of its own while the
+    // kernel runs (clbuf's staged transfers wait for one on the manager's queue), and the raw
+    // write cut into 1 MiB chunks as the staging pipeline cuts it.
+    start = Clock::now();
+    kernel = run_kernel(rounds);
+    cl::Event marker;
+    raw.enqueueMarkerWithWaitList(nullptr, &marker);
+    raw.flush();
+    marker.wait();
+    marker_done.push_back(ms_since(start));
+    kernel.wait();
+
+    start = Clock::now();
+    kernel = run_kernel(rounds);
+    const std::size_t chunk = std::size_t{1} << 20;
+    for (std::size_t offset = 0; offset < count * sizeof(float); offset += chunk) {
+      raw.enqueueWriteBuffer(raw_target, CL_FALSE, offset,
+                             std::min(chunk, count * sizeof(float) - offset),
+                             static_cast<char*>(pinned) + offset, nullptr, &written);
+    }
+    raw.flush();
+    written.wait();
+    kernel.wait();
+    together_chunked.push_back(ms_since(start));
     if (r == 0) {
       start = Clock::now();
       raw.enqueueWriteBuffer(raw_target, CL_TRUE, 0, count * sizeof(float), pinned);
@@ -154,6 +178,12 @@ int main(int argc, char** argv) try {
   std::printf("kernel + upload (blocking, another thread) %9.3f ms\n", median(together_blocking));
   std::printf("kernel + raw pinned write (own queue)     %9.3f ms  (raw write alone %.3f ms)\n",
               median(together_raw), raw_alone);
+  std::printf("kernel + raw pinned write in 1 MiB chunks (own queue) %9.3f ms\n",
+              median(together_chunked));
+  std::printf(
+      "a marker on an idle queue of its own, enqueued as the kernel starts, completes "
+      "after %.3f ms\n",
+      median(marker_done));
   raw.enqueueUnmapMemObject(raw_pinned, pinned);
   raw.finish();
   const auto check = manager.download(target);
