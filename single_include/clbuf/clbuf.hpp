@@ -1603,6 +1603,18 @@ inline SelectionReport explain_selection(const std::string& selector = std::stri
 namespace clbuf {
 namespace detail {
 
+/// Held while an asynchronous operation enqueues its markers and barriers (on one queue or, for
+/// copies between contexts, two), takes its turn among staged transfers and posts its job to a
+/// Background thread. One lock for the process makes these steps of each operation one step in a
+/// single order: a job waits (through its markers, its turn or its thread's queue) only for jobs
+/// that came before it, so no set of them can wait for each other. Never held while waiting for a
+/// job to run (except when a job must run in place because no thread could be started: the jobs
+/// it then waits for need no lock).
+inline std::mutex& submission_mutex() noexcept {
+  static std::mutex mutex;
+  return mutex;
+}
+
 /// How a background job ended; read by the Future once the job's event has completed.
 class Outcome {
  public:
@@ -2724,12 +2736,15 @@ class DeviceContext {
 // ---- clbuf/detail/pinned_block.hpp
 // A pinned host block: a CL_MEM_ALLOC_HOST_PTR buffer mapped once for the host, the memory the
 // driver moves by DMA at full bus speed. Used by PinnedBuffer, the staging slots and the copies
-// between contexts; MappedView shares its unmap-with-retry.
+// between contexts (through a PinnedCache, which keeps a few from call to call); MappedView shares
+// its unmap-with-retry.
 #ifndef CLBUF_DETAIL_PINNED_BLOCK_HPP
 #define CLBUF_DETAIL_PINNED_BLOCK_HPP
 
 #include <cstddef>
+#include <mutex>
 #include <utility>
+#include <vector>
 
 namespace clbuf {
 namespace detail {
@@ -2801,6 +2816,60 @@ class PinnedBlock {
   std::size_t bytes_ = 0;
 };
 
+/// Pinned blocks of one context, kept from one call to the next: allocating and mapping pinned
+/// memory costs about a millisecond on NVIDIA's driver, more than moving a MiB through it. Blocks
+/// are taken and given back by any number of threads; at most `kept` wait in the cache, so what it
+/// holds stays bounded (kept x block bytes); more in use at once are made and freed as needed.
+class PinnedCache {
+ public:
+  explicit PinnedCache(std::size_t kept) : kept_(kept) {}
+
+  /// A block of exactly `bytes`, from the cache or new (mapped on `queue`).
+  PinnedBlock take(const cl::Context& context, const cl::CommandQueue& queue, std::size_t bytes,
+                   const char* operation) {
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      for (auto it = free_.begin(); it != free_.end(); ++it) {
+        if (it->size() == bytes) {
+          PinnedBlock block = std::move(*it);
+          free_.erase(it);
+          return block;
+        }
+      }
+    }
+    return PinnedBlock(context, queue, bytes, operation);
+  }
+
+  /// Gives `block` back once nothing uses it any more; freed if the cache is full.
+  void give(PinnedBlock&& block) noexcept {
+    PinnedBlock dropped;  // unmapped outside the lock
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (block.data() == nullptr) return;
+    if (free_.size() >= kept_) {
+      dropped = std::move(block);
+      return;
+    }
+    try {
+      free_.push_back(std::move(block));
+    } catch (...) {  // NOLINT(bugprone-empty-catch): no room to keep it: freed with `block`
+    }
+  }
+
+  /// Frees every cached block (their queues must still exist; cleanup() calls it).
+  void clear() noexcept {
+    std::vector<PinnedBlock> blocks;
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      blocks.swap(free_);
+    }
+  }
+
+ private:
+  const std::size_t kept_;
+  std::mutex mutex_;
+  std::vector<PinnedBlock> free_;
+};
+
 }  // namespace detail
 }  // namespace clbuf
 
@@ -2831,10 +2900,12 @@ class PinnedBlock {
 //
 // Staged transfers, blocking and asynchronous, run one at a time in the order of their calls
 // (tickets), on a side queue of their own: each takes a marker of the manager's queue at the call
-// and its chunks wait for it, so they see everything queued before them. An asynchronous one
-// also holds the manager's queue behind a barrier until its last chunk has landed (async.hpp);
-// a blocking one returns only then. Neither can wait for the other out of order, so no mix of
-// them deadlocks.
+// and waits on the host for it before its first chunk's DMA, so the chunks see everything queued
+// before them. An asynchronous one also holds the manager's queue behind a barrier until its last
+// chunk has landed (async.hpp); a blocking one returns only then. Neither can wait for the other
+// out of order, so no mix of them deadlocks. Nothing on the side queue ever waits for an event:
+// a copy between contexts (cross_context.hpp) that reads or writes on the same side queue is
+// only ever behind DMAs that can run, never behind a chunk held up by that copy's own barrier.
 #ifndef CLBUF_DETAIL_STAGING_HPP
 #define CLBUF_DETAIL_STAGING_HPP
 
@@ -2906,6 +2977,8 @@ class Stager {
     job->landed = UserEvent(operation, device_.context()());
     std::function<void()> task = [this, job]() noexcept { finish_async(*job); };
     Started started{cl::Event(), job->outcome};
+    // The turn and the place on the background thread are taken together (async.hpp).
+    std::lock_guard<std::mutex> submitting(submission_mutex());
     {
       std::lock_guard<std::mutex> order(order_);
       if (side_ == nullptr) side_ = device_.side_queue(operation).get();
@@ -2932,7 +3005,7 @@ class Stager {
     std::size_t bytes = 0;
     std::size_t chunk = 0;  // bytes per chunk for this job, at most a slot
     std::size_t chunks = 0;
-    cl_event after = nullptr;  // the marker of the main queue every chunk waits for
+    cl_event after = nullptr;  // the main queue's marker, waited for before any DMA
     std::atomic<std::size_t> next{0};
     std::atomic<bool> failed{false};
     cl_int error = CL_SUCCESS;  // the first failure, under mutex_
@@ -3052,7 +3125,7 @@ class Stager {
   void work(unsigned index, Job& job) noexcept {
     const std::size_t per_worker = slot_count_ / threads_;
     Slot* slots = &slots_[index * per_worker];
-    const cl_uint waits = job.after != nullptr ? 1 : 0;
+    bool ready = job.after == nullptr;  // whether the work queued before the call has finished
     std::size_t turn = 0;
     for (std::size_t k; !job.failed && (k = job.next.fetch_add(1)) < job.chunks;) {
       Slot& slot = slots[turn++ % per_worker];
@@ -3062,18 +3135,20 @@ class Stager {
       cl_event event = nullptr;
       if (job.to_device) {
         copy_streaming(slot.host, job.host + offset, length);
+        if (!ready && !(ready = ok(wait_for(job.after), "the work queued before", job))) break;
         if (!ok(CLBUF_CL(clEnqueueWriteBuffer)(side_, job.memory, CL_FALSE,
-                                               job.memory_offset + offset, length, slot.host, waits,
-                                               &job.after, &event),
+                                               job.memory_offset + offset, length, slot.host, 0,
+                                               nullptr, &event),
                 "clEnqueueWriteBuffer", job)) {
           break;
         }
         slot.busy = cl::Event(event, false);
         if (!ok(CLBUF_CL(clFlush)(side_), "clFlush", job)) break;
       } else {
+        if (!ready && !(ready = ok(wait_for(job.after), "the work queued before", job))) break;
         if (!ok(CLBUF_CL(clEnqueueReadBuffer)(side_, job.memory, CL_FALSE,
-                                              job.memory_offset + offset, length, slot.host, waits,
-                                              &job.after, &event),
+                                              job.memory_offset + offset, length, slot.host, 0,
+                                              nullptr, &event),
                 "clEnqueueReadBuffer", job)) {
           break;
         }
@@ -3089,7 +3164,13 @@ class Stager {
   /// Waits for the slot's last DMA; false (and the job marked failed) if it failed.
   bool settle(Slot& slot, Job& job) noexcept {
     if (slot.busy() == nullptr) return true;
-    cl_event event = slot.busy();
+    const cl_int err = wait_for(slot.busy());
+    slot.busy = cl::Event();
+    return ok(err, "a chunk's DMA", job);
+  }
+
+  /// Waits for `event`; its error if it (or the wait) failed, else CL_SUCCESS.
+  static cl_int wait_for(cl_event event) noexcept {
     cl_int err = CLBUF_CL(clWaitForEvents)(1, &event);
     cl_int status = CL_COMPLETE;
     if (CLBUF_CL(clGetEventInfo)(event, CL_EVENT_COMMAND_EXECUTION_STATUS, sizeof(status), &status,
@@ -3097,8 +3178,7 @@ class Stager {
         status < 0) {
       err = status;
     }
-    slot.busy = cl::Event();
-    return ok(err, "a chunk's DMA", job);
+    return err;
   }
 
   bool ok(cl_int err, const char* call, Job& job) noexcept {
@@ -3468,11 +3548,15 @@ class TransferEngine {
   /// Runs `job` on the background thread, after every job posted before it.
   Background& background() noexcept { return background_; }
 
-  /// Ends the background thread and frees the staging chunks (cleanup(), once the queue has
-  /// finished: every background job has then ended).
+  /// Pinned chunks of this context for copies from other contexts, kept between calls.
+  PinnedCache& pinned_cache() noexcept { return pinned_cache_; }
+
+  /// Ends the background thread and frees the staging chunks and the cached pinned chunks
+  /// (cleanup(), once the queue has finished: every background job has then ended).
   void close() noexcept {
     background_.stop();
     stager_.reset();
+    pinned_cache_.clear();
   }
 
  private:
@@ -3512,7 +3596,8 @@ class TransferEngine {
   ParallelCopier copier_;
   std::unique_ptr<Stager> stager_;  // discrete devices only
   Telemetry telemetry_;
-  Background background_;  // after stager_: its jobs use the stager, so it ends first
+  PinnedCache pinned_cache_{4};  // two copies from other contexts at once, without allocating
+  Background background_;        // after stager_: its jobs use the stager, so it ends first
 };
 
 }  // namespace detail
@@ -3525,6 +3610,7 @@ class TransferEngine {
 #include <cstddef>
 #include <functional>
 #include <memory>
+#include <mutex>
 #include <vector>
 
 namespace clbuf {
@@ -3549,14 +3635,22 @@ inline void copy_across_contexts(const char* operation, const Queue& source, con
     target.write(operation, dst.buffer(), 0, bytes, src.host, true);
     return;
   }
-  // Two pinned chunks of the target's context: while one is written to `dst`, the next is read
-  // into the other.
-  const std::size_t chunk =
-      std::min(bytes, std::max<std::size_t>(engine.options().staging_chunk_bytes, 4096));
+  // Two pinned chunks of the target's context, kept by the engine from call to call: while one
+  // is written to `dst`, the next is read into the other.
+  const std::size_t chunk = std::max<std::size_t>(engine.options().staging_chunk_bytes, 4096);
   const Queue& queue = target;
-  PinnedBlock pinned[2] = {PinnedBlock(context, queue.handle(), chunk, operation),
-                           PinnedBlock(context, queue.handle(), chunk, operation)};
-  // On every way out, nothing may still use the chunks when they are unmapped.
+  struct ChunkLease {  // gives the chunks back on every way out, after `drain`
+    PinnedCache& cache;
+    PinnedBlock pinned[2];
+    ~ChunkLease() {
+      for (PinnedBlock& block : pinned) cache.give(std::move(block));
+    }
+  } lease{engine.pinned_cache(), {}};
+  auto& pinned = lease.pinned;
+  for (std::size_t i = 0; i < 2 && i * chunk < bytes; ++i) {  // one chunk may be all it takes
+    pinned[i] = engine.pinned_cache().take(context, queue.handle(), chunk, operation);
+  }
+  // On every way out, nothing may still use the chunks when they are given back.
   struct Drain {
     const Queue& queue;
     ~Drain() { CLBUF_CL(clFinish)(queue.get()); }
@@ -3616,6 +3710,8 @@ inline Started copy_across_contexts_async(const char* operation, const DeviceCon
     CLBUF_CL(clFlush)(job->source_main.get());
     CLBUF_CL(clFlush)(job->target_main.get());
   };
+  // Markers, barriers and the place on the background thread together (async.hpp).
+  std::lock_guard<std::mutex> submitting(submission_mutex());
   job->source_before = source.queue().marker(operation);
   job->target_before = target.queue().marker(operation);
   source.queue().barrier(operation, {job->source_done.get()});
