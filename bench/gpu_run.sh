@@ -58,9 +58,9 @@ timeout 60 "$build/bench/async_overlap" --mib 256 --reps 7 --kernel-ms 40 | tee 
 fi
 
 if [[ $stages == *" streaming "* ]]; then
-echo "== staging copies: streaming stores (clbuf_bench) against plain memcpy (clbuf_bench_plain_copy), interleaved"
+echo "== staging copies: plain memcpy (clbuf_bench) against streaming stores (clbuf_bench_streaming_copy), interleaved"
 for round in 1 2; do
-  for b in clbuf_bench clbuf_bench_plain_copy; do
+  for b in clbuf_bench clbuf_bench_streaming_copy; do
     timeout 120 "$build/bench/$b" --sizes 64M,256M,1G \
       --ops upload_existing,download_caller,upload_async,download_async --methods clbuf \
       --target-s 0.1 --case-budget-s 2 2>&1 | grep -E "^(upload|download).*clbuf " | sed "s/^/$b round=$round /"

@@ -495,8 +495,8 @@ TEST_P(AsyncOps, CleanupWaitsForStagedTransfersInFlight) {
 CLBUF_INSTANTIATE_MODELS(AsyncOps);
 
 TEST(StreamingCopy, CopiesExactlyAtEveryAlignmentAndSizeAndNothingElse) {
-  // The staging chunks' copy (streaming stores on x86-64): head up to 16-byte alignment, 64-byte
-  // body, tail; the bytes around the destination stay as they were.
+  // The staging chunks' copy (streaming stores on x86-64, as this test is built): head up to
+  // 16-byte alignment, 64-byte body, tail; the bytes around the destination stay as they were.
   std::mt19937 rng(7);
   for (std::size_t bytes : {std::size_t{0}, std::size_t{1}, std::size_t{63}, std::size_t{4095},
                             std::size_t{4096}, std::size_t{4097}, std::size_t{4096 + 63},
