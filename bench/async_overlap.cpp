@@ -86,6 +86,9 @@ int main(int argc, char** argv) try {
 
   std::vector<double> kernel_alone, upload_alone, together, blocking_upload;
   std::vector<double> together_blocking, together_raw, marker_done, together_chunked;
+  std::vector<double> write_done, barrier_done;
+  cl::Buffer fence(context, CL_MEM_READ_WRITE, sizeof(cl_uint));
+  const cl_uint zero = 0;
   double raw_alone = 0;
   cl::CommandQueue raw(context, dev);
   cl::Buffer raw_target(context, CL_MEM_READ_WRITE, count * sizeof(float));
@@ -145,6 +148,27 @@ int main(int argc, char** argv) try {
     marker_done.push_back(ms_since(start));
     kernel.wait();
 
+    start = Clock::now();  // what clbuf's markers are: a 4-byte write on the queue
+    kernel = run_kernel(rounds);
+    cl::Event fenced;
+    raw.enqueueWriteBuffer(fence, CL_FALSE, 0, sizeof(zero), &zero, nullptr, &fenced);
+    raw.flush();
+    fenced.wait();
+    write_done.push_back(ms_since(start));
+    kernel.wait();
+
+    start = Clock::now();  // a barrier waiting for a completed user event (a Future's event)
+    kernel = run_kernel(rounds);
+    cl::UserEvent released(context);
+    released.setStatus(CL_COMPLETE);
+    const std::vector<cl::Event> released_list{released};
+    cl::Event barrier;
+    raw.enqueueBarrierWithWaitList(&released_list, &barrier);
+    raw.flush();
+    barrier.wait();
+    barrier_done.push_back(ms_since(start));
+    kernel.wait();
+
     start = Clock::now();
     kernel = run_kernel(rounds);
     const std::size_t chunk = std::size_t{1} << 20;
@@ -184,6 +208,9 @@ int main(int argc, char** argv) try {
       "a marker on an idle queue of its own, enqueued as the kernel starts, completes "
       "after %.3f ms\n",
       median(marker_done));
+  std::printf("... a 4-byte write (clbuf's marker) completes after %.3f ms\n", median(write_done));
+  std::printf("... a barrier waiting for a completed user event completes after %.3f ms\n",
+              median(barrier_done));
   raw.enqueueUnmapMemObject(raw_pinned, pinned);
   raw.finish();
   const auto check = manager.download(target);

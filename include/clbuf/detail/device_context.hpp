@@ -147,6 +147,14 @@ class DeviceContext {
     // "OpenCL 1.0 ..." and "OpenCL 1.1 ..." devices have no clEnqueueFillBuffer.
     const std::string version = device_string(device, CL_DEVICE_VERSION, operation);
     opencl_1_2_ = version.rfind("OpenCL 1.0", 0) != 0 && version.rfind("OpenCL 1.1", 0) != 0;
+    if (opencl_1_2_) {  // the main queue's markers are writes into a buffer of its own (queue.hpp)
+      cl_int err = CL_SUCCESS;
+      cl::Buffer fence(
+          CLBUF_CL(clCreateBuffer)(context_(), CL_MEM_READ_WRITE, sizeof(cl_uint), nullptr, &err),
+          false);
+      check(err, operation, "clCreateBuffer (the queue's marker buffer)");
+      queue_.set_fence(std::move(fence));
+    }
   }
 
   Options options_;

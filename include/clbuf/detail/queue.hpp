@@ -133,12 +133,27 @@ class Queue {
     return cl::Event(event, false);
   }
 
-  /// A marker: its event completes when every command queued before it has. Wraps
-  /// clEnqueueMarkerWithWaitList (OpenCL 1.2).
+  /// Gives the queue a 4-byte buffer of its own for marker() (DeviceContext does, on OpenCL
+  /// 1.2 devices); only this queue may write it.
+  void set_fence(cl::Buffer fence) noexcept { fence_ = std::move(fence); }
+
+  /// A marker: its event completes when every command queued before it has. With a fence
+  /// buffer, a 4-byte write into it; without, clEnqueueMarkerWithWaitList (OpenCL 1.2). NVIDIA's
+  /// driver completes a marker only once the device's other queues are idle too (on the H200 a
+  /// marker on an idle queue of its own completed when a 40 ms kernel on another queue did,
+  /// bench/async_overlap), which held every staged transfer behind the application's kernels; a
+  /// write completes in its own queue's order.
   cl::Event marker(const char* operation) const {
     cl_event event = nullptr;
-    check(CLBUF_CL(clEnqueueMarkerWithWaitList)(queue_(), 0, nullptr, &event), operation,
-          "clEnqueueMarkerWithWaitList");
+    if (fence_() != nullptr) {
+      static const cl_uint zero = 0;  // read by the driver until the write completes: static
+      check(CLBUF_CL(clEnqueueWriteBuffer)(queue_(), fence_(), CL_FALSE, 0, sizeof(zero), &zero, 0,
+                                           nullptr, &event),
+            operation, "clEnqueueWriteBuffer (a marker)");
+    } else {
+      check(CLBUF_CL(clEnqueueMarkerWithWaitList)(queue_(), 0, nullptr, &event), operation,
+            "clEnqueueMarkerWithWaitList");
+    }
     return cl::Event(event, false);
   }
 
@@ -191,6 +206,7 @@ class Queue {
 
  private:
   cl::CommandQueue queue_;
+  cl::Buffer fence_;  // marker()'s, if set
 };
 
 }  // namespace detail
