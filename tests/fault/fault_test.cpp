@@ -533,14 +533,14 @@ TEST_F(FaultCodes, FailedPlatformQueryKeepsItsCode) {
 // A failed unmap in ~PinnedBuffer (or ~Stager) is retried once: on PoCL the mapping holds a
 // reference, so a lost unmap would leak the buffer, its context and its queue.
 TEST_F(FaultCodes, FailedUnmapInADestructorLeaksNothing) {
-  ASSERT_EQ(settled_live_buffers(), 0);
+  const long before = settled_live_buffers();  // the fixture's manager holds its marker buffer
   {
     clbuf::BufferManager local;
     auto pinned = local.allocate_pinned<std::uint32_t>(1000);
     state().arm(clbuf_fault::EnqueueUnmapMemObject, 1, false);
   }  // ~PinnedBuffer's unmap fails
   state().disarm();
-  EXPECT_EQ(settled_live_buffers(), 0) << "the pinned buffer was never freed";
+  EXPECT_EQ(settled_live_buffers(), before) << "the pinned buffer was never freed";
 }
 
 }  // namespace
