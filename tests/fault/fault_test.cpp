@@ -8,6 +8,7 @@
 #include "fault_hook.hpp"  // first: defines CLBUF_CL before clbuf is included
 
 #include <chrono>
+#include <cstddef>
 #include <cstdint>
 #include <cstring>
 #include <functional>
@@ -152,7 +153,8 @@ void workload(MemoryModel model, std::unique_ptr<clbuf::BufferManager>& slot, st
   f9.get();
   f10.get();
   for (std::size_t y = 0; y < 3; ++y) {
-    verify(std::vector<std::uint32_t>(a.begin() + y * 20, a.begin() + y * 20 + 10),
+    verify(std::vector<std::uint32_t>(a.begin() + static_cast<std::ptrdiff_t>(y * 20),
+                                      a.begin() + static_cast<std::ptrdiff_t>(y * 20 + 10)),
            rect.data() + y * 20, 10, "upload_rect_async / copy_rect_async / download_rect_async");
   }
   clbuf::BufferManager second("", options_for(model));
@@ -399,6 +401,18 @@ TEST_P(FaultData, FailedCallsChangeNothingOutsideTheirDestination) {
       {"copy_bytes_async", false, true, at, large,
        [&](clbuf::BufferManager& mm, Buffer& d, Host&, const Buffer& s, const Host&) {
          mm.copy_bytes_async(s, d, large * 4, at * 4, at * 4).get();
+       }},
+      {"upload_async (small)", false, true, at, small,
+       [&](clbuf::BufferManager& mm, Buffer& d, Host&, const Buffer&, const Host& hs) {
+         mm.upload_async(d, hs.data() + at, small, at).get();
+       }},
+      {"upload_async (staged)", false, !discrete, at, large,
+       [&](clbuf::BufferManager& mm, Buffer& d, Host&, const Buffer&, const Host& hs) {
+         mm.upload_async(d, hs.data() + at, large, at).get();
+       }},
+      {"copy", false, true, 0, total,
+       [&](clbuf::BufferManager& mm, Buffer& d, Host&, const Buffer& s, const Host&) {
+         mm.copy(s, d);
        }},
   };
   long trials = 0;
