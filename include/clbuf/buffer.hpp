@@ -3,6 +3,7 @@
 #ifndef CLBUF_BUFFER_HPP
 #define CLBUF_BUFFER_HPP
 
+#include <clbuf/detail/memory_object.hpp>
 #include <clbuf/detail/pool.hpp>
 
 #include <cstddef>
@@ -46,24 +47,25 @@ class DeviceBuffer {
   }
 
   /// Gives the memory back to its manager's pool (or frees it when there is none). Memory that
-  /// sub-buffer views or mapped views still use goes back only when the last of them is gone.
+  /// views or mapped views still use goes back only when the last of them is gone.
   ~DeviceBuffer() {
     if (pool_) pool_->give_back(std::move(memory_));
   }
 
   /// Hands the OpenCL buffer to the caller and leaves this DeviceBuffer empty (!valid()). The
   /// memory never goes back to clbuf's pool, even when views of it are alive; CL_MEM_SIZE may be
-  /// larger than size_bytes() (pooled memory is binned). A sub-buffer view releases its
-  /// sub-buffer. Returns a null buffer when !valid() or empty().
-  [[nodiscard]] cl::Buffer release() noexcept {
+  /// larger than size_bytes() (pooled memory is binned). A view hands over native(): a
+  /// sub-buffer of its bytes. Returns a null buffer when !valid() or empty().
+  /// @throws Error as native() for a view whose sub-buffer cannot be made (then nothing changes).
+  [[nodiscard]] cl::Buffer release() {
+    cl::Buffer out = native();
     if (lease_) lease_->reusable.store(false);
-    cl::Buffer out = std::move(memory_.buffer);
-    memory_.buffer = cl::Buffer();
+    memory_.buffer = cl::Buffer();  // never to the pool: the caller owns it now
     DeviceBuffer().swap(*this);
     return out;
   }
 
-  /// True for a sub-buffer view of another buffer (BufferManager::view()).
+  /// True for a view of another buffer (BufferManager::view()) and for an adopted sub-buffer.
   bool is_view() const noexcept { return root_() != nullptr; }
   /// Byte offset of this buffer's first element within its root buffer (0 unless a view).
   std::size_t root_offset_bytes() const noexcept { return root_offset_; }
@@ -79,7 +81,21 @@ class DeviceBuffer {
   /// The underlying OpenCL buffer, for kernels; a null buffer when empty(). Pooled memory may
   /// be larger than size_bytes(). Work you enqueue on it on a queue of your own must be finished
   /// before the DeviceBuffer is destroyed: its memory goes back to the pool for reuse.
-  const cl::Buffer& native() const noexcept { return memory_.buffer; }
+  /// For a view, a sub-buffer of exactly its bytes, made on the first call (clCreateSubBuffer)
+  /// and released with the view; clbuf's own operations never use it. NVIDIA's driver (580)
+  /// crashes in clReleaseMemObject when overlapping sub-buffers that were used while alive
+  /// together are released: for overlapping views, pass native_root() and
+  /// native_offset_bytes() to your kernels instead (README "Views").
+  /// @throws Error CL_MISALIGNED_SUB_BUFFER_OFFSET for a view whose offset is not a multiple of
+  ///         the device's CL_DEVICE_MEM_BASE_ADDR_ALIGN (views themselves take any offset).
+  const cl::Buffer& native() const {
+    return native_view_ ? native_view_->get(memory_, size_bytes()) : memory_.buffer;
+  }
+  /// The OpenCL buffer this buffer's bytes live in: native() for a buffer, the root's (or an
+  /// adopted sub-buffer's) for a view. Element 0 is at native_offset_bytes() in it.
+  const cl::Buffer& native_root() const noexcept { return memory_.buffer; }
+  /// The byte offset of element 0 in native_root(): 0 unless a view. A multiple of sizeof(T).
+  std::size_t native_offset_bytes() const noexcept { return memory_.offset; }
   /// False for a default-constructed or moved-from buffer.
   bool valid() const noexcept { return context_() != nullptr; }
   /// The OpenCL context the memory belongs to (null when !valid()).
@@ -112,7 +128,8 @@ class DeviceBuffer {
     }
   }
 
-  /// The OpenCL buffer that owns the bytes: the parent of a sub-buffer, else native().
+  /// The OpenCL buffer that owns the bytes: a view's root, an adopted sub-buffer's parent, else
+  /// native(). Overlap checks compare roots and root_offset_bytes().
   cl_mem root() const noexcept { return root_() != nullptr ? root_() : memory_.buffer(); }
 
   /// Shares this buffer's memory with a view: from now on it goes back to the pool only when
@@ -130,6 +147,8 @@ class DeviceBuffer {
     std::swap(lease_, other.lease_);
     std::swap(root_, other.root_);
     std::swap(root_offset_, other.root_offset_);
+    std::swap(native_view_, other.native_view_);
+    std::swap(host_access_, other.host_access_);
     std::swap(pool_, other.pool_);
     std::swap(context_, other.context_);
     std::swap(size_, other.size_);
@@ -139,9 +158,11 @@ class DeviceBuffer {
   detail::Allocation memory_;
   std::shared_ptr<detail::MemoryPool> pool_;  // null for empty, adopted or shared memory
   std::shared_ptr<detail::Lease> lease_;      // shared with views; null until a view is made
-  cl::Buffer root_;                           // the parent of a sub-buffer; null otherwise
+  cl::Buffer root_;                           // a view's root, an adopted sub-buffer's parent
   std::size_t root_offset_ = 0;               // bytes from the start of root()
-  cl::Context context_;                       // retained, for empty buffers too
+  std::shared_ptr<detail::NativeView> native_view_;  // a view's native(); null otherwise
+  cl_mem_flags host_access_ = 0;                     // CL_MEM_HOST_* of adopted memory
+  cl::Context context_;                              // retained, for empty buffers too
   std::size_t size_ = 0;
   std::vector<std::size_t> shape_;
 };

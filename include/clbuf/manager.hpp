@@ -254,6 +254,7 @@ class BufferManager {
     const char* op = "download";
     auto entry = gate_.enter(op);
     check(op, buffer);
+    detail::check_host_access(op, buffer.host_access_, true, false);
     std::vector<T> out = detail::new_vector<T>(op, buffer.size());
     engine_.read(op, buffer.memory_, 0, out.data(), buffer.size_bytes(),
                  detail::HostMemory::pageable);
@@ -294,6 +295,7 @@ class BufferManager {
     const char* op = "download_async";
     auto entry = gate_.enter(op);
     check(op, buffer);
+    detail::check_host_access(op, buffer.host_access_, true, false);
     const std::vector<cl_event> wait = wait_list(op, after);
     std::vector<T> out = detail::new_vector<T>(op, buffer.size());
     hold(op, wait);
@@ -538,6 +540,7 @@ class BufferManager {
     memory.buffer = std::move(buffer);
     memory.capacity = facts.size;
     DeviceBuffer<T> adopted(std::move(memory), nullptr, device_.context(), count, {count});
+    adopted.host_access_ = facts.host_access;
     if (facts.parent != nullptr) {
       adopted.root_ = cl::Buffer(facts.parent, true);
       adopted.root_offset_ = facts.offset;
@@ -545,14 +548,13 @@ class BufferManager {
     return adopted;
   }
 
-  /// A DeviceBuffer of `count` elements starting at element `offset` of `parent`, sharing its
-  /// memory (a sub-buffer: clCreateSubBuffer), usable everywhere a buffer is. The memory goes
-  /// back to the pool only when `parent` and every view of it are gone; a view outlives its
-  /// parent safely. A view of a view is a view of the same root buffer. count == 0 gives an
-  /// empty buffer with no OpenCL call.
-  /// @throws Error CL_INVALID_VALUE past the end of `parent`; CL_MISALIGNED_SUB_BUFFER_OFFSET
-  ///         when the byte offset from the root buffer is not a multiple of the device's
-  ///         CL_DEVICE_MEM_BASE_ADDR_ALIGN.
+  /// A DeviceBuffer of `count` elements starting at element `offset` (any offset) of `parent`,
+  /// sharing its memory, usable everywhere a buffer is. No OpenCL object is made: every clbuf
+  /// operation on a view addresses the root buffer at the view's byte offset (native() makes a
+  /// sub-buffer only when asked). The memory goes back to the pool only when `parent` and every
+  /// view of it are gone; a view outlives its parent safely. A view of a view is a view of the
+  /// same root buffer. count == 0 gives an empty buffer.
+  /// @throws Error CL_INVALID_VALUE past the end of `parent`.
   template <class T>
   [[nodiscard]] DeviceBuffer<T> view(DeviceBuffer<T>& parent, std::size_t offset,
                                      std::size_t count) {
@@ -562,16 +564,17 @@ class BufferManager {
     detail::check_range(op, "view", count, offset, parent.size(), sizeof(T));
     if (count == 0)
       return DeviceBuffer<T>(detail::Allocation(), nullptr, device_.context(), 0, {0});
-    const std::size_t absolute = parent.root_offset_ + offset * sizeof(T);
-    detail::check_view_alignment(op, absolute, device_.base_align_bytes());
-    detail::Allocation memory = detail::sub_buffer(op, parent.root(), absolute, count * sizeof(T));
-    if (parent.memory_.host != nullptr) {
-      memory.host = static_cast<char*>(parent.memory_.host) + offset * sizeof(T);
-    }
+    auto native = std::make_shared<detail::NativeView>(device_.base_align_bytes());
+    const std::shared_ptr<detail::Lease>& lease = parent.share_memory();
+    detail::Allocation memory = parent.memory_;  // the same buffer, retained
+    memory.offset += offset * sizeof(T);
+    memory.capacity = count * sizeof(T);
     DeviceBuffer<T> result(std::move(memory), nullptr, device_.context(), count, {count});
     result.root_ = cl::Buffer(parent.root(), true);
-    result.root_offset_ = absolute;
-    result.lease_ = parent.share_memory();
+    result.root_offset_ = parent.root_offset_ + offset * sizeof(T);
+    result.lease_ = lease;
+    result.native_view_ = std::move(native);
+    result.host_access_ = parent.host_access_;
     return result;
   }
 
@@ -593,11 +596,13 @@ class BufferManager {
     check(op, buffer);
     detail::check_range(op, mode == MapMode::read ? "read" : "write", count, offset, buffer.size(),
                         sizeof(T));
+    detail::check_host_access(op, buffer.host_access_, mode != MapMode::write,
+                              mode != MapMode::read);
     if (count == 0) return MappedView<T>();
+    const std::shared_ptr<detail::Lease>& lease = buffer.share_memory();
     void* mapped = device_.queue().map(op, buffer.memory_.buffer(), detail::map_flags(mode),
-                                       offset * sizeof(T), count * sizeof(T));
-    MappedView<T> view(device_.queue().handle(), buffer.memory_.buffer, buffer.share_memory(),
-                       mapped, count, mode);
+                                       buffer.memory_.at(offset * sizeof(T)), count * sizeof(T));
+    MappedView<T> view(device_.queue().handle(), buffer.memory_.buffer, lease, mapped, count, mode);
     view.lease_->add_mapping(op, mapped, count * sizeof(T));  // on failure the view unmaps
     return view;
   }
@@ -724,6 +729,10 @@ class BufferManager {
     check(operation, dst);
     detail::check_same_size(operation, src.size(), dst.size());
     check_apart(operation, src, 0, dst, 0, src.size_bytes());
+    if (source.device_.context()() != device_.context()()) {  // through host memory
+      detail::check_host_access(operation, src.host_access_, true, false);
+      detail::check_host_access(operation, dst.host_access_, false, true);
+    }
   }
 
   template <class T>
@@ -743,6 +752,7 @@ class BufferManager {
     check(operation, buffer);
     detail::check_host_pointer(operation, out, count);
     detail::check_range(operation, "read", count, offset, buffer.size(), sizeof(T));
+    detail::check_host_access(operation, buffer.host_access_, true, false);
     detail::check_not_mapped(operation, buffer.lease_.get(), out, count, sizeof(T));
   }
 
@@ -822,13 +832,14 @@ class BufferManager {
     const detail::RectSide device_side =
         detail::rect_side(op, to_device ? "destination" : "source", region.size, device_origin,
                           device_extents, buffer.size(), sizeof(T));
+    detail::check_host_access(op, buffer.host_access_, !to_device, to_device);
     const std::vector<cl_event> wait = after ? wait_list(op, *after) : std::vector<cl_event>();
     if (detail::rect_empty(region.size)) return detail::Started();
     detail::check_not_mapped(op, buffer.lease_.get(), host, count, sizeof(T));
     hold(op, wait);
     detail::Started start{
-        detail::transfer_rect(engine_, op, to_device, buffer.memory_, device_side, host, host_side,
-                              region, sizeof(T), after == nullptr),
+        detail::transfer_rect(engine_, op, to_device, buffer.memory_, device_side, device_extents.y,
+                              host, host_side, region, sizeof(T), after == nullptr),
         nullptr};
     buffer.fence(pool_.get(), start.event);
     return start;
@@ -877,6 +888,7 @@ class BufferManager {
     check(op, dst);
     detail::check_host_pointer(op, data, count);
     detail::check_range(op, "write", count, dst_offset, dst.size(), sizeof(T));
+    detail::check_host_access(op, dst.host_access_, false, true);
     if (count == 0) return;
     detail::check_not_mapped(op, dst.lease_.get(), data, count, sizeof(T));
     engine_.write(op, dst.memory_, dst_offset * sizeof(T), data, count * sizeof(T), host);
@@ -909,6 +921,7 @@ class BufferManager {
     check(op, dst);
     detail::check_host_pointer(op, data, count);
     detail::check_range(op, "write", count, dst_offset, dst.size(), sizeof(T));
+    detail::check_host_access(op, dst.host_access_, false, true);
     detail::check_not_mapped(op, dst.lease_.get(), data, count, sizeof(T));
     hold(op, wait_list(op, after));
     detail::Started start = engine_.write_async(op, dst.memory_, dst_offset * sizeof(T), data,

@@ -205,7 +205,7 @@ class Communicator {
   template <class T>
   void send(const DeviceBuffer<T>& buffer, int dest, int tag = 0) {
     const char* op = "send";
-    check_buffer(op, buffer);
+    check_buffer(op, buffer, true, false);
     check_rank(op, "destination", dest, false);
     check_tag(op, tag, false);
     // On the stack and untracked: no allocation or request for a blocking call; the wait still
@@ -221,7 +221,7 @@ class Communicator {
   template <class T>
   void recv(DeviceBuffer<T>& buffer, int source, int tag = 0) {
     const char* op = "recv";
-    check_buffer(op, buffer);
+    check_buffer(op, buffer, false, true);
     check_rank(op, "source", source, true);
     check_tag(op, tag, true);
     detail::RecvStream stream(*core_, op, span_of(buffer), source, tag, core_->user(),
@@ -235,8 +235,8 @@ class Communicator {
   void sendrecv(const DeviceBuffer<T>& out, int dest, DeviceBuffer<T>& in, int source,
                 int tag = 0) {
     const char* op = "sendrecv";
-    check_buffer(op, out);
-    check_buffer(op, in);
+    check_buffer(op, out, true, false);
+    check_buffer(op, in, false, true);
     check_apart(op, out, in);
     Request received = irecv(in, source, tag);
     Request sent = isend(out, dest, tag);
@@ -250,7 +250,7 @@ class Communicator {
   template <class T>
   Request isend(const DeviceBuffer<T>& buffer, int dest, int tag = 0) {
     const char* op = "isend";
-    check_buffer(op, buffer);
+    check_buffer(op, buffer, true, false);
     check_rank(op, "destination", dest, false);
     check_tag(op, tag, false);
     return start(std::make_shared<detail::SendStream>(*core_, op, span_of(buffer), dest, tag,
@@ -261,7 +261,7 @@ class Communicator {
   template <class T>
   Request irecv(DeviceBuffer<T>& buffer, int source, int tag = 0) {
     const char* op = "irecv";
-    check_buffer(op, buffer);
+    check_buffer(op, buffer, false, true);
     check_rank(op, "source", source, true);
     check_tag(op, tag, true);
     return start(std::make_shared<detail::RecvStream>(*core_, op, span_of(buffer), source, tag,
@@ -281,7 +281,7 @@ class Communicator {
     const char* op = "broadcast";
     std::exception_ptr local;
     try {
-      check_buffer(op, buffer);
+      check_buffer(op, buffer, rank() == root, rank() != root);
       check_rank(op, "root", root, false, false);
     } catch (...) {
       local = std::current_exception();
@@ -323,7 +323,7 @@ class Communicator {
     const char* op = "allreduce";
     std::exception_ptr local;
     try {
-      check_buffer(op, buffer);
+      check_buffer(op, buffer, true, true);
     } catch (...) {
       local = std::current_exception();
     }
@@ -348,8 +348,9 @@ class Communicator {
       const std::size_t in = (r + 2 * p - step - 1) % p;
       exchange(op, span_of(buffer, start_of(out), length_of(out)), right,
                span_of(incoming, 0, length_of(in)), left);
-      reducer_->reduce(op, queue, type, reduction, buffer.native()(), start_of(in),
-                       incoming.native()(), length_of(in));
+      reducer_->reduce(op, queue, type, reduction, buffer.native_root()(),
+                       buffer.native_offset_bytes() / sizeof(T) + start_of(in),
+                       incoming.native_root()(), length_of(in));
     }
     for (std::size_t step = 0; step + 1 < p; ++step) {  // allgather
       const std::size_t out = (r + 1 + p - step) % p;
@@ -367,9 +368,9 @@ class Communicator {
     const char* op = "scatter";
     std::exception_ptr local;
     try {
-      check_buffer(op, mine);
+      check_buffer(op, mine, false, rank() != root);
       check_rank(op, "root", root, false, false);
-      if (rank() == root) check_whole(op, all, mine.size());
+      if (rank() == root) check_whole(op, all, mine.size(), true, false);
     } catch (...) {
       local = std::current_exception();
     }
@@ -396,9 +397,9 @@ class Communicator {
     const char* op = "gather";
     std::exception_ptr local;
     try {
-      check_buffer(op, mine);
+      check_buffer(op, mine, rank() != root, false);
       check_rank(op, "root", root, false, false);
-      if (rank() == root) check_whole(op, all, mine.size());
+      if (rank() == root) check_whole(op, all, mine.size(), false, true);
     } catch (...) {
       local = std::current_exception();
     }
@@ -433,7 +434,7 @@ class Communicator {
     detail::Span span;
     span.buffer = memory.buffer();
     span.host = static_cast<char*>(memory.host);
-    span.offset = first * sizeof(T);
+    span.offset = memory.at(first * sizeof(T));
     span.bytes = count * sizeof(T);
     span.count = count;
     span.element_size = static_cast<std::uint32_t>(sizeof(T));
@@ -444,15 +445,20 @@ class Communicator {
   static detail::Span span_of(const DeviceBuffer<T>& buffer) {
     return span_of(buffer, 0, buffer.size());
   }
+  /// `buffer` is of this communicator's context, and the host may read it (`read`, to send
+  /// it) and write it (`write`, to receive into it): MPI reaches device memory through the host.
   template <class T>
-  void check_buffer(const char* op, const DeviceBuffer<T>& buffer) const {
+  void check_buffer(const char* op, const DeviceBuffer<T>& buffer, bool read, bool write) const {
     clbuf::detail::check_buffer(op, buffer.valid(), buffer.context(), core_->context());
+    clbuf::detail::check_host_access(op, clbuf::detail::BufferAccess::host_access(buffer), read,
+                                     write);
   }
 
   /// `all` (the root's) holds count * size() elements.
   template <class T>
-  void check_whole(const char* op, const DeviceBuffer<T>& all, std::size_t count) const {
-    check_buffer(op, all);
+  void check_whole(const char* op, const DeviceBuffer<T>& all, std::size_t count, bool read,
+                   bool write) const {
+    check_buffer(op, all, read, write);
     const std::size_t p = static_cast<std::size_t>(size());
     if (count > SIZE_MAX / p || all.size() != count * p) {
       clbuf::detail::fail(op, CL_INVALID_VALUE,
@@ -600,7 +606,7 @@ class Communicator {
   void reduce_on_host(const char* op, DeviceBuffer<T>& buffer, std::uint32_t type, Op reduction) {
     const clbuf::detail::Allocation& memory = clbuf::detail::BufferAccess::memory(buffer);
     std::vector<T> copy;
-    T* data = static_cast<T*>(memory.host);
+    T* data = memory.host != nullptr ? reinterpret_cast<T*>(memory.host_at(0)) : nullptr;
     if (data != nullptr) {
       manager().finish();
     } else {
@@ -658,7 +664,7 @@ class HaloExchange {
     if (!requests_.empty()) {
       clbuf::detail::fail(op, CL_INVALID_OPERATION, "the last exchange has not finished");
     }
-    communicator_.check_buffer(op, field);
+    communicator_.check_buffer(op, field, true, true);
     for (const Neighbour& n : plan_) {
       clbuf::detail::check_range(op, "read", n.count, n.send_offset, field.size(), sizeof(T));
       clbuf::detail::check_range(op, "write", n.count, n.recv_offset, field.size(), sizeof(T));

@@ -90,6 +90,16 @@
 #ifndef CLBUF_BUFFER_HPP
 #define CLBUF_BUFFER_HPP
 
+// ---- clbuf/detail/memory_object.hpp
+// OpenCL memory objects that clbuf does not allocate from its pool: an application's buffer
+// being adopted (what OpenCL says about it), and the sub-buffer a view hands out from native().
+// clbuf's own commands never address a sub-buffer of its making: a view is its root buffer plus
+// a byte offset (Allocation::offset). NVIDIA's driver crashes in clReleaseMemObject when
+// overlapping sub-buffers that were used while alive together are released (docs/testing.md),
+// and sub-buffers must start at CL_DEVICE_MEM_BASE_ADDR_ALIGN; views have neither limit.
+#ifndef CLBUF_DETAIL_MEMORY_OBJECT_HPP
+#define CLBUF_DETAIL_MEMORY_OBJECT_HPP
+
 // ---- clbuf/detail/pool.hpp
 // The device-memory pool behind allocate() and upload(): size-binned, bounded, thread-safe.
 // Repeated uploads skip allocation and the slow first touch of fresh memory. On devices that
@@ -721,13 +731,22 @@ class Fences {
   std::vector<cl::Event> events_;
 };
 
-/// One buffer of the pool. `host` is the block behind it when the pool is host-backed.
+/// The memory of one DeviceBuffer: bytes [offset, offset + capacity) of the OpenCL buffer
+/// `buffer`. A buffer of the pool starts at offset 0; a view shares its root's `buffer` at the
+/// view's byte offset, so every command on a view addresses the root buffer (no sub-buffer).
+/// `host` is the block behind `buffer` (its byte 0) when the pool is host-backed.
 struct Allocation {
   cl::Buffer buffer;
   std::size_t capacity = 0;
   void* host = nullptr;
   bool fresh = false;              ///< never handed out before: no command can be using it
   std::shared_ptr<Fences> fences;  ///< other queues' commands on it; null when not pooled
+  std::size_t offset = 0;          ///< where this memory begins in `buffer`, in bytes
+
+  /// Byte `at` of this memory as an offset in `buffer`, for OpenCL commands.
+  std::size_t at(std::size_t at) const noexcept { return offset + at; }
+  /// Byte `at` of this memory in the host block (only where `host` is set).
+  char* host_at(std::size_t at) const noexcept { return static_cast<char*>(host) + offset + at; }
 };
 
 inline void CL_CALLBACK free_host_block(cl_mem, void* block) { std::free(block); }
@@ -961,6 +980,97 @@ struct Lease {
 // ---- end of clbuf/detail/pool.hpp
 
 #include <cstddef>
+#include <mutex>
+#include <string>
+
+namespace clbuf {
+namespace detail {
+
+/// What clGetMemObjectInfo says about a buffer to adopt.
+struct MemoryFacts {
+  cl_context context = nullptr;
+  std::size_t size = 0;          ///< CL_MEM_SIZE
+  cl_mem parent = nullptr;       ///< CL_MEM_ASSOCIATED_MEMOBJECT: set for a sub-buffer
+  std::size_t offset = 0;        ///< CL_MEM_OFFSET within the parent
+  cl_mem_flags host_access = 0;  ///< its CL_MEM_HOST_* flags (a sub-buffer's, else inherited)
+};
+
+/// The CL_MEM_HOST_* bits of a CL_MEM_FLAGS value.
+constexpr cl_mem_flags host_access_bits(cl_mem_flags flags) noexcept {
+  return flags & (CL_MEM_HOST_WRITE_ONLY | CL_MEM_HOST_READ_ONLY | CL_MEM_HOST_NO_ACCESS);
+}
+
+/// @throws Error CL_INVALID_MEM_OBJECT for a null buffer, or the query's code.
+inline MemoryFacts memory_facts(const char* operation, cl_mem buffer) {
+  if (buffer == nullptr) fail(operation, CL_INVALID_MEM_OBJECT, "the cl::Buffer to adopt is null");
+  MemoryFacts facts;
+  const auto query = [&](cl_mem_info what, std::size_t size, void* value) {
+    check(CLBUF_CL(clGetMemObjectInfo)(buffer, what, size, value, nullptr), operation,
+          "clGetMemObjectInfo");
+  };
+  query(CL_MEM_CONTEXT, sizeof(facts.context), &facts.context);
+  query(CL_MEM_SIZE, sizeof(facts.size), &facts.size);
+  query(CL_MEM_ASSOCIATED_MEMOBJECT, sizeof(facts.parent), &facts.parent);
+  query(CL_MEM_OFFSET, sizeof(facts.offset), &facts.offset);
+  cl_mem_flags flags = 0;
+  query(CL_MEM_FLAGS, sizeof(flags), &flags);
+  facts.host_access = host_access_bits(flags);
+  if (facts.host_access == 0 && facts.parent != nullptr) {  // a sub-buffer inherits its parent's
+    check(CLBUF_CL(clGetMemObjectInfo)(facts.parent, CL_MEM_FLAGS, sizeof(flags), &flags, nullptr),
+          operation, "clGetMemObjectInfo");
+    facts.host_access = host_access_bits(flags);
+  }
+  return facts;
+}
+
+/// The sub-buffer behind DeviceBuffer::native() of a view, made on the first call and kept
+/// until the view is destroyed. clbuf's own commands never use it.
+class NativeView {
+ public:
+  explicit NativeView(std::size_t base_align_bytes) noexcept : align_(base_align_bytes) {}
+
+  /// The sub-buffer of `memory` (bytes [memory.offset, memory.offset + bytes) of its buffer).
+  /// Wraps clCreateSubBuffer (flags inherited from the buffer).
+  /// @throws Error CL_MISALIGNED_SUB_BUFFER_OFFSET, before OpenCL is called, when the offset is
+  ///         not a multiple of the device's CL_DEVICE_MEM_BASE_ADDR_ALIGN; else the driver's code.
+  const cl::Buffer& get(const Allocation& memory, std::size_t bytes) {
+    const char* operation = "native";
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (buffer_() != nullptr) return buffer_;
+    if (memory.offset % align_ != 0) {
+      fail(operation, CL_MISALIGNED_SUB_BUFFER_OFFSET,
+           "the view starts " + std::to_string(memory.offset) +
+               " bytes into its buffer, not a multiple of the device's "
+               "CL_DEVICE_MEM_BASE_ADDR_ALIGN of " +
+               std::to_string(align_) +
+               " bytes, so OpenCL cannot make a sub-buffer of it (clbuf's own operations take "
+               "the view as it is); for a kernel, pass native_root() and native_offset_bytes() / "
+               "sizeof(T) as an element offset, or make the view at a multiple of " +
+               std::to_string(align_) + " bytes");
+    }
+    const cl_buffer_region area = {memory.offset, bytes};
+    cl_int err = CL_SUCCESS;
+    cl::Buffer made(
+        CLBUF_CL(clCreateSubBuffer)(memory.buffer(), 0, CL_BUFFER_CREATE_TYPE_REGION, &area, &err),
+        false);
+    check(err, operation, "clCreateSubBuffer");
+    buffer_ = std::move(made);
+    return buffer_;
+  }
+
+ private:
+  std::mutex mutex_;
+  const std::size_t align_;
+  cl::Buffer buffer_;
+};
+
+}  // namespace detail
+}  // namespace clbuf
+
+#endif  // CLBUF_DETAIL_MEMORY_OBJECT_HPP
+// ---- end of clbuf/detail/memory_object.hpp
+
+#include <cstddef>
 #include <memory>
 #include <type_traits>
 #include <utility>
@@ -1001,24 +1111,25 @@ class DeviceBuffer {
   }
 
   /// Gives the memory back to its manager's pool (or frees it when there is none). Memory that
-  /// sub-buffer views or mapped views still use goes back only when the last of them is gone.
+  /// views or mapped views still use goes back only when the last of them is gone.
   ~DeviceBuffer() {
     if (pool_) pool_->give_back(std::move(memory_));
   }
 
   /// Hands the OpenCL buffer to the caller and leaves this DeviceBuffer empty (!valid()). The
   /// memory never goes back to clbuf's pool, even when views of it are alive; CL_MEM_SIZE may be
-  /// larger than size_bytes() (pooled memory is binned). A sub-buffer view releases its
-  /// sub-buffer. Returns a null buffer when !valid() or empty().
-  [[nodiscard]] cl::Buffer release() noexcept {
+  /// larger than size_bytes() (pooled memory is binned). A view hands over native(): a
+  /// sub-buffer of its bytes. Returns a null buffer when !valid() or empty().
+  /// @throws Error as native() for a view whose sub-buffer cannot be made (then nothing changes).
+  [[nodiscard]] cl::Buffer release() {
+    cl::Buffer out = native();
     if (lease_) lease_->reusable.store(false);
-    cl::Buffer out = std::move(memory_.buffer);
-    memory_.buffer = cl::Buffer();
+    memory_.buffer = cl::Buffer();  // never to the pool: the caller owns it now
     DeviceBuffer().swap(*this);
     return out;
   }
 
-  /// True for a sub-buffer view of another buffer (BufferManager::view()).
+  /// True for a view of another buffer (BufferManager::view()) and for an adopted sub-buffer.
   bool is_view() const noexcept { return root_() != nullptr; }
   /// Byte offset of this buffer's first element within its root buffer (0 unless a view).
   std::size_t root_offset_bytes() const noexcept { return root_offset_; }
@@ -1034,7 +1145,21 @@ class DeviceBuffer {
   /// The underlying OpenCL buffer, for kernels; a null buffer when empty(). Pooled memory may
   /// be larger than size_bytes(). Work you enqueue on it on a queue of your own must be finished
   /// before the DeviceBuffer is destroyed: its memory goes back to the pool for reuse.
-  const cl::Buffer& native() const noexcept { return memory_.buffer; }
+  /// For a view, a sub-buffer of exactly its bytes, made on the first call (clCreateSubBuffer)
+  /// and released with the view; clbuf's own operations never use it. NVIDIA's driver (580)
+  /// crashes in clReleaseMemObject when overlapping sub-buffers that were used while alive
+  /// together are released: for overlapping views, pass native_root() and
+  /// native_offset_bytes() to your kernels instead (README "Views").
+  /// @throws Error CL_MISALIGNED_SUB_BUFFER_OFFSET for a view whose offset is not a multiple of
+  ///         the device's CL_DEVICE_MEM_BASE_ADDR_ALIGN (views themselves take any offset).
+  const cl::Buffer& native() const {
+    return native_view_ ? native_view_->get(memory_, size_bytes()) : memory_.buffer;
+  }
+  /// The OpenCL buffer this buffer's bytes live in: native() for a buffer, the root's (or an
+  /// adopted sub-buffer's) for a view. Element 0 is at native_offset_bytes() in it.
+  const cl::Buffer& native_root() const noexcept { return memory_.buffer; }
+  /// The byte offset of element 0 in native_root(): 0 unless a view. A multiple of sizeof(T).
+  std::size_t native_offset_bytes() const noexcept { return memory_.offset; }
   /// False for a default-constructed or moved-from buffer.
   bool valid() const noexcept { return context_() != nullptr; }
   /// The OpenCL context the memory belongs to (null when !valid()).
@@ -1067,7 +1192,8 @@ class DeviceBuffer {
     }
   }
 
-  /// The OpenCL buffer that owns the bytes: the parent of a sub-buffer, else native().
+  /// The OpenCL buffer that owns the bytes: a view's root, an adopted sub-buffer's parent, else
+  /// native(). Overlap checks compare roots and root_offset_bytes().
   cl_mem root() const noexcept { return root_() != nullptr ? root_() : memory_.buffer(); }
 
   /// Shares this buffer's memory with a view: from now on it goes back to the pool only when
@@ -1085,6 +1211,8 @@ class DeviceBuffer {
     std::swap(lease_, other.lease_);
     std::swap(root_, other.root_);
     std::swap(root_offset_, other.root_offset_);
+    std::swap(native_view_, other.native_view_);
+    std::swap(host_access_, other.host_access_);
     std::swap(pool_, other.pool_);
     std::swap(context_, other.context_);
     std::swap(size_, other.size_);
@@ -1094,9 +1222,11 @@ class DeviceBuffer {
   detail::Allocation memory_;
   std::shared_ptr<detail::MemoryPool> pool_;  // null for empty, adopted or shared memory
   std::shared_ptr<detail::Lease> lease_;      // shared with views; null until a view is made
-  cl::Buffer root_;                           // the parent of a sub-buffer; null otherwise
+  cl::Buffer root_;                           // a view's root, an adopted sub-buffer's parent
   std::size_t root_offset_ = 0;               // bytes from the start of root()
-  cl::Context context_;                       // retained, for empty buffers too
+  std::shared_ptr<detail::NativeView> native_view_;  // a view's native(); null otherwise
+  cl_mem_flags host_access_ = 0;                     // CL_MEM_HOST_* of adopted memory
+  cl::Context context_;                              // retained, for empty buffers too
   std::size_t size_ = 0;
   std::vector<std::size_t> shape_;
 };
@@ -2240,15 +2370,26 @@ inline void check_adopt_capacity(const char* operation, std::size_t count, std::
   }
 }
 
-/// A view's absolute byte offset is a multiple of CL_DEVICE_MEM_BASE_ADDR_ALIGN.
-inline void check_view_alignment(const char* operation, std::size_t absolute,
-                                 std::size_t base_align_bytes) {
-  if (absolute % base_align_bytes != 0) {
-    fail(operation, CL_MISALIGNED_SUB_BUFFER_OFFSET,
-         "offset of " + std::to_string(absolute) +
-             " bytes from the start of the root buffer is not a multiple of the device's "
-             "CL_DEVICE_MEM_BASE_ADDR_ALIGN of " +
-             std::to_string(base_align_bytes) + " bytes");
+/// The host may read (`read`) and write (`write`) a buffer whose CL_MEM_HOST_* flags are
+/// `host_access` (0 for every buffer clbuf makes; an adopted buffer's own). Checked by clbuf on
+/// every vendor: some drivers (NVIDIA's) let a host-read-only buffer be mapped for writing.
+inline void check_host_access(const char* operation, cl_mem_flags host_access, bool read,
+                              bool write) {
+  const bool no_access = (host_access & CL_MEM_HOST_NO_ACCESS) != 0;
+  const char* flag = no_access                                     ? "CL_MEM_HOST_NO_ACCESS"
+                     : (host_access & CL_MEM_HOST_WRITE_ONLY) != 0 ? "CL_MEM_HOST_WRITE_ONLY"
+                                                                   : "CL_MEM_HOST_READ_ONLY";
+  if (read && (no_access || (host_access & CL_MEM_HOST_WRITE_ONLY) != 0)) {
+    fail(operation, CL_INVALID_OPERATION,
+         std::string("the buffer was created with ") + flag +
+             ", so the host may not read it; copy it on the device (copy, copy_bytes) into a "
+             "buffer the host may read, and read that");
+  }
+  if (write && (no_access || (host_access & CL_MEM_HOST_READ_ONLY) != 0)) {
+    fail(operation, CL_INVALID_OPERATION,
+         std::string("the buffer was created with ") + flag +
+             ", so the host may not write it; write a buffer the host may write and copy it on "
+             "the device (copy, copy_bytes), or fill() it");
   }
 }
 
@@ -3434,13 +3575,13 @@ class TransferEngine {
     switch (route(memory, bytes, host)) {
       case Path::host_block:
         queue().finish(operation);
-        copier_.copy(static_cast<char*>(memory.host) + offset, data, bytes);
+        copier_.copy(memory.host_at(offset), data, bytes);
         break;
       case Path::staged:
-        stager_->write(memory.buffer(), offset, data, bytes, operation);
+        stager_->write(memory.buffer(), memory.at(offset), data, bytes, operation);
         break;
       case Path::queue:
-        queue().write(operation, memory.buffer(), offset, bytes, data, true);
+        queue().write(operation, memory.buffer(), memory.at(offset), bytes, data, true);
         break;
     }
   }
@@ -3452,7 +3593,7 @@ class TransferEngine {
     if (bytes == 0) return;
     if (memory.host != nullptr && memory.fresh) {
       Telemetry::Timer timer(telemetry_, Telemetry::upload, bytes);
-      copier_.copy(memory.host, data, bytes);
+      copier_.copy(memory.host_at(0), data, bytes);
       return;
     }
     write(operation, memory, 0, data, bytes, host);
@@ -3466,13 +3607,13 @@ class TransferEngine {
     switch (route(memory, bytes, host)) {
       case Path::host_block:
         queue().finish(operation);
-        copier_.copy(out, static_cast<const char*>(memory.host) + offset, bytes);
+        copier_.copy(out, memory.host_at(offset), bytes);
         break;
       case Path::staged:
-        stager_->read(memory.buffer(), offset, out, bytes, operation);
+        stager_->read(memory.buffer(), memory.at(offset), out, bytes, operation);
         break;
       case Path::queue:
-        queue().read(operation, memory.buffer(), offset, bytes, out, true);
+        queue().read(operation, memory.buffer(), memory.at(offset), bytes, out, true);
         break;
     }
   }
@@ -3490,17 +3631,18 @@ class TransferEngine {
     switch (route(memory, bytes, HostMemory::pageable)) {
       case Path::host_block:
         if (now_if_fresh && memory.fresh && bytes < huge_page_bytes) {
-          std::memcpy(static_cast<char*>(memory.host) + offset, data, bytes);
+          std::memcpy(memory.host_at(offset), data, bytes);
           return Started();
         }
         break;
       case Path::staged:
-        return stager_->submit(true, memory.buffer, offset, const_cast<void*>(data), bytes,
-                               operation, std::move(keep), background_);
+        return stager_->submit(true, memory.buffer, memory.at(offset), const_cast<void*>(data),
+                               bytes, operation, std::move(keep), background_);
       case Path::queue:
         break;
     }
-    return Started{queue().write(operation, memory.buffer(), offset, bytes, data, false), nullptr};
+    return Started{queue().write(operation, memory.buffer(), memory.at(offset), bytes, data, false),
+                   nullptr};
   }
 
   /// Starts reading `bytes` at `offset` into `out` by the path rule; nothing to wait for for
@@ -3510,10 +3652,11 @@ class TransferEngine {
     telemetry_.count_async(Telemetry::download, bytes);
     if (bytes == 0) return Started();
     if (route(memory, bytes, HostMemory::pageable) == Path::staged) {
-      return stager_->submit(false, memory.buffer, offset, out, bytes, operation, nullptr,
-                             background_);
+      return stager_->submit(false, memory.buffer, memory.at(offset), out, bytes, operation,
+                             nullptr, background_);
     }
-    return Started{queue().read(operation, memory.buffer(), offset, bytes, out, false), nullptr};
+    return Started{queue().read(operation, memory.buffer(), memory.at(offset), bytes, out, false),
+                   nullptr};
   }
 
   /// Device copy of checked, non-overlapping ranges; returns when done.
@@ -3524,12 +3667,11 @@ class TransferEngine {
     if (src.host != nullptr && dst.host != nullptr) {
       // Both live in host memory, which is this device's memory: one memcpy is the copy.
       queue().finish(operation);
-      copier_.copy(static_cast<char*>(dst.host) + dst_offset,
-                   static_cast<const char*>(src.host) + src_offset, bytes);
+      copier_.copy(dst.host_at(dst_offset), src.host_at(src_offset), bytes);
       return;
     }
-    Queue::wait(operation,
-                queue().copy(operation, src.buffer(), dst.buffer(), src_offset, dst_offset, bytes));
+    Queue::wait(operation, queue().copy(operation, src.buffer(), dst.buffer(), src.at(src_offset),
+                                        dst.at(dst_offset), bytes));
   }
 
   /// Starts a device copy; a null event for zero bytes.
@@ -3537,7 +3679,8 @@ class TransferEngine {
                        const Allocation& dst, std::size_t dst_offset, std::size_t bytes) {
     telemetry_.count_async(Telemetry::copy, bytes);
     if (bytes == 0) return cl::Event();
-    return queue().copy(operation, src.buffer(), dst.buffer(), src_offset, dst_offset, bytes);
+    return queue().copy(operation, src.buffer(), dst.buffer(), src.at(src_offset),
+                        dst.at(dst_offset), bytes);
   }
 
   /// Repeats the `size`-byte `pattern` `count` times from byte `offset` of `memory`.
@@ -3547,7 +3690,7 @@ class TransferEngine {
     Telemetry::Timer timer(telemetry_, Telemetry::upload, bytes);
     if (memory.host != nullptr) {
       queue().finish(operation);
-      char* out = static_cast<char*>(memory.host) + offset;
+      char* out = memory.host_at(offset);
       std::memcpy(out, pattern, size);
       for (std::size_t done = size; done < bytes; done += std::min(done, bytes - done)) {
         std::memcpy(out + done, out, std::min(done, bytes - done));
@@ -3593,7 +3736,7 @@ class TransferEngine {
     const std::size_t bytes = count * size;
     const bool power_of_two = size != 0 && (size & (size - 1)) == 0 && size <= 128;
     if (device_.opencl_1_2() && power_of_two) {
-      return queue().fill(operation, memory.buffer(), pattern, size, offset, bytes);
+      return queue().fill(operation, memory.buffer(), pattern, size, memory.at(offset), bytes);
     }
     // No fill command for this pattern: a small run of it goes into a buffer of its own
     // (CL_MEM_COPY_HOST_PTR) and is copied on the device, then the filled part is doubled by
@@ -3611,10 +3754,11 @@ class TransferEngine {
                                  head.size(), head.data(), &err),
         false);
     check(err, operation, "clCreateBuffer(CL_MEM_COPY_HOST_PTR)");
-    cl::Event last = queue().copy(operation, source(), memory.buffer(), 0, offset, head.size());
+    cl::Event last =
+        queue().copy(operation, source(), memory.buffer(), 0, memory.at(offset), head.size());
     for (std::size_t done = head.size(); done < bytes; done += std::min(done, bytes - done)) {
-      last = queue().copy(operation, memory.buffer(), memory.buffer(), offset, offset + done,
-                          std::min(done, bytes - done));
+      last = queue().copy(operation, memory.buffer(), memory.buffer(), memory.at(offset),
+                          memory.at(offset + done), std::min(done, bytes - done));
     }
     return last;
   }
@@ -3652,14 +3796,14 @@ inline void copy_across_contexts(const char* operation, const Queue& source, con
   if (dst.host != nullptr) {  // a CPU device's own memory: read straight into it
     target.finish(operation);
     if (src.host != nullptr) {
-      engine.copier().copy(dst.host, src.host, bytes);
+      engine.copier().copy(dst.host_at(0), src.host_at(0), bytes);
     } else {
-      source.read(operation, src.buffer(), 0, bytes, dst.host, true);
+      source.read(operation, src.buffer(), src.at(0), bytes, dst.host_at(0), true);
     }
     return;
   }
   if (src.host != nullptr) {  // write straight out of a CPU device's own memory
-    target.write(operation, dst.buffer(), 0, bytes, src.host, true);
+    target.write(operation, dst.buffer(), dst.at(0), bytes, src.host_at(0), true);
     return;
   }
   // Two pinned chunks of the target's context, kept by the engine from call to call: while one
@@ -3687,8 +3831,9 @@ inline void copy_across_contexts(const char* operation, const Queue& source, con
     const std::size_t n = std::min(chunk, bytes - offset);
     const std::size_t slot = i % 2;
     if (written[slot]() != nullptr) Queue::wait(operation, written[slot]);
-    source.read(operation, src.buffer(), offset, n, pinned[slot].data(), true);
-    written[slot] = queue.write(operation, dst.buffer(), offset, n, pinned[slot].data(), false);
+    source.read(operation, src.buffer(), src.at(offset), n, pinned[slot].data(), true);
+    written[slot] =
+        queue.write(operation, dst.buffer(), dst.at(offset), n, pinned[slot].data(), false);
     queue.flush(operation);
   }
   queue.finish(operation);
@@ -3803,60 +3948,6 @@ class Gate {
 
 #endif  // CLBUF_DETAIL_GATE_HPP
 // ---- end of clbuf/detail/gate.hpp
-// ---- clbuf/detail/memory_object.hpp
-// OpenCL memory objects that clbuf does not allocate from its pool: an application's buffer
-// being adopted (what OpenCL says about it) and sub-buffer views.
-#ifndef CLBUF_DETAIL_MEMORY_OBJECT_HPP
-#define CLBUF_DETAIL_MEMORY_OBJECT_HPP
-
-#include <cstddef>
-
-namespace clbuf {
-namespace detail {
-
-/// What clGetMemObjectInfo says about a buffer to adopt.
-struct MemoryFacts {
-  cl_context context = nullptr;
-  std::size_t size = 0;     ///< CL_MEM_SIZE
-  cl_mem parent = nullptr;  ///< CL_MEM_ASSOCIATED_MEMOBJECT: set for a sub-buffer
-  std::size_t offset = 0;   ///< CL_MEM_OFFSET within the parent
-};
-
-/// @throws Error CL_INVALID_MEM_OBJECT for a null buffer, or the query's code.
-inline MemoryFacts memory_facts(const char* operation, cl_mem buffer) {
-  if (buffer == nullptr) fail(operation, CL_INVALID_MEM_OBJECT, "the cl::Buffer to adopt is null");
-  MemoryFacts facts;
-  const auto query = [&](cl_mem_info what, std::size_t size, void* value) {
-    check(CLBUF_CL(clGetMemObjectInfo)(buffer, what, size, value, nullptr), operation,
-          "clGetMemObjectInfo");
-  };
-  query(CL_MEM_CONTEXT, sizeof(facts.context), &facts.context);
-  query(CL_MEM_SIZE, sizeof(facts.size), &facts.size);
-  query(CL_MEM_ASSOCIATED_MEMOBJECT, sizeof(facts.parent), &facts.parent);
-  query(CL_MEM_OFFSET, sizeof(facts.offset), &facts.offset);
-  return facts;
-}
-
-/// A sub-buffer of `root` of `bytes` at byte `offset` (checked against the root and its
-/// alignment), as an Allocation that is never pooled. Wraps clCreateSubBuffer.
-inline Allocation sub_buffer(const char* operation, cl_mem root, std::size_t offset,
-                             std::size_t bytes) {
-  const cl_buffer_region area = {offset, bytes};
-  cl_int err = CL_SUCCESS;
-  Allocation memory;
-  memory.buffer = cl::Buffer(CLBUF_CL(clCreateSubBuffer)(root, CL_MEM_READ_WRITE,
-                                                         CL_BUFFER_CREATE_TYPE_REGION, &area, &err),
-                             false);
-  check(err, operation, "clCreateSubBuffer");
-  memory.capacity = bytes;
-  return memory;
-}
-
-}  // namespace detail
-}  // namespace clbuf
-
-#endif  // CLBUF_DETAIL_MEMORY_OBJECT_HPP
-// ---- end of clbuf/detail/memory_object.hpp
 // ---- clbuf/detail/regions.hpp
 // Rectangular transfers (upload_rect, download_rect, copy_rect) on checked sides (checks.hpp):
 // the byte geometry OpenCL takes, and the row-by-row copies where clEnqueueCopyBufferRect
@@ -3871,17 +3962,47 @@ inline Allocation sub_buffer(const char* operation, cl_mem root, std::size_t off
 namespace clbuf {
 namespace detail {
 
-/// A rectangular write (`to_device`) or read between `memory` (laid out as `device`) and
-/// `host` (laid out as `host_side`). Blocking, or started: then the command's event returns and
-/// `host` must stay alive until it completes.
+/// One side of a rectangular command: the OpenCL buffer it addresses and the byte offset of the
+/// box's origin in it (a view's offset plus the origin within the view), with its checked
+/// geometry.
+struct RectEnd {
+  cl_mem root = nullptr;
+  std::size_t at = 0;
+  RectSide side;
+  std::size_t rows = 1;  // the side's extents.y: rows per slice
+};
+
+/// The origin of `end`'s box in its buffer's coordinates: the absolute offset split back into
+/// (x bytes, row, slice) by that side's pitches.
+inline std::array<std::size_t, 3> origin_in_buffer(const RectEnd& end) noexcept {
+  return {end.at % end.side.slice_pitch % end.side.row_pitch,
+          end.at % end.side.slice_pitch / end.side.row_pitch, end.at / end.side.slice_pitch};
+}
+
+/// The box of `extent` (x in bytes) stays inside one row and one slice of `end` from `origin`:
+/// a rectangular command can address it. A view whose offset is not a whole number of rows or
+/// slices moves the box across a row or slice boundary of the buffer; OpenCL rejects that.
+inline bool box_fits(const RectEnd& end, const std::array<std::size_t, 3>& origin,
+                     const std::size_t extent[3]) noexcept {
+  return origin[0] + extent[0] <= end.side.row_pitch && origin[1] + extent[1] <= end.rows;
+}
+
+/// A rectangular write (`to_device`) or read between `memory` (laid out as `device`, extents.y
+/// `rows`) and `host` (laid out as `host_side`). Blocking, or started: then the event of the
+/// last command returns (the queue is in order) and `host` must stay alive until it completes.
+/// One clEnqueueWriteBufferRect / clEnqueueReadBufferRect on `memory`'s buffer, or one
+/// clEnqueueWriteBuffer / clEnqueueReadBuffer per row where a view's offset splits the box.
 inline cl::Event transfer_rect(TransferEngine& engine, const char* operation, bool to_device,
-                               const Allocation& memory, const RectSide& device, void* host,
-                               const RectSide& host_side, const Region& region,
+                               const Allocation& memory, const RectSide& device, std::size_t rows,
+                               void* host, const RectSide& host_side, const Region& region,
                                std::size_t element_size, bool blocking) {
-  const Offset& device_origin = to_device ? region.dst_origin : region.src_origin;
   const Offset& host_origin = to_device ? region.src_origin : region.dst_origin;
-  const std::size_t buffer_origin[3] = {device_origin.x * element_size, device_origin.y,
-                                        device_origin.z};
+  RectEnd end;
+  end.root = memory.buffer();
+  end.at = memory.at(device.origin_bytes);
+  end.side = device;
+  end.rows = rows;
+  const std::array<std::size_t, 3> buffer_origin = origin_in_buffer(end);
   const std::size_t host_offset[3] = {host_origin.x * element_size, host_origin.y, host_origin.z};
   const std::size_t extent[3] = {region.size.x * element_size, region.size.y, region.size.z};
   const Telemetry::Direction direction = to_device ? Telemetry::upload : Telemetry::download;
@@ -3892,19 +4013,25 @@ inline cl::Event transfer_rect(TransferEngine& engine, const char* operation, bo
   } else {
     engine.telemetry().count_async(direction, bytes);
   }
-  return engine.queue().transfer_rect(operation, to_device, memory.buffer(), buffer_origin,
-                                      host_offset, extent, device.row_pitch, device.slice_pitch,
-                                      host_side.row_pitch, host_side.slice_pitch, host, blocking);
+  const Queue& queue = engine.queue();
+  if (box_fits(end, buffer_origin, extent)) {
+    return queue.transfer_rect(operation, to_device, end.root, buffer_origin.data(), host_offset,
+                               extent, device.row_pitch, device.slice_pitch, host_side.row_pitch,
+                               host_side.slice_pitch, host, blocking);
+  }
+  cl::Event last;
+  char* const base = static_cast<char*>(host) + host_side.origin_bytes;
+  for (std::size_t z = 0; z < region.size.z; ++z) {
+    for (std::size_t y = 0; y < region.size.y; ++y) {
+      const std::size_t at = end.at + z * device.slice_pitch + y * device.row_pitch;
+      char* row = base + z * host_side.slice_pitch + y * host_side.row_pitch;
+      last = to_device ? queue.write(operation, end.root, at, extent[0], row, false)
+                       : queue.read(operation, end.root, at, extent[0], row, false);
+    }
+  }
+  if (blocking) Queue::wait(operation, last);
+  return last;
 }
-
-/// One side of a device copy_rect: its root buffer and the absolute byte offset of the box's
-/// origin in it (a view's offset plus the origin within the view), with its checked geometry.
-struct RectEnd {
-  cl_mem root = nullptr;
-  std::size_t at = 0;
-  RectSide side;
-  std::size_t rows = 1;  // the side's extents.y: rows per slice
-};
 
 /// One checked side of a copy_rect, in its root buffer.
 inline RectEnd rect_end(const char* operation, const char* side, cl_mem root,
@@ -3927,16 +4054,11 @@ inline RectEnd rect_end(const char* operation, const char* side, cl_mem root,
 inline cl::Event copy_rect(TransferEngine& engine, const char* operation, const RectEnd& from,
                            const RectEnd& to, const Extents& size, std::size_t element_size,
                            bool blocking) {
-  const auto origin_in_root = [](const RectEnd& end) {
-    return std::array<std::size_t, 3>{end.at % end.side.slice_pitch % end.side.row_pitch,
-                                      end.at % end.side.slice_pitch / end.side.row_pitch,
-                                      end.at / end.side.slice_pitch};
-  };
   if (from.root == to.root) {
     check_rect_overlap(operation, from.at, from.side, to.at, to.side, size, element_size);
   }
-  const std::array<std::size_t, 3> src_origin = origin_in_root(from);
-  const std::array<std::size_t, 3> dst_origin = origin_in_root(to);
+  const std::array<std::size_t, 3> src_origin = origin_in_buffer(from);
+  const std::array<std::size_t, 3> dst_origin = origin_in_buffer(to);
   const std::size_t extent[3] = {size.x * element_size, size.y, size.z};
   const std::size_t bytes = extent[0] * extent[1] * extent[2];
   std::optional<Telemetry::Timer> timer;
@@ -3948,9 +4070,8 @@ inline cl::Event copy_rect(TransferEngine& engine, const char* operation, const 
   cl::Event last;
   const bool same_pitches =
       from.side.row_pitch == to.side.row_pitch && from.side.slice_pitch == to.side.slice_pitch;
-  if ((from.root == to.root && !same_pitches) || src_origin[0] + extent[0] > from.side.row_pitch ||
-      dst_origin[0] + extent[0] > to.side.row_pitch || src_origin[1] + extent[1] > from.rows ||
-      dst_origin[1] + extent[1] > to.rows) {
+  if ((from.root == to.root && !same_pitches) || !box_fits(from, src_origin, extent) ||
+      !box_fits(to, dst_origin, extent)) {
     // clEnqueueCopyBufferRect rejects two pitches within one buffer, and a box that wraps in
     // the root's coordinates (a view whose offset is not a whole number of rows or slices).
     // Copy row by row instead.
@@ -4418,6 +4539,7 @@ class BufferManager {
     const char* op = "download";
     auto entry = gate_.enter(op);
     check(op, buffer);
+    detail::check_host_access(op, buffer.host_access_, true, false);
     std::vector<T> out = detail::new_vector<T>(op, buffer.size());
     engine_.read(op, buffer.memory_, 0, out.data(), buffer.size_bytes(),
                  detail::HostMemory::pageable);
@@ -4458,6 +4580,7 @@ class BufferManager {
     const char* op = "download_async";
     auto entry = gate_.enter(op);
     check(op, buffer);
+    detail::check_host_access(op, buffer.host_access_, true, false);
     const std::vector<cl_event> wait = wait_list(op, after);
     std::vector<T> out = detail::new_vector<T>(op, buffer.size());
     hold(op, wait);
@@ -4702,6 +4825,7 @@ class BufferManager {
     memory.buffer = std::move(buffer);
     memory.capacity = facts.size;
     DeviceBuffer<T> adopted(std::move(memory), nullptr, device_.context(), count, {count});
+    adopted.host_access_ = facts.host_access;
     if (facts.parent != nullptr) {
       adopted.root_ = cl::Buffer(facts.parent, true);
       adopted.root_offset_ = facts.offset;
@@ -4709,14 +4833,13 @@ class BufferManager {
     return adopted;
   }
 
-  /// A DeviceBuffer of `count` elements starting at element `offset` of `parent`, sharing its
-  /// memory (a sub-buffer: clCreateSubBuffer), usable everywhere a buffer is. The memory goes
-  /// back to the pool only when `parent` and every view of it are gone; a view outlives its
-  /// parent safely. A view of a view is a view of the same root buffer. count == 0 gives an
-  /// empty buffer with no OpenCL call.
-  /// @throws Error CL_INVALID_VALUE past the end of `parent`; CL_MISALIGNED_SUB_BUFFER_OFFSET
-  ///         when the byte offset from the root buffer is not a multiple of the device's
-  ///         CL_DEVICE_MEM_BASE_ADDR_ALIGN.
+  /// A DeviceBuffer of `count` elements starting at element `offset` (any offset) of `parent`,
+  /// sharing its memory, usable everywhere a buffer is. No OpenCL object is made: every clbuf
+  /// operation on a view addresses the root buffer at the view's byte offset (native() makes a
+  /// sub-buffer only when asked). The memory goes back to the pool only when `parent` and every
+  /// view of it are gone; a view outlives its parent safely. A view of a view is a view of the
+  /// same root buffer. count == 0 gives an empty buffer.
+  /// @throws Error CL_INVALID_VALUE past the end of `parent`.
   template <class T>
   [[nodiscard]] DeviceBuffer<T> view(DeviceBuffer<T>& parent, std::size_t offset,
                                      std::size_t count) {
@@ -4726,16 +4849,17 @@ class BufferManager {
     detail::check_range(op, "view", count, offset, parent.size(), sizeof(T));
     if (count == 0)
       return DeviceBuffer<T>(detail::Allocation(), nullptr, device_.context(), 0, {0});
-    const std::size_t absolute = parent.root_offset_ + offset * sizeof(T);
-    detail::check_view_alignment(op, absolute, device_.base_align_bytes());
-    detail::Allocation memory = detail::sub_buffer(op, parent.root(), absolute, count * sizeof(T));
-    if (parent.memory_.host != nullptr) {
-      memory.host = static_cast<char*>(parent.memory_.host) + offset * sizeof(T);
-    }
+    auto native = std::make_shared<detail::NativeView>(device_.base_align_bytes());
+    const std::shared_ptr<detail::Lease>& lease = parent.share_memory();
+    detail::Allocation memory = parent.memory_;  // the same buffer, retained
+    memory.offset += offset * sizeof(T);
+    memory.capacity = count * sizeof(T);
     DeviceBuffer<T> result(std::move(memory), nullptr, device_.context(), count, {count});
     result.root_ = cl::Buffer(parent.root(), true);
-    result.root_offset_ = absolute;
-    result.lease_ = parent.share_memory();
+    result.root_offset_ = parent.root_offset_ + offset * sizeof(T);
+    result.lease_ = lease;
+    result.native_view_ = std::move(native);
+    result.host_access_ = parent.host_access_;
     return result;
   }
 
@@ -4757,11 +4881,13 @@ class BufferManager {
     check(op, buffer);
     detail::check_range(op, mode == MapMode::read ? "read" : "write", count, offset, buffer.size(),
                         sizeof(T));
+    detail::check_host_access(op, buffer.host_access_, mode != MapMode::write,
+                              mode != MapMode::read);
     if (count == 0) return MappedView<T>();
+    const std::shared_ptr<detail::Lease>& lease = buffer.share_memory();
     void* mapped = device_.queue().map(op, buffer.memory_.buffer(), detail::map_flags(mode),
-                                       offset * sizeof(T), count * sizeof(T));
-    MappedView<T> view(device_.queue().handle(), buffer.memory_.buffer, buffer.share_memory(),
-                       mapped, count, mode);
+                                       buffer.memory_.at(offset * sizeof(T)), count * sizeof(T));
+    MappedView<T> view(device_.queue().handle(), buffer.memory_.buffer, lease, mapped, count, mode);
     view.lease_->add_mapping(op, mapped, count * sizeof(T));  // on failure the view unmaps
     return view;
   }
@@ -4888,6 +5014,10 @@ class BufferManager {
     check(operation, dst);
     detail::check_same_size(operation, src.size(), dst.size());
     check_apart(operation, src, 0, dst, 0, src.size_bytes());
+    if (source.device_.context()() != device_.context()()) {  // through host memory
+      detail::check_host_access(operation, src.host_access_, true, false);
+      detail::check_host_access(operation, dst.host_access_, false, true);
+    }
   }
 
   template <class T>
@@ -4907,6 +5037,7 @@ class BufferManager {
     check(operation, buffer);
     detail::check_host_pointer(operation, out, count);
     detail::check_range(operation, "read", count, offset, buffer.size(), sizeof(T));
+    detail::check_host_access(operation, buffer.host_access_, true, false);
     detail::check_not_mapped(operation, buffer.lease_.get(), out, count, sizeof(T));
   }
 
@@ -4986,13 +5117,14 @@ class BufferManager {
     const detail::RectSide device_side =
         detail::rect_side(op, to_device ? "destination" : "source", region.size, device_origin,
                           device_extents, buffer.size(), sizeof(T));
+    detail::check_host_access(op, buffer.host_access_, !to_device, to_device);
     const std::vector<cl_event> wait = after ? wait_list(op, *after) : std::vector<cl_event>();
     if (detail::rect_empty(region.size)) return detail::Started();
     detail::check_not_mapped(op, buffer.lease_.get(), host, count, sizeof(T));
     hold(op, wait);
     detail::Started start{
-        detail::transfer_rect(engine_, op, to_device, buffer.memory_, device_side, host, host_side,
-                              region, sizeof(T), after == nullptr),
+        detail::transfer_rect(engine_, op, to_device, buffer.memory_, device_side, device_extents.y,
+                              host, host_side, region, sizeof(T), after == nullptr),
         nullptr};
     buffer.fence(pool_.get(), start.event);
     return start;
@@ -5041,6 +5173,7 @@ class BufferManager {
     check(op, dst);
     detail::check_host_pointer(op, data, count);
     detail::check_range(op, "write", count, dst_offset, dst.size(), sizeof(T));
+    detail::check_host_access(op, dst.host_access_, false, true);
     if (count == 0) return;
     detail::check_not_mapped(op, dst.lease_.get(), data, count, sizeof(T));
     engine_.write(op, dst.memory_, dst_offset * sizeof(T), data, count * sizeof(T), host);
@@ -5073,6 +5206,7 @@ class BufferManager {
     check(op, dst);
     detail::check_host_pointer(op, data, count);
     detail::check_range(op, "write", count, dst_offset, dst.size(), sizeof(T));
+    detail::check_host_access(op, dst.host_access_, false, true);
     detail::check_not_mapped(op, dst.lease_.get(), data, count, sizeof(T));
     hold(op, wait_list(op, after));
     detail::Started start = engine_.write_async(op, dst.memory_, dst_offset * sizeof(T), data,

@@ -12,8 +12,8 @@ namespace clbuf {
 namespace detail {
 
 struct BufferAccess {
-  /// The memory a buffer uses; `host` is its first byte when the memory is a host block (a view's
-  /// host pointer already includes its offset).
+  /// The memory a buffer uses: bytes from `offset` of its OpenCL buffer (and of the host block
+  /// `host`, when the memory is one).
   template <class T>
   static const Allocation& memory(const DeviceBuffer<T>& buffer) noexcept {
     return buffer.memory_;
@@ -22,6 +22,11 @@ struct BufferAccess {
   template <class T>
   static cl_mem root(const DeviceBuffer<T>& buffer) noexcept {
     return buffer.root();
+  }
+  /// The CL_MEM_HOST_* flags of an adopted buffer (0 for memory clbuf made).
+  template <class T>
+  static cl_mem_flags host_access(const DeviceBuffer<T>& buffer) noexcept {
+    return buffer.host_access_;
   }
 };
 

@@ -92,15 +92,26 @@ inline void check_adopt_capacity(const char* operation, std::size_t count, std::
   }
 }
 
-/// A view's absolute byte offset is a multiple of CL_DEVICE_MEM_BASE_ADDR_ALIGN.
-inline void check_view_alignment(const char* operation, std::size_t absolute,
-                                 std::size_t base_align_bytes) {
-  if (absolute % base_align_bytes != 0) {
-    fail(operation, CL_MISALIGNED_SUB_BUFFER_OFFSET,
-         "offset of " + std::to_string(absolute) +
-             " bytes from the start of the root buffer is not a multiple of the device's "
-             "CL_DEVICE_MEM_BASE_ADDR_ALIGN of " +
-             std::to_string(base_align_bytes) + " bytes");
+/// The host may read (`read`) and write (`write`) a buffer whose CL_MEM_HOST_* flags are
+/// `host_access` (0 for every buffer clbuf makes; an adopted buffer's own). Checked by clbuf on
+/// every vendor: some drivers (NVIDIA's) let a host-read-only buffer be mapped for writing.
+inline void check_host_access(const char* operation, cl_mem_flags host_access, bool read,
+                              bool write) {
+  const bool no_access = (host_access & CL_MEM_HOST_NO_ACCESS) != 0;
+  const char* flag = no_access                                     ? "CL_MEM_HOST_NO_ACCESS"
+                     : (host_access & CL_MEM_HOST_WRITE_ONLY) != 0 ? "CL_MEM_HOST_WRITE_ONLY"
+                                                                   : "CL_MEM_HOST_READ_ONLY";
+  if (read && (no_access || (host_access & CL_MEM_HOST_WRITE_ONLY) != 0)) {
+    fail(operation, CL_INVALID_OPERATION,
+         std::string("the buffer was created with ") + flag +
+             ", so the host may not read it; copy it on the device (copy, copy_bytes) into a "
+             "buffer the host may read, and read that");
+  }
+  if (write && (no_access || (host_access & CL_MEM_HOST_READ_ONLY) != 0)) {
+    fail(operation, CL_INVALID_OPERATION,
+         std::string("the buffer was created with ") + flag +
+             ", so the host may not write it; write a buffer the host may write and copy it on "
+             "the device (copy, copy_bytes), or fill() it");
   }
 }
 

@@ -31,14 +31,14 @@ inline void copy_across_contexts(const char* operation, const Queue& source, con
   if (dst.host != nullptr) {  // a CPU device's own memory: read straight into it
     target.finish(operation);
     if (src.host != nullptr) {
-      engine.copier().copy(dst.host, src.host, bytes);
+      engine.copier().copy(dst.host_at(0), src.host_at(0), bytes);
     } else {
-      source.read(operation, src.buffer(), 0, bytes, dst.host, true);
+      source.read(operation, src.buffer(), src.at(0), bytes, dst.host_at(0), true);
     }
     return;
   }
   if (src.host != nullptr) {  // write straight out of a CPU device's own memory
-    target.write(operation, dst.buffer(), 0, bytes, src.host, true);
+    target.write(operation, dst.buffer(), dst.at(0), bytes, src.host_at(0), true);
     return;
   }
   // Two pinned chunks of the target's context, kept by the engine from call to call: while one
@@ -66,8 +66,9 @@ inline void copy_across_contexts(const char* operation, const Queue& source, con
     const std::size_t n = std::min(chunk, bytes - offset);
     const std::size_t slot = i % 2;
     if (written[slot]() != nullptr) Queue::wait(operation, written[slot]);
-    source.read(operation, src.buffer(), offset, n, pinned[slot].data(), true);
-    written[slot] = queue.write(operation, dst.buffer(), offset, n, pinned[slot].data(), false);
+    source.read(operation, src.buffer(), src.at(offset), n, pinned[slot].data(), true);
+    written[slot] =
+        queue.write(operation, dst.buffer(), dst.at(offset), n, pinned[slot].data(), false);
     queue.flush(operation);
   }
   queue.finish(operation);

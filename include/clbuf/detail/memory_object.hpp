@@ -1,6 +1,10 @@
 // SPDX-License-Identifier: MIT
 // OpenCL memory objects that clbuf does not allocate from its pool: an application's buffer
-// being adopted (what OpenCL says about it) and sub-buffer views.
+// being adopted (what OpenCL says about it), and the sub-buffer a view hands out from native().
+// clbuf's own commands never address a sub-buffer of its making: a view is its root buffer plus
+// a byte offset (Allocation::offset). NVIDIA's driver crashes in clReleaseMemObject when
+// overlapping sub-buffers that were used while alive together are released (docs/testing.md),
+// and sub-buffers must start at CL_DEVICE_MEM_BASE_ADDR_ALIGN; views have neither limit.
 #ifndef CLBUF_DETAIL_MEMORY_OBJECT_HPP
 #define CLBUF_DETAIL_MEMORY_OBJECT_HPP
 
@@ -8,6 +12,8 @@
 #include <clbuf/error.hpp>
 
 #include <cstddef>
+#include <mutex>
+#include <string>
 
 namespace clbuf {
 namespace detail {
@@ -15,10 +21,16 @@ namespace detail {
 /// What clGetMemObjectInfo says about a buffer to adopt.
 struct MemoryFacts {
   cl_context context = nullptr;
-  std::size_t size = 0;     ///< CL_MEM_SIZE
-  cl_mem parent = nullptr;  ///< CL_MEM_ASSOCIATED_MEMOBJECT: set for a sub-buffer
-  std::size_t offset = 0;   ///< CL_MEM_OFFSET within the parent
+  std::size_t size = 0;          ///< CL_MEM_SIZE
+  cl_mem parent = nullptr;       ///< CL_MEM_ASSOCIATED_MEMOBJECT: set for a sub-buffer
+  std::size_t offset = 0;        ///< CL_MEM_OFFSET within the parent
+  cl_mem_flags host_access = 0;  ///< its CL_MEM_HOST_* flags (a sub-buffer's, else inherited)
 };
+
+/// The CL_MEM_HOST_* bits of a CL_MEM_FLAGS value.
+constexpr cl_mem_flags host_access_bits(cl_mem_flags flags) noexcept {
+  return flags & (CL_MEM_HOST_WRITE_ONLY | CL_MEM_HOST_READ_ONLY | CL_MEM_HOST_NO_ACCESS);
+}
 
 /// @throws Error CL_INVALID_MEM_OBJECT for a null buffer, or the query's code.
 inline MemoryFacts memory_facts(const char* operation, cl_mem buffer) {
@@ -32,23 +44,57 @@ inline MemoryFacts memory_facts(const char* operation, cl_mem buffer) {
   query(CL_MEM_SIZE, sizeof(facts.size), &facts.size);
   query(CL_MEM_ASSOCIATED_MEMOBJECT, sizeof(facts.parent), &facts.parent);
   query(CL_MEM_OFFSET, sizeof(facts.offset), &facts.offset);
+  cl_mem_flags flags = 0;
+  query(CL_MEM_FLAGS, sizeof(flags), &flags);
+  facts.host_access = host_access_bits(flags);
+  if (facts.host_access == 0 && facts.parent != nullptr) {  // a sub-buffer inherits its parent's
+    check(CLBUF_CL(clGetMemObjectInfo)(facts.parent, CL_MEM_FLAGS, sizeof(flags), &flags, nullptr),
+          operation, "clGetMemObjectInfo");
+    facts.host_access = host_access_bits(flags);
+  }
   return facts;
 }
 
-/// A sub-buffer of `root` of `bytes` at byte `offset` (checked against the root and its
-/// alignment), as an Allocation that is never pooled. Wraps clCreateSubBuffer.
-inline Allocation sub_buffer(const char* operation, cl_mem root, std::size_t offset,
-                             std::size_t bytes) {
-  const cl_buffer_region area = {offset, bytes};
-  cl_int err = CL_SUCCESS;
-  Allocation memory;
-  memory.buffer = cl::Buffer(CLBUF_CL(clCreateSubBuffer)(root, CL_MEM_READ_WRITE,
-                                                         CL_BUFFER_CREATE_TYPE_REGION, &area, &err),
-                             false);
-  check(err, operation, "clCreateSubBuffer");
-  memory.capacity = bytes;
-  return memory;
-}
+/// The sub-buffer behind DeviceBuffer::native() of a view, made on the first call and kept
+/// until the view is destroyed. clbuf's own commands never use it.
+class NativeView {
+ public:
+  explicit NativeView(std::size_t base_align_bytes) noexcept : align_(base_align_bytes) {}
+
+  /// The sub-buffer of `memory` (bytes [memory.offset, memory.offset + bytes) of its buffer).
+  /// Wraps clCreateSubBuffer (flags inherited from the buffer).
+  /// @throws Error CL_MISALIGNED_SUB_BUFFER_OFFSET, before OpenCL is called, when the offset is
+  ///         not a multiple of the device's CL_DEVICE_MEM_BASE_ADDR_ALIGN; else the driver's code.
+  const cl::Buffer& get(const Allocation& memory, std::size_t bytes) {
+    const char* operation = "native";
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (buffer_() != nullptr) return buffer_;
+    if (memory.offset % align_ != 0) {
+      fail(operation, CL_MISALIGNED_SUB_BUFFER_OFFSET,
+           "the view starts " + std::to_string(memory.offset) +
+               " bytes into its buffer, not a multiple of the device's "
+               "CL_DEVICE_MEM_BASE_ADDR_ALIGN of " +
+               std::to_string(align_) +
+               " bytes, so OpenCL cannot make a sub-buffer of it (clbuf's own operations take "
+               "the view as it is); for a kernel, pass native_root() and native_offset_bytes() / "
+               "sizeof(T) as an element offset, or make the view at a multiple of " +
+               std::to_string(align_) + " bytes");
+    }
+    const cl_buffer_region area = {memory.offset, bytes};
+    cl_int err = CL_SUCCESS;
+    cl::Buffer made(
+        CLBUF_CL(clCreateSubBuffer)(memory.buffer(), 0, CL_BUFFER_CREATE_TYPE_REGION, &area, &err),
+        false);
+    check(err, operation, "clCreateSubBuffer");
+    buffer_ = std::move(made);
+    return buffer_;
+  }
+
+ private:
+  std::mutex mutex_;
+  const std::size_t align_;
+  cl::Buffer buffer_;
+};
 
 }  // namespace detail
 }  // namespace clbuf

@@ -65,13 +65,22 @@ class Fences {
   std::vector<cl::Event> events_;
 };
 
-/// One buffer of the pool. `host` is the block behind it when the pool is host-backed.
+/// The memory of one DeviceBuffer: bytes [offset, offset + capacity) of the OpenCL buffer
+/// `buffer`. A buffer of the pool starts at offset 0; a view shares its root's `buffer` at the
+/// view's byte offset, so every command on a view addresses the root buffer (no sub-buffer).
+/// `host` is the block behind `buffer` (its byte 0) when the pool is host-backed.
 struct Allocation {
   cl::Buffer buffer;
   std::size_t capacity = 0;
   void* host = nullptr;
   bool fresh = false;              ///< never handed out before: no command can be using it
   std::shared_ptr<Fences> fences;  ///< other queues' commands on it; null when not pooled
+  std::size_t offset = 0;          ///< where this memory begins in `buffer`, in bytes
+
+  /// Byte `at` of this memory as an offset in `buffer`, for OpenCL commands.
+  std::size_t at(std::size_t at) const noexcept { return offset + at; }
+  /// Byte `at` of this memory in the host block (only where `host` is set).
+  char* host_at(std::size_t at) const noexcept { return static_cast<char*>(host) + offset + at; }
 };
 
 inline void CL_CALLBACK free_host_block(cl_mem, void* block) { std::free(block); }

@@ -17,17 +17,47 @@
 namespace clbuf {
 namespace detail {
 
-/// A rectangular write (`to_device`) or read between `memory` (laid out as `device`) and
-/// `host` (laid out as `host_side`). Blocking, or started: then the command's event returns and
-/// `host` must stay alive until it completes.
+/// One side of a rectangular command: the OpenCL buffer it addresses and the byte offset of the
+/// box's origin in it (a view's offset plus the origin within the view), with its checked
+/// geometry.
+struct RectEnd {
+  cl_mem root = nullptr;
+  std::size_t at = 0;
+  RectSide side;
+  std::size_t rows = 1;  // the side's extents.y: rows per slice
+};
+
+/// The origin of `end`'s box in its buffer's coordinates: the absolute offset split back into
+/// (x bytes, row, slice) by that side's pitches.
+inline std::array<std::size_t, 3> origin_in_buffer(const RectEnd& end) noexcept {
+  return {end.at % end.side.slice_pitch % end.side.row_pitch,
+          end.at % end.side.slice_pitch / end.side.row_pitch, end.at / end.side.slice_pitch};
+}
+
+/// The box of `extent` (x in bytes) stays inside one row and one slice of `end` from `origin`:
+/// a rectangular command can address it. A view whose offset is not a whole number of rows or
+/// slices moves the box across a row or slice boundary of the buffer; OpenCL rejects that.
+inline bool box_fits(const RectEnd& end, const std::array<std::size_t, 3>& origin,
+                     const std::size_t extent[3]) noexcept {
+  return origin[0] + extent[0] <= end.side.row_pitch && origin[1] + extent[1] <= end.rows;
+}
+
+/// A rectangular write (`to_device`) or read between `memory` (laid out as `device`, extents.y
+/// `rows`) and `host` (laid out as `host_side`). Blocking, or started: then the event of the
+/// last command returns (the queue is in order) and `host` must stay alive until it completes.
+/// One clEnqueueWriteBufferRect / clEnqueueReadBufferRect on `memory`'s buffer, or one
+/// clEnqueueWriteBuffer / clEnqueueReadBuffer per row where a view's offset splits the box.
 inline cl::Event transfer_rect(TransferEngine& engine, const char* operation, bool to_device,
-                               const Allocation& memory, const RectSide& device, void* host,
-                               const RectSide& host_side, const Region& region,
+                               const Allocation& memory, const RectSide& device, std::size_t rows,
+                               void* host, const RectSide& host_side, const Region& region,
                                std::size_t element_size, bool blocking) {
-  const Offset& device_origin = to_device ? region.dst_origin : region.src_origin;
   const Offset& host_origin = to_device ? region.src_origin : region.dst_origin;
-  const std::size_t buffer_origin[3] = {device_origin.x * element_size, device_origin.y,
-                                        device_origin.z};
+  RectEnd end;
+  end.root = memory.buffer();
+  end.at = memory.at(device.origin_bytes);
+  end.side = device;
+  end.rows = rows;
+  const std::array<std::size_t, 3> buffer_origin = origin_in_buffer(end);
   const std::size_t host_offset[3] = {host_origin.x * element_size, host_origin.y, host_origin.z};
   const std::size_t extent[3] = {region.size.x * element_size, region.size.y, region.size.z};
   const Telemetry::Direction direction = to_device ? Telemetry::upload : Telemetry::download;
@@ -38,19 +68,25 @@ inline cl::Event transfer_rect(TransferEngine& engine, const char* operation, bo
   } else {
     engine.telemetry().count_async(direction, bytes);
   }
-  return engine.queue().transfer_rect(operation, to_device, memory.buffer(), buffer_origin,
-                                      host_offset, extent, device.row_pitch, device.slice_pitch,
-                                      host_side.row_pitch, host_side.slice_pitch, host, blocking);
+  const Queue& queue = engine.queue();
+  if (box_fits(end, buffer_origin, extent)) {
+    return queue.transfer_rect(operation, to_device, end.root, buffer_origin.data(), host_offset,
+                               extent, device.row_pitch, device.slice_pitch, host_side.row_pitch,
+                               host_side.slice_pitch, host, blocking);
+  }
+  cl::Event last;
+  char* const base = static_cast<char*>(host) + host_side.origin_bytes;
+  for (std::size_t z = 0; z < region.size.z; ++z) {
+    for (std::size_t y = 0; y < region.size.y; ++y) {
+      const std::size_t at = end.at + z * device.slice_pitch + y * device.row_pitch;
+      char* row = base + z * host_side.slice_pitch + y * host_side.row_pitch;
+      last = to_device ? queue.write(operation, end.root, at, extent[0], row, false)
+                       : queue.read(operation, end.root, at, extent[0], row, false);
+    }
+  }
+  if (blocking) Queue::wait(operation, last);
+  return last;
 }
-
-/// One side of a device copy_rect: its root buffer and the absolute byte offset of the box's
-/// origin in it (a view's offset plus the origin within the view), with its checked geometry.
-struct RectEnd {
-  cl_mem root = nullptr;
-  std::size_t at = 0;
-  RectSide side;
-  std::size_t rows = 1;  // the side's extents.y: rows per slice
-};
 
 /// One checked side of a copy_rect, in its root buffer.
 inline RectEnd rect_end(const char* operation, const char* side, cl_mem root,
@@ -73,16 +109,11 @@ inline RectEnd rect_end(const char* operation, const char* side, cl_mem root,
 inline cl::Event copy_rect(TransferEngine& engine, const char* operation, const RectEnd& from,
                            const RectEnd& to, const Extents& size, std::size_t element_size,
                            bool blocking) {
-  const auto origin_in_root = [](const RectEnd& end) {
-    return std::array<std::size_t, 3>{end.at % end.side.slice_pitch % end.side.row_pitch,
-                                      end.at % end.side.slice_pitch / end.side.row_pitch,
-                                      end.at / end.side.slice_pitch};
-  };
   if (from.root == to.root) {
     check_rect_overlap(operation, from.at, from.side, to.at, to.side, size, element_size);
   }
-  const std::array<std::size_t, 3> src_origin = origin_in_root(from);
-  const std::array<std::size_t, 3> dst_origin = origin_in_root(to);
+  const std::array<std::size_t, 3> src_origin = origin_in_buffer(from);
+  const std::array<std::size_t, 3> dst_origin = origin_in_buffer(to);
   const std::size_t extent[3] = {size.x * element_size, size.y, size.z};
   const std::size_t bytes = extent[0] * extent[1] * extent[2];
   std::optional<Telemetry::Timer> timer;
@@ -94,9 +125,8 @@ inline cl::Event copy_rect(TransferEngine& engine, const char* operation, const 
   cl::Event last;
   const bool same_pitches =
       from.side.row_pitch == to.side.row_pitch && from.side.slice_pitch == to.side.slice_pitch;
-  if ((from.root == to.root && !same_pitches) || src_origin[0] + extent[0] > from.side.row_pitch ||
-      dst_origin[0] + extent[0] > to.side.row_pitch || src_origin[1] + extent[1] > from.rows ||
-      dst_origin[1] + extent[1] > to.rows) {
+  if ((from.root == to.root && !same_pitches) || !box_fits(from, src_origin, extent) ||
+      !box_fits(to, dst_origin, extent)) {
     // clEnqueueCopyBufferRect rejects two pitches within one buffer, and a box that wraps in
     // the root's coordinates (a view whose offset is not a whole number of rows or slices).
     // Copy row by row instead.

@@ -71,13 +71,13 @@ class TransferEngine {
     switch (route(memory, bytes, host)) {
       case Path::host_block:
         queue().finish(operation);
-        copier_.copy(static_cast<char*>(memory.host) + offset, data, bytes);
+        copier_.copy(memory.host_at(offset), data, bytes);
         break;
       case Path::staged:
-        stager_->write(memory.buffer(), offset, data, bytes, operation);
+        stager_->write(memory.buffer(), memory.at(offset), data, bytes, operation);
         break;
       case Path::queue:
-        queue().write(operation, memory.buffer(), offset, bytes, data, true);
+        queue().write(operation, memory.buffer(), memory.at(offset), bytes, data, true);
         break;
     }
   }
@@ -89,7 +89,7 @@ class TransferEngine {
     if (bytes == 0) return;
     if (memory.host != nullptr && memory.fresh) {
       Telemetry::Timer timer(telemetry_, Telemetry::upload, bytes);
-      copier_.copy(memory.host, data, bytes);
+      copier_.copy(memory.host_at(0), data, bytes);
       return;
     }
     write(operation, memory, 0, data, bytes, host);
@@ -103,13 +103,13 @@ class TransferEngine {
     switch (route(memory, bytes, host)) {
       case Path::host_block:
         queue().finish(operation);
-        copier_.copy(out, static_cast<const char*>(memory.host) + offset, bytes);
+        copier_.copy(out, memory.host_at(offset), bytes);
         break;
       case Path::staged:
-        stager_->read(memory.buffer(), offset, out, bytes, operation);
+        stager_->read(memory.buffer(), memory.at(offset), out, bytes, operation);
         break;
       case Path::queue:
-        queue().read(operation, memory.buffer(), offset, bytes, out, true);
+        queue().read(operation, memory.buffer(), memory.at(offset), bytes, out, true);
         break;
     }
   }
@@ -127,17 +127,18 @@ class TransferEngine {
     switch (route(memory, bytes, HostMemory::pageable)) {
       case Path::host_block:
         if (now_if_fresh && memory.fresh && bytes < huge_page_bytes) {
-          std::memcpy(static_cast<char*>(memory.host) + offset, data, bytes);
+          std::memcpy(memory.host_at(offset), data, bytes);
           return Started();
         }
         break;
       case Path::staged:
-        return stager_->submit(true, memory.buffer, offset, const_cast<void*>(data), bytes,
-                               operation, std::move(keep), background_);
+        return stager_->submit(true, memory.buffer, memory.at(offset), const_cast<void*>(data),
+                               bytes, operation, std::move(keep), background_);
       case Path::queue:
         break;
     }
-    return Started{queue().write(operation, memory.buffer(), offset, bytes, data, false), nullptr};
+    return Started{queue().write(operation, memory.buffer(), memory.at(offset), bytes, data, false),
+                   nullptr};
   }
 
   /// Starts reading `bytes` at `offset` into `out` by the path rule; nothing to wait for for
@@ -147,10 +148,11 @@ class TransferEngine {
     telemetry_.count_async(Telemetry::download, bytes);
     if (bytes == 0) return Started();
     if (route(memory, bytes, HostMemory::pageable) == Path::staged) {
-      return stager_->submit(false, memory.buffer, offset, out, bytes, operation, nullptr,
-                             background_);
+      return stager_->submit(false, memory.buffer, memory.at(offset), out, bytes, operation,
+                             nullptr, background_);
     }
-    return Started{queue().read(operation, memory.buffer(), offset, bytes, out, false), nullptr};
+    return Started{queue().read(operation, memory.buffer(), memory.at(offset), bytes, out, false),
+                   nullptr};
   }
 
   /// Device copy of checked, non-overlapping ranges; returns when done.
@@ -161,12 +163,11 @@ class TransferEngine {
     if (src.host != nullptr && dst.host != nullptr) {
       // Both live in host memory, which is this device's memory: one memcpy is the copy.
       queue().finish(operation);
-      copier_.copy(static_cast<char*>(dst.host) + dst_offset,
-                   static_cast<const char*>(src.host) + src_offset, bytes);
+      copier_.copy(dst.host_at(dst_offset), src.host_at(src_offset), bytes);
       return;
     }
-    Queue::wait(operation,
-                queue().copy(operation, src.buffer(), dst.buffer(), src_offset, dst_offset, bytes));
+    Queue::wait(operation, queue().copy(operation, src.buffer(), dst.buffer(), src.at(src_offset),
+                                        dst.at(dst_offset), bytes));
   }
 
   /// Starts a device copy; a null event for zero bytes.
@@ -174,7 +175,8 @@ class TransferEngine {
                        const Allocation& dst, std::size_t dst_offset, std::size_t bytes) {
     telemetry_.count_async(Telemetry::copy, bytes);
     if (bytes == 0) return cl::Event();
-    return queue().copy(operation, src.buffer(), dst.buffer(), src_offset, dst_offset, bytes);
+    return queue().copy(operation, src.buffer(), dst.buffer(), src.at(src_offset),
+                        dst.at(dst_offset), bytes);
   }
 
   /// Repeats the `size`-byte `pattern` `count` times from byte `offset` of `memory`.
@@ -184,7 +186,7 @@ class TransferEngine {
     Telemetry::Timer timer(telemetry_, Telemetry::upload, bytes);
     if (memory.host != nullptr) {
       queue().finish(operation);
-      char* out = static_cast<char*>(memory.host) + offset;
+      char* out = memory.host_at(offset);
       std::memcpy(out, pattern, size);
       for (std::size_t done = size; done < bytes; done += std::min(done, bytes - done)) {
         std::memcpy(out + done, out, std::min(done, bytes - done));
@@ -230,7 +232,7 @@ class TransferEngine {
     const std::size_t bytes = count * size;
     const bool power_of_two = size != 0 && (size & (size - 1)) == 0 && size <= 128;
     if (device_.opencl_1_2() && power_of_two) {
-      return queue().fill(operation, memory.buffer(), pattern, size, offset, bytes);
+      return queue().fill(operation, memory.buffer(), pattern, size, memory.at(offset), bytes);
     }
     // No fill command for this pattern: a small run of it goes into a buffer of its own
     // (CL_MEM_COPY_HOST_PTR) and is copied on the device, then the filled part is doubled by
@@ -248,10 +250,11 @@ class TransferEngine {
                                  head.size(), head.data(), &err),
         false);
     check(err, operation, "clCreateBuffer(CL_MEM_COPY_HOST_PTR)");
-    cl::Event last = queue().copy(operation, source(), memory.buffer(), 0, offset, head.size());
+    cl::Event last =
+        queue().copy(operation, source(), memory.buffer(), 0, memory.at(offset), head.size());
     for (std::size_t done = head.size(); done < bytes; done += std::min(done, bytes - done)) {
-      last = queue().copy(operation, memory.buffer(), memory.buffer(), offset, offset + done,
-                          std::min(done, bytes - done));
+      last = queue().copy(operation, memory.buffer(), memory.buffer(), memory.at(offset),
+                          memory.at(offset + done), std::min(done, bytes - done));
     }
     return last;
   }
