@@ -3,9 +3,20 @@
 # Runs clbuf's tests and benchmark on the NVIDIA H200 machine (see ../shared/GPU.md), from a
 # Release build folder made on Debian 12 and the ICD loader packages in .dev/:
 #   bench/gpu_run.sh BUILD_DIR OUT_DIR STAGE...
-# (stages: tests bench async streaming sweep rss xdev)
-# TESTS (a space-separated list of test executables' names) limits the tests stage; SWEEP_SIZES
-# (default 256M) the sizes of the staging sweep.
+# (stages: suite tests bench async streaming sweep rss xdev)
+# Where .dev/*.deb and /usr/lib/libnvidia-opencl.so both exist, the loader and clinfo are unpacked
+# into /tmp/cl and OCL_ICD_VENDORS points at NVIDIA's driver alone; elsewhere (PoCL here) the
+# system's OpenCL is used as it is.
+# suite: the GPU suite as a user runs it: every unit-test binary (BUILD_DIR/tests/*_test and
+# BUILD_DIR/tests/*/*_test; an MPI one under `mpirun -np 2`, reported "not run" without mpirun)
+# and every example (BUILD_DIR/examples/, its subfolders too), each with CLBUF_REQUIRE_DEVICE=1,
+# the environment CTest gives it (the ICD variables left out where the script set up the ICD
+# itself) and a time limit of SUITE_TIMEOUT seconds (default 600). Logs in OUT_DIR/suite_<name>.log,
+# a line per binary in OUT_DIR/suite.txt (rc, passed/failed/skipped cases, failed cases' names,
+# the signal of a crash and the case it crashed in), then one summary line; an example counts as
+# one case. Exit status 1 when any binary failed, crashed or timed out.
+# TESTS (a space-separated list of executables' names) limits the suite and tests stages;
+# SWEEP_SIZES (default 256M) the sizes of the staging sweep.
 # Writes test logs, the benchmark CSV/table, a staging sweep, peak RSS and the copies between
 # two devices (xdev: cross_device, 0:0 to 0:1 where there are two) into OUT_DIR.
 set -uo pipefail
@@ -13,12 +24,158 @@ build=$1
 out=$2
 shift 2
 stages=" $* "
-for f in .dev/*.deb; do dpkg -x "$f" /tmp/cl; done
-mkdir -p /tmp/vend && echo /usr/lib/libnvidia-opencl.so > /tmp/vend/nvidia.icd
-export OCL_ICD_VENDORS=/tmp/vend LD_LIBRARY_PATH=/tmp/cl/usr/lib/x86_64-linux-gnu:${LD_LIBRARY_PATH:-}
+status=0
+own_icd=0
 mkdir -p "$out"
-/tmp/cl/usr/bin/clinfo -l | tee "$out/clinfo.txt"
+if compgen -G ".dev/*.deb" > /dev/null && [[ -e /usr/lib/libnvidia-opencl.so ]]; then
+  own_icd=1
+  for f in .dev/*.deb; do dpkg -x "$f" /tmp/cl; done
+  mkdir -p /tmp/vend && echo /usr/lib/libnvidia-opencl.so > /tmp/vend/nvidia.icd
+  export OCL_ICD_VENDORS=/tmp/vend LD_LIBRARY_PATH=/tmp/cl/usr/lib/x86_64-linux-gnu:${LD_LIBRARY_PATH:-}
+  /tmp/cl/usr/bin/clinfo -l | tee "$out/clinfo.txt"
+elif command -v clinfo > /dev/null; then
+  clinfo -l | tee "$out/clinfo.txt"
+else
+  echo "no clinfo: the system's OpenCL as it is" | tee "$out/clinfo.txt"
+fi
 nproc; grep -m1 "model name" /proc/cpuinfo; cat /sys/kernel/mm/transparent_hugepage/enabled
+
+if [[ $stages == *" suite "* ]]; then
+echo "== the GPU suite as a user runs it: every unit-test binary and example"
+# The environment CTest gives a binary, one VAR=value a line: tests/CMakeLists.txt writes that of
+# its GoogleTest executables into BUILD_DIR/tests/<name>_properties.cmake; add_test's (examples,
+# MPI tests) is in the CTestTestfile.cmake of the binary's folder.
+ctest_environment() {
+  local bin=$1 name
+  name=$(basename "$bin")
+  if [[ -f $build/tests/${name}_properties.cmake ]]; then
+    grep -o '\[==\[ENVIRONMENT\]==\] \[==\[[^]]*\]==\]' "$build/tests/${name}_properties.cmake" |
+      sed 's/^\[==\[ENVIRONMENT\]==\] \[==\[//; s/\]==\]$//'
+  elif [[ -f $(dirname "$bin")/CTestTestfile.cmake ]]; then
+    awk -v bin="/$name\"" '
+      index($0, "add_test(") == 1 && index($0, bin) { match($0, /\[=\[[^]]*\]=\]/); t = substr($0, RSTART, RLENGTH); next }
+      t != "" && index($0, "set_tests_properties(" t " ") == 1 {
+        if (match($0, /ENVIRONMENT "[^"]*"/)) print substr($0, RSTART + 13, RLENGTH - 14); exit }
+    ' "$(dirname "$bin")/CTestTestfile.cmake"
+  fi | tr ';' '\n'
+}
+limit=${SUITE_TIMEOUT:-600}
+list=$out/suite.txt
+skips=$out/suite_skips.tmp
+: > "$skips"
+echo "# bench/gpu_run.sh $build $out suite ($(date -u '+%F %H:%M UTC'); commit $(git rev-parse --short HEAD 2> /dev/null || echo unknown); $(grep -m1 -i device "$out/clinfo.txt" | sed 's/^[ `|-]*//'))" > "$list"
+n_bin=0 n_tests=0 n_examples=0 passed=0 failed=0 skipped=0 crashed=0 timed_out=0 not_run=0
+bad=()
+binaries=()
+for t in "$build"/tests/*_test "$build"/tests/*/*_test; do
+  [[ -f $t && -x $t && $t != "$build"/tests/cmake/* ]] && binaries+=("test:$t")
+done
+while IFS= read -r e; do binaries+=("example:$e"); done < <(
+  find "$build/examples" -maxdepth 2 -type f -perm -u+x -not -path '*/CMakeFiles/*' 2> /dev/null | sort)
+for entry in "${binaries[@]}"; do
+  kind=${entry%%:*} bin=${entry#*:}
+  name=$(basename "$bin")
+  if [[ -n ${TESTS:-} && " $TESTS " != *" $name "* ]]; then continue; fi
+  log=$out/suite_$name.log
+  env_vars=(CLBUF_REQUIRE_DEVICE=1)
+  while IFS= read -r kv; do
+    [[ -n $kv ]] || continue
+    if ((own_icd)) && [[ $kv == OCL_ICD_* ]]; then continue; fi  # the script's ICD setup stays
+    env_vars+=("$kv")
+  done < <(ctest_environment "$bin")
+  launcher=()
+  if ldd "$bin" 2> /dev/null | grep -q 'libmpi'; then
+    if ! command -v mpirun > /dev/null; then
+      echo "$name not run: no mpirun" | tee -a "$list"
+      not_run=$((not_run + 1))
+      continue
+    fi
+    launcher=(mpirun --allow-run-as-root --oversubscribe --mca mpi_yield_when_idle 1 -np 2)
+    for kv in "${env_vars[@]}"; do launcher+=(-x "${kv%%=*}"); done  # as mpi_gpu_run.sh does
+    ((own_icd)) && launcher+=(-x OCL_ICD_VENDORS -x LD_LIBRARY_PATH)
+  fi
+  args=()
+  [[ $kind == test ]] && args=(--gtest_brief=1 --gtest_color=no)  # mpirun gives ranks a terminal
+  n_bin=$((n_bin + 1))
+  started=$SECONDS
+  # (the braces keep the shell's own "Segmentation fault" notice out of the output)
+  { timeout -k 10 "$limit" env "${env_vars[@]}" "${launcher[@]}" "$bin" "${args[@]}" > "$log" 2>&1; } 2> /dev/null
+  rc=$?
+  took=$((SECONDS - started))s
+  sig=""
+  if ((rc == 124)); then
+    sig=timeout
+  elif ((rc > 128)); then
+    sig=SIG$(kill -l $((rc - 128)) 2> /dev/null || echo $((rc - 128)))
+  elif ((rc != 0)) && grep -qE 'exited on signal [0-9]+' "$log"; then  # a rank under mpirun
+    sig=SIG$(kill -l "$(grep -oE 'exited on signal [0-9]+' "$log" | head -1 | grep -oE '[0-9]+$')")
+  fi
+  if [[ $kind == example ]]; then
+    n_examples=$((n_examples + 1))
+    p=0 f=0 s=0 failed_names=""
+    if ((rc == 0)); then p=1; elif [[ -z $sig ]]; then f=1 failed_names=$name; fi
+  else
+    n_tests=$((n_tests + 1))
+    p=$(sed -n 's/^\[  PASSED  \] \([0-9]*\) tests\{0,1\}\.$/\1/p' "$log" | tail -1)
+    s=$(sed -n 's/^\[  SKIPPED \] \([0-9]*\) tests\{0,1\}\.$/\1/p' "$log" | tail -1)
+    # --gtest_brief=1 prints a line per failed case, "[  FAILED  ] Suite.Case (N ms)", no total.
+    failed_names=$(grep -E '^\[  FAILED  \] .* \([0-9]+ ms\)$' "$log" |
+      sed -E 's/^\[  FAILED  \] ([^ ,]+).*/\1/' | sort -u | tr '\n' ' ')
+    failed_names=${failed_names% }
+    f=0
+    [[ -n $failed_names ]] && f=$(wc -w <<< "$failed_names")
+    p=${p:-0} s=${s:-0}
+    # (at most as many reasons as skipped cases: under mpirun every rank prints its skips)
+    awk -v bin="$name" '/: Skipped$/ { if ((getline m) <= 0 || m == "") m = "(no message)"
+      print substr(m, 1, 100) "\t" bin }' "$log" | head -n "$s" >> "$skips"
+  fi
+  if [[ -n $sig ]]; then
+    where=""
+    if [[ $kind == test && $sig != timeout && ${#launcher[@]} -eq 0 ]]; then
+      # --gtest_brief=1 names no case before a crash: once more without it, for the case's name.
+      { timeout -k 10 "$limit" env "${env_vars[@]}" "$bin" --gtest_color=no > "$out/suite_${name}_rerun.log" 2>&1; } 2> /dev/null
+      rerun=$?
+      crash_case=$(grep -E '^\[ RUN      \] ' "$out/suite_${name}_rerun.log" | tail -1 | sed 's/^\[ RUN      \] //')
+      if ((rerun > 128 || rerun == 124)); then where=" in ${crash_case:-?}"; else where=" (a rerun exited $rerun)"; fi
+    fi
+    if [[ $sig == timeout ]]; then
+      timed_out=$((timed_out + 1))
+      line="$name rc=$rc timed out after ${limit}s"
+      bad+=("$name timed out")
+    else
+      crashed=$((crashed + 1))
+      line="$name rc=$rc crashed: $sig$where"
+      bad+=("$name $sig$where")
+    fi
+  else
+    passed=$((passed + p)) failed=$((failed + f)) skipped=$((skipped + s))
+    line="$name rc=$rc passed=$p failed=$f skipped=$s"
+    [[ -n $failed_names ]] && line+=" failed: $failed_names"
+    if ((rc != 0)); then
+      if [[ -n $failed_names ]]; then bad+=("$name $f failed"); else bad+=("$name rc=$rc"); fi
+    fi
+  fi
+  echo "$line $took" | tee -a "$list"
+done
+# Skip reasons, most frequent first: "Nx reason [binaries]".
+reasons=$(awk -F '\t' '
+  { n[$1]++; if (index(" " b[$1] " ", " " $2 " ") == 0) b[$1] = b[$1] (b[$1] == "" ? "" : " ") $2 }
+  END { for (r in n) printf "%d\t%dx %s [%s]\n", n[r], n[r], r, b[r] }' "$skips" | sort -t "$(printf '\t')" -k1,1nr -k2 |
+  cut -f2- | awk '{ printf "%s%s", (NR > 1 ? "; " : ""), $0 }')
+rm -f "$skips"
+summary="suite: $n_bin binaries ($n_tests test, $n_examples example), $passed passed, $failed failed, $skipped skipped"
+[[ -n $reasons ]] && summary+=" ($reasons)"
+summary+=", $crashed crashed, $timed_out timed out"
+((not_run > 0)) && summary+=", $not_run not run (no mpirun)"
+if ((${#bad[@]} == 0 && n_bin > 0)); then
+  summary+=": PASS"
+else
+  ((n_bin > 0)) || bad+=("no binary found under $build")
+  summary+=": FAIL ($(printf '%s; ' "${bad[@]}" | sed 's/; $//'))"
+  status=1
+fi
+echo "$summary" | tee -a "$list"
+fi
 
 if [[ $stages == *" tests "* ]]; then
 echo "== unit tests on the GPU"
@@ -29,7 +186,7 @@ for t in "$build"/tests/*_test; do
   timeout 300 "$t" --gtest_brief=1 > "$out/test_$name.log" 2>&1
   echo "$name rc=$? $(grep -E '^\[  (PASSED|FAILED)' "$out/test_$name.log" | tr '\n' ' ')"
 done
-for e in "$build"/examples/0*; do timeout 60 "$e" > "$out/example_$(basename "$e").log" 2>&1; echo "$(basename "$e") rc=$?"; done
+for e in "$build"/examples/0*; do [[ -f $e ]] || continue; timeout 60 "$e" > "$out/example_$(basename "$e").log" 2>&1; echo "$(basename "$e") rc=$?"; done
 cat "$out/example_02_device_selection.log"
 fi
 
@@ -90,3 +247,5 @@ timeout 240 "$build/bench/cross_device" --sizes 1M,16M,64M,256M,1G --csv "$out/x
   tee "$out/xdev_h200.txt"
 echo "xdev rc=${PIPESTATUS[0]}"
 fi
+
+exit $status

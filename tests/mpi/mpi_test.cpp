@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
+#include <functional>
 #include <memory>
 #include <random>
 #include <string>
@@ -273,23 +274,103 @@ TEST_P(Mpi, AnySourceAndAnyTag) {
   }
 }
 
-TEST_P(Mpi, ViewsAtOffsets) {
-  clbuf::mpi::Communicator comm = communicator(8 << 10);
-  const int right = (rank_ + 1) % size_;
-  const int left = (rank_ + size_ - 1) % size_;
-  const std::size_t count = 40000;
-  const std::size_t offset = 1024;  // 4 KiB: aligned for a sub-buffer
-  clbuf::DeviceBuffer<float> whole_out = upload(pattern<float>(rank_, 600, count + offset));
-  clbuf::DeviceBuffer<float> out = manager_->view(whole_out, offset, count);
-  std::vector<float> before = pattern<float>(rank_, 601, count + 2 * offset);
-  clbuf::DeviceBuffer<float> whole_in = upload(before);
-  clbuf::DeviceBuffer<float> in = manager_->view(whole_in, offset, count);
-  comm.sendrecv(out, right, in, left);
-  std::vector<float> expected = before;
-  const std::vector<float> sent = pattern<float>(left, 600, count + offset);
-  std::copy(sent.begin() + static_cast<std::ptrdiff_t>(offset), sent.end(),
+/// Every rank sends a view of `count` elements at element `offset` of its buffer to the next and
+/// receives into a view at the same offset of another: the bytes around the views stay as they
+/// were on both sides.
+template <class T>
+void views_ring(clbuf::BufferManager& manager, clbuf::mpi::Communicator& comm, int rank, int size,
+                std::size_t offset, std::size_t count, std::uint32_t key) {
+  SCOPED_TRACE("views of " + std::to_string(count) + " elements of " + std::to_string(sizeof(T)) +
+               " bytes at element " + std::to_string(offset));
+  const int right = (rank + 1) % size;
+  const int left = (rank + size - 1) % size;
+  clbuf::DeviceBuffer<T> whole_out = manager.upload(pattern<T>(rank, key, offset + count + 3));
+  clbuf::DeviceBuffer<T> out = manager.view(whole_out, offset, count);
+  const std::vector<T> before = pattern<T>(rank, key + 1, offset + count + 3);
+  clbuf::DeviceBuffer<T> whole_in = manager.upload(before);
+  clbuf::DeviceBuffer<T> in = manager.view(whole_in, offset, count);
+  comm.sendrecv(out, right, in, left, static_cast<int>(key % 1000));
+  std::vector<T> expected = before;
+  const std::vector<T> sent = pattern<T>(left, key, offset + count + 3);
+  std::copy(sent.begin() + static_cast<std::ptrdiff_t>(offset),
+            sent.begin() + static_cast<std::ptrdiff_t>(offset + count),
             expected.begin() + static_cast<std::ptrdiff_t>(offset));
-  EXPECT_TRUE(same(expected, manager_->download(whole_in)));
+  EXPECT_TRUE(same(expected, manager.download(whole_in)));
+  EXPECT_TRUE(same(pattern<T>(rank, key, offset + count + 3), manager.download(whole_out)));
+}
+
+// Views at any element offset (1 and 3: no sub-buffer could start there; 32 floats: 128 bytes,
+// a sub-buffer on PoCL and misaligned on NVIDIA; 1000), of float, double and char, small
+// (inline) and large (chunked).
+TEST_P(Mpi, ViewsAtAnyElementOffset) {
+  clbuf::mpi::Communicator comm = communicator(8 << 10);
+  std::uint32_t key = 600;
+  for (std::size_t offset : {std::size_t{1}, std::size_t{3}, std::size_t{32}, std::size_t{1000}}) {
+    for (std::size_t count : {std::size_t{5}, std::size_t{40000}}) {
+      views_ring<float>(*manager_, comm, rank_, size_, offset, count, key += 2);
+      views_ring<double>(*manager_, comm, rank_, size_, offset, count, key += 2);
+      views_ring<char>(*manager_, comm, rank_, size_, offset, count, key += 2);
+    }
+  }
+}
+
+// Collectives on views at odd offsets: the device reduction's kernel addresses the root buffer at
+// the view's offset, broadcast and allreduce leave the bytes around the view alone.
+TEST_P(Mpi, CollectivesOnViewsAtOddOffsets) {
+  clbuf::mpi::Communicator comm = communicator(16 << 10);
+  for (std::size_t count : {std::size_t{7}, std::size_t{30001}}) {
+    const std::size_t offset = 3;
+    std::vector<std::int32_t> mine(offset + count + 2);
+    for (std::size_t i = 0; i < mine.size(); ++i) {
+      mine[i] = static_cast<std::int32_t>(i % 1000) * (rank_ + 1);
+    }
+    clbuf::DeviceBuffer<std::int32_t> whole = manager_->upload(mine);
+    clbuf::DeviceBuffer<std::int32_t> part = manager_->view(whole, offset, count);
+    comm.allreduce(part);
+    std::vector<std::int32_t> expected = mine;
+    const std::int32_t ranks = size_ * (size_ + 1) / 2;  // the sum of rank + 1 over every rank
+    for (std::size_t i = offset; i < offset + count; ++i) {
+      expected[i] = static_cast<std::int32_t>(i % 1000) * ranks;
+    }
+    EXPECT_TRUE(same(expected, manager_->download(whole))) << "allreduce of " << count;
+    clbuf::DeviceBuffer<std::int32_t> other = manager_->view(whole, 1, count);
+    comm.broadcast(other, 0);
+    if (rank_ != 0) {
+      std::vector<std::int32_t> from_root = mine;  // rank 0's values, then its allreduce
+      for (std::size_t i = 0; i < from_root.size(); ++i) {
+        from_root[i] = static_cast<std::int32_t>(i % 1000);
+      }
+      for (std::size_t i = offset; i < offset + count; ++i) from_root[i] = expected[i];
+      std::copy(from_root.begin() + 1, from_root.begin() + 1 + static_cast<std::ptrdiff_t>(count),
+                expected.begin() + 1);
+    }
+    EXPECT_TRUE(same(expected, manager_->download(whole))) << "broadcast of " << count;
+  }
+}
+
+// MPI reaches device memory through the host: clbuf checks an adopted buffer's host-access flags
+// before any message moves (with MPI_PROC_NULL no peer waits for the failed call).
+TEST_P(Mpi, HostAccessFlagsAreChecked) {
+  clbuf::mpi::Communicator comm = communicator();
+  cl::Buffer write_only(manager_->context(), CL_MEM_READ_WRITE | CL_MEM_HOST_WRITE_ONLY, 64);
+  cl::Buffer read_only(manager_->context(), CL_MEM_READ_WRITE | CL_MEM_HOST_READ_ONLY, 64);
+  clbuf::DeviceBuffer<float> unreadable = manager_->adopt<float>(write_only, 16);
+  clbuf::DeviceBuffer<float> unwritable = manager_->adopt<float>(read_only, 16);
+  const auto expect_refused = [](const std::function<void()>& call, const char* fragment) {
+    try {
+      call();
+      ADD_FAILURE() << "no error; expected " << fragment;
+    } catch (const clbuf::Error& e) {
+      EXPECT_EQ(e.code(), CL_INVALID_OPERATION) << e.what();
+      EXPECT_NE(std::string(e.what()).find(fragment), std::string::npos) << e.what();
+    }
+  };
+  expect_refused([&] { comm.send(unreadable, MPI_PROC_NULL); }, "the host may not read it");
+  expect_refused([&] { comm.isend(unreadable, MPI_PROC_NULL).wait(); }, "may not read");
+  expect_refused([&] { comm.recv(unwritable, MPI_PROC_NULL); }, "the host may not write it");
+  expect_refused([&] { comm.irecv(unwritable, MPI_PROC_NULL).wait(); }, "may not write");
+  comm.send(unwritable, MPI_PROC_NULL);  // allowed: the host only reads it
+  comm.recv(unreadable, MPI_PROC_NULL);  // allowed: the host only writes it
 }
 
 TEST_P(Mpi, ProcNullMovesNothing) {
