@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: MIT
-// Mapped views (RAII), sub-buffer views, raw OpenCL handles in and out, and a copy between two
+// Mapped views (RAII), views at any offset, raw OpenCL handles in and out, and a copy between two
 // managers (run with POCL_DEVICES="pthread pthread" to see two PoCL devices).
 #include <clbuf/clbuf.hpp>
 
@@ -20,11 +20,13 @@ int main() try {
   }
   bool ok = manager.download(buffer)[5] == -5.0f;
 
-  // 2. A sub-buffer view of elements [1024, 2048), usable like any buffer; offsets must respect
-  //    CL_DEVICE_MEM_BASE_ADDR_ALIGN (1024 floats are 4 KiB, aligned on every device).
-  auto middle = manager.view(buffer, 1024, 1024);
+  // 2. A view of elements [1023, 2047), at any offset, usable like any buffer. For a kernel,
+  //    native_root() and native_offset_bytes() / sizeof(float) reach it with no sub-buffer.
+  auto middle = manager.view(buffer, 1023, 1024);
   manager.fill(middle, 0.5f);
-  ok = ok && manager.download(buffer)[1500] == 0.5f && manager.download(buffer)[2048] == 2048.0f;
+  ok = ok && manager.download(buffer)[1023] == 0.5f && manager.download(buffer)[2047] == 2047.0f;
+  ok = ok && middle.native_root()() == buffer.native()() &&
+       middle.native_offset_bytes() == 1023 * sizeof(float);
 
   // 3. Raw handles: hand the buffer to OpenCL code, then adopt it back.
   cl::Buffer raw = manager.allocate<float>(256).release();  // yours now; never pooled again
@@ -42,7 +44,7 @@ int main() try {
   other.copy_from(manager, buffer, there);
   ok = ok && other.download(there) == manager.download(buffer);
   std::cout << "devices: " << manager.device().name << " -> " << other.device().name << "\n"
-            << "mapped, sub-buffer, adopted and cross-manager copies: " << (ok ? "ok" : "MISMATCH")
+            << "mapped, view, adopted and cross-manager copies: " << (ok ? "ok" : "MISMATCH")
             << "\n";
   return ok ? 0 : 1;
 } catch (const clbuf::Error& e) {
