@@ -179,8 +179,8 @@ TEST_F(HostAccess, ViewsCarryTheirRootsFlags) {
 
 TEST_F(HostAccess, AdoptedSubBuffersInheritTheirParentsFlags) {
   const std::size_t align = cl_device().getInfo<CL_DEVICE_MEM_BASE_ADDR_ALIGN>() / 8;
-  if (align > count * sizeof(std::uint32_t)) GTEST_SKIP() << "alignment above the test's size";
   every_call_and_flag("adopted sub-buffer", [&](cl_mem_flags, const cl::Buffer& raw) {
+    // The second half of the root, or all of it from 0 where the alignment is coarser.
     const cl_buffer_region area = {count * sizeof(std::uint32_t) / align * align,
                                    count * sizeof(std::uint32_t)};
     cl_int err = CL_SUCCESS;
