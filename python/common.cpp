@@ -313,4 +313,84 @@ py::array as_contiguous_array(const char* operation, const py::handle& value) {
   return copy;
 }
 
+py::array as_host_array(const char* operation, const py::handle& value, const char* what) {
+  if (py::isinstance<py::array>(value)) return py::reinterpret_borrow<py::array>(value);
+  if (PyObject_CheckBuffer(value.ptr()) == 0) {
+    fail(operation, CL_INVALID_VALUE,
+         std::string(what) +
+             " must be a numpy.ndarray or an object with the buffer protocol (bytes, "
+             "bytearray, memoryview, array.array), not " +
+             type_name(value));
+  }
+  // numpy reads the buffer's format, shape and strides (a bytes object would otherwise be a
+  // 0-d array of dtype S): the result shares the object's memory.
+  const auto view = py::reinterpret_steal<py::object>(PyMemoryView_FromObject(value.ptr()));
+  if (!view) {
+    const std::string why = take_python_error();
+    fail(operation, CL_INVALID_VALUE, std::string(what) + " (" + type_name(value) + "): " + why);
+  }
+  static const auto* asarray = new py::object(py::module_::import("numpy").attr("asarray"));
+  try {
+    return (*asarray)(view);
+  } catch (py::error_already_set& error) {
+    error.restore();
+    const std::string why = take_python_error();
+    fail(operation, CL_INVALID_VALUE,
+         std::string(what) + " (" + type_name(value) + ") has a format numpy cannot read: " + why);
+  }
+}
+
+py::array as_contiguous_host_array(const char* operation, const py::handle& value,
+                                   const char* what) {
+  if (py::isinstance<py::array>(value)) return as_contiguous_array(operation, value);
+  return as_contiguous_array(operation, as_host_array(operation, value, what));
+}
+
+py::array as_writable_host_array(const char* operation, const py::handle& value, const char* what) {
+  py::array array = as_host_array(operation, value, what);
+  require_numeric(operation, array.dtype());
+  const int flags = array.flags();
+  if ((flags & npy_writeable) == 0) {
+    fail(operation, CL_INVALID_VALUE, std::string(what) + " is read-only");
+  }
+  if ((flags & npy_c_contiguous) == 0 || (flags & npy_aligned) == 0) {
+    fail(operation, CL_INVALID_VALUE,
+         std::string(what) +
+             " must be C-contiguous and aligned (the device writes into it in "
+             "place); pass numpy.ascontiguousarray(...) and use the result");
+  }
+  return array;
+}
+
+std::string value_bytes(const char* operation, const py::handle& value, const py::dtype& dtype) {
+  static const auto* array = new py::object(py::module_::import("numpy").attr("array"));
+  py::array cast;
+  try {
+    cast = (*array)(value, dtype);
+  } catch (py::error_already_set& error) {
+    error.restore();
+    const std::string why = take_python_error();
+    fail(operation, CL_INVALID_VALUE,
+         "value " + short_repr(value) + " cannot be cast to " + describe_dtype(dtype) + ": " + why);
+  }
+  if (cast.ndim() != 0) {
+    fail(operation, CL_INVALID_VALUE,
+         "value " + short_repr(value) + " must be a single value, not of shape " +
+             describe_shape(std::vector<py::ssize_t>(cast.shape(), cast.shape() + cast.ndim())));
+  }
+  return std::string(static_cast<const char*>(cast.data()),
+                     static_cast<std::size_t>(cast.itemsize()));
+}
+
+std::size_t times(const char* operation, std::size_t count, std::size_t itemsize,
+                  const char* what) {
+  std::size_t bytes = 0;
+  if (!clbuf::detail::checked_multiply(count, itemsize, bytes)) {
+    fail(operation, CL_INVALID_VALUE,
+         std::string(what) + " " + std::to_string(count) + " x " + std::to_string(itemsize) +
+             " bytes overflows");
+  }
+  return bytes;
+}
+
 }  // namespace clbuf_python

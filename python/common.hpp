@@ -221,6 +221,25 @@ std::size_t shape_bytes(const char* operation, const std::vector<py::ssize_t>& s
 /// already is one (no copy), else one contiguous copy.
 py::array as_contiguous_array(const char* operation, const py::handle& value);
 
+/// Host data as an ndarray: a numpy array as it is, any other object with the buffer protocol
+/// (bytes, bytearray, memoryview, array.array) as its format's dtype and shape, sharing its
+/// memory. clbuf.Error for anything else, or a format numpy cannot read.
+py::array as_host_array(const char* operation, const py::handle& value, const char* what);
+
+/// as_host_array(), then C-contiguous and aligned (one copy in C order when it is not).
+py::array as_contiguous_host_array(const char* operation, const py::handle& value,
+                                   const char* what);
+
+/// A host array the device writes into: writable, C-contiguous and aligned, of a numeric dtype
+/// (as_host_array() for the object), else clbuf.Error. Never copied.
+py::array as_writable_host_array(const char* operation, const py::handle& value, const char* what);
+
+/// The C++ pattern of `value` cast to `dtype` (numpy's casting rules), itemsize bytes.
+std::string value_bytes(const char* operation, const py::handle& value, const py::dtype& dtype);
+
+/// Element count times itemsize, or clbuf.Error on overflow.
+std::size_t times(const char* operation, std::size_t count, std::size_t itemsize, const char* what);
+
 }  // namespace clbuf_python
 
 #endif  // CLBUF_PYTHON_COMMON_HPP

@@ -7,28 +7,28 @@
 
 namespace clbuf_python {
 
-/// clbuf.Future: the library's Future of an upload_async() (a DeviceBuffer) or a
-/// download_async() (into an ndarray), plus the Python objects it hands out or keeps alive: the
-/// host array the device reads or writes is held until the transfer is done.
+/// clbuf.Future: the library's Future of an upload into new memory (a DeviceBuffer) or of any
+/// other asynchronous call (no value), plus the Python objects it hands out or keeps alive: the
+/// host memory and the buffers the device reads or writes are held until the operation is done.
 class Pending {
  public:
   using Upload = clbuf::Future<clbuf::DeviceBuffer<std::uint8_t>>;
-  using Download = clbuf::Future<void>;
+  using Done = clbuf::Future<void>;
 
-  /// An upload: get() moves the buffer into `shell` (dtype and shape already set).
-  Pending(Upload future, std::shared_ptr<Handle> shell, py::object host)
-      : future_(std::move(future)), shell_(std::move(shell)), host_(std::move(host)) {}
+  /// An upload into new memory: get() moves the buffer into `shell` (dtype and shape set).
+  Pending(Upload future, std::shared_ptr<Handle> shell, py::object keep)
+      : future_(std::move(future)), shell_(std::move(shell)), keep_(std::move(keep)) {}
 
-  /// A download into `out`, which is both the result and the memory kept alive.
-  Pending(Download future, py::object out)
-      : future_(std::move(future)), result_(out), host_(std::move(out)) {}
+  /// Any other operation: get() returns `result` (None, or the array downloaded into).
+  Pending(Done future, py::object result, py::object keep)
+      : future_(std::move(future)), result_(std::move(result)), keep_(std::move(keep)) {}
 
   Pending(const Pending&) = delete;
   Pending& operator=(const Pending&) = delete;
 
   ~Pending() {
-    // Destroying a library Future waits for its transfer; do that without the GIL, and before
-    // host_ (a member declared later) is released.
+    // Destroying a library Future waits for its operation; do that without the GIL, and before
+    // keep_ (a member declared later) is released.
     if (Py_IsInitialized() != 0 && PyGILState_Check() != 0) {
       NoGil release;
       drop_future();
@@ -41,7 +41,12 @@ class Pending {
     return std::visit([](const auto& future) { return future.ready(); }, future_);
   }
 
-  /// Blocks until the transfer is done; raises clbuf.Error if it failed on the device.
+  /// The library Future's event (null when nothing was left to wait for).
+  cl_event event() const {
+    return std::visit([](const auto& future) { return future.event()(); }, future_);
+  }
+
+  /// Blocks until the operation is done; raises clbuf.Error if it failed on the device.
   void wait() {
     std::exception_ptr failure;
     {
@@ -53,21 +58,21 @@ class Pending {
         failure = std::current_exception();
       }
     }
-    host_ = py::none();  // the transfer has ended either way
+    keep_ = py::none();  // the operation has ended either way
     if (failure) std::rethrow_exception(failure);
   }
 
   /// wait(), then the result; the same object on every call.
   py::object get() {
     wait();
-    if (result_.is_none()) {
+    if (shell_) {
       // An upload, done: take the buffer once (get() does not block any more).
       auto& upload = std::get<Upload>(future_);
       {
         std::lock_guard<std::mutex> lock(mutex_);
         if (upload.valid()) shell_->memory = upload.get();
       }
-      result_ = py::cast(shell_);
+      if (result_.is_none()) result_ = py::cast(shell_);
     }
     return result_;
   }
@@ -78,16 +83,16 @@ class Pending {
   }
 
   std::mutex mutex_;  // wait() and get() from several threads
-  std::variant<Upload, Download> future_;
-  std::shared_ptr<Handle> shell_;  // uploads
+  std::variant<Upload, Done> future_;
+  std::shared_ptr<Handle> shell_;  // uploads into new memory
   py::object result_ = py::none();
-  py::object host_;
+  py::object keep_;
 };
 
 template <>
 struct PythonName<Pending> {
   static constexpr const char* name = "Future";
-  static constexpr const char* made_by = "Futures come from upload_async() and download_async()";
+  static constexpr const char* made_by = "Futures come from the *_async() calls";
 };
 
 void bind_futures(py::module_& m);

@@ -4,6 +4,7 @@
 #define CLBUF_PYTHON_MANAGER_HPP
 
 #include "futures.hpp"
+#include "host_memory.hpp"
 
 namespace clbuf_python {
 
@@ -35,90 +36,57 @@ inline py::dict to_dict(const clbuf::TransferStats& stats) {
   return out;
 }
 
-/// clbuf.BufferManager: the seed's API over one clbuf::BufferManager. Every check of buffers,
-/// ranges and the manager's state is the library's; this class checks only the Python side
-/// (types, dtypes, shapes). The library's manager is safe to share between threads and
-/// orders cleanup() after calls in progress, so no lock is needed here.
+/// clbuf.BufferManager over one clbuf::BufferManager. Every check of buffers, ranges and the
+/// manager's state is the library's; this class checks only the Python side (types, dtypes,
+/// shapes, host data). The library's manager is safe to share between threads and orders
+/// cleanup() after calls in progress, so no lock is needed here. Buffers share the C++ manager
+/// (views are made by it), so it lives as long as the last of them.
 class Manager {
  public:
-  explicit Manager(const std::optional<std::string>& selector) {
-    NoGil release;
-    manager_ = selector ? std::make_unique<clbuf::BufferManager>(*selector)
-                        : std::make_unique<clbuf::BufferManager>();
-  }
+  explicit Manager(const std::optional<std::string>& selector);
+  Manager(cl::Context context, cl::CommandQueue queue);
+
+  clbuf::BufferManager& cpp() const noexcept { return *manager_; }
+  const std::shared_ptr<clbuf::BufferManager>& shared() const noexcept { return manager_; }
 
   const clbuf::DeviceInfo& device() const noexcept { return manager_->device(); }
   const std::string& selection_reason() const noexcept { return manager_->selection_reason(); }
   std::string memory_model() const { return clbuf::to_string(manager_->memory_model()); }
   py::dict stats() const { return to_dict(manager_->stats()); }
   void reset_stats() noexcept { manager_->reset_stats(); }
+  std::string explain_selection() const;
+  std::uintptr_t context_int_ptr() const;
+  std::uintptr_t queue_int_ptr() const;
 
-  std::shared_ptr<Handle> upload_to_device(const py::handle& data) {
-    const py::array array = as_contiguous_array("upload_to_device", data);
-    auto handle = new_handle(array);
-    const auto* bytes = static_cast<const std::uint8_t*>(array.data());
-    const auto count = static_cast<std::size_t>(array.nbytes());
-    {
-      NoGil release;
-      handle->memory = manager_->upload(bytes, count);
-    }
-    return handle;
-  }
-
-  py::array download_from_device(const py::handle& device_buffer, const py::handle& shape,
-                                 const py::handle& dtype) {
-    const char* op = "download_from_device";
-    const std::shared_ptr<Handle> handle = as_handle(op, device_buffer, "device_buffer");
-    py::array out = new_array(op, *handle, shape, dtype);
-    auto* bytes = static_cast<std::uint8_t*>(out.mutable_data());
-    const std::size_t count = handle->nbytes();
-    {
-      NoGil release;
-      manager_->download(handle->memory, bytes, count, 0);
-    }
-    return out;
-  }
-
+  std::shared_ptr<Handle> upload_to_device(const py::handle& data);
+  py::object download_from_device(const py::handle& device_buffer, const py::handle& shape,
+                                  const py::handle& dtype, const py::handle& out);
   void copy_device_buffer(const py::handle& source_buffer, const py::handle& dest_buffer,
-                          const py::handle& size_bytes) {
-    const char* op = "copy_device_buffer";
-    const std::shared_ptr<Handle> source = as_handle(op, source_buffer, "source_buffer");
-    const std::shared_ptr<Handle> dest = as_handle(op, dest_buffer, "dest_buffer");
-    const std::size_t bytes = as_size(op, size_bytes, "size_bytes");
-    // Blocking: measured faster than copy_bytes_async on small copies (one queue command less on
-    // a CPU device), and no slower on large ones once the next read waits for the copy.
-    NoGil release;
-    manager_->copy_bytes(source->memory, dest->memory, bytes);
-  }
+                          const py::handle& size_bytes, const py::handle& src_offset,
+                          const py::handle& dst_offset);
+  std::shared_ptr<Handle> empty(const py::handle& shape, const py::handle& dtype);
+  void fill(const py::handle& buffer, const py::handle& value);
+  void upload_into(const py::handle& buffer, const py::handle& data, const py::handle& offset);
+  void upload_rect(const py::handle& buffer, const py::handle& array, const py::handle& region);
+  void download_rect(const py::handle& buffer, const py::handle& array, const py::handle& region);
+  void copy_rect(const py::handle& source, const py::handle& dest, const py::handle& region);
 
-  std::shared_ptr<Pending> upload_async(const py::handle& data) {
-    const py::array array = as_contiguous_array("upload_async", data);
-    auto handle = new_handle(array);
-    const auto* bytes = static_cast<const std::uint8_t*>(array.data());
-    const auto count = static_cast<std::size_t>(array.nbytes());
-    Pending::Upload future;
-    {
-      NoGil release;
-      future = manager_->upload_async(bytes, count);
-    }
-    // The device reads the array in place: the Pending keeps it alive until the upload is done.
-    return std::make_shared<Pending>(std::move(future), std::move(handle), array);
-  }
-
+  std::shared_ptr<Pending> upload_async(const py::handle& data, const py::handle& wait_for);
   std::shared_ptr<Pending> download_async(const py::handle& device_buffer, const py::handle& shape,
-                                          const py::handle& dtype) {
-    const char* op = "download_async";
-    const std::shared_ptr<Handle> handle = as_handle(op, device_buffer, "device_buffer");
-    py::array out = new_array(op, *handle, shape, dtype);
-    auto* bytes = static_cast<std::uint8_t*>(out.mutable_data());
-    const std::size_t count = handle->nbytes();
-    Pending::Download future;
-    {
-      NoGil release;
-      future = manager_->download_async(handle->memory, bytes, count, 0);
-    }
-    return std::make_shared<Pending>(std::move(future), std::move(out));
-  }
+                                          const py::handle& dtype, const py::handle& out,
+                                          const py::handle& wait_for);
+  std::shared_ptr<Pending> fill_async(const py::handle& buffer, const py::handle& value,
+                                      const py::handle& wait_for);
+  std::shared_ptr<Pending> upload_into_async(const py::handle& buffer, const py::handle& data,
+                                             const py::handle& offset, const py::handle& wait_for);
+  std::shared_ptr<Pending> copy_async(const py::handle& source_buffer,
+                                      const py::handle& dest_buffer, const py::handle& size_bytes,
+                                      const py::handle& src_offset, const py::handle& dst_offset,
+                                      const py::handle& wait_for);
+
+  std::shared_ptr<Mapping> map(const py::handle& buffer, const py::handle& mode);
+  py::array pinned_empty(const py::handle& shape, const py::handle& dtype);
+  std::shared_ptr<Handle> adopt(const py::handle& object);
 
   void cleanup() {
     NoGil release;
@@ -126,31 +94,17 @@ class Manager {
   }
 
  private:
-  static std::shared_ptr<Handle> new_handle(const py::array& array) {
-    auto handle = std::make_shared<Handle>();
-    handle->dtype = array.dtype();
-    handle->shape.assign(array.shape(), array.shape() + array.ndim());
-    return handle;
-  }
-
+  /// A Handle of this manager for `array`'s dtype and shape, no memory yet.
+  std::shared_ptr<Handle> handle_for(const py::array& array) const;
   /// An uninitialised array for the whole of `handle`: `shape`/`dtype`, or (None) as uploaded.
   static py::array new_array(const char* operation, const Handle& handle, const py::handle& shape,
-                             const py::handle& dtype) {
-    const py::dtype type = dtype.is_none() ? handle.dtype : as_dtype(operation, dtype);
-    const std::vector<py::ssize_t> extents =
-        shape.is_none() ? handle.shape : as_shape(operation, shape);
-    const std::size_t bytes = shape_bytes(operation, extents, type);
-    if (bytes != handle.nbytes()) {
-      fail(operation, CL_INVALID_VALUE,
-           "shape " + describe_shape(extents) + " of " + describe_dtype(type) + " holds " +
-               std::to_string(bytes) + " bytes but the buffer holds " +
-               std::to_string(handle.nbytes()) + " bytes (uploaded as shape " +
-               describe_shape(handle.shape) + " of " + describe_dtype(handle.dtype) + ")");
-    }
-    return py::array(type, extents);
-  }
+                             const py::handle& dtype);
+  /// `out` checked against the buffer (writable, C-contiguous, dtype and byte count).
+  static py::array out_array(const char* operation, const Handle& handle, const py::handle& out,
+                             const py::handle& shape, const py::handle& dtype);
 
-  std::unique_ptr<clbuf::BufferManager> manager_;
+  std::shared_ptr<clbuf::BufferManager> manager_;
+  std::string selector_;
 };
 
 template <>

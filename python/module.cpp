@@ -5,11 +5,20 @@
 //   manager.*   clbuf.BufferManager, clbuf.DeviceInfo
 //   buffers.*   clbuf.DeviceBuffer
 //   futures.*   clbuf.Future
+//   host_memory.*  pinned numpy arrays (pinned_empty) and mappings (map)
+//   interop.*   pyopencl: int_ptr handles, from_pyopencl, adopt, to_pyopencl, events
+//   mpi.*       clbuf.mpi.Communicator over clbuf::mpi (built where MPI is found)
 // Every failure is a clbuf.Error (a RuntimeError) with `.code`, the OpenCL error code, and
 // nothing is changed. All OpenCL work, and every check of buffers, ranges and the manager's
 // state, is the library's (clbuf::BufferManager); this extension checks only what Python passes
 // in.
 #include "manager.hpp"
+
+#ifdef CLBUF_PYTHON_MPI
+namespace clbuf_python {
+void bind_mpi(py::module_& m);  // mpi.cpp
+}
+#endif
 
 using namespace clbuf_python;
 
@@ -39,7 +48,11 @@ PYBIND11_MODULE(_clbuf, m) {
 
   bind_buffers(m);
   bind_futures(m);
+  bind_host_memory(m);
   bind_manager(m);
+#ifdef CLBUF_PYTHON_MPI
+  bind_mpi(m);
+#endif
 
   // numpy's limit on dimensions (NPY_MAXDIMS) went from 32 to 64 in numpy 2.0.
   const std::string numpy_version = text_of(py::module_::import("numpy").attr("__version__"));
