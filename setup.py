@@ -17,7 +17,8 @@ VERSION = ".".join(re.search(rf"#define CLBUF_VERSION_{part} (\d+)", HEADER).gro
 
 extension = Pybind11Extension(
     "clbuf._clbuf",
-    sorted(str(p.relative_to(ROOT)) for p in (ROOT / "python").glob("*.cpp")),
+    # python/mpi.cpp (clbuf.mpi) needs MPI: CMake builds it where MPI is found.
+    sorted(str(p.relative_to(ROOT)) for p in (ROOT / "python").glob("*.cpp") if p.name != "mpi.cpp"),
     include_dirs=["include"],
     libraries=["OpenCL"],
     depends=sorted(str(p.relative_to(ROOT))
