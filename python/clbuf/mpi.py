@@ -39,5 +39,5 @@ else:
 
     def Communicator(bm, comm=None):  # noqa: N802
         raise Error("Communicator: CL_INVALID_OPERATION (-59): this clbuf extension was built "
-                    "without MPI (build it where MPI is found: CMake's CLBUF_BUILD_MPI, or pip "
-                    "with mpicxx on PATH)", -59)
+                    "without MPI (CMake builds clbuf.mpi where it finds MPI, CLBUF_BUILD_MPI; pip "
+                    "builds without it)", -59)
