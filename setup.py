@@ -17,10 +17,12 @@ VERSION = ".".join(re.search(rf"#define CLBUF_VERSION_{part} (\d+)", HEADER).gro
 
 extension = Pybind11Extension(
     "clbuf._clbuf",
-    ["python/clbuf_module.cpp"],
+    # python/mpi.cpp (clbuf.mpi) needs MPI: CMake builds it where MPI is found.
+    sorted(str(p.relative_to(ROOT)) for p in (ROOT / "python").glob("*.cpp") if p.name != "mpi.cpp"),
     include_dirs=["include"],
     libraries=["OpenCL"],
-    depends=sorted(str(p.relative_to(ROOT)) for p in (ROOT / "include").rglob("*.hpp")),
+    depends=sorted(str(p.relative_to(ROOT))
+                   for p in [*(ROOT / "include").rglob("*.hpp"), *(ROOT / "python").glob("*.hpp")]),
     cxx_std=17,
     # No debug information: a quarter of the build time and most of the file's size.
     extra_compile_args=["-g0"],

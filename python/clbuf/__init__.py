@@ -19,8 +19,11 @@ __all__ = [
     "DeviceInfo",
     "Error",
     "Future",
+    "MappedArray",
+    "Region",
     "__version__",
     "error_name",
+    "explain_selection",
     "list_devices",
 ]
 
@@ -43,6 +46,32 @@ class Error(RuntimeError):
         return error_name(self.code)
 
 
+class Region:
+    """A box of ``size`` elements, from ``src_origin`` of an array laid out as ``src_extents`` to
+    ``dst_origin`` of one laid out as ``dst_extents``: the C++ ``clbuf::Region``, field for
+    field. Each field is a tuple of three element counts, x = column (elements per row), y = row,
+    z = slice; pitches follow from the extents. For ``upload_rect`` the host array is the source,
+    for ``download_rect`` the destination."""
+
+    __slots__ = ("size", "src_origin", "src_extents", "dst_origin", "dst_extents")
+
+    def __init__(self, size=(1, 1, 1), src_origin=(0, 0, 0), src_extents=(1, 1, 1),
+                 dst_origin=(0, 0, 0), dst_extents=(1, 1, 1)):
+        self.size = tuple(size)
+        self.src_origin = tuple(src_origin)
+        self.src_extents = tuple(src_extents)
+        self.dst_origin = tuple(dst_origin)
+        self.dst_extents = tuple(dst_extents)
+
+    def __repr__(self):
+        fields = ", ".join(f"{name}={getattr(self, name)!r}" for name in self.__slots__)
+        return f"clbuf.Region({fields})"
+
+    def __eq__(self, other):
+        return isinstance(other, Region) and all(
+            getattr(self, name) == getattr(other, name) for name in self.__slots__)
+
+
 # After Error: the extension looks it up in this module when it is imported.
 from ._clbuf import (  # noqa: E402
     BufferManager,
@@ -51,8 +80,10 @@ from ._clbuf import (  # noqa: E402
     Future,
     __version__,
     error_name,
+    explain_selection,
     list_devices,
 )
+from ._mapping import MappedArray  # noqa: E402
 
 for _cls in (BufferManager, DeviceBuffer, DeviceInfo, Future):
     _cls.__module__ = __name__

@@ -51,7 +51,7 @@ def raises_clbuf_error(call, code, *fragments):
 # later is called too; ARGS gives the arguments of those that take some. Each call prints one
 # JSON line before and one after, so a crash shows which call it was.
 UNINITIALISED_SCRIPT = r"""
-import json, sys
+import inspect, json, sys
 import numpy as np
 import clbuf
 
@@ -66,6 +66,18 @@ ARGS = {
     "copy_device_buffer": (None, None, 0),
     "__exit__": (None, None, None),
     "__getitem__": ("name",),
+    "adopt": (None,),
+    "empty": ((4,), np.float32),
+    "pinned_empty": ((4,), np.float32),
+    "map": (None,),
+    "fill": (None, 0),
+    "fill_async": (None, 0),
+    "upload_into": (None, np.zeros(4, np.float32)),
+    "upload_into_async": (None, np.zeros(4, np.float32)),
+    "copy_async": (None, None, 0),
+    "upload_rect": (None, np.zeros(4, np.float32), None),
+    "download_rect": (None, np.zeros(4, np.float32), None),
+    "copy_rect": (None, None, None),
 }
 if name in ("BufferManager", "Future", "DeviceBuffer", "DeviceInfo"):
     # a real DeviceBuffer for the manager's methods, so that only `self` is wrong
@@ -74,7 +86,12 @@ if name in ("BufferManager", "Future", "DeviceBuffer", "DeviceInfo"):
     ARGS["download_from_device"] = (buffer,)
     ARGS["download_async"] = (buffer,)
     ARGS["copy_device_buffer"] = (buffer, buffer, 0)
-names = sorted(n for n in dir(cls) if not n.startswith("_"))
+    for method in ("map", "fill", "fill_async"):
+        ARGS[method] = (buffer,) + ARGS[method][1:]
+    ARGS["copy_async"] = (buffer, buffer, 0)
+# static methods (BufferManager.from_pyopencl) have no `self` to be uninitialised
+names = sorted(n for n in dir(cls) if not n.startswith("_")
+               and not isinstance(inspect.getattr_static(cls, n), staticmethod))
 names += [n for n in ("__enter__", "__exit__", "__len__", "__getitem__") if hasattr(cls, n)]
 for attribute in names:
     print(json.dumps({"start": attribute}), flush=True)
@@ -343,7 +360,8 @@ def test_type_names_in_messages_do_not_run_python_code(bm):
         pass
 
     raises_clbuf_error(lambda: bm.upload_to_device(Odd()), CL_INVALID_VALUE,
-                       "data must be a numpy.ndarray, not Odd")
+                       "data must be a numpy.ndarray or an object with the buffer protocol",
+                       "not Odd")
 
 
 @pytest.mark.filterwarnings("ignore::PendingDeprecationWarning")  # np.matrix

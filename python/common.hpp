@@ -1,0 +1,245 @@
+// SPDX-License-Identifier: MIT
+// What every part of the extension clbuf._clbuf shares: clbuf.Error raised as the library words
+// it, releasing the GIL (NoGil), methods of objects Python made with __new__ alone (Self<T>), and
+// the checks of what Python passes in (sizes, shapes, dtypes, host data).
+#ifndef CLBUF_PYTHON_COMMON_HPP
+#define CLBUF_PYTHON_COMMON_HPP
+
+#include <clbuf/clbuf.hpp>
+
+#include <pybind11/numpy.h>
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <exception>
+#include <limits>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <thread>
+#include <type_traits>
+#include <utility>
+#include <variant>
+#include <vector>
+
+namespace py = pybind11;
+
+namespace clbuf_python {
+
+// numpy's array flags (numpy/ndarraytypes.h).
+constexpr int npy_c_contiguous = 0x0001;
+constexpr int npy_ensure_array = 0x0040;
+constexpr int npy_aligned = 0x0100;
+constexpr int npy_writeable = 0x0400;
+
+// clbuf.Error (python/clbuf/__init__.py), looked up in PYBIND11_MODULE; the module keeps it alive.
+extern PyObject* error_type;
+
+/// Throws clbuf::Error as the library words it: "<operation>: <CL_NAME> (<code>): <details>".
+[[noreturn]] void fail(const char* operation, cl_int code, const std::string& details);
+
+/// A type's name without its module ("ndarray", "int"), read from the type object.
+std::string name_of(const PyTypeObject* type);
+
+/// The GIL released for the object's lifetime, like py::gil_scoped_release, except at exit
+/// (common.cpp): a thread that may not take the GIL back sleeps forever rather than abort the
+/// process. Made and destroyed with the GIL held, on the same thread.
+class NoGil {
+ public:
+  NoGil();
+  NoGil(const NoGil&) = delete;
+  NoGil& operator=(const NoGil&) = delete;
+  ~NoGil();
+
+ private:
+  PyThreadState* state_ = nullptr;
+};
+
+/// Registers the atexit callback that makes interpreter exit safe for threads inside a NoGil.
+void register_exit_handler();
+
+// ---- Objects Python made with __new__ alone ------------------------------------------------
+//
+// cls.__new__(cls) without __init__ gives an instance whose C++ object was never constructed.
+// pybind11 does not refuse it: a method that takes `self` as T& or T* gets raw, unconstructed
+// memory (pybind11 allocates it on first use), and stats() or cleanup() then read garbage. What
+// pybind11 does track is whether the instance's holder was constructed, and it refuses to cast
+// an instance without one to the holder type. So every class here is held by a std::shared_ptr,
+// and every method and property takes `self` as a Self<T> (its type checked, nothing read) and
+// gets the object through initialised(): the holder, or clbuf.Error (code 0) saying the object
+// was never initialised. (The shared_ptr also keeps the object alive for the call's length.)
+
+template <class T>
+struct PythonName;
+
+template <class T>
+[[noreturn]] void fail_uninitialised(const char* member) {
+  const std::string name = PythonName<T>::name;
+  throw clbuf::Error(CL_SUCCESS, name + "." + member + ": this clbuf." + name +
+                                     " was never initialised (made by clbuf." + name +
+                                     ".__new__ without __init__); " + PythonName<T>::made_by);
+}
+
+/// The C++ object of `self`, an instance of T's Python class; nullptr when it has none.
+template <class T>
+std::shared_ptr<T> held_object(const py::handle& self) {
+  try {
+    return self.cast<std::shared_ptr<T>>();
+  } catch (const py::cast_error&) {  // "Unable to cast from non-held to held instance"
+    return nullptr;
+  }
+}
+
+/// `self` of a method of T's Python class (pybind11 raises its usual TypeError for another
+/// object) and its C++ object, null when it was never initialised; initialised() checks that.
+template <class T>
+struct Self {
+  py::handle object;
+  std::shared_ptr<T> held;
+};
+
+/// The C++ object of `self`; clbuf.Error (code 0) when it was never initialised.
+template <class T>
+const std::shared_ptr<T>& initialised(const Self<T>& self, const char* member) {
+  if (!self.held) fail_uninitialised<T>(member);
+  return self.held;
+}
+
+/// A method as a function of a checked `self`.
+template <class C, class R, class... A>
+auto checked(const char* member, R (C::*method)(A...)) {
+  return [member, method](Self<C> self, A... args) -> R {
+    return ((*initialised(self, member)).*method)(std::forward<A>(args)...);
+  };
+}
+template <class C, class R, class... A>
+auto checked(const char* member, R (C::*method)(A...) const) {
+  return [member, method](Self<C> self, A... args) -> R {
+    return ((*initialised(self, member)).*method)(std::forward<A>(args)...);
+  };
+}
+
+/// BufferManager's `selector` argument, as given; as_selector() reads it.
+struct Selector {
+  py::handle object;
+};
+
+}  // namespace clbuf_python
+
+namespace pybind11 {
+namespace detail {
+using clbuf_python::Selector;
+using clbuf_python::Self;
+template <class T>
+struct type_caster<Self<T>> {
+  // The name of T's Python class in signatures and docstrings, as for a T& self.
+  PYBIND11_TYPE_CASTER(Self<T>, make_caster<T>::name);
+  bool load(handle source, bool convert) {
+    if (source.is_none()) return false;  // the holder caster would take None for a null holder
+    copyable_holder_caster<T, std::shared_ptr<T>> holder;
+    try {
+      if (!holder.load(source, convert)) return false;  // not a T
+      value.held = static_cast<std::shared_ptr<T>&>(holder);
+    } catch (const cast_error&) {  // a T without a C++ object: "non-held to held instance"
+      value.held = nullptr;
+    }
+    value.object = source;
+    return true;
+  }
+  static handle cast(const Self<T>& self, return_value_policy /*policy*/, handle /*parent*/) {
+    return self.object.inc_ref();
+  }
+};
+template <>
+struct type_caster<Selector> {
+  // Any object: as_selector() checks it, so that a wrong one gets clbuf.Error with a message
+  // saying what is wrong, not pybind11's "incompatible constructor arguments".
+  PYBIND11_TYPE_CASTER(Selector, const_name("Optional[str]"));
+  bool load(handle source, bool /*convert*/) {
+    value.object = source;
+    return true;
+  }
+  static handle cast(const Selector& selector, return_value_policy /*policy*/, handle /*parent*/) {
+    return selector.object.inc_ref();
+  }
+};
+}  // namespace detail
+}  // namespace pybind11
+
+namespace clbuf_python {
+
+/// The most dimensions a numpy array may have (NPY_MAXDIMS): 32, and 64 from numpy 2.0. Set
+/// from numpy's version when the module is imported.
+extern std::size_t numpy_max_dims;
+
+/// str(object) as UTF-8; characters UTF-8 cannot hold (lone surrogates) as backslash escapes.
+std::string text_of(const py::handle& object);
+
+/// The object's type's name ("ndarray", "int"): read from the type object, so no Python code
+/// (a metaclass's __getattribute__) runs.
+std::string type_name(const py::handle& object);
+
+/// The Python exception being raised, as "TypeError: message", cleared.
+std::string take_python_error();
+
+std::string describe_shape(const std::vector<py::ssize_t>& shape);
+
+std::string describe_dtype(const py::dtype& dtype);
+
+/// The dtypes whose values are plain bytes: bool, signed and unsigned integers, floats, complex.
+bool is_numeric(const py::dtype& dtype);
+
+void require_numeric(const char* operation, const py::dtype& dtype);
+
+/// operator.index(value) as a non-negative size; `what` names the argument in messages. An
+/// object without __index__, or whose __index__ raises TypeError, is not an integer (clbuf.Error);
+/// any other exception its __index__ raises is the caller's own and propagates.
+std::size_t as_size(const char* operation, const py::handle& value, const char* what);
+
+/// At most the first `limit` characters of repr(value), for messages.
+std::string short_repr(const py::handle& value, std::size_t limit = 80);
+
+/// A shape given as an int or a sequence of ints (a tuple, a list, numpy integers, an integer
+/// ndarray of at most one dimension). More dimensions than numpy allows are refused here, before
+/// anything is allocated or transferred.
+std::vector<py::ssize_t> as_shape(const char* operation, const py::handle& value);
+
+py::dtype as_dtype(const char* operation, const py::handle& value);
+
+/// The bytes of an array of `shape` and `dtype`, or an Error when numpy could not make it. As
+/// numpy does, the size check covers the non-zero extents even when another extent is 0.
+std::size_t shape_bytes(const char* operation, const std::vector<py::ssize_t>& shape,
+                        const py::dtype& dtype);
+
+/// `value` as a C-contiguous, aligned ndarray of a numeric dtype: the array itself when it
+/// already is one (no copy), else one contiguous copy.
+py::array as_contiguous_array(const char* operation, const py::handle& value);
+
+/// Host data as an ndarray: a numpy array as it is, any other object with the buffer protocol
+/// (bytes, bytearray, memoryview, array.array) as its format's dtype and shape, sharing its
+/// memory. clbuf.Error for anything else, or a format numpy cannot read.
+py::array as_host_array(const char* operation, const py::handle& value, const char* what);
+
+/// as_host_array(), then C-contiguous and aligned (one copy in C order when it is not).
+py::array as_contiguous_host_array(const char* operation, const py::handle& value,
+                                   const char* what);
+
+/// A host array the device writes into: writable, C-contiguous and aligned, of a numeric dtype
+/// (as_host_array() for the object), else clbuf.Error. Never copied.
+py::array as_writable_host_array(const char* operation, const py::handle& value, const char* what);
+
+/// The C++ pattern of `value` cast to `dtype` (numpy's casting rules), itemsize bytes.
+std::string value_bytes(const char* operation, const py::handle& value, const py::dtype& dtype);
+
+/// Element count times itemsize, or clbuf.Error on overflow.
+std::size_t times(const char* operation, std::size_t count, std::size_t itemsize, const char* what);
+
+}  // namespace clbuf_python
+
+#endif  // CLBUF_PYTHON_COMMON_HPP

@@ -1,0 +1,67 @@
+// SPDX-License-Identifier: MIT
+// The extension module `clbuf._clbuf` of the Python package `clbuf` (python/clbuf/), over the
+// clbuf C++ core, one file a concern:
+//   common.*    clbuf.Error, releasing the GIL, objects made by __new__ alone, argument checks
+//   manager.*   clbuf.BufferManager, clbuf.DeviceInfo
+//   buffers.*   clbuf.DeviceBuffer
+//   futures.*   clbuf.Future
+//   host_memory.*  pinned numpy arrays (pinned_empty) and mappings (map)
+//   interop.*   pyopencl: int_ptr handles, from_pyopencl, adopt, to_pyopencl, events
+//   mpi.*       clbuf.mpi.Communicator over clbuf::mpi (built where MPI is found)
+// Every failure is a clbuf.Error (a RuntimeError) with `.code`, the OpenCL error code, and
+// nothing is changed. All OpenCL work, and every check of buffers, ranges and the manager's
+// state, is the library's (clbuf::BufferManager); this extension checks only what Python passes
+// in.
+#include "manager.hpp"
+
+#ifdef CLBUF_PYTHON_MPI
+namespace clbuf_python {
+void bind_mpi(py::module_& m);  // mpi.cpp
+}
+#endif
+
+using namespace clbuf_python;
+
+// The private extension of the package `clbuf` (python/clbuf/__init__.py), which defines the
+// Python class clbuf.Error before it imports this module.
+PYBIND11_MODULE(_clbuf, m) {
+  m.doc() = "Typed, checked host<->device transfers over OpenCL (the clbuf C++ library).";
+  m.attr("__version__") = std::to_string(CLBUF_VERSION_MAJOR) + "." +
+                          std::to_string(CLBUF_VERSION_MINOR) + "." +
+                          std::to_string(CLBUF_VERSION_PATCH);
+
+  m.def(
+      "error_name", [](cl_int code) { return clbuf::error_name(code); }, py::arg("code"),
+      "The name of an OpenCL error code, e.g. error_name(-30) == 'CL_INVALID_VALUE'.");
+  py::object error = py::module_::import("clbuf").attr("Error");
+  m.attr("Error") = error;
+  error_type = error.ptr();  // the module's attribute keeps it alive
+
+  py::register_exception_translator([](std::exception_ptr pointer) {
+    try {
+      if (pointer) std::rethrow_exception(pointer);
+    } catch (const clbuf::Error& e) {
+      py::object instance = py::reinterpret_borrow<py::object>(error_type)(e.what(), e.code());
+      PyErr_SetObject(error_type, instance.ptr());
+    }
+  });
+
+  bind_buffers(m);
+  bind_futures(m);
+  bind_host_memory(m);
+  bind_manager(m);
+#ifdef CLBUF_PYTHON_MPI
+  bind_mpi(m);
+#endif
+
+  // numpy's limit on dimensions (NPY_MAXDIMS) went from 32 to 64 in numpy 2.0.
+  const std::string numpy_version = text_of(py::module_::import("numpy").attr("__version__"));
+  int numpy_major = 0;
+  for (const char c : numpy_version) {
+    if (c < '0' || c > '9') break;
+    numpy_major = numpy_major * 10 + (c - '0');
+  }
+  numpy_max_dims = numpy_major >= 2 ? 64 : 32;
+
+  register_exit_handler();
+}
