@@ -7,6 +7,8 @@
 
 #include "common.hpp"
 
+#include <clbuf/detail/buffer_access.hpp>
+
 namespace clbuf_python {
 
 /// Device memory holding an array's bytes, with the dtype and shape it was uploaded with.
@@ -20,6 +22,13 @@ struct Handle {
   std::shared_ptr<Handle> root;
   /// The memory was handed to pyopencl (to_pyopencl()): it never goes back to clbuf's pool.
   bool exported = false;
+
+  /// Takes `made` as this Handle's memory, its memory shared at once (before Python can hand the
+  /// Handle to another thread), so that slicing never changes `memory` under a transfer.
+  void own(clbuf::DeviceBuffer<std::uint8_t>&& made) {
+    clbuf::detail::BufferAccess::prepare_for_views(made);
+    memory = std::move(made);
+  }
 
   std::size_t nbytes() const noexcept { return memory.size_bytes(); }
   std::size_t itemsize() const noexcept { return static_cast<std::size_t>(dtype.itemsize()); }

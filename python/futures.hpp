@@ -70,7 +70,7 @@ class Pending {
       auto& upload = std::get<Upload>(future_);
       {
         std::lock_guard<std::mutex> lock(mutex_);
-        if (upload.valid()) shell_->memory = upload.get();
+        if (upload.valid()) shell_->own(upload.get());
       }
       if (result_.is_none()) result_ = py::cast(shell_);
     }

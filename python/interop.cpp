@@ -87,22 +87,11 @@ py::object to_pyopencl(const std::shared_ptr<Handle>& handle) {
   const py::module_ cl = import_pyopencl(op);
   const py::module_ array = import_pyopencl(op, "pyopencl.array");
   // pyopencl keeps the cl_mem alive on its side; clbuf's pool must then never hand the memory
-  // out again: the root takes its memory back as adopted (never pooled) memory. Its views keep
-  // theirs, retained; their shared lease is marked not reusable by release().
+  // out again. Every Handle's memory is shared from the start (Handle::own), so marking it
+  // changes no member a transfer in another thread reads.
   const std::shared_ptr<Handle>& root = handle->root ? handle->root : handle;
-  if (!root->exported && root->memory.size_bytes() > 0) {
-    if (root->memory.is_view()) {  // an adopted pyopencl array at an offset: never pooled
-      root->exported = true;
-    } else {
-      const std::size_t bytes = root->memory.size_bytes();
-      clbuf::DeviceBuffer<std::uint8_t> adopted =
-          root->manager->adopt<std::uint8_t>(root->memory.native_root(), bytes);
-      cl::Buffer released = root->memory.release();
-      (void)released;  // adopted holds its own reference
-      root->memory = std::move(adopted);
-      root->exported = true;
-    }
-  }
+  clbuf::detail::BufferAccess::keep_out_of_pool(root->memory);
+  root->exported = true;
   const py::object queue =
       cl.attr("CommandQueue").attr("from_int_ptr")(int_ptr(handle->manager->queue()()), true);
   py::object data = py::none();

@@ -182,7 +182,7 @@ std::shared_ptr<Handle> Manager::upload_to_device(const py::handle& data) {
   const clbuf::PinnedBuffer<std::uint8_t>* pinned = pinned_block_of(array);
   {
     NoGil release;
-    handle->memory = pinned != nullptr ? manager_->upload(*pinned) : manager_->upload(bytes, count);
+    handle->own(pinned != nullptr ? manager_->upload(*pinned) : manager_->upload(bytes, count));
   }
   return handle;
 }
@@ -277,7 +277,7 @@ std::shared_ptr<Handle> Manager::empty(const py::handle& shape, const py::handle
   const std::size_t bytes = shape_bytes(op, extents, type);
   auto handle = new_handle(manager_, type, std::move(extents));
   NoGil release;
-  handle->memory = manager_->allocate<std::uint8_t>(bytes);
+  handle->own(manager_->allocate<std::uint8_t>(bytes));
   return handle;
 }
 
@@ -465,7 +465,7 @@ std::shared_ptr<Handle> Manager::adopt(const py::handle& object) {
     auto handle = new_handle(manager_, dtype, std::move(shape));
     if (base.is_none() || nbytes == 0) {
       NoGil release;
-      handle->memory = manager_->allocate<std::uint8_t>(0);
+      handle->own(manager_->allocate<std::uint8_t>(0));
       return handle;
     }
     const auto mem = reinterpret_cast<cl_mem>(base.attr("int_ptr").cast<std::uintptr_t>());
@@ -473,8 +473,8 @@ std::shared_ptr<Handle> Manager::adopt(const py::handle& object) {
     NoGil release;
     clbuf::DeviceBuffer<std::uint8_t> whole =
         manager_->adopt<std::uint8_t>(cl::Buffer(mem, true), capacity);
-    handle->memory = offset == 0 && nbytes == capacity ? std::move(whole)
-                                                       : manager_->view(whole, offset, nbytes);
+    handle->own(offset == 0 && nbytes == capacity ? std::move(whole)
+                                                  : manager_->view(whole, offset, nbytes));
     return handle;
   }
   if (py::isinstance(object, cl.attr("Buffer"))) {
@@ -482,7 +482,7 @@ std::shared_ptr<Handle> Manager::adopt(const py::handle& object) {
     const std::size_t size = object.attr("size").cast<std::size_t>();
     auto handle = new_handle(manager_, py::dtype("uint8"), {static_cast<py::ssize_t>(size)});
     NoGil release;
-    handle->memory = manager_->adopt<std::uint8_t>(cl::Buffer(mem, true), size);
+    handle->own(manager_->adopt<std::uint8_t>(cl::Buffer(mem, true), size));
     return handle;
   }
   fail(op, CL_INVALID_MEM_OBJECT,

@@ -23,6 +23,19 @@ struct BufferAccess {
   static cl_mem root(const DeviceBuffer<T>& buffer) noexcept {
     return buffer.root();
   }
+  /// Makes `buffer`'s memory shared (as a view of it would) before other threads can see the
+  /// buffer, so that views made later from several threads change none of its members; for
+  /// front ends (the Python module) whose buffers any thread may reach.
+  template <class T>
+  static void prepare_for_views(DeviceBuffer<T>& buffer) {
+    if (buffer.valid() && !buffer.empty()) buffer.share_memory();
+  }
+  /// Keeps the memory of a buffer readied by prepare_for_views() out of clbuf's pool for good
+  /// (other code holds its cl_mem now); safe while other threads use the buffer.
+  template <class T>
+  static void keep_out_of_pool(const DeviceBuffer<T>& buffer) noexcept {
+    if (buffer.lease_) buffer.lease_->reusable.store(false);
+  }
   /// The CL_MEM_HOST_* flags of an adopted buffer (0 for memory clbuf made).
   template <class T>
   static cl_mem_flags host_access(const DeviceBuffer<T>& buffer) noexcept {
