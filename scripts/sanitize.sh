@@ -34,7 +34,7 @@ jobs=${JOBS:-$(nproc)}
 prefix=${CLBUF_SANITIZE_DIR:-build-rel-}
 plain=${CLBUF_PLAIN_BUILD:-build}
 fuzz_seconds=${CLBUF_FUZZ_SECONDS:-10}
-coverage_min=93.9  # percent of include/'s lines; docs/testing.md has the figure this guards
+coverage_min=97.4  # percent of include/'s lines; docs/testing.md has the figure this guards
 export CLBUF_REQUIRE_DEVICE=1
 POCL_CACHE_DIR=$(mktemp -d)
 export POCL_CACHE_DIR
@@ -157,7 +157,7 @@ fuzz() {
 }
 
 coverage() {
-  local dir=${prefix}coverage lcov_args total
+  local dir=${prefix}coverage lcov_args hit total
   # The whole suite's packages (the Python module, MPI, the benchmarks' peers) as .ci/run's.
   scripts/install-deps.sh --all || return 1
   cmake -S . -B "$dir" -DCMAKE_BUILD_TYPE=Debug -DCMAKE_CXX_COMPILER=g++ \
@@ -177,12 +177,16 @@ coverage() {
   lcov "${lcov_args[@]}" --extract "$dir/all.info" "$root/include/clbuf/*" \
     --output-file "$dir/coverage.info" || return 1
   lcov "${lcov_args[@]}" --list "$dir/coverage.info" | tee "$dir/coverage.txt"
-  total=$(lcov --rc lcov_branch_coverage=0 --summary "$dir/coverage.info" 2>&1 |
-    sed -n 's/^ *lines\.*: *\([0-9.]*\)% (\(.*\))$/\1% (\2)/p')
-  [ -n "$total" ] || { note "coverage: no line summary from lcov"; return 1; }
-  echo "include/ line coverage: $total; at least $coverage_min% required" | tee -a "$dir/coverage.txt"
-  awk -v got="${total%%%*}" -v min="$coverage_min" 'BEGIN { exit !(got + 0 >= min + 0) }' ||
-    { note "coverage: ${total%%%*}% of include/'s lines, below $coverage_min%"; return 1; }
+  # "lines......: 97.4% (3101 of 3184 lines)": the threshold is checked on the counts, not on
+  # lcov's rounded percentage.
+  read -r hit total < <(lcov --rc lcov_branch_coverage=0 --summary "$dir/coverage.info" 2>&1 |
+    sed -n 's/^ *lines\.*: .*(\([0-9]*\) of \([0-9]*\) lines)$/\1 \2/p') || true
+  [ -n "${total:-}" ] || { note "coverage: no line summary from lcov"; return 1; }
+  awk -v hit="$hit" -v total="$total" -v min="$coverage_min" 'BEGIN {
+    printf "include/ line coverage: %.2f%% (%d of %d lines); at least %s%% required\n",
+      100 * hit / total, hit, total, min
+    exit !(100 * hit >= min * total) }' | tee -a "$dir/coverage.txt"
+  [ "${PIPESTATUS[0]}" -eq 0 ] || { note "coverage: below $coverage_min% of include/'s lines"; return 1; }
 }
 
 for stage in "${stages[@]}"; do
