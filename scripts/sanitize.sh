@@ -13,6 +13,10 @@
 #             between platforms, with oclgrind's GPU next to PoCL's CPU)
 #   fuzz      the libFuzzer targets (CLBUF_BUILD_FUZZERS=ON), each from its kept corpus
 #             tests/fuzz/corpus/<target>/ (which every build's ctest also replays, label fuzz)
+#   coverage  line coverage of include/ (gcc, CLBUF_COVERAGE=ON, with the Python module, the
+#             benchmarks and MPI): every ctest label but those that build other projects
+#             (consumer, coexist, packaging, docs), then lcov; fails below coverage_min percent.
+#             Summary: ${CLBUF_SANITIZE_DIR}coverage/coverage.txt (and coverage.info)
 # Usage: scripts/sanitize.sh [stage...]   (default: all). Environment:
 #   CLBUF_PLAIN_BUILD  the plain build folder (default: build; configured again here, so that it
 #                      sees oclgrind, and its labels' executables built)
@@ -25,11 +29,12 @@ root=$PWD
 scripts/install-deps.sh --sanitize
 
 stages=("$@")
-[ ${#stages[@]} -eq 0 ] && stages=(asan tsan valgrind oclgrind fuzz)
+[ ${#stages[@]} -eq 0 ] && stages=(asan tsan valgrind oclgrind fuzz coverage)
 jobs=${JOBS:-$(nproc)}
 prefix=${CLBUF_SANITIZE_DIR:-build-rel-}
 plain=${CLBUF_PLAIN_BUILD:-build}
 fuzz_seconds=${CLBUF_FUZZ_SECONDS:-10}
+coverage_min=97.4  # percent of include/'s lines; docs/testing.md has the figure this guards
 export CLBUF_REQUIRE_DEVICE=1
 POCL_CACHE_DIR=$(mktemp -d)
 export POCL_CACHE_DIR
@@ -151,6 +156,39 @@ fuzz() {
   done
 }
 
+coverage() {
+  local dir=${prefix}coverage lcov_args hit total
+  # The whole suite's packages (the Python module, MPI, the benchmarks' peers) as .ci/run's.
+  scripts/install-deps.sh --all || return 1
+  cmake -S . -B "$dir" -DCMAKE_BUILD_TYPE=Debug -DCMAKE_CXX_COMPILER=g++ \
+    -DCMAKE_CXX_FLAGS="${CXXFLAGS:-}" -DCLBUF_COVERAGE=ON -DCLBUF_BUILD_PYTHON=ON \
+    -DCLBUF_BUILD_BENCHMARKS=ON -DCLBUF_BUILD_MPI=ON > /dev/null || return 1
+  cmake --build "$dir" -j"$jobs" || return 1
+  # gcov is gcc's own (g++ above); Debian's lcov 1.16 prints "Subroutine ... redefined" noise.
+  lcov_args=(--gcov-tool gcov --rc lcov_branch_coverage=0 --quiet)
+  lcov "${lcov_args[@]}" --zerocounters --directory "$dir" || return 1  # no earlier run's counts
+  # Every test that runs instrumented code; the labels left out build projects of their own,
+  # which carry no counters.
+  ctest --test-dir "$dir" -LE '^(consumer|coexist|packaging|docs)$' --no-tests=error \
+    --output-on-failure -j"$jobs" || return 1
+  lcov "${lcov_args[@]}" --capture --directory "$dir" --output-file "$dir/all.info" \
+    2> "$dir/capture.log" || { cat "$dir/capture.log"; return 1; }
+  grep -v '^Subroutine .* redefined at' "$dir/capture.log" >&2 || true
+  lcov "${lcov_args[@]}" --extract "$dir/all.info" "$root/include/clbuf/*" \
+    --output-file "$dir/coverage.info" || return 1
+  lcov "${lcov_args[@]}" --list "$dir/coverage.info" | tee "$dir/coverage.txt"
+  # "lines......: 97.4% (3101 of 3184 lines)": the threshold is checked on the counts, not on
+  # lcov's rounded percentage.
+  read -r hit total < <(lcov --rc lcov_branch_coverage=0 --summary "$dir/coverage.info" 2>&1 |
+    sed -n 's/^ *lines\.*: .*(\([0-9]*\) of \([0-9]*\) lines)$/\1 \2/p') || true
+  [ -n "${total:-}" ] || { note "coverage: no line summary from lcov"; return 1; }
+  awk -v hit="$hit" -v total="$total" -v min="$coverage_min" 'BEGIN {
+    printf "include/ line coverage: %.2f%% (%d of %d lines); at least %s%% required\n",
+      100 * hit / total, hit, total, min
+    exit !(100 * hit >= min * total) }' | tee -a "$dir/coverage.txt"
+  [ "${PIPESTATUS[0]}" -eq 0 ] || { note "coverage: below $coverage_min% of include/'s lines"; return 1; }
+}
+
 for stage in "${stages[@]}"; do
   case "$stage" in
     asan) timed asan asan ;;
@@ -158,6 +196,7 @@ for stage in "${stages[@]}"; do
     valgrind) timed valgrind valgrind_stage ;;
     oclgrind) timed oclgrind oclgrind_stage ;;
     fuzz) timed fuzz fuzz ;;
+    coverage) timed coverage coverage ;;
     *) echo "unknown stage $stage" >&2; exit 2 ;;
   esac
 done

@@ -256,6 +256,17 @@ TEST_F(DeviceSelection, GarbageSelectorsAreNotFound) {
   }
 }
 
+// Control bytes of a selector are shown as escapes in the error and in the report, so a stray
+// newline or tab (from a file or a shell variable) is visible where the text went wrong.
+TEST_F(DeviceSelection, ControlBytesInASelectorAreShownEscaped) {
+  const std::string selector = "no\nsuch\tdevice\x01\x1f\x7f";
+  const std::string shown = "no\\nsuch\\tdevice\\x01\\x1f\\x7f";
+  EXPECT_CLBUF_ERROR(clbuf::BufferManager(selector), CL_DEVICE_NOT_FOUND, shown);
+  const std::string report = clbuf::explain_selection(selector).to_string();
+  EXPECT_NE(report.find(shown), std::string::npos) << report;
+  EXPECT_EQ(report.find(selector), std::string::npos) << "the raw bytes are shown: " << report;
+}
+
 TEST_F(DeviceSelection, NotFoundMessageListsEveryDevice) {
   try {
     clbuf::BufferManager unused("no-such-device-xyzzy");
@@ -335,6 +346,27 @@ TEST_F(DeviceSelection, ContextAndQueueUseTheSelectedDevice) {
   EXPECT_EQ(manager().queue().getInfo<CL_QUEUE_CONTEXT>()(), manager().context()());
   const cl_command_queue_properties props = manager().queue().getInfo<CL_QUEUE_PROPERTIES>();
   EXPECT_EQ(props & CL_QUEUE_OUT_OF_ORDER_EXEC_MODE_ENABLE, 0u) << "the queue must be in-order";
+}
+
+// The names messages and reports use for device types, and the OpenCL type bits behind them
+// (a device may set several bits: GPU, then CPU, then accelerator decide; anything else is
+// "other", e.g. CL_DEVICE_TYPE_CUSTOM, which PoCL does not offer).
+TEST(DeviceTypeText, ToStringNamesEveryType) {
+  EXPECT_STREQ(clbuf::to_string(clbuf::DeviceType::gpu), "gpu");
+  EXPECT_STREQ(clbuf::to_string(clbuf::DeviceType::cpu), "cpu");
+  EXPECT_STREQ(clbuf::to_string(clbuf::DeviceType::accelerator), "accelerator");
+  EXPECT_STREQ(clbuf::to_string(clbuf::DeviceType::other), "other");
+}
+
+TEST(DeviceTypeText, OpenClTypeBitsMapToOneType) {
+  using clbuf::DeviceType;
+  using clbuf::detail::device_type_of;
+  EXPECT_EQ(device_type_of(CL_DEVICE_TYPE_GPU | CL_DEVICE_TYPE_DEFAULT), DeviceType::gpu);
+  EXPECT_EQ(device_type_of(CL_DEVICE_TYPE_GPU | CL_DEVICE_TYPE_CPU), DeviceType::gpu);
+  EXPECT_EQ(device_type_of(CL_DEVICE_TYPE_CPU | CL_DEVICE_TYPE_DEFAULT), DeviceType::cpu);
+  EXPECT_EQ(device_type_of(CL_DEVICE_TYPE_ACCELERATOR), DeviceType::accelerator);
+  EXPECT_EQ(device_type_of(CL_DEVICE_TYPE_CUSTOM), DeviceType::other);
+  EXPECT_EQ(device_type_of(0), DeviceType::other);
 }
 
 }  // namespace

@@ -55,6 +55,16 @@ TEST(ErrorName, NeverReturnsNull) {
   }
 }
 
+// what() is a C string: a NUL in the details (text a user gave) is written as \0, so the
+// message is never cut short there.
+TEST(ErrorMessageText, NulBytesInTheDetailsAreEscaped) {
+  const std::string details("before\0after\0", 13);
+  const std::string message = clbuf::detail::error_message("upload", CL_INVALID_VALUE, details);
+  EXPECT_EQ(message, "upload: CL_INVALID_VALUE (-30): before\\0after\\0");
+  EXPECT_EQ(std::string(clbuf::Error(CL_INVALID_VALUE, message).what()), message);
+  EXPECT_EQ(clbuf::detail::error_message("op", CL_SUCCESS, std::string(1, '\0')), "op: \\0");
+}
+
 TEST(ErrorType, IsARuntimeErrorCarryingCodeAndMessage) {
   static_assert(std::is_base_of<std::runtime_error, clbuf::Error>::value,
                 "clbuf::Error must derive from std::runtime_error");

@@ -4,6 +4,7 @@
 // comes first (OCL_ICD_PLATFORM_SORT=none keeps that order). The default BufferManager must pick
 // the GPU; "cpu" still picks the CPU. Skips when the two devices are not both visible (oclgrind is
 // not installed).
+#include <algorithm>
 #include <iostream>
 #include <string>
 
@@ -30,6 +31,24 @@ TEST(GpuPreferred, DefaultManagerPicksTheGpuOverTheCpu) {
   EXPECT_NE(manager.selection_reason().find("GPU"), std::string::npos);
   clbuf::BufferManager cpu("cpu");
   EXPECT_EQ(cpu.device().type, clbuf::DeviceType::cpu);
+}
+
+// MemoryModel::host writes a buffer's memory as plain host memory, which only a CPU device
+// reads: on oclgrind's GPU it is refused at construction, naming the device and its type.
+TEST(GpuPreferred, HostMemoryModelOnAGpuIsInvalidValue) {
+  const auto devices = clbuf::list_devices();
+  const auto gpu = std::find_if(devices.begin(), devices.end(), [](const clbuf::DeviceInfo& d) {
+    return d.type == clbuf::DeviceType::gpu;
+  });
+  if (gpu == devices.end()) GTEST_SKIP() << "needs a GPU device (oclgrind through OCL_ICD_VENDORS)";
+  clbuf::Options options;
+  options.memory = clbuf::MemoryModel::host;
+  EXPECT_CLBUF_ERROR(clbuf::BufferManager("gpu", options), CL_INVALID_VALUE, "BufferManager: ",
+                     "MemoryModel::host needs a CPU device; " + gpu->name + " is a gpu",
+                     "(use MemoryModel::automatic)");
+  options.memory = clbuf::MemoryModel::automatic;
+  clbuf::BufferManager automatic("gpu", options);  // the same device is fine otherwise
+  EXPECT_NE(automatic.memory_model(), clbuf::MemoryModel::host);
 }
 
 }  // namespace

@@ -155,6 +155,39 @@ TEST_P(ThreadsRefused, LargeCopiesStayExactWithTheThreadsTheHostAllows) {
   }
 }
 
+// Asynchronous staged transfers finish on a background thread that starts at the first of them;
+// when the host refuses it, the job runs on the calling thread instead (the call then blocks)
+// and the bytes are still exact.
+TEST_P(ThreadsRefused, AsyncTransfersStayExactWithoutTheirBackgroundThread) {
+  constexpr std::size_t count = (std::size_t{4} << 20) / sizeof(std::uint32_t);
+  const auto data = random<std::uint32_t>(count);
+  auto buffer = paths().allocate<std::uint32_t>(count);
+  std::vector<std::uint32_t> out(count);
+  // A blocking staged transfer first: its pinned chunks and copy threads exist before the cap,
+  // and it leaves the background thread unstarted.
+  paths().upload(buffer, random<std::uint32_t>(count));
+  {
+    AddressSpaceCap cap(std::size_t{2} << 20);
+    if (!cap.active()) GTEST_SKIP() << cap.reason();
+    if (!threads_refused()) {
+      cap.lift();
+      GTEST_SKIP() << "the capped address space still allows threads";
+    }
+    try {
+      paths().upload_async(buffer, data.data(), count).get();
+      paths().download_async(buffer, out.data(), count).get();
+    } catch (const clbuf::Error& error) {
+      cap.lift();
+      FAIL() << "with the background thread refused: " << error.what();
+    }
+  }
+  EXPECT_TRUE(same_bytes(data.data(), out.data(), count * sizeof(std::uint32_t)));
+  // Later asynchronous transfers, with the thread the host now allows, are exact too.
+  const auto more = random<std::uint32_t>(count);
+  paths().upload_async(buffer, more.data(), count).get();
+  EXPECT_TRUE(same_bytes(more, paths().download_async(buffer).get()));
+}
+
 CLBUF_INSTANTIATE_MODELS(ThreadsRefused);
 
 // ---- Finding 7: host memory runs out ----------------------------------------------------------
@@ -172,6 +205,30 @@ TEST_F(HostMemoryShort, DownloadIntoANewVectorThrowsOutOfHostMemory) {
   EXPECT_CLBUF_ERROR(manager().download_async(buffer), CL_OUT_OF_HOST_MEMORY, "download_async: ");
   cap.lift();
   EXPECT_EQ(manager().download(buffer).size(), count);  // and usable afterwards
+}
+
+// On the host path (a CPU device) a buffer is a host block clbuf allocates itself: when the host
+// has no room for it, allocate() trims the pool, tries once more, then throws
+// CL_OUT_OF_HOST_MEMORY; once memory is back the manager allocates again.
+TEST_F(HostMemoryShort, HostPathAllocationThrowsOutOfHostMemoryAfterOneRetry) {
+  if (manager().device().type != clbuf::DeviceType::cpu) {
+    GTEST_SKIP() << "the host path needs a CPU device";
+  }
+  clbuf::Options options;
+  options.memory = MemoryModel::host;
+  clbuf::BufferManager host("", options);
+  constexpr std::size_t count = std::size_t{16} << 20;  // 4 times the headroom below
+  {
+    AddressSpaceCap cap(std::size_t{4} << 20);
+    if (!cap.active()) GTEST_SKIP() << cap.reason();
+    EXPECT_CLBUF_ERROR(host.allocate<std::uint8_t>(count), CL_OUT_OF_HOST_MEMORY,
+                       "allocate: ", "clCreateBuffer(CL_MEM_USE_HOST_PTR)");
+  }
+  EXPECT_EQ(host.stats().pool.retries, 1u);
+  const auto data = random<std::uint8_t>(count);
+  auto buffer = host.allocate<std::uint8_t>(count);
+  host.upload(buffer, data);
+  EXPECT_TRUE(same_bytes(data, host.download(buffer)));
 }
 
 // ---- Finding 2: two managers adopt one context --------------------------------------------

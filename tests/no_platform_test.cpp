@@ -47,6 +47,17 @@ TEST_F(NoPlatform, SelectorConstructorThrowsPlatformNotFound) {
   EXPECT_CLBUF_ERROR(clbuf::BufferManager("0:0"), -1001, "CL_PLATFORM_NOT_FOUND_KHR (-1001)");
 }
 
+// The report never throws for a missing platform: it lists nothing and says why.
+TEST_F(NoPlatform, ExplainSelectionReportsNoDeviceAndHowToInstallOne) {
+  const clbuf::SelectionReport report = clbuf::explain_selection("cpu");
+  EXPECT_TRUE(report.devices.empty());
+  EXPECT_NE(report.problem.find("no OpenCL device on any platform"), std::string::npos)
+      << report.problem;
+  EXPECT_NE(report.problem.find("pocl-opencl-icd"), std::string::npos) << report.problem;
+  EXPECT_NE(report.to_string().find("nothing picked: no OpenCL device"), std::string::npos)
+      << report.to_string();
+}
+
 TEST_F(NoPlatform, EnvironmentSelectorThrowsPlatformNotFound) {
   clbuf_test::ScopedEnv env("CLBUF_DEVICE", "gpu");
   EXPECT_CLBUF_ERROR(clbuf::BufferManager(), -1001, "CL_PLATFORM_NOT_FOUND_KHR (-1001)");

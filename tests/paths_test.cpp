@@ -2,8 +2,10 @@
 // Every transfer path gives the same bytes: the CPU device's host blocks, the unified path and
 // the discrete path with pinned staging (forced on PoCL with tiny chunks, so that transfers span
 // many chunks, several threads share them and each wraps around its slots).
+#include <cstdint>
 #include <cstring>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "support/device_test.hpp"
@@ -114,6 +116,33 @@ TEST_P(PathTest, PinnedBuffersRoundTrip) {
   EXPECT_TRUE(same_bytes(more, paths().download(buffer)));
 }
 
+// A default PinnedBuffer owns nothing; moves hand the pinned memory over and leave the source
+// empty, and a move assignment frees what the target held.
+TEST_P(PathTest, PinnedBufferMovesHandTheMemoryOver) {
+  const clbuf::PinnedBuffer<std::uint32_t> none;
+  EXPECT_TRUE(none.empty());
+  EXPECT_EQ(none.size(), 0u);
+  EXPECT_EQ(none.data(), nullptr);
+  EXPECT_EQ(none.begin(), none.end());
+  const auto data = random<std::uint32_t>(3000);
+  auto pinned = paths().allocate_pinned<std::uint32_t>(data.size());
+  std::memcpy(pinned.data(), data.data(), pinned.size_bytes());
+  const std::uint32_t* memory = pinned.data();
+  clbuf::PinnedBuffer<std::uint32_t> target = paths().allocate_pinned<std::uint32_t>(5);
+  target = std::move(pinned);
+  EXPECT_TRUE(pinned.empty());  // moved from: empty, as documented
+  EXPECT_EQ(pinned.data(), nullptr);
+  const clbuf::PinnedBuffer<std::uint32_t> moved(std::move(target));
+  EXPECT_TRUE(target.empty());
+  ASSERT_EQ(moved.size(), data.size());
+  EXPECT_EQ(moved.data(), memory);
+  EXPECT_EQ(static_cast<std::size_t>(moved.end() - moved.begin()), data.size());
+  EXPECT_EQ(moved[data.size() - 1], data.back());
+  EXPECT_TRUE(same_bytes(data.data(), moved.data(), moved.size_bytes()));
+  auto buffer = paths().upload(moved);
+  EXPECT_TRUE(same_bytes(data, paths().download(buffer)));
+}
+
 TEST_P(PathTest, ReusedPoolMemoryHoldsTheNewData) {
   // The second upload is served by the memory the first one gave back.
   const auto first = random<float>(4096);
@@ -138,5 +167,15 @@ TEST_P(PathTest, ReuseWaitsForAnAsyncReadOfTheFreedBuffer) {
 }
 
 CLBUF_INSTANTIATE_MODELS(PathTest);
+
+// The names messages and reports use for the memory models; a value outside the enum (from a
+// cast) is "unknown", never a null pointer.
+TEST(MemoryModelText, ToStringNamesEveryModel) {
+  EXPECT_STREQ(clbuf::to_string(MemoryModel::automatic), "automatic");
+  EXPECT_STREQ(clbuf::to_string(MemoryModel::host), "host");
+  EXPECT_STREQ(clbuf::to_string(MemoryModel::unified), "unified");
+  EXPECT_STREQ(clbuf::to_string(MemoryModel::discrete), "discrete");
+  EXPECT_STREQ(clbuf::to_string(static_cast<MemoryModel>(42)), "unknown");
+}
 
 }  // namespace

@@ -15,11 +15,14 @@
 #include <memory>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace {
 
 std::uint32_t g_seed = 0;
+/// What constructing a Communicator before MPI_Init threw (main() tries it before MPI_Init).
+std::string g_before_init = "main() did not try";
 
 struct Models {
   clbuf::MemoryModel even;
@@ -373,6 +376,28 @@ TEST_P(Mpi, HostAccessFlagsAreChecked) {
   comm.recv(unreadable, MPI_PROC_NULL);  // allowed: the host only writes it
 }
 
+// Options::path forces a route whatever the memory model: zero copy (mapped where a buffer has no
+// host block), mapped, or staged through pinned chunks. Each meets the peer's route on the wire
+// and moves the same bytes, inline and in chunks.
+TEST_P(Mpi, EveryForcedPathCarriesTheSameBytes) {
+  std::uint32_t key = 1500;
+  for (clbuf::mpi::Path path :
+       {clbuf::mpi::Path::zero_copy, clbuf::mpi::Path::map, clbuf::mpi::Path::staged}) {
+    clbuf::mpi::Options options;
+    options.chunk_bytes = 16 << 10;
+    options.path = path;
+    clbuf::mpi::Communicator comm(*manager_, MPI_COMM_WORLD, options);
+    SCOPED_TRACE("path " + std::to_string(static_cast<int>(path)));
+    ring<std::int32_t>(comm, 100, key++);
+    ring<std::int32_t>(comm, 20011, key++);
+    if (path == clbuf::mpi::Path::staged) {
+      EXPECT_GT(comm.peak_pinned_bytes(), 0u);
+    } else {
+      EXPECT_EQ(comm.pinned_bytes(), 0u);
+    }
+  }
+}
+
 TEST_P(Mpi, ProcNullMovesNothing) {
   clbuf::mpi::Communicator comm = communicator();
   std::vector<int> data = pattern<int>(rank_, 700, 100);
@@ -445,6 +470,9 @@ TEST_P(Mpi, AllreduceSumMinMax) {
     check_allreduce<std::uint16_t>(*manager_, comm, rank_, size_, count, 904);
     check_allreduce<std::uint64_t>(*manager_, comm, rank_, size_, count, 905);
     check_allreduce<std::int64_t>(*manager_, comm, rank_, size_, count, 906);
+    check_allreduce<std::uint8_t>(*manager_, comm, rank_, size_, count, 907);
+    check_allreduce<std::int16_t>(*manager_, comm, rank_, size_, count, 908);
+    check_allreduce<std::uint32_t>(*manager_, comm, rank_, size_, count, 909);
   }
 }
 
@@ -541,6 +569,99 @@ TEST_P(Mpi, MismatchWithItselfDoesNotHang) {
   sent.wait();
 }
 
+// wait_all() waits for every request, even after one failed, then throws the first failure; a
+// failed Request destroyed unwaited drops its error (a destructor never throws).
+TEST_P(Mpi, WaitAllReportsAFailureAfterWaitingForEveryRequest) {
+  clbuf::mpi::Communicator comm = communicator(8 << 10);
+  if (rank_ > 1) return;
+  if (rank_ == 0) {
+    for (std::uint32_t key = 1600; key < 1603; ++key) {
+      comm.send(upload(pattern<float>(0, key, 10)), 1, 7);
+    }
+    return;
+  }
+  {
+    clbuf::DeviceBuffer<float> wrong = manager_->allocate<float>(11);
+    clbuf::mpi::Request dropped = comm.irecv(wrong, 0, 7);
+  }  // waits for the message; its error is dropped
+  clbuf::DeviceBuffer<float> wrong = upload(pattern<float>(1, 1610, 9));
+  clbuf::DeviceBuffer<float> right = manager_->allocate<float>(10);
+  std::vector<clbuf::mpi::Request> requests;
+  requests.push_back(comm.irecv(wrong, 0, 7));
+  requests.push_back(comm.irecv(right, 0, 7));
+  EXPECT_TRUE(throws([&] { clbuf::mpi::wait_all(requests); }, CL_INVALID_VALUE,
+                     {"irecv: ", "sent 10 elements of 4 bytes (float)", "holds 9 elements"}));
+  EXPECT_TRUE(same(pattern<float>(0, 1602, 10), manager_->download(right)));
+  EXPECT_TRUE(same(pattern<float>(1, 1610, 9), manager_->download(wrong))) << "nothing written";
+}
+
+// A receive checks what arrives before trusting it: a message that is not clbuf::mpi's (too
+// short for a header, or no magic), a header whose sizes do not add up, chunks larger than this
+// rank's, or a collective's header where a point-to-point message was expected. Each is an error
+// on the receiver naming the sender, nothing is written, and the pair still works afterwards.
+// (Not sent: a foreign message larger than clbuf's envelope. Open MPI 4.1's shared-memory
+// single-copy path writes such a message whole, past the receive buffer, before reporting
+// MPI_ERR_TRUNCATE: docs/testing.md, "Line coverage".)
+TEST_P(Mpi, ForeignOrCorruptMessagesAreRejected) {
+  clbuf::mpi::Communicator comm = communicator(8 << 10);
+  if (rank_ > 1) return;
+  using clbuf::mpi::detail::Header;
+  constexpr int tag = 21;
+  constexpr std::size_t count = 16;  // 64 bytes: inline
+  const auto header_for = [&](std::uint32_t kind) {
+    Header header;
+    header.kind = kind;
+    header.count = count;
+    header.bytes = count * sizeof(float);
+    header.element_size = sizeof(float);
+    header.type = clbuf::mpi::detail::float32;
+    header.inline_bytes = static_cast<std::uint32_t>(header.bytes);
+    return header;
+  };
+  std::vector<std::vector<char>> messages;
+  messages.emplace_back(8, 'x');                                 // no room for a header
+  messages.emplace_back(clbuf::mpi::detail::header_bytes, 'x');  // no magic
+  const auto add = [&](const Header& header, std::size_t payload) {
+    std::vector<char> message(sizeof(Header) + payload, 'p');
+    std::memcpy(message.data(), &header, sizeof(Header));
+    messages.push_back(std::move(message));
+  };
+  add(header_for(1), 10);  // says 64 payload bytes, carries 10
+  Header chunked = header_for(1);
+  chunked.inline_bytes = 0;
+  chunked.chunk_bytes = 16 << 10;  // this rank's chunks are 8 KiB
+  add(chunked, 0);
+  add(header_for(2), count * sizeof(float));  // a collective's header
+  const std::vector<std::vector<std::string>> expected = {
+      {"is 8 bytes, no clbuf::mpi header; both ends must use clbuf::mpi"},
+      {"has no clbuf::mpi header; both ends must use clbuf::mpi"},
+      {"bytes but its header says " +
+       std::to_string(clbuf::mpi::detail::header_bytes + count * sizeof(float))},
+      {"is cut in chunks of 16384 bytes, this rank's are 8192"},
+      {"sent part of a collective where a point-to-point message was expected"}};
+  if (rank_ == 0) {
+    for (std::vector<char>& message : messages) {
+      ASSERT_EQ(MPI_Send(message.data(), static_cast<int>(message.size()), MPI_BYTE, 1, tag,
+                         comm.native()),
+                MPI_SUCCESS);
+    }
+    comm.send(upload(pattern<float>(0, 1650, count)), 1, tag);
+    return;
+  }
+  const std::vector<float> before = pattern<float>(1, 1651, count);
+  clbuf::DeviceBuffer<float> in = upload(before);
+  for (std::size_t i = 0; i < expected.size(); ++i) {
+    SCOPED_TRACE("message " + std::to_string(i));
+    std::vector<std::string> fragments = expected[i];
+    fragments.push_back("recv: CL_INVALID_VALUE (-30): ");
+    fragments.push_back("rank 0 (tag 21)");
+    EXPECT_TRUE(throws([&] { comm.recv(in, 0, tag); }, CL_INVALID_VALUE, fragments));
+    EXPECT_TRUE(same(before, manager_->download(in))) << "nothing written";
+  }
+  comm.recv(in, 0, tag);
+  EXPECT_TRUE(same(pattern<float>(0, 1650, count), manager_->download(in)));
+}
+
 TEST_P(Mpi, TypeMismatchOfTheSameSizeIsAnError) {
   clbuf::mpi::Communicator comm = communicator(8 << 10);
   if (rank_ == 0) comm.send(upload(pattern<float>(0, 1300, 50000)), 1);
@@ -618,8 +739,67 @@ TEST_P(Mpi, CollectiveMismatchFailsOnEveryRank) {
   clbuf::DeviceBuffer<float> mine = manager_->allocate<float>(2);
   EXPECT_TRUE(throws([&] { comm.scatter(all, mine, 0); }, CL_INVALID_VALUE,
                      {rank_ == 0 ? "the root's buffer holds 7 elements" : "rank 0 rejected"}));
+  // the same count and element size, another type
+  if (rank_ % 2 == 0) {
+    clbuf::DeviceBuffer<float> typed = manager_->allocate<float>(16);
+    EXPECT_TRUE(throws([&] { comm.broadcast(typed, 0); }, CL_INVALID_VALUE,
+                       {"element types differ between ranks (int32 to float)"}));
+  } else {
+    clbuf::DeviceBuffer<std::int32_t> typed = manager_->allocate<std::int32_t>(16);
+    EXPECT_TRUE(throws([&] { comm.broadcast(typed, 0); }, CL_INVALID_VALUE,
+                       {"element types differ between ranks (int32 to float)"}));
+  }
   // and the communicator still works
   check_allreduce<float>(*manager_, comm, rank_, size_, 33, 1400);
+}
+
+// A buffer one rank cannot use (moved from) fails the collective on every rank: that rank with
+// its own error, the others naming it; no rank is left waiting.
+TEST_P(Mpi, BadBufferOnOneRankFailsTheCollectiveEverywhere) {
+  clbuf::mpi::Communicator comm = communicator(8 << 10);
+  clbuf::DeviceBuffer<float> good = manager_->allocate<float>(8);
+  clbuf::DeviceBuffer<float> gone = manager_->allocate<float>(8);
+  const clbuf::DeviceBuffer<float> taken = std::move(gone);
+  clbuf::DeviceBuffer<float>& mine = rank_ == 1 ? gone : good;
+  const auto expect_failure = [&](const char* op, const std::function<void()>& body) {
+    if (rank_ == 1) {
+      EXPECT_TRUE(throws(body, CL_INVALID_MEM_OBJECT, {std::string(op) + ": "}));
+    } else {
+      EXPECT_TRUE(throws(body, CL_INVALID_VALUE,
+                         {std::string(op) + ": ", "rank 1 rejected its arguments"}));
+    }
+  };
+  expect_failure("allreduce", [&] { comm.allreduce(mine); });
+  clbuf::DeviceBuffer<float> all =
+      manager_->allocate<float>(rank_ == 0 ? 8 * static_cast<std::size_t>(size_) : 0);
+  expect_failure("gather", [&] { comm.gather(mine, all, 0); });
+  expect_failure("scatter", [&] { comm.scatter(all, mine, 0); });
+  check_allreduce<float>(*manager_, comm, rank_, size_, 5, 1410);
+}
+
+// Without the agreement a gather whose counts differ is still an error on the root, once every
+// message has arrived (the root waits for all of them); the senders complete, and the
+// communicator still works.
+TEST_P(Mpi, GatherOfDifferentCountsWithoutVerificationFailsOnTheRoot) {
+  clbuf::mpi::Options options;
+  options.chunk_bytes = 16 << 10;
+  options.verify_collectives = false;
+  clbuf::mpi::Communicator comm(*manager_, MPI_COMM_WORLD, options);
+  const std::size_t n = rank_ == 1 ? 6 : 5;
+  clbuf::DeviceBuffer<float> mine = upload(pattern<float>(rank_, 1420, n));
+  clbuf::DeviceBuffer<float> all =
+      manager_->allocate<float>(rank_ == 0 ? 5 * static_cast<std::size_t>(size_) : 0);
+  if (rank_ == 0) {
+    EXPECT_TRUE(throws([&] { comm.gather(mine, all, 0); }, CL_INVALID_VALUE,
+                       {"gather: ", "MPI_ERR_TRUNCATE: rank 1 (tag 0) sent 6 elements",
+                        "the receiving buffer holds 5 elements"}));
+    const std::vector<float> got = manager_->download(all);
+    EXPECT_TRUE(same(pattern<float>(0, 1420, 5), std::vector<float>(got.begin(), got.begin() + 5)))
+        << "the root's own share";
+  } else {
+    comm.gather(mine, all, 0);
+  }
+  check_allreduce<float>(*manager_, comm, rank_, size_, 5, 1421);
 }
 
 TEST_P(Mpi, OptionsMustAgree) {
@@ -695,6 +875,43 @@ TEST_P(Mpi, HaloExchangeWithOpenEnds) {
   EXPECT_TRUE(same(field, manager_->download(buffer)));
 }
 
+// An MPI call's failure is a clbuf::Error (code CL_SUCCESS: OpenCL has none for it) naming the
+// call, MPI's error class and MPI's own words. MPI_COMM_NULL is an invalid communicator; the
+// world's error handler returns errors for the length of the test.
+TEST(MpiErrors, AFailedMpiCallIsAnErrorNamingCallAndClass) {
+  MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
+  EXPECT_TRUE(throws([] { static_cast<void>(clbuf::mpi::local_device_selector(MPI_COMM_NULL)); },
+                     CL_SUCCESS,
+                     {"local_device_selector: MPI_Comm_split_type failed: MPI_ERR_COMM ("}));
+  MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_ARE_FATAL);
+}
+
+// A Communicator needs MPI: before MPI_Init its constructor throws, before any MPI call that
+// would abort the process.
+TEST(MpiErrors, CommunicatorBeforeMpiInitIsInvalidOperation) {
+  EXPECT_NE(g_before_init.find("Communicator: CL_INVALID_OPERATION (-59): MPI is not initialized "
+                               "(call MPI_Init first) or finalized"),
+            std::string::npos)
+      << g_before_init;
+}
+
+// Each error class a message names, as MPI spells it; classes without a name of their own read
+// MPI_ERR_OTHER.
+TEST(MpiErrors, ClassNamesAreMpisOwn) {
+  const std::vector<std::pair<int, std::string>> classes = {
+      {MPI_ERR_BUFFER, "MPI_ERR_BUFFER"},   {MPI_ERR_COUNT, "MPI_ERR_COUNT"},
+      {MPI_ERR_TYPE, "MPI_ERR_TYPE"},       {MPI_ERR_TAG, "MPI_ERR_TAG"},
+      {MPI_ERR_COMM, "MPI_ERR_COMM"},       {MPI_ERR_RANK, "MPI_ERR_RANK"},
+      {MPI_ERR_REQUEST, "MPI_ERR_REQUEST"}, {MPI_ERR_ROOT, "MPI_ERR_ROOT"},
+      {MPI_ERR_OP, "MPI_ERR_OP"},           {MPI_ERR_TRUNCATE, "MPI_ERR_TRUNCATE"},
+      {MPI_ERR_INTERN, "MPI_ERR_INTERN"},   {MPI_ERR_IN_STATUS, "MPI_ERR_IN_STATUS"},
+      {MPI_ERR_PENDING, "MPI_ERR_PENDING"}, {MPI_ERR_OTHER, "MPI_ERR_OTHER"},
+      {MPI_ERR_WIN, "MPI_ERR_OTHER"}};
+  for (const auto& [error_class, name] : classes) {
+    EXPECT_EQ(clbuf::mpi::detail::mpi_class_name(error_class), name) << "class " << error_class;
+  }
+}
+
 TEST(MpiSelector, LocalDeviceSelectorNamesADevice) {
   const std::string selector = clbuf::mpi::local_device_selector();
   clbuf::BufferManager manager(selector);
@@ -715,6 +932,13 @@ INSTANTIATE_TEST_SUITE_P(
 }  // namespace
 
 int main(int argc, char** argv) {
+  try {
+    clbuf::BufferManager manager;
+    clbuf::mpi::Communicator comm(manager);
+    g_before_init = "no error";
+  } catch (const clbuf::Error& error) {
+    g_before_init = error.what();
+  }
   int provided = 0;
   MPI_Init_thread(&argc, &argv, MPI_THREAD_FUNNELED, &provided);
   ::testing::InitGoogleTest(&argc, argv);
