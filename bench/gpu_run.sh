@@ -3,7 +3,7 @@
 # Runs clbuf's tests and benchmark on the NVIDIA H200 machine (see ../shared/GPU.md), from a
 # Release build folder made on Debian 12 and the ICD loader packages in .dev/:
 #   bench/gpu_run.sh BUILD_DIR OUT_DIR STAGE...
-# (stages: suite tests bench async streaming sweep rss xdev)
+# (stages: suite tests bench async streaming sweep bounce rss xdev)
 # Where .dev/*.deb and /usr/lib/libnvidia-opencl.so both exist, the loader and clinfo are unpacked
 # into /tmp/cl and OCL_ICD_VENDORS points at NVIDIA's driver alone; elsewhere (PoCL here) the
 # system's OpenCL is used as it is.
@@ -234,6 +234,15 @@ for chunk in 1M 2M 4M; do
       grep -E "^(upload|download).*clbuf " | sed "s/^/chunk=$chunk threads=$threads /"
   done
 done | tee "$out/sweep.txt"
+fi
+
+if [[ $stages == *" bounce "* ]]; then
+echo "== the bounced path (issue 19): pageable transfers below the staging threshold through one pinned block"
+for bounce in 0 64K 1M 4M; do
+  timeout 100 "$bench" --sizes 4,64,4K,64K,1M,4M --ops upload_existing,download_caller,roundtrip_seed \
+    --methods clbuf,clhpp_naive,clhpp_best --bounce-max $bounce --target-s 0.1 --case-budget-s 1.5 2>&1 |
+    grep -E "^(upload|download|roundtrip)" | sed "s/^/bounce=$bounce /"
+done | tee "$out/bounce.txt"
 fi
 
 if [[ $stages == *" rss "* ]]; then

@@ -2,9 +2,11 @@
 // Every transfer path gives the same bytes: the CPU device's host blocks, the unified path and
 // the discrete path with pinned staging (forced on PoCL with tiny chunks, so that transfers span
 // many chunks, several threads share them and each wraps around its slots).
+#include <atomic>
 #include <cstdint>
 #include <cstring>
 #include <string>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -177,5 +179,79 @@ TEST(MemoryModelText, ToStringNamesEveryModel) {
   EXPECT_STREQ(clbuf::to_string(MemoryModel::discrete), "discrete");
   EXPECT_STREQ(clbuf::to_string(static_cast<MemoryModel>(42)), "unknown");
 }
+
+// The bounced path (discrete devices): pageable transfers below the staging threshold and up to
+// bounce_max_bytes go through one pinned block; past it the driver's path, from the threshold the
+// staged pipeline. Sizes at each boundary, at offsets, and more threads than cached blocks.
+class BouncePath : public clbuf_test::ModelTest {
+ protected:
+  static constexpr std::size_t bounce = 64 << 10;
+  static constexpr std::size_t threshold = 1 << 20;
+  void configure(clbuf::Options& options) override {
+    options.staging_threshold_bytes = threshold;
+    options.staging_chunk_bytes = 64 << 10;
+    options.bounce_max_bytes = bounce;
+  }
+};
+
+TEST_P(BouncePath, ResolvesTheBound) {
+  EXPECT_EQ(paths().options().bounce_max_bytes, bounce);
+  clbuf::Options automatic;
+  automatic.memory = GetParam();
+  automatic.staging_threshold_bytes = 12345;
+  automatic.bounce_max_bytes = clbuf::Options::automatic;
+  clbuf::BufferManager m(std::string(), automatic);
+  EXPECT_EQ(m.options().bounce_max_bytes, 12345u) << "automatic: below the staging threshold";
+  automatic.staging_threshold_bytes = clbuf::Options::never;
+  automatic.bounce_max_bytes = clbuf::Options::automatic;
+  clbuf::BufferManager capped(std::string(), automatic);
+  EXPECT_EQ(capped.options().bounce_max_bytes, std::size_t{4} << 20) << "automatic: at most 4 MiB";
+  clbuf::BufferManager defaults(std::string(), clbuf::Options{});
+  EXPECT_EQ(defaults.options().bounce_max_bytes, 0u) << "off until measured on the H200";
+}
+
+TEST_P(BouncePath, EveryBoundaryIsExact) {
+  for (std::size_t bytes : {std::size_t{1}, std::size_t{4}, bounce - 1, bounce, bounce + 1,
+                            threshold - 1, threshold, threshold + 1}) {
+    SCOPED_TRACE(bytes);
+    const std::vector<std::uint8_t> data = random<std::uint8_t>(bytes + 3);
+    clbuf::DeviceBuffer<std::uint8_t> buffer = paths().upload(data);
+    EXPECT_TRUE(same_bytes(data, paths().download(buffer)));
+    // Into and out of the middle of the buffer, the rest untouched.
+    const std::vector<std::uint8_t> middle = random<std::uint8_t>(bytes);
+    paths().upload(buffer, middle, 2);
+    std::vector<std::uint8_t> expected = data;
+    std::memcpy(expected.data() + 2, middle.data(), bytes);
+    std::vector<std::uint8_t> out = clbuf_test::sentinels<std::uint8_t>(bytes + 2);
+    paths().download(buffer, out.data() + 1, bytes, 1);
+    EXPECT_TRUE(same_bytes(expected.data() + 1, out.data() + 1, bytes));
+    EXPECT_TRUE(clbuf_test::all_sentinel(out.data(), 1));
+    EXPECT_TRUE(clbuf_test::all_sentinel(out.data() + bytes + 1, 1));
+  }
+}
+
+TEST_P(BouncePath, ThreadsBouncingAtOnceStayExact) {
+  std::vector<std::thread> threads;
+  std::atomic<int> wrong{0};
+  std::atomic<int> errors{0};
+  for (int t = 0; t < 6; ++t) {
+    const std::vector<std::uint32_t> data = random<std::uint32_t>(1000 + 997 * t);
+    threads.emplace_back([this, data, &wrong, &errors] {
+      try {
+        for (int i = 0; i < 20; ++i) {
+          clbuf::DeviceBuffer<std::uint32_t> buffer = paths().upload(data);
+          if (paths().download(buffer) != data) ++wrong;
+        }
+      } catch (const clbuf::Error&) {
+        ++errors;
+      }
+    });
+  }
+  for (std::thread& t : threads) t.join();
+  EXPECT_EQ(wrong.load(), 0);
+  EXPECT_EQ(errors.load(), 0);
+}
+
+CLBUF_INSTANTIATE_MODELS(BouncePath);
 
 }  // namespace

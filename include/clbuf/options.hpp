@@ -47,6 +47,12 @@ struct Options {
   /// Pinned chunks (at least 2), shared out among the copy threads, two or more each; pinned
   /// memory stays at staging_chunk_bytes * staging_chunks.
   std::size_t staging_chunks = 24;
+  /// Pageable transfers to or from a discrete device below staging_threshold_bytes and of at
+  /// most this many bytes go through a pinned block of clbuf's (one DMA and one memcpy) instead
+  /// of the driver's pageable path; `automatic`: all of them, up to 4 MiB; 0 (the default until
+  /// the H200 sweep of issue 19 has chosen one) turns it off. Each transfer in flight at once
+  /// holds one block of this size (two are kept between calls).
+  std::size_t bounce_max_bytes = 0;
   /// Threads for large host copies (the CPU device's memcpy, staged chunks); 0: as many as
   /// the host has, at most 12.
   unsigned copy_threads = 0;

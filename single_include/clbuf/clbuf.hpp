@@ -2727,6 +2727,12 @@ struct Options {
   /// Pinned chunks (at least 2), shared out among the copy threads, two or more each; pinned
   /// memory stays at staging_chunk_bytes * staging_chunks.
   std::size_t staging_chunks = 24;
+  /// Pageable transfers to or from a discrete device below staging_threshold_bytes and of at
+  /// most this many bytes go through a pinned block of clbuf's (one DMA and one memcpy) instead
+  /// of the driver's pageable path; `automatic`: all of them, up to 4 MiB; 0 (the default until
+  /// the H200 sweep of issue 19 has chosen one) turns it off. Each transfer in flight at once
+  /// holds one block of this size (two are kept between calls).
+  std::size_t bounce_max_bytes = 0;
   /// Threads for large host copies (the CPU device's memcpy, staged chunks); 0: as many as
   /// the host has, at most 12.
   unsigned copy_threads = 0;
@@ -2864,6 +2870,9 @@ class DeviceContext {
     }
     if (options_.copy_threads == 0) {
       options_.copy_threads = std::clamp(std::thread::hardware_concurrency(), 1u, 12u);
+    }
+    if (options_.bounce_max_bytes == Options::automatic) {
+      options_.bounce_max_bytes = std::min(options_.staging_threshold_bytes, std::size_t{4} << 20);
     }
     if (options_.pool_limit_bytes == Options::automatic) {
       options_.pool_limit_bytes = static_cast<std::size_t>(
@@ -3054,7 +3063,11 @@ class PinnedCache {
 //      queue has finished earlier work the host copies with memcpy (ParallelCopier), no command;
 //   2. staged: a discrete device, pageable host memory and at least staging_threshold_bytes:
 //      pinned chunks pipelined by several threads (Stager);
-//   3. queue: one clEnqueueWriteBuffer / clEnqueueReadBuffer.
+//   3. bounced: a discrete device, pageable host memory below the staging threshold and at most
+//      bounce_max_bytes: one DMA between the device and a pinned block of the engine's, and a
+//      memcpy between that block and the caller's memory (drivers move pageable memory below
+//      the bus speed even for small transfers: 196 against 80 us for 1 MiB read on the H200);
+//   4. queue: one clEnqueueWriteBuffer / clEnqueueReadBuffer.
 #ifndef CLBUF_DETAIL_TRANSFER_ENGINE_HPP
 #define CLBUF_DETAIL_TRANSFER_ENGINE_HPP
 
@@ -3542,7 +3555,7 @@ enum class HostMemory { pageable, pinned };
 
 class TransferEngine {
  public:
-  enum class Path { host_block, staged, queue };
+  enum class Path { host_block, staged, bounced, queue };
 
   explicit TransferEngine(const DeviceContext& device)
       : device_(device), copier_(device.options().copy_threads) {
@@ -3564,6 +3577,10 @@ class TransferEngine {
         bytes >= device_.options().staging_threshold_bytes) {
       return Path::staged;
     }
+    if (host == HostMemory::pageable && device_.options().memory == MemoryModel::discrete &&
+        bytes <= device_.options().bounce_max_bytes) {
+      return Path::bounced;
+    }
     return Path::queue;
   }
 
@@ -3580,6 +3597,12 @@ class TransferEngine {
       case Path::staged:
         stager_->write(memory.buffer(), memory.at(offset), data, bytes, operation);
         break;
+      case Path::bounced: {
+        Bounce block(*this, operation);
+        std::memcpy(block.data(), data, bytes);
+        queue().write(operation, memory.buffer(), memory.at(offset), bytes, block.data(), true);
+        break;
+      }
       case Path::queue:
         queue().write(operation, memory.buffer(), memory.at(offset), bytes, data, true);
         break;
@@ -3612,6 +3635,12 @@ class TransferEngine {
       case Path::staged:
         stager_->read(memory.buffer(), memory.at(offset), out, bytes, operation);
         break;
+      case Path::bounced: {
+        Bounce block(*this, operation);
+        queue().read(operation, memory.buffer(), memory.at(offset), bytes, block.data(), true);
+        std::memcpy(out, block.data(), bytes);
+        break;
+      }
       case Path::queue:
         queue().read(operation, memory.buffer(), memory.at(offset), bytes, out, true);
         break;
@@ -3638,6 +3667,7 @@ class TransferEngine {
       case Path::staged:
         return stager_->submit(true, memory.buffer, memory.at(offset), const_cast<void*>(data),
                                bytes, operation, std::move(keep), background_);
+      case Path::bounced:  // started from the caller's memory: nothing to wait for on the host
       case Path::queue:
         break;
     }
@@ -3727,9 +3757,28 @@ class TransferEngine {
     background_.stop();
     stager_.reset();
     pinned_cache_.clear();
+    bounce_cache_.clear();
   }
 
  private:
+  /// A pinned block of bounce_max_bytes for one bounced transfer, from the engine's cache and
+  /// given back on every way out (a blocking transfer has finished with it by then).
+  class Bounce {
+   public:
+    Bounce(TransferEngine& engine, const char* operation)
+        : cache_(engine.bounce_cache_),
+          block_(cache_.take(engine.device_.context(), engine.queue().handle(),
+                             engine.options().bounce_max_bytes, operation)) {}
+    Bounce(const Bounce&) = delete;
+    Bounce& operator=(const Bounce&) = delete;
+    ~Bounce() { cache_.give(std::move(block_)); }
+    void* data() const noexcept { return block_.data(); }
+
+   private:
+    PinnedCache& cache_;
+    PinnedBlock block_;
+  };
+
   /// Enqueues the commands of a fill; returns the last one's event (the queue is in order).
   cl::Event fill_commands(const char* operation, const Allocation& memory, std::size_t offset,
                           const void* pattern, std::size_t size, std::size_t count) {
@@ -3768,6 +3817,7 @@ class TransferEngine {
   std::unique_ptr<Stager> stager_;  // discrete devices only
   Telemetry telemetry_;
   PinnedCache pinned_cache_{4};  // two copies from other contexts at once, without allocating
+  PinnedCache bounce_cache_{2};  // bounced transfers: two at once without allocating
   Background background_;        // after stager_: its jobs use the stager, so it ends first
 };
 

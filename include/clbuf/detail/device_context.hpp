@@ -137,6 +137,9 @@ class DeviceContext {
     if (options_.copy_threads == 0) {
       options_.copy_threads = std::clamp(std::thread::hardware_concurrency(), 1u, 12u);
     }
+    if (options_.bounce_max_bytes == Options::automatic) {
+      options_.bounce_max_bytes = std::min(options_.staging_threshold_bytes, std::size_t{4} << 20);
+    }
     if (options_.pool_limit_bytes == Options::automatic) {
       options_.pool_limit_bytes = static_cast<std::size_t>(
           std::min<std::uint64_t>(info_.global_mem_bytes / 4, std::uint64_t{1} << 30));
