@@ -92,6 +92,32 @@ def test_empty_and_fill(bm, dtype):
     same(bm.download_from_device(handle), np.full((3, 5), 5, dtype))
 
 
+@pytest.mark.parametrize("dtype", [np.uint8, np.int16, np.float32, np.int64, np.complex128],
+                         ids=str)
+def test_fill_leaves_every_byte_outside_its_range_alone(bm, dtype):
+    # The paths of fill: the uint8 buffer itself, the host (clbuf's own memory on a CPU device,
+    # in blocks of up to 64 KiB: 70001 elements end in a partial block) and the typed alias kept
+    # on the DeviceBuffer (filled again, and async after sync on the same alias), on views at
+    # odd offsets, with random bytes around them.
+    count = 70001
+    data = rand((count,), dtype)
+    handle = bm.upload_to_device(data)
+    values = [rand((1,), dtype)[0] for _ in range(3)]
+    for start, stop in ((0, count), (1, 4), (3, 66000), (count - 5, count)):
+        view = handle[start:stop]
+        for value in values:
+            bm.fill(view, value)
+            data[start:stop] = value
+            same(bm.download_from_device(handle), data)
+        bm.fill_async(view, values[0]).wait()
+        data[start:stop] = values[0]
+        same(bm.download_from_device(handle), data)
+    empty = handle[7:7]
+    bm.fill(empty, values[1])
+    bm.fill_async(empty, values[1]).wait()
+    same(bm.download_from_device(handle), data)
+
+
 def test_fill_casts_the_value_to_the_buffer_dtype(bm):
     handle = bm.empty(4, np.int32)
     bm.fill(handle, 2.9)
