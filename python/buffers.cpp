@@ -8,6 +8,8 @@ namespace clbuf_python {
 
 std::shared_ptr<Handle> as_handle(const char* operation, const py::handle& value,
                                   const char* what) {
+  std::shared_ptr<Handle> exact;
+  if (exact_held(value, exact) && exact) return exact;  // a DeviceBuffer, without a type lookup
   if (!py::isinstance<Handle>(value)) {
     fail(operation, CL_INVALID_MEM_OBJECT,
          std::string(what) + " must be a clbuf.DeviceBuffer, not " + type_name(value));
@@ -120,7 +122,7 @@ void bind_buffers(py::module_& m) {
           "longer pooled by clbuf: it lives as long as either side uses it.")
       .def("__getitem__",
            [](Self<Handle> self, const py::handle& key) {
-             return slice(initialised(self, "__getitem__"), key);
+             return to_python(slice(initialised(self, "__getitem__"), key));
            })
       .def("__len__",
            [](Self<Handle> self) -> py::ssize_t {

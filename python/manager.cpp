@@ -240,7 +240,7 @@ std::shared_ptr<Handle> Manager::handle_for(const py::array& array) const {
                     std::vector<py::ssize_t>(array.shape(), array.shape() + array.ndim()));
 }
 
-std::shared_ptr<Handle> Manager::upload_to_device(const py::handle& data) {
+py::object Manager::upload_to_device(const py::handle& data) {
   const py::array array = as_contiguous_host_array("upload_to_device", data, "data");
   auto handle = handle_for(array);
   const auto* bytes = static_cast<const std::uint8_t*>(array.data());
@@ -250,11 +250,46 @@ std::shared_ptr<Handle> Manager::upload_to_device(const py::handle& data) {
     NoGil release;
     handle->own(pinned != nullptr ? manager_->upload(*pinned) : manager_->upload(bytes, count));
   }
-  return handle;
+  return to_python(handle);
 }
+
+namespace {
+
+/// An uninitialised C-contiguous ndarray of `dtype` and `shape`, straight from numpy's C API
+/// (numpy works out the strides).
+py::array new_c_array(const py::dtype& dtype, const std::vector<py::ssize_t>& shape) {
+  const auto& api = py::detail::npy_api::get();
+  auto array = py::reinterpret_steal<py::array>(api.PyArray_NewFromDescr_(
+      api.PyArray_Type_, dtype.inc_ref().ptr(),  // the descriptor reference is stolen
+      static_cast<int>(shape.size()), shape.data(), nullptr, nullptr, 0, nullptr));
+  if (!array) throw py::error_already_set();  // MemoryError
+  return array;
+}
+
+/// True when `shape` is a tuple of ints equal to `extents` (what the seed passes: data.shape).
+bool is_same_shape(const py::handle& shape, const std::vector<py::ssize_t>& extents) {
+  if (!PyTuple_CheckExact(shape.ptr())) return false;
+  const Py_ssize_t count = PyTuple_GET_SIZE(shape.ptr());
+  if (static_cast<std::size_t>(count) != extents.size()) return false;
+  for (Py_ssize_t i = 0; i < count; ++i) {
+    PyObject* item = PyTuple_GET_ITEM(shape.ptr(), i);
+    if (!PyLong_CheckExact(item)) return false;
+    int overflow = 0;
+    const long value = PyLong_AsLongAndOverflow(item, &overflow);
+    if (overflow != 0 || value != extents[static_cast<std::size_t>(i)]) return false;
+  }
+  return true;
+}
+
+}  // namespace
 
 py::array Manager::new_array(const char* operation, const Handle& handle, const py::handle& shape,
                              const py::handle& dtype) {
+  // The buffer's own shape and dtype object (the seed's download): nothing to convert or check.
+  if ((dtype.is_none() || dtype.ptr() == handle.dtype.ptr()) &&
+      (shape.is_none() || is_same_shape(shape, handle.shape))) {
+    return new_c_array(handle.dtype, handle.shape);
+  }
   const py::dtype type = dtype.is_none() ? handle.dtype : as_dtype(operation, dtype);
   const std::vector<py::ssize_t> extents =
       shape.is_none() ? handle.shape : as_shape(operation, shape);
@@ -266,7 +301,7 @@ py::array Manager::new_array(const char* operation, const Handle& handle, const 
              std::to_string(handle.nbytes()) + " bytes (uploaded as shape " +
              describe_shape(handle.shape) + " of " + describe_dtype(handle.dtype) + ")");
   }
-  return py::array(type, extents);
+  return new_c_array(type, extents);
 }
 
 py::array Manager::out_array(const char* operation, const Handle& handle, const py::handle& out,
@@ -336,15 +371,17 @@ void Manager::copy_device_buffer(const py::handle& source_buffer, const py::hand
   manager_->copy_bytes(source->memory, dest->memory, bytes, src_at, dst_at);
 }
 
-std::shared_ptr<Handle> Manager::empty(const py::handle& shape, const py::handle& dtype) {
+py::object Manager::empty(const py::handle& shape, const py::handle& dtype) {
   const char* op = "empty";
   const py::dtype type = as_dtype(op, dtype);
   std::vector<py::ssize_t> extents = as_shape(op, shape);
   const std::size_t bytes = shape_bytes(op, extents, type);
   auto handle = new_handle(manager_, type, std::move(extents));
-  NoGil release;
-  handle->own(manager_->allocate<std::uint8_t>(bytes));
-  return handle;
+  {
+    NoGil release;
+    handle->own(manager_->allocate<std::uint8_t>(bytes));
+  }
+  return to_python(handle);
 }
 
 void Manager::fill(const py::handle& buffer, const py::handle& value) {
