@@ -50,11 +50,14 @@ std::shared_ptr<Handle> slice(const std::shared_ptr<Handle>& handle, const py::h
   Py_ssize_t step = 0;
   if (PySlice_Unpack(key.ptr(), &start, &stop, &step) < 0) throw py::error_already_set();
   const auto* range = reinterpret_cast<PySliceObject*>(key.ptr());
-  const std::string shown = (range->start == Py_None ? "" : text_of(range->start)) + ":" +
-                            (range->stop == Py_None ? "" : text_of(range->stop));
+  // The slice as written, for messages only (str() of its bounds costs more than the view).
+  const auto shown = [range] {
+    return (range->start == Py_None ? "" : text_of(range->start)) + ":" +
+           (range->stop == Py_None ? "" : text_of(range->stop));
+  };
   if (step != 1) {
     fail(op, CL_INVALID_VALUE,
-         "view [" + shown + ":" + text_of(range->step) + "] has step " + std::to_string(step) +
+         "view [" + shown() + ":" + text_of(range->step) + "] has step " + std::to_string(step) +
              "; views are contiguous (step 1)");
   }
   const py::ssize_t rows = handle->shape[0];
@@ -64,7 +67,7 @@ std::shared_ptr<Handle> slice(const std::shared_ptr<Handle>& handle, const py::h
   if (stop < 0) stop += rows;
   if (start < 0 || stop > rows || stop < start) {
     fail(op, CL_INVALID_VALUE,
-         "view [" + shown + "] is out of range of a buffer of " + std::to_string(rows) +
+         "view [" + shown() + "] is out of range of a buffer of " + std::to_string(rows) +
              " rows (shape " + describe_shape(handle->shape) + ")");
   }
   std::size_t row_bytes = handle->itemsize();
