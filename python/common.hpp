@@ -34,6 +34,7 @@ namespace clbuf_python {
 
 // numpy's array flags (numpy/ndarraytypes.h).
 constexpr int npy_c_contiguous = 0x0001;
+constexpr int npy_forcecast = 0x0010;
 constexpr int npy_ensure_array = 0x0040;
 constexpr int npy_aligned = 0x0100;
 constexpr int npy_writeable = 0x0400;
