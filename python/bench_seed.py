@@ -151,7 +151,8 @@ def cpp_seed_round_trip(path, device_info):
         return None
     with tempfile.TemporaryDirectory() as folder:
         out = os.path.join(folder, "seed.csv")
-        subprocess.run([path, "--device", f"{device_info.platform_index}:{device_info.device_index}",
+        device = f"{device_info.platform_index}:{device_info.device_index}"
+        subprocess.run([path, "--device", device,
                         "--ops", "roundtrip_seed", "--methods", "clbuf", "--min-reps", "20000",
                         "--max-reps", "20000", "--csv", out],
                        check=True, stdout=subprocess.DEVNULL)
@@ -280,7 +281,8 @@ def overhead(bm, context, queue, cpp_bench, scale):
     print()
     if cpp is not None:
         print(f"seed round trip (1000 float32): Python {seed_time * 1e6:.2f} us, C++ "
-              f"{cpp * 1e6:.2f} us (clbuf_bench roundtrip_seed): +{(seed_time - cpp) * 1e6:.2f} us, "
+              f"{cpp * 1e6:.2f} us (clbuf_bench roundtrip_seed): "
+              f"+{(seed_time - cpp) * 1e6:.2f} us, "
               f"{seed_time / cpp:.1f}x (target: at most C++ + 1.50 us); runs: Python "
               + ", ".join(f"{t * 1e6:.2f}" for t in python_runs) + " us, C++ "
               + ", ".join(f"{t * 1e6:.2f}" for t in cpp_runs) + " us")
