@@ -8,6 +8,8 @@ namespace clbuf_python {
 
 std::shared_ptr<Handle> as_handle(const char* operation, const py::handle& value,
                                   const char* what) {
+  std::shared_ptr<Handle> exact;
+  if (exact_held(value, exact) && exact) return exact;  // a DeviceBuffer, without a type lookup
   if (!py::isinstance<Handle>(value)) {
     fail(operation, CL_INVALID_MEM_OBJECT,
          std::string(what) + " must be a clbuf.DeviceBuffer, not " + type_name(value));
@@ -48,11 +50,14 @@ std::shared_ptr<Handle> slice(const std::shared_ptr<Handle>& handle, const py::h
   Py_ssize_t step = 0;
   if (PySlice_Unpack(key.ptr(), &start, &stop, &step) < 0) throw py::error_already_set();
   const auto* range = reinterpret_cast<PySliceObject*>(key.ptr());
-  const std::string shown = (range->start == Py_None ? "" : text_of(range->start)) + ":" +
-                            (range->stop == Py_None ? "" : text_of(range->stop));
+  // The slice as written, for messages only (str() of its bounds costs more than the view).
+  const auto shown = [range] {
+    return (range->start == Py_None ? "" : text_of(range->start)) + ":" +
+           (range->stop == Py_None ? "" : text_of(range->stop));
+  };
   if (step != 1) {
     fail(op, CL_INVALID_VALUE,
-         "view [" + shown + ":" + text_of(range->step) + "] has step " + std::to_string(step) +
+         "view [" + shown() + ":" + text_of(range->step) + "] has step " + std::to_string(step) +
              "; views are contiguous (step 1)");
   }
   const py::ssize_t rows = handle->shape[0];
@@ -62,7 +67,7 @@ std::shared_ptr<Handle> slice(const std::shared_ptr<Handle>& handle, const py::h
   if (stop < 0) stop += rows;
   if (start < 0 || stop > rows || stop < start) {
     fail(op, CL_INVALID_VALUE,
-         "view [" + shown + "] is out of range of a buffer of " + std::to_string(rows) +
+         "view [" + shown() + "] is out of range of a buffer of " + std::to_string(rows) +
              " rows (shape " + describe_shape(handle->shape) + ")");
   }
   std::size_t row_bytes = handle->itemsize();
@@ -120,7 +125,7 @@ void bind_buffers(py::module_& m) {
           "longer pooled by clbuf: it lives as long as either side uses it.")
       .def("__getitem__",
            [](Self<Handle> self, const py::handle& key) {
-             return slice(initialised(self, "__getitem__"), key);
+             return to_python(slice(initialised(self, "__getitem__"), key));
            })
       .def("__len__",
            [](Self<Handle> self) -> py::ssize_t {

@@ -9,6 +9,8 @@
 
 #include <clbuf/detail/buffer_access.hpp>
 
+#include <typeindex>
+
 namespace clbuf_python {
 
 /// Device memory holding an array's bytes, with the dtype and shape it was uploaded with.
@@ -22,6 +24,10 @@ struct Handle {
   std::shared_ptr<Handle> root;
   /// The memory was handed to pyopencl (to_pyopencl()): it never goes back to clbuf's pool.
   bool exported = false;
+  /// `memory` as DeviceBuffer<T> for typed work (fill of wide dtypes), one per T, made by
+  /// alias_of() with the GIL held on first use and kept for the Handle's life; destroyed before
+  /// `memory` (declared after it), so its retained cl_mem is gone when the memory is pooled.
+  std::vector<std::pair<std::type_index, std::shared_ptr<void>>> aliases;
 
   /// Takes `made` as this Handle's memory, its memory shared at once (before Python can hand the
   /// Handle to another thread), so that slicing never changes `memory` under a transfer.
@@ -80,6 +86,22 @@ clbuf::DeviceBuffer<T> typed_alias(const char* operation, clbuf::BufferManager& 
   clbuf::DeviceBuffer<T> whole =
       manager.adopt<T>(cl::Buffer(bytes.native_root()(), true), capacity / sizeof(T));
   return manager.view(whole, offset / sizeof(T), bytes.size_bytes() / sizeof(T));
+}
+
+/// typed_alias() of `handle`'s memory by its own manager, made once (the GIL held: Python
+/// threads never make one at the same time) and shared afterwards; the caller's copy of the
+/// pointer keeps it alive while the GIL is released.
+template <class T>
+std::shared_ptr<clbuf::DeviceBuffer<T>> alias_of(const char* operation, Handle& handle) {
+  for (const auto& [type, alias] : handle.aliases) {
+    if (type == std::type_index(typeid(T))) {
+      return std::static_pointer_cast<clbuf::DeviceBuffer<T>>(alias);
+    }
+  }
+  auto alias = std::make_shared<clbuf::DeviceBuffer<T>>(
+      typed_alias<T>(operation, *handle.manager, handle.memory));
+  handle.aliases.emplace_back(std::type_index(typeid(T)), alias);
+  return alias;
 }
 
 void bind_buffers(py::module_& m);

@@ -363,12 +363,12 @@ py::array as_writable_host_array(const char* operation, const py::handle& value,
 }
 
 std::string value_bytes(const char* operation, const py::handle& value, const py::dtype& dtype) {
-  static const auto* array = new py::object(py::module_::import("numpy").attr("array"));
-  py::array cast;
-  try {
-    cast = (*array)(value, dtype);
-  } catch (py::error_already_set& error) {
-    error.restore();
+  // numpy.array(value, dtype) through numpy's C API (the same conversion, without a Python call).
+  const auto& api = py::detail::npy_api::get();
+  auto cast = py::reinterpret_steal<py::array>(api.PyArray_FromAny_(
+      value.ptr(), dtype.inc_ref().ptr(), 0, 0,
+      npy_forcecast | npy_ensure_array | npy_c_contiguous | npy_aligned, nullptr));
+  if (!cast) {
     const std::string why = take_python_error();
     fail(operation, CL_INVALID_VALUE,
          "value " + short_repr(value) + " cannot be cast to " + describe_dtype(dtype) + ": " + why);

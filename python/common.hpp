@@ -34,6 +34,7 @@ namespace clbuf_python {
 
 // numpy's array flags (numpy/ndarraytypes.h).
 constexpr int npy_c_contiguous = 0x0001;
+constexpr int npy_forcecast = 0x0010;
 constexpr int npy_ensure_array = 0x0040;
 constexpr int npy_aligned = 0x0100;
 constexpr int npy_writeable = 0x0400;
@@ -86,14 +87,46 @@ template <class T>
                                      ".__new__ without __init__); " + PythonName<T>::made_by);
 }
 
+/// pybind11's record of T's Python class, looked up once (pybind11 looks it up by the hash of
+/// the type's name on every cast: a measurable part of a small transfer).
+template <class T>
+const py::detail::type_info* type_info_of() {
+  static const py::detail::type_info* const info = py::detail::get_type_info(typeid(T));
+  return info;
+}
+
+/// For an object whose type is exactly T's Python class (not a subclass): true, and its C++
+/// object in `out` (null when it has none), read from the instance without a type lookup.
+/// False for any other object; the caller then takes pybind11's general path.
+template <class T>
+bool exact_held(const py::handle& object, std::shared_ptr<T>& out) {
+  const py::detail::type_info* info = type_info_of<T>();
+  if (info == nullptr || Py_TYPE(object.ptr()) != info->type) return false;
+  const py::detail::value_and_holder held =
+      reinterpret_cast<py::detail::instance*>(object.ptr())->get_value_and_holder(info, false);
+  out = held && held.holder_constructed() ? held.template holder<std::shared_ptr<T>>() : nullptr;
+  return true;
+}
+
 /// The C++ object of `self`, an instance of T's Python class; nullptr when it has none.
 template <class T>
 std::shared_ptr<T> held_object(const py::handle& self) {
+  std::shared_ptr<T> held;
+  if (exact_held(self, held)) return held;
   try {
     return self.cast<std::shared_ptr<T>>();
   } catch (const py::cast_error&) {  // "Unable to cast from non-held to held instance"
     return nullptr;
   }
+}
+
+/// `held` as a new Python object of T's class, as py::cast(held) makes it, without the type
+/// lookup (type_info_of()).
+template <class T>
+py::object to_python(const std::shared_ptr<T>& held) {
+  return py::reinterpret_steal<py::object>(py::detail::type_caster_generic::cast(
+      held.get(), py::return_value_policy::take_ownership, py::handle(), type_info_of<T>(), nullptr,
+      nullptr, &held));
 }
 
 /// `self` of a method of T's Python class (pybind11 raises its usual TypeError for another
@@ -142,6 +175,10 @@ struct type_caster<Self<T>> {
   PYBIND11_TYPE_CASTER(Self<T>, make_caster<T>::name);
   bool load(handle source, bool convert) {
     if (source.is_none()) return false;  // the holder caster would take None for a null holder
+    if (clbuf_python::exact_held(source, value.held)) {  // the usual case, without a type lookup
+      value.object = source;
+      return true;
+    }
     copyable_holder_caster<T, std::shared_ptr<T>> holder;
     try {
       if (!holder.load(source, convert)) return false;  // not a T

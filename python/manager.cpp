@@ -100,48 +100,114 @@ struct Bytes16 {
   std::uint64_t words[2];
 };
 
-/// Fills with the itemsize-byte `pattern`: a uint8 buffer directly, wider dtypes through an
-/// alias of the same memory as C++ elements of that size (the library's fill takes T).
-template <class T>
-clbuf::Future<void> fill_as(const char* operation, clbuf::BufferManager& manager,
-                            clbuf::DeviceBuffer<std::uint8_t>& bytes, const std::string& pattern,
-                            bool async, const std::vector<cl::Event>& after) {
-  T value{};
-  std::memcpy(&value, pattern.data(), sizeof(T));
-  if (sizeof(T) == 1) {
-    auto& same = reinterpret_cast<clbuf::DeviceBuffer<T>&>(bytes);  // T is std::uint8_t
-    if (!async) {
-      manager.fill(same, value);
-      return clbuf::Future<void>();
-    }
-    return manager.fill_async(same, value, after);
+/// The largest block of the pattern fill_on_host() writes at a time.
+constexpr std::size_t fill_block_bytes = std::size_t{64} << 10;
+
+/// fill() of clbuf's own memory on a CPU device (its host block), as the library fills it there:
+/// uploads of the pattern repeated (memcpy after the queue's work, in the library's order).
+void fill_on_host(clbuf::BufferManager& manager, clbuf::DeviceBuffer<std::uint8_t>& bytes,
+                  const std::string& pattern) {
+  const std::size_t total = bytes.size_bytes();
+  const std::size_t item = pattern.size();
+  std::vector<char> block(std::min(total, fill_block_bytes / item * item));
+  if (block.empty()) return;
+  std::memcpy(block.data(), pattern.data(), item);
+  for (std::size_t done = item; done < block.size(); done += std::min(done, block.size() - done)) {
+    std::memcpy(block.data() + done, block.data(), std::min(done, block.size() - done));
   }
-  clbuf::DeviceBuffer<T> alias = typed_alias<T>(operation, manager, bytes);
-  if (!alias.valid()) return clbuf::Future<void>();  // empty: nothing to fill
-  if (!async) {
-    manager.fill(alias, value);
-    return clbuf::Future<void>();
+  const auto* data = reinterpret_cast<const std::uint8_t*>(block.data());
+  for (std::size_t at = 0; at < total; at += block.size()) {
+    manager.upload(bytes, data, std::min(block.size(), total - at), at);
   }
-  return manager.fill_async(alias, value, after);
 }
 
-clbuf::Future<void> fill_pattern(const char* operation, clbuf::BufferManager& manager,
-                                 Handle& handle, const std::string& pattern, bool async,
-                                 const std::vector<cl::Event>& after) {
+/// Fills with the itemsize-byte `pattern`: a uint8 buffer directly, wider dtypes through the
+/// Handle's alias of the same memory as C++ elements of that size (the library's fill takes T).
+template <class T>
+clbuf::Future<void> fill_as(clbuf::BufferManager& manager, clbuf::DeviceBuffer<std::uint8_t>& bytes,
+                            clbuf::DeviceBuffer<T>* alias, const std::string& pattern, bool async,
+                            const std::vector<cl::Event>& after) {
+  T value{};
+  std::memcpy(&value, pattern.data(), sizeof(T));
+  if constexpr (std::is_same_v<T, std::uint8_t>) {
+    if (!async) {
+      manager.fill(bytes, value);
+      return clbuf::Future<void>();
+    }
+    return manager.fill_async(bytes, value, after);
+  } else {
+    if (alias == nullptr || !alias->valid()) return clbuf::Future<void>();  // empty
+    if (!async) {
+      manager.fill(*alias, value);
+      return clbuf::Future<void>();
+    }
+    return manager.fill_async(*alias, value, after);
+  }
+}
+
+/// A fill of `handle` in the works: what fill_pattern() needs of the Handle, taken with the GIL
+/// held (the typed alias), so that fill_pattern() runs without it.
+struct FillPlan {
+  std::string pattern;
+  bool on_host = false;  // clbuf's own memory on a CPU device, filled by fill_on_host()
+  std::shared_ptr<void> alias;
+};
+
+FillPlan plan_fill(const char* operation, Handle& handle, const std::string& pattern, bool async) {
+  const std::size_t item = pattern.size();
+  if (item != 1 && item != 2 && item != 4 && item != 8 && item != 16) {
+    fail(operation, CL_INVALID_VALUE, "cannot fill elements of " + std::to_string(item) + " bytes");
+  }
+  FillPlan plan;
+  plan.pattern = pattern;
+  // The library fills its own memory on a CPU device by the host (fill(), not fill_async()); a
+  // wider dtype's alias is adopted memory, which it fills with clEnqueueFillBuffer instead.
+  plan.on_host = !async && pattern.size() > 1 && handle.nbytes() != 0 &&
+                 clbuf::detail::BufferAccess::memory(handle.memory).host != nullptr;
+  if (plan.on_host || handle.nbytes() == 0) return plan;
   switch (pattern.size()) {
     case 1:
-      return fill_as<std::uint8_t>(operation, manager, handle.memory, pattern, async, after);
+      break;
     case 2:
-      return fill_as<std::uint16_t>(operation, manager, handle.memory, pattern, async, after);
+      plan.alias = alias_of<std::uint16_t>(operation, handle);
+      break;
     case 4:
-      return fill_as<std::uint32_t>(operation, manager, handle.memory, pattern, async, after);
+      plan.alias = alias_of<std::uint32_t>(operation, handle);
+      break;
     case 8:
-      return fill_as<std::uint64_t>(operation, manager, handle.memory, pattern, async, after);
-    case 16:
-      return fill_as<Bytes16>(operation, manager, handle.memory, pattern, async, after);
+      plan.alias = alias_of<std::uint64_t>(operation, handle);
+      break;
     default:
-      fail(operation, CL_INVALID_VALUE,
-           "cannot fill elements of " + std::to_string(pattern.size()) + " bytes");
+      plan.alias = alias_of<Bytes16>(operation, handle);
+      break;
+  }
+  return plan;
+}
+
+clbuf::Future<void> fill_pattern(clbuf::BufferManager& manager, Handle& handle,
+                                 const FillPlan& plan, bool async,
+                                 const std::vector<cl::Event>& after) {
+  const auto as = [&](auto tag) {
+    using T = decltype(tag);
+    return fill_as<T>(manager, handle.memory,
+                      static_cast<clbuf::DeviceBuffer<T>*>(plan.alias.get()), plan.pattern, async,
+                      after);
+  };
+  if (plan.on_host) {
+    fill_on_host(manager, handle.memory, plan.pattern);
+    return clbuf::Future<void>();
+  }
+  switch (plan.pattern.size()) {
+    case 1:
+      return as(std::uint8_t{});
+    case 2:
+      return as(std::uint16_t{});
+    case 4:
+      return as(std::uint32_t{});
+    case 8:
+      return as(std::uint64_t{});
+    default:
+      return as(Bytes16{});
   }
 }
 
@@ -174,7 +240,7 @@ std::shared_ptr<Handle> Manager::handle_for(const py::array& array) const {
                     std::vector<py::ssize_t>(array.shape(), array.shape() + array.ndim()));
 }
 
-std::shared_ptr<Handle> Manager::upload_to_device(const py::handle& data) {
+py::object Manager::upload_to_device(const py::handle& data) {
   const py::array array = as_contiguous_host_array("upload_to_device", data, "data");
   auto handle = handle_for(array);
   const auto* bytes = static_cast<const std::uint8_t*>(array.data());
@@ -184,11 +250,46 @@ std::shared_ptr<Handle> Manager::upload_to_device(const py::handle& data) {
     NoGil release;
     handle->own(pinned != nullptr ? manager_->upload(*pinned) : manager_->upload(bytes, count));
   }
-  return handle;
+  return to_python(handle);
 }
+
+namespace {
+
+/// An uninitialised C-contiguous ndarray of `dtype` and `shape`, straight from numpy's C API
+/// (numpy works out the strides).
+py::array new_c_array(const py::dtype& dtype, const std::vector<py::ssize_t>& shape) {
+  const auto& api = py::detail::npy_api::get();
+  auto array = py::reinterpret_steal<py::array>(api.PyArray_NewFromDescr_(
+      api.PyArray_Type_, dtype.inc_ref().ptr(),  // the descriptor reference is stolen
+      static_cast<int>(shape.size()), shape.data(), nullptr, nullptr, 0, nullptr));
+  if (!array) throw py::error_already_set();  // MemoryError
+  return array;
+}
+
+/// True when `shape` is a tuple of ints equal to `extents` (what the seed passes: data.shape).
+bool is_same_shape(const py::handle& shape, const std::vector<py::ssize_t>& extents) {
+  if (!PyTuple_CheckExact(shape.ptr())) return false;
+  const Py_ssize_t count = PyTuple_GET_SIZE(shape.ptr());
+  if (static_cast<std::size_t>(count) != extents.size()) return false;
+  for (Py_ssize_t i = 0; i < count; ++i) {
+    PyObject* item = PyTuple_GET_ITEM(shape.ptr(), i);
+    if (!PyLong_CheckExact(item)) return false;
+    int overflow = 0;
+    const long value = PyLong_AsLongAndOverflow(item, &overflow);
+    if (overflow != 0 || value != extents[static_cast<std::size_t>(i)]) return false;
+  }
+  return true;
+}
+
+}  // namespace
 
 py::array Manager::new_array(const char* operation, const Handle& handle, const py::handle& shape,
                              const py::handle& dtype) {
+  // The buffer's own shape and dtype object (the seed's download): nothing to convert or check.
+  if ((dtype.is_none() || dtype.ptr() == handle.dtype.ptr()) &&
+      (shape.is_none() || is_same_shape(shape, handle.shape))) {
+    return new_c_array(handle.dtype, handle.shape);
+  }
   const py::dtype type = dtype.is_none() ? handle.dtype : as_dtype(operation, dtype);
   const std::vector<py::ssize_t> extents =
       shape.is_none() ? handle.shape : as_shape(operation, shape);
@@ -200,7 +301,7 @@ py::array Manager::new_array(const char* operation, const Handle& handle, const 
              std::to_string(handle.nbytes()) + " bytes (uploaded as shape " +
              describe_shape(handle.shape) + " of " + describe_dtype(handle.dtype) + ")");
   }
-  return py::array(type, extents);
+  return new_c_array(type, extents);
 }
 
 py::array Manager::out_array(const char* operation, const Handle& handle, const py::handle& out,
@@ -270,23 +371,25 @@ void Manager::copy_device_buffer(const py::handle& source_buffer, const py::hand
   manager_->copy_bytes(source->memory, dest->memory, bytes, src_at, dst_at);
 }
 
-std::shared_ptr<Handle> Manager::empty(const py::handle& shape, const py::handle& dtype) {
+py::object Manager::empty(const py::handle& shape, const py::handle& dtype) {
   const char* op = "empty";
   const py::dtype type = as_dtype(op, dtype);
   std::vector<py::ssize_t> extents = as_shape(op, shape);
   const std::size_t bytes = shape_bytes(op, extents, type);
   auto handle = new_handle(manager_, type, std::move(extents));
-  NoGil release;
-  handle->own(manager_->allocate<std::uint8_t>(bytes));
-  return handle;
+  {
+    NoGil release;
+    handle->own(manager_->allocate<std::uint8_t>(bytes));
+  }
+  return to_python(handle);
 }
 
 void Manager::fill(const py::handle& buffer, const py::handle& value) {
   const char* op = "fill";
   const std::shared_ptr<Handle> handle = as_handle(op, buffer, "buffer");
-  const std::string pattern = value_bytes(op, value, handle->dtype);
+  const FillPlan plan = plan_fill(op, *handle, value_bytes(op, value, handle->dtype), false);
   NoGil release;
-  (void)fill_pattern(op, *manager_, *handle, pattern, false, {});
+  (void)fill_pattern(*manager_, *handle, plan, false, {});
 }
 
 void Manager::upload_into(const py::handle& buffer, const py::handle& data,
@@ -386,12 +489,12 @@ std::shared_ptr<Pending> Manager::fill_async(const py::handle& buffer, const py:
                                              const py::handle& wait_for) {
   const char* op = "fill_async";
   const std::shared_ptr<Handle> handle = as_handle(op, buffer, "buffer");
-  const std::string pattern = value_bytes(op, value, handle->dtype);
+  const FillPlan plan = plan_fill(op, *handle, value_bytes(op, value, handle->dtype), true);
   const std::vector<cl::Event> after = as_events(op, wait_for);
   Pending::Done future;
   {
     NoGil release;
-    future = fill_pattern(op, *manager_, *handle, pattern, true, after);
+    future = fill_pattern(*manager_, *handle, plan, true, after);
   }
   return std::make_shared<Pending>(std::move(future), py::none(), py::cast(handle));
 }

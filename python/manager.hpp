@@ -58,13 +58,13 @@ class Manager {
   std::uintptr_t context_int_ptr() const;
   std::uintptr_t queue_int_ptr() const;
 
-  std::shared_ptr<Handle> upload_to_device(const py::handle& data);
+  py::object upload_to_device(const py::handle& data);
   py::object download_from_device(const py::handle& device_buffer, const py::handle& shape,
                                   const py::handle& dtype, const py::handle& out);
   void copy_device_buffer(const py::handle& source_buffer, const py::handle& dest_buffer,
                           const py::handle& size_bytes, const py::handle& src_offset,
                           const py::handle& dst_offset);
-  std::shared_ptr<Handle> empty(const py::handle& shape, const py::handle& dtype);
+  py::object empty(const py::handle& shape, const py::handle& dtype);
   void fill(const py::handle& buffer, const py::handle& value);
   void upload_into(const py::handle& buffer, const py::handle& data, const py::handle& offset);
   void upload_rect(const py::handle& buffer, const py::handle& array, const py::handle& region);

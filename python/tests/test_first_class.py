@@ -92,6 +92,32 @@ def test_empty_and_fill(bm, dtype):
     same(bm.download_from_device(handle), np.full((3, 5), 5, dtype))
 
 
+@pytest.mark.parametrize("dtype", [np.uint8, np.int16, np.float32, np.int64, np.complex128],
+                         ids=str)
+def test_fill_leaves_every_byte_outside_its_range_alone(bm, dtype):
+    # The paths of fill: the uint8 buffer itself, the host (clbuf's own memory on a CPU device,
+    # in blocks of up to 64 KiB: 70001 elements end in a partial block) and the typed alias kept
+    # on the DeviceBuffer (filled again, and async after sync on the same alias), on views at
+    # odd offsets, with random bytes around them.
+    count = 70001
+    data = rand((count,), dtype)
+    handle = bm.upload_to_device(data)
+    values = [rand((1,), dtype)[0] for _ in range(3)]
+    for start, stop in ((0, count), (1, 4), (3, 66000), (count - 5, count)):
+        view = handle[start:stop]
+        for value in values:
+            bm.fill(view, value)
+            data[start:stop] = value
+            same(bm.download_from_device(handle), data)
+        bm.fill_async(view, values[0]).wait()
+        data[start:stop] = values[0]
+        same(bm.download_from_device(handle), data)
+    empty = handle[7:7]
+    bm.fill(empty, values[1])
+    bm.fill_async(empty, values[1]).wait()
+    same(bm.download_from_device(handle), data)
+
+
 def test_fill_casts_the_value_to_the_buffer_dtype(bm):
     handle = bm.empty(4, np.int32)
     bm.fill(handle, 2.9)
@@ -387,3 +413,64 @@ def test_threads_share_a_manager(bm):
     for t in threads:
         t.join()
     assert not failures, failures
+
+
+def test_threads_upload_download_and_slice_one_buffer_at_once(bm):
+    # Four threads on one manager and one DeviceBuffer at the same time: each slices its own rows
+    # (new views of the same root in every round), uploads into them, fills part of them, copies
+    # them into its rows of a second shared buffer and downloads them, while every thread also
+    # reads and fills (sync and async, the same value) a block that all of them share. Exact
+    # data throughout, and at the end every thread's last rows are where they belong.
+    threads, rows, shared_rows, rounds = 4, 301, 17, 40
+    width = 3
+    total = shared_rows + threads * rows
+    common = np.full((shared_rows, width), 7.0)
+    buf = bm.upload_to_device(np.concatenate([common, rand((threads * rows, width), np.float64)]))
+    mirror = bm.empty((total, width), np.float64)
+    block = buf[:shared_rows]  # one view object every thread uses
+    start = threading.Barrier(threads)
+    last = [None] * threads
+    failures = []
+
+    def work(k):
+        rng = np.random.default_rng(100 + k)
+        first = shared_rows + k * rows
+        try:
+            start.wait()
+            for r in range(rounds):
+                data = rng.random((rows, width))
+                mine = buf[first:first + rows]
+                if r % 2:
+                    bm.upload_into(mine, data)
+                else:
+                    bm.upload_into(buf, data, first * width)  # the root, at an element offset
+                cut = int(rng.integers(1, rows))
+                value = float(rng.random())
+                bm.fill(mine[cut:], value)
+                data[cut:] = value
+                got = bm.download_from_device(buf[first:first + rows])
+                assert got.tobytes() == data.tobytes(), f"thread {k} round {r}"
+                bm.copy_device_buffer(buf, mirror, rows * width * 8, first * width * 8,
+                                      first * width * 8)
+                out = np.empty((rows, width))
+                bm.download_from_device(mirror[first:first + rows], out=out)
+                assert out.tobytes() == data.tobytes(), f"thread {k} round {r} (mirror)"
+                if r % 2:
+                    bm.fill(block, 7.0)
+                else:
+                    bm.fill_async(block, 7.0).wait()
+                assert bm.download_from_device(block).tobytes() == common.tobytes()
+                last[k] = data
+        except Exception as e:  # noqa: BLE001
+            failures.append(e)
+
+    workers = [threading.Thread(target=work, args=(k,)) for k in range(threads)]
+    for t in workers:
+        t.start()
+    for t in workers:
+        t.join()
+    assert not failures, failures
+    expected = np.concatenate([common] + last)
+    assert bm.download_from_device(buf).tobytes() == expected.tobytes()
+    mirrored = bm.download_from_device(mirror)[shared_rows:]
+    assert mirrored.tobytes() == expected[shared_rows:].tobytes()
