@@ -6,7 +6,8 @@
 #   asan      ASan+UBSan (clang-14, leak detection on): ctest -L 'unit|fault|stress'
 #   tsan      TSan (clang-14), building only what the label needs: ctest -L tsan
 #   valgrind  memcheck over label valgrind in the plain build, one process per test executable
-#             (scripts/run_label.py)
+#             (scripts/run_label.py); then the Python module's pytest suite under memcheck
+#             where the plain build has the module
 #   oclgrind  label oclgrind under `oclgrind --check-api` in the plain build, one process per test
 #             executable (oclgrind is not thread-safe): no "Oclgrind - " report in the output and
 #             every log empty; then label two_platforms (GPU-preferred selection and copies
@@ -124,7 +125,17 @@ valgrind_stage() {
   POCL_MEMORY_LIMIT=1 python3 "$root/scripts/run_label.py" "$plain" valgrind --jobs "$jobs" \
     --timeout 600 -- \
     valgrind --error-exitcode=1 --suppressions="$root/scripts/valgrind.supp" --leak-check=full \
-    --errors-for-leak-kinds=definite --show-leak-kinds=definite --track-origins=yes --quiet
+    --errors-for-leak-kinds=definite --show-leak-kinds=definite --track-origins=yes --quiet ||
+    return 1
+  # The Python module's whole pytest suite in one interpreter under memcheck, where the plain
+  # build has the module (README's test command builds it): PYTHONMALLOC=malloc so that memcheck
+  # sees Python's own allocations; leaks are not counted (the interpreter keeps objects at exit).
+  if grep -q '^CLBUF_BUILD_PYTHON:BOOL=ON' "$plain/CMakeCache.txt"; then
+    cmake --build "$plain" -j"$jobs" --target clbuf_python || return 1
+    PYTHONMALLOC=malloc PYTHONPATH="$plain/python" POCL_MEMORY_LIMIT=1 valgrind --error-exitcode=1 \
+      --suppressions="$root/scripts/valgrind.supp" --errors-for-leak-kinds=none --quiet \
+      /usr/bin/python3 -m pytest -q -p no:cacheprovider "$root/python/tests"
+  fi
 }
 
 oclgrind_stage() {
