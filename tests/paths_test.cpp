@@ -234,7 +234,7 @@ TEST_P(BouncePath, ThreadsBouncingAtOnceStayExact) {
   std::vector<std::thread> threads;
   std::atomic<int> wrong{0};
   std::atomic<int> errors{0};
-  for (int t = 0; t < 6; ++t) {
+  for (std::size_t t = 0; t < 6; ++t) {
     const std::vector<std::uint32_t> data = random<std::uint32_t>(1000 + 997 * t);
     threads.emplace_back([this, data, &wrong, &errors] {
       try {
