@@ -15,6 +15,12 @@
 # a line per binary in OUT_DIR/suite.txt (rc, passed/failed/skipped cases, failed cases' names,
 # the signal of a crash and the case it crashed in), then one summary line; an example counts as
 # one case. Exit status 1 when any binary failed, crashed or timed out.
+# SUITE_JOBS (default 1) runs up to that many binaries at once (at most one under mpirun; the
+# lines still come in the order found); SUITE_SHARDS (default 1) splits each GoogleTest binary
+# named in SUITE_SHARDED (default "fault_test stress_test") into that many shards
+# (GTEST_TOTAL_SHARDS, GTEST_SHARD_INDEX), each a job of its own with its own limit and log,
+# OUT_DIR/suite_<name>_shard<i>.log; the binary's line sums its shards' and still counts as one
+# binary. On the H200 (16 cores, 10 minutes a call): SUITE_JOBS=8 SUITE_SHARDS=6 SUITE_TIMEOUT=480.
 # TESTS (a space-separated list of executables' names) limits the suite and tests stages;
 # SWEEP_SIZES (default 256M) the sizes of the staging sweep.
 # Writes test logs, the benchmark CSV/table, a staging sweep, peak RSS and the copies between
@@ -60,8 +66,14 @@ ctest_environment() {
   fi | tr ';' '\n'
 }
 limit=${SUITE_TIMEOUT:-600}
+max_jobs=${SUITE_JOBS:-1} n_shards=${SUITE_SHARDS:-1} sharded=" ${SUITE_SHARDED-fault_test stress_test} "
+if ! [[ $max_jobs =~ ^[1-9][0-9]*$ && $n_shards =~ ^[1-9][0-9]*$ ]]; then
+  echo "SUITE_JOBS and SUITE_SHARDS must be positive integers" >&2; exit 2
+fi
 list=$out/suite.txt
 skips=$out/suite_skips.tmp
+jobdir=$out/suite_jobs.tmp  # a job's result (<job>.rec, shell assignments) and skip reasons (<job>.skips)
+rm -rf "$jobdir"; mkdir -p "$jobdir"
 : > "$skips"
 echo "# bench/gpu_run.sh $build $out suite ($(date -u '+%F %H:%M UTC'); commit $(git rev-parse --short HEAD 2> /dev/null || echo unknown); $(grep -m1 -i device "$out/clinfo.txt" | sed 's/^[ `|-]*//'))" > "$list"
 n_bin=0 n_tests=0 n_examples=0 passed=0 failed=0 skipped=0 crashed=0 timed_out=0 not_run=0
@@ -72,37 +84,15 @@ for t in "$build"/tests/*_test "$build"/tests/*/*_test; do
 done
 while IFS= read -r e; do binaries+=("example:$e"); done < <(
   find "$build/examples" -maxdepth 2 -type f -perm -u+x -not -path '*/CMakeFiles/*' 2> /dev/null | sort)
-for entry in "${binaries[@]}"; do
-  kind=${entry%%:*} bin=${entry#*:}
-  name=$(basename "$bin")
-  if [[ -n ${TESTS:-} && " $TESTS " != *" $name "* ]]; then continue; fi
-  log=$out/suite_$name.log
-  env_vars=(CLBUF_REQUIRE_DEVICE=1)
-  while IFS= read -r kv; do
-    [[ -n $kv ]] || continue
-    if ((own_icd)) && [[ $kv == OCL_ICD_* ]]; then continue; fi  # the script's ICD setup stays
-    env_vars+=("$kv")
-  done < <(ctest_environment "$bin")
-  launcher=()
-  if ldd "$bin" 2> /dev/null | grep -q 'libmpi'; then
-    if ! command -v mpirun > /dev/null; then
-      echo "$name not run: no mpirun" | tee -a "$list"
-      not_run=$((not_run + 1))
-      continue
-    fi
-    launcher=(mpirun --allow-run-as-root --oversubscribe --mca mpi_yield_when_idle 1 -np 2)
-    for kv in "${env_vars[@]}"; do launcher+=(-x "${kv%%=*}"); done  # as mpi_gpu_run.sh does
-    ((own_icd)) && launcher+=(-x OCL_ICD_VENDORS -x LD_LIBRARY_PATH)
-  fi
-  args=()
+# One job: a binary, or one GoogleTest shard of it ($shard "i/n", its env in env_vars), run with
+# env_vars and launcher; the result goes to $jobdir/$job.rec, written last (its presence = done).
+run_job() {
+  local job=$1 kind=$2 name=$3 bin=$4 log=$5 shard=$6 args=() rc sig="" p=0 f=0 s=0 failed_names="" where=""
+  local started=$SECONDS rerun crash_case rerun_log=${5%.log}_rerun.log
   [[ $kind == test ]] && args=(--gtest_brief=1 --gtest_color=no)  # mpirun gives ranks a terminal
-  n_bin=$((n_bin + 1))
-  started=$SECONDS
   # (the braces keep the shell's own "Segmentation fault" notice out of the output)
   { timeout -k 10 "$limit" env "${env_vars[@]}" "${launcher[@]}" "$bin" "${args[@]}" > "$log" 2>&1; } 2> /dev/null
   rc=$?
-  took=$((SECONDS - started))s
-  sig=""
   if ((rc == 124)); then
     sig=timeout
   elif ((rc > 128)); then
@@ -111,52 +101,184 @@ for entry in "${binaries[@]}"; do
     sig=SIG$(kill -l "$(grep -oE 'exited on signal [0-9]+' "$log" | head -1 | grep -oE '[0-9]+$')")
   fi
   if [[ $kind == example ]]; then
-    n_examples=$((n_examples + 1))
-    p=0 f=0 s=0 failed_names=""
     if ((rc == 0)); then p=1; elif [[ -z $sig ]]; then f=1 failed_names=$name; fi
   else
-    n_tests=$((n_tests + 1))
     p=$(sed -n 's/^\[  PASSED  \] \([0-9]*\) tests\{0,1\}\.$/\1/p' "$log" | tail -1)
     s=$(sed -n 's/^\[  SKIPPED \] \([0-9]*\) tests\{0,1\}\.$/\1/p' "$log" | tail -1)
     # --gtest_brief=1 prints a line per failed case, "[  FAILED  ] Suite.Case (N ms)", no total.
     failed_names=$(grep -E '^\[  FAILED  \] .* \([0-9]+ ms\)$' "$log" |
       sed -E 's/^\[  FAILED  \] ([^ ,]+).*/\1/' | sort -u | tr '\n' ' ')
     failed_names=${failed_names% }
-    f=0
     [[ -n $failed_names ]] && f=$(wc -w <<< "$failed_names")
     p=${p:-0} s=${s:-0}
     # (at most as many reasons as skipped cases: under mpirun every rank prints its skips)
     awk -v bin="$name" '/: Skipped$/ { if ((getline m) <= 0 || m == "") m = "(no message)"
-      print substr(m, 1, 100) "\t" bin }' "$log" | head -n "$s" >> "$skips"
+      print substr(m, 1, 100) "\t" bin }' "$log" | head -n "$s" > "$jobdir/$job.skips"
   fi
-  if [[ -n $sig ]]; then
-    where=""
-    if [[ $kind == test && $sig != timeout && ${#launcher[@]} -eq 0 ]]; then
-      # --gtest_brief=1 names no case before a crash: once more without it, for the case's name.
-      { timeout -k 10 "$limit" env "${env_vars[@]}" "$bin" --gtest_color=no > "$out/suite_${name}_rerun.log" 2>&1; } 2> /dev/null
-      rerun=$?
-      crash_case=$(grep -E '^\[ RUN      \] ' "$out/suite_${name}_rerun.log" | tail -1 | sed 's/^\[ RUN      \] //')
-      if ((rerun > 128 || rerun == 124)); then where=" in ${crash_case:-?}"; else where=" (a rerun exited $rerun)"; fi
-    fi
-    if [[ $sig == timeout ]]; then
-      timed_out=$((timed_out + 1))
-      line="$name rc=$rc timed out after ${limit}s"
-      bad+=("$name timed out")
+  if [[ -n $sig && $sig != timeout && $kind == test && ${#launcher[@]} -eq 0 ]]; then
+    # --gtest_brief=1 names no case before a crash: once more without it (the same shard), for
+    # the case's name.
+    { timeout -k 10 "$limit" env "${env_vars[@]}" "$bin" --gtest_color=no > "$rerun_log" 2>&1; } 2> /dev/null
+    rerun=$?
+    crash_case=$(grep -E '^\[ RUN      \] ' "$rerun_log" | tail -1 | sed 's/^\[ RUN      \] //')
+    if ((rerun > 128 || rerun == 124)); then where=" in ${crash_case:-?}"; else where=" (a rerun exited $rerun)"; fi
+  fi
+  printf 'j_rc=%q j_sig=%q j_p=%q j_f=%q j_s=%q j_failed=%q j_where=%q j_took=%q j_shard=%q\n' \
+    "$rc" "$sig" "$p" "$f" "$s" "$failed_names" "$where" $((SECONDS - started)) "$shard" > "$jobdir/$job.part"
+  mv "$jobdir/$job.part" "$jobdir/$job.rec"
+}
+# The jobs, in the order the binaries were found: a binary's jobs (one, or one per shard) in
+# u_jobs, its "not run" line in u_line; a job's binary, kind, path, log, shard, environment (a
+# VAR=value a line) and whether it runs under mpirun.
+u_name=() u_kind=() u_jobs=() u_line=() j_bin=() j_kind=() j_path=() j_log=() j_shard=() j_env=() j_mpi=()
+for entry in "${binaries[@]}"; do
+  kind=${entry%%:*} bin=${entry#*:}
+  name=$(basename "$bin")
+  if [[ -n ${TESTS:-} && " $TESTS " != *" $name "* ]]; then continue; fi
+  u=${#u_name[@]}
+  u_name+=("$name") u_kind+=("$kind") u_jobs+=("") u_line+=("")
+  env_vars=(CLBUF_REQUIRE_DEVICE=1)
+  while IFS= read -r kv; do
+    [[ -n $kv ]] || continue
+    if ((own_icd)) && [[ $kv == OCL_ICD_* ]]; then continue; fi  # the script's ICD setup stays
+    env_vars+=("$kv")
+  done < <(ctest_environment "$bin")
+  mpi=0
+  if ldd "$bin" 2> /dev/null | grep -q 'libmpi'; then
+    if ! command -v mpirun > /dev/null; then u_line[u]="$name not run: no mpirun"; continue; fi
+    mpi=1
+  fi
+  n=1
+  [[ $kind == test && $mpi == 0 && $n_shards -gt 1 && $sharded == *" $name "* ]] && n=$n_shards
+  for ((i = 0; i < n; i++)); do
+    j=${#j_bin[@]}
+    u_jobs[u]+=" $j"
+    j_bin+=("$u") j_kind+=("$kind") j_path+=("$bin") j_mpi+=("$mpi")
+    if ((n > 1)); then
+      j_log+=("$out/suite_${name}_shard$i.log") j_shard+=("$i/$n")
+      j_env+=("$(printf '%s\n' "${env_vars[@]}" GTEST_TOTAL_SHARDS=$n GTEST_SHARD_INDEX=$i)")
     else
-      crashed=$((crashed + 1))
-      line="$name rc=$rc crashed: $sig$where"
-      bad+=("$name $sig$where")
+      j_log+=("$out/suite_$name.log") j_shard+=("")
+      j_env+=("$(printf '%s\n' "${env_vars[@]}")")
     fi
-  else
-    passed=$((passed + p)) failed=$((failed + f)) skipped=$((skipped + s))
-    line="$name rc=$rc passed=$p failed=$f skipped=$s"
-    [[ -n $failed_names ]] && line+=" failed: $failed_names"
-    if ((rc != 0)); then
-      if [[ -n $failed_names ]]; then bad+=("$name $f failed"); else bad+=("$name rc=$rc"); fi
-    fi
-  fi
-  echo "$line $took" | tee -a "$list"
+  done
 done
+# A binary's line (the sum of its shards'), once all its jobs are done, in the order found.
+printed=0
+print_done() {
+  local u j name kind rc p f s names took n_tmo tmo crashes line
+  while ((printed < ${#u_name[@]})); do
+    u=$printed name=${u_name[printed]} kind=${u_kind[printed]}
+    for j in ${u_jobs[u]}; do [[ -f $jobdir/$j.rec ]] || return 0; done
+    printed=$((printed + 1))
+    if [[ -n ${u_line[u]} ]]; then
+      echo "${u_line[u]}" | tee -a "$list"
+      not_run=$((not_run + 1))
+      continue
+    fi
+    n_bin=$((n_bin + 1))
+    if [[ $kind == example ]]; then n_examples=$((n_examples + 1)); else n_tests=$((n_tests + 1)); fi
+    rc=0 p=0 f=0 s=0 names="" took=0 n_tmo=0 tmo="" crashes=""
+    for j in ${u_jobs[u]}; do
+      source "$jobdir/$j.rec"
+      [[ -f $jobdir/$j.skips ]] && cat "$jobdir/$j.skips" >> "$skips"
+      ((rc == 0)) && rc=$j_rc
+      p=$((p + j_p)) f=$((f + j_f)) s=$((s + j_s)) names+=" $j_failed"
+      ((j_took > took)) && took=$j_took
+      if [[ $j_sig == timeout ]]; then n_tmo=$((n_tmo + 1)) tmo+="${tmo:+, }$j_shard"
+      elif [[ -n $j_sig ]]; then crashes+="${crashes:+;} $j_sig$j_where${j_shard:+ (shard $j_shard)}"; fi
+    done
+    [[ -n $tmo ]] && tmo=" (shard $tmo)"
+    names=$(tr ' ' '\n' <<< "$names" | sed '/^$/d' | sort -u | tr '\n' ' ')
+    names=${names% }
+    if [[ -n $crashes ]]; then
+      crashed=$((crashed + 1))
+      ((n_tmo > 0)) && crashes+="; timed out after ${limit}s$tmo"
+      line="$name rc=$rc crashed:$crashes"
+      bad+=("$name$crashes")
+    elif ((n_tmo > 0)); then
+      timed_out=$((timed_out + 1))
+      line="$name rc=$rc timed out after ${limit}s$tmo"
+      bad+=("$name timed out$tmo")
+    else
+      passed=$((passed + p)) failed=$((failed + f)) skipped=$((skipped + s))
+      line="$name rc=$rc passed=$p failed=$f skipped=$s"
+      [[ -n $names ]] && line+=" failed: $names"
+      [[ -n $j_shard ]] && line+=" (${j_shard#*/} shards)"
+      if ((rc != 0)); then
+        if [[ -n $names ]]; then bad+=("$name $f failed"); else bad+=("$name rc=$rc"); fi
+      fi
+    fi
+    echo "$line ${took}s" | tee -a "$list"
+  done
+}
+# Launch order: with SUITE_JOBS > 1 the sharded binaries' jobs first (the longest), then the rest;
+# at most one job under mpirun at a time (mpirun's ports and its ranks' cores).
+order=()
+for ((j = 0; j < ${#j_bin[@]}; j++)); do
+  ((max_jobs > 1)) && [[ $sharded == *" ${u_name[j_bin[j]]} "* ]] && order+=("$j")
+done
+for ((j = 0; j < ${#j_bin[@]}; j++)); do
+  ((max_jobs > 1)) && [[ $sharded == *" ${u_name[j_bin[j]]} "* ]] || order+=("$j")
+done
+launch() {
+  local j=$1 u=${j_bin[$1]} kv
+  mapfile -t env_vars <<< "${j_env[j]}"
+  launcher=()
+  if ((j_mpi[j])); then
+    launcher=(mpirun --allow-run-as-root --oversubscribe --mca mpi_yield_when_idle 1 -np 2)
+    for kv in "${env_vars[@]}"; do launcher+=(-x "${kv%%=*}"); done  # as mpi_gpu_run.sh does
+    ((own_icd)) && launcher+=(-x OCL_ICD_VENDORS -x LD_LIBRARY_PATH)
+  fi
+  if ((max_jobs == 1)); then
+    run_job "$j" "${j_kind[j]}" "${u_name[u]}" "${j_path[j]}" "${j_log[j]}" "${j_shard[j]}"
+  else
+    run_job "$j" "${j_kind[j]}" "${u_name[u]}" "${j_path[j]}" "${j_log[j]}" "${j_shard[j]}" &
+    pid[j]=$!
+  fi
+}
+pid=() launched=() mpi_job=""
+# Killed (INT, TERM), the script ends its running jobs and their binaries (timeout puts each binary
+# in a process group of its own, which it signals when it gets TERM).
+stop_jobs() {
+  local j running=() children
+  for j in "${!pid[@]}"; do [[ -f $jobdir/$j.rec ]] || running+=("${pid[j]}"); done
+  if ((${#running[@]} > 0)); then
+    children=$(pgrep -d ' ' -P "$(IFS=,; echo "${running[*]}")")
+    kill "${running[@]}" $children 2> /dev/null
+  fi
+  exit 143
+}
+((max_jobs > 1)) && trap stop_jobs INT TERM
+while ((${#order[@]} > 0)); do
+  print_done
+  running=0
+  for j in "${!j_bin[@]}"; do [[ -n ${launched[j]:-} && ! -f $jobdir/$j.rec ]] && running=$((running + 1)); done
+  mpi_busy=0
+  [[ -n $mpi_job && ! -f $jobdir/$mpi_job.rec ]] && mpi_busy=1
+  pick=-1
+  if ((running < max_jobs)); then
+    for k in "${!order[@]}"; do
+      ((j_mpi[order[k]] && mpi_busy)) && continue
+      pick=$k
+      break
+    done
+  fi
+  if ((pick < 0)); then
+    wait -n 2> /dev/null || sleep 1
+    continue
+  fi
+  j=${order[pick]}
+  unset 'order[pick]'
+  order=("${order[@]}")
+  launched[j]=1
+  ((j_mpi[j])) && mpi_job=$j
+  launch "$j"
+done
+wait
+trap - INT TERM
+print_done
+rm -rf "$jobdir"
 # Skip reasons, most frequent first: "Nx reason [binaries]".
 reasons=$(awk -F '\t' '
   { n[$1]++; if (index(" " b[$1] " ", " " $2 " ") == 0) b[$1] = b[$1] (b[$1] == "" ? "" : " ") $2 }
