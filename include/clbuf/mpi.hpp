@@ -7,7 +7,8 @@
 // unified memory is mapped around MPI; a discrete GPU pipelines through pinned chunks (4 MiB,
 // two per direction), the DMA of one chunk overlapping MPI's transfer of the other. Both ends
 // must use clbuf::mpi: a message is a header, then its payload inline or in chunks
-// (docs/mpi.md).
+// (docs/mpi.md); Path::whole instead speaks plain MPI (one message of the raw bytes, MPI's own
+// collectives) to peers without clbuf.
 #ifndef CLBUF_MPI_HPP
 #define CLBUF_MPI_HPP
 
@@ -287,6 +288,13 @@ class Communicator {
       local = std::current_exception();
     }
     agree<T>(op, local, buffer.size(), root, -1);
+    if (core_->whole()) {
+      on_host(
+          op, buffer, rank() == root, rank() != root, [&](T* data, int count, MPI_Datatype type) {
+            detail::check_mpi(MPI_Bcast(data, count, type, root, core_->coll()), op, "MPI_Bcast");
+          });
+      return;
+    }
     const int p = size();
     const int relative = (rank() - root + p) % p;
     int mask = 1;
@@ -328,8 +336,16 @@ class Communicator {
       local = std::current_exception();
     }
     agree<T>(op, local, buffer.size(), -1, static_cast<long long>(reduction));
-    if (size() == 1 || buffer.empty()) return;
     const std::uint32_t type = detail::type_code<T>();
+    if (core_->whole()) {  // MPI_Allreduce as a plain peer calls it, even of no element
+      on_host(op, buffer, true, true, [&](T* data, int count, MPI_Datatype mpi_type) {
+        detail::check_mpi(MPI_Allreduce(MPI_IN_PLACE, data, count, mpi_type,
+                                        detail::mpi_op(reduction), core_->coll()),
+                          op, "MPI_Allreduce");
+      });
+      return;
+    }
+    if (size() == 1 || buffer.empty()) return;
     if (buffer.size_bytes() < options().device_reduce_bytes) {
       reduce_on_host(op, buffer, type, reduction);
       return;
@@ -376,6 +392,10 @@ class Communicator {
     }
     agree<T>(op, local, mine.size(), root, -1);
     const std::size_t n = mine.size();
+    if (core_->whole()) {
+      plain_scatter_gather(op, mine, all, root, true);
+      return;
+    }
     if (rank() != root) {
       wait_one(std::make_shared<detail::RecvStream>(*core_, op, span_of(mine), root, 0,
                                                     core_->coll(), detail::Kind::collective));
@@ -405,6 +425,10 @@ class Communicator {
     }
     agree<T>(op, local, mine.size(), root, -1);
     const std::size_t n = mine.size();
+    if (core_->whole()) {
+      plain_scatter_gather(op, mine, all, root, false);
+      return;
+    }
     if (rank() != root) {
       wait_one(std::make_shared<detail::SendStream>(*core_, op, span_of(mine), root, 0,
                                                     core_->coll(), detail::Kind::collective));
@@ -512,7 +536,7 @@ class Communicator {
   template <class T>
   void agree(const char* op, std::exception_ptr local, std::size_t count, long long root,
              long long reduction) {
-    if (!options().verify_collectives) {
+    if (!options().verify_collectives || core_->whole()) {
       if (local) std::rethrow_exception(local);
       return;
     }
@@ -600,6 +624,49 @@ class Communicator {
     (void)op;
     core_->wait_all(transfers);
     if (failed) std::rethrow_exception(failed);
+  }
+
+  /// Calls `call(data, count, type)` with `buffer`'s elements on the host: its host block
+  /// (after the queue has finished), else a copy (downloaded when `read`, uploaded afterwards
+  /// when `write`); `count` of MPI datatype `type` (MPI_BYTE for types MPI has no name for).
+  /// @throws Error CL_INVALID_VALUE past INT_MAX MPI elements (one MPI call counts in int).
+  template <class T, class F>
+  void on_host(const char* op, DeviceBuffer<T>& buffer, bool read, bool write, F&& call) {
+    detail::Span span = span_of(buffer);
+    int count = 0;
+    const MPI_Datatype type = detail::whole_count(op, span, count);
+    const clbuf::detail::Allocation& memory = clbuf::detail::BufferAccess::memory(buffer);
+    if (memory.host != nullptr || buffer.empty()) {
+      manager().finish();
+      call(buffer.empty() ? nullptr : reinterpret_cast<T*>(memory.host_at(0)), count, type);
+      return;
+    }
+    std::vector<T> copy = read ? manager().download(buffer) : std::vector<T>(buffer.size());
+    call(copy.data(), count, type);
+    if (write) manager().upload(buffer, copy);
+  }
+
+  /// Path::whole's scatter (or gather): MPI_Scatter (MPI_Gather) on host memory. Only the
+  /// buffer the caller passed as non-const is written (`mine` of scatter, `all` of gather).
+  template <class T>
+  void plain_scatter_gather(const char* op, const DeviceBuffer<T>& mine_in,
+                            const DeviceBuffer<T>& all_in, int root, bool scatter) {
+    auto& mine = const_cast<DeviceBuffer<T>&>(mine_in);  // NOLINT: written only by scatter
+    auto& all = const_cast<DeviceBuffer<T>&>(all_in);    // NOLINT: written only by gather
+    const auto run = [&](T* whole, T* part, int count, MPI_Datatype type) {
+      const int err = scatter
+                          ? MPI_Scatter(whole, count, type, part, count, type, root, core_->coll())
+                          : MPI_Gather(part, count, type, whole, count, type, root, core_->coll());
+      detail::check_mpi(err, op, scatter ? "MPI_Scatter" : "MPI_Gather");
+    };
+    on_host(op, mine, !scatter, scatter, [&](T* part, int count, MPI_Datatype type) {
+      if (rank() != root) {
+        run(nullptr, part, count, type);
+        return;
+      }
+      on_host(op, all, scatter, !scatter,
+              [&](T* whole, int, MPI_Datatype) { run(whole, part, count, type); });
+    });
   }
 
   template <class T>

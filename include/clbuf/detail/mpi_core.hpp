@@ -112,6 +112,7 @@ class Core {
     // What this rank alone can reject is only reported after the collective calls below, so
     // that the other ranks are never left waiting in them.
     std::exception_ptr local;
+    whole_ = options.path == Path::whole;
     try {
       model_ = manager.memory_model();
       context_ = manager.context();  // throws after cleanup()
@@ -126,6 +127,20 @@ class Core {
       }
     } catch (...) {
       local = std::current_exception();
+    }
+    if (whole_) {
+      // Peers without clbuf take part in no MPI call of ours: no duplicate, no agreement, the
+      // user's communicator itself (and its error handler) for every message.
+      if (local) std::rethrow_exception(local);
+      user_ = wire_ = coll_ = comm;
+      MPI_Comm_rank(comm, &rank_);
+      MPI_Comm_size(comm, &size_);
+      void* value = nullptr;
+      int found = 0;
+      MPI_Comm_get_attr(comm, MPI_TAG_UB, &value, &found);
+      if (found && value != nullptr) tag_ub_ = *static_cast<int*>(value);
+      streams_.assign(static_cast<std::size_t>(size_), 0);
+      return;
     }
     check_mpi(MPI_Comm_dup(comm, &user_), op, "MPI_Comm_dup");
     MPI_Comm_set_errhandler(user_, MPI_ERRORS_RETURN);
@@ -175,6 +190,8 @@ class Core {
   BufferManager& manager() const noexcept { return manager_; }
   const Options& options() const noexcept { return options_; }
   MemoryModel model() const noexcept { return model_; }
+  /// Path::whole: plain MPI messages and collectives on the user's own communicator.
+  bool whole() const noexcept { return whole_; }
   /// The manager's context, for the buffer checks (each transfer takes the manager's queue,
   /// which throws after cleanup()).
   cl_context context() const noexcept { return raw_context_; }
@@ -195,6 +212,8 @@ class Core {
         return Route::map;
       case Path::staged:
         return Route::staged;
+      case Path::whole:
+        return span.host != nullptr ? Route::zero_copy : Route::map;
       case Path::automatic:
         break;
     }
@@ -325,6 +344,7 @@ class Core {
   }
 
   void free_comms() noexcept {
+    if (whole_) return;  // the user's
     for (MPI_Comm* comm : {&coll_, &wire_, &user_}) {
       if (*comm != MPI_COMM_NULL) MPI_Comm_free(comm);
     }
@@ -333,6 +353,7 @@ class Core {
   BufferManager& manager_;
   Options options_;
   MemoryModel model_ = MemoryModel::host;
+  bool whole_ = false;
   cl::Context context_;
   cl_context raw_context_ = nullptr;
   Queue queue_;
