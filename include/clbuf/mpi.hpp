@@ -16,6 +16,7 @@
 #include <clbuf/buffer.hpp>
 #include <clbuf/detail/buffer_access.hpp>
 #include <clbuf/detail/checks.hpp>
+#include <clbuf/detail/mpi_collective.hpp>
 #include <clbuf/detail/mpi_core.hpp>
 #include <clbuf/detail/mpi_reduce.hpp>
 #include <clbuf/detail/mpi_transfer.hpp>
@@ -79,10 +80,11 @@ inline std::string local_device_selector(MPI_Comm comm = MPI_COMM_WORLD) {
 
 class Communicator;
 
-/// A non-blocking send or receive started by isend() or irecv(). Progress happens in the calling
-/// thread, inside test(), wait() and every blocking call of the same Communicator. Move-only;
-/// destroying a Request that has not completed waits for it (errors are then dropped: call
-/// wait() to see them). The buffer must stay alive until the Request has completed.
+/// A non-blocking send, receive or collective started by isend(), irecv(), ibroadcast() or
+/// iallreduce(). Progress happens in the calling thread, inside test(), wait() and every
+/// blocking call of the same Communicator. Move-only; destroying a Request that has not
+/// completed waits for it (errors are then dropped: call wait() to see them). The buffer must
+/// stay alive until the Request has completed.
 class [[nodiscard]] Request {
  public:
   Request() = default;
@@ -271,9 +273,10 @@ class Communicator {
   /// @}
 
   /// @name Collectives (every rank calls them in the same order)
-  /// Each first agrees on the arguments (one MPI_Allreduce): a count, type, root or operation
-  /// that differs between ranks, or bad input on any rank, is a clbuf::Error on every rank
-  /// before any data moves.
+  /// Each first agrees on the arguments (one small MPI_Allreduce; MPI_Iallreduce for the
+  /// non-blocking ones): a count, type, root, operation or collective that differs between
+  /// ranks, or bad input on any rank, is a clbuf::Error on every rank before any data moves.
+  /// Under Path::whole they are MPI's own collectives, without agreement.
   /// @{
 
   /// Copies `buffer` of rank `root` into `buffer` of every rank (binomial tree).
@@ -377,6 +380,34 @@ class Communicator {
     queue.finish(op);
   }
 
+  /// Starts broadcast(): `buffer` of rank `root` into `buffer` of every rank, by MPI_Ibcast on
+  /// host memory (the buffer's own on a CPU device, else a copy read when the broadcast starts
+  /// and written back when it completes). The Request completes when `buffer` holds the data;
+  /// until then it must stay alive and untouched. Every rank calls it (with the blocking
+  /// collectives, in the same order); several may be in flight, and point-to-point calls mix.
+  /// Progress happens in test(), wait() and the Communicator's other calls.
+  /// @throws Error at the call for this rank's own bad arguments (a rank out of range, an
+  ///         invalid buffer, more than INT_MAX elements); from the Request's wait() or test()
+  ///         when the ranks' counts, types or roots differ, or another rank rejected its own
+  ///         (the agreement, unless verify_collectives is false or the path is Path::whole),
+  ///         or when MPI or OpenCL fails.
+  template <class T>
+  Request ibroadcast(DeviceBuffer<T>& buffer, int root) {
+    return start_collective("ibroadcast", buffer, false, root, Op::sum);
+  }
+
+  /// Starts allreduce(): `buffer` reduced element-wise over all ranks, by MPI_Iallreduce
+  /// (MPI_IN_PLACE) on host memory as ibroadcast() (no device reduction at any size). The
+  /// Request completes when `buffer` holds the result on this rank.
+  /// @throws Error as ibroadcast().
+  template <class T>
+  Request iallreduce(DeviceBuffer<T>& buffer, Op reduction = Op::sum) {
+    static_assert(
+        detail::type_code<T>() >= detail::int8 && detail::type_code<T>() <= detail::float64,
+        "clbuf::mpi::iallreduce needs an arithmetic T of 8 to 64 bits (not bool)");
+    return start_collective("iallreduce", buffer, true, -1, reduction);
+  }
+
   /// Rank i receives elements [i * mine.size(), (i + 1) * mine.size()) of the root's `all`;
   /// `all` is read on the root only and must hold mine.size() * size() elements there.
   template <class T>
@@ -445,7 +476,10 @@ class Communicator {
   }
 
   /// MPI_Barrier on the duplicated communicator.
-  void barrier() { detail::check_mpi(MPI_Barrier(core_->coll()), "barrier", "MPI_Barrier"); }
+  void barrier() {
+    core_->launch_collectives(true);
+    detail::check_mpi(MPI_Barrier(core_->coll()), "barrier", "MPI_Barrier");
+  }
   /// @}
 
  private:
@@ -536,49 +570,54 @@ class Communicator {
   template <class T>
   void agree(const char* op, std::exception_ptr local, std::size_t count, long long root,
              long long reduction) {
+    core_->launch_collectives(true);  // earlier non-blocking collectives start first
     if (!options().verify_collectives || core_->whole()) {
       if (local) std::rethrow_exception(local);
       return;
     }
-    constexpr int fields = 5;
-    const long long mine[fields] = {static_cast<long long>(std::min<std::size_t>(count, LLONG_MAX)),
-                                    static_cast<long long>(sizeof(T)),
-                                    static_cast<long long>(detail::type_code<T>()), root,
-                                    reduction};
-    long long values[2 * fields + 1];
-    for (int i = 0; i < fields; ++i) {
-      values[i] = mine[i];
-      values[fields + i] = -mine[i];
-    }
-    values[2 * fields] = local ? rank() : -1;
-    long long all[2 * fields + 1];
-    detail::check_mpi(
-        MPI_Allreduce(values, all, 2 * fields + 1, MPI_LONG_LONG, MPI_MAX, core_->coll()), op,
-        "MPI_Allreduce");
+    // Blocking: MPI_Iallreduce + MPI_Wait costs 2-4 us more here (Open MPI 4.1, 2 ranks), every
+    // collective. MPI matches it with no MPI_Iallreduce, so a blocking collective on one rank
+    // against a non-blocking one on another is not detected (docs/mpi.md).
+    detail::Agreement agreement(op, count, sizeof(T), detail::type_code<T>(), root, reduction,
+                                local ? rank() : -1);
+    detail::check_mpi(MPI_Allreduce(agreement.values, agreement.all, 2 * agreement.fields + 1,
+                                    MPI_LONG_LONG, MPI_MAX, core_->coll()),
+                      op, "MPI_Allreduce");
     if (local) std::rethrow_exception(local);
-    if (all[2 * fields] >= 0) {
-      clbuf::detail::fail(op, CL_INVALID_VALUE,
-                          "rank " + std::to_string(all[2 * fields]) +
-                              " rejected its arguments (its own error says why)");
+    agreement.check(op);
+  }
+
+  /// ibroadcast() and iallreduce(): checks this rank's arguments, starts the agreement and
+  /// queues the collective (see detail::HostCollective).
+  template <class T>
+  Request start_collective(const char* op, DeviceBuffer<T>& buffer, bool reduce, int root,
+                           Op reduction) {
+    core_->launch_collectives(true);
+    std::exception_ptr local;
+    try {
+      check_buffer(op, buffer, reduce || rank() == root, reduce || rank() != root);
+      if (!reduce) check_rank(op, "root", root, false, false);
+      int count = 0;
+      static_cast<void>(detail::whole_count(op, span_of(buffer), count));
+    } catch (...) {
+      local = std::current_exception();
     }
-    static const char* const names[fields] = {"element counts", "element sizes", "element types",
-                                              "roots", "operations"};
-    for (int i = 0; i < fields; ++i) {
-      const long long high = all[i];
-      const long long low = -all[fields + i];
-      if (high == low) continue;
-      std::string range = std::to_string(low) + " to " + std::to_string(high);
-      if (i == 2) {
-        range = std::string(detail::type_name(static_cast<std::uint32_t>(low))) + " to " +
-                detail::type_name(static_cast<std::uint32_t>(high));
-      } else if (i == 4) {
-        range = std::string(detail::op_name(static_cast<Op>(low))) + " to " +
-                detail::op_name(static_cast<Op>(high));
-      }
-      clbuf::detail::fail(op, CL_INVALID_VALUE,
-                          std::string(names[i]) + " differ between ranks (" + range +
-                              "); this rank's: " + std::to_string(mine[i]));
+    std::unique_ptr<detail::Agreement> agreement;
+    if (options().verify_collectives && !core_->whole()) {
+      agreement = std::make_unique<detail::Agreement>(
+          op, buffer.size(), sizeof(T), detail::type_code<T>(), reduce ? -1 : root,
+          reduce ? static_cast<long long>(reduction) : -1, local ? rank() : -1);
+    } else if (local) {
+      std::rethrow_exception(local);
     }
+    auto collective = std::make_shared<detail::HostCollective>(
+        *core_, op, local ? detail::Span() : span_of(buffer), reduce, root, reduction,
+        std::move(agreement), local);
+    core_->queue_collective(collective);
+    core_->track(collective);
+    // The agreement is under way: the other ranks learn of this rank's rejection from it.
+    if (local) std::rethrow_exception(local);
+    return Request(core_, std::move(collective));
   }
 
   Request start(std::shared_ptr<detail::Transfer> transfer) {

@@ -920,6 +920,182 @@ TEST(MpiSelector, LocalDeviceSelectorNamesADevice) {
                           std::to_string(manager.device().device_index));
 }
 
+// Non-blocking collectives: each rank's share of a reduction, and the host reference.
+template <class T>
+std::vector<T> reduction_input(int rank, std::uint32_t key, std::size_t count) {
+  // small integers (-999 .. 999): sums exact in any order, in float too
+  const std::vector<std::int32_t> raw = pattern<std::int32_t>(rank, key, count);
+  std::vector<T> data(count);
+  for (std::size_t i = 0; i < count; ++i) data[i] = static_cast<T>(raw[i] % 1000);
+  return data;
+}
+
+template <class T>
+std::vector<T> reduced(int ranks, std::uint32_t key, std::size_t count, clbuf::mpi::Op op) {
+  std::vector<T> result = reduction_input<T>(0, key, count);
+  for (int r = 1; r < ranks; ++r) {
+    const std::vector<T> part = reduction_input<T>(r, key, count);
+    for (std::size_t i = 0; i < count; ++i) {
+      if (op == clbuf::mpi::Op::sum) result[i] = static_cast<T>(result[i] + part[i]);
+      if (op == clbuf::mpi::Op::min) result[i] = part[i] < result[i] ? part[i] : result[i];
+      if (op == clbuf::mpi::Op::max) result[i] = part[i] > result[i] ? part[i] : result[i];
+    }
+  }
+  return result;
+}
+
+TEST_P(Mpi, IallreduceAndIbroadcastAreExact) {
+  clbuf::mpi::Communicator comm = communicator(16 << 10);
+  std::uint32_t key = 4000;
+  for (std::size_t count : {std::size_t{0}, std::size_t{1}, std::size_t{7}, std::size_t{70001},
+                            (std::size_t{1} << 20) + 3}) {
+    const bool large = count > 100000;  // 1 MiB + 3: one reduction and one root (time)
+    for (clbuf::mpi::Op op : {clbuf::mpi::Op::sum, clbuf::mpi::Op::min, clbuf::mpi::Op::max}) {
+      if (large && op != clbuf::mpi::Op::max) continue;
+      clbuf::DeviceBuffer<std::int32_t> ints =
+          upload(reduction_input<std::int32_t>(rank_, key, count));
+      clbuf::DeviceBuffer<float> floats = upload(reduction_input<float>(rank_, key + 1, count));
+      clbuf::mpi::Request a = comm.iallreduce(ints, op);
+      clbuf::mpi::Request b = comm.iallreduce(floats, op);
+      b.wait();
+      a.wait();
+      EXPECT_TRUE(same(reduced<std::int32_t>(size_, key, count, op), manager_->download(ints)))
+          << count << " int32, " << clbuf::mpi::detail::op_name(op);
+      EXPECT_TRUE(same(reduced<float>(size_, key + 1, count, op), manager_->download(floats)))
+          << count << " float, " << clbuf::mpi::detail::op_name(op);
+      key += 2;
+    }
+    for (int root = large ? size_ - 1 : 0; root < size_; ++root) {
+      clbuf::DeviceBuffer<Pair> pairs =
+          upload(pattern<Pair>(rank_ == root ? root : rank_ + 50, key, count));
+      clbuf::DeviceBuffer<double> doubles =
+          upload(pattern<double>(rank_ == root ? root : rank_ + 50, key + 1, count));
+      clbuf::mpi::Request a = comm.ibroadcast(pairs, root);
+      clbuf::mpi::Request b = comm.ibroadcast(doubles, root);
+      while (!a.test()) {
+      }
+      b.wait();
+      EXPECT_TRUE(same(pattern<Pair>(root, key, count), manager_->download(pairs)))
+          << count << " pairs from " << root;
+      EXPECT_TRUE(same(pattern<double>(root, key + 1, count), manager_->download(doubles)))
+          << count << " doubles from " << root;
+      key += 2;
+    }
+  }
+}
+
+// Several collectives in flight with point-to-point messages and a blocking collective between
+// them, waited for in another order than started.
+TEST_P(Mpi, NonBlockingCollectivesInFlightMixWithPointToPoint) {
+  clbuf::mpi::Communicator comm = communicator(8 << 10);
+  const int right = (rank_ + 1) % size_;
+  const int left = (rank_ + size_ - 1) % size_;
+  const std::size_t n = 50001;
+  std::vector<clbuf::DeviceBuffer<std::int64_t>> sums;
+  std::vector<clbuf::DeviceBuffer<std::uint16_t>> casts;
+  std::vector<clbuf::mpi::Request> requests;
+  clbuf::DeviceBuffer<float> out = upload(pattern<float>(rank_, 4500, n));
+  clbuf::DeviceBuffer<float> in = manager_->allocate<float>(n);
+  clbuf::mpi::Request received = comm.irecv(in, left, 45);
+  for (std::uint32_t i = 0; i < 4; ++i) {
+    sums.push_back(upload(reduction_input<std::int64_t>(rank_, 4510 + i, n)));
+    casts.push_back(upload(pattern<std::uint16_t>(
+        rank_ == static_cast<int>(i) % size_ ? static_cast<int>(i) % size_ : 99, 4520 + i, n)));
+  }
+  for (std::uint32_t i = 0; i < 4; ++i) {
+    requests.push_back(comm.iallreduce(sums[i], clbuf::mpi::Op::sum));
+    requests.push_back(comm.ibroadcast(casts[i], static_cast<int>(i) % size_));
+    if (i == 1) {
+      // a blocking collective while four are in flight
+      clbuf::DeviceBuffer<double> now = upload(pattern<double>(rank_ == 0 ? 0 : 98, 4530, 999));
+      comm.broadcast(now, 0);
+      EXPECT_TRUE(same(pattern<double>(0, 4530, 999), manager_->download(now)));
+    }
+  }
+  clbuf::mpi::Request sent = comm.isend(out, right, 45);
+  received.wait();
+  for (std::size_t i = requests.size(); i-- > 0;) requests[i].wait();
+  sent.wait();
+  EXPECT_TRUE(same(pattern<float>(left, 4500, n), manager_->download(in)));
+  for (std::uint32_t i = 0; i < 4; ++i) {
+    EXPECT_TRUE(same(reduced<std::int64_t>(size_, 4510 + i, n, clbuf::mpi::Op::sum),
+                     manager_->download(sums[i])))
+        << "sum " << i;
+    EXPECT_TRUE(same(pattern<std::uint16_t>(static_cast<int>(i) % size_, 4520 + i, n),
+                     manager_->download(casts[i])))
+        << "broadcast " << i;
+  }
+}
+
+TEST_P(Mpi, NonBlockingCollectiveMismatchFailsOnEveryRank) {
+  clbuf::mpi::Communicator comm = communicator(8 << 10);
+  clbuf::DeviceBuffer<float> buffer = manager_->allocate<float>(rank_ == 0 ? 100 : 101);
+  clbuf::mpi::Request request = comm.iallreduce(buffer);
+  EXPECT_TRUE(throws([&] { request.wait(); }, CL_INVALID_VALUE,
+                     {"iallreduce: ", "element counts differ between ranks (100 to 101)"}));
+  clbuf::DeviceBuffer<float> same_size = upload(pattern<float>(rank_, 4600, 64));
+  EXPECT_TRUE(throws(
+      [&] {
+        clbuf::mpi::Request r = comm.ibroadcast(same_size, rank_ == 0 ? 0 : 1);
+        r.wait();
+      },
+      CL_INVALID_VALUE, {"ibroadcast: ", "roots differ"}));
+  // another non-blocking collective on one rank than on the others
+  if (rank_ == 0) {
+    EXPECT_TRUE(
+        throws([&] { comm.ibroadcast(same_size, 0).wait(); }, CL_INVALID_VALUE,
+               {"ibroadcast: ", "collectives differ between ranks (ibroadcast to iallreduce)"}));
+  } else {
+    EXPECT_TRUE(
+        throws([&] { comm.iallreduce(same_size).wait(); }, CL_INVALID_VALUE,
+               {"iallreduce: ", "collectives differ between ranks (ibroadcast to iallreduce)"}));
+  }
+  // and of the blocking ones
+  if (rank_ == 0) {
+    EXPECT_TRUE(
+        throws([&] { comm.broadcast(same_size, 0); }, CL_INVALID_VALUE,
+               {"broadcast: ", "collectives differ between ranks (broadcast to allreduce)"}));
+  } else {
+    EXPECT_TRUE(
+        throws([&] { comm.allreduce(same_size); }, CL_INVALID_VALUE,
+               {"allreduce: ", "collectives differ between ranks (broadcast to allreduce)"}));
+  }
+  // bad input on one rank: it throws at the call, the others from wait()
+  if (rank_ == 1) {
+    EXPECT_TRUE(throws([&] { static_cast<void>(comm.ibroadcast(same_size, size_)); },
+                       CL_INVALID_VALUE, {"ibroadcast: ", "root rank"}));
+  } else {
+    clbuf::mpi::Request r = comm.ibroadcast(same_size, 0);
+    EXPECT_TRUE(throws([&] { r.wait(); }, CL_INVALID_VALUE,
+                       {"ibroadcast: ", "rank 1 rejected its arguments"}));
+  }
+  EXPECT_TRUE(same(pattern<float>(rank_, 4600, 64), manager_->download(same_size)))
+      << "nothing written";
+  // and the communicator still works
+  clbuf::DeviceBuffer<std::int32_t> ints = upload(reduction_input<std::int32_t>(rank_, 4601, 33));
+  comm.iallreduce(ints, clbuf::mpi::Op::max).wait();
+  EXPECT_TRUE(
+      same(reduced<std::int32_t>(size_, 4601, 33, clbuf::mpi::Op::max), manager_->download(ints)));
+}
+
+TEST_P(Mpi, NonBlockingCollectivesWithoutVerification) {
+  clbuf::mpi::Options options;
+  options.verify_collectives = false;
+  clbuf::mpi::Communicator comm(*manager_, MPI_COMM_WORLD, options);
+  clbuf::DeviceBuffer<double> values = upload(reduction_input<double>(rank_, 4700, 4097));
+  clbuf::DeviceBuffer<std::int8_t> bytes =
+      upload(pattern<std::int8_t>(size_ - 1 == rank_ ? rank_ : 77, 4701, 3));
+  clbuf::mpi::Request a = comm.iallreduce(values, clbuf::mpi::Op::min);
+  clbuf::mpi::Request b = comm.ibroadcast(bytes, size_ - 1);
+  std::vector<clbuf::mpi::Request> both;
+  both.push_back(std::move(b));
+  both.push_back(std::move(a));
+  clbuf::mpi::wait_all(both);
+  EXPECT_TRUE(
+      same(reduced<double>(size_, 4700, 4097, clbuf::mpi::Op::min), manager_->download(values)));
+  EXPECT_TRUE(same(pattern<std::int8_t>(size_ - 1, 4701, 3), manager_->download(bytes)));
+}
+
 // Path::whole against ranks that use plain MPI on std::vectors (what a peer without clbuf
 // writes): the datatypes below are the ones such a peer names, not clbuf's table.
 template <class T>
@@ -1149,6 +1325,39 @@ TEST_P(PlainPeers, CollectivesMeetPlainMpiCollectives) {
       }
       EXPECT_TRUE(same(expected, gathered)) << "gather to " << root;
     }
+  }
+}
+
+// Under Path::whole, ibroadcast and iallreduce are MPI_Ibcast and MPI_Iallreduce: plain ranks
+// call those (MPI does not match a non-blocking collective with a blocking one).
+TEST_P(PlainPeers, NonBlockingCollectivesMeetMpisOwn) {
+  const bool uses_clbuf = rank_ % 2 == 1;
+  std::unique_ptr<clbuf::mpi::Communicator> comm;
+  if (uses_clbuf) comm = std::make_unique<clbuf::mpi::Communicator>(whole());
+  const std::size_t n = 30001;
+  for (int root = 0; root < size_; ++root) {
+    const std::uint32_t key = 4800 + static_cast<std::uint32_t>(root);
+    std::vector<double> got = pattern<double>(rank_ == root ? root : rank_ + 50, key, n);
+    std::vector<std::int32_t> sum = reduction_input<std::int32_t>(rank_, key + 10, n);
+    if (uses_clbuf) {
+      clbuf::DeviceBuffer<double> buffer = upload(got);
+      clbuf::DeviceBuffer<std::int32_t> sums = upload(sum);
+      clbuf::mpi::Request a = comm->ibroadcast(buffer, root);
+      clbuf::mpi::Request b = comm->iallreduce(sums, clbuf::mpi::Op::sum);
+      b.wait();
+      a.wait();
+      got = manager_->download(buffer);
+      sum = manager_->download(sums);
+    } else {
+      MPI_Request requests[2];
+      MPI_Ibcast(got.data(), static_cast<int>(n), MPI_DOUBLE, root, MPI_COMM_WORLD, &requests[0]);
+      MPI_Iallreduce(MPI_IN_PLACE, sum.data(), static_cast<int>(n), MPI_INT, MPI_SUM,
+                     MPI_COMM_WORLD, &requests[1]);
+      MPI_Waitall(2, requests, MPI_STATUSES_IGNORE);
+    }
+    EXPECT_TRUE(same(pattern<double>(root, key, n), got)) << "ibroadcast from " << root;
+    EXPECT_TRUE(same(reduced<std::int32_t>(size_, key + 10, n, clbuf::mpi::Op::sum), sum))
+        << "iallreduce";
   }
 }
 

@@ -14,6 +14,7 @@
 #include <clbuf/manager.hpp>
 
 #include <algorithm>
+#include <climits>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
@@ -91,6 +92,93 @@ class Transfer {
  private:
   bool done_ = false;
   std::exception_ptr error_;
+};
+
+/// A non-blocking collective (mpi_collective.hpp): its agreement is under way when it is
+/// queued; launch() completes the agreement and starts its MPI collective. Every rank starts
+/// collectives in the order it called them (MPI's rule), so the Core launches them in order,
+/// and every later collective launches the earlier ones first.
+class Collective : public Transfer {
+ public:
+  using Transfer::Transfer;
+  /// Completes the agreement (waiting for it when `block`) and starts the collective, or
+  /// records why not; false while the agreement is still under way (only when !block).
+  virtual bool launch(bool block) noexcept = 0;
+};
+
+/// What the ranks of a collective agree on: count, element size, element type, root, reduction
+/// and which collective, as each field and its negation under one MPI_MAX (so both the highest
+/// and the lowest value come back), plus the highest rank that rejected its own arguments.
+struct Agreement {
+  static constexpr int fields = 6;  // count, element size, type, root, reduction, collective
+  long long mine[fields] = {};
+  long long values[2 * fields + 1] = {};
+  long long all[2 * fields + 1] = {};
+
+  Agreement(const char* collective, std::size_t count, std::size_t element_size, std::uint32_t type,
+            long long root, long long reduction, int rejected) noexcept {
+    const long long fields_of_mine[fields] = {
+        static_cast<long long>(std::min<std::size_t>(count, LLONG_MAX)),
+        static_cast<long long>(element_size),
+        static_cast<long long>(type),
+        root,
+        reduction,
+        collective_code(collective)};
+    for (int i = 0; i < fields; ++i) {
+      mine[i] = fields_of_mine[i];
+      values[i] = mine[i];
+      values[fields + i] = -mine[i];
+    }
+    values[2 * fields] = rejected;
+  }
+
+  /// MPI_Iallreduce of the values on `comm`.
+  void start(const char* operation, MPI_Comm comm, MPI_Request& request) {
+    check_mpi(MPI_Iallreduce(values, all, 2 * fields + 1, MPI_LONG_LONG, MPI_MAX, comm, &request),
+              operation, "MPI_Iallreduce");
+  }
+
+  /// After the reduction: the same Error on every rank when a rank rejected its arguments or a
+  /// field differs between ranks.
+  void check(const char* operation) const {
+    if (all[2 * fields] >= 0) {
+      fail(operation, CL_INVALID_VALUE,
+           "rank " + std::to_string(all[2 * fields]) +
+               " rejected its arguments (its own error says why)");
+    }
+    static const char* const names[fields] = {"element counts", "element sizes", "element types",
+                                              "roots",          "operations",    "collectives"};
+    for (int i : {5, 0, 1, 2, 3, 4}) {  // another collective first: the rest follows from it
+      const long long high = all[i];
+      const long long low = -all[fields + i];
+      if (high == low) continue;
+      std::string range = std::to_string(low) + " to " + std::to_string(high);
+      if (i == 2) {
+        range = std::string(type_name(static_cast<std::uint32_t>(low))) + " to " +
+                type_name(static_cast<std::uint32_t>(high));
+      } else if (i == 4) {
+        range =
+            std::string(op_name(static_cast<Op>(low))) + " to " + op_name(static_cast<Op>(high));
+      } else if (i == 5) {
+        range = std::string(collective_name(low)) + " to " + collective_name(high);
+      }
+      fail(operation, CL_INVALID_VALUE,
+           std::string(names[i]) + " differ between ranks (" + range + "); this rank's: " +
+               (i == 5 ? std::string(collective_name(mine[i])) : std::to_string(mine[i])));
+    }
+  }
+
+  static long long collective_code(const char* collective) noexcept {
+    for (long long i = 0; i < 6; ++i) {
+      if (std::strcmp(collective, collective_name(i)) == 0) return i;
+    }
+    return -1;
+  }
+  static const char* collective_name(long long code) noexcept {
+    static const char* const names[] = {"broadcast", "allreduce",  "scatter",
+                                        "gather",    "ibroadcast", "iallreduce"};
+    return code >= 0 && code < 6 ? names[code] : "unknown";
+  }
 };
 
 /// What every transfer of one Communicator shares: the manager, the duplicated communicators,
@@ -178,6 +266,20 @@ class Core {
 
   Core(const Core&) = delete;
   Core& operator=(const Core&) = delete;
+
+  /// Queues a non-blocking collective whose agreement has started (see Collective).
+  void queue_collective(std::shared_ptr<Collective> collective) {
+    collectives_.push_back(std::move(collective));
+  }
+
+  /// Launches the queued collectives in order, as far as their agreements have completed
+  /// (`block`: all of them, waiting for each agreement). Every collective call first launches
+  /// every earlier one with `block`, so that each rank starts MPI collectives in call order.
+  void launch_collectives(bool block) noexcept {
+    while (!collectives_.empty() && collectives_.front()->launch(block)) {
+      collectives_.erase(collectives_.begin());
+    }
+  }
 
   /// Completes every transfer still in flight (errors are dropped), then frees the
   /// communicators; after MPI_Finalize there is nothing left to do.
@@ -371,7 +473,8 @@ class Core {
   std::size_t slots_in_use_[2] = {0, 0};  // sending, receiving
   std::size_t in_use_bytes_ = 0;
   std::size_t peak_in_use_bytes_ = 0;
-  std::vector<std::shared_ptr<Transfer>> active_;  // last: destroyed first
+  std::vector<std::shared_ptr<Collective>> collectives_;  // not launched yet, in call order
+  std::vector<std::shared_ptr<Transfer>> active_;         // last: destroyed first
 };
 
 }  // namespace detail
