@@ -7,7 +7,8 @@
 // unified memory is mapped around MPI; a discrete GPU pipelines through pinned chunks (4 MiB,
 // two per direction), the DMA of one chunk overlapping MPI's transfer of the other. Both ends
 // must use clbuf::mpi: a message is a header, then its payload inline or in chunks
-// (docs/mpi.md).
+// (docs/mpi.md); Path::whole instead speaks plain MPI (one message of the raw bytes, MPI's own
+// collectives) to peers without clbuf.
 #ifndef CLBUF_MPI_HPP
 #define CLBUF_MPI_HPP
 
@@ -15,6 +16,7 @@
 #include <clbuf/buffer.hpp>
 #include <clbuf/detail/buffer_access.hpp>
 #include <clbuf/detail/checks.hpp>
+#include <clbuf/detail/mpi_collective.hpp>
 #include <clbuf/detail/mpi_core.hpp>
 #include <clbuf/detail/mpi_reduce.hpp>
 #include <clbuf/detail/mpi_transfer.hpp>
@@ -78,10 +80,11 @@ inline std::string local_device_selector(MPI_Comm comm = MPI_COMM_WORLD) {
 
 class Communicator;
 
-/// A non-blocking send or receive started by isend() or irecv(). Progress happens in the calling
-/// thread, inside test(), wait() and every blocking call of the same Communicator. Move-only;
-/// destroying a Request that has not completed waits for it (errors are then dropped: call
-/// wait() to see them). The buffer must stay alive until the Request has completed.
+/// A non-blocking send, receive or collective started by isend(), irecv(), ibroadcast() or
+/// iallreduce(). Progress happens in the calling thread, inside test(), wait() and every
+/// blocking call of the same Communicator. Move-only; destroying a Request that has not
+/// completed waits for it (errors are then dropped: call wait() to see them). The buffer must
+/// stay alive until the Request has completed.
 class [[nodiscard]] Request {
  public:
   Request() = default;
@@ -270,9 +273,10 @@ class Communicator {
   /// @}
 
   /// @name Collectives (every rank calls them in the same order)
-  /// Each first agrees on the arguments (one MPI_Allreduce): a count, type, root or operation
-  /// that differs between ranks, or bad input on any rank, is a clbuf::Error on every rank
-  /// before any data moves.
+  /// Each first agrees on the arguments (one small MPI_Allreduce; MPI_Iallreduce for the
+  /// non-blocking ones): a count, type, root, operation or collective that differs between
+  /// ranks, or bad input on any rank, is a clbuf::Error on every rank before any data moves.
+  /// Under Path::whole they are MPI's own collectives, without agreement.
   /// @{
 
   /// Copies `buffer` of rank `root` into `buffer` of every rank (binomial tree).
@@ -287,6 +291,13 @@ class Communicator {
       local = std::current_exception();
     }
     agree<T>(op, local, buffer.size(), root, -1);
+    if (core_->whole()) {
+      on_host(
+          op, buffer, rank() == root, rank() != root, [&](T* data, int count, MPI_Datatype type) {
+            detail::check_mpi(MPI_Bcast(data, count, type, root, core_->coll()), op, "MPI_Bcast");
+          });
+      return;
+    }
     const int p = size();
     const int relative = (rank() - root + p) % p;
     int mask = 1;
@@ -328,8 +339,16 @@ class Communicator {
       local = std::current_exception();
     }
     agree<T>(op, local, buffer.size(), -1, static_cast<long long>(reduction));
-    if (size() == 1 || buffer.empty()) return;
     const std::uint32_t type = detail::type_code<T>();
+    if (core_->whole()) {  // MPI_Allreduce as a plain peer calls it, even of no element
+      on_host(op, buffer, true, true, [&](T* data, int count, MPI_Datatype mpi_type) {
+        detail::check_mpi(MPI_Allreduce(MPI_IN_PLACE, data, count, mpi_type,
+                                        detail::mpi_op(reduction), core_->coll()),
+                          op, "MPI_Allreduce");
+      });
+      return;
+    }
+    if (size() == 1 || buffer.empty()) return;
     if (buffer.size_bytes() < options().device_reduce_bytes) {
       reduce_on_host(op, buffer, type, reduction);
       return;
@@ -361,6 +380,34 @@ class Communicator {
     queue.finish(op);
   }
 
+  /// Starts broadcast(): `buffer` of rank `root` into `buffer` of every rank, by MPI_Ibcast on
+  /// host memory (the buffer's own on a CPU device, else a copy read when the broadcast starts
+  /// and written back when it completes). The Request completes when `buffer` holds the data;
+  /// until then it must stay alive and untouched. Every rank calls it (with the blocking
+  /// collectives, in the same order); several may be in flight, and point-to-point calls mix.
+  /// Progress happens in test(), wait() and the Communicator's other calls.
+  /// @throws Error at the call for this rank's own bad arguments (a rank out of range, an
+  ///         invalid buffer, more than INT_MAX elements); from the Request's wait() or test()
+  ///         when the ranks' counts, types or roots differ, or another rank rejected its own
+  ///         (the agreement, unless verify_collectives is false or the path is Path::whole),
+  ///         or when MPI or OpenCL fails.
+  template <class T>
+  Request ibroadcast(DeviceBuffer<T>& buffer, int root) {
+    return start_collective("ibroadcast", buffer, false, root, Op::sum);
+  }
+
+  /// Starts allreduce(): `buffer` reduced element-wise over all ranks, by MPI_Iallreduce
+  /// (MPI_IN_PLACE) on host memory as ibroadcast() (no device reduction at any size). The
+  /// Request completes when `buffer` holds the result on this rank.
+  /// @throws Error as ibroadcast().
+  template <class T>
+  Request iallreduce(DeviceBuffer<T>& buffer, Op reduction = Op::sum) {
+    static_assert(
+        detail::type_code<T>() >= detail::int8 && detail::type_code<T>() <= detail::float64,
+        "clbuf::mpi::iallreduce needs an arithmetic T of 8 to 64 bits (not bool)");
+    return start_collective("iallreduce", buffer, true, -1, reduction);
+  }
+
   /// Rank i receives elements [i * mine.size(), (i + 1) * mine.size()) of the root's `all`;
   /// `all` is read on the root only and must hold mine.size() * size() elements there.
   template <class T>
@@ -376,6 +423,10 @@ class Communicator {
     }
     agree<T>(op, local, mine.size(), root, -1);
     const std::size_t n = mine.size();
+    if (core_->whole()) {
+      plain_scatter_gather(op, mine, all, root, true);
+      return;
+    }
     if (rank() != root) {
       wait_one(std::make_shared<detail::RecvStream>(*core_, op, span_of(mine), root, 0,
                                                     core_->coll(), detail::Kind::collective));
@@ -405,6 +456,10 @@ class Communicator {
     }
     agree<T>(op, local, mine.size(), root, -1);
     const std::size_t n = mine.size();
+    if (core_->whole()) {
+      plain_scatter_gather(op, mine, all, root, false);
+      return;
+    }
     if (rank() != root) {
       wait_one(std::make_shared<detail::SendStream>(*core_, op, span_of(mine), root, 0,
                                                     core_->coll(), detail::Kind::collective));
@@ -421,7 +476,10 @@ class Communicator {
   }
 
   /// MPI_Barrier on the duplicated communicator.
-  void barrier() { detail::check_mpi(MPI_Barrier(core_->coll()), "barrier", "MPI_Barrier"); }
+  void barrier() {
+    core_->launch_collectives(true);
+    detail::check_mpi(MPI_Barrier(core_->coll()), "barrier", "MPI_Barrier");
+  }
   /// @}
 
  private:
@@ -512,49 +570,54 @@ class Communicator {
   template <class T>
   void agree(const char* op, std::exception_ptr local, std::size_t count, long long root,
              long long reduction) {
-    if (!options().verify_collectives) {
+    core_->launch_collectives(true);  // earlier non-blocking collectives start first
+    if (!options().verify_collectives || core_->whole()) {
       if (local) std::rethrow_exception(local);
       return;
     }
-    constexpr int fields = 5;
-    const long long mine[fields] = {static_cast<long long>(std::min<std::size_t>(count, LLONG_MAX)),
-                                    static_cast<long long>(sizeof(T)),
-                                    static_cast<long long>(detail::type_code<T>()), root,
-                                    reduction};
-    long long values[2 * fields + 1];
-    for (int i = 0; i < fields; ++i) {
-      values[i] = mine[i];
-      values[fields + i] = -mine[i];
-    }
-    values[2 * fields] = local ? rank() : -1;
-    long long all[2 * fields + 1];
-    detail::check_mpi(
-        MPI_Allreduce(values, all, 2 * fields + 1, MPI_LONG_LONG, MPI_MAX, core_->coll()), op,
-        "MPI_Allreduce");
+    // Blocking: MPI_Iallreduce + MPI_Wait costs 2-4 us more here (Open MPI 4.1, 2 ranks), every
+    // collective. MPI matches it with no MPI_Iallreduce, so a blocking collective on one rank
+    // against a non-blocking one on another is not detected (docs/mpi.md).
+    detail::Agreement agreement(op, count, sizeof(T), detail::type_code<T>(), root, reduction,
+                                local ? rank() : -1);
+    detail::check_mpi(MPI_Allreduce(agreement.values, agreement.all, 2 * agreement.fields + 1,
+                                    MPI_LONG_LONG, MPI_MAX, core_->coll()),
+                      op, "MPI_Allreduce");
     if (local) std::rethrow_exception(local);
-    if (all[2 * fields] >= 0) {
-      clbuf::detail::fail(op, CL_INVALID_VALUE,
-                          "rank " + std::to_string(all[2 * fields]) +
-                              " rejected its arguments (its own error says why)");
+    agreement.check(op);
+  }
+
+  /// ibroadcast() and iallreduce(): checks this rank's arguments, starts the agreement and
+  /// queues the collective (see detail::HostCollective).
+  template <class T>
+  Request start_collective(const char* op, DeviceBuffer<T>& buffer, bool reduce, int root,
+                           Op reduction) {
+    core_->launch_collectives(true);
+    std::exception_ptr local;
+    try {
+      check_buffer(op, buffer, reduce || rank() == root, reduce || rank() != root);
+      if (!reduce) check_rank(op, "root", root, false, false);
+      int count = 0;
+      static_cast<void>(detail::whole_count(op, span_of(buffer), count));
+    } catch (...) {
+      local = std::current_exception();
     }
-    static const char* const names[fields] = {"element counts", "element sizes", "element types",
-                                              "roots", "operations"};
-    for (int i = 0; i < fields; ++i) {
-      const long long high = all[i];
-      const long long low = -all[fields + i];
-      if (high == low) continue;
-      std::string range = std::to_string(low) + " to " + std::to_string(high);
-      if (i == 2) {
-        range = std::string(detail::type_name(static_cast<std::uint32_t>(low))) + " to " +
-                detail::type_name(static_cast<std::uint32_t>(high));
-      } else if (i == 4) {
-        range = std::string(detail::op_name(static_cast<Op>(low))) + " to " +
-                detail::op_name(static_cast<Op>(high));
-      }
-      clbuf::detail::fail(op, CL_INVALID_VALUE,
-                          std::string(names[i]) + " differ between ranks (" + range +
-                              "); this rank's: " + std::to_string(mine[i]));
+    std::unique_ptr<detail::Agreement> agreement;
+    if (options().verify_collectives && !core_->whole()) {
+      agreement = std::make_unique<detail::Agreement>(
+          op, buffer.size(), sizeof(T), detail::type_code<T>(), reduce ? -1 : root,
+          reduce ? static_cast<long long>(reduction) : -1, local ? rank() : -1);
+    } else if (local) {
+      std::rethrow_exception(local);
     }
+    auto collective = std::make_shared<detail::HostCollective>(
+        *core_, op, local ? detail::Span() : span_of(buffer), reduce, root, reduction,
+        std::move(agreement), local);
+    core_->queue_collective(collective);
+    core_->track(collective);
+    // The agreement is under way: the other ranks learn of this rank's rejection from it.
+    if (local) std::rethrow_exception(local);
+    return Request(core_, std::move(collective));
   }
 
   Request start(std::shared_ptr<detail::Transfer> transfer) {
@@ -600,6 +663,49 @@ class Communicator {
     (void)op;
     core_->wait_all(transfers);
     if (failed) std::rethrow_exception(failed);
+  }
+
+  /// Calls `call(data, count, type)` with `buffer`'s elements on the host: its host block
+  /// (after the queue has finished), else a copy (downloaded when `read`, uploaded afterwards
+  /// when `write`); `count` of MPI datatype `type` (MPI_BYTE for types MPI has no name for).
+  /// @throws Error CL_INVALID_VALUE past INT_MAX MPI elements (one MPI call counts in int).
+  template <class T, class F>
+  void on_host(const char* op, DeviceBuffer<T>& buffer, bool read, bool write, F&& call) {
+    detail::Span span = span_of(buffer);
+    int count = 0;
+    const MPI_Datatype type = detail::whole_count(op, span, count);
+    const clbuf::detail::Allocation& memory = clbuf::detail::BufferAccess::memory(buffer);
+    if (memory.host != nullptr || buffer.empty()) {
+      manager().finish();
+      call(buffer.empty() ? nullptr : reinterpret_cast<T*>(memory.host_at(0)), count, type);
+      return;
+    }
+    std::vector<T> copy = read ? manager().download(buffer) : std::vector<T>(buffer.size());
+    call(copy.data(), count, type);
+    if (write) manager().upload(buffer, copy);
+  }
+
+  /// Path::whole's scatter (or gather): MPI_Scatter (MPI_Gather) on host memory. Only the
+  /// buffer the caller passed as non-const is written (`mine` of scatter, `all` of gather).
+  template <class T>
+  void plain_scatter_gather(const char* op, const DeviceBuffer<T>& mine_in,
+                            const DeviceBuffer<T>& all_in, int root, bool scatter) {
+    auto& mine = const_cast<DeviceBuffer<T>&>(mine_in);  // NOLINT: written only by scatter
+    auto& all = const_cast<DeviceBuffer<T>&>(all_in);    // NOLINT: written only by gather
+    const auto run = [&](T* whole, T* part, int count, MPI_Datatype type) {
+      const int err = scatter
+                          ? MPI_Scatter(whole, count, type, part, count, type, root, core_->coll())
+                          : MPI_Gather(part, count, type, whole, count, type, root, core_->coll());
+      detail::check_mpi(err, op, scatter ? "MPI_Scatter" : "MPI_Gather");
+    };
+    on_host(op, mine, !scatter, scatter, [&](T* part, int count, MPI_Datatype type) {
+      if (rank() != root) {
+        run(nullptr, part, count, type);
+        return;
+      }
+      on_host(op, all, scatter, !scatter,
+              [&](T* whole, int, MPI_Datatype) { run(whole, part, count, type); });
+    });
   }
 
   template <class T>

@@ -15,6 +15,7 @@
 #include <memory>
 #include <random>
 #include <string>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -919,6 +920,455 @@ TEST(MpiSelector, LocalDeviceSelectorNamesADevice) {
                           std::to_string(manager.device().device_index));
 }
 
+// Non-blocking collectives: each rank's share of a reduction, and the host reference.
+template <class T>
+std::vector<T> reduction_input(int rank, std::uint32_t key, std::size_t count) {
+  // small integers (-999 .. 999): sums exact in any order, in float too
+  const std::vector<std::int32_t> raw = pattern<std::int32_t>(rank, key, count);
+  std::vector<T> data(count);
+  for (std::size_t i = 0; i < count; ++i) data[i] = static_cast<T>(raw[i] % 1000);
+  return data;
+}
+
+template <class T>
+std::vector<T> reduced(int ranks, std::uint32_t key, std::size_t count, clbuf::mpi::Op op) {
+  std::vector<T> result = reduction_input<T>(0, key, count);
+  for (int r = 1; r < ranks; ++r) {
+    const std::vector<T> part = reduction_input<T>(r, key, count);
+    for (std::size_t i = 0; i < count; ++i) {
+      if (op == clbuf::mpi::Op::sum) result[i] = static_cast<T>(result[i] + part[i]);
+      if (op == clbuf::mpi::Op::min) result[i] = part[i] < result[i] ? part[i] : result[i];
+      if (op == clbuf::mpi::Op::max) result[i] = part[i] > result[i] ? part[i] : result[i];
+    }
+  }
+  return result;
+}
+
+TEST_P(Mpi, IallreduceAndIbroadcastAreExact) {
+  clbuf::mpi::Communicator comm = communicator(16 << 10);
+  std::uint32_t key = 4000;
+  for (std::size_t count : {std::size_t{0}, std::size_t{1}, std::size_t{7}, std::size_t{70001},
+                            (std::size_t{1} << 20) + 3}) {
+    const bool large = count > 100000;  // 1 MiB + 3: one reduction and one root (time)
+    for (clbuf::mpi::Op op : {clbuf::mpi::Op::sum, clbuf::mpi::Op::min, clbuf::mpi::Op::max}) {
+      if (large && op != clbuf::mpi::Op::max) continue;
+      clbuf::DeviceBuffer<std::int32_t> ints =
+          upload(reduction_input<std::int32_t>(rank_, key, count));
+      clbuf::DeviceBuffer<float> floats = upload(reduction_input<float>(rank_, key + 1, count));
+      clbuf::mpi::Request a = comm.iallreduce(ints, op);
+      clbuf::mpi::Request b = comm.iallreduce(floats, op);
+      b.wait();
+      a.wait();
+      EXPECT_TRUE(same(reduced<std::int32_t>(size_, key, count, op), manager_->download(ints)))
+          << count << " int32, " << clbuf::mpi::detail::op_name(op);
+      EXPECT_TRUE(same(reduced<float>(size_, key + 1, count, op), manager_->download(floats)))
+          << count << " float, " << clbuf::mpi::detail::op_name(op);
+      key += 2;
+    }
+    for (int root = large ? size_ - 1 : 0; root < size_; ++root) {
+      clbuf::DeviceBuffer<Pair> pairs =
+          upload(pattern<Pair>(rank_ == root ? root : rank_ + 50, key, count));
+      clbuf::DeviceBuffer<double> doubles =
+          upload(pattern<double>(rank_ == root ? root : rank_ + 50, key + 1, count));
+      clbuf::mpi::Request a = comm.ibroadcast(pairs, root);
+      clbuf::mpi::Request b = comm.ibroadcast(doubles, root);
+      while (!a.test()) {
+      }
+      b.wait();
+      EXPECT_TRUE(same(pattern<Pair>(root, key, count), manager_->download(pairs)))
+          << count << " pairs from " << root;
+      EXPECT_TRUE(same(pattern<double>(root, key + 1, count), manager_->download(doubles)))
+          << count << " doubles from " << root;
+      key += 2;
+    }
+  }
+}
+
+// Several collectives in flight with point-to-point messages and a blocking collective between
+// them, waited for in another order than started.
+TEST_P(Mpi, NonBlockingCollectivesInFlightMixWithPointToPoint) {
+  clbuf::mpi::Communicator comm = communicator(8 << 10);
+  const int right = (rank_ + 1) % size_;
+  const int left = (rank_ + size_ - 1) % size_;
+  const std::size_t n = 50001;
+  std::vector<clbuf::DeviceBuffer<std::int64_t>> sums;
+  std::vector<clbuf::DeviceBuffer<std::uint16_t>> casts;
+  std::vector<clbuf::mpi::Request> requests;
+  clbuf::DeviceBuffer<float> out = upload(pattern<float>(rank_, 4500, n));
+  clbuf::DeviceBuffer<float> in = manager_->allocate<float>(n);
+  clbuf::mpi::Request received = comm.irecv(in, left, 45);
+  for (std::uint32_t i = 0; i < 4; ++i) {
+    sums.push_back(upload(reduction_input<std::int64_t>(rank_, 4510 + i, n)));
+    casts.push_back(upload(pattern<std::uint16_t>(
+        rank_ == static_cast<int>(i) % size_ ? static_cast<int>(i) % size_ : 99, 4520 + i, n)));
+  }
+  for (std::uint32_t i = 0; i < 4; ++i) {
+    requests.push_back(comm.iallreduce(sums[i], clbuf::mpi::Op::sum));
+    requests.push_back(comm.ibroadcast(casts[i], static_cast<int>(i) % size_));
+    if (i == 1) {
+      // a blocking collective while four are in flight
+      clbuf::DeviceBuffer<double> now = upload(pattern<double>(rank_ == 0 ? 0 : 98, 4530, 999));
+      comm.broadcast(now, 0);
+      EXPECT_TRUE(same(pattern<double>(0, 4530, 999), manager_->download(now)));
+    }
+  }
+  clbuf::mpi::Request sent = comm.isend(out, right, 45);
+  received.wait();
+  for (std::size_t i = requests.size(); i-- > 0;) requests[i].wait();
+  sent.wait();
+  EXPECT_TRUE(same(pattern<float>(left, 4500, n), manager_->download(in)));
+  for (std::uint32_t i = 0; i < 4; ++i) {
+    EXPECT_TRUE(same(reduced<std::int64_t>(size_, 4510 + i, n, clbuf::mpi::Op::sum),
+                     manager_->download(sums[i])))
+        << "sum " << i;
+    EXPECT_TRUE(same(pattern<std::uint16_t>(static_cast<int>(i) % size_, 4520 + i, n),
+                     manager_->download(casts[i])))
+        << "broadcast " << i;
+  }
+}
+
+TEST_P(Mpi, NonBlockingCollectiveMismatchFailsOnEveryRank) {
+  clbuf::mpi::Communicator comm = communicator(8 << 10);
+  clbuf::DeviceBuffer<float> buffer = manager_->allocate<float>(rank_ == 0 ? 100 : 101);
+  clbuf::mpi::Request request = comm.iallreduce(buffer);
+  EXPECT_TRUE(throws([&] { request.wait(); }, CL_INVALID_VALUE,
+                     {"iallreduce: ", "element counts differ between ranks (100 to 101)"}));
+  clbuf::DeviceBuffer<float> same_size = upload(pattern<float>(rank_, 4600, 64));
+  EXPECT_TRUE(throws(
+      [&] {
+        clbuf::mpi::Request r = comm.ibroadcast(same_size, rank_ == 0 ? 0 : 1);
+        r.wait();
+      },
+      CL_INVALID_VALUE, {"ibroadcast: ", "roots differ"}));
+  // another non-blocking collective on one rank than on the others
+  if (rank_ == 0) {
+    EXPECT_TRUE(
+        throws([&] { comm.ibroadcast(same_size, 0).wait(); }, CL_INVALID_VALUE,
+               {"ibroadcast: ", "collectives differ between ranks (ibroadcast to iallreduce)"}));
+  } else {
+    EXPECT_TRUE(
+        throws([&] { comm.iallreduce(same_size).wait(); }, CL_INVALID_VALUE,
+               {"iallreduce: ", "collectives differ between ranks (ibroadcast to iallreduce)"}));
+  }
+  // and of the blocking ones
+  if (rank_ == 0) {
+    EXPECT_TRUE(
+        throws([&] { comm.broadcast(same_size, 0); }, CL_INVALID_VALUE,
+               {"broadcast: ", "collectives differ between ranks (broadcast to allreduce)"}));
+  } else {
+    EXPECT_TRUE(
+        throws([&] { comm.allreduce(same_size); }, CL_INVALID_VALUE,
+               {"allreduce: ", "collectives differ between ranks (broadcast to allreduce)"}));
+  }
+  // bad input on one rank: it throws at the call, the others from wait()
+  if (rank_ == 1) {
+    EXPECT_TRUE(throws([&] { static_cast<void>(comm.ibroadcast(same_size, size_)); },
+                       CL_INVALID_VALUE, {"ibroadcast: ", "root rank"}));
+  } else {
+    clbuf::mpi::Request r = comm.ibroadcast(same_size, 0);
+    EXPECT_TRUE(throws([&] { r.wait(); }, CL_INVALID_VALUE,
+                       {"ibroadcast: ", "rank 1 rejected its arguments"}));
+  }
+  EXPECT_TRUE(same(pattern<float>(rank_, 4600, 64), manager_->download(same_size)))
+      << "nothing written";
+  // and the communicator still works
+  clbuf::DeviceBuffer<std::int32_t> ints = upload(reduction_input<std::int32_t>(rank_, 4601, 33));
+  comm.iallreduce(ints, clbuf::mpi::Op::max).wait();
+  EXPECT_TRUE(
+      same(reduced<std::int32_t>(size_, 4601, 33, clbuf::mpi::Op::max), manager_->download(ints)));
+}
+
+TEST_P(Mpi, NonBlockingCollectivesWithoutVerification) {
+  clbuf::mpi::Options options;
+  options.verify_collectives = false;
+  clbuf::mpi::Communicator comm(*manager_, MPI_COMM_WORLD, options);
+  clbuf::DeviceBuffer<double> values = upload(reduction_input<double>(rank_, 4700, 4097));
+  clbuf::DeviceBuffer<std::int8_t> bytes =
+      upload(pattern<std::int8_t>(size_ - 1 == rank_ ? rank_ : 77, 4701, 3));
+  clbuf::mpi::Request a = comm.iallreduce(values, clbuf::mpi::Op::min);
+  clbuf::mpi::Request b = comm.ibroadcast(bytes, size_ - 1);
+  std::vector<clbuf::mpi::Request> both;
+  both.push_back(std::move(b));
+  both.push_back(std::move(a));
+  clbuf::mpi::wait_all(both);
+  EXPECT_TRUE(
+      same(reduced<double>(size_, 4700, 4097, clbuf::mpi::Op::min), manager_->download(values)));
+  EXPECT_TRUE(same(pattern<std::int8_t>(size_ - 1, 4701, 3), manager_->download(bytes)));
+}
+
+// Path::whole against ranks that use plain MPI on std::vectors (what a peer without clbuf
+// writes): the datatypes below are the ones such a peer names, not clbuf's table.
+template <class T>
+MPI_Datatype peer_type() {
+  if (std::is_same<T, std::int8_t>::value) return MPI_SIGNED_CHAR;
+  if (std::is_same<T, std::uint16_t>::value) return MPI_UNSIGNED_SHORT;
+  if (std::is_same<T, std::int32_t>::value) return MPI_INT;
+  if (std::is_same<T, std::uint64_t>::value) return MPI_UINT64_T;
+  if (std::is_same<T, float>::value) return MPI_FLOAT;
+  if (std::is_same<T, double>::value) return MPI_DOUBLE;
+  return MPI_BYTE;  // Pair: its bytes
+}
+
+template <class T>
+int peer_count(std::size_t count) {
+  return static_cast<int>(peer_type<T>() == MPI_BYTE ? count * sizeof(T) : count);
+}
+
+class PlainPeers : public Mpi {
+ protected:
+  clbuf::mpi::Communicator whole() {
+    clbuf::mpi::Options options;
+    options.path = clbuf::mpi::Path::whole;
+    return clbuf::mpi::Communicator(*manager_, MPI_COMM_WORLD, options);
+  }
+
+  /// A ring, in two rounds: even ranks use clbuf and odd ranks plain MPI, then the reverse; on 3
+  /// ranks two clbuf ranks also meet (rank 2 -> 0). Blocking sendrecv in round 0, isend/irecv
+  /// in round 1.
+  template <class T>
+  void ring_with_peers(std::size_t count, std::uint32_t key) {
+    const int right = (rank_ + 1) % size_;
+    const int left = (rank_ + size_ - 1) % size_;
+    for (int round = 0; round < 2; ++round) {
+      const bool uses_clbuf = (rank_ + round) % 2 == 0;
+      const std::uint32_t k = key * 2 + static_cast<std::uint32_t>(round);
+      const int tag = static_cast<int>(k % 30000);
+      std::vector<T> got(count);
+      if (uses_clbuf) {
+        clbuf::mpi::Communicator comm = whole();
+        clbuf::DeviceBuffer<T> out = upload(pattern<T>(rank_, k, count));
+        clbuf::DeviceBuffer<T> in = upload(pattern<T>(rank_ + 100, k, count));
+        if (round == 0) {
+          comm.sendrecv(out, right, in, left, tag);
+        } else {
+          clbuf::mpi::Request received = comm.irecv(in, left, tag);
+          clbuf::mpi::Request sent = comm.isend(out, right, tag);
+          while (!received.test()) {
+          }
+          sent.wait();
+        }
+        got = manager_->download(in);
+      } else {
+        std::vector<T> out = pattern<T>(rank_, k, count);
+        MPI_Sendrecv(out.data(), peer_count<T>(count), peer_type<T>(), right, tag, got.data(),
+                     peer_count<T>(count), peer_type<T>(), left, tag, MPI_COMM_WORLD,
+                     MPI_STATUS_IGNORE);
+      }
+      EXPECT_TRUE(same(pattern<T>(left, k, count), got))
+          << count << " elements of " << sizeof(T) << " bytes from rank " << left << " (round "
+          << round << (uses_clbuf ? ", clbuf)" : ", plain MPI)");
+    }
+  }
+};
+
+TEST_P(PlainPeers, RingWithPlainMpiRanksEveryTypeAndSize) {
+  std::uint32_t key = 3000;
+  for (std::size_t count : {std::size_t{0}, std::size_t{1}, std::size_t{7}, std::size_t{1001}}) {
+    ring_with_peers<std::int8_t>(count, key++);
+    ring_with_peers<std::uint16_t>(count, key++);
+    ring_with_peers<std::int32_t>(count, key++);
+    ring_with_peers<float>(count, key++);
+    ring_with_peers<double>(count, key++);
+    ring_with_peers<std::uint64_t>(count, key++);
+    ring_with_peers<Pair>(count, key++);
+  }
+  const std::size_t mib3 = std::size_t{3} << 20;  // several MiB, an odd count
+  ring_with_peers<std::int8_t>(mib3 + 1, key++);
+  ring_with_peers<float>(mib3 / 4 + 1, key++);
+  ring_with_peers<double>(mib3 / 8 + 3, key++);
+  ring_with_peers<Pair>(mib3 / sizeof(Pair) + 1, key++);
+}
+
+TEST_P(PlainPeers, BlockingSendAndRecvBothWays) {
+  if (rank_ > 1) return;
+  const std::size_t count = (std::size_t{5} << 20) / 8 + 3;  // 5 MiB + 24 B
+  for (int clbuf_rank = 0; clbuf_rank < 2; ++clbuf_rank) {
+    const int other = 1 - clbuf_rank;
+    const std::uint32_t key = 3100 + static_cast<std::uint32_t>(clbuf_rank);
+    if (rank_ == clbuf_rank) {
+      clbuf::mpi::Communicator comm = whole();
+      comm.send(upload(pattern<double>(rank_, key, count)), other, 9);
+      clbuf::DeviceBuffer<double> in = manager_->allocate<double>(count);
+      comm.recv(in, other, 9);
+      EXPECT_TRUE(same(pattern<double>(other, key, count), manager_->download(in)));
+    } else {
+      std::vector<double> in(count);
+      MPI_Recv(in.data(), static_cast<int>(count), MPI_DOUBLE, clbuf_rank, 9, MPI_COMM_WORLD,
+               MPI_STATUS_IGNORE);
+      EXPECT_TRUE(same(pattern<double>(clbuf_rank, key, count), in));
+      const std::vector<double> out = pattern<double>(rank_, key, count);
+      MPI_Send(out.data(), static_cast<int>(count), MPI_DOUBLE, clbuf_rank, 9, MPI_COMM_WORLD);
+    }
+  }
+}
+
+// A plain message of another size than the buffer is an Error naming both sizes; nothing is
+// written, the message is consumed (the sender completes) and the pair still works.
+TEST_P(PlainPeers, WrongSizeIsAnErrorAndWritesNothing) {
+  if (rank_ > 1) return;
+  const std::size_t sent_counts[] = {10, 10, 0, 1, 300000, 300000};
+  const std::size_t recv_counts[] = {11, 9, 1, 0, 300001, 299999};
+  for (int i = 0; i < 6; ++i) {
+    const std::uint32_t key = 3200 + static_cast<std::uint32_t>(i);
+    if (rank_ == 1) {
+      const std::vector<float> out = pattern<float>(1, key, sent_counts[i]);
+      MPI_Send(out.data(), static_cast<int>(out.size()), MPI_FLOAT, 0, 4, MPI_COMM_WORLD);
+      continue;
+    }
+    clbuf::mpi::Communicator comm = whole();
+    const std::vector<float> before = pattern<float>(0, key, recv_counts[i]);
+    clbuf::DeviceBuffer<float> in = upload(before);
+    std::vector<std::string> fragments = {
+        "rank 1 (tag 4) sent " + std::to_string(sent_counts[i] * 4) + " bytes",
+        "the receiving buffer holds " + std::to_string(recv_counts[i]) +
+            " elements of 4 bytes (float), " + std::to_string(recv_counts[i] * 4) + " bytes"};
+    if (sent_counts[i] > recv_counts[i]) fragments.push_back("MPI_ERR_TRUNCATE");
+    if (i % 2 == 0) {
+      fragments.insert(fragments.begin(), "recv: CL_INVALID_VALUE (-30): ");
+      EXPECT_TRUE(throws([&] { comm.recv(in, 1, 4); }, CL_INVALID_VALUE, fragments));
+    } else {
+      fragments.insert(fragments.begin(), "irecv: CL_INVALID_VALUE (-30): ");
+      clbuf::mpi::Request request = comm.irecv(in, MPI_ANY_SOURCE, MPI_ANY_TAG);
+      EXPECT_TRUE(throws([&] { request.wait(); }, CL_INVALID_VALUE, fragments));
+    }
+    EXPECT_TRUE(same(before, manager_->download(in))) << "nothing written";
+  }
+  if (rank_ == 1) {
+    const std::vector<int> out = pattern<int>(1, 3299, 1000);
+    MPI_Send(out.data(), 1000, MPI_INT, 0, 4, MPI_COMM_WORLD);
+  } else {
+    clbuf::mpi::Communicator comm = whole();
+    clbuf::DeviceBuffer<int> in = manager_->allocate<int>(1000);
+    comm.recv(in, 1, 4);
+    EXPECT_TRUE(same(pattern<int>(1, 3299, 1000), manager_->download(in)));
+  }
+}
+
+// Collectives under Path::whole are MPI's own on host memory: plain ranks call MPI_Bcast,
+// MPI_Allreduce, MPI_Scatter and MPI_Gather on std::vectors beside clbuf ranks.
+TEST_P(PlainPeers, CollectivesMeetPlainMpiCollectives) {
+  const bool uses_clbuf = rank_ % 2 == 0;
+  std::unique_ptr<clbuf::mpi::Communicator> comm;
+  if (uses_clbuf) comm = std::make_unique<clbuf::mpi::Communicator>(whole());
+  const std::size_t count = 70001;
+  for (int root = 0; root < size_; ++root) {
+    const std::uint32_t key = 3300 + static_cast<std::uint32_t>(root);
+    std::vector<float> got = pattern<float>(rank_ + 50, key, count);
+    if (rank_ == root) got = pattern<float>(root, key, count);
+    if (uses_clbuf) {
+      clbuf::DeviceBuffer<float> buffer = upload(got);
+      comm->broadcast(buffer, root);
+      got = manager_->download(buffer);
+    } else {
+      MPI_Bcast(got.data(), static_cast<int>(count), MPI_FLOAT, root, MPI_COMM_WORLD);
+    }
+    EXPECT_TRUE(same(pattern<float>(root, key, count), got)) << "broadcast from " << root;
+  }
+  // sums of small integers: exact in any order
+  std::vector<std::int64_t> sum(count, 0);
+  for (int r = 0; r < size_; ++r) {
+    const std::vector<std::int32_t> part = pattern<std::int32_t>(r, 3400, count);
+    for (std::size_t i = 0; i < count; ++i) sum[i] += part[i] >> 8;
+  }
+  std::vector<std::int64_t> mine(count);
+  {
+    const std::vector<std::int32_t> part = pattern<std::int32_t>(rank_, 3400, count);
+    for (std::size_t i = 0; i < count; ++i) mine[i] = part[i] >> 8;
+  }
+  if (uses_clbuf) {
+    clbuf::DeviceBuffer<std::int64_t> buffer = upload(mine);
+    comm->allreduce(buffer, clbuf::mpi::Op::sum);
+    mine = manager_->download(buffer);
+  } else {
+    MPI_Allreduce(MPI_IN_PLACE, mine.data(), static_cast<int>(count), MPI_INT64_T, MPI_SUM,
+                  MPI_COMM_WORLD);
+  }
+  EXPECT_TRUE(same(sum, mine)) << "allreduce sum";
+  // scatter from and gather to rank 0 (clbuf) and rank 1 (plain)
+  const std::size_t n = 1001;
+  for (int root = 0; root < 2; ++root) {
+    const std::uint32_t key = 3500 + static_cast<std::uint32_t>(root);
+    std::vector<std::int32_t> all =
+        pattern<std::int32_t>(root, key, n * static_cast<std::size_t>(size_));
+    std::vector<std::int32_t> part(n);
+    if (uses_clbuf) {
+      clbuf::DeviceBuffer<std::int32_t> whole_buffer =
+          upload(rank_ == root ? all : std::vector<std::int32_t>(1));
+      clbuf::DeviceBuffer<std::int32_t> mine_buffer = manager_->allocate<std::int32_t>(n);
+      comm->scatter(whole_buffer, mine_buffer, root);
+      part = manager_->download(mine_buffer);
+    } else {
+      MPI_Scatter(all.data(), static_cast<int>(n), MPI_INT, part.data(), static_cast<int>(n),
+                  MPI_INT, root, MPI_COMM_WORLD);
+    }
+    EXPECT_TRUE(
+        same(std::vector<std::int32_t>(all.begin() + static_cast<std::ptrdiff_t>(n) * rank_,
+                                       all.begin() + static_cast<std::ptrdiff_t>(n) * (rank_ + 1)),
+             part))
+        << "scatter from " << root;
+    std::vector<std::int32_t> gathered(rank_ == root ? all.size() : 0);
+    const std::vector<std::int32_t> own = pattern<std::int32_t>(rank_, key + 10, n);
+    if (uses_clbuf) {
+      clbuf::DeviceBuffer<std::int32_t> all_buffer =
+          manager_->allocate<std::int32_t>(rank_ == root ? all.size() : 1);
+      comm->gather(upload(own), all_buffer, root);
+      if (rank_ == root) gathered = manager_->download(all_buffer);
+    } else {
+      MPI_Gather(own.data(), static_cast<int>(n), MPI_INT, gathered.data(), static_cast<int>(n),
+                 MPI_INT, root, MPI_COMM_WORLD);
+    }
+    if (rank_ == root) {
+      std::vector<std::int32_t> expected;
+      for (int r = 0; r < size_; ++r) {
+        const std::vector<std::int32_t> theirs = pattern<std::int32_t>(r, key + 10, n);
+        expected.insert(expected.end(), theirs.begin(), theirs.end());
+      }
+      EXPECT_TRUE(same(expected, gathered)) << "gather to " << root;
+    }
+  }
+}
+
+// Under Path::whole, ibroadcast and iallreduce are MPI_Ibcast and MPI_Iallreduce: plain ranks
+// call those (MPI does not match a non-blocking collective with a blocking one).
+TEST_P(PlainPeers, NonBlockingCollectivesMeetMpisOwn) {
+  const bool uses_clbuf = rank_ % 2 == 1;
+  std::unique_ptr<clbuf::mpi::Communicator> comm;
+  if (uses_clbuf) comm = std::make_unique<clbuf::mpi::Communicator>(whole());
+  const std::size_t n = 30001;
+  for (int root = 0; root < size_; ++root) {
+    const std::uint32_t key = 4800 + static_cast<std::uint32_t>(root);
+    std::vector<double> got = pattern<double>(rank_ == root ? root : rank_ + 50, key, n);
+    std::vector<std::int32_t> sum = reduction_input<std::int32_t>(rank_, key + 10, n);
+    if (uses_clbuf) {
+      clbuf::DeviceBuffer<double> buffer = upload(got);
+      clbuf::DeviceBuffer<std::int32_t> sums = upload(sum);
+      clbuf::mpi::Request a = comm->ibroadcast(buffer, root);
+      clbuf::mpi::Request b = comm->iallreduce(sums, clbuf::mpi::Op::sum);
+      b.wait();
+      a.wait();
+      got = manager_->download(buffer);
+      sum = manager_->download(sums);
+    } else {
+      MPI_Request requests[2];
+      MPI_Ibcast(got.data(), static_cast<int>(n), MPI_DOUBLE, root, MPI_COMM_WORLD, &requests[0]);
+      MPI_Iallreduce(MPI_IN_PLACE, sum.data(), static_cast<int>(n), MPI_INT, MPI_SUM,
+                     MPI_COMM_WORLD, &requests[1]);
+      MPI_Waitall(2, requests, MPI_STATUSES_IGNORE);
+    }
+    EXPECT_TRUE(same(pattern<double>(root, key, n), got)) << "ibroadcast from " << root;
+    EXPECT_TRUE(same(reduced<std::int32_t>(size_, key + 10, n, clbuf::mpi::Op::sum), sum))
+        << "iallreduce";
+  }
+}
+
+TEST_P(PlainPeers, ConstructionIsLocalAndUsesTheCommunicatorItself) {
+  if (rank_ != 0) return;  // no other rank takes part
+  clbuf::mpi::Communicator comm = whole();
+  EXPECT_EQ(comm.native(), MPI_COMM_WORLD);
+  EXPECT_EQ(comm.rank(), 0);
+  EXPECT_EQ(comm.size(), size_);
+}
+
 using clbuf::MemoryModel;
 INSTANTIATE_TEST_SUITE_P(
     Paths, Mpi,
@@ -927,6 +1377,14 @@ INSTANTIATE_TEST_SUITE_P(
                       Models{MemoryModel::unified, MemoryModel::unified, "Mapped"},
                       Models{MemoryModel::host, MemoryModel::discrete, "ZeroCopyAndStaged"},
                       Models{MemoryModel::discrete, MemoryModel::unified, "StagedAndMapped"}),
+    [](const ::testing::TestParamInfo<Models>& param) { return std::string(param.param.name); });
+INSTANTIATE_TEST_SUITE_P(
+    Paths, PlainPeers,
+    ::testing::Values(Models{MemoryModel::host, MemoryModel::host, "ZeroCopy"},
+                      Models{MemoryModel::discrete, MemoryModel::discrete, "Discrete"},
+                      Models{MemoryModel::unified, MemoryModel::unified, "Unified"},
+                      Models{MemoryModel::host, MemoryModel::discrete, "HostAndDiscrete"},
+                      Models{MemoryModel::unified, MemoryModel::host, "UnifiedAndHost"}),
     [](const ::testing::TestParamInfo<Models>& param) { return std::string(param.param.name); });
 
 }  // namespace

@@ -14,6 +14,7 @@
 #include <clbuf/manager.hpp>
 
 #include <algorithm>
+#include <climits>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
@@ -93,6 +94,93 @@ class Transfer {
   std::exception_ptr error_;
 };
 
+/// A non-blocking collective (mpi_collective.hpp): its agreement is under way when it is
+/// queued; launch() completes the agreement and starts its MPI collective. Every rank starts
+/// collectives in the order it called them (MPI's rule), so the Core launches them in order,
+/// and every later collective launches the earlier ones first.
+class Collective : public Transfer {
+ public:
+  using Transfer::Transfer;
+  /// Completes the agreement (waiting for it when `block`) and starts the collective, or
+  /// records why not; false while the agreement is still under way (only when !block).
+  virtual bool launch(bool block) noexcept = 0;
+};
+
+/// What the ranks of a collective agree on: count, element size, element type, root, reduction
+/// and which collective, as each field and its negation under one MPI_MAX (so both the highest
+/// and the lowest value come back), plus the highest rank that rejected its own arguments.
+struct Agreement {
+  static constexpr int fields = 6;  // count, element size, type, root, reduction, collective
+  long long mine[fields] = {};
+  long long values[2 * fields + 1] = {};
+  long long all[2 * fields + 1] = {};
+
+  Agreement(const char* collective, std::size_t count, std::size_t element_size, std::uint32_t type,
+            long long root, long long reduction, int rejected) noexcept {
+    const long long fields_of_mine[fields] = {
+        static_cast<long long>(std::min<std::size_t>(count, LLONG_MAX)),
+        static_cast<long long>(element_size),
+        static_cast<long long>(type),
+        root,
+        reduction,
+        collective_code(collective)};
+    for (int i = 0; i < fields; ++i) {
+      mine[i] = fields_of_mine[i];
+      values[i] = mine[i];
+      values[fields + i] = -mine[i];
+    }
+    values[2 * fields] = rejected;
+  }
+
+  /// MPI_Iallreduce of the values on `comm`.
+  void start(const char* operation, MPI_Comm comm, MPI_Request& request) {
+    check_mpi(MPI_Iallreduce(values, all, 2 * fields + 1, MPI_LONG_LONG, MPI_MAX, comm, &request),
+              operation, "MPI_Iallreduce");
+  }
+
+  /// After the reduction: the same Error on every rank when a rank rejected its arguments or a
+  /// field differs between ranks.
+  void check(const char* operation) const {
+    if (all[2 * fields] >= 0) {
+      fail(operation, CL_INVALID_VALUE,
+           "rank " + std::to_string(all[2 * fields]) +
+               " rejected its arguments (its own error says why)");
+    }
+    static const char* const names[fields] = {"element counts", "element sizes", "element types",
+                                              "roots",          "operations",    "collectives"};
+    for (int i : {5, 0, 1, 2, 3, 4}) {  // another collective first: the rest follows from it
+      const long long high = all[i];
+      const long long low = -all[fields + i];
+      if (high == low) continue;
+      std::string range = std::to_string(low) + " to " + std::to_string(high);
+      if (i == 2) {
+        range = std::string(type_name(static_cast<std::uint32_t>(low))) + " to " +
+                type_name(static_cast<std::uint32_t>(high));
+      } else if (i == 4) {
+        range =
+            std::string(op_name(static_cast<Op>(low))) + " to " + op_name(static_cast<Op>(high));
+      } else if (i == 5) {
+        range = std::string(collective_name(low)) + " to " + collective_name(high);
+      }
+      fail(operation, CL_INVALID_VALUE,
+           std::string(names[i]) + " differ between ranks (" + range + "); this rank's: " +
+               (i == 5 ? std::string(collective_name(mine[i])) : std::to_string(mine[i])));
+    }
+  }
+
+  static long long collective_code(const char* collective) noexcept {
+    for (long long i = 0; i < 6; ++i) {
+      if (std::strcmp(collective, collective_name(i)) == 0) return i;
+    }
+    return -1;
+  }
+  static const char* collective_name(long long code) noexcept {
+    static const char* const names[] = {"broadcast", "allreduce",  "scatter",
+                                        "gather",    "ibroadcast", "iallreduce"};
+    return code >= 0 && code < 6 ? names[code] : "unknown";
+  }
+};
+
 /// What every transfer of one Communicator shares: the manager, the duplicated communicators,
 /// the agreed chunk size, the stream numbers and the cache of pinned chunks.
 class Core {
@@ -112,6 +200,7 @@ class Core {
     // What this rank alone can reject is only reported after the collective calls below, so
     // that the other ranks are never left waiting in them.
     std::exception_ptr local;
+    whole_ = options.path == Path::whole;
     try {
       model_ = manager.memory_model();
       context_ = manager.context();  // throws after cleanup()
@@ -126,6 +215,20 @@ class Core {
       }
     } catch (...) {
       local = std::current_exception();
+    }
+    if (whole_) {
+      // Peers without clbuf take part in no MPI call of ours: no duplicate, no agreement, the
+      // user's communicator itself (and its error handler) for every message.
+      if (local) std::rethrow_exception(local);
+      user_ = wire_ = coll_ = comm;
+      MPI_Comm_rank(comm, &rank_);
+      MPI_Comm_size(comm, &size_);
+      void* value = nullptr;
+      int found = 0;
+      MPI_Comm_get_attr(comm, MPI_TAG_UB, &value, &found);
+      if (found && value != nullptr) tag_ub_ = *static_cast<int*>(value);
+      streams_.assign(static_cast<std::size_t>(size_), 0);
+      return;
     }
     check_mpi(MPI_Comm_dup(comm, &user_), op, "MPI_Comm_dup");
     MPI_Comm_set_errhandler(user_, MPI_ERRORS_RETURN);
@@ -164,6 +267,20 @@ class Core {
   Core(const Core&) = delete;
   Core& operator=(const Core&) = delete;
 
+  /// Queues a non-blocking collective whose agreement has started (see Collective).
+  void queue_collective(std::shared_ptr<Collective> collective) {
+    collectives_.push_back(std::move(collective));
+  }
+
+  /// Launches the queued collectives in order, as far as their agreements have completed
+  /// (`block`: all of them, waiting for each agreement). Every collective call first launches
+  /// every earlier one with `block`, so that each rank starts MPI collectives in call order.
+  void launch_collectives(bool block) noexcept {
+    while (!collectives_.empty() && collectives_.front()->launch(block)) {
+      collectives_.erase(collectives_.begin());
+    }
+  }
+
   /// Completes every transfer still in flight (errors are dropped), then frees the
   /// communicators; after MPI_Finalize there is nothing left to do.
   ~Core() {
@@ -175,6 +292,8 @@ class Core {
   BufferManager& manager() const noexcept { return manager_; }
   const Options& options() const noexcept { return options_; }
   MemoryModel model() const noexcept { return model_; }
+  /// Path::whole: plain MPI messages and collectives on the user's own communicator.
+  bool whole() const noexcept { return whole_; }
   /// The manager's context, for the buffer checks (each transfer takes the manager's queue,
   /// which throws after cleanup()).
   cl_context context() const noexcept { return raw_context_; }
@@ -195,6 +314,8 @@ class Core {
         return Route::map;
       case Path::staged:
         return Route::staged;
+      case Path::whole:
+        return span.host != nullptr ? Route::zero_copy : Route::map;
       case Path::automatic:
         break;
     }
@@ -325,6 +446,7 @@ class Core {
   }
 
   void free_comms() noexcept {
+    if (whole_) return;  // the user's
     for (MPI_Comm* comm : {&coll_, &wire_, &user_}) {
       if (*comm != MPI_COMM_NULL) MPI_Comm_free(comm);
     }
@@ -333,6 +455,7 @@ class Core {
   BufferManager& manager_;
   Options options_;
   MemoryModel model_ = MemoryModel::host;
+  bool whole_ = false;
   cl::Context context_;
   cl_context raw_context_ = nullptr;
   Queue queue_;
@@ -350,7 +473,8 @@ class Core {
   std::size_t slots_in_use_[2] = {0, 0};  // sending, receiving
   std::size_t in_use_bytes_ = 0;
   std::size_t peak_in_use_bytes_ = 0;
-  std::vector<std::shared_ptr<Transfer>> active_;  // last: destroyed first
+  std::vector<std::shared_ptr<Collective>> collectives_;  // not launched yet, in call order
+  std::vector<std::shared_ptr<Transfer>> active_;         // last: destroyed first
 };
 
 }  // namespace detail

@@ -25,6 +25,7 @@
 #include <clbuf/error.hpp>
 
 #include <algorithm>
+#include <climits>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
@@ -51,6 +52,21 @@ struct Chunking {
 
 inline Chunking chunking(std::size_t bytes, std::size_t chunk) noexcept {
   return Chunking{bytes, chunk, chunk == 0 ? 0 : (bytes + chunk - 1) / chunk};
+}
+
+/// Path::whole's MPI datatype and count for `span`: its elements in their MPI datatype, else
+/// its bytes; more than INT_MAX of them is an Error (one MPI message counts in int).
+inline MPI_Datatype whole_count(const char* operation, const Span& span, int& count) {
+  const MPI_Datatype type = plain_type(span.type);
+  const std::uint64_t n = type == MPI_BYTE ? span.bytes : span.count;
+  if (n > static_cast<std::uint64_t>(INT_MAX)) {
+    fail(operation, CL_INVALID_VALUE,
+         describe(span.count, span.element_size, span.type) +
+             " exceed one MPI message of Path::whole (at most INT_MAX = " +
+             std::to_string(INT_MAX) + " MPI elements)");
+  }
+  count = static_cast<int>(n);
+  return type;
 }
 
 /// A pinned chunk and what it is doing.
@@ -174,6 +190,10 @@ class SendStream final : public Stream {
       : Stream(core, operation, std::move(span), 0) {
     peer_ = dest;
     if (dest == MPI_PROC_NULL) return;
+    if (core.whole()) {
+      send_whole(dest, tag, comm);
+      return;
+    }
     header_.kind = static_cast<std::uint32_t>(kind);
     header_.count = span_.count;
     header_.bytes = span_.bytes;
@@ -213,6 +233,17 @@ class SendStream final : public Stream {
   }
 
  private:
+  /// Path::whole: one MPI message of the raw bytes, in the element's MPI datatype.
+  void send_whole(int dest, int tag, MPI_Comm comm) {
+    int count = 0;
+    const MPI_Datatype type = whole_count(operation_, span_, count);
+    route_ = core_.route(span_);
+    char* base = span_.bytes == 0 ? nullptr : host_bytes(CL_MAP_READ);
+    requests_.assign(1, MPI_REQUEST_NULL);
+    check_mpi(MPI_Isend(base, count, type, dest, tag, comm, &requests_[0]), operation_,
+              "MPI_Isend");
+  }
+
   void read_into(char* out) {
     if (span_.bytes == 0) return;
     if (span_.host != nullptr) {
@@ -292,6 +323,12 @@ class RecvStream final : public Stream {
       received_ = true;
       return;
     }
+    if (core.whole()) {
+      source_ = source;
+      tag_ = tag;
+      comm_ = comm;
+      return;  // probed in advance(): the size is checked before anything is received
+    }
     const std::size_t capacity = header_bytes + core.inline_max();
     envelope_ = core.take_envelope();
     check_mpi(MPI_Irecv(envelope_.get(), static_cast<int>(capacity), MPI_BYTE, source, tag, comm,
@@ -305,6 +342,10 @@ class RecvStream final : public Stream {
 
  private:
   bool advance() override {
+    if (!received_ && core_.whole()) {
+      if (!probe_whole()) return false;
+      received_ = true;
+    }
     if (!received_) {
       MPI_Status status;
       if (!test(header_request_, &status)) return false;
@@ -427,6 +468,46 @@ class RecvStream final : public Stream {
     return true;
   }
 
+  /// Path::whole: once a message has arrived (MPI_Improbe), its size is checked against the
+  /// buffer before MPI_Imrecv: a message of another size is received into scratch memory (so
+  /// that its sender completes) and dropped, and the transfer fails naming both sizes.
+  bool probe_whole() {
+    int arrived = 0;
+    MPI_Message message = MPI_MESSAGE_NULL;
+    MPI_Status status;
+    check_mpi(MPI_Improbe(source_, tag_, comm_, &arrived, &message, &status), operation_,
+              "MPI_Improbe");
+    if (!arrived) return false;
+    peer_ = status.MPI_SOURCE;
+    tag_ = status.MPI_TAG;
+    MPI_Count bytes = 0;
+    check_mpi(MPI_Get_elements_x(&status, MPI_BYTE, &bytes), operation_, "MPI_Get_elements_x");
+    if (bytes < 0 || static_cast<std::uint64_t>(bytes) != span_.bytes) {
+      const std::string problem =
+          std::string(static_cast<std::uint64_t>(bytes) > span_.bytes ? "MPI_ERR_TRUNCATE: " : "") +
+          "rank " + std::to_string(peer_) + " (tag " + std::to_string(tag_) + ") sent " +
+          std::to_string(bytes) + " bytes but the receiving buffer holds " +
+          describe(span_.count, span_.element_size, span_.type) + ", " +
+          std::to_string(span_.bytes) + " bytes";
+      const std::size_t size = static_cast<std::size_t>(std::max<MPI_Count>(bytes, 0));
+      scratch_.reset(new (std::nothrow) char[std::max<std::size_t>(size, 1)]);
+      if (scratch_ && size <= static_cast<std::size_t>(INT_MAX)) {
+        check_mpi(MPI_Mrecv(scratch_.get(), static_cast<int>(size), MPI_BYTE, &message,
+                            MPI_STATUS_IGNORE),
+                  operation_, "MPI_Mrecv");
+        scratch_.reset();
+      }
+      fail(operation_, CL_INVALID_VALUE, problem);
+    }
+    int count = 0;
+    const MPI_Datatype type = whole_count(operation_, span_, count);
+    route_ = core_.route(span_);
+    char* base = span_.bytes == 0 ? nullptr : host_bytes(CL_MAP_WRITE_INVALIDATE_REGION);
+    requests_.assign(1, MPI_REQUEST_NULL);
+    check_mpi(MPI_Imrecv(base, count, type, &message, &requests_[0]), operation_, "MPI_Imrecv");
+    return true;
+  }
+
   /// Receives and drops the chunks of a rejected message, one at a time into one chunk of
   /// scratch memory, so that its sender completes; then the transfer fails with `problem`.
   void start_drain(std::string problem) {
@@ -467,6 +548,8 @@ class RecvStream final : public Stream {
   }
 
   Kind kind_;
+  int source_ = MPI_ANY_SOURCE;    // Path::whole: what the probe matches
+  MPI_Comm comm_ = MPI_COMM_NULL;  // Path::whole
   bool received_ = false;
   MPI_Message held_ = MPI_MESSAGE_NULL;  // an arrived chunk waiting for a slot
   std::string problem_;                  // a rejected message being drained into scratch_

@@ -28,10 +28,14 @@ enum class Path {
               ///< (host), else map (unified) or staged (discrete)
   zero_copy,  ///< MPI on the buffer's own host block (CPU device); buffers without one are mapped
   map,        ///< map the buffer for the host around MPI
-  staged      ///< pinned chunks, the DMA of one overlapping MPI's transfer of another
+  staged,     ///< pinned chunks, the DMA of one overlapping MPI's transfer of another
+  whole       ///< plain MPI for peers without clbuf: a message is one MPI message of the raw
+              ///< bytes (the element's MPI datatype) on the communicator itself, collectives
+              ///< are MPI's own on host memory; construction is local (docs/mpi.md)
 };
 
-/// Tuning of a Communicator; chunk_bytes must be the same on every rank (checked).
+/// Tuning of a Communicator; chunk_bytes must be the same on every rank (checked), and so must
+/// path == Path::whole (not checked: construction is collective only without it).
 struct Options {
   /// Bytes per chunk of a large message (4 KiB .. 1 GiB); messages of two chunks or more are
   /// cut into chunks of at least min(256 KiB, chunk_bytes), at most chunk_bytes.
@@ -150,6 +154,13 @@ inline MPI_Datatype mpi_type(std::uint32_t code) noexcept {
     default:
       return MPI_DATATYPE_NULL;
   }
+}
+
+/// The MPI datatype a plain-MPI peer names for elements of `code` (MPI_FLOAT for float, ...);
+/// MPI_BYTE for bool and types MPI has no name for (counted in bytes then).
+inline MPI_Datatype plain_type(std::uint32_t code) noexcept {
+  const MPI_Datatype type = mpi_type(code);
+  return type == MPI_DATATYPE_NULL ? MPI_BYTE : type;
 }
 
 inline const char* op_name(Op op) noexcept {
