@@ -227,7 +227,8 @@ struct RandomOperations {
               if (ok) ok = matches(a);
             } else {
               manager.copy_bytes(device[a], device[b], bytes, src, dst);
-              std::memmove(model[b].data() + dst, model[a].data() + src, bytes);
+              // An empty buffer's model has no storage: memmove(nullptr, ...) is undefined.
+              if (bytes != 0) std::memmove(model[b].data() + dst, model[a].data() + src, bytes);
             }
             break;
           }
@@ -292,7 +293,7 @@ struct RandomOperations {
             history.add("copy_bytes_async " + ab + " of " + std::to_string(bytes) + " bytes from " +
                         std::to_string(src) + " to " + std::to_string(dst));
             manager.copy_bytes_async(device[a], device[b], bytes, src, dst).wait();
-            std::memcpy(model[b].data() + dst, model[a].data() + src, bytes);
+            if (bytes != 0) std::memcpy(model[b].data() + dst, model[a].data() + src, bytes);
             break;
           }
           case 7: {  // a partial download, blocking or async, into host memory with sentinels
