@@ -436,6 +436,7 @@ class BufferManager {
   void upload_rect(DeviceBuffer<T>& dst, const T* data, std::size_t count, const Region& region) {
     auto entry = gate_.enter("upload_rect");
     transfer_rect("upload_rect", true, dst, const_cast<T*>(data), count, region, nullptr);
+    engine_.settle("upload_rect");
   }
   /// As upload_rect(dst, data.data(), data.size(), region).
   template <class T>
@@ -468,6 +469,7 @@ class BufferManager {
   void download_rect(const DeviceBuffer<T>& src, T* out, std::size_t count, const Region& region) {
     auto entry = gate_.enter("download_rect");
     transfer_rect("download_rect", false, src, out, count, region, nullptr);
+    engine_.settle("download_rect");
   }
   /// As download_rect(src, out.data(), out.size(), region).
   template <class T>
@@ -503,6 +505,7 @@ class BufferManager {
   void copy_rect(const DeviceBuffer<T>& src, DeviceBuffer<T>& dst, const Region& region) {
     auto entry = gate_.enter("copy_rect");
     copy_box("copy_rect", src, dst, region, nullptr);
+    engine_.settle("copy_rect");
   }
 
   /// As copy_rect(), after the commands of `after`, returning at once.
@@ -604,6 +607,7 @@ class BufferManager {
                                        buffer.memory_.at(offset * sizeof(T)), count * sizeof(T));
     MappedView<T> view(device_.queue().handle(), buffer.memory_.buffer, lease, mapped, count, mode);
     view.lease_->add_mapping(op, mapped, count * sizeof(T));  // on failure the view unmaps
+    engine_.settle(op);
     return view;
   }
   /// @}
@@ -667,25 +671,33 @@ class BufferManager {
   /// @{
 
   /// Waits for everything queued. Wraps clFinish.
+  /// @throws Error as clFinish fails, or with the code of a buffered upload that failed on the
+  ///         device since the last synchronising call (README "Errors").
   void finish() {
     const char* op = "finish";
     auto entry = gate_.enter(op);
     device_.queue().finish(op);
+    engine_.settle(op);
   }
 
   /// finish(), then releases the queue, the context, the staging chunks and the pool's cached
   /// buffers. Idempotent; afterwards every call but cleanup(), device() and stats() throws
   /// Error (code CL_SUCCESS). Buffers stay valid; their memory is freed when they are.
-  /// @throws Error if the final clFinish fails (the manager is released all the same).
+  /// @throws Error if the final clFinish fails, or a buffered upload failed that no call has
+  ///         reported yet (the manager is released all the same).
   void cleanup() {
     cl_int err = CL_SUCCESS;
+    cl_int buffered = CL_SUCCESS;
+    std::string what;
     gate_.close([&] {
       err = device_.queue().finish_code();
+      buffered = engine_.settle_code(&what);
       engine_.close();
       pool_->close();
       device_.release();
     });
     detail::check(err, "cleanup", "clFinish");
+    if (buffered != CL_SUCCESS) detail::fail("cleanup", buffered, what);
   }
   /// @}
 
@@ -713,6 +725,7 @@ class BufferManager {
                      DeviceBuffer<T>& dst) {
     if (src.size_bytes() == 0) return;
     source.device_.queue().finish(op);
+    source.engine_.settle(op);
     if (source.device_.context()() == device_.context()()) {
       engine_.copy(op, src.memory_, 0, dst.memory_, 0, src.size_bytes());
     } else {

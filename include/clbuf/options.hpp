@@ -53,6 +53,12 @@ struct Options {
   /// the H200 sweep of issue 19 has chosen one) turns it off. Each transfer in flight at once
   /// holds one block of this size (two are kept between calls).
   std::size_t bounce_max_bytes = 0;
+  /// Blocking uploads of pageable memory of at most this many bytes to a discrete device return
+  /// once the bytes are in a pinned ring of clbuf's (16 x this size, allocated at the first
+  /// one): the write to the device follows in queue order, so a round trip waits for the device
+  /// once. A write that fails on the device is reported by the manager's next synchronising call
+  /// (README "Errors"). 0 turns buffering off.
+  std::size_t buffered_upload_max_bytes = std::size_t{64} << 10;
   /// Threads for large host copies (the CPU device's memcpy, staged chunks); 0: as many as
   /// the host has, at most 12.
   unsigned copy_threads = 0;

@@ -2733,6 +2733,12 @@ struct Options {
   /// the H200 sweep of issue 19 has chosen one) turns it off. Each transfer in flight at once
   /// holds one block of this size (two are kept between calls).
   std::size_t bounce_max_bytes = 0;
+  /// Blocking uploads of pageable memory of at most this many bytes to a discrete device return
+  /// once the bytes are in a pinned ring of clbuf's (16 x this size, allocated at the first
+  /// one): the write to the device follows in queue order, so a round trip waits for the device
+  /// once. A write that fails on the device is reported by the manager's next synchronising call
+  /// (README "Errors"). 0 turns buffering off.
+  std::size_t buffered_upload_max_bytes = std::size_t{64} << 10;
   /// Threads for large host copies (the CPU device's memcpy, staged chunks); 0: as many as
   /// the host has, at most 12.
   unsigned copy_threads = 0;
@@ -3063,14 +3069,208 @@ class PinnedCache {
 //      queue has finished earlier work the host copies with memcpy (ParallelCopier), no command;
 //   2. staged: a discrete device, pageable host memory and at least staging_threshold_bytes:
 //      pinned chunks pipelined by several threads (Stager);
-//   3. bounced: a discrete device, pageable host memory below the staging threshold and at most
+//   3. buffered: a blocking write to a discrete device of pageable host memory of at most
+//      buffered_upload_max_bytes: a memcpy into a pinned ring and a non-blocking write from it
+//      (buffered_writes.hpp); the call returns before the write has run, so a round trip waits
+//      for the device once. Its errors surface at the next synchronising call (settle());
+//   4. bounced: a discrete device, pageable host memory below the staging threshold and at most
 //      bounce_max_bytes: one DMA between the device and a pinned block of the engine's, and a
 //      memcpy between that block and the caller's memory (drivers move pageable memory below
 //      the bus speed even for small transfers: 196 against 80 us for 1 MiB read on the H200);
-//   4. queue: one clEnqueueWriteBuffer / clEnqueueReadBuffer.
+//   5. queue: one clEnqueueWriteBuffer / clEnqueueReadBuffer.
+//
+// Every blocking operation ends with settle(), which reports a buffered write that failed.
 #ifndef CLBUF_DETAIL_TRANSFER_ENGINE_HPP
 #define CLBUF_DETAIL_TRANSFER_ENGINE_HPP
 
+// ---- clbuf/detail/buffered_writes.hpp
+// Buffered uploads: a blocking upload of a few pageable bytes to a discrete device copies them
+// into a pinned ring of clbuf's, enqueues a non-blocking write from there and returns. The
+// caller's memory is free at once and the in-order queue shows the data to every later command,
+// so a round trip (upload, then download) waits for the device once instead of twice, as CUDA's
+// cudaMemcpy from pageable memory does (it returns once the bytes are in its staging memory).
+//
+// The writes complete in queue order, so the ring is a FIFO: a write's bytes are reused only
+// after its event has completed. A write that fails on the device cannot reach the call that made
+// it: the first synchronising call of the manager after it (settle()) reports it, once, as an
+// Error naming the upload; nothing is lost silently.
+#ifndef CLBUF_DETAIL_BUFFERED_WRITES_HPP
+#define CLBUF_DETAIL_BUFFERED_WRITES_HPP
+
+#include <cstddef>
+#include <cstring>
+#include <deque>
+#include <mutex>
+#include <string>
+#include <utility>
+
+namespace clbuf {
+namespace detail {
+
+class BufferedWrites {
+ public:
+  /// Writes of at most `max_bytes` (> 0) through a ring of `slots` x max_bytes pinned bytes,
+  /// allocated at the first write, for `device`, which must outlive this.
+  BufferedWrites(const DeviceContext& device, std::size_t max_bytes, std::size_t slots)
+      : device_(device), max_bytes_(max_bytes), ring_bytes_(round_up(max_bytes) * slots) {}
+
+  BufferedWrites(const BufferedWrites&) = delete;
+  BufferedWrites& operator=(const BufferedWrites&) = delete;
+
+  std::size_t max_bytes() const noexcept { return max_bytes_; }
+
+  /// Copies `bytes` (1 to max_bytes()) of `data` into the ring and enqueues their write into
+  /// `buffer` at byte `offset`; returns before the write has run. `operation` must be a string
+  /// literal (kept to name the upload if it fails). Wraps clEnqueueWriteBuffer, non-blocking.
+  /// @throws Error when the ring cannot be made or the write cannot be enqueued (nothing written).
+  void write(const char* operation, cl_mem buffer, std::size_t offset, const void* data,
+             std::size_t bytes) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (ring_.data() == nullptr) {
+      // Mapped on the side queue: the manager's queue may be held (by the application's events,
+      // by an asynchronous transfer's barrier), and a buffered upload must not wait for it.
+      ring_ = PinnedBlock(device_.context(), device_.side_queue(operation).handle(), ring_bytes_,
+                          operation);
+    }
+    const std::size_t at = place(round_up(bytes));
+    char* slot = static_cast<char*>(ring_.data()) + at;
+    std::memcpy(slot, data, bytes);
+    // One write per call, with its event: the ring's bytes are held until it has completed.
+    cl::Event event = device_.queue().write(operation, buffer, offset, bytes, slot, false);
+    pending_.push_back(
+        Pending{std::move(event), at, at + round_up(bytes), operation, bytes, offset});
+  }
+
+  /// Forgets every write that has completed; throws the first that failed since the last call
+  /// (its code, the upload named in the message) as an Error of `operation`.
+  void settle(const char* operation) {
+    std::string what;
+    const cl_int code = settle_code(&what);
+    if (code != CL_SUCCESS) fail(operation, code, what);
+  }
+
+  /// settle() without throwing: the failure's code (CL_SUCCESS for none) and, in `what`, its
+  /// description.
+  cl_int settle_code(std::string* what) noexcept {
+    std::lock_guard<std::mutex> lock(mutex_);
+    reap();
+    const cl_int code = failure_;
+    if (what != nullptr) {
+      what->swap(failure_what_);
+      if (later_failures_ != 0) {
+        try {
+          *what += "; " + std::to_string(later_failures_) + " later buffered uploads failed too";
+        } catch (...) {  // NOLINT(bugprone-empty-catch): the first failure is still reported
+        }
+      }
+    }
+    failure_ = CL_SUCCESS;
+    later_failures_ = 0;
+    failure_what_.clear();
+    return code;
+  }
+
+  /// How many writes the ring holds (not yet known to have completed).
+  std::size_t pending() const {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return pending_.size();
+  }
+
+  /// Frees the ring; call once the queue has finished (cleanup()).
+  void close() noexcept {
+    std::lock_guard<std::mutex> lock(mutex_);
+    pending_.clear();
+    ring_ = PinnedBlock();
+  }
+
+ private:
+  struct Pending {
+    cl::Event event;
+    std::size_t begin = 0;  // bytes [begin, end) of the ring
+    std::size_t end = 0;
+    const char* operation = nullptr;
+    std::size_t bytes = 0;
+    std::size_t offset = 0;
+  };
+
+  // 64-byte pieces: each write's bytes start on a cache line of their own.
+  static std::size_t round_up(std::size_t bytes) noexcept {
+    return (bytes + 63) & ~std::size_t{63};
+  }
+
+  /// The ring offset of `bytes` free bytes, waiting for the oldest writes while there are none.
+  std::size_t place(std::size_t bytes) {
+    for (bool reaped = false;;) {
+      if (pending_.empty()) return 0;
+      const std::size_t head = pending_.back().end;
+      const std::size_t tail = pending_.front().begin;
+      if (head > tail) {  // in use: [tail, head); free: [head, end) and [0, tail)
+        if (ring_bytes_ - head >= bytes) return head;
+        if (tail >= bytes) return 0;
+      } else if (tail - head >= bytes) {  // wrapped, in use: [tail, end) and [0, head)
+        return head;
+      }
+      if (!reaped) {
+        reap();
+        reaped = true;
+        continue;
+      }
+      // Full: wait for the oldest write (the ring's first bytes to be freed).
+      const cl_event oldest = pending_.front().event();
+      const cl_int err = CLBUF_CL(clWaitForEvents)(1, &oldest);
+      // The oldest write failed (or the wait did): recorded for settle(), the bytes freed.
+      if (err != CL_SUCCESS) record(pending_.front(), err);
+      pending_.pop_front();
+    }
+  }
+
+  /// Drops the completed writes from the front (they complete in order), recording the first
+  /// failure.
+  void reap() noexcept {
+    while (!pending_.empty()) {
+      Pending& front = pending_.front();
+      cl_int status = CL_QUEUED;
+      const cl_int err = CLBUF_CL(clGetEventInfo)(front.event(), CL_EVENT_COMMAND_EXECUTION_STATUS,
+                                                  sizeof(status), &status, nullptr);
+      if (err != CL_SUCCESS) status = err;  // its fate unknown: reported as failed
+      if (status > CL_COMPLETE) return;
+      if (status < 0) record(front, status);
+      pending_.pop_front();
+    }
+  }
+
+  void record(const Pending& write, cl_int code) noexcept {
+    if (failure_ != CL_SUCCESS) {  // most likely a consequence of the first: counted
+      ++later_failures_;
+      return;
+    }
+    failure_ = code;
+    try {
+      failure_what_ = "a buffered upload failed on the device: " + std::string(write.operation) +
+                      " of " + std::to_string(write.bytes) + " bytes at byte " +
+                      std::to_string(write.offset) +
+                      " of its buffer (it returned before the write ran; its data is not there)";
+    } catch (...) {  // NOLINT(bugprone-empty-catch): the code alone still reaches the caller
+      failure_what_.clear();
+    }
+  }
+
+  const DeviceContext& device_;
+  const std::size_t max_bytes_;
+  const std::size_t ring_bytes_;
+  mutable std::mutex mutex_;  // the ring, pending_ and the failure; held across each write
+  PinnedBlock ring_;          // mapped at the first write
+  std::deque<Pending> pending_;
+  cl_int failure_ = CL_SUCCESS;  // the first failed write not yet reported
+  std::string failure_what_;
+  std::size_t later_failures_ = 0;  // failed writes after the first, before it was reported
+};
+
+}  // namespace detail
+}  // namespace clbuf
+
+#endif  // CLBUF_DETAIL_BUFFERED_WRITES_HPP
+// ---- end of clbuf/detail/buffered_writes.hpp
 // ---- clbuf/detail/staging.hpp
 // Pinned staging for large transfers between pageable host memory and a discrete device.
 // Drivers move pageable memory at a fraction of the bus speed (7-17 GB/s against 55 GB/s pinned
@@ -3555,7 +3755,7 @@ enum class HostMemory { pageable, pinned };
 
 class TransferEngine {
  public:
-  enum class Path { host_block, staged, bounced, queue };
+  enum class Path { host_block, staged, buffered, bounced, queue };
 
   explicit TransferEngine(const DeviceContext& device)
       : device_(device), copier_(device.options().copy_threads) {
@@ -3565,31 +3765,37 @@ class TransferEngine {
       stager_ = std::make_unique<Stager>(device, options.staging_chunk_bytes,
                                          options.staging_chunks, options.copy_threads);
     }
+    if (options.memory == MemoryModel::discrete && options.buffered_upload_max_bytes != 0) {
+      buffered_ = std::make_unique<BufferedWrites>(device, options.buffered_upload_max_bytes,
+                                                   buffered_ring_slots);
+    }
   }
 
   TransferEngine(const TransferEngine&) = delete;
   TransferEngine& operator=(const TransferEngine&) = delete;
 
-  /// The path rule, the one place clbuf chooses how bytes move.
-  Path route(const Allocation& memory, std::size_t bytes, HostMemory host) const noexcept {
+  /// The path rule, the one place clbuf chooses how bytes move; `blocking_write` for write().
+  Path route(const Allocation& memory, std::size_t bytes, HostMemory host,
+             bool blocking_write = false) const noexcept {
     if (memory.host != nullptr) return Path::host_block;
     if (stager_ && host == HostMemory::pageable &&
         bytes >= device_.options().staging_threshold_bytes) {
       return Path::staged;
     }
-    if (host == HostMemory::pageable && device_.options().memory == MemoryModel::discrete &&
-        bytes <= device_.options().bounce_max_bytes) {
-      return Path::bounced;
+    if (host == HostMemory::pageable && device_.options().memory == MemoryModel::discrete) {
+      if (blocking_write && buffered_ && bytes <= buffered_->max_bytes()) return Path::buffered;
+      if (bytes <= device_.options().bounce_max_bytes) return Path::bounced;
     }
     return Path::queue;
   }
 
-  /// Host `data` -> `memory` at byte `offset`, blocking (`data` may be reused on return).
+  /// Host `data` -> `memory` at byte `offset`, blocking (`data` may be reused on return; a
+  /// buffered write may still be on its way to the device, ahead of every later command).
   void write(const char* operation, const Allocation& memory, std::size_t offset, const void* data,
              std::size_t bytes, HostMemory host) {
     if (bytes == 0) return;
     Telemetry::Timer timer(telemetry_, Telemetry::upload, bytes);
-    switch (route(memory, bytes, host)) {
+    switch (route(memory, bytes, host, true)) {
       case Path::host_block:
         queue().finish(operation);
         copier_.copy(memory.host_at(offset), data, bytes);
@@ -3597,6 +3803,9 @@ class TransferEngine {
       case Path::staged:
         stager_->write(memory.buffer(), memory.at(offset), data, bytes, operation);
         break;
+      case Path::buffered:
+        buffered_->write(operation, memory.buffer(), memory.at(offset), data, bytes);
+        return;  // not a synchronising call: nothing to settle
       case Path::bounced: {
         Bounce block(*this, operation);
         std::memcpy(block.data(), data, bytes);
@@ -3607,6 +3816,7 @@ class TransferEngine {
         queue().write(operation, memory.buffer(), memory.at(offset), bytes, data, true);
         break;
     }
+    settle(operation);
   }
 
   /// As write() into memory just taken from the pool: a fresh host block, which no command can
@@ -3641,10 +3851,12 @@ class TransferEngine {
         std::memcpy(out, block.data(), bytes);
         break;
       }
+      case Path::buffered:  // writes only
       case Path::queue:
         queue().read(operation, memory.buffer(), memory.at(offset), bytes, out, true);
         break;
     }
+    settle(operation);
   }
 
   /// Starts writing `data` into `memory` at byte `offset` by the path rule; the Future waits for
@@ -3667,7 +3879,8 @@ class TransferEngine {
       case Path::staged:
         return stager_->submit(true, memory.buffer, memory.at(offset), const_cast<void*>(data),
                                bytes, operation, std::move(keep), background_);
-      case Path::bounced:  // started from the caller's memory: nothing to wait for on the host
+      case Path::buffered:  // (blocking writes only)
+      case Path::bounced:   // started from the caller's memory: nothing to wait for on the host
       case Path::queue:
         break;
     }
@@ -3702,6 +3915,7 @@ class TransferEngine {
     }
     Queue::wait(operation, queue().copy(operation, src.buffer(), dst.buffer(), src.at(src_offset),
                                         dst.at(dst_offset), bytes));
+    settle(operation);
   }
 
   /// Starts a device copy; a null event for zero bytes.
@@ -3728,6 +3942,7 @@ class TransferEngine {
       return;
     }
     Queue::wait(operation, fill_commands(operation, memory, offset, pattern, size, count));
+    settle(operation);
   }
 
   /// Starts a fill on the device, whatever the memory (a CPU device's host block too); `pattern`
@@ -3748,6 +3963,20 @@ class TransferEngine {
   /// Runs `job` on the background thread, after every job posted before it.
   Background& background() noexcept { return background_; }
 
+  /// Reports a buffered write that failed since the last call, once: as an Error of
+  /// `operation` (a synchronising call, after it has waited for the device), the upload named.
+  void settle(const char* operation) {
+    if (buffered_) buffered_->settle(operation);
+  }
+
+  /// settle() without throwing, for cleanup(): the code (CL_SUCCESS: none) and what failed.
+  cl_int settle_code(std::string* what) noexcept {
+    return buffered_ ? buffered_->settle_code(what) : CL_SUCCESS;
+  }
+
+  /// Buffered writes not yet known to have completed (tests).
+  std::size_t buffered_pending() const { return buffered_ ? buffered_->pending() : 0; }
+
   /// Pinned chunks of this context for copies from other contexts, kept between calls.
   PinnedCache& pinned_cache() noexcept { return pinned_cache_; }
 
@@ -3758,6 +3987,7 @@ class TransferEngine {
     stager_.reset();
     pinned_cache_.clear();
     bounce_cache_.clear();
+    if (buffered_) buffered_->close();
   }
 
  private:
@@ -3812,9 +4042,14 @@ class TransferEngine {
     return last;
   }
 
+  // The ring of buffered writes holds this many writes of buffered_upload_max_bytes (1 MiB of
+  // pinned memory at 64 KiB): a stream of small uploads waits for the device once per 16.
+  static constexpr std::size_t buffered_ring_slots = 16;
+
   const DeviceContext& device_;
   ParallelCopier copier_;
-  std::unique_ptr<Stager> stager_;  // discrete devices only
+  std::unique_ptr<Stager> stager_;            // discrete devices only
+  std::unique_ptr<BufferedWrites> buffered_;  // discrete devices only
   Telemetry telemetry_;
   PinnedCache pinned_cache_{4};  // two copies from other contexts at once, without allocating
   PinnedCache bounce_cache_{2};  // bounced transfers: two at once without allocating
@@ -3886,7 +4121,11 @@ inline void copy_across_contexts(const char* operation, const Queue& source, con
         queue.write(operation, dst.buffer(), dst.at(offset), n, pinned[slot].data(), false);
     queue.flush(operation);
   }
-  queue.finish(operation);
+  // The last writes' own events, not clFinish, which reports no command that failed on the
+  // device: such a write is this copy's error (the earlier ones were waited for above).
+  for (const cl::Event& last : written) {
+    if (last() != nullptr) Queue::wait(operation, last);
+  }
 }
 
 /// copy_from_async between contexts: as copy_across_contexts(), on `engine`'s background thread,
@@ -4771,6 +5010,7 @@ class BufferManager {
   void upload_rect(DeviceBuffer<T>& dst, const T* data, std::size_t count, const Region& region) {
     auto entry = gate_.enter("upload_rect");
     transfer_rect("upload_rect", true, dst, const_cast<T*>(data), count, region, nullptr);
+    engine_.settle("upload_rect");
   }
   /// As upload_rect(dst, data.data(), data.size(), region).
   template <class T>
@@ -4803,6 +5043,7 @@ class BufferManager {
   void download_rect(const DeviceBuffer<T>& src, T* out, std::size_t count, const Region& region) {
     auto entry = gate_.enter("download_rect");
     transfer_rect("download_rect", false, src, out, count, region, nullptr);
+    engine_.settle("download_rect");
   }
   /// As download_rect(src, out.data(), out.size(), region).
   template <class T>
@@ -4838,6 +5079,7 @@ class BufferManager {
   void copy_rect(const DeviceBuffer<T>& src, DeviceBuffer<T>& dst, const Region& region) {
     auto entry = gate_.enter("copy_rect");
     copy_box("copy_rect", src, dst, region, nullptr);
+    engine_.settle("copy_rect");
   }
 
   /// As copy_rect(), after the commands of `after`, returning at once.
@@ -4939,6 +5181,7 @@ class BufferManager {
                                        buffer.memory_.at(offset * sizeof(T)), count * sizeof(T));
     MappedView<T> view(device_.queue().handle(), buffer.memory_.buffer, lease, mapped, count, mode);
     view.lease_->add_mapping(op, mapped, count * sizeof(T));  // on failure the view unmaps
+    engine_.settle(op);
     return view;
   }
   /// @}
@@ -5002,25 +5245,33 @@ class BufferManager {
   /// @{
 
   /// Waits for everything queued. Wraps clFinish.
+  /// @throws Error as clFinish fails, or with the code of a buffered upload that failed on the
+  ///         device since the last synchronising call (README "Errors").
   void finish() {
     const char* op = "finish";
     auto entry = gate_.enter(op);
     device_.queue().finish(op);
+    engine_.settle(op);
   }
 
   /// finish(), then releases the queue, the context, the staging chunks and the pool's cached
   /// buffers. Idempotent; afterwards every call but cleanup(), device() and stats() throws
   /// Error (code CL_SUCCESS). Buffers stay valid; their memory is freed when they are.
-  /// @throws Error if the final clFinish fails (the manager is released all the same).
+  /// @throws Error if the final clFinish fails, or a buffered upload failed that no call has
+  ///         reported yet (the manager is released all the same).
   void cleanup() {
     cl_int err = CL_SUCCESS;
+    cl_int buffered = CL_SUCCESS;
+    std::string what;
     gate_.close([&] {
       err = device_.queue().finish_code();
+      buffered = engine_.settle_code(&what);
       engine_.close();
       pool_->close();
       device_.release();
     });
     detail::check(err, "cleanup", "clFinish");
+    if (buffered != CL_SUCCESS) detail::fail("cleanup", buffered, what);
   }
   /// @}
 
@@ -5048,6 +5299,7 @@ class BufferManager {
                      DeviceBuffer<T>& dst) {
     if (src.size_bytes() == 0) return;
     source.device_.queue().finish(op);
+    source.engine_.settle(op);
     if (source.device_.context()() == device_.context()()) {
       engine_.copy(op, src.memory_, 0, dst.memory_, 0, src.size_bytes());
     } else {

@@ -9,6 +9,10 @@
 //     reports CL_EXEC_STATUS_ERROR_FOR_EVENTS_IN_WAIT_LIST and marks the events failed;
 //     clGetEventInfo reports a failed command (a negative execution status). Either way the
 //     failure surfaces only where clbuf looks at the event: Future::wait()/get(), staging.
+//   - armed `on_device`, a clEnqueueWriteBuffer is accepted and runs, then reads as failed on the
+//     device (its event's status negative; a blocking one returns
+//     CL_EXEC_STATUS_ERROR_FOR_EVENTS_IN_WAIT_LIST): the failure a buffered upload can only
+//     report later.
 // Include this file instead of <clbuf/clbuf.hpp>, and before anything that includes clbuf.
 #ifndef CLBUF_TESTS_FAULT_HOOK_HPP
 #define CLBUF_TESTS_FAULT_HOOK_HPP
@@ -104,17 +108,19 @@ struct State {
   int target = -1;                      ///< the entry point to fail; -1: none
   long fail_at = 0;                     ///< its call number (1-based) that fails
   bool sticky = false;                  ///< fail that call and every later call of the entry point
+  bool on_device = false;               ///< accept the call; its command fails on the device
   long fired = 0;                       ///< how many calls were failed
   std::vector<cl_event> failed_events;  ///< retained; reported as failed by clGetEventInfo
   std::atomic<long> live_buffers{0};    ///< buffers clCreateBuffer made that still exist
   std::atomic<long> created_buffers{0};
 
-  void arm(int site, long n, bool keep_failing) {
+  void arm(int site, long n, bool keep_failing, bool failing_on_device = false) {
     std::lock_guard<std::mutex> lock(mutex);
     calls.fill(0);
     target = site;
     fail_at = n;
     sticky = keep_failing;
+    on_device = failing_on_device;
     fired = 0;
   }
   void disarm() {
@@ -244,8 +250,20 @@ inline cl_int clEnqueueReadBuffer(cl_command_queue q, cl_mem m, cl_bool blocking
 inline cl_int clEnqueueWriteBuffer(cl_command_queue q, cl_mem m, cl_bool blocking, size_t offset,
                                    size_t size, const void* p, cl_uint n, const cl_event* wait,
                                    cl_event* event) {
-  if (state().hit(EnqueueWriteBuffer)) return CL_MEM_OBJECT_ALLOCATION_FAILURE;
-  return ::clEnqueueWriteBuffer(q, m, blocking, offset, size, p, n, wait, event);
+  if (!state().hit(EnqueueWriteBuffer)) {
+    return ::clEnqueueWriteBuffer(q, m, blocking, offset, size, p, n, wait, event);
+  }
+  if (!state().on_device) return CL_MEM_OBJECT_ALLOCATION_FAILURE;
+  cl_event mine = nullptr;
+  const cl_int err = ::clEnqueueWriteBuffer(q, m, blocking, offset, size, p, n, wait, &mine);
+  if (err != CL_SUCCESS) return err;
+  state().mark_failed(1, &mine);
+  if (event != nullptr) {
+    *event = mine;
+  } else {
+    ::clReleaseEvent(mine);
+  }
+  return blocking ? CL_EXEC_STATUS_ERROR_FOR_EVENTS_IN_WAIT_LIST : CL_SUCCESS;
 }
 inline cl_int clEnqueueCopyBuffer(cl_command_queue q, cl_mem src, cl_mem dst, size_t src_offset,
                                   size_t dst_offset, size_t size, cl_uint n, const cl_event* wait,
@@ -263,7 +281,12 @@ inline cl_int clFlush(cl_command_queue q) {
 }
 inline cl_int clWaitForEvents(cl_uint n, const cl_event* events) {
   const cl_int err = ::clWaitForEvents(n, events);  // the command ends either way
-  if (!state().hit(WaitForEvents)) return err;
+  if (!state().hit(WaitForEvents)) {
+    for (cl_uint i = 0; i < n; ++i) {  // as a driver reports a command that failed
+      if (state().event_failed(events[i])) return CL_EXEC_STATUS_ERROR_FOR_EVENTS_IN_WAIT_LIST;
+    }
+    return err;
+  }
   state().mark_failed(n, events);
   return CL_EXEC_STATUS_ERROR_FOR_EVENTS_IN_WAIT_LIST;
 }

@@ -192,11 +192,13 @@ struct Tally {
 };
 
 /// Arms (site, n), runs the workload, and checks the outcome; adds to `tally`.
+/// `on_device`: the call is accepted and its command fails on the device, which clbuf must
+/// report (as an Error of that call or of a later one), never absorb.
 void trial(MemoryModel model, bool adopt, int site, long n, bool sticky, std::uint32_t seed,
-           Tally& tally) {
+           Tally& tally, bool on_device = false) {
   std::unique_ptr<clbuf::BufferManager> manager;
   std::string outcome;
-  state().arm(site, n, sticky);
+  state().arm(site, n, sticky, on_device);
   try {
     workload(model, manager, seed, adopt);
     outcome = "completed";
@@ -222,14 +224,17 @@ void trial(MemoryModel model, bool adopt, int site, long n, bool sticky, std::ui
   }();
   state().disarm();
 
-  const std::string where = std::string(clbuf::to_string(model)) + (adopt ? "/adopted " : " ") +
-                            site_name(site) + " #" + std::to_string(n) + (sticky ? " onwards" : "");
+  const std::string where =
+      std::string(clbuf::to_string(model)) + (adopt ? "/adopted " : " ") + site_name(site) + " #" +
+      std::to_string(n) + (sticky ? " onwards" : "") + (on_device ? " failing on the device" : "");
   ++tally.trials;
   if (fired == 0) {
     ++tally.not_reached;
     if (outcome != "completed") tally.problems.push_back(where + ": " + outcome + " with no fault");
   } else if (outcome == "error") {
     ++tally.raised;
+  } else if (outcome == "completed" && on_device) {
+    tally.problems.push_back(where + ": the failure was never reported");
   } else if (outcome == "completed") {
     ++tally.absorbed;
   } else {
@@ -330,6 +335,34 @@ class FaultInjection : public ::testing::TestWithParam<MemoryModel> {
 TEST_P(FaultInjection, EveryCallSiteFailsCleanly) { sweep(false); }
 
 TEST_P(FaultInjection, EveryCallSiteOfAnAdoptedManagerFailsCleanly) { sweep(true); }
+
+// Every write of the workload accepted by the driver and then failing on the device (what only a
+// buffered upload, which returns before its write runs, can meet late) is reported by clbuf:
+// never lost silently.
+TEST_P(FaultInjection, EveryWriteFailingOnTheDeviceIsReported) {
+  const MemoryModel model = GetParam();
+  const std::uint32_t seed = clbuf_test::fresh_seed();
+  std::unique_ptr<clbuf::BufferManager> manager;
+  state().arm(-1, 0, false);
+  workload(model, manager, seed, false);
+  const long writes = [] {
+    std::lock_guard<std::mutex> lock(state().mutex);
+    return state().calls[clbuf_fault::EnqueueWriteBuffer];
+  }();
+  state().disarm();
+  manager.reset();
+  Tally tally;
+  for (long n = 1; n <= writes; ++n) {
+    trial(model, false, clbuf_fault::EnqueueWriteBuffer, n, false, seed, tally, true);
+  }
+  std::cout << "[ fault    ] " << clbuf::to_string(model) << ": " << writes
+            << " writes failing on the device: raised clbuf::Error " << tally.raised
+            << ", problems " << tally.problems.size() << "; seed " << seed << "\n";
+  if (model != MemoryModel::host) {
+    EXPECT_GT(writes, 0);
+  }
+  for (const std::string& problem : tally.problems) ADD_FAILURE() << problem;
+}
 
 CLBUF_INSTANTIATE_MODELS(FaultInjection);
 
@@ -511,6 +544,73 @@ TEST_F(FaultCodes, FailedStagedChunkIsAnErrorOfTheTransfer) {
   EXPECT_CLBUF_ERROR(staged.download(buffer), CL_OUT_OF_RESOURCES, "download: ");
   state().disarm();
   EXPECT_TRUE(clbuf_test::same_bytes(data, staged.download(buffer)));
+}
+
+// A buffered upload returns before its write has run; a write that then fails on the device is
+// reported once, by the manager's next synchronising call, with its code and the upload named.
+TEST_F(FaultCodes, FailedBufferedUploadSurfacesAtTheNextSynchronisingCall) {
+  using Buffer = clbuf::DeviceBuffer<std::uint32_t>;
+  struct Call {
+    const char* name;
+    std::function<void(clbuf::BufferManager&, Buffer&, Buffer&)> run;
+  };
+  const std::vector<Call> calls = {
+      {"download",
+       [](clbuf::BufferManager& m, Buffer&, Buffer& other) { (void)m.download(other); }},
+      {"copy",
+       [](clbuf::BufferManager& m, Buffer& target, Buffer& other) { m.copy(target, other); }},
+      {"fill", [](clbuf::BufferManager& m, Buffer&, Buffer& other) { m.fill(other, 7u); }},
+      {"finish", [](clbuf::BufferManager& m, Buffer&, Buffer&) { m.finish(); }},
+      {"download_rect",
+       [](clbuf::BufferManager& m, Buffer&, Buffer& other) {
+         clbuf::Region box;
+         box.size = {10, 2, 1};
+         box.src_extents = {10, 10, 1};
+         box.dst_extents = {10, 10, 1};
+         std::vector<std::uint32_t> out(small);
+         m.download_rect(other, out, box);
+       }},
+      {"map", [](clbuf::BufferManager& m, Buffer&, Buffer& other) { (void)m.map(other); }},
+      {"upload",  // a blocking upload too large to be buffered: staged
+       [](clbuf::BufferManager& m, Buffer&, Buffer&) {
+         (void)m.upload(std::vector<std::uint32_t>(large, 3u));
+       }},
+      {"cleanup", [](clbuf::BufferManager& m, Buffer&, Buffer&) { m.cleanup(); }},
+  };
+  for (const Call& call : calls) {
+    SCOPED_TRACE(call.name);
+    clbuf::BufferManager m("", options_for(MemoryModel::discrete));
+    const auto before = random<std::uint32_t>(small);
+    Buffer target = m.upload(before);
+    Buffer other = m.upload(random<std::uint32_t>(small));
+    m.finish();
+    const auto data = random<std::uint32_t>(small);
+    state().arm(clbuf_fault::EnqueueWriteBuffer, 1, false, true);
+    m.upload(target, data);  // returns: its write has not run yet
+    EXPECT_CLBUF_ERROR(call.run(m, target, other), CL_OUT_OF_RESOURCES,
+                       std::string(call.name) + ": ", "a buffered upload failed on the device",
+                       "upload of 400 bytes at byte 0");
+    state().disarm();
+    if (std::string(call.name) == "cleanup") continue;
+    m.finish();  // reported once: the manager goes on
+    m.upload(target, data);
+    EXPECT_TRUE(clbuf_test::same_bytes(data, m.download(target)));
+  }
+}
+
+// Of many buffered uploads, the first that fails is reported, with how many failed after it.
+TEST_F(FaultCodes, FailedBufferedUploadsAmongManyAreReportedTogether) {
+  clbuf::BufferManager m("", options_for(MemoryModel::discrete));
+  std::vector<clbuf::DeviceBuffer<std::uint32_t>> buffers;
+  for (int i = 0; i < 10; ++i) buffers.push_back(m.allocate<std::uint32_t>(small));
+  state().arm(clbuf_fault::EnqueueWriteBuffer, 3, true, true);  // the 3rd write on
+  for (int i = 0; i < 10; ++i)
+    m.upload(buffers[static_cast<std::size_t>(i)], random<std::uint32_t>(small));
+  EXPECT_CLBUF_ERROR(m.finish(), CL_OUT_OF_RESOURCES,
+                     "finish: ", "a buffered upload failed on the device",
+                     "7 later buffered uploads failed too");
+  state().disarm();
+  EXPECT_NO_THROW(m.finish());
 }
 
 TEST_F(FaultCodes, FailedAllocationIsRetriedOnceAfterTrimmingThePool) {

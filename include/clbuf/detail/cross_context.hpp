@@ -71,7 +71,11 @@ inline void copy_across_contexts(const char* operation, const Queue& source, con
         queue.write(operation, dst.buffer(), dst.at(offset), n, pinned[slot].data(), false);
     queue.flush(operation);
   }
-  queue.finish(operation);
+  // The last writes' own events, not clFinish, which reports no command that failed on the
+  // device: such a write is this copy's error (the earlier ones were waited for above).
+  for (const cl::Event& last : written) {
+    if (last() != nullptr) Queue::wait(operation, last);
+  }
 }
 
 /// copy_from_async between contexts: as copy_across_contexts(), on `engine`'s background thread,

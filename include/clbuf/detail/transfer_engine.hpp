@@ -9,15 +9,22 @@
 //      queue has finished earlier work the host copies with memcpy (ParallelCopier), no command;
 //   2. staged: a discrete device, pageable host memory and at least staging_threshold_bytes:
 //      pinned chunks pipelined by several threads (Stager);
-//   3. bounced: a discrete device, pageable host memory below the staging threshold and at most
+//   3. buffered: a blocking write to a discrete device of pageable host memory of at most
+//      buffered_upload_max_bytes: a memcpy into a pinned ring and a non-blocking write from it
+//      (buffered_writes.hpp); the call returns before the write has run, so a round trip waits
+//      for the device once. Its errors surface at the next synchronising call (settle());
+//   4. bounced: a discrete device, pageable host memory below the staging threshold and at most
 //      bounce_max_bytes: one DMA between the device and a pinned block of the engine's, and a
 //      memcpy between that block and the caller's memory (drivers move pageable memory below
 //      the bus speed even for small transfers: 196 against 80 us for 1 MiB read on the H200);
-//   4. queue: one clEnqueueWriteBuffer / clEnqueueReadBuffer.
+//   5. queue: one clEnqueueWriteBuffer / clEnqueueReadBuffer.
+//
+// Every blocking operation ends with settle(), which reports a buffered write that failed.
 #ifndef CLBUF_DETAIL_TRANSFER_ENGINE_HPP
 #define CLBUF_DETAIL_TRANSFER_ENGINE_HPP
 
 #include <clbuf/detail/async.hpp>
+#include <clbuf/detail/buffered_writes.hpp>
 #include <clbuf/detail/device_context.hpp>
 #include <clbuf/detail/host_memory.hpp>
 #include <clbuf/detail/pinned_block.hpp>
@@ -42,7 +49,7 @@ enum class HostMemory { pageable, pinned };
 
 class TransferEngine {
  public:
-  enum class Path { host_block, staged, bounced, queue };
+  enum class Path { host_block, staged, buffered, bounced, queue };
 
   explicit TransferEngine(const DeviceContext& device)
       : device_(device), copier_(device.options().copy_threads) {
@@ -52,31 +59,37 @@ class TransferEngine {
       stager_ = std::make_unique<Stager>(device, options.staging_chunk_bytes,
                                          options.staging_chunks, options.copy_threads);
     }
+    if (options.memory == MemoryModel::discrete && options.buffered_upload_max_bytes != 0) {
+      buffered_ = std::make_unique<BufferedWrites>(device, options.buffered_upload_max_bytes,
+                                                   buffered_ring_slots);
+    }
   }
 
   TransferEngine(const TransferEngine&) = delete;
   TransferEngine& operator=(const TransferEngine&) = delete;
 
-  /// The path rule, the one place clbuf chooses how bytes move.
-  Path route(const Allocation& memory, std::size_t bytes, HostMemory host) const noexcept {
+  /// The path rule, the one place clbuf chooses how bytes move; `blocking_write` for write().
+  Path route(const Allocation& memory, std::size_t bytes, HostMemory host,
+             bool blocking_write = false) const noexcept {
     if (memory.host != nullptr) return Path::host_block;
     if (stager_ && host == HostMemory::pageable &&
         bytes >= device_.options().staging_threshold_bytes) {
       return Path::staged;
     }
-    if (host == HostMemory::pageable && device_.options().memory == MemoryModel::discrete &&
-        bytes <= device_.options().bounce_max_bytes) {
-      return Path::bounced;
+    if (host == HostMemory::pageable && device_.options().memory == MemoryModel::discrete) {
+      if (blocking_write && buffered_ && bytes <= buffered_->max_bytes()) return Path::buffered;
+      if (bytes <= device_.options().bounce_max_bytes) return Path::bounced;
     }
     return Path::queue;
   }
 
-  /// Host `data` -> `memory` at byte `offset`, blocking (`data` may be reused on return).
+  /// Host `data` -> `memory` at byte `offset`, blocking (`data` may be reused on return; a
+  /// buffered write may still be on its way to the device, ahead of every later command).
   void write(const char* operation, const Allocation& memory, std::size_t offset, const void* data,
              std::size_t bytes, HostMemory host) {
     if (bytes == 0) return;
     Telemetry::Timer timer(telemetry_, Telemetry::upload, bytes);
-    switch (route(memory, bytes, host)) {
+    switch (route(memory, bytes, host, true)) {
       case Path::host_block:
         queue().finish(operation);
         copier_.copy(memory.host_at(offset), data, bytes);
@@ -84,6 +97,9 @@ class TransferEngine {
       case Path::staged:
         stager_->write(memory.buffer(), memory.at(offset), data, bytes, operation);
         break;
+      case Path::buffered:
+        buffered_->write(operation, memory.buffer(), memory.at(offset), data, bytes);
+        return;  // not a synchronising call: nothing to settle
       case Path::bounced: {
         Bounce block(*this, operation);
         std::memcpy(block.data(), data, bytes);
@@ -94,6 +110,7 @@ class TransferEngine {
         queue().write(operation, memory.buffer(), memory.at(offset), bytes, data, true);
         break;
     }
+    settle(operation);
   }
 
   /// As write() into memory just taken from the pool: a fresh host block, which no command can
@@ -128,10 +145,12 @@ class TransferEngine {
         std::memcpy(out, block.data(), bytes);
         break;
       }
+      case Path::buffered:  // writes only
       case Path::queue:
         queue().read(operation, memory.buffer(), memory.at(offset), bytes, out, true);
         break;
     }
+    settle(operation);
   }
 
   /// Starts writing `data` into `memory` at byte `offset` by the path rule; the Future waits for
@@ -154,7 +173,8 @@ class TransferEngine {
       case Path::staged:
         return stager_->submit(true, memory.buffer, memory.at(offset), const_cast<void*>(data),
                                bytes, operation, std::move(keep), background_);
-      case Path::bounced:  // started from the caller's memory: nothing to wait for on the host
+      case Path::buffered:  // (blocking writes only)
+      case Path::bounced:   // started from the caller's memory: nothing to wait for on the host
       case Path::queue:
         break;
     }
@@ -189,6 +209,7 @@ class TransferEngine {
     }
     Queue::wait(operation, queue().copy(operation, src.buffer(), dst.buffer(), src.at(src_offset),
                                         dst.at(dst_offset), bytes));
+    settle(operation);
   }
 
   /// Starts a device copy; a null event for zero bytes.
@@ -215,6 +236,7 @@ class TransferEngine {
       return;
     }
     Queue::wait(operation, fill_commands(operation, memory, offset, pattern, size, count));
+    settle(operation);
   }
 
   /// Starts a fill on the device, whatever the memory (a CPU device's host block too); `pattern`
@@ -235,6 +257,20 @@ class TransferEngine {
   /// Runs `job` on the background thread, after every job posted before it.
   Background& background() noexcept { return background_; }
 
+  /// Reports a buffered write that failed since the last call, once: as an Error of
+  /// `operation` (a synchronising call, after it has waited for the device), the upload named.
+  void settle(const char* operation) {
+    if (buffered_) buffered_->settle(operation);
+  }
+
+  /// settle() without throwing, for cleanup(): the code (CL_SUCCESS: none) and what failed.
+  cl_int settle_code(std::string* what) noexcept {
+    return buffered_ ? buffered_->settle_code(what) : CL_SUCCESS;
+  }
+
+  /// Buffered writes not yet known to have completed (tests).
+  std::size_t buffered_pending() const { return buffered_ ? buffered_->pending() : 0; }
+
   /// Pinned chunks of this context for copies from other contexts, kept between calls.
   PinnedCache& pinned_cache() noexcept { return pinned_cache_; }
 
@@ -245,6 +281,7 @@ class TransferEngine {
     stager_.reset();
     pinned_cache_.clear();
     bounce_cache_.clear();
+    if (buffered_) buffered_->close();
   }
 
  private:
@@ -299,9 +336,14 @@ class TransferEngine {
     return last;
   }
 
+  // The ring of buffered writes holds this many writes of buffered_upload_max_bytes (1 MiB of
+  // pinned memory at 64 KiB): a stream of small uploads waits for the device once per 16.
+  static constexpr std::size_t buffered_ring_slots = 16;
+
   const DeviceContext& device_;
   ParallelCopier copier_;
-  std::unique_ptr<Stager> stager_;  // discrete devices only
+  std::unique_ptr<Stager> stager_;            // discrete devices only
+  std::unique_ptr<BufferedWrites> buffered_;  // discrete devices only
   Telemetry telemetry_;
   PinnedCache pinned_cache_{4};  // two copies from other contexts at once, without allocating
   PinnedCache bounce_cache_{2};  // bounced transfers: two at once without allocating

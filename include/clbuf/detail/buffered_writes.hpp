@@ -1,0 +1,192 @@
+// SPDX-License-Identifier: MIT
+// Buffered uploads: a blocking upload of a few pageable bytes to a discrete device copies them
+// into a pinned ring of clbuf's, enqueues a non-blocking write from there and returns. The
+// caller's memory is free at once and the in-order queue shows the data to every later command,
+// so a round trip (upload, then download) waits for the device once instead of twice, as CUDA's
+// cudaMemcpy from pageable memory does (it returns once the bytes are in its staging memory).
+//
+// The writes complete in queue order, so the ring is a FIFO: a write's bytes are reused only
+// after its event has completed. A write that fails on the device cannot reach the call that made
+// it: the first synchronising call of the manager after it (settle()) reports it, once, as an
+// Error naming the upload; nothing is lost silently.
+#ifndef CLBUF_DETAIL_BUFFERED_WRITES_HPP
+#define CLBUF_DETAIL_BUFFERED_WRITES_HPP
+
+#include <clbuf/detail/device_context.hpp>
+#include <clbuf/detail/pinned_block.hpp>
+#include <clbuf/detail/queue.hpp>
+#include <clbuf/error.hpp>
+
+#include <cstddef>
+#include <cstring>
+#include <deque>
+#include <mutex>
+#include <string>
+#include <utility>
+
+namespace clbuf {
+namespace detail {
+
+class BufferedWrites {
+ public:
+  /// Writes of at most `max_bytes` (> 0) through a ring of `slots` x max_bytes pinned bytes,
+  /// allocated at the first write, for `device`, which must outlive this.
+  BufferedWrites(const DeviceContext& device, std::size_t max_bytes, std::size_t slots)
+      : device_(device), max_bytes_(max_bytes), ring_bytes_(round_up(max_bytes) * slots) {}
+
+  BufferedWrites(const BufferedWrites&) = delete;
+  BufferedWrites& operator=(const BufferedWrites&) = delete;
+
+  std::size_t max_bytes() const noexcept { return max_bytes_; }
+
+  /// Copies `bytes` (1 to max_bytes()) of `data` into the ring and enqueues their write into
+  /// `buffer` at byte `offset`; returns before the write has run. `operation` must be a string
+  /// literal (kept to name the upload if it fails). Wraps clEnqueueWriteBuffer, non-blocking.
+  /// @throws Error when the ring cannot be made or the write cannot be enqueued (nothing written).
+  void write(const char* operation, cl_mem buffer, std::size_t offset, const void* data,
+             std::size_t bytes) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (ring_.data() == nullptr) {
+      // Mapped on the side queue: the manager's queue may be held (by the application's events,
+      // by an asynchronous transfer's barrier), and a buffered upload must not wait for it.
+      ring_ = PinnedBlock(device_.context(), device_.side_queue(operation).handle(), ring_bytes_,
+                          operation);
+    }
+    const std::size_t at = place(round_up(bytes));
+    char* slot = static_cast<char*>(ring_.data()) + at;
+    std::memcpy(slot, data, bytes);
+    // One write per call, with its event: the ring's bytes are held until it has completed.
+    cl::Event event = device_.queue().write(operation, buffer, offset, bytes, slot, false);
+    pending_.push_back(
+        Pending{std::move(event), at, at + round_up(bytes), operation, bytes, offset});
+  }
+
+  /// Forgets every write that has completed; throws the first that failed since the last call
+  /// (its code, the upload named in the message) as an Error of `operation`.
+  void settle(const char* operation) {
+    std::string what;
+    const cl_int code = settle_code(&what);
+    if (code != CL_SUCCESS) fail(operation, code, what);
+  }
+
+  /// settle() without throwing: the failure's code (CL_SUCCESS for none) and, in `what`, its
+  /// description.
+  cl_int settle_code(std::string* what) noexcept {
+    std::lock_guard<std::mutex> lock(mutex_);
+    reap();
+    const cl_int code = failure_;
+    if (what != nullptr) {
+      what->swap(failure_what_);
+      if (later_failures_ != 0) {
+        try {
+          *what += "; " + std::to_string(later_failures_) + " later buffered uploads failed too";
+        } catch (...) {  // NOLINT(bugprone-empty-catch): the first failure is still reported
+        }
+      }
+    }
+    failure_ = CL_SUCCESS;
+    later_failures_ = 0;
+    failure_what_.clear();
+    return code;
+  }
+
+  /// How many writes the ring holds (not yet known to have completed).
+  std::size_t pending() const {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return pending_.size();
+  }
+
+  /// Frees the ring; call once the queue has finished (cleanup()).
+  void close() noexcept {
+    std::lock_guard<std::mutex> lock(mutex_);
+    pending_.clear();
+    ring_ = PinnedBlock();
+  }
+
+ private:
+  struct Pending {
+    cl::Event event;
+    std::size_t begin = 0;  // bytes [begin, end) of the ring
+    std::size_t end = 0;
+    const char* operation = nullptr;
+    std::size_t bytes = 0;
+    std::size_t offset = 0;
+  };
+
+  // 64-byte pieces: each write's bytes start on a cache line of their own.
+  static std::size_t round_up(std::size_t bytes) noexcept {
+    return (bytes + 63) & ~std::size_t{63};
+  }
+
+  /// The ring offset of `bytes` free bytes, waiting for the oldest writes while there are none.
+  std::size_t place(std::size_t bytes) {
+    for (bool reaped = false;;) {
+      if (pending_.empty()) return 0;
+      const std::size_t head = pending_.back().end;
+      const std::size_t tail = pending_.front().begin;
+      if (head > tail) {  // in use: [tail, head); free: [head, end) and [0, tail)
+        if (ring_bytes_ - head >= bytes) return head;
+        if (tail >= bytes) return 0;
+      } else if (tail - head >= bytes) {  // wrapped, in use: [tail, end) and [0, head)
+        return head;
+      }
+      if (!reaped) {
+        reap();
+        reaped = true;
+        continue;
+      }
+      // Full: wait for the oldest write (the ring's first bytes to be freed).
+      const cl_event oldest = pending_.front().event();
+      const cl_int err = CLBUF_CL(clWaitForEvents)(1, &oldest);
+      // The oldest write failed (or the wait did): recorded for settle(), the bytes freed.
+      if (err != CL_SUCCESS) record(pending_.front(), err);
+      pending_.pop_front();
+    }
+  }
+
+  /// Drops the completed writes from the front (they complete in order), recording the first
+  /// failure.
+  void reap() noexcept {
+    while (!pending_.empty()) {
+      Pending& front = pending_.front();
+      cl_int status = CL_QUEUED;
+      const cl_int err = CLBUF_CL(clGetEventInfo)(front.event(), CL_EVENT_COMMAND_EXECUTION_STATUS,
+                                                  sizeof(status), &status, nullptr);
+      if (err != CL_SUCCESS) status = err;  // its fate unknown: reported as failed
+      if (status > CL_COMPLETE) return;
+      if (status < 0) record(front, status);
+      pending_.pop_front();
+    }
+  }
+
+  void record(const Pending& write, cl_int code) noexcept {
+    if (failure_ != CL_SUCCESS) {  // most likely a consequence of the first: counted
+      ++later_failures_;
+      return;
+    }
+    failure_ = code;
+    try {
+      failure_what_ = "a buffered upload failed on the device: " + std::string(write.operation) +
+                      " of " + std::to_string(write.bytes) + " bytes at byte " +
+                      std::to_string(write.offset) +
+                      " of its buffer (it returned before the write ran; its data is not there)";
+    } catch (...) {  // NOLINT(bugprone-empty-catch): the code alone still reaches the caller
+      failure_what_.clear();
+    }
+  }
+
+  const DeviceContext& device_;
+  const std::size_t max_bytes_;
+  const std::size_t ring_bytes_;
+  mutable std::mutex mutex_;  // the ring, pending_ and the failure; held across each write
+  PinnedBlock ring_;          // mapped at the first write
+  std::deque<Pending> pending_;
+  cl_int failure_ = CL_SUCCESS;  // the first failed write not yet reported
+  std::string failure_what_;
+  std::size_t later_failures_ = 0;  // failed writes after the first, before it was reported
+};
+
+}  // namespace detail
+}  // namespace clbuf
+
+#endif  // CLBUF_DETAIL_BUFFERED_WRITES_HPP
