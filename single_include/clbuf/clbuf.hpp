@@ -2918,9 +2918,10 @@ class DeviceContext {
 // ---- end of clbuf/detail/device_context.hpp
 // ---- clbuf/detail/pinned_block.hpp
 // A pinned host block: a CL_MEM_ALLOC_HOST_PTR buffer mapped once for the host, the memory the
-// driver moves by DMA at full bus speed. Used by PinnedBuffer, the staging slots and the copies
-// between contexts (through a PinnedCache, which keeps a few from call to call); MappedView shares
-// its unmap-with-retry.
+// driver moves by DMA at full bus speed. Used by PinnedBuffer, the staging slots, the buffered
+// uploads' ring, the bounced transfers and the copies between contexts (the last two through a
+// PinnedCache, which keeps a few from call to call, and a PinnedLease per transfer); MappedView
+// shares its unmap-with-retry.
 #ifndef CLBUF_DETAIL_PINNED_BLOCK_HPP
 #define CLBUF_DETAIL_PINNED_BLOCK_HPP
 
@@ -3051,6 +3052,25 @@ class PinnedCache {
   const std::size_t kept_;
   std::mutex mutex_;
   std::vector<PinnedBlock> free_;
+};
+
+/// A block of a PinnedCache held for one transfer: taken at construction, given back on every
+/// way out. The transfer must have finished with it by then (blocking commands, or a drain
+/// declared after the lease, which therefore runs first).
+class PinnedLease {
+ public:
+  PinnedLease(PinnedCache& cache, const cl::Context& context, const cl::CommandQueue& queue,
+              std::size_t bytes, const char* operation)
+      : cache_(cache), block_(cache.take(context, queue, bytes, operation)) {}
+  PinnedLease(const PinnedLease&) = delete;
+  PinnedLease& operator=(const PinnedLease&) = delete;
+  ~PinnedLease() { cache_.give(std::move(block_)); }
+
+  void* data() const noexcept { return block_.data(); }
+
+ private:
+  PinnedCache& cache_;
+  PinnedBlock block_;
 };
 
 }  // namespace detail
@@ -3807,7 +3827,7 @@ class TransferEngine {
         buffered_->write(operation, memory.buffer(), memory.at(offset), data, bytes);
         return;  // not a synchronising call: nothing to settle
       case Path::bounced: {
-        Bounce block(*this, operation);
+        const PinnedLease block = bounce(operation);
         std::memcpy(block.data(), data, bytes);
         queue().write(operation, memory.buffer(), memory.at(offset), bytes, block.data(), true);
         break;
@@ -3846,7 +3866,7 @@ class TransferEngine {
         stager_->read(memory.buffer(), memory.at(offset), out, bytes, operation);
         break;
       case Path::bounced: {
-        Bounce block(*this, operation);
+        const PinnedLease block = bounce(operation);
         queue().read(operation, memory.buffer(), memory.at(offset), bytes, block.data(), true);
         std::memcpy(out, block.data(), bytes);
         break;
@@ -3991,23 +4011,11 @@ class TransferEngine {
   }
 
  private:
-  /// A pinned block of bounce_max_bytes for one bounced transfer, from the engine's cache and
-  /// given back on every way out (a blocking transfer has finished with it by then).
-  class Bounce {
-   public:
-    Bounce(TransferEngine& engine, const char* operation)
-        : cache_(engine.bounce_cache_),
-          block_(cache_.take(engine.device_.context(), engine.queue().handle(),
-                             engine.options().bounce_max_bytes, operation)) {}
-    Bounce(const Bounce&) = delete;
-    Bounce& operator=(const Bounce&) = delete;
-    ~Bounce() { cache_.give(std::move(block_)); }
-    void* data() const noexcept { return block_.data(); }
-
-   private:
-    PinnedCache& cache_;
-    PinnedBlock block_;
-  };
+  /// A pinned block of bounce_max_bytes from the engine's cache for one bounced transfer.
+  PinnedLease bounce(const char* operation) {
+    return PinnedLease(bounce_cache_, device_.context(), queue().handle(),
+                       options().bounce_max_bytes, operation);
+  }
 
   /// Enqueues the commands of a fill; returns the last one's event (the queue is in order).
   cl::Event fill_commands(const char* operation, const Allocation& memory, std::size_t offset,
@@ -4067,6 +4075,7 @@ class TransferEngine {
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <vector>
 
 namespace clbuf {
@@ -4095,16 +4104,9 @@ inline void copy_across_contexts(const char* operation, const Queue& source, con
   // is written to `dst`, the next is read into the other.
   const std::size_t chunk = std::max<std::size_t>(engine.options().staging_chunk_bytes, 4096);
   const Queue& queue = target;
-  struct ChunkLease {  // gives the chunks back on every way out, after `drain`
-    PinnedCache& cache;
-    PinnedBlock pinned[2];
-    ~ChunkLease() {
-      for (PinnedBlock& block : pinned) cache.give(std::move(block));
-    }
-  } lease{engine.pinned_cache(), {}};
-  auto& pinned = lease.pinned;
+  std::optional<PinnedLease> pinned[2];  // given back after `drain` (declared after them)
   for (std::size_t i = 0; i < 2 && i * chunk < bytes; ++i) {  // one chunk may be all it takes
-    pinned[i] = engine.pinned_cache().take(context, queue.handle(), chunk, operation);
+    pinned[i].emplace(engine.pinned_cache(), context, queue.handle(), chunk, operation);
   }
   // On every way out, nothing may still use the chunks when they are given back.
   struct Drain {
@@ -4116,9 +4118,9 @@ inline void copy_across_contexts(const char* operation, const Queue& source, con
     const std::size_t n = std::min(chunk, bytes - offset);
     const std::size_t slot = i % 2;
     if (written[slot]() != nullptr) Queue::wait(operation, written[slot]);
-    source.read(operation, src.buffer(), src.at(offset), n, pinned[slot].data(), true);
+    source.read(operation, src.buffer(), src.at(offset), n, pinned[slot]->data(), true);
     written[slot] =
-        queue.write(operation, dst.buffer(), dst.at(offset), n, pinned[slot].data(), false);
+        queue.write(operation, dst.buffer(), dst.at(offset), n, pinned[slot]->data(), false);
     queue.flush(operation);
   }
   // The last writes' own events, not clFinish, which reports no command that failed on the

@@ -17,6 +17,7 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <vector>
 
 namespace clbuf {
@@ -45,16 +46,9 @@ inline void copy_across_contexts(const char* operation, const Queue& source, con
   // is written to `dst`, the next is read into the other.
   const std::size_t chunk = std::max<std::size_t>(engine.options().staging_chunk_bytes, 4096);
   const Queue& queue = target;
-  struct ChunkLease {  // gives the chunks back on every way out, after `drain`
-    PinnedCache& cache;
-    PinnedBlock pinned[2];
-    ~ChunkLease() {
-      for (PinnedBlock& block : pinned) cache.give(std::move(block));
-    }
-  } lease{engine.pinned_cache(), {}};
-  auto& pinned = lease.pinned;
+  std::optional<PinnedLease> pinned[2];  // given back after `drain` (declared after them)
   for (std::size_t i = 0; i < 2 && i * chunk < bytes; ++i) {  // one chunk may be all it takes
-    pinned[i] = engine.pinned_cache().take(context, queue.handle(), chunk, operation);
+    pinned[i].emplace(engine.pinned_cache(), context, queue.handle(), chunk, operation);
   }
   // On every way out, nothing may still use the chunks when they are given back.
   struct Drain {
@@ -66,9 +60,9 @@ inline void copy_across_contexts(const char* operation, const Queue& source, con
     const std::size_t n = std::min(chunk, bytes - offset);
     const std::size_t slot = i % 2;
     if (written[slot]() != nullptr) Queue::wait(operation, written[slot]);
-    source.read(operation, src.buffer(), src.at(offset), n, pinned[slot].data(), true);
+    source.read(operation, src.buffer(), src.at(offset), n, pinned[slot]->data(), true);
     written[slot] =
-        queue.write(operation, dst.buffer(), dst.at(offset), n, pinned[slot].data(), false);
+        queue.write(operation, dst.buffer(), dst.at(offset), n, pinned[slot]->data(), false);
     queue.flush(operation);
   }
   // The last writes' own events, not clFinish, which reports no command that failed on the

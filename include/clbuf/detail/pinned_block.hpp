@@ -1,8 +1,9 @@
 // SPDX-License-Identifier: MIT
 // A pinned host block: a CL_MEM_ALLOC_HOST_PTR buffer mapped once for the host, the memory the
-// driver moves by DMA at full bus speed. Used by PinnedBuffer, the staging slots and the copies
-// between contexts (through a PinnedCache, which keeps a few from call to call); MappedView shares
-// its unmap-with-retry.
+// driver moves by DMA at full bus speed. Used by PinnedBuffer, the staging slots, the buffered
+// uploads' ring, the bounced transfers and the copies between contexts (the last two through a
+// PinnedCache, which keeps a few from call to call, and a PinnedLease per transfer); MappedView
+// shares its unmap-with-retry.
 #ifndef CLBUF_DETAIL_PINNED_BLOCK_HPP
 #define CLBUF_DETAIL_PINNED_BLOCK_HPP
 
@@ -135,6 +136,25 @@ class PinnedCache {
   const std::size_t kept_;
   std::mutex mutex_;
   std::vector<PinnedBlock> free_;
+};
+
+/// A block of a PinnedCache held for one transfer: taken at construction, given back on every
+/// way out. The transfer must have finished with it by then (blocking commands, or a drain
+/// declared after the lease, which therefore runs first).
+class PinnedLease {
+ public:
+  PinnedLease(PinnedCache& cache, const cl::Context& context, const cl::CommandQueue& queue,
+              std::size_t bytes, const char* operation)
+      : cache_(cache), block_(cache.take(context, queue, bytes, operation)) {}
+  PinnedLease(const PinnedLease&) = delete;
+  PinnedLease& operator=(const PinnedLease&) = delete;
+  ~PinnedLease() { cache_.give(std::move(block_)); }
+
+  void* data() const noexcept { return block_.data(); }
+
+ private:
+  PinnedCache& cache_;
+  PinnedBlock block_;
 };
 
 }  // namespace detail

@@ -101,7 +101,7 @@ class TransferEngine {
         buffered_->write(operation, memory.buffer(), memory.at(offset), data, bytes);
         return;  // not a synchronising call: nothing to settle
       case Path::bounced: {
-        Bounce block(*this, operation);
+        const PinnedLease block = bounce(operation);
         std::memcpy(block.data(), data, bytes);
         queue().write(operation, memory.buffer(), memory.at(offset), bytes, block.data(), true);
         break;
@@ -140,7 +140,7 @@ class TransferEngine {
         stager_->read(memory.buffer(), memory.at(offset), out, bytes, operation);
         break;
       case Path::bounced: {
-        Bounce block(*this, operation);
+        const PinnedLease block = bounce(operation);
         queue().read(operation, memory.buffer(), memory.at(offset), bytes, block.data(), true);
         std::memcpy(out, block.data(), bytes);
         break;
@@ -285,23 +285,11 @@ class TransferEngine {
   }
 
  private:
-  /// A pinned block of bounce_max_bytes for one bounced transfer, from the engine's cache and
-  /// given back on every way out (a blocking transfer has finished with it by then).
-  class Bounce {
-   public:
-    Bounce(TransferEngine& engine, const char* operation)
-        : cache_(engine.bounce_cache_),
-          block_(cache_.take(engine.device_.context(), engine.queue().handle(),
-                             engine.options().bounce_max_bytes, operation)) {}
-    Bounce(const Bounce&) = delete;
-    Bounce& operator=(const Bounce&) = delete;
-    ~Bounce() { cache_.give(std::move(block_)); }
-    void* data() const noexcept { return block_.data(); }
-
-   private:
-    PinnedCache& cache_;
-    PinnedBlock block_;
-  };
+  /// A pinned block of bounce_max_bytes from the engine's cache for one bounced transfer.
+  PinnedLease bounce(const char* operation) {
+    return PinnedLease(bounce_cache_, device_.context(), queue().handle(),
+                       options().bounce_max_bytes, operation);
+  }
 
   /// Enqueues the commands of a fill; returns the last one's event (the queue is in order).
   cl::Event fill_commands(const char* operation, const Allocation& memory, std::size_t offset,
