@@ -33,9 +33,15 @@ class BufferedUploads : public clbuf_test::ModelTest {
   bool buffered() const { return GetParam() == MemoryModel::discrete; }
 };
 
-TEST_P(BufferedUploads, DefaultBoundIs64KiB) {
+TEST_P(BufferedUploads, DefaultBoundIs64KiBAndLargerOnesAreClamped) {
   EXPECT_EQ(clbuf::Options{}.buffered_upload_max_bytes, std::size_t{64} << 10);
   EXPECT_EQ(paths().options().buffered_upload_max_bytes, bound);
+  clbuf::Options huge;
+  huge.memory = GetParam();
+  huge.buffered_upload_max_bytes = clbuf::Options::automatic;
+  clbuf::BufferManager clamped(std::string(), huge);
+  EXPECT_EQ(clamped.options().buffered_upload_max_bytes, std::size_t{1} << 20)
+      << "the pinned ring stays at most 16 MiB";
 }
 
 // The caller overwrites (or frees) its memory the moment upload returns; the device holds what

@@ -2737,7 +2737,7 @@ struct Options {
   /// once the bytes are in a pinned ring of clbuf's (16 x this size, allocated at the first
   /// one): the write to the device follows in queue order, so a round trip waits for the device
   /// once. A write that fails on the device is reported by the manager's next synchronising call
-  /// (README "Errors"). 0 turns buffering off.
+  /// (README "Errors"). 0 turns buffering off; at most 1 MiB (larger values are clamped).
   std::size_t buffered_upload_max_bytes = std::size_t{64} << 10;
   /// Threads for large host copies (the CPU device's memcpy, staged chunks); 0: as many as
   /// the host has, at most 12.
@@ -2880,6 +2880,9 @@ class DeviceContext {
     if (options_.bounce_max_bytes == Options::automatic) {
       options_.bounce_max_bytes = std::min(options_.staging_threshold_bytes, std::size_t{4} << 20);
     }
+    // The ring holds 16 writes of this size in pinned memory: bounded at 1 MiB a write (16 MiB).
+    options_.buffered_upload_max_bytes =
+        std::min(options_.buffered_upload_max_bytes, std::size_t{1} << 20);
     if (options_.pool_limit_bytes == Options::automatic) {
       options_.pool_limit_bytes = static_cast<std::size_t>(
           std::min<std::uint64_t>(info_.global_mem_bytes / 4, std::uint64_t{1} << 30));

@@ -140,6 +140,9 @@ class DeviceContext {
     if (options_.bounce_max_bytes == Options::automatic) {
       options_.bounce_max_bytes = std::min(options_.staging_threshold_bytes, std::size_t{4} << 20);
     }
+    // The ring holds 16 writes of this size in pinned memory: bounded at 1 MiB a write (16 MiB).
+    options_.buffered_upload_max_bytes =
+        std::min(options_.buffered_upload_max_bytes, std::size_t{1} << 20);
     if (options_.pool_limit_bytes == Options::automatic) {
       options_.pool_limit_bytes = static_cast<std::size_t>(
           std::min<std::uint64_t>(info_.global_mem_bytes / 4, std::uint64_t{1} << 30));
