@@ -86,6 +86,8 @@ class Communicator;
 /// completed waits for it (errors are then dropped: call wait() to see them). The buffer must
 /// stay alive until the Request has completed.
 class [[nodiscard]] Request {
+  friend class Persistent;
+
  public:
   Request() = default;
   Request(const Request&) = delete;
@@ -144,6 +146,69 @@ class [[nodiscard]] Request {
 
   std::shared_ptr<detail::Core> core_;
   std::shared_ptr<detail::Transfer> transfer_;
+};
+
+/// A send or receive set up once and started many times, as MPI_Send_init / MPI_Recv_init: the
+/// buffer, peer and tag are checked once, by Communicator::send_init() / recv_init(); start()
+/// begins one transfer with them, wait() or test() completes it, and start() may follow again.
+/// The buffer and the Communicator must stay alive, and the buffer keep its size, while the
+/// Persistent exists. Move-only; destroying an active one waits for it (errors dropped).
+class [[nodiscard]] Persistent {
+ public:
+  Persistent() = default;
+
+  /// Begins a transfer (a message of the buffer's whole contents).
+  /// @throws Error CL_INVALID_OPERATION while the last start() has not completed, or for a
+  ///         Persistent that was default-constructed or moved from.
+  void start() {
+    if (!core_) {
+      clbuf::detail::fail("Persistent::start", CL_INVALID_OPERATION,
+                          "an empty Persistent (default-constructed or moved from)");
+    }
+    if (current_.transfer_) {
+      clbuf::detail::fail(operation_, CL_INVALID_OPERATION,
+                          "started again before the last transfer completed (call wait() or "
+                          "test() first)");
+    }
+    std::shared_ptr<detail::Transfer> transfer;
+    if (send_) {
+      transfer = std::make_shared<detail::SendStream>(*core_, operation_, span_, peer_, tag_,
+                                                      core_->user(), detail::Kind::point_to_point);
+    } else {
+      transfer = std::make_shared<detail::RecvStream>(*core_, operation_, span_, peer_, tag_,
+                                                      core_->user(), detail::Kind::point_to_point);
+    }
+    core_->track(transfer);
+    current_ = Request(core_, std::move(transfer));
+  }
+
+  /// As Request::test() for the transfer started last; true when none is active.
+  bool test() { return current_.test(); }
+  /// As Request::wait() for the transfer started last; returns at once when none is active.
+  void wait() { current_.wait(); }
+  /// Whether a transfer has been started and not yet completed by wait() or test().
+  bool active() const noexcept { return current_.transfer_ != nullptr; }
+
+ private:
+  friend class Communicator;
+  Persistent(std::shared_ptr<detail::Core> core, const char* operation, detail::Span span,
+             cl::Buffer root, int peer, int tag, bool send)
+      : core_(std::move(core)),
+        operation_(operation),
+        span_(span),
+        root_(std::move(root)),
+        peer_(peer),
+        tag_(tag),
+        send_(send) {}
+
+  std::shared_ptr<detail::Core> core_;
+  const char* operation_ = "Persistent::start";
+  detail::Span span_;
+  cl::Buffer root_;  // retained: span_.buffer stays a valid OpenCL object
+  int peer_ = MPI_PROC_NULL;
+  int tag_ = 0;
+  bool send_ = true;
+  Request current_;  // declared last: destroyed (waited for) first
 };
 
 /// Waits for every request (all of them, even after a failure); rethrows the first failure.
@@ -269,6 +334,32 @@ class Communicator {
     check_tag(op, tag, true);
     return start(std::make_shared<detail::RecvStream>(*core_, op, span_of(buffer), source, tag,
                                                       core_->user(), detail::Kind::point_to_point));
+  }
+
+  /// A send of all of `buffer` to `dest` with `tag`, checked now and started by
+  /// Persistent::start() as often as needed (a fixed exchange: one set-up, many messages).
+  /// Wraps what isend() does; the peer receives with recv(), irecv() or a recv_init().
+  /// @throws Error as isend() for a bad buffer, rank or tag.
+  template <class T>
+  Persistent send_init(const DeviceBuffer<T>& buffer, int dest, int tag = 0) {
+    const char* op = "send_init";
+    check_buffer(op, buffer, true, false);
+    check_rank(op, "destination", dest, false);
+    check_tag(op, tag, false);
+    return Persistent(core_, "send_init", span_of(buffer), retained_root(buffer), dest, tag, true);
+  }
+
+  /// A receive into all of `buffer` from `source` (or MPI_ANY_SOURCE) with `tag` (or
+  /// MPI_ANY_TAG), checked now and started by Persistent::start() as often as needed.
+  /// @throws Error as irecv() for a bad buffer, rank or tag.
+  template <class T>
+  Persistent recv_init(DeviceBuffer<T>& buffer, int source, int tag = 0) {
+    const char* op = "recv_init";
+    check_buffer(op, buffer, false, true);
+    check_rank(op, "source", source, true);
+    check_tag(op, tag, true);
+    return Persistent(core_, "recv_init", span_of(buffer), retained_root(buffer), source, tag,
+                      false);
   }
   /// @}
 
@@ -618,6 +709,12 @@ class Communicator {
     // The agreement is under way: the other ranks learn of this rank's rejection from it.
     if (local) std::rethrow_exception(local);
     return Request(core_, std::move(collective));
+  }
+
+  template <class T>
+  static cl::Buffer retained_root(const DeviceBuffer<T>& buffer) {
+    const cl_mem root = clbuf::detail::BufferAccess::memory(buffer).buffer();
+    return root == nullptr ? cl::Buffer() : cl::Buffer(root, true);
   }
 
   Request start(std::shared_ptr<detail::Transfer> transfer) {

@@ -255,6 +255,88 @@ TEST_P(Mpi, TestPollsToCompletion) {
   EXPECT_TRUE(received.test());  // an empty Request is complete
 }
 
+// A fixed exchange set up once (send_init / recv_init) and started 1,000 times in a ring, with
+// new contents each time; a chunked pair beside it, and a persistent send matched by irecv.
+TEST_P(Mpi, PersistentRequestsReusedAThousandTimes) {
+  clbuf::mpi::Communicator comm = communicator(16 << 10);
+  const int right = (rank_ + 1) % size_;
+  const int left = (rank_ + size_ - 1) % size_;
+  const std::size_t count = 16;
+  clbuf::DeviceBuffer<std::int32_t> out = manager_->allocate<std::int32_t>(count);
+  clbuf::DeviceBuffer<std::int32_t> in = manager_->allocate<std::int32_t>(count);
+  clbuf::mpi::Persistent send = comm.send_init(out, right, 5);
+  clbuf::mpi::Persistent recv = comm.recv_init(in, left, 5);
+  EXPECT_FALSE(send.active());
+  int wrong = 0;
+  for (int i = 0; i < 1000; ++i) {
+    const std::vector<std::int32_t> mine =
+        pattern<std::int32_t>(rank_, 1000u + static_cast<std::uint32_t>(i), count);
+    manager_->upload(out, mine);
+    recv.start();
+    send.start();
+    EXPECT_TRUE(send.active());
+    recv.wait();
+    send.wait();
+    EXPECT_FALSE(recv.active());
+    if (!same(pattern<std::int32_t>(left, 1000u + static_cast<std::uint32_t>(i), count),
+              manager_->download(in))) {
+      ++wrong;
+    }
+  }
+  EXPECT_EQ(wrong, 0) << "of 1000 exchanges";
+
+  // Many chunks a message, polled with test(), 20 times.
+  const std::size_t large = 70000;
+  clbuf::DeviceBuffer<double> big_out = manager_->allocate<double>(large);
+  clbuf::DeviceBuffer<double> big_in = manager_->allocate<double>(large);
+  clbuf::mpi::Persistent big_send = comm.send_init(big_out, right, 6);
+  clbuf::mpi::Persistent big_recv = comm.recv_init(big_in, left, 6);
+  for (std::uint32_t i = 0; i < 20; ++i) {
+    manager_->upload(big_out, pattern<double>(rank_, 3000 + i, large));
+    big_recv.start();
+    big_send.start();
+    while (!(big_recv.test() & big_send.test())) {
+    }
+    EXPECT_TRUE(same(pattern<double>(left, 3000 + i, large), manager_->download(big_in))) << i;
+  }
+
+  // A persistent send is an ordinary message to the receiver.
+  clbuf::mpi::Request plain = comm.irecv(in, left, 8);
+  manager_->upload(out, pattern<std::int32_t>(rank_, 4000, count));
+  clbuf::mpi::Persistent once = comm.send_init(out, right, 8);
+  once.start();
+  once.wait();
+  plain.wait();
+  EXPECT_TRUE(same(pattern<std::int32_t>(left, 4000, count), manager_->download(in)));
+}
+
+TEST_P(Mpi, PersistentRequestMisuseIsAnError) {
+  clbuf::mpi::Communicator comm = communicator();
+  clbuf::DeviceBuffer<float> buffer = manager_->allocate<float>(10);
+  clbuf::mpi::Persistent idle = comm.send_init(buffer, MPI_PROC_NULL);
+  idle.wait();  // never started: returns at once
+  EXPECT_TRUE(idle.test());
+  idle.start();
+  EXPECT_TRUE(throws([&] { idle.start(); }, CL_INVALID_OPERATION,
+                     {"send_init: ", "started again before the last transfer completed"}));
+  idle.wait();
+  idle.start();  // again, after wait()
+  idle.wait();
+  clbuf::mpi::Persistent moved = std::move(idle);
+  EXPECT_TRUE(throws([&] { idle.start(); },
+                     CL_INVALID_OPERATION,  // NOLINT(bugprone-use-after-move)
+                     {"Persistent::start: ", "an empty Persistent"}));
+  EXPECT_TRUE(throws([] { clbuf::mpi::Persistent().start(); }, CL_INVALID_OPERATION,
+                     {"an empty Persistent"}));
+  EXPECT_TRUE(
+      throws([&] { (void)comm.send_init(buffer, size_); }, CL_INVALID_VALUE, {"send_init: "}));
+  EXPECT_TRUE(
+      throws([&] { (void)comm.recv_init(buffer, 0, -2); }, CL_INVALID_VALUE, {"recv_init: "}));
+  clbuf::DeviceBuffer<float> gone;
+  EXPECT_TRUE(
+      throws([&] { (void)comm.recv_init(gone, 0); }, CL_INVALID_MEM_OBJECT, {"recv_init: "}));
+}
+
 TEST_P(Mpi, AnySourceAndAnyTag) {
   clbuf::mpi::Communicator comm = communicator(8 << 10);
   const std::size_t count = 4000;
