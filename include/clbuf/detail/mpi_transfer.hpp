@@ -120,7 +120,11 @@ class Stream : public Transfer {
   /// The buffer's bytes for the host: its host block, or mapped (`flags`) around MPI.
   char* host_bytes(cl_map_flags flags) {
     if (route_ == Route::zero_copy) {
-      queue_.finish(operation_);
+      if (before_() != nullptr) {
+        Queue::wait(operation_, before_);
+      } else {
+        queue_.finish(operation_);
+      }
       return span_.host + span_.offset;
     }
     mapped_ = queue_.map(operation_, span_.buffer, flags, span_.offset, span_.bytes);
@@ -173,6 +177,10 @@ class Stream : public Transfer {
   Chunking chunks_;
   std::size_t next_ = 0;  // the next chunk to start
   Header header_;
+  // A chunked receive into a host block: the queue's marker at the call. MPI may write the block
+  // once the work queued before the receive has finished; kernels queued after it (on the
+  // interior, while a halo moves) are not waited for, as clFinish would.
+  cl::Event before_;
   std::unique_ptr<char[]> envelope_;  // header + inline payload
   std::unique_ptr<char[]> scratch_;   // the chunks of a rejected message land here
   MPI_Request header_request_ = MPI_REQUEST_NULL;
@@ -331,6 +339,10 @@ class RecvStream final : public Stream {
     }
     const std::size_t capacity = header_bytes + core.inline_max();
     envelope_ = core.take_envelope();
+    if (span_.host != nullptr && span_.bytes > core.inline_max()) {
+      before_ = queue_.marker(operation);  // inline ones: one clFinish is cheaper than a marker
+      queue_.flush(operation);
+    }
     check_mpi(MPI_Irecv(envelope_.get(), static_cast<int>(capacity), MPI_BYTE, source, tag, comm,
                         &header_request_),
               operation, "MPI_Irecv");
