@@ -108,6 +108,9 @@ std::size_t parse_size(const std::string& s) {
   return bytes;
 }
 
+// A bound in bytes for an Options field: a size as above, or 0 (off).
+std::size_t parse_bound(const std::string& s) { return s == "0" ? 0 : parse_size(s); }
+
 std::vector<std::string> split(const std::string& s, char sep) {
   std::vector<std::string> out;
   std::stringstream ss(s);
@@ -838,9 +841,9 @@ int main(int argc, char** argv) {
         const std::string v = next();
         o.clbuf.staging_threshold_bytes = v == "never" ? clbuf::Options::never : parse_size(v);
       } else if (a == "--bounce-max") {
-        o.clbuf.bounce_max_bytes = parse_size(next());
+        o.clbuf.bounce_max_bytes = parse_bound(next());
       } else if (a == "--buffered-max") {
-        o.clbuf.buffered_upload_max_bytes = parse_size(next());
+        o.clbuf.buffered_upload_max_bytes = parse_bound(next());
       } else if (a == "--chunk") {
         o.clbuf.staging_chunk_bytes = parse_size(next());
       } else if (a == "--chunks") {
