@@ -108,6 +108,9 @@ std::size_t parse_size(const std::string& s) {
   return bytes;
 }
 
+// A bound in bytes for an Options field: a size as above, or 0 (off).
+std::size_t parse_bound(const std::string& s) { return s == "0" ? 0 : parse_size(s); }
+
 std::vector<std::string> split(const std::string& s, char sep) {
   std::vector<std::string> out;
   std::stringstream ss(s);
@@ -589,7 +592,7 @@ struct Options {
   std::string rss_method;
   std::size_t rss_bytes = 256 * MiB;
   clbuf::Options clbuf;  // --staging-threshold, --chunk, --chunks, --copy-threads, --memory,
-                         // --bounce-max
+                         // --bounce-max, --buffered-max
 };
 
 struct Result {
@@ -784,7 +787,7 @@ void usage() {
       "                   [--smoke] [--csv PATH] [--target-s S] [--min-reps N] [--max-reps N]\n"
       "                   [--case-budget-s S] [--staging-threshold SIZE|never] [--chunk SIZE]\n"
       "                   [--chunks N] [--copy-threads N] [--memory host|unified|discrete]\n"
-      "                   [--bounce-max SIZE|0]\n"
+      "                   [--bounce-max SIZE|0] [--buffered-max SIZE|0]\n"
       "       clbuf_bench [--device SEL] --rss-roundtrip METHOD [--rss-bytes SIZE]\n"
       "sizes: 4,4K,64K,1M,16M,256M (default); --gib adds 1G\n"
       "ops: upload_fresh upload_existing download_caller download_new d2d_copy roundtrip_seed\n"
@@ -838,7 +841,9 @@ int main(int argc, char** argv) {
         const std::string v = next();
         o.clbuf.staging_threshold_bytes = v == "never" ? clbuf::Options::never : parse_size(v);
       } else if (a == "--bounce-max") {
-        o.clbuf.bounce_max_bytes = parse_size(next());
+        o.clbuf.bounce_max_bytes = parse_bound(next());
+      } else if (a == "--buffered-max") {
+        o.clbuf.buffered_upload_max_bytes = parse_bound(next());
       } else if (a == "--chunk") {
         o.clbuf.staging_chunk_bytes = parse_size(next());
       } else if (a == "--chunks") {
@@ -896,13 +901,14 @@ int main(int argc, char** argv) {
     const clbuf::MemoryModel model = mgr->memory_model();
     std::printf(
         "# clbuf paths: %s; staging threshold %zu, chunk %zu x %zu, copy threads %u, bounce up to "
-        "%zu\n",
+        "%zu, buffered uploads up to %zu%s\n",
         model == clbuf::MemoryModel::host      ? "host (CPU device)"
         : model == clbuf::MemoryModel::unified ? "unified"
                                                : "discrete (pinned staging)",
         mgr->options().staging_threshold_bytes, mgr->options().staging_chunk_bytes,
-        mgr->options().staging_chunks, mgr->options().copy_threads,
-        mgr->options().bounce_max_bytes);
+        mgr->options().staging_chunks, mgr->options().copy_threads, mgr->options().bounce_max_bytes,
+        mgr->options().buffered_upload_max_bytes,
+        model == clbuf::MemoryModel::discrete ? "" : " (discrete devices only: unused here)");
     std::printf(
         "# median of interleaved repetitions; clbuf/this = time ratio (lower is better for "
         "clbuf)\n");

@@ -3,7 +3,7 @@
 # Runs clbuf's tests and benchmark on the NVIDIA H200 machine (see ../shared/GPU.md), from a
 # Release build folder made on Debian 12 and the ICD loader packages in .dev/:
 #   bench/gpu_run.sh BUILD_DIR OUT_DIR STAGE...
-# (stages: suite tests bench async streaming sweep bounce rss xdev)
+# (stages: suite tests bench async streaming sweep bounce every_size small rss xdev)
 # Where .dev/*.deb and /usr/lib/libnvidia-opencl.so both exist, the loader and clinfo are unpacked
 # into /tmp/cl and OCL_ICD_VENDORS points at NVIDIA's driver alone; elsewhere (PoCL here) the
 # system's OpenCL is used as it is.
@@ -23,6 +23,23 @@
 # binary. On the H200 (16 cores, 10 minutes a call): SUITE_JOBS=8 SUITE_SHARDS=6 SUITE_TIMEOUT=480.
 # TESTS (a space-separated list of executables' names) limits the suite and tests stages;
 # SWEEP_SIZES (default 256M) the sizes of the staging sweep.
+# every_size (issue 19, ~3 minutes on the H200, at most 6): every operation (uploads into fresh
+# and existing buffers, downloads into caller memory and new vectors, the seed round trip, the
+# asynchronous ones, device-to-device copies) at 4 B .. 1 GiB, clbuf against CLHPP naive and best
+# practice, into OUT_DIR/every_size.csv (EVERY_SIZES, default 4,64,4K,64K,1M,4M,16M,64M,256M) and
+# OUT_DIR/every_size_big.csv (EVERY_BIG_SIZES, default 1G, 3 repetitions; empty: none), the
+# bench's output in OUT_DIR/every_size.txt; then bench/report.py (where python3 is) makes
+# OUT_DIR/every_size/ (every_size.md: clbuf/best and clbuf/naive per operation and size and the
+# "never slower" line; ratio_vs_best.png, table.md, bandwidth*.png with gnuplot) and
+# OUT_DIR/every_size_report.txt.
+# small (issue 19, ~1.5 minutes, at most 4): the sweep for the small-size defaults, clbuf alone,
+# clhpp_best beside the bound-0 runs for reference: --buffered-max in {0, 4K, 64K, 256K} for
+# upload_existing, upload_fresh and roundtrip_seed at SMALL_SIZES (default 4,64,4K,64K,256K,1M),
+# --bounce-max in {0, 64K, 1M, 4M} for download_caller at SMALL_BOUNCE_SIZES (default SMALL_SIZES
+# and 2M, 4M); the bench's rows prefixed buffered=X / bounce=X, then a line per operation and size
+# with clbuf's median at each bound, into OUT_DIR/small.txt.
+# BENCH_ARGS (default none) is added to every clbuf_bench call of every_size and small, after the
+# stage's own: e.g. "--target-s 0.01 --min-reps 3 --case-budget-s 0.2" for a quick check on PoCL.
 # Writes test logs, the benchmark CSV/table, a staging sweep, peak RSS and the copies between
 # two devices (xdev: cross_device, 0:0 to 0:1 where there are two) into OUT_DIR.
 set -uo pipefail
@@ -365,6 +382,69 @@ for bounce in 0 64K 1M 4M; do
     --methods clbuf,clhpp_naive,clhpp_best --bounce-max $bounce --target-s 0.1 --case-budget-s 1.5 2>&1 |
     grep -E "^(upload|download|roundtrip)" | sed "s/^/bounce=$bounce /"
 done | tee "$out/bounce.txt"
+fi
+
+if [[ $stages == *" every_size "* ]]; then
+echo "== every operation at every size: clbuf against CLHPP naive and best practice (issue 19)"
+every_ops=upload_existing,upload_fresh,download_caller,download_new,upload_async,download_async,d2d_copy
+rm -f "$out/every_size.csv" "$out/every_size_big.csv"
+timeout 240 "$bench" --sizes "${EVERY_SIZES:-4,64,4K,64K,1M,4M,16M,64M,256M}" \
+  --ops "$every_ops,roundtrip_seed" --methods clbuf,clhpp_naive,clhpp_best --target-s 0.3 \
+  --case-budget-s 4 ${BENCH_ARGS:-} --csv "$out/every_size.csv" > "$out/every_size.txt" 2>&1
+echo "every_size rc=$?"
+if [[ -n ${EVERY_BIG_SIZES-1G} ]]; then  # 1 GiB: ~0.1 s a transfer, plus the checks; 3 repetitions
+  timeout 150 "$bench" --sizes "${EVERY_BIG_SIZES-1G}" --ops "$every_ops" \
+    --methods clbuf,clhpp_naive,clhpp_best --target-s 0.1 --min-reps 3 --case-budget-s 4 \
+    ${BENCH_ARGS:-} --csv "$out/every_size_big.csv" >> "$out/every_size.txt" 2>&1
+  echo "every_size ${EVERY_BIG_SIZES-1G} rc=$?"
+fi
+cat "$out/every_size.txt"
+if command -v python3 > /dev/null; then
+  python3 "$(dirname "$0")/report.py" --out "$out/every_size" "$out"/every_size*.csv \
+    > "$out/every_size_report.txt" 2>&1
+  echo "report rc=$?"; cat "$out/every_size/every_size.md" 2> /dev/null
+else
+  echo "no python3: bench/report.py --out DIR $out/every_size*.csv makes the table and plot elsewhere"
+fi
+fi
+
+if [[ $stages == *" small "* ]]; then
+echo "== small-size defaults (issue 19): the buffered-upload bound and the bounce bound, pageable std::vector"
+small_sizes=${SMALL_SIZES:-4,64,4K,64K,256K,1M}
+{
+  for buffered in 0 4K 64K 256K; do
+    methods=clbuf
+    [[ $buffered == 0 ]] && methods=clbuf,clhpp_best  # the reference, once
+    timeout 45 "$bench" --sizes "$small_sizes" --ops upload_existing,upload_fresh,roundtrip_seed \
+      --methods $methods --buffered-max $buffered --target-s 0.25 --case-budget-s 2 ${BENCH_ARGS:-} 2>&1 |
+      grep -E "^(upload|roundtrip)" | sed "s/^/buffered=$buffered /"
+    rc=${PIPESTATUS[0]}; ((rc == 0)) || echo "buffered=$buffered clbuf_bench rc=$rc"
+  done
+  for bounce in 0 64K 1M 4M; do
+    methods=clbuf
+    [[ $bounce == 0 ]] && methods=clbuf,clhpp_best
+    timeout 45 "$bench" --sizes "${SMALL_BOUNCE_SIZES:-$small_sizes,2M,4M}" --ops download_caller \
+      --methods $methods --bounce-max $bounce --target-s 0.25 --case-budget-s 2 ${BENCH_ARGS:-} 2>&1 |
+      grep -E "^download" | sed "s/^/bounce=$bounce /"
+    rc=${PIPESTATUS[0]}; ((rc == 0)) || echo "bounce=$bounce clbuf_bench rc=$rc"
+  done
+} > "$out/small.txt"
+# A line per operation and size: clbuf's median (us) at each bound, the lowest, clhpp_best's.
+# (A row: "bound=X op N unit method reps median_us ...".)
+awk '($5 == "clbuf" || $5 == "clhpp_best") && $6 ~ /^[0-9]+$/ {
+    split($1, kv, "="); key = kv[1] " " $2 " " $3 " " $4
+    if (!(key in seen)) { seen[key] = 1; order[++n] = key }
+    if ($5 == "clhpp_best") { ref[key] = $7; next }
+    line[key] = line[key] " " kv[2] "=" $7
+    if (!(key in low) || $7 + 0 < low[key] + 0) { low[key] = $7; at[key] = kv[2] }
+  }
+  END { print "# clbuf median us per bound; lowest; clhpp_best (bound 0 run)"
+    for (i = 1; i <= n; i++) { k = order[i]
+      printf "%s:%s; lowest %s=%s; clhpp_best %s\n", k, line[k], at[k], low[k], (k in ref ? ref[k] : "-") } }' \
+  "$out/small.txt" > "$out/small_summary.tmp"
+cat "$out/small_summary.tmp" >> "$out/small.txt"
+rm -f "$out/small_summary.tmp"
+cat "$out/small.txt"
 fi
 
 if [[ $stages == *" rss "* ]]; then

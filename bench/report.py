@@ -1,7 +1,10 @@
 #!/usr/bin/python3
 # SPDX-License-Identifier: MIT
 """Merge clbuf_bench and pyopencl_bench CSVs, print the table of medians and ratios, write
-results/benchmark.csv, results/table.md and PNG plots of bandwidth against size (gnuplot).
+results/benchmark.csv, results/table.md and PNG plots of bandwidth against size (gnuplot); where
+clbuf and a CLHPP peer both ran, also results/every_size.md (clbuf/best and clbuf/naive per
+operation and size, "never slower" verdict) and results/ratio_vs_best.png (those ratios against
+size).
 
   /usr/bin/python3 bench/report.py --out bench/results clbuf.csv pyopencl.csv [--rss rss.csv]
 
@@ -18,7 +21,8 @@ import sys
 from collections import OrderedDict
 
 OP_ORDER = ["upload_fresh", "upload_existing", "download_caller", "download_new", "d2d_copy",
-            "roundtrip_seed", "upload_fresh_repeat_64MiB"]
+            "roundtrip_seed", "upload_fresh_repeat_64MiB", "upload_pinned", "download_pinned",
+            "upload_async", "download_async"]
 OP_TITLE = {
     "upload_fresh": "upload into a fresh buffer",
     "upload_existing": "upload into an existing buffer",
@@ -27,12 +31,18 @@ OP_TITLE = {
     "d2d_copy": "device-to-device copy",
     "roundtrip_seed": "seed round trip (1000 float32, fresh buffer, up and back)",
     "upload_fresh_repeat_64MiB": "repeated upload of a fresh 64 MiB buffer (pool target)",
+    "upload_pinned": "upload from pinned host memory",
+    "download_pinned": "download into pinned host memory",
+    "upload_async": "asynchronous upload (pageable), waited",
+    "download_async": "asynchronous download (pageable), waited",
 }
 METHOD_ORDER = ["clbuf", "clhpp_naive", "clhpp_best", "boost_compute", "pyopencl_buffer",
                 "pyopencl_array", "memcpy"]
 PEERS = METHOD_ORDER[1:]
 SHORT = {"clhpp_naive": "naive", "clhpp_best": "best", "boost_compute": "boost",
          "pyopencl_buffer": "pycl.buf", "pyopencl_array": "pycl.arr", "memcpy": "memcpy"}
+RATIO_PEERS = ["clhpp_best", "clhpp_naive"]  # every_size.md and ratio_vs_best.png
+NOISE = 1.03  # a ratio up to this counts as "not slower" (run-to-run noise of the medians)
 
 
 def size_name(b):
@@ -122,6 +132,98 @@ def write_markdown(path, data, methods, peers, device):
                 q = ratio(ms.get("clbuf"), ms.get(p))
                 cells.append(f"{q:.2f}" if q is not None else "–")
             f.write("| " + " | ".join(cells) + " |\n")
+
+
+def ratio_ops(data, peer):
+    """{op: [(bytes, clbuf/peer)]} for every op where both ran and succeeded."""
+    out = OrderedDict()
+    for (op, b), ms in data.items():
+        q = ratio(ms.get("clbuf"), ms.get(peer))
+        if q is not None:
+            out.setdefault(op, []).append((b, q))
+    return out
+
+
+def write_every_size(path, data, device):
+    """Op x size table of clbuf/best and clbuf/naive; each row's worst bold; the verdict line."""
+    peers = [p for p in RATIO_PEERS if ratio_ops(data, p)]
+    if not peers:
+        return None
+    sizes = sorted({b for (_, b) in data})
+    ops = list(OrderedDict.fromkeys(op for (op, _) in data))
+    worst = None  # (ratio, op, bytes, peer) over every cell
+    lines = [f"Device: {device}. Ratio = clbuf median time / peer median time (below 1: clbuf "
+             f"is faster; up to {NOISE} counts as noise); worst of each row in bold; – = not "
+             "measured.", "",
+             "| operation | clbuf/ | " + " | ".join(size_name(b) for b in sizes) + " | worst |",
+             "|---|---|" + "---:|" * (len(sizes) + 1)]
+    for op in ops:
+        for p in peers:
+            qs = {b: ratio(data.get((op, b), {}).get("clbuf"), data.get((op, b), {}).get(p))
+                  for b in sizes}
+            known = [(q, b) for b, q in qs.items() if q is not None]
+            if not known:
+                continue
+            qw, bw = max(known)
+            if worst is None or qw > worst[0]:
+                worst = (qw, op, bw, p)
+            cells = ["–" if qs[b] is None else (f"**{qs[b]:.2f}**" if b == bw else f"{qs[b]:.2f}")
+                     for b in sizes]
+            lines.append(f"| {op} | {SHORT[p]} | " + " | ".join(cells)
+                         + f" | {qw:.2f} ({size_name(bw)}) |")
+    q, op, b, p = worst
+    verdict = (f"never slower: {'yes' if q <= NOISE else 'no'} (worst: {op} {size_name(b)} "
+               f"{q:.2f} against {SHORT[p]})")
+    lines += ["", verdict]
+    with open(path, "w") as f:
+        f.write("\n".join(lines) + "\n")
+    return verdict
+
+
+def plot_ratios(out, data):
+    """ratio_vs_best.png: clbuf/peer time against size, one panel per peer, one line per op."""
+    if not shutil.which("gnuplot"):
+        return
+    panels = [(p, ratio_ops(data, p)) for p in RATIO_PEERS]
+    panels = [(p, r) for p, r in panels if r]
+    if not panels:
+        return
+    datdir = os.path.join(out, ".ratiodata")
+    os.makedirs(datdir, exist_ok=True)
+    ops = list(OrderedDict.fromkeys(op for (op, _) in data))
+    colours = ["#9400d3", "#009e73", "#56b4e9", "#e69f00", "#c8b400", "#0072b2", "#e51e10",
+               "#8b4513", "#ff69b4", "#708090", "#2f4f4f"]
+    xs = sorted({b for (_, b) in data})
+    tics = sorted({b for (op, b) in data if op != "roundtrip_seed"}) or xs  # seed: 4000 B only
+    script = [f"set terminal pngcairo noenhanced size 1200,{560 * len(panels)}",
+              f"set output '{os.path.join(out, 'ratio_vs_best.png')}'",
+              f"set multiplot layout {len(panels)},1"]
+    for p, per_op in panels:
+        qs = [q for pts in per_op.values() for _, q in pts]
+        lo, hi = min(qs + [0.9]), max(qs + [NOISE])
+        parts = []
+        for op, pts in per_op.items():
+            i = ops.index(op)
+            fn = os.path.join(datdir, f"{p}.{op}.dat")
+            with open(fn, "w") as f:
+                f.write("".join(f"{b} {q}\n" for b, q in sorted(pts)))
+            title = op if op != "roundtrip_seed" else f"{op} ({size_name(pts[0][0])})"
+            parts.append(f"'{fn}' using 1:2 with linespoints lw 2 pt {4 + i % 6} ps 1.2 "
+                         f"lc rgb '{colours[i % len(colours)]}' title '{title}'")
+        parts.append("1 with lines lw 1.5 lc rgb 'black' title '1.0 (as fast)'")
+        parts.append(f"{NOISE} with lines lw 1.5 dt 2 lc rgb 'red' title '{NOISE} (noise allowance)'")
+        script += [f'set title "clbuf time / {p} time (below 1: clbuf faster)"',
+                   'set key outside right top font ",9"', "set grid",
+                   'set xlabel "transfer size"; set ylabel "time ratio"',
+                   "set logscale y; set format y '%g'",
+                   f"set yrange [{lo / 1.2}:{hi * 1.2}]",
+                   f"set logscale x 2; set xrange [{xs[0] / 2}:{xs[-1] * 2}]",
+                   "set xtics rotate by -30 (" + ", ".join(f'"{size_name(b)}" {b}' for b in tics) + ")",
+                   "plot " + ", ".join(parts), "reset"]
+    script.append("unset multiplot")
+    subprocess.run(["gnuplot"], input="\n".join(script) + "\n", text=True, check=True)
+    shutil.rmtree(datdir, ignore_errors=True)
+    print(f"ratio plot: {out}/ratio_vs_best.png")
 
 
 def plot(out, data, methods):
@@ -240,11 +342,15 @@ def main():
     print(f"device: {device}")
     print_tables(data, methods, peers)
     write_markdown(os.path.join(a.out, "table.md"), data, methods, peers, device)
+    verdict = write_every_size(os.path.join(a.out, "every_size.md"), data, device)
     if a.rss and os.path.exists(a.rss):
         rss_table(a.rss, a.out)
     if not a.no_plot:
         plot(a.out, data, methods)
+        plot_ratios(a.out, data)
     print(f"merged CSV: {merged}; markdown table: {a.out}/table.md")
+    if verdict:
+        print(f"every size: {a.out}/every_size.md; {verdict}")
     if bad:
         print(f"report: {len(bad)} failed results", file=sys.stderr)
         return 1
