@@ -18,12 +18,14 @@
 #include <clbuf/detail/checks.hpp>
 #include <clbuf/detail/mpi_collective.hpp>
 #include <clbuf/detail/mpi_core.hpp>
+#include <clbuf/detail/mpi_halo.hpp>
 #include <clbuf/detail/mpi_reduce.hpp>
 #include <clbuf/detail/mpi_transfer.hpp>
 #include <clbuf/detail/mpi_wire.hpp>
 #include <clbuf/device.hpp>
 #include <clbuf/error.hpp>
 #include <clbuf/manager.hpp>
+#include <clbuf/rect.hpp>
 
 #include <algorithm>
 #include <climits>
@@ -32,6 +34,7 @@
 #include <exception>
 #include <iostream>
 #include <memory>
+#include <optional>
 #include <string>
 #include <type_traits>
 #include <utility>
@@ -830,9 +833,22 @@ class Communicator {
   std::unique_ptr<detail::Reducer> reducer_;
 };
 
+/// A box of a field (a face, edge or corner of the local block): `size` elements (x per row,
+/// y rows, z slices) from `origin` of a field laid out as `field`, x fastest: row pitch field.x
+/// elements, slice pitch field.x * field.y. A 2-D field has field.z = 1 (and size.z = 1), a
+/// padded field a field.x past its last used column. The field must hold at least
+/// field.x * field.y * field.z elements.
+struct Box {
+  Offset origin;  ///< The box's first element (column, row, slice of the field).
+  Extents size;   ///< The box's extents in elements.
+  Extents field;  ///< The field's layout (its pitches in elements).
+};
+
 /// One neighbour of a HaloExchange: `count` elements at `send_offset` of the field go to `rank`
 /// with `send_tag`; `count` elements from it, sent with `recv_tag`, land at `recv_offset`.
-/// `rank` may be MPI_PROC_NULL (a boundary: nothing moves).
+/// Either direction may be a strided Box of the field instead (`send_box`, `recv_box`): then it
+/// is packed into (or unpacked from) a contiguous buffer on the device, and `count` and that
+/// direction's offset are not used. `rank` may be MPI_PROC_NULL (a boundary: nothing moves).
 struct Neighbour {
   int rank = MPI_PROC_NULL;     ///< The neighbour's rank, or MPI_PROC_NULL.
   std::size_t send_offset = 0;  ///< First element (of the field) sent to it.
@@ -840,73 +856,329 @@ struct Neighbour {
   std::size_t count = 0;        ///< Elements each way.
   int send_tag = 0;             ///< Tag of the message sent to it.
   int recv_tag = 0;             ///< Tag of the message expected from it.
+  /// When set, the box of the field sent to it (packed on the device) instead of `count`
+  /// elements at `send_offset`.
+  std::optional<Box> send_box = std::nullopt;
+  /// When set, the box of the field its data lands in (unpacked on the device) instead of
+  /// `count` elements at `recv_offset`; its message must hold exactly the box's elements.
+  std::optional<Box> recv_box = std::nullopt;
 };
 
-/// A persistent halo exchange of one field: start() posts every receive into the ghost ranges
-/// and every send of the boundary ranges; finish() waits for them. Kernels on the interior may
-/// run in between: the exchange moves while they compute.
+/// The HaloExchange plan of the local block of a grid decomposed over `cart`, a Cartesian
+/// communicator of 1, 2 or 3 dimensions (MPI_Cart_create): dimension 0 of the communicator is
+/// x, 1 is y, 2 is z. The local field holds the block's `interior` (nx, ny, nz; 1 along the axes
+/// the communicator lacks) with `halo` ghost cells on both sides of every decomposed axis: a
+/// 3-D field of (nx + 2h) * (ny + 2h) * (nz + 2h) elements, x fastest, the interior at
+/// (h, h, h); in 2-D (nx + 2h) * (ny + 2h), interior at (h, h). One Neighbour per face (2 per
+/// dimension), and with `edges_and_corners` one per edge and corner too (8 in 2-D, 26 in 3-D),
+/// so that the ghost cells of a stencil with diagonal terms are filled; without it the ghost
+/// cells beyond edges and corners are not touched. Each sends its interior cells next to that
+/// face (a Box) and receives into the ghost cells on it. Neighbours follow the communicator's
+/// periods: across a periodic boundary the grid wraps (with 1 or 2 ranks along a dimension both
+/// neighbours may be the same rank, or this rank itself); across a closed one the neighbour is
+/// MPI_PROC_NULL and its ghost cells are left as they are. The message sent toward direction
+/// (dx, dy, dz) carries tag `first_tag` + (dx + 1) + 3 (dy + 1) + 9 (dz + 1), so the messages
+/// between two ranks are never confused. The HaloExchange's Communicator must be made on `cart`
+/// (or a communicator with the same ranks). Not collective; wraps MPI_Topo_test,
+/// MPI_Cart_get, MPI_Cart_rank.
+/// @throws Error CL_INVALID_VALUE for a communicator without a Cartesian topology or of more
+///         than 3 dimensions, a halo of 0, an interior narrower than the halo along a
+///         decomposed axis or wider than 1 along another, a negative `first_tag`; an MPI call's
+///         failure.
+inline std::vector<Neighbour> cartesian_faces(MPI_Comm cart, const Extents& interior,
+                                              std::size_t halo, bool edges_and_corners = false,
+                                              int first_tag = 0) {
+  const char* op = "cartesian_faces";
+  const detail::CartesianGrid grid = detail::cartesian_grid(op, cart);
+  const std::size_t n[3] = {interior.x, interior.y, interior.z};
+  if (halo == 0) clbuf::detail::fail(op, CL_INVALID_VALUE, "the halo width is 0");
+  if (first_tag < 0) {
+    clbuf::detail::fail(op, CL_INVALID_VALUE,
+                        "first_tag " + std::to_string(first_tag) + " is negative");
+  }
+  for (int d = 0; d < 3; ++d) {
+    const char axis = "xyz"[d];
+    if (d < grid.ndims && n[d] < halo) {
+      clbuf::detail::fail(op, CL_INVALID_VALUE,
+                          std::string("interior of ") + clbuf::detail::describe(interior) +
+                              " elements is narrower than the halo of " + std::to_string(halo) +
+                              " along " + axis);
+    }
+    if (d >= grid.ndims && n[d] != 1) {
+      clbuf::detail::fail(op, CL_INVALID_VALUE,
+                          std::string("interior of ") + clbuf::detail::describe(interior) +
+                              " elements on a communicator of " + std::to_string(grid.ndims) +
+                              " dimensions: its extent along " + axis + " must be 1");
+    }
+  }
+  std::size_t whole[3] = {1, 1, 1};
+  for (int d = 0; d < grid.ndims; ++d) {
+    if (halo > SIZE_MAX / 4 || n[d] > SIZE_MAX - 2 * halo) {
+      clbuf::detail::fail(op, CL_INVALID_VALUE, "the field's extents overflow size_t");
+    }
+    whole[d] = n[d] + 2 * halo;
+  }
+  const Extents field{whole[0], whole[1], whole[2]};
+  std::vector<Neighbour> plan;
+  const int last[3] = {1, grid.ndims > 1 ? 1 : 0, grid.ndims > 2 ? 1 : 0};
+  for (int z = -last[2]; z <= last[2]; ++z) {
+    for (int y = -last[1]; y <= last[1]; ++y) {
+      for (int x = -last[0]; x <= last[0]; ++x) {
+        const int step[3] = {x, y, z};
+        const int moves = (x != 0) + (y != 0) + (z != 0);
+        if (moves == 0 || (moves > 1 && !edges_and_corners)) continue;
+        const int back[3] = {-x, -y, -z};
+        Neighbour neighbour;
+        neighbour.rank = detail::cartesian_neighbour(op, cart, grid, step);
+        neighbour.send_tag = first_tag + detail::direction_code(step);
+        neighbour.recv_tag = first_tag + detail::direction_code(back);
+        Box send{Offset{}, Extents{}, field};
+        Box recv{Offset{}, Extents{}, field};
+        std::size_t* send_origin[3] = {&send.origin.x, &send.origin.y, &send.origin.z};
+        std::size_t* send_size[3] = {&send.size.x, &send.size.y, &send.size.z};
+        std::size_t* recv_origin[3] = {&recv.origin.x, &recv.origin.y, &recv.origin.z};
+        std::size_t* recv_size[3] = {&recv.size.x, &recv.size.y, &recv.size.z};
+        for (int d = 0; d < grid.ndims; ++d) {
+          detail::halo_span(step[d], n[d], halo, true, *send_origin[d], *send_size[d]);
+          detail::halo_span(step[d], n[d], halo, false, *recv_origin[d], *recv_size[d]);
+        }
+        neighbour.send_box = send;
+        neighbour.recv_box = recv;
+        plan.push_back(neighbour);
+      }
+    }
+  }
+  return plan;
+}
+
+/// A persistent halo exchange of one field, by a plan of Neighbours (or cartesian_faces()).
+/// start() enqueues on the manager's queue a rect copy (clEnqueueCopyBufferRect) of every box
+/// sent into a contiguous pack buffer, then posts every receive and every send; a box received
+/// lands in a contiguous unpack buffer and is copied into the field on the device as soon as
+/// finish() or test() sees its message complete. Pack and unpack buffers are allocated once,
+/// by the constructor, and reused by every exchange. Contiguous ranges (no box) are sent from
+/// and received into the field itself, as before.
+///
+/// Overlap: between start() and finish() the application may enqueue kernels on
+/// manager.queue() that read and write the interior: the queue is in order, so the boxes sent
+/// were packed before those kernels run (they may even change the cells sent), and the unpacks
+/// run after them. The ghost cells (the boxes and ranges received) must not be used, and the
+/// contiguous ranges sent not changed, until finish(). finish() returns when every message has
+/// completed and the field holds every ghost cell.
 template <class T>
 class HaloExchange {
  public:
-  /// @throws Error CL_INVALID_VALUE for a rank or tag out of range.
+  /// Checks the plan and allocates a pack buffer for every box sent and an unpack buffer for
+  /// every box received (none for MPI_PROC_NULL).
+  /// @throws Error CL_INVALID_VALUE for a rank or tag out of range, or a box that leaves its
+  ///         field's extents along an axis (naming the neighbour, the box and the field); as
+  ///         BufferManager::allocate().
   HaloExchange(Communicator& communicator, std::vector<Neighbour> plan)
       : communicator_(communicator), plan_(std::move(plan)) {
-    for (const Neighbour& n : plan_) {
-      communicator_.check_rank("HaloExchange", "neighbour", n.rank, false);
-      communicator_.check_tag("HaloExchange", n.send_tag, false);
-      communicator_.check_tag("HaloExchange", n.recv_tag, false);
+    const char* op = "HaloExchange";
+    for (std::size_t i = 0; i < plan_.size(); ++i) {
+      const Neighbour& n = plan_[i];
+      communicator_.check_rank(op, "neighbour", n.rank, false);
+      communicator_.check_tag(op, n.send_tag, false);
+      communicator_.check_tag(op, n.recv_tag, false);
+      check_boxes(op, i, SIZE_MAX);
+    }
+    packs_.resize(plan_.size());
+    unpacks_.resize(plan_.size());
+    BufferManager& manager = communicator_.manager();
+    for (std::size_t i = 0; i < plan_.size(); ++i) {
+      const Neighbour& n = plan_[i];
+      if (n.rank == MPI_PROC_NULL) continue;
+      if (n.send_box) packs_[i] = manager.allocate<T>(elements(*n.send_box));
+      if (n.recv_box) unpacks_[i] = manager.allocate<T>(elements(*n.recv_box));
     }
   }
 
-  /// Starts the exchange on `field`, which must stay alive and untouched in the ranges the plan
-  /// names until finish().
-  /// @throws Error CL_INVALID_VALUE for ranges past the end of `field`, CL_INVALID_OPERATION
-  ///         when the last exchange has not finished.
+  HaloExchange(const HaloExchange&) = delete;
+  HaloExchange& operator=(const HaloExchange&) = delete;
+  /// Takes over `other`'s plan, buffers and any exchange in flight.
+  HaloExchange(HaloExchange&& other) noexcept = default;
+
+  /// Waits for an exchange still in flight (errors ignored).
+  ~HaloExchange() {
+    try {
+      finish();
+    } catch (...) {  // NOLINT(bugprone-empty-catch): a destructor must not throw
+    }
+  }
+
+  /// Starts the exchange on `field`: packs every box sent (device copies on the manager's
+  /// queue), then posts every receive and every send, and returns. `field` must stay alive
+  /// until finish(); see the class comment for what may run meanwhile.
+  /// @throws Error CL_INVALID_VALUE for ranges past the end of `field` or a box whose field
+  ///         holds more elements than `field` (naming the neighbour and both sizes; nothing is
+  ///         enqueued or sent), CL_INVALID_OPERATION when the last exchange has not finished.
   void start(DeviceBuffer<T>& field) {
     const char* op = "HaloExchange::start";
-    if (!requests_.empty()) {
+    if (running_) {
       clbuf::detail::fail(op, CL_INVALID_OPERATION, "the last exchange has not finished");
     }
-    communicator_.check_buffer(op, field, true, true);
+    bool host_reads = false;  // only contiguous ranges reach the field through the host
+    bool host_writes = false;
     for (const Neighbour& n : plan_) {
-      clbuf::detail::check_range(op, "read", n.count, n.send_offset, field.size(), sizeof(T));
-      clbuf::detail::check_range(op, "write", n.count, n.recv_offset, field.size(), sizeof(T));
+      host_reads = host_reads || !n.send_box;
+      host_writes = host_writes || !n.recv_box;
     }
-    std::vector<Request> requests;
-    requests.reserve(2 * plan_.size());
-    for (const Neighbour& n : plan_) {
-      requests.push_back(communicator_.start(std::make_shared<detail::RecvStream>(
-          *communicator_.core_, op, Communicator::span_of(field, n.recv_offset, n.count), n.rank,
-          n.recv_tag, communicator_.core_->user(), detail::Kind::point_to_point)));
+    communicator_.check_buffer(op, field, host_reads, host_writes);
+    for (std::size_t i = 0; i < plan_.size(); ++i) {
+      const Neighbour& n = plan_[i];
+      if (!n.send_box) {
+        clbuf::detail::check_range(op, "read", n.count, n.send_offset, field.size(), sizeof(T));
+      }
+      if (!n.recv_box) {
+        clbuf::detail::check_range(op, "write", n.count, n.recv_offset, field.size(), sizeof(T));
+      }
+      check_boxes(op, i, field.size());
     }
-    for (const Neighbour& n : plan_) {
-      requests.push_back(communicator_.start(std::make_shared<detail::SendStream>(
-          *communicator_.core_, op, Communicator::span_of(field, n.send_offset, n.count), n.rank,
-          n.send_tag, communicator_.core_->user(), detail::Kind::point_to_point)));
+    BufferManager& manager = communicator_.manager();
+    running_ = true;
+    try {
+      field_ = manager.view(field, 0, field.size());
+      // Packed before the sends are posted: a send reads its pack buffer through the host (the
+      // queue finished, mapped, or read into pinned chunks), behind these copies on the queue.
+      for (std::size_t i = 0; i < plan_.size(); ++i) {
+        const Neighbour& n = plan_[i];
+        if (n.rank == MPI_PROC_NULL || !n.send_box) continue;
+        const Box& box = *n.send_box;
+        copies_.push_back(manager.copy_rect_async(
+            field_, packs_[i], detail::pack_region(box.origin, box.size, box.field)));
+      }
+      detail::Core& core = *communicator_.core_;
+      for (std::size_t i = 0; i < plan_.size(); ++i) {
+        const Neighbour& n = plan_[i];
+        detail::Span span = !n.recv_box ? Communicator::span_of(field_, n.recv_offset, n.count)
+                            : n.rank == MPI_PROC_NULL ? detail::Span()
+                                                      : Communicator::span_of(unpacks_[i]);
+        receives_.push_back(communicator_.start(
+            std::make_shared<detail::RecvStream>(core, op, std::move(span), n.rank, n.recv_tag,
+                                                 core.user(), detail::Kind::point_to_point)));
+        landed_.push_back(false);
+      }
+      for (std::size_t i = 0; i < plan_.size(); ++i) {
+        const Neighbour& n = plan_[i];
+        detail::Span span = !n.send_box ? Communicator::span_of(field_, n.send_offset, n.count)
+                            : n.rank == MPI_PROC_NULL ? detail::Span()
+                                                      : Communicator::span_of(packs_[i]);
+        sends_.push_back(communicator_.start(
+            std::make_shared<detail::SendStream>(core, op, std::move(span), n.rank, n.send_tag,
+                                                 core.user(), detail::Kind::point_to_point)));
+      }
+    } catch (...) {
+      try {
+        finish();
+      } catch (...) {  // NOLINT(bugprone-empty-catch): the first failure is the one reported
+      }
+      throw;
     }
-    requests_ = std::move(requests);
   }
 
-  /// Moves the exchange on; true once it has completed.
+  /// Moves the exchange on, unpacking every box whose message has arrived; true once it has
+  /// completed (the field holds the ghost cells), or when none is in flight.
+  /// @throws Error as finish() (call finish() afterwards to wait for the rest).
   bool test() {
+    if (!running_) return true;
     bool all = true;
-    for (Request& request : requests_) all = request.test() && all;
-    if (all) requests_.clear();
-    return all;
+    for (std::size_t i = 0; i < receives_.size(); ++i) all = arrived(i, false) && all;
+    for (Request& request : sends_) all = request.test() && all;
+    if (!all) return false;
+    for (const Future<void>& copy : copies_) {
+      if (!copy.ready()) return false;
+    }
+    finish();
+    return true;
   }
 
-  /// Waits for every message of the exchange.
-  /// @throws Error as Request::wait() (the first failure; all are waited for).
+  /// Waits for every message of the exchange and for the unpacks: on return the field holds
+  /// the ghost cells.
+  /// @throws Error as Request::wait(), or an OpenCL failure of a pack or unpack (the first
+  ///         failure; all are waited for).
   void finish() {
-    std::vector<Request> requests = std::move(requests_);
-    requests_.clear();
-    wait_all(requests);
+    if (!running_) return;
+    std::exception_ptr first;
+    const auto attempt = [&first](auto&& step) {
+      try {
+        step();
+      } catch (...) {
+        if (!first) first = std::current_exception();
+      }
+    };
+    // Unpack whatever has arrived first, so that those copies run while the rest arrive.
+    for (std::size_t i = 0; i < receives_.size(); ++i) attempt([&] { arrived(i, false); });
+    for (std::size_t i = 0; i < receives_.size(); ++i) attempt([&] { arrived(i, true); });
+    for (Request& request : sends_) attempt([&] { request.wait(); });
+    for (const Future<void>& copy : copies_) attempt([&] { copy.wait(); });
+    receives_.clear();
+    sends_.clear();
+    copies_.clear();
+    landed_.clear();
+    field_ = DeviceBuffer<T>();
+    running_ = false;
+    if (first) std::rethrow_exception(first);
   }
 
  private:
+  static std::size_t elements(const Box& box) noexcept {
+    return box.size.x * box.size.y * box.size.z;  // within the checked field
+  }
+
+  /// Neighbour i's boxes lie inside their fields' extents, and those fields within `capacity`
+  /// elements (SIZE_MAX at construction, when the field is not known yet).
+  void check_boxes(const char* op, std::size_t i, std::size_t capacity) const {
+    const Neighbour& n = plan_[i];
+    if (n.send_box) {
+      clbuf::detail::rect_side(op, detail::halo_part(i, n.rank, "send box").c_str(),
+                               n.send_box->size, n.send_box->origin, n.send_box->field, capacity,
+                               sizeof(T));
+    }
+    if (n.recv_box) {
+      clbuf::detail::rect_side(op, detail::halo_part(i, n.rank, "receive box").c_str(),
+                               n.recv_box->size, n.recv_box->origin, n.recv_box->field, capacity,
+                               sizeof(T));
+    }
+  }
+
+  /// Moves receive i on (or, `block`, waits for it); once it has completed, enqueues the
+  /// unpack of its box into the field. True once it has completed.
+  bool arrived(std::size_t i, bool block) {
+    if (landed_[i]) return true;
+    bool done = true;
+    try {
+      if (block) {
+        receives_[i].wait();
+      } else {
+        done = receives_[i].test();
+      }
+    } catch (...) {
+      landed_[i] = true;  // failed: nothing to unpack
+      throw;
+    }
+    if (!done) return false;
+    landed_[i] = true;
+    const Neighbour& n = plan_[i];
+    if (n.rank != MPI_PROC_NULL && n.recv_box) {
+      const Box& box = *n.recv_box;
+      copies_.push_back(communicator_.manager().copy_rect_async(
+          unpacks_[i], field_, detail::unpack_region(box.origin, box.size, box.field)));
+    }
+    return true;
+  }
+
   Communicator& communicator_;
   std::vector<Neighbour> plan_;
-  std::vector<Request> requests_;
+  std::vector<DeviceBuffer<T>> packs_;    // per neighbour: its send box, contiguous
+  std::vector<DeviceBuffer<T>> unpacks_;  // per neighbour: its receive box, contiguous
+  DeviceBuffer<T> field_;                 // a view of the field of the exchange in flight
+  // Destroyed before the buffers above: each waits for its transfer or copy.
+  std::vector<Future<void>> copies_;  // packs, then unpacks
+  std::vector<Request> receives_;     // per neighbour
+  std::vector<Request> sends_;        // per neighbour
+  std::vector<bool> landed_;          // receive i has completed (and its unpack is enqueued)
+  bool running_ = false;
 };
 
 }  // namespace mpi

@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: MIT
-// clbuf::mpi under mpiexec on 2 and 3 ranks (tests/mpi/CMakeLists.txt). Every case runs on every
+// clbuf::mpi under mpiexec on 2, 3 and 4 ranks (tests/mpi/CMakeLists.txt). Every case runs on every
 // rank; each rank's memory model comes from the parameter (even ranks one model, odd ranks
 // another), so every path meets every other path on the wire: host (zero copy), unified
 // (map around MPI) and discrete (pinned chunks; forced on PoCL). Data is seeded per sender and
@@ -8,6 +8,7 @@
 #include <mpi.h>
 #include <clbuf/mpi.hpp>
 
+#include <algorithm>
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
@@ -956,6 +957,372 @@ TEST_P(Mpi, HaloExchangeWithOpenEnds) {
               field.begin() + static_cast<std::ptrdiff_t>(halo + interior));
   }
   EXPECT_TRUE(same(field, manager_->download(buffer)));
+}
+
+// ---- Halo boxes on Cartesian grids (cartesian_faces + HaloExchange packing on the device).
+// Each rank's interior cell holds the value of its global cell (unique per cell, round and seed,
+// exact in float); a ghost cell must end up holding the value of the global cell it mirrors
+// (across a periodic boundary, wrapped), or keep the sentinel at a closed boundary and, without
+// edges and corners, beyond them. The reference is built here from MPI_Cart_coords alone.
+
+/// A Cartesian communicator over MPI_COMM_WORLD (no reordering); `periodic` bit d makes
+/// dimension d periodic. Freed by the destructor.
+struct Cart {
+  Cart(int dimensions, unsigned periodic_mask) : ndims(dimensions) {
+    int size = 1;
+    MPI_Comm_size(MPI_COMM_WORLD, &size);
+    for (int d = 0; d < ndims; ++d) dims[d] = 0;  // free: MPI_Dims_create chooses
+    MPI_Dims_create(size, ndims, dims);
+    int periods[3] = {0, 0, 0};
+    for (int d = 0; d < ndims; ++d) periods[d] = static_cast<int>((periodic_mask >> d) & 1U);
+    MPI_Cart_create(MPI_COMM_WORLD, ndims, dims, periods, 0, &comm);
+    int rank = 0;
+    MPI_Comm_rank(comm, &rank);
+    MPI_Cart_coords(comm, rank, ndims, coords);
+    for (int d = 0; d < ndims; ++d) periodic[d] = periods[d] != 0;
+  }
+  Cart(const Cart&) = delete;
+  Cart& operator=(const Cart&) = delete;
+  ~Cart() { MPI_Comm_free(&comm); }
+  int ndims;
+  int dims[3] = {1, 1, 1};
+  int coords[3] = {0, 0, 0};
+  bool periodic[3] = {false, false, false};
+  MPI_Comm comm = MPI_COMM_NULL;
+};
+
+constexpr double kSentinel = -7;
+
+/// The value of global cell g of a grid of `global` cells in round `round`: 1 + its index, offset
+/// by round and seed, below 2^24 (exact in float) for grids of up to 100000 cells.
+template <class T>
+T cell_value(const std::size_t g[3], const std::size_t global[3], std::uint32_t round) {
+  const std::size_t index = g[0] + global[0] * (g[1] + global[1] * g[2]);
+  return static_cast<T>(1 + index + 100000 * (round % 50 + g_seed % 64));
+}
+
+/// The local field (interior + ghosts, x fastest) as it must be after an exchange (`exchanged`),
+/// or before it: the interior filled, every ghost cell the sentinel.
+template <class T>
+std::vector<T> halo_reference(const Cart& cart, const clbuf::Extents& interior, std::size_t h,
+                              bool edges, std::uint32_t round, bool exchanged) {
+  const std::size_t n[3] = {interior.x, interior.y, interior.z};
+  std::size_t whole[3] = {1, 1, 1};
+  std::size_t global[3] = {1, 1, 1};
+  for (int d = 0; d < 3; ++d) {
+    whole[d] = d < cart.ndims ? n[d] + 2 * h : 1;
+    global[d] = n[d] * static_cast<std::size_t>(cart.dims[d]);
+  }
+  std::vector<T> field(whole[0] * whole[1] * whole[2]);
+  std::size_t at = 0;
+  for (std::size_t k = 0; k < whole[2]; ++k) {
+    for (std::size_t j = 0; j < whole[1]; ++j) {
+      for (std::size_t i = 0; i < whole[0]; ++i, ++at) {
+        const std::size_t local[3] = {i, j, k};
+        long long g[3] = {0, 0, 0};
+        int ghosts = 0;
+        bool inside = true;
+        for (int d = 0; d < 3; ++d) {
+          const long long shift = d < cart.ndims ? static_cast<long long>(h) : 0;
+          const long long size = static_cast<long long>(global[d]);
+          g[d] = static_cast<long long>(cart.coords[d]) * static_cast<long long>(n[d]) +
+                 static_cast<long long>(local[d]) - shift;
+          if (static_cast<long long>(local[d]) < shift ||
+              static_cast<long long>(local[d]) >= shift + static_cast<long long>(n[d])) {
+            ++ghosts;
+          }
+          if (g[d] < 0 || g[d] >= size) {
+            if (cart.periodic[d]) {
+              g[d] = (g[d] + size) % size;
+            } else {
+              inside = false;
+            }
+          }
+        }
+        const bool filled = ghosts == 0 || (exchanged && inside && (ghosts == 1 || edges));
+        const std::size_t cell[3] = {static_cast<std::size_t>(g[0]), static_cast<std::size_t>(g[1]),
+                                     static_cast<std::size_t>(g[2])};
+        field[at] = filled ? cell_value<T>(cell, global, round) : static_cast<T>(kSentinel);
+      }
+    }
+  }
+  return field;
+}
+
+class MpiHalo : public Mpi {
+ protected:
+  /// One exchange plan on a Cartesian grid of `ndims` dimensions, checked over `rounds` rounds
+  /// on one HaloExchange; `offset` > 0 makes the field a view at that element offset of a
+  /// larger buffer, whose other elements must stay untouched.
+  template <class T>
+  void exchange(int ndims, unsigned periodic, std::size_t h, bool edges,
+                const clbuf::Extents& interior, std::size_t offset = 0, std::uint32_t rounds = 1) {
+    Cart cart(ndims, periodic);
+    clbuf::mpi::Options options;
+    options.chunk_bytes = 4096;  // boxes of more than 3968 bytes go in chunks
+    clbuf::mpi::Communicator comm(*manager_, cart.comm, options);
+    clbuf::mpi::HaloExchange<T> halo(comm,
+                                     clbuf::mpi::cartesian_faces(cart.comm, interior, h, edges));
+    const std::size_t cells = halo_reference<T>(cart, interior, h, edges, 0, false).size();
+    std::vector<T> outside = pattern<T>(rank_, 3000, offset + cells + 3);
+    clbuf::DeviceBuffer<T> root = upload(outside);
+    clbuf::DeviceBuffer<T> field = manager_->view(root, offset, cells);
+    for (std::uint32_t round = 0; round < rounds; ++round) {
+      manager_->upload(field, halo_reference<T>(cart, interior, h, edges, round, false));
+      halo.start(field);
+      halo.finish();
+      const std::vector<T> expected = halo_reference<T>(cart, interior, h, edges, round, true);
+      std::copy(expected.begin(), expected.end(),
+                outside.begin() + static_cast<std::ptrdiff_t>(offset));
+      ASSERT_TRUE(same(outside, manager_->download(root)))
+          << ndims << "-D, periods " << periodic << ", halo " << h << (edges ? ", edges" : "")
+          << ", " << sizeof(T) << "-byte elements, offset " << offset << ", round " << round
+          << ", rank " << rank_ << " at (" << cart.coords[0] << ", " << cart.coords[1] << ", "
+          << cart.coords[2] << ") of " << cart.dims[0] << "x" << cart.dims[1] << "x"
+          << cart.dims[2];
+    }
+  }
+};
+
+TEST_P(MpiHalo, TwoDimensionalFacesMatchTheGlobalGrid) {
+  for (unsigned periodic : {0U, 1U, 2U, 3U}) {
+    for (std::size_t h : {std::size_t{1}, std::size_t{2}}) {
+      for (bool edges : {false, true}) exchange<float>(2, periodic, h, edges, {7, 5, 1});
+    }
+  }
+  exchange<double>(2, 3U, 2, true, {40, 30, 1});  // faces of 320 and 480 bytes, chunked rows
+  exchange<std::int32_t>(2, 1U, 1, true, {6, 9, 1});
+  exchange<double>(2, 0U, 3, false, {3, 4, 1});  // interior as narrow as the halo
+}
+
+TEST_P(MpiHalo, ThreeDimensionalFacesMatchTheGlobalGrid) {
+  for (unsigned periodic : {0U, 7U, 5U}) {
+    for (std::size_t h : {std::size_t{1}, std::size_t{2}}) {
+      for (bool edges : {false, true}) exchange<float>(3, periodic, h, edges, {5, 4, 3});
+    }
+  }
+  exchange<double>(3, 7U, 1, true, {24, 20, 6});  // faces of up to 3840 bytes, one chunked
+  exchange<std::int32_t>(3, 2U, 2, true, {4, 6, 5});
+}
+
+TEST_P(MpiHalo, OneDimensionalGridOfBoxes) {
+  exchange<double>(1, 1U, 3, false, {10, 1, 1});
+  exchange<float>(1, 0U, 1, true, {1, 1, 1});
+}
+
+TEST_P(MpiHalo, FieldIsAViewAtAnOddElementOffset) {
+  exchange<float>(2, 3U, 2, true, {9, 7, 1}, 13);
+  exchange<double>(3, 6U, 1, true, {5, 4, 3}, 3);
+}
+
+TEST_P(MpiHalo, FiftyRoundsOnOneExchange) { exchange<float>(3, 7U, 1, true, {4, 4, 3}, 0, 50); }
+
+// The boxes sent are packed by start(): kernels (here uploads) the application enqueues on the
+// interior before finish() may change the cells sent; the neighbours still get the old ones.
+TEST_P(MpiHalo, InteriorMayChangeBetweenStartAndFinish) {
+  Cart cart(2, 3U);
+  clbuf::mpi::Communicator comm = communicator(4096);
+  ASSERT_EQ(comm.rank(), rank_);  // no reordering: world ranks are the grid's
+  const clbuf::Extents interior{30, 20, 1};
+  const std::size_t h = 2;
+  clbuf::mpi::HaloExchange<float> halo(comm,
+                                       clbuf::mpi::cartesian_faces(cart.comm, interior, h, true));
+  clbuf::DeviceBuffer<float> field =
+      upload(halo_reference<float>(cart, interior, h, true, 1, false));
+  halo.start(field);
+  const std::vector<float> next = halo_reference<float>(cart, interior, h, true, 2, false);
+  const clbuf::Extents layout{interior.x + 2 * h, interior.y + 2 * h, 1};
+  clbuf::Region region;
+  region.size = interior;
+  region.src_origin = {h, h, 0};
+  region.src_extents = layout;
+  region.dst_origin = {h, h, 0};
+  region.dst_extents = layout;
+  manager_->upload_rect(field, next, region);
+  halo.finish();
+  std::vector<float> expected = halo_reference<float>(cart, interior, h, true, 1, true);
+  for (std::size_t y = h; y < h + interior.y; ++y) {
+    for (std::size_t x = h; x < h + interior.x; ++x) {
+      expected[y * layout.x + x] = next[y * layout.x + x];
+    }
+  }
+  EXPECT_TRUE(same(expected, manager_->download(field)));
+}
+
+// Every box is checked against its field's extents (construction) and the field's size
+// (start()); nothing is enqueued or sent when one does not fit. A second start() before
+// finish() is CL_INVALID_OPERATION.
+TEST_P(MpiHalo, BadBoxesAreRejectedAndNothingIsSent) {
+  clbuf::mpi::Communicator comm = communicator();
+  // pairs (0, 1), (2, 3); a last odd rank exchanges with MPI_PROC_NULL
+  const int partner = (rank_ ^ 1) < size_ ? rank_ ^ 1 : MPI_PROC_NULL;
+  const std::string name = partner == MPI_PROC_NULL ? "MPI_PROC_NULL" : std::to_string(partner);
+  const clbuf::Extents field{8, 6, 1};
+  const auto plan = [&](clbuf::Offset origin, clbuf::Extents size, clbuf::Extents layout,
+                        clbuf::Offset recv_origin = {}) {
+    clbuf::mpi::Neighbour n;
+    n.rank = partner;
+    n.send_tag = 4;
+    n.recv_tag = 4;
+    n.send_box = clbuf::mpi::Box{origin, size, layout};
+    n.recv_box = clbuf::mpi::Box{recv_origin, size, layout};
+    return std::vector<clbuf::mpi::Neighbour>{n};
+  };
+  using clbuf::mpi::HaloExchange;
+  EXPECT_TRUE(throws(
+      [&] {
+        HaloExchange<float> bad(comm, plan({7, 0, 0}, {2, 6, 1}, field));
+      },
+      CL_INVALID_VALUE,
+      {"HaloExchange: CL_INVALID_VALUE (-30): neighbour 0 (rank " + name + ") send box: ",
+       "region of 2x6x1 at (7, 0, 0) leaves an array of 8x6x1 elements along x"}));
+  EXPECT_TRUE(throws(
+      [&] {
+        HaloExchange<float> bad(comm, plan({0, 1, 0}, {1, 6, 1}, field));
+      },
+      CL_INVALID_VALUE, {"send box: ", "along y"}));
+  EXPECT_TRUE(throws(
+      [&] {
+        HaloExchange<float> bad(comm, plan({0, 0, 1}, {1, 1, 1}, field));
+      },
+      CL_INVALID_VALUE, {"send box: ", "along z"}));
+  EXPECT_TRUE(throws(
+      [&] {
+        HaloExchange<float> bad(comm, plan({0, 0, 0}, {1, 6, 1}, field, {0, 1, 0}));
+      },
+      CL_INVALID_VALUE, {"receive box: ", "along y"}));
+  // the field's layout holds 48 elements; a buffer of 47 is too small, one of 48 fits
+  HaloExchange<float> halo(comm, plan({7, 0, 0}, {1, 6, 1}, field));
+  clbuf::DeviceBuffer<float> small = upload(pattern<float>(rank_, 3100, 47));
+  EXPECT_TRUE(
+      throws([&] { halo.start(small); }, CL_INVALID_VALUE,
+             {"HaloExchange::start: CL_INVALID_VALUE (-30): neighbour 0 (rank " + name + ")",
+              "send box: array of 8x6x1 elements (48) is larger than the 47 elements"}));
+  EXPECT_TRUE(same(pattern<float>(rank_, 3100, 47), manager_->download(small)));
+  MPI_Barrier(MPI_COMM_WORLD);
+  int waiting = 0;
+  for (int tries = 0; tries < 20 && !waiting; ++tries) {
+    MPI_Iprobe(MPI_ANY_SOURCE, MPI_ANY_TAG, comm.native(), &waiting, MPI_STATUS_IGNORE);
+  }
+  EXPECT_FALSE(waiting) << "a message was sent by a start() that failed";
+  MPI_Barrier(MPI_COMM_WORLD);
+  // the exchange is still usable; a second start() before finish() is refused
+  std::vector<float> mine = pattern<float>(rank_, 3101, 48);
+  clbuf::DeviceBuffer<float> buffer = upload(mine);
+  halo.start(buffer);
+  EXPECT_TRUE(throws([&] { halo.start(buffer); }, CL_INVALID_OPERATION,
+                     {"HaloExchange::start: ", "the last exchange has not finished"}));
+  halo.finish();
+  if (partner != MPI_PROC_NULL) {
+    const std::vector<float> theirs = pattern<float>(partner, 3101, 48);
+    for (std::size_t y = 0; y < 6; ++y) mine[y * 8] = theirs[y * 8 + 7];  // column 7 -> column 0
+  }
+  EXPECT_TRUE(same(mine, manager_->download(buffer)));
+}
+
+// A plan may mix contiguous ranges and boxes; a box received may come from a contiguous range.
+TEST_P(MpiHalo, ContiguousRangesAndBoxesMix) {
+  clbuf::mpi::Communicator comm = communicator();
+  const int right = (rank_ + 1) % size_;
+  const int left = (rank_ + size_ - 1) % size_;
+  // a 6x4 field: 3 cells of row 0 go right as a range and land at (2, 3) as one; column 1 goes
+  // left as a box and lands in column 5 (apart from the range received)
+  clbuf::mpi::Neighbour to_right;
+  to_right.rank = right;
+  to_right.send_offset = 0;
+  to_right.count = 3;
+  to_right.send_tag = 1;
+  to_right.recv_tag = 2;
+  to_right.recv_box = clbuf::mpi::Box{{5, 0, 0}, {1, 4, 1}, {6, 4, 1}};
+  clbuf::mpi::Neighbour to_left;
+  to_left.rank = left;
+  to_left.recv_offset = 20;
+  to_left.count = 3;
+  to_left.send_tag = 2;
+  to_left.recv_tag = 1;
+  to_left.send_box = clbuf::mpi::Box{{1, 0, 0}, {1, 4, 1}, {6, 4, 1}};
+  clbuf::mpi::HaloExchange<std::int32_t> halo(comm, {to_right, to_left});
+  std::vector<std::int32_t> mine = pattern<std::int32_t>(rank_, 3200, 24);
+  clbuf::DeviceBuffer<std::int32_t> buffer = upload(mine);
+  halo.start(buffer);
+  while (!halo.test()) {
+  }
+  const std::vector<std::int32_t> from_left = pattern<std::int32_t>(left, 3200, 24);
+  const std::vector<std::int32_t> from_right = pattern<std::int32_t>(right, 3200, 24);
+  for (std::size_t i = 0; i < 3; ++i) mine[20 + i] = from_left[i];  // left's row 0 (range)
+  for (std::size_t y = 0; y < 4; ++y) mine[y * 6 + 5] = from_right[y * 6 + 1];  // right's column 1
+  EXPECT_TRUE(same(mine, manager_->download(buffer)));
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Paths, MpiHalo,
+    ::testing::Values(Models{clbuf::MemoryModel::host, clbuf::MemoryModel::host, "ZeroCopy"},
+                      Models{clbuf::MemoryModel::discrete, clbuf::MemoryModel::discrete, "Staged"},
+                      Models{clbuf::MemoryModel::unified, clbuf::MemoryModel::unified, "Mapped"},
+                      Models{clbuf::MemoryModel::host, clbuf::MemoryModel::discrete,
+                             "ZeroCopyAndStaged"}),
+    [](const ::testing::TestParamInfo<Models>& param) { return std::string(param.param.name); });
+
+// The plan itself: one neighbour per face (and edge and corner), tags that tell apart the
+// messages between two ranks, neighbours from the communicator's periods, and bad input.
+TEST(MpiCartesian, PlanHasOneNeighbourPerDirectionWithDistinctTags) {
+  int size = 1;
+  MPI_Comm_size(MPI_COMM_WORLD, &size);
+  for (int ndims : {1, 2, 3}) {
+    for (bool edges : {false, true}) {
+      Cart cart(ndims, 1U);  // periodic along x only
+      const clbuf::Extents interior{4, ndims > 1 ? std::size_t{3} : 1,
+                                    ndims > 2 ? std::size_t{2} : 1};
+      const std::vector<clbuf::mpi::Neighbour> plan =
+          clbuf::mpi::cartesian_faces(cart.comm, interior, 1, edges, 100);
+      const std::size_t expected[2][4] = {{0, 2, 4, 6}, {0, 2, 8, 26}};
+      ASSERT_EQ(plan.size(), expected[edges ? 1 : 0][ndims]) << ndims << "-D";
+      std::vector<int> sends;
+      std::vector<int> receives;
+      for (const clbuf::mpi::Neighbour& n : plan) {
+        ASSERT_TRUE(n.send_box && n.recv_box);
+        EXPECT_GE(n.send_tag, 100);
+        EXPECT_LE(n.send_tag, 126);
+        EXPECT_EQ(n.send_tag + n.recv_tag, 2 * (100 + 13));  // opposite directions
+        EXPECT_EQ(n.send_box->field.x, 6U);
+        EXPECT_EQ(n.send_box->size.x * n.send_box->size.y * n.send_box->size.z,
+                  n.recv_box->size.x * n.recv_box->size.y * n.recv_box->size.z);
+        sends.push_back(n.send_tag);
+        receives.push_back(n.recv_tag);
+        // closed along y and z: a neighbour past the grid's end there is MPI_PROC_NULL
+        const bool past_y =
+            ndims > 1 && ((n.recv_box->origin.y == 0 && cart.coords[1] == 0) ||
+                          (n.recv_box->origin.y == 4 && cart.coords[1] == cart.dims[1] - 1));
+        if (past_y) {
+          EXPECT_EQ(n.rank, MPI_PROC_NULL);
+        }
+        if (!past_y && ndims == 1) {
+          EXPECT_NE(n.rank, MPI_PROC_NULL);  // periodic x
+        }
+      }
+      std::sort(sends.begin(), sends.end());
+      std::sort(receives.begin(), receives.end());
+      EXPECT_TRUE(std::adjacent_find(sends.begin(), sends.end()) == sends.end());
+      EXPECT_EQ(sends, receives);
+    }
+  }
+  (void)size;
+}
+
+TEST(MpiCartesian, BadInputIsAnError) {
+  Cart cart(2, 3U);
+  const auto call = [&](MPI_Comm comm, clbuf::Extents interior, std::size_t h, int tag = 0) {
+    return [=] { static_cast<void>(clbuf::mpi::cartesian_faces(comm, interior, h, false, tag)); };
+  };
+  EXPECT_TRUE(throws(call(MPI_COMM_WORLD, {4, 4, 1}, 1), CL_INVALID_VALUE,
+                     {"cartesian_faces: CL_INVALID_VALUE (-30): ", "no Cartesian topology"}));
+  EXPECT_TRUE(throws(call(MPI_COMM_NULL, {4, 4, 1}, 1), CL_INVALID_VALUE, {"MPI_COMM_NULL"}));
+  EXPECT_TRUE(throws(call(cart.comm, {4, 4, 1}, 0), CL_INVALID_VALUE, {"halo width is 0"}));
+  EXPECT_TRUE(throws(call(cart.comm, {4, 1, 1}, 2), CL_INVALID_VALUE,
+                     {"interior of 4x1x1 elements is narrower than the halo of 2 along y"}));
+  EXPECT_TRUE(throws(call(cart.comm, {4, 4, 3}, 1), CL_INVALID_VALUE,
+                     {"of 2 dimensions: its extent along z must be 1"}));
+  EXPECT_TRUE(throws(call(cart.comm, {4, 4, 1}, 1, -1), CL_INVALID_VALUE, {"first_tag -1"}));
 }
 
 // An MPI call's failure is a clbuf::Error (code CL_SUCCESS: OpenCL has none for it) naming the
