@@ -1049,14 +1049,26 @@ class HaloExchange {
             field_, packs_[i], detail::pack_region(box.origin, box.size, box.field)));
       }
       detail::Core& core = *communicator_.core_;
+      // A receive into the field waits for the work queued before start() (one marker), not for
+      // the interior kernels queued after it, as clFinish would on a CPU device; a receive into
+      // an unpack buffer waits for nothing (the last finish() waited for its unpack copy).
+      cl::Event before;
+      const cl::Event nothing;
+      const bool host_block = Communicator::span_of(field_, 0, 0).host != nullptr;
+      for (const Neighbour& n : plan_) {
+        if (host_block && n.rank != MPI_PROC_NULL && !n.recv_box && before() == nullptr) {
+          before = core.queue().marker(op);
+          core.queue().flush(op);
+        }
+      }
       for (std::size_t i = 0; i < plan_.size(); ++i) {
         const Neighbour& n = plan_[i];
         detail::Span span = !n.recv_box ? Communicator::span_of(field_, n.recv_offset, n.count)
                             : n.rank == MPI_PROC_NULL ? detail::Span()
                                                       : Communicator::span_of(unpacks_[i]);
-        receives_.push_back(communicator_.start(
-            std::make_shared<detail::RecvStream>(core, op, std::move(span), n.rank, n.recv_tag,
-                                                 core.user(), detail::Kind::point_to_point)));
+        receives_.push_back(communicator_.start(std::make_shared<detail::RecvStream>(
+            core, op, std::move(span), n.rank, n.recv_tag, core.user(),
+            detail::Kind::point_to_point, n.recv_box ? &nothing : &before)));
         landed_.push_back(false);
       }
       for (std::size_t i = 0; i < plan_.size(); ++i) {

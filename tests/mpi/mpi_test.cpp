@@ -9,10 +9,12 @@
 #include <clbuf/mpi.hpp>
 
 #include <algorithm>
+#include <chrono>
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
 #include <functional>
+#include <future>
 #include <memory>
 #include <random>
 #include <string>
@@ -928,6 +930,45 @@ TEST_P(Mpi, HaloExchangeFillsGhostCells) {
               field.begin() + static_cast<std::ptrdiff_t>(halo + interior));
     EXPECT_TRUE(same(field, manager_->download(buffer))) << "round " << round;
   }
+}
+
+// Overlap on a CPU device (zero copy): work the application queues after start() does not hold
+// the ghosts back. Here the manager's queue is held by a user event from just after start() until
+// after finish() has returned; finish() must not wait for it (a clFinish would, forever).
+TEST_P(Mpi, HaloExchangeIntoTheFieldDoesNotWaitForLaterWork) {
+  clbuf::mpi::Communicator comm = communicator(8 << 10);
+  const std::size_t halo = 3000;
+  const std::size_t interior = 10000;
+  const std::size_t n = interior + 2 * halo;
+  const int right = (rank_ + 1) % size_;
+  const int left = (rank_ + size_ - 1) % size_;
+  clbuf::mpi::HaloExchange<float> exchange(
+      comm, {{left, halo, 0, halo, 1, 2}, {right, interior, halo + interior, halo, 2, 1}});
+  const bool zero_copy = manager_->memory_model() == clbuf::MemoryModel::host;
+  std::vector<float> field = pattern<float>(rank_, 1600, n);
+  clbuf::DeviceBuffer<float> buffer = upload(field);
+  exchange.start(buffer);
+  bool in_time = true;
+  if (zero_copy) {
+    cl::UserEvent held(manager_->context());
+    const cl_event wait = held();
+    ASSERT_EQ(clEnqueueBarrierWithWaitList(manager_->queue()(), 1, &wait, nullptr), CL_SUCCESS);
+    auto finished = std::async(std::launch::async, [&] { exchange.finish(); });
+    in_time = finished.wait_for(std::chrono::seconds(20)) == std::future_status::ready;
+    held.setStatus(CL_COMPLETE);
+    finished.get();
+  } else {
+    exchange.finish();
+  }
+  EXPECT_TRUE(in_time) << "finish() waited for work queued after start()";
+  const std::vector<float> from_left = pattern<float>(left, 1600, n);
+  const std::vector<float> from_right = pattern<float>(right, 1600, n);
+  std::copy(from_left.begin() + static_cast<std::ptrdiff_t>(interior),
+            from_left.begin() + static_cast<std::ptrdiff_t>(interior + halo), field.begin());
+  std::copy(from_right.begin() + static_cast<std::ptrdiff_t>(halo),
+            from_right.begin() + static_cast<std::ptrdiff_t>(2 * halo),
+            field.begin() + static_cast<std::ptrdiff_t>(halo + interior));
+  EXPECT_TRUE(same(field, manager_->download(buffer)));
 }
 
 // Open ends: MPI_PROC_NULL neighbours move nothing, their ghost cells stay as they were.

@@ -120,15 +120,21 @@ class Stream : public Transfer {
   /// The buffer's bytes for the host: its host block, or mapped (`flags`) around MPI.
   char* host_bytes(cl_map_flags flags) {
     if (route_ == Route::zero_copy) {
-      if (before_() != nullptr) {
-        Queue::wait(operation_, before_);
-      } else {
-        queue_.finish(operation_);
-      }
+      wait_before();
       return span_.host + span_.offset;
     }
     mapped_ = queue_.map(operation_, span_.buffer, flags, span_.offset, span_.bytes);
     return static_cast<char*>(mapped_);
+  }
+
+  /// Before the host touches a host block: the work queued before the transfer has finished
+  /// (clFinish, unless the transfer was given what to wait for).
+  void wait_before() {
+    if (!given_before_) {
+      queue_.finish(operation_);
+    } else if (before_() != nullptr) {
+      Queue::wait(operation_, before_);
+    }
   }
 
   /// After MPI is done with mapped memory: unmap and wait for the unmap.
@@ -177,9 +183,10 @@ class Stream : public Transfer {
   Chunking chunks_;
   std::size_t next_ = 0;  // the next chunk to start
   Header header_;
-  // A chunked receive into a host block: the queue's marker at the call. MPI may write the block
-  // once the work queued before the receive has finished; kernels queued after it (on the
-  // interior, while a halo moves) are not waited for, as clFinish would.
+  // What the host waits for before it touches a host block, when the caller knows better than
+  // clFinish (HaloExchange: a marker at start(), so the interior kernels queued after it run
+  // while MPI writes the ghosts; nothing at all for its own unpack buffers).
+  bool given_before_ = false;
   cl::Event before_;
   std::unique_ptr<char[]> envelope_;  // header + inline payload
   std::unique_ptr<char[]> scratch_;   // the chunks of a rejected message land here
@@ -323,10 +330,15 @@ class SendStream final : public Stream {
 
 class RecvStream final : public Stream {
  public:
-  /// Posts the receive of the header (and of an inline payload).
+  /// Posts the receive of the header (and of an inline payload). With `before`, the host writes
+  /// a host block once that event (a null one: nothing) has completed instead of after clFinish.
   RecvStream(Core& core, const char* operation, Span span, int source, int tag, MPI_Comm comm,
-             Kind kind)
+             Kind kind, const cl::Event* before = nullptr)
       : Stream(core, operation, std::move(span), 1), kind_(kind) {
+    if (before != nullptr) {
+      given_before_ = true;
+      before_ = *before;
+    }
     if (source == MPI_PROC_NULL) {
       received_ = true;
       return;
@@ -339,10 +351,6 @@ class RecvStream final : public Stream {
     }
     const std::size_t capacity = header_bytes + core.inline_max();
     envelope_ = core.take_envelope();
-    if (span_.host != nullptr && span_.bytes > core.inline_max()) {
-      before_ = queue_.marker(operation);  // inline ones: one clFinish is cheaper than a marker
-      queue_.flush(operation);
-    }
     check_mpi(MPI_Irecv(envelope_.get(), static_cast<int>(capacity), MPI_BYTE, source, tag, comm,
                         &header_request_),
               operation, "MPI_Irecv");
@@ -552,7 +560,7 @@ class RecvStream final : public Stream {
   void write_from(const char* data) {
     if (span_.bytes == 0) return;
     if (span_.host != nullptr) {
-      queue_.finish(operation_);
+      wait_before();
       std::memcpy(span_.host + span_.offset, data, span_.bytes);
     } else {
       queue_.write(operation_, span_.buffer, span_.offset, span_.bytes, data, true);
