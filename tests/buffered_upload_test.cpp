@@ -44,6 +44,23 @@ TEST_P(BufferedUploads, DefaultBoundIs64KiBAndLargerOnesAreClamped) {
       << "the pinned ring stays at most 16 MiB";
 }
 
+// A manager on the application's context and queue never buffers: another manager, or the
+// application's own queue, on that context must see an upload's data once it has returned.
+TEST_P(BufferedUploads, AdoptingManagersDoNotBuffer) {
+  const cl::Context context = paths().context();
+  const cl::Device device = context.getInfo<CL_CONTEXT_DEVICES>().at(0);
+  clbuf::Options options;
+  options.memory = GetParam();
+  clbuf::BufferManager a(context, cl::CommandQueue(context, device), options);
+  clbuf::BufferManager b(context, cl::CommandQueue(context, device), options);
+  EXPECT_EQ(a.options().buffered_upload_max_bytes, 0u);
+  for (int round = 0; round < 20; ++round) {
+    const std::vector<float> data = random<float>(1000);
+    auto buffer = a.upload(data);
+    EXPECT_TRUE(same_bytes(data, b.download_async(buffer).get())) << round;
+  }
+}
+
 // The caller overwrites (or frees) its memory the moment upload returns; the device holds what
 // the memory held at the call, at every size around the bound.
 TEST_P(BufferedUploads, CallerMemoryIsFreeOnReturn) {

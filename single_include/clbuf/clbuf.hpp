@@ -2738,6 +2738,8 @@ struct Options {
   /// one): the write to the device follows in queue order, so a round trip waits for the device
   /// once. A write that fails on the device is reported by the manager's next synchronising call
   /// (README "Errors"). 0 turns buffering off; at most 1 MiB (larger values are clamped).
+  /// Always 0 for a manager that adopts the application's context and queue (other queues of
+  /// that context, and other managers on it, would not see the data in order).
   std::size_t buffered_upload_max_bytes = std::size_t{64} << 10;
   /// Threads for large host copies (the CPU device's memcpy, staged chunks); 0: as many as
   /// the host has, at most 12.
@@ -2826,6 +2828,9 @@ class DeviceContext {
       if (entry.device == device) info_ = entry.info;
     }
     reason_ = "adopted from the application's context and queue";
+    // The application's context has queues of its own, and maybe other managers, which a buffered
+    // upload would not be ordered with: every blocking upload waits for its write.
+    options_.buffered_upload_max_bytes = 0;
     resolve(device, operation);
   }
 

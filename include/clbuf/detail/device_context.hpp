@@ -86,6 +86,9 @@ class DeviceContext {
       if (entry.device == device) info_ = entry.info;
     }
     reason_ = "adopted from the application's context and queue";
+    // The application's context has queues of its own, and maybe other managers, which a buffered
+    // upload would not be ordered with: every blocking upload waits for its write.
+    options_.buffered_upload_max_bytes = 0;
     resolve(device, operation);
   }
 
