@@ -2,14 +2,17 @@
 # SPDX-License-Identifier: MIT
 """CTest driver for examples/08_heat3d_mpi.
 
-Runs the solver on 1 to 4 ranks and checks that
-  - every run's last line is the same `field checksum: <16 hex digits>`,
+Runs the solver on 1 to 4 ranks in 3-D blocks (--decomp blocks, the default; also on 8 ranks,
+the only count below 12 that splits x too) and in z-slabs (--decomp slab), and checks that
+  - every run's last line is the same `field checksum: <16 hex digits>` for every rank count and
+    both decompositions,
   - it is not the initial field's (--iters 0), so a solver that does nothing fails,
   - it is the checksum of this script's own Jacobi iteration in Python (independent of the C++
     host reference behind --verify; Python floats are IEEE doubles and the sum is taken in the
     kernel's order, so the bytes agree exactly),
-  - bad arguments and too many ranks end every rank with a message and a non-zero status, in
-    time (no hang).
+  - bad arguments and too many ranks for N (slabs: more ranks than planes; blocks: more blocks
+    along an axis than cells) end every rank with a message and a non-zero status, in time (no
+    hang).
 
 usage: check_checksums.py MPIEXEC NUMPROC_FLAG "FLAG;FLAG;..." EXECUTABLE
 """
@@ -17,9 +20,21 @@ import struct
 import subprocess
 import sys
 
-# 19 planes split unevenly on 2, 3 and 4 ranks; 5 planes on 4 ranks leaves three ranks one plane
-# each (both neighbours' ghosts next to the only plane; rank 0's one plane is the fixed face).
-CASES = ((19, 10, (1, 2, 3, 4)), (5, 3, (1, 4)))
+# (decomposition, N, iterations, rank counts). N = 19 splits unevenly everywhere: slabs of
+# 10/9, 7/6/6, 5/5/5/4 planes; blocks (MPI_Dims_create, the most along z) of 1x1x2,
+# 1x1x3, 1x2x2 and 2x2x2 with 10/9 and 7/6/6 cells along the split axes. The tiny cases give some
+# ranks a part one cell thick: slabs, N = 5 on 4 ranks: three ranks one plane each (both
+# neighbours' ghosts next to the only plane; rank 0's one plane is the fixed face); blocks, N = 4
+# on 3 ranks: z-planes 2/1/1, the middle rank's one plane between two ghost layers; N = 3 on 4 and
+# 8 ranks: 2/1 along each split axis, so only rank 0 updates a cell (the centre, every one of its
+# stencil's split-axis neighbours a ghost) and the others hold nothing but the fixed boundary.
+CASES = (
+    ("blocks", 19, 10, (1, 2, 3, 4, 8)),
+    ("slab", 19, 10, (1, 2, 3, 4)),
+    ("slab", 5, 3, (1, 4)),
+    ("blocks", 4, 3, (1, 3)),
+    ("blocks", 3, 2, (1, 4, 8)),
+)
 
 
 def fnv1a(data):
@@ -64,15 +79,17 @@ def run(command, ranks, args):
     return done.returncode, done.stdout
 
 
-def checksum(command, ranks, n, iters):
-    status, output = run(command, ranks, ["--n", str(n), "--iters", str(iters)])
+def checksum(command, decomp, ranks, n, iters):
+    status, output = run(command, ranks,
+                         ["--decomp", decomp, "--n", str(n), "--iters", str(iters)])
     lines = output.strip().splitlines()
     if status != 0 or not lines or not lines[-1].startswith("field checksum: "):
-        sys.exit("FAIL: np %d --iters %d: status %d, output:\n%s" % (ranks, iters, status, output))
+        sys.exit("FAIL: %s np %d --n %d --iters %d: status %d, output:\n%s" %
+                 (decomp, ranks, n, iters, status, output))
     value = lines[-1][len("field checksum: "):]
     if len(value) != 16 or any(c not in "0123456789abcdef" for c in value):
-        sys.exit("FAIL: np %d: not 16 hex digits: %r" % (ranks, lines[-1]))
-    print("np %d, --n %d --iters %d: %s" % (ranks, n, iters, value))
+        sys.exit("FAIL: %s np %d: not 16 hex digits: %r" % (decomp, ranks, lines[-1]))
+    print("%-6s np %d, --n %d --iters %d: %s" % (decomp, ranks, n, iters, value))
     return value
 
 
@@ -82,24 +99,34 @@ def main():
     mpiexec, numproc_flag, flags, executable = sys.argv[1:]
     command = (mpiexec, numproc_flag, [f for f in flags.split(";") if f], executable)
 
-    for n, iters, rank_counts in CASES:
-        start = checksum(command, 1, n, 0)
-        if start != reference(n, 0):
-            sys.exit("FAIL: the initial field's checksum %s is not this script's" % start)
+    started = set()
+    for decomp, n, iters, rank_counts in CASES:
+        if n not in started:
+            started.add(n)
+            start = checksum(command, decomp, 1, n, 0)
+            if start != reference(n, 0):
+                sys.exit("FAIL: the initial field's checksum %s is not this script's" % start)
+        start = reference(n, 0)
         expected = reference(n, iters)
         if expected == start:
             sys.exit("FAIL: the reference did not change the field")
         for ranks in rank_counts:
-            got = checksum(command, ranks, n, iters)
+            got = checksum(command, decomp, ranks, n, iters)
             if got != expected:
-                sys.exit("FAIL: np %d gives %s, the Python reference %s" % (ranks, got, expected))
+                sys.exit("FAIL: %s np %d --n %d gives %s, the Python reference %s" %
+                         (decomp, ranks, n, got, expected))
 
     refusals = [
         (2, ["--n", "2"], "--n must be a whole number from 3 to 1024"),
         (2, ["--n", "sixty"], "--n must be a whole number from 3 to 1024"),
         (2, ["--iters"], "--iters needs a value"),
         (2, ["--size", "8"], "unknown argument '--size'"),
-        (4, ["--n", "3"], "4 ranks for --n 3: every rank needs at least one z-plane"),
+        (2, ["--decomp", "cubes"], "--decomp must be blocks or slab (got 'cubes')"),
+        (4, ["--decomp", "slab", "--n", "3"],
+         "4 ranks for --n 3: every rank needs at least one z-plane"),
+        # 5 ranks are 1 x 1 x 5 blocks: 5 along z, more than N = 4 cells.
+        (5, ["--n", "4"], "5 ranks for --n 4: too many ranks for N: --decomp blocks splits the "
+         "cube into 1 x 1 x 5 blocks"),
     ]
     for ranks, args, message in refusals:
         status, output = run(command, ranks, args)

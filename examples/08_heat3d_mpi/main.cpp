@@ -1,17 +1,22 @@
 // SPDX-License-Identifier: MIT
 // examples/08_heat3d_mpi: a distributed 3-D heat equation (Jacobi) solver in double precision.
-// The global field is a cube of edge N (x fastest, then y, then z), split into slabs of whole
-// z-planes, one slab per rank, each with a ghost plane on either side. Every iteration starts a
-// HaloExchange of the ghost planes, runs the OpenCL kernel on the planes that need no ghost,
-// finishes the exchange, then runs the planes next to the ghosts.
+// The global field is a cube of edge N (x fastest, then y, then z). By default (--decomp blocks)
+// it is split into a 3-D grid of blocks, one per rank, on a Cartesian communicator
+// (MPI_Dims_create over all ranks, MPI_Cart_create, not periodic): each block is held with one
+// ghost layer on every side, and its six faces (strided boxes, packed on the device) are
+// exchanged by a HaloExchange built by clbuf::mpi::cartesian_faces(). With --decomp slab it is
+// split into slabs of whole z-planes with a ghost plane on either side (contiguous, two
+// Neighbours of one plane each). Every iteration starts the HaloExchange, runs the OpenCL kernel
+// on the cells whose stencil needs no ghost cell, finishes the exchange, then runs the kernel on
+// the shell of cells next to the ghosts.
 //
 // The update is the explicit heat step with the largest stable time step (alpha = 1/6), which is
 // Jacobi's iteration for Laplace's equation: every point not on the global boundary becomes the
 // mean of its six neighbours, summed in one fixed order, then divided by 6. There is no
 // reduction in the update, so every point is the same arithmetic on the same inputs however the
-// cube is split: the final field is bit for bit the same on any number of ranks. The boundary is
-// fixed (Dirichlet): 1 on the face z = 0, 0 on the other five faces; the interior starts at
-// ((7x + 13y + 29z) mod 64) / 64.
+// cube is split: the final field is bit for bit the same on any number of ranks and either
+// decomposition. The boundary is fixed (Dirichlet): 1 on the face z = 0, 0 on the other five
+// faces; the interior starts at ((7x + 13y + 29z) mod 64) / 64.
 //
 // Rank 0 prints the time per iteration and the share of it spent in the exchange (inside
 // start() and finish(), the slowest rank), and as its last line
@@ -19,13 +24,15 @@
 // over the bytes of all N^3 doubles in global order (x fastest, z slowest), boundary included,
 // in the host's byte order. With --iters 0 it is the initial field's checksum.
 //   mpirun -np 4 build/examples/08_heat3d_mpi/08_heat3d_mpi --n 64 --iters 100
-// Options: --n N (edge, 3 to 1024, default 64), --iters K (default 100), --report R (every R
-// iterations, the largest change of an iteration over all ranks; default 0, off), --verify
-// (rank 0 runs a host reference of the whole cube and compares every byte).
+// Options: --n N (edge, 3 to 1024, default 64), --iters K (default 100), --decomp blocks|slab
+// (default blocks), --report R (every R iterations, the largest change of an iteration over all
+// ranks; default 0, off), --verify (rank 0 runs a host reference of the whole cube and compares
+// every byte).
 #include <mpi.h>
 #include <clbuf/mpi.hpp>
 
 #include <algorithm>
+#include <array>
 #include <chrono>
 #include <cinttypes>
 #include <cmath>
@@ -41,23 +48,29 @@
 
 namespace {
 
-// FP_CONTRACT OFF: a fused multiply-add would round differently from the host reference.
+// FP_CONTRACT OFF: a fused multiply-add would round differently from the host reference. One
+// launch updates a box of the local field: `row` and `slice` are its pitches in elements, the
+// box starts at (x0, y0, z0) and the NDRange is its size.
 const char* const kernel_source = R"(
 #pragma OPENCL EXTENSION cl_khr_fp64 : enable
 #pragma OPENCL FP_CONTRACT OFF
-__kernel void jacobi(__global const double* in, __global double* out, ulong n, ulong first_plane) {
-  const size_t plane = n * n;
-  const size_t i = (first_plane + get_global_id(2)) * plane + (get_global_id(1) + 1) * n +
-                   get_global_id(0) + 1;
-  out[i] = (in[i - 1] + in[i + 1] + in[i - n] + in[i + n] + in[i - plane] + in[i + plane]) / 6.0;
+__kernel void jacobi(__global const double* in, __global double* out, ulong row, ulong slice,
+                     ulong x0, ulong y0, ulong z0) {
+  const size_t i = (z0 + get_global_id(2)) * slice + (y0 + get_global_id(1)) * row + x0 +
+                   get_global_id(0);
+  out[i] = (in[i - 1] + in[i + 1] + in[i - row] + in[i + row] + in[i - slice] + in[i + slice]) /
+           6.0;
 }
 )";
+
+enum class Decomp { blocks, slab };
 
 struct Settings {
   std::size_t n = 64;
   std::size_t iters = 100;
   std::size_t report = 0;
   bool verify = false;
+  Decomp decomp = Decomp::blocks;
 };
 
 /// Reads a whole decimal number in [low, high]; false for anything else.
@@ -70,17 +83,31 @@ bool parse_number(const std::string& text, std::size_t low, std::size_t high, st
   return out >= low && out <= high;
 }
 
+using Triple = std::array<std::size_t, 3>;  // x, y, z
+
+/// How many blocks along x, y and z. Slabs: 1 x 1 x P. Blocks: MPI_Dims_create's factors of P
+/// (non-increasing), the most along z, the fewest along x: the faces normal to z and y are rows
+/// of contiguous elements, the faces normal to x one element a row, so x is split last.
+Triple grid_of(Decomp decomp, int ranks) {
+  if (decomp == Decomp::slab) return {1, 1, static_cast<std::size_t>(ranks)};
+  int dims[3] = {0, 0, 0};
+  MPI_Dims_create(ranks, 3, dims);
+  return {static_cast<std::size_t>(dims[2]), static_cast<std::size_t>(dims[1]),
+          static_cast<std::size_t>(dims[0])};
+}
+
 /// Every rank parses the same arguments, so every rank reaches the same verdict without talking
 /// to the others: an error needs no message to stop the job. Returns the message, or "".
 std::string parse(int argc, char** argv, int ranks, Settings& settings) {
-  const std::string usage = "usage: 08_heat3d_mpi [--n N] [--iters K] [--report R] [--verify]";
+  const std::string usage =
+      "usage: 08_heat3d_mpi [--n N] [--iters K] [--decomp blocks|slab] [--report R] [--verify]";
   for (int i = 1; i < argc; ++i) {
     const std::string arg = argv[i];
     if (arg == "--verify") {
       settings.verify = true;
       continue;
     }
-    if (arg != "--n" && arg != "--iters" && arg != "--report") {
+    if (arg != "--n" && arg != "--iters" && arg != "--report" && arg != "--decomp") {
       return "unknown argument '" + arg + "'\n" + usage;
     }
     if (i + 1 == argc) return arg + " needs a value\n" + usage;
@@ -94,24 +121,40 @@ std::string parse(int argc, char** argv, int ranks, Settings& settings) {
     if (arg == "--report" && !parse_number(value, 0, 100000000, settings.report)) {
       return "--report must be a whole number from 0 to 100000000 (got '" + value + "')";
     }
+    if (arg == "--decomp") {
+      if (value != "blocks" && value != "slab") {
+        return "--decomp must be blocks or slab (got '" + value + "')";
+      }
+      settings.decomp = value == "slab" ? Decomp::slab : Decomp::blocks;
+    }
   }
-  if (static_cast<std::size_t>(ranks) > settings.n) {
-    return std::to_string(ranks) + " ranks for --n " + std::to_string(settings.n) +
-           ": every rank needs at least one z-plane, so run at most " + std::to_string(settings.n) +
-           " ranks or make --n larger";
+  const std::string n = std::to_string(settings.n);
+  if (settings.decomp == Decomp::slab) {
+    if (static_cast<std::size_t>(ranks) > settings.n) {
+      return std::to_string(ranks) + " ranks for --n " + n +
+             ": every rank needs at least one z-plane, so run at most " + n +
+             " ranks or make --n larger";
+    }
+    return "";
+  }
+  const Triple grid = grid_of(settings.decomp, ranks);
+  const std::size_t most = std::max({grid[0], grid[1], grid[2]});
+  if (most > settings.n) {
+    return std::to_string(ranks) + " ranks for --n " + n +
+           ": too many ranks for N: --decomp blocks splits the cube into " +
+           std::to_string(grid[0]) + " x " + std::to_string(grid[1]) + " x " +
+           std::to_string(grid[2]) +
+           " blocks (x, y, z; MPI_Dims_create), and a block needs at least one cell along each "
+           "axis; make --n at least " +
+           std::to_string(most) + " or run fewer ranks";
   }
   return "";
 }
 
-/// Rank r's slab: `count` planes from global plane `first`; the remainder of N / ranks goes one
-/// plane each to the lowest ranks.
-struct Slab {
-  std::size_t first = 0;
-  std::size_t count = 0;
-};
-
-Slab slab_of(std::size_t n, std::size_t ranks, std::size_t rank) {
-  return {rank * (n / ranks) + std::min(rank, n % ranks), n / ranks + (rank < n % ranks ? 1 : 0)};
+/// Part `part` of `parts` of [0, n): n / parts cells, one more on the lowest n mod parts parts.
+/// Returns {first, count}.
+std::array<std::size_t, 2> split(std::size_t n, std::size_t parts, std::size_t part) {
+  return {part * (n / parts) + std::min(part, n % parts), n / parts + (part < n % parts ? 1 : 0)};
 }
 
 double initial_value(std::size_t n, std::size_t x, std::size_t y, std::size_t z) {
@@ -120,21 +163,15 @@ double initial_value(std::size_t n, std::size_t x, std::size_t y, std::size_t z)
   return static_cast<double>((7 * x + 13 * y + 29 * z) % 64) / 64.0;
 }
 
-/// Global planes [first, first + count) of the initial field.
-std::vector<double> initial_planes(std::size_t n, std::size_t first, std::size_t count) {
-  std::vector<double> field(count * n * n);
-  std::size_t i = 0;
-  for (std::size_t z = first; z < first + count; ++z) {
-    for (std::size_t y = 0; y < n; ++y) {
-      for (std::size_t x = 0; x < n; ++x) field[i++] = initial_value(n, x, y, z);
-    }
-  }
-  return field;
-}
-
 /// The whole cube on the host, with the kernel's arithmetic in the kernel's order.
 std::vector<double> host_reference(std::size_t n, std::size_t iters) {
-  std::vector<double> in = initial_planes(n, 0, n);
+  std::vector<double> in(n * n * n);
+  std::size_t next = 0;
+  for (std::size_t z = 0; z < n; ++z) {
+    for (std::size_t y = 0; y < n; ++y) {
+      for (std::size_t x = 0; x < n; ++x) in[next++] = initial_value(n, x, y, z);
+    }
+  }
   std::vector<double> out = in;
   const std::size_t plane = n * n;
   for (std::size_t step = 0; step < iters; ++step) {
@@ -165,43 +202,173 @@ double seconds_since(std::chrono::steady_clock::time_point start) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 }
 
-/// One rank's slab on the device: two fields (ping-pong), each [ghost | planes | ghost].
+/// A box of the local field: `size` cells from `origin` (local coordinates).
+struct Span3 {
+  Triple origin{};
+  Triple size{};
+  bool empty() const { return size[0] == 0 || size[1] == 0 || size[2] == 0; }
+};
+
+/// The boxes that cover `update` less `inner` (a box inside it, or empty): for z, then y, then
+/// x, the layers of `update` below and above `inner`, each over what is left of the others.
+std::vector<Span3> shell(const Span3& update, const Span3& inner) {
+  if (update.empty()) return {};
+  if (inner.empty()) return {update};
+  std::vector<Span3> boxes;
+  Span3 rest = update;
+  for (int axis = 2; axis >= 0; --axis) {
+    const std::size_t a = static_cast<std::size_t>(axis);
+    const std::size_t low = update.origin[a];
+    const std::size_t high = update.origin[a] + update.size[a];  // one past
+    const std::size_t inner_low = inner.origin[a];
+    const std::size_t inner_high = inner.origin[a] + inner.size[a];
+    if (low < inner_low) {
+      Span3 box = rest;
+      box.origin[a] = low;
+      box.size[a] = inner_low - low;
+      boxes.push_back(box);
+    }
+    if (inner_high < high) {
+      Span3 box = rest;
+      box.origin[a] = inner_high;
+      box.size[a] = high - inner_high;
+      boxes.push_back(box);
+    }
+    rest.origin[a] = inner_low;
+    rest.size[a] = inner.size[a];
+  }
+  return boxes;
+}
+
+/// One rank's part of the cube: its cells (`first` and `count`, global, per axis) and the local
+/// field that holds them with `ghost` ghost layers below and above along each axis.
+struct Part {
+  Triple first{};
+  Triple count{};
+  Triple ghost{};
+  Triple field{};
+  std::array<bool, 3> below{};  // a neighbour's cells lie below (their ghost layer is filled)
+  std::array<bool, 3> above{};
+  std::size_t elements() const { return field[0] * field[1] * field[2]; }
+  std::size_t cells() const { return count[0] * count[1] * count[2]; }
+};
+
+/// The part of the rank at grid coordinates `coords` (x, y, z).
+Part part_of(Decomp decomp, std::size_t n, const Triple& grid, const Triple& coords) {
+  Part part;
+  for (std::size_t a = 0; a < 3; ++a) {
+    const auto [first, count] = split(n, grid[a], coords[a]);
+    part.first[a] = first;
+    part.count[a] = count;
+    // Slabs keep whole planes: ghost layers along z only.
+    part.ghost[a] = decomp == Decomp::blocks || a == 2 ? 1 : 0;
+    part.field[a] = count + 2 * part.ghost[a];
+    part.below[a] = coords[a] > 0;
+    part.above[a] = coords[a] + 1 < grid[a];
+  }
+  return part;
+}
+
+/// The coordinates (x, y, z) of `rank` on the grid: slab r is z = r; a block's are
+/// MPI_Cart_coords' on `cart` (dimension 0 is x).
+Triple coords_of(Decomp decomp, MPI_Comm cart, int rank) {
+  if (decomp == Decomp::slab) return {0, 0, static_cast<std::size_t>(rank)};
+  int coords[3] = {0, 0, 0};
+  MPI_Cart_coords(cart, rank, 3, coords);
+  return {static_cast<std::size_t>(coords[0]), static_cast<std::size_t>(coords[1]),
+          static_cast<std::size_t>(coords[2])};
+}
+
+/// The copy of a part's cells out of its local field: into a contiguous buffer of just those
+/// cells (`pack`) or to their place in the global cube (`!pack`).
+clbuf::Region cells_region(const Part& part, std::size_t n, bool pack) {
+  clbuf::Region region;
+  region.size = {part.count[0], part.count[1], part.count[2]};
+  region.src_origin = {part.ghost[0], part.ghost[1], part.ghost[2]};
+  region.src_extents = {part.field[0], part.field[1], part.field[2]};
+  if (pack) {
+    region.dst_extents = region.size;
+  } else {
+    region.dst_origin = {part.first[0], part.first[1], part.first[2]};
+    region.dst_extents = {n, n, n};
+  }
+  return region;
+}
+
+/// One rank's part on the device: two fields (ping-pong) of part.field cells each.
 class Solver {
  public:
-  Solver(clbuf::BufferManager& manager, clbuf::mpi::Communicator& comm, std::size_t n)
+  Solver(clbuf::BufferManager& manager, clbuf::mpi::Communicator& comm, MPI_Comm cart,
+         const Settings& settings)
       : manager_(manager),
         comm_(comm),
-        n_(n),
-        plane_(n * n),
-        slab_(slab_of(n, static_cast<std::size_t>(comm.size()),
-                      static_cast<std::size_t>(comm.rank()))) {
-    const int rank = comm.rank();
-    const int below = rank > 0 ? rank - 1 : MPI_PROC_NULL;
-    const int above = rank + 1 < comm.size() ? rank + 1 : MPI_PROC_NULL;
-    // The first plane goes down with tag 1 and the last up with tag 2; one plan serves both
-    // fields because HaloExchange takes the field at start().
-    exchange_ = std::make_unique<clbuf::mpi::HaloExchange<double>>(
-        comm, std::vector<clbuf::mpi::Neighbour>{
-                  {below, plane_, 0, plane_, 1, 2},
-                  {above, slab_.count * plane_, (slab_.count + 1) * plane_, plane_, 2, 1}});
-    std::vector<double> start(plane_, 0.0);  // ghost planes: read only where a neighbour fills
-    const std::vector<double> mine = initial_planes(n, slab_.first, slab_.count);
-    start.insert(start.end(), mine.begin(), mine.end());
-    start.resize(start.size() + plane_, 0.0);
+        cart_(cart),
+        decomp_(settings.decomp),
+        n_(settings.n),
+        grid_(grid_of(settings.decomp, comm.size())),
+        part_(part_of(decomp_, n_, grid_, coords_of(decomp_, cart, comm.rank()))) {
+    if (decomp_ == Decomp::slab) {
+      // The first plane goes down with tag 1 and the last up with tag 2; one plan serves both
+      // fields because HaloExchange takes the field at start().
+      const int rank = comm.rank();
+      const int below = part_.below[2] ? rank - 1 : MPI_PROC_NULL;
+      const int above = part_.above[2] ? rank + 1 : MPI_PROC_NULL;
+      const std::size_t plane = n_ * n_;
+      const std::size_t planes = part_.count[2];
+      exchange_ = std::make_unique<clbuf::mpi::HaloExchange<double>>(
+          comm, std::vector<clbuf::mpi::Neighbour>{
+                    {below, plane, 0, plane, 1, 2},
+                    {above, planes * plane, (planes + 1) * plane, plane, 2, 1}});
+    } else {
+      // The six faces, one ghost layer: no edges or corners for a 7-point stencil.
+      exchange_ = std::make_unique<clbuf::mpi::HaloExchange<double>>(
+          comm, clbuf::mpi::cartesian_faces(cart, {part_.count[0], part_.count[1], part_.count[2]},
+                                            1, false, 0));
+    }
+
+    // Every cell of the field, ghosts included, starts at its global initial value (0 outside
+    // the cube): ghost cells are read only once a neighbour has filled them.
+    std::vector<double> start(part_.elements());
+    std::size_t next = 0;
+    for (std::size_t z = 0; z < part_.field[2]; ++z) {
+      for (std::size_t y = 0; y < part_.field[1]; ++y) {
+        for (std::size_t x = 0; x < part_.field[0]; ++x) {
+          const Triple local = {x, y, z};
+          Triple global{};
+          bool inside = true;
+          for (std::size_t a = 0; a < 3; ++a) {
+            global[a] = part_.first[a] + local[a] - part_.ghost[a];  // wraps below 0: outside
+            inside = inside && local[a] + part_.first[a] >= part_.ghost[a] && global[a] < n_;
+          }
+          start[next++] = inside ? initial_value(n_, global[0], global[1], global[2]) : 0.0;
+        }
+      }
+    }
     in_ = manager.upload(start);
     out_ = manager.upload(start);  // the fixed boundary is in both fields and never written
 
-    // Local planes [lo, hi] are updated (global planes 1 .. N-2); those next to a neighbour's
-    // ghost wait for the exchange, the rest overlap it.
-    const std::size_t lo = slab_.first == 0 ? 2 : 1;
-    const std::size_t hi = slab_.first + slab_.count == n ? slab_.count - 1 : slab_.count;
-    interior_lo_ = below != MPI_PROC_NULL ? std::max<std::size_t>(lo, 2) : lo;
-    interior_hi_ = above != MPI_PROC_NULL ? std::min(hi, slab_.count - 1) : hi;
-    if (below != MPI_PROC_NULL && lo <= 1 && 1 <= hi) edges_.push_back(1);
-    if (above != MPI_PROC_NULL && lo <= slab_.count && slab_.count <= hi &&
-        (edges_.empty() || edges_.back() != slab_.count)) {
-      edges_.push_back(slab_.count);
+    // Along each axis the cells updated are the part's cells off the global boundary
+    // (global 1 .. N-2); those next to a neighbour's ghost layer wait for the exchange (the
+    // shell), the rest (the interior) overlap it.
+    Span3 update;
+    Span3 inner;
+    for (std::size_t a = 0; a < 3; ++a) {
+      const std::size_t last = part_.first[a] + part_.count[a];  // one past, global
+      const std::size_t low = std::max<std::size_t>(part_.first[a], 1);
+      const std::size_t high = std::min(last, n_ - 1);
+      if (low >= high) {
+        update.size[a] = 0;
+        continue;
+      }
+      update.origin[a] = low - part_.first[a] + part_.ghost[a];
+      update.size[a] = high - low;
+      const std::size_t inner_low = std::max(low, part_.first[a] + (part_.below[a] ? 1 : 0));
+      const std::size_t inner_high = std::min(high, last - (part_.above[a] ? 1 : 0));
+      inner.origin[a] = inner_low - part_.first[a] + part_.ghost[a];
+      inner.size[a] = inner_low < inner_high ? inner_high - inner_low : 0;
     }
+    if (!update.empty() && !inner.empty()) inner_ = inner;
+    shell_ = shell(update, inner);
 
     const cl::Device device = manager.queue().getInfo<CL_QUEUE_DEVICE>();
     if (device.getInfo<CL_DEVICE_DOUBLE_FP_CONFIG>() == 0) {
@@ -220,13 +387,13 @@ class Solver {
     auto clock = std::chrono::steady_clock::now();
     exchange_->start(in_);
     exchange += seconds_since(clock);
-    if (interior_lo_ <= interior_hi_) launch(interior_lo_, interior_hi_ - interior_lo_ + 1);
+    if (!inner_.empty()) launch(inner_);
     clock = std::chrono::steady_clock::now();
     exchange_->finish();
     const double waited = seconds_since(clock);
     exchange += waited;
     wait += waited;
-    for (const std::size_t plane : edges_) launch(plane, 1);
+    for (const Span3& box : shell_) launch(box);
     std::swap(in_, out_);
   }
 
@@ -234,65 +401,75 @@ class Solver {
   /// at its first enqueue. It writes what the first step() writes over again, so the field is
   /// unchanged.
   void warm_up() {
-    if (interior_lo_ <= interior_hi_) launch(interior_lo_, interior_hi_ - interior_lo_ + 1);
-    for (const std::size_t plane : edges_) launch(plane, 1);
+    if (!inner_.empty()) launch(inner_);
+    for (const Span3& box : shell_) launch(box);
     manager_.queue().finish();
   }
 
-  /// The largest |change| of the last iteration over this rank's planes.
+  /// The largest |change| of the last iteration over this rank's cells.
   double last_change() {
-    const std::size_t count = slab_.count * plane_;
-    std::vector<double> now(count);
-    std::vector<double> before(count);
-    manager_.download(in_, now.data(), count, plane_);
-    manager_.download(out_, before.data(), count, plane_);
+    const clbuf::Region region = cells_region(part_, n_, true);
+    std::vector<double> now(part_.cells());
+    std::vector<double> before(part_.cells());
+    manager_.download_rect(in_, now, region);
+    manager_.download_rect(out_, before, region);
     double most = 0.0;
-    for (std::size_t i = 0; i < count; ++i) most = std::max(most, std::fabs(now[i] - before[i]));
+    for (std::size_t i = 0; i < now.size(); ++i) {
+      most = std::max(most, std::fabs(now[i] - before[i]));
+    }
     return most;
   }
 
-  /// The whole field on rank 0 (in global order), empty elsewhere.
+  /// The whole field on rank 0 (in global order), empty elsewhere: every other rank sends its
+  /// cells packed (a rect copy on the device), rank 0 places each part by its coordinates.
   std::vector<double> gather() {
     const int tag = 3;
-    clbuf::DeviceBuffer<double> mine = manager_.view(in_, plane_, slab_.count * plane_);
     if (comm_.rank() != 0) {
+      clbuf::DeviceBuffer<double> mine = manager_.allocate<double>(part_.cells());
+      manager_.copy_rect(in_, mine, cells_region(part_, n_, true));
       comm_.send(mine, 0, tag);
       return {};
     }
-    clbuf::DeviceBuffer<double> all = manager_.allocate<double>(n_ * plane_);
-    manager_.copy_bytes(mine, all, mine.size_bytes(), 0, 0);
+    clbuf::DeviceBuffer<double> all = manager_.allocate<double>(n_ * n_ * n_);
+    manager_.copy_rect(in_, all, cells_region(part_, n_, false));
     for (int source = 1; source < comm_.size(); ++source) {
-      const Slab theirs =
-          slab_of(n_, static_cast<std::size_t>(comm_.size()), static_cast<std::size_t>(source));
-      clbuf::DeviceBuffer<double> part =
-          manager_.view(all, theirs.first * plane_, theirs.count * plane_);
-      comm_.recv(part, source, tag);
+      const Part theirs = part_of(decomp_, n_, grid_, coords_of(decomp_, cart_, source));
+      clbuf::DeviceBuffer<double> cells = manager_.allocate<double>(theirs.cells());
+      comm_.recv(cells, source, tag);
+      clbuf::Region region = cells_region(theirs, n_, false);
+      region.src_origin = {};
+      region.src_extents = region.size;
+      manager_.copy_rect(cells, all, region);
     }
     return manager_.download(all);
   }
 
  private:
-  void launch(std::size_t first_plane, std::size_t planes) {
+  void launch(const Span3& box) {
     kernel_.setArg(0, in_.native());
     kernel_.setArg(1, out_.native());
-    kernel_.setArg(2, static_cast<cl_ulong>(n_));
-    kernel_.setArg(3, static_cast<cl_ulong>(first_plane));
+    kernel_.setArg(2, static_cast<cl_ulong>(part_.field[0]));
+    kernel_.setArg(3, static_cast<cl_ulong>(part_.field[0] * part_.field[1]));
+    kernel_.setArg(4, static_cast<cl_ulong>(box.origin[0]));
+    kernel_.setArg(5, static_cast<cl_ulong>(box.origin[1]));
+    kernel_.setArg(6, static_cast<cl_ulong>(box.origin[2]));
     manager_.queue().enqueueNDRangeKernel(kernel_, cl::NullRange,
-                                          cl::NDRange(n_ - 2, n_ - 2, planes));
+                                          cl::NDRange(box.size[0], box.size[1], box.size[2]));
     manager_.queue().flush();  // so the device computes while this thread moves the exchange
   }
 
   clbuf::BufferManager& manager_;
   clbuf::mpi::Communicator& comm_;
+  MPI_Comm cart_ = MPI_COMM_NULL;
+  Decomp decomp_ = Decomp::blocks;
   std::size_t n_ = 0;
-  std::size_t plane_ = 0;
-  Slab slab_;
+  Triple grid_{};
+  Part part_;
   std::unique_ptr<clbuf::mpi::HaloExchange<double>> exchange_;
   clbuf::DeviceBuffer<double> in_;
   clbuf::DeviceBuffer<double> out_;
-  std::size_t interior_lo_ = 0;
-  std::size_t interior_hi_ = 0;
-  std::vector<std::size_t> edges_;
+  Span3 inner_;               // the cells that need no ghost (empty: none)
+  std::vector<Span3> shell_;  // the other cells updated, launched after finish()
   cl::Kernel kernel_;
 };
 
@@ -302,11 +479,35 @@ std::string hex(std::uint64_t value) {
   return text;
 }
 
-int run(const Settings& settings) {
+/// The Cartesian communicator of the blocks (MPI_COMM_NULL for slabs), freed at the end.
+class Cart {
+ public:
+  explicit Cart(const Settings& settings, int ranks) {
+    if (settings.decomp != Decomp::blocks) return;
+    const Triple grid = grid_of(settings.decomp, ranks);
+    int dims[3] = {static_cast<int>(grid[0]), static_cast<int>(grid[1]), static_cast<int>(grid[2])};
+    int periods[3] = {0, 0, 0};  // closed: MPI_PROC_NULL beyond the global faces
+    // No reordering: the Cartesian rank is MPI_COMM_WORLD's, so rank 0 prints.
+    MPI_Cart_create(MPI_COMM_WORLD, 3, dims, periods, 0, &comm_);
+  }
+  Cart(const Cart&) = delete;
+  Cart& operator=(const Cart&) = delete;
+  ~Cart() {
+    if (comm_ != MPI_COMM_NULL) MPI_Comm_free(&comm_);
+  }
+  MPI_Comm get() const { return comm_; }
+
+ private:
+  MPI_Comm comm_ = MPI_COMM_NULL;
+};
+
+int run(const Settings& settings, int ranks) {
+  const Cart cart(settings, ranks);
   clbuf::BufferManager manager(clbuf::mpi::local_device_selector());
-  clbuf::mpi::Communicator comm(manager);
+  clbuf::mpi::Communicator comm(manager,
+                                settings.decomp == Decomp::blocks ? cart.get() : MPI_COMM_WORLD);
   const int rank = comm.rank();
-  Solver solver(manager, comm, settings.n);
+  Solver solver(manager, comm, cart.get(), settings);
   clbuf::DeviceBuffer<double> change = manager.allocate<double>(1);
 
   solver.warm_up();
@@ -337,8 +538,11 @@ int run(const Settings& settings) {
   const std::vector<double> field = solver.gather();
   if (rank != 0) return 0;
   const double iters = static_cast<double>(std::max<std::size_t>(settings.iters, 1));
-  std::printf("%s (%s): %d ranks, %zu^3 doubles, %zu iterations\n", manager.device().name.c_str(),
-              clbuf::to_string(manager.memory_model()), comm.size(), settings.n, settings.iters);
+  const Triple grid = grid_of(settings.decomp, comm.size());
+  std::printf("%s (%s): %d ranks, %zu^3 doubles, %zu iterations, %s %zu x %zu x %zu (x, y, z)\n",
+              manager.device().name.c_str(), clbuf::to_string(manager.memory_model()), comm.size(),
+              settings.n, settings.iters, settings.decomp == Decomp::blocks ? "blocks" : "slabs",
+              grid[0], grid[1], grid[2]);
   std::printf(
       "time per iteration %.3f ms, exchange %.3f ms (%.0f%%) of which waiting in "
       "finish() %.3f ms\n",
@@ -374,7 +578,7 @@ int main(int argc, char** argv) {
   }
   int status = 1;
   try {
-    status = run(settings);
+    status = run(settings, size);
   } catch (const std::exception& e) {
     std::cerr << "rank " << rank << ": " << e.what() << "\n";
     MPI_Abort(MPI_COMM_WORLD, 1);
