@@ -1,21 +1,27 @@
 // SPDX-License-Identifier: MIT
 // clbuf.mpi (python/clbuf/mpi.py): Communicator over the C++ clbuf::mpi::Communicator, on the
 // MPI_Comm of an mpi4py communicator (MPI._handleof). Built where CMake finds MPI
-// (CLBUF_PYTHON_MPI). Buffers travel as their bytes; allreduce uses the buffer's dtype.
+// (CLBUF_PYTHON_MPI). Buffers travel as their bytes; allreduce, iallreduce and HaloExchange use
+// the buffer's dtype. Neighbour and Box are Python classes (python/clbuf/mpi.py), read here by
+// their attributes as clbuf.Region is; cartesian_faces returns tuples mpi.py makes them of.
 #include <clbuf/mpi.hpp>
 
 #include "manager.hpp"
+
+#include <climits>
 
 namespace clbuf_python {
 namespace {
 
 class Communicator;
 
-/// clbuf.mpi.Request: an isend or irecv in flight; keeps its buffer alive.
+/// clbuf.mpi.Request: an isend, irecv, ibroadcast or iallreduce in flight; keeps its buffer
+/// (and a typed alias of it, `keep`) alive.
 class Request {
  public:
-  Request(clbuf::mpi::Request request, std::shared_ptr<Handle> buffer)
-      : request_(std::move(request)), buffer_(std::move(buffer)) {}
+  Request(clbuf::mpi::Request request, std::shared_ptr<Handle> buffer,
+          std::shared_ptr<void> keep = nullptr)
+      : buffer_(std::move(buffer)), keep_(std::move(keep)), request_(std::move(request)) {}
   ~Request() {
     if (Py_IsInitialized() != 0 && PyGILState_Check() != 0) {
       NoGil release;
@@ -32,19 +38,46 @@ class Request {
   }
 
  private:
-  clbuf::mpi::Request request_;
   std::shared_ptr<Handle> buffer_;
+  std::shared_ptr<void> keep_;
+  clbuf::mpi::Request request_;  // declared last: destroyed (waited for) first
 };
 
-clbuf::mpi::Op as_op(const py::handle& op) {
+clbuf::mpi::Op as_op(const char* operation, const py::handle& op) {
   if (py::isinstance<py::str>(op)) {
     const std::string text = op.cast<std::string>();
     if (text == "sum") return clbuf::mpi::Op::sum;
     if (text == "min") return clbuf::mpi::Op::min;
     if (text == "max") return clbuf::mpi::Op::max;
   }
-  fail("allreduce", CL_INVALID_VALUE,
+  fail(operation, CL_INVALID_VALUE,
        "op must be \"sum\", \"min\" or \"max\", not " + short_repr(op));
+}
+
+template <class T>
+struct Tag {
+  using type = T;
+};
+
+/// f(Tag<T>{}) for the C++ element type T of `dtype`: int8-int64, uint8-uint64, float32 or
+/// float64; clbuf.Error (CL_INVALID_VALUE) naming `what` for any other dtype.
+template <class F>
+auto by_dtype(const char* operation, const py::dtype& dtype, const char* what, F&& f) {
+  const char kind = dtype.kind();
+  const py::ssize_t item = dtype.itemsize();
+  if (kind == 'f' && item == 4) return f(Tag<float>{});
+  if (kind == 'f' && item == 8) return f(Tag<double>{});
+  if (kind == 'i' && item == 1) return f(Tag<std::int8_t>{});
+  if (kind == 'i' && item == 2) return f(Tag<std::int16_t>{});
+  if (kind == 'i' && item == 4) return f(Tag<std::int32_t>{});
+  if (kind == 'i' && item == 8) return f(Tag<std::int64_t>{});
+  if (kind == 'u' && item == 1) return f(Tag<std::uint8_t>{});
+  if (kind == 'u' && item == 2) return f(Tag<std::uint16_t>{});
+  if (kind == 'u' && item == 4) return f(Tag<std::uint32_t>{});
+  if (kind == 'u' && item == 8) return f(Tag<std::uint64_t>{});
+  fail(operation, CL_INVALID_VALUE,
+       std::string(what) + " takes int8-int64, uint8-uint64, float32 and float64 buffers, not " +
+           describe_dtype(dtype));
 }
 
 template <class T>
@@ -54,16 +87,216 @@ void allreduce_as(clbuf::mpi::Communicator& comm, Handle& handle, clbuf::mpi::Op
   comm.allreduce(alias, op);
 }
 
-class Communicator {
+/// operator.index(value) as a C int (a rank or tag; negative allowed: MPI_PROC_NULL).
+int as_int(const char* operation, const py::handle& value, const std::string& what) {
+  PyObject* index = PyNumber_Index(value.ptr());
+  if (index == nullptr) {
+    if (PyErr_ExceptionMatches(PyExc_TypeError) == 0) throw py::error_already_set();
+    PyErr_Clear();
+    fail(operation, CL_INVALID_VALUE, what + " must be an integer, not " + type_name(value));
+  }
+  const py::int_ number = py::reinterpret_steal<py::int_>(index);
+  int overflow = 0;
+  const long long result = PyLong_AsLongLongAndOverflow(number.ptr(), &overflow);
+  if (overflow != 0 || result < INT_MIN || result > INT_MAX) {
+    PyErr_Clear();
+    fail(operation, CL_INVALID_VALUE, what + " " + text_of(number) + " is not a C int");
+  }
+  return static_cast<int>(result);
+}
+
+/// getattr(object, name); clbuf.Error saying `object` (`what`) must be a `kind` when it has none.
+py::object attribute(const char* operation, const py::handle& object, const char* name,
+                     const std::string& what, const char* kind) {
+  try {
+    return object.attr(name);
+  } catch (py::error_already_set& error) {
+    error.restore();
+    const std::string why = take_python_error();
+    fail(operation, CL_INVALID_VALUE,
+         what + " must be a " + kind + ", not " + type_name(object) + " (" + why + ")");
+  }
+}
+
+/// Three element counts (x, y, z) from a sequence of three.
+std::array<std::size_t, 3> counts3(const char* operation, const py::handle& value,
+                                   const std::string& what) {
+  if (PySequence_Check(value.ptr()) == 0 || PySequence_Size(value.ptr()) != 3) {
+    PyErr_Clear();
+    fail(operation, CL_INVALID_VALUE,
+         what + " must be a tuple of three element counts (x, y, z), not " + short_repr(value));
+  }
+  std::array<std::size_t, 3> out{};
+  for (std::size_t i = 0; i < 3; ++i) {
+    const auto item = py::reinterpret_steal<py::object>(
+        PySequence_GetItem(value.ptr(), static_cast<Py_ssize_t>(i)));
+    if (!item) throw py::error_already_set();
+    out[i] = as_size(operation, item, what.c_str());
+  }
+  return out;
+}
+
+clbuf::mpi::Box as_box(const char* operation, const py::handle& value, const std::string& what) {
+  const char* kind = "clbuf.mpi.Box";
+  const auto origin =
+      counts3(operation, attribute(operation, value, "origin", what, kind), what + ".origin");
+  const auto size =
+      counts3(operation, attribute(operation, value, "size", what, kind), what + ".size");
+  const auto field =
+      counts3(operation, attribute(operation, value, "field", what, kind), what + ".field");
+  return clbuf::mpi::Box{clbuf::Offset{origin[0], origin[1], origin[2]},
+                         clbuf::Extents{size[0], size[1], size[2]},
+                         clbuf::Extents{field[0], field[1], field[2]}};
+}
+
+/// A plan (a sequence of clbuf.mpi.Neighbour) as the C++ plan.
+std::vector<clbuf::mpi::Neighbour> as_plan(const char* operation, const py::handle& plan) {
+  if (PySequence_Check(plan.ptr()) == 0 || py::isinstance<py::str>(plan)) {
+    fail(operation, CL_INVALID_VALUE,
+         "plan must be a list of clbuf.mpi.Neighbour, not " + type_name(plan));
+  }
+  const py::list items = py::list(py::reinterpret_borrow<py::object>(plan));
+  std::vector<clbuf::mpi::Neighbour> out;
+  out.reserve(items.size());
+  const char* kind = "clbuf.mpi.Neighbour";
+  for (std::size_t i = 0; i < items.size(); ++i) {
+    const py::handle item = items[i];
+    const std::string what = "plan[" + std::to_string(i) + "]";
+    const auto get = [&](const char* name) { return attribute(operation, item, name, what, kind); };
+    clbuf::mpi::Neighbour n;
+    n.rank = as_int(operation, get("rank"), what + ".rank");
+    n.send_offset = as_size(operation, get("send_offset"), (what + ".send_offset").c_str());
+    n.recv_offset = as_size(operation, get("recv_offset"), (what + ".recv_offset").c_str());
+    n.count = as_size(operation, get("count"), (what + ".count").c_str());
+    n.send_tag = as_int(operation, get("send_tag"), what + ".send_tag");
+    n.recv_tag = as_int(operation, get("recv_tag"), what + ".recv_tag");
+    const py::object send_box = get("send_box");
+    if (!send_box.is_none()) n.send_box = as_box(operation, send_box, what + ".send_box");
+    const py::object recv_box = get("recv_box");
+    if (!recv_box.is_none()) n.recv_box = as_box(operation, recv_box, what + ".recv_box");
+    out.push_back(n);
+  }
+  return out;
+}
+
+py::object box_tuple(const std::optional<clbuf::mpi::Box>& box) {
+  if (!box) return py::none();
+  return py::make_tuple(py::make_tuple(box->origin.x, box->origin.y, box->origin.z),
+                        py::make_tuple(box->size.x, box->size.y, box->size.z),
+                        py::make_tuple(box->field.x, box->field.y, box->field.z));
+}
+
+const char* path_name(clbuf::mpi::Path path) {
+  switch (path) {
+    case clbuf::mpi::Path::automatic:
+      return "automatic";
+    case clbuf::mpi::Path::zero_copy:
+      return "zero_copy";
+    case clbuf::mpi::Path::map:
+      return "map";
+    case clbuf::mpi::Path::staged:
+      return "staged";
+    case clbuf::mpi::Path::whole:
+      return "whole";
+  }
+  return "unknown";
+}
+
+/// Communicator's keyword arguments as clbuf::mpi::Options (None: the default); the library
+/// checks their ranges.
+clbuf::mpi::Options as_options(const py::handle& chunk_bytes, const py::handle& depth,
+                               const py::handle& path, const py::handle& device_reduce_bytes,
+                               const py::handle& verify_collectives) {
+  const char* op = "Communicator";
+  clbuf::mpi::Options options;
+  if (!chunk_bytes.is_none()) options.chunk_bytes = as_size(op, chunk_bytes, "chunk_bytes");
+  if (!depth.is_none()) options.depth = as_size(op, depth, "depth");
+  if (!device_reduce_bytes.is_none()) {
+    options.device_reduce_bytes = as_size(op, device_reduce_bytes, "device_reduce_bytes");
+  }
+  if (!path.is_none()) {
+    bool found = false;
+    if (py::isinstance<py::str>(path)) {
+      const std::string text = path.cast<std::string>();
+      for (const clbuf::mpi::Path candidate :
+           {clbuf::mpi::Path::automatic, clbuf::mpi::Path::zero_copy, clbuf::mpi::Path::map,
+            clbuf::mpi::Path::staged, clbuf::mpi::Path::whole}) {
+        if (text == path_name(candidate)) {
+          options.path = candidate;
+          found = true;
+        }
+      }
+    }
+    if (!found) {
+      fail(op, CL_INVALID_VALUE,
+           "path must be \"automatic\", \"zero_copy\", \"map\", \"staged\" or \"whole\", not " +
+               short_repr(path));
+    }
+  }
+  if (!verify_collectives.is_none()) {
+    if (!py::isinstance<py::bool_>(verify_collectives)) {
+      fail(op, CL_INVALID_VALUE,
+           "verify_collectives must be a bool, not " + type_name(verify_collectives));
+    }
+    options.verify_collectives = verify_collectives.cast<bool>();
+  }
+  return options;
+}
+
+/// clbuf.mpi.Persistent: a send_init or recv_init; keeps its buffer and communicator alive.
+class Persistent {
  public:
-  Communicator(std::shared_ptr<Manager> manager, std::uintptr_t comm)
+  Persistent(clbuf::mpi::Persistent persistent, std::shared_ptr<Handle> buffer,
+             std::shared_ptr<Communicator> comm)
+      : comm_(std::move(comm)), buffer_(std::move(buffer)), persistent_(std::move(persistent)) {}
+  ~Persistent() {
+    if (Py_IsInitialized() != 0 && PyGILState_Check() != 0) {
+      NoGil release;
+      persistent_.reset();
+    }
+  }
+  void start() {
+    NoGil release;
+    persistent_->start();
+  }
+  void wait() {
+    NoGil release;
+    persistent_->wait();
+  }
+  bool test() {
+    NoGil release;
+    return persistent_->test();
+  }
+  bool active() const { return persistent_->active(); }
+
+ private:
+  std::shared_ptr<Communicator> comm_;
+  std::shared_ptr<Handle> buffer_;
+  std::optional<clbuf::mpi::Persistent> persistent_;  // declared last: destroyed first
+};
+
+class Communicator : public std::enable_shared_from_this<Communicator> {
+ public:
+  Communicator(std::shared_ptr<Manager> manager, std::uintptr_t comm,
+               const clbuf::mpi::Options& options)
       : manager_(std::move(manager)) {
     NoGil release;
     comm_ = std::make_unique<clbuf::mpi::Communicator>(manager_->cpp(),
-                                                       reinterpret_cast<MPI_Comm>(comm));
+                                                       reinterpret_cast<MPI_Comm>(comm), options);
   }
+  clbuf::mpi::Communicator& cpp() const noexcept { return *comm_; }
   int rank() const { return comm_->rank(); }
   int size() const { return comm_->size(); }
+  py::dict options() const {
+    const clbuf::mpi::Options& o = comm_->options();
+    py::dict out;
+    out["chunk_bytes"] = o.chunk_bytes;
+    out["depth"] = o.depth;
+    out["path"] = path_name(o.path);
+    out["device_reduce_bytes"] = o.device_reduce_bytes;
+    out["verify_collectives"] = o.verify_collectives;
+    return out;
+  }
   void send(const py::handle& buffer, int dest, int tag) {
     auto h = as_handle("send", buffer, "buffer");
     NoGil release;
@@ -98,29 +331,63 @@ class Communicator {
     }
     return std::make_shared<Request>(std::move(request), h);
   }
+  std::shared_ptr<Persistent> send_init(const py::handle& buffer, int dest, int tag) {
+    auto h = as_handle("send_init", buffer, "buffer");
+    return std::make_shared<Persistent>(comm_->send_init(h->memory, dest, tag), h,
+                                        shared_from_this());
+  }
+  std::shared_ptr<Persistent> recv_init(const py::handle& buffer, int source, int tag) {
+    auto h = as_handle("recv_init", buffer, "buffer");
+    return std::make_shared<Persistent>(comm_->recv_init(h->memory, source, tag), h,
+                                        shared_from_this());
+  }
   void broadcast(const py::handle& buffer, int root) {
     auto h = as_handle("broadcast", buffer, "buffer");
     NoGil release;
     comm_->broadcast(h->memory, root);
   }
+  std::shared_ptr<Request> ibroadcast(const py::handle& buffer, int root) {
+    auto h = as_handle("ibroadcast", buffer, "buffer");
+    clbuf::mpi::Request request;
+    {
+      NoGil release;
+      request = comm_->ibroadcast(h->memory, root);
+    }
+    return std::make_shared<Request>(std::move(request), h);
+  }
   void allreduce(const py::handle& buffer, const py::handle& op) {
     auto h = as_handle("allreduce", buffer, "buffer");
-    const clbuf::mpi::Op reduction = as_op(op);
-    const char kind = h->dtype.kind();
-    const std::size_t item = h->itemsize();
-    NoGil release;
-    if (kind == 'f' && item == 4) return allreduce_as<float>(*comm_, *h, reduction);
-    if (kind == 'f' && item == 8) return allreduce_as<double>(*comm_, *h, reduction);
-    if (kind == 'i' && item == 1) return allreduce_as<std::int8_t>(*comm_, *h, reduction);
-    if (kind == 'i' && item == 2) return allreduce_as<std::int16_t>(*comm_, *h, reduction);
-    if (kind == 'i' && item == 4) return allreduce_as<std::int32_t>(*comm_, *h, reduction);
-    if (kind == 'i' && item == 8) return allreduce_as<std::int64_t>(*comm_, *h, reduction);
-    if (kind == 'u' && item == 1) return allreduce_as<std::uint8_t>(*comm_, *h, reduction);
-    if (kind == 'u' && item == 2) return allreduce_as<std::uint16_t>(*comm_, *h, reduction);
-    if (kind == 'u' && item == 4) return allreduce_as<std::uint32_t>(*comm_, *h, reduction);
-    if (kind == 'u' && item == 8) return allreduce_as<std::uint64_t>(*comm_, *h, reduction);
-    fail("allreduce", CL_INVALID_VALUE,
-         "allreduce takes int8-int64, uint8-uint64, float32 and float64 buffers");
+    const clbuf::mpi::Op reduction = as_op("allreduce", op);
+    by_dtype("allreduce", h->dtype, "allreduce", [&](auto tag) {
+      using T = typename decltype(tag)::type;
+      NoGil release;
+      allreduce_as<T>(*comm_, *h, reduction);
+    });
+  }
+  std::shared_ptr<Request> iallreduce(const py::handle& buffer, const py::handle& op) {
+    const char* name = "iallreduce";
+    auto h = as_handle(name, buffer, "buffer");
+    const clbuf::mpi::Op reduction = as_op(name, op);
+    return by_dtype(name, h->dtype, name, [&](auto tag) {
+      using T = typename decltype(tag)::type;
+      // Cached on the Handle (the GIL held); the Request keeps the Handle, and so the alias.
+      std::shared_ptr<clbuf::DeviceBuffer<T>> alias = alias_of<T>(name, *h);
+      if (!alias->valid()) {
+        alias = std::make_shared<clbuf::DeviceBuffer<T>>(h->manager->allocate<T>(0));
+      }
+      clbuf::mpi::Request request;
+      {
+        NoGil release;
+        request = comm_->iallreduce(*alias, reduction);
+      }
+      return std::make_shared<Request>(std::move(request), h, alias);
+    });
+  }
+  void scatter(const py::handle& all, const py::handle& mine, int root) {
+    scatter_gather("scatter", all, mine, root, true);
+  }
+  void gather(const py::handle& mine, const py::handle& all, int root) {
+    scatter_gather("gather", all, mine, root, false);
   }
   void barrier() {
     NoGil release;
@@ -128,8 +395,150 @@ class Communicator {
   }
 
  private:
+  /// `all` may be None on ranks other than the root (the library reads it on the root only).
+  void scatter_gather(const char* op, const py::handle& all, const py::handle& mine, int root,
+                      bool scatter) {
+    auto m = as_handle(op, mine, "mine");
+    std::shared_ptr<Handle> a;
+    if (!all.is_none()) {
+      a = as_handle(op, all, "all");
+      if (!a->dtype.equal(m->dtype)) {
+        fail(op, CL_INVALID_VALUE,
+             "all holds " + describe_dtype(a->dtype) + " but mine holds " +
+                 describe_dtype(m->dtype));
+      }
+    }
+    clbuf::DeviceBuffer<std::uint8_t> none;
+    clbuf::DeviceBuffer<std::uint8_t>& whole = a ? a->memory : none;
+    NoGil release;
+    if (scatter) {
+      comm_->scatter(whole, m->memory, root);
+    } else {
+      comm_->gather(m->memory, whole, root);
+    }
+  }
+
   std::shared_ptr<Manager> manager_;  // the C++ communicator must not outlive it
   std::unique_ptr<clbuf::mpi::Communicator> comm_;
+};
+
+/// One clbuf::mpi::HaloExchange<T>, whatever T.
+class AnyHalo {
+ public:
+  AnyHalo() = default;
+  AnyHalo(const AnyHalo&) = delete;
+  AnyHalo& operator=(const AnyHalo&) = delete;
+  virtual ~AnyHalo() = default;
+  /// The field's typed alias (alias_of(), the GIL held).
+  virtual std::shared_ptr<void> alias(const char* operation, Handle& field) = 0;
+  virtual void start(void* alias) = 0;
+  virtual bool test() = 0;
+  virtual void finish() = 0;
+};
+
+template <class T>
+class TypedHalo final : public AnyHalo {
+ public:
+  TypedHalo(clbuf::mpi::Communicator& comm, std::vector<clbuf::mpi::Neighbour> plan)
+      : exchange_(comm, std::move(plan)) {}
+  std::shared_ptr<void> alias(const char* operation, Handle& field) override {
+    return alias_of<T>(operation, field);
+  }
+  void start(void* alias) override {
+    exchange_.start(*static_cast<clbuf::DeviceBuffer<T>*>(alias));
+  }
+  bool test() override { return exchange_.test(); }
+  void finish() override { exchange_.finish(); }
+
+ private:
+  clbuf::mpi::HaloExchange<T> exchange_;
+};
+
+/// clbuf.mpi.HaloExchange: a clbuf::mpi::HaloExchange<T> of the field's dtype, made at
+/// construction (dtype given) or at the first start() (and again when a field of another dtype
+/// comes). Keeps its communicator alive, and the field while an exchange is in flight.
+class HaloExchange {
+ public:
+  HaloExchange(std::shared_ptr<Communicator> comm, std::vector<clbuf::mpi::Neighbour> plan,
+               const py::handle& dtype)
+      : comm_(std::move(comm)), plan_(std::move(plan)) {
+    if (!dtype.is_none()) build(as_dtype("HaloExchange", dtype));
+  }
+  ~HaloExchange() {
+    if (Py_IsInitialized() != 0 && PyGILState_Check() != 0) {
+      NoGil release;
+      exchange_.reset();
+    }
+  }
+  void start(const py::handle& field) {
+    const char* op = "HaloExchange::start";
+    auto h = as_handle(op, field, "field");
+    if (field_) fail(op, CL_INVALID_OPERATION, "the last exchange has not finished");
+    if (!exchange_ || kind_ != h->dtype.kind() || itemsize_ != h->dtype.itemsize()) {
+      build(h->dtype);
+    }
+    std::shared_ptr<void> alias = exchange_->alias(op, *h);
+    {
+      NoGil release;
+      exchange_->start(alias.get());
+    }
+    field_ = std::move(h);
+    alias_ = std::move(alias);
+  }
+  bool test() {
+    if (!field_) return true;
+    bool done = false;
+    {
+      NoGil release;
+      done = exchange_->test();
+    }
+    if (done) release_field();
+    return done;
+  }
+  void finish() {
+    if (!field_) return;
+    std::exception_ptr failure;
+    {
+      NoGil release;
+      try {
+        exchange_->finish();
+      } catch (...) {
+        failure = std::current_exception();
+      }
+    }
+    release_field();
+    if (failure) std::rethrow_exception(failure);
+  }
+  bool active() const noexcept { return field_ != nullptr; }
+  std::string dtype() const {
+    if (!exchange_) return "";
+    return std::string(1, kind_) + std::to_string(itemsize_);
+  }
+
+ private:
+  void build(const py::dtype& dtype) {
+    const char* op = "HaloExchange";
+    std::vector<clbuf::mpi::Neighbour> plan = plan_;
+    exchange_ = by_dtype(op, dtype, op, [&](auto tag) -> std::unique_ptr<AnyHalo> {
+      using T = typename decltype(tag)::type;
+      NoGil release;
+      return std::make_unique<TypedHalo<T>>(comm_->cpp(), std::move(plan));
+    });
+    kind_ = dtype.kind();
+    itemsize_ = dtype.itemsize();
+  }
+  void release_field() {
+    alias_.reset();
+    field_.reset();
+  }
+
+  std::shared_ptr<Communicator> comm_;  // the C++ exchange holds a reference to its communicator
+  std::vector<clbuf::mpi::Neighbour> plan_;
+  std::shared_ptr<Handle> field_;      // the field of the exchange in flight
+  std::shared_ptr<void> alias_;        // its typed alias
+  std::unique_ptr<AnyHalo> exchange_;  // declared last: destroyed (finished) first
+  char kind_ = 0;
+  py::ssize_t itemsize_ = 0;
 };
 
 }  // namespace
@@ -142,28 +551,58 @@ struct PythonName<Communicator> {
 template <>
 struct PythonName<Request> {
   static constexpr const char* name = "mpi.Request";
-  static constexpr const char* made_by = "requests come from isend() and irecv()";
+  static constexpr const char* made_by =
+      "requests come from isend(), irecv(), ibroadcast() and iallreduce()";
+};
+template <>
+struct PythonName<Persistent> {
+  static constexpr const char* name = "mpi.Persistent";
+  static constexpr const char* made_by =
+      "persistent requests come from send_init() and recv_init()";
+};
+template <>
+struct PythonName<HaloExchange> {
+  static constexpr const char* name = "mpi.HaloExchange";
+  static constexpr const char* made_by = "create one with clbuf.mpi.HaloExchange(comm, plan)";
 };
 
 void bind_mpi(py::module_& m) {
-  py::class_<Request, std::shared_ptr<Request>>(m, "_MpiRequest",
-                                                "An isend or irecv in flight (clbuf.mpi).")
+  py::class_<Request, std::shared_ptr<Request>>(
+      m, "_MpiRequest", "An isend, irecv, ibroadcast or iallreduce in flight (clbuf.mpi).")
       .def("wait", checked("wait", &Request::wait), "Blocks until the transfer has completed.")
       .def("test", checked("test", &Request::test), "True once the transfer has completed.");
+  py::class_<Persistent, std::shared_ptr<Persistent>>(
+      m, "_MpiPersistent", "A send_init or recv_init, started as often as needed (clbuf.mpi).")
+      .def("start", checked("start", &Persistent::start),
+           "Begins one transfer; clbuf.Error while the last one is active.")
+      .def("wait", checked("wait", &Persistent::wait),
+           "Blocks until the transfer started last has completed.")
+      .def("test", checked("test", &Persistent::test),
+           "True once the transfer started last has completed (or none is active).")
+      .def_property_readonly("active", checked("active", &Persistent::active),
+                             "A transfer was started and has not completed yet.");
   py::class_<Communicator, std::shared_ptr<Communicator>>(
       m, "_MpiCommunicator", "clbuf.mpi.Communicator: DeviceBuffers between MPI ranks.")
-      .def(py::init([](const py::handle& bm, std::uintptr_t comm) {
-             if (!py::isinstance<Manager>(bm)) {
-               fail("Communicator", CL_INVALID_VALUE,
-                    "bm must be a clbuf.BufferManager, not " + type_name(bm));
-             }
-             std::shared_ptr<Manager> manager = held_object<Manager>(bm);
-             if (!manager) fail_uninitialised<Manager>("Communicator");
-             return std::make_shared<Communicator>(std::move(manager), comm);
-           }),
-           py::arg("bm"), py::arg("comm"))
+      .def(
+          py::init([](const py::handle& bm, std::uintptr_t comm, const py::handle& chunk_bytes,
+                      const py::handle& depth, const py::handle& path,
+                      const py::handle& device_reduce_bytes, const py::handle& verify_collectives) {
+            if (!py::isinstance<Manager>(bm)) {
+              fail("Communicator", CL_INVALID_VALUE,
+                   "bm must be a clbuf.BufferManager, not " + type_name(bm));
+            }
+            std::shared_ptr<Manager> manager = held_object<Manager>(bm);
+            if (!manager) fail_uninitialised<Manager>("Communicator");
+            const clbuf::mpi::Options options =
+                as_options(chunk_bytes, depth, path, device_reduce_bytes, verify_collectives);
+            return std::make_shared<Communicator>(std::move(manager), comm, options);
+          }),
+          py::arg("bm"), py::arg("comm"), py::kw_only(), py::arg("chunk_bytes") = py::none(),
+          py::arg("depth") = py::none(), py::arg("path") = py::none(),
+          py::arg("device_reduce_bytes") = py::none(), py::arg("verify_collectives") = py::none())
       .def_property_readonly("rank", checked("rank", &Communicator::rank))
       .def_property_readonly("size", checked("size", &Communicator::size))
+      .def_property_readonly("options", checked("options", &Communicator::options))
       .def("send", checked("send", &Communicator::send), py::arg("buffer"), py::arg("dest"),
            py::arg("tag") = 0)
       .def("recv", checked("recv", &Communicator::recv), py::arg("buffer"), py::arg("source"),
@@ -174,11 +613,77 @@ void bind_mpi(py::module_& m) {
            py::arg("tag") = 0)
       .def("irecv", checked("irecv", &Communicator::irecv), py::arg("buffer"), py::arg("source"),
            py::arg("tag") = 0)
+      .def("send_init", checked("send_init", &Communicator::send_init), py::arg("buffer"),
+           py::arg("dest"), py::arg("tag") = 0)
+      .def("recv_init", checked("recv_init", &Communicator::recv_init), py::arg("buffer"),
+           py::arg("source"), py::arg("tag") = 0)
       .def("broadcast", checked("broadcast", &Communicator::broadcast), py::arg("buffer"),
+           py::arg("root"))
+      .def("ibroadcast", checked("ibroadcast", &Communicator::ibroadcast), py::arg("buffer"),
            py::arg("root"))
       .def("allreduce", checked("allreduce", &Communicator::allreduce), py::arg("buffer"),
            py::arg("op") = "sum")
+      .def("iallreduce", checked("iallreduce", &Communicator::iallreduce), py::arg("buffer"),
+           py::arg("op") = "sum")
+      .def("scatter", checked("scatter", &Communicator::scatter), py::arg("all"), py::arg("mine"),
+           py::arg("root"))
+      .def("gather", checked("gather", &Communicator::gather), py::arg("mine"), py::arg("all"),
+           py::arg("root"))
       .def("barrier", checked("barrier", &Communicator::barrier));
+  py::class_<HaloExchange, std::shared_ptr<HaloExchange>>(
+      m, "_MpiHaloExchange", "clbuf.mpi.HaloExchange: a persistent halo exchange of one field.")
+      .def(py::init([](const py::handle& comm, const py::handle& plan, const py::handle& dtype) {
+             const char* op = "HaloExchange";
+             if (!py::isinstance<Communicator>(comm)) {
+               fail(op, CL_INVALID_VALUE,
+                    "comm must be a clbuf.mpi.Communicator, not " + type_name(comm));
+             }
+             std::shared_ptr<Communicator> communicator = held_object<Communicator>(comm);
+             if (!communicator) fail_uninitialised<Communicator>(op);
+             return std::make_shared<HaloExchange>(std::move(communicator), as_plan(op, plan),
+                                                   dtype);
+           }),
+           py::arg("comm"), py::arg("plan"), py::kw_only(), py::arg("dtype") = py::none())
+      .def("start", checked("start", &HaloExchange::start), py::arg("field"),
+           "Packs and sends the boxes and ranges sent, posts the receives; returns.")
+      .def("test", checked("test", &HaloExchange::test),
+           "Moves the exchange on; True once the field holds every ghost cell (or none is in "
+           "flight).")
+      .def("finish", checked("finish", &HaloExchange::finish),
+           "Blocks until the field holds every ghost cell.")
+      .def_property_readonly("active", checked("active", &HaloExchange::active),
+                             "An exchange was started and has not finished.");
+  m.def(
+      "_mpi_cartesian_faces",
+      [](std::uintptr_t cart, const py::handle& interior, const py::handle& halo,
+         bool edges_and_corners, int first_tag) {
+        const char* op = "cartesian_faces";
+        const auto n = counts3(op, interior, "interior");
+        const std::size_t width = as_size(op, halo, "halo");
+        std::vector<clbuf::mpi::Neighbour> plan;
+        {
+          NoGil release;
+          plan = clbuf::mpi::cartesian_faces(reinterpret_cast<MPI_Comm>(cart),
+                                             clbuf::Extents{n[0], n[1], n[2]}, width,
+                                             edges_and_corners, first_tag);
+        }
+        py::list out;
+        for (const clbuf::mpi::Neighbour& neighbour : plan) {
+          out.append(py::make_tuple(neighbour.rank, neighbour.send_offset, neighbour.recv_offset,
+                                    neighbour.count, neighbour.send_tag, neighbour.recv_tag,
+                                    box_tuple(neighbour.send_box), box_tuple(neighbour.recv_box)));
+        }
+        return out;
+      },
+      py::arg("cart"), py::arg("interior"), py::arg("halo"), py::arg("edges_and_corners"),
+      py::arg("first_tag"));
+  m.def("_mpi_constants", [] {
+    py::dict out;
+    out["PROC_NULL"] = MPI_PROC_NULL;
+    out["ANY_SOURCE"] = MPI_ANY_SOURCE;
+    out["ANY_TAG"] = MPI_ANY_TAG;
+    return out;
+  });
 }
 
 }  // namespace clbuf_python
