@@ -32,6 +32,11 @@
 //   clbuf      HaloExchange<float> with cartesian_faces() on a DeviceBuffer: start(); finish()
 //   naive      by hand on the device field: MPI_Irecv of every face, then each face
 //              download_rect (blocking) and MPI_Isend, MPI_Waitall, each ghost face upload_rect
+// and, for the overlap line under each row (the timeline of issue 21, item 2):
+//   kernel     the interior work alone: a 7-point (2-D: 5-point) average of the field into
+//              another buffer over the cells whose stencil needs no ghost, then clFinish
+//   overlap    start(); that kernel; finish(); clFinish: "both" against exchange + kernel
+//              (1.00: one after the other; max / sum: the shorter one entirely hidden)
 // Median us per exchange of the slowest rank; ratios are clbuf's speed over the other method's
 // (above 1: clbuf faster). Each configuration is checked first: every method's whole field
 // after one exchange against a reference built from global coordinates (--smoke: the checks
@@ -252,6 +257,70 @@ clbuf::Region box_region(const clbuf::mpi::Box& box, bool pack) {
   return region;
 }
 
+/// The overlap timeline's interior work: a 7-point (2-D: 5-point) average of the field into
+/// `out` over the cells whose stencil needs no ghost, what a solver runs between start() and
+/// finish(). Built once per manager with the OpenCL C API.
+class InteriorKernel {
+ public:
+  explicit InteriorKernel(clbuf::BufferManager& manager)
+      : context_(manager.context()), queue_(manager.queue()) {
+    static const char* source = R"CLC(
+__kernel void interior(__global const float* f, __global float* out, uint wx, uint wy, uint wz) {
+  const size_t x = get_global_id(0) + 2;
+  const size_t y = get_global_id(1) + 2;
+  const size_t z = get_global_id(2) + (wz > 1 ? 2 : 0);
+  const size_t i = x + wx * (y + wy * z);
+  float s = f[i - 1] + f[i + 1] + f[i - wx] + f[i + wx];
+  if (wz > 1) s += f[i - wx * wy] + f[i + wx * wy];
+  out[i] = s * (wz > 1 ? 1.0f / 6.0f : 0.25f);
+})CLC";
+    cl_int err = CL_SUCCESS;
+    program_ = clCreateProgramWithSource(context_(), 1, &source, nullptr, &err);
+    check(err, "clCreateProgramWithSource");
+    check(clBuildProgram(program_, 0, nullptr, nullptr, nullptr, nullptr), "clBuildProgram");
+    kernel_ = clCreateKernel(program_, "interior", &err);
+    check(err, "clCreateKernel");
+  }
+  InteriorKernel(const InteriorKernel&) = delete;
+  InteriorKernel& operator=(const InteriorKernel&) = delete;
+  ~InteriorKernel() {
+    if (kernel_ != nullptr) clReleaseKernel(kernel_);
+    if (program_ != nullptr) clReleaseProgram(program_);
+  }
+
+  /// Enqueues it on the manager's queue over a field of whole[0] x whole[1] x whole[2] cells.
+  void enqueue(const clbuf::DeviceBuffer<float>& field, clbuf::DeviceBuffer<float>& out,
+               const std::size_t whole[3]) {
+    const cl_mem in_mem = field.native()();
+    const cl_mem out_mem = out.native()();
+    const cl_uint w[3] = {static_cast<cl_uint>(whole[0]), static_cast<cl_uint>(whole[1]),
+                          static_cast<cl_uint>(whole[2])};
+    check(clSetKernelArg(kernel_, 0, sizeof(cl_mem), &in_mem), "clSetKernelArg");
+    check(clSetKernelArg(kernel_, 1, sizeof(cl_mem), &out_mem), "clSetKernelArg");
+    for (cl_uint a = 0; a < 3; ++a) {
+      check(clSetKernelArg(kernel_, 2 + a, sizeof(cl_uint), &w[a]), "clSetKernelArg");
+    }
+    const std::size_t global[3] = {whole[0] - 4, whole[1] - 4, whole[2] > 1 ? whole[2] - 4 : 1};
+    check(
+        clEnqueueNDRangeKernel(queue_(), kernel_, 3, nullptr, global, nullptr, 0, nullptr, nullptr),
+        "clEnqueueNDRangeKernel");
+    check(clFlush(queue_()), "clFlush");
+  }
+  void finish() { check(clFinish(queue_()), "clFinish"); }
+
+ private:
+  static void check(cl_int err, const char* call) {
+    if (err != CL_SUCCESS) {
+      throw std::runtime_error(std::string("mpi_bench: ") + call +
+                               " failed: " + std::to_string(err));
+    }
+  }
+  cl::Context context_;
+  cl::CommandQueue queue_;
+  cl_program program_ = nullptr;
+  cl_kernel kernel_ = nullptr;
+};
+
 struct HaloSettings {
   std::vector<std::size_t> sizes;  // bytes of one face
   std::vector<int> dims;           // 2 and/or 3
@@ -284,8 +353,11 @@ int run_halo(clbuf::BufferManager& manager, const clbuf::mpi::Options& mpi_optio
     MPI_Cart_coords(cart, cart_rank, ndims, grid.coords);
     {  // the Communicator's duplicates freed before cart
       clbuf::mpi::Communicator comm(manager, cart, mpi_options);
-      const char* names[] = {"host", "host_pack", "clbuf", "naive"};
-      constexpr std::size_t kMethods = 4;
+      // kernel and overlap: the timeline of issue 21 (interior work alone, and between start()
+      // and finish()); not columns of the table, a line of their own after it.
+      const char* names[] = {"host", "host_pack", "clbuf", "naive", "kernel", "overlap"};
+      constexpr std::size_t kMethods = 6;
+      InteriorKernel interior(manager);
       if (rank == 0) {
         std::printf(
             "\nhalo exchange, %d-D: %s ranks (MPI_Dims_create, periodic), %s blocks, "
@@ -400,13 +472,26 @@ int run_halo(clbuf::BufferManager& manager, const clbuf::mpi::Options& mpi_optio
                                 box_region(*plan[i].recv_box, false));
           }
         };
-        const std::function<void()> exchanges[kMethods] = {host_exchange, host_pack_exchange,
-                                                           clbuf_exchange, naive_exchange};
+        clbuf::DeviceBuffer<float> smooth = manager.allocate<float>(grid.cells());
+        const auto kernel_alone = [&] {
+          interior.enqueue(field, smooth, grid.whole);
+          interior.finish();
+        };
+        const auto overlapped = [&] {
+          halo.start(field);
+          interior.enqueue(field, smooth, grid.whole);
+          halo.finish();
+          interior.finish();
+        };
+        const std::function<void()> exchanges[kMethods] = {host_exchange,  host_pack_exchange,
+                                                           clbuf_exchange, naive_exchange,
+                                                           kernel_alone,   overlapped};
         // Every method once on a fresh field, its result against the reference.
         {
           const std::vector<float> before = halo_field(grid, false);
           const std::vector<float> expected = halo_field(grid, true);
           for (std::size_t m = 0; m < kMethods; ++m) {
+            if (m == 4) continue;  // the kernel alone exchanges nothing
             const bool on_host = m < 2;
             if (on_host) {
               std::memcpy(cells, before.data(), field_bytes);
@@ -449,7 +534,7 @@ int run_halo(clbuf::BufferManager& manager, const clbuf::mpi::Options& mpi_optio
           for (int sample = 0; sample < settings.samples + 1; ++sample) {  // 0: warm-up, sizing
             // Each sample in its own order (a fixed shuffle, the same on every rank): in one
             // fixed order clbuf right after host_pack measured 1.5x slower at 1 MiB faces.
-            std::size_t order[kMethods] = {0, 1, 2, 3};
+            std::size_t order[kMethods] = {0, 1, 2, 3, 4, 5};
             if (sample > 0) {
               std::shuffle(order, order + kMethods, std::mt19937(static_cast<unsigned>(sample)));
             }
@@ -487,6 +572,13 @@ int run_halo(clbuf::BufferManager& manager, const clbuf::mpi::Options& mpi_optio
                 size_name(real_face).c_str(), block, median[0] * 1e6, median[1] * 1e6,
                 median[2] * 1e6, median[3] * 1e6, median[0] / median[2], median[1] / median[2],
                 median[3] / median[2], start_share[start_share.size() / 2] * 100);
+            // 1.00: exchange and interior one after the other; max/sum: all of the shorter hidden.
+            std::printf(
+                "%-9s | overlap: exchange %.1f us, interior kernel %.1f us, both %.1f us "
+                "= %.2f of their sum (%.2f would hide the shorter entirely)\n",
+                "", median[2] * 1e6, median[4] * 1e6, median[5] * 1e6,
+                median[5] / (median[2] + median[4]),
+                std::max(median[2], median[4]) / (median[2] + median[4]));
             std::fflush(stdout);
             if (csv.is_open()) {
               for (std::size_t m = 0; m < kMethods; ++m) {
