@@ -106,6 +106,40 @@ TEST_P(BufferedUploads, ReturnsWhileTheQueueIsHeld) {
   EXPECT_TRUE(same_bytes(data, paths().download(buffer)));
 }
 
+// The ring holds 16 writes of the bound: with the queue held, 16 uploads return and the 17th
+// waits for the oldest write (it must not overwrite bytes a write has yet to read); once the
+// queue goes on, it returns and all 17 land.
+TEST_P(BufferedUploads, AFullRingWaitsForTheOldestWrite) {
+  if (!buffered()) GTEST_SKIP() << "only a discrete device buffers uploads";
+  std::vector<std::vector<std::uint8_t>> data;
+  std::vector<clbuf::DeviceBuffer<std::uint8_t>> buffers;
+  for (int i = 0; i < 17; ++i) {
+    data.push_back(random<std::uint8_t>(bound));
+    buffers.push_back(paths().allocate<std::uint8_t>(bound));
+  }
+  paths().finish();
+  cl::UserEvent gate(paths().context());
+  const cl_event wait = gate();
+  ASSERT_EQ(clEnqueueBarrierWithWaitList(paths().queue()(), 1, &wait, nullptr), CL_SUCCESS);
+  auto sixteen = std::async(std::launch::async, [&] {
+    for (std::size_t i = 0; i < 16; ++i) paths().upload(buffers[i], data[i]);
+  });
+  const bool returned = sixteen.wait_for(std::chrono::seconds(20)) == std::future_status::ready;
+  std::vector<std::uint8_t> reused = data[16];
+  auto seventeenth = std::async(std::launch::async, [&] { paths().upload(buffers[16], reused); });
+  const bool waited =
+      seventeenth.wait_for(std::chrono::milliseconds(300)) == std::future_status::timeout;
+  gate.setStatus(CL_COMPLETE);
+  sixteen.get();
+  seventeenth.get();
+  reused.assign(reused.size(), 0);
+  EXPECT_TRUE(returned) << "16 uploads of the bound did not fit the ring";
+  EXPECT_TRUE(waited) << "the 17th returned while the ring was full";
+  for (std::size_t i = 0; i < 17; ++i) {
+    EXPECT_TRUE(same_bytes(data[i], paths().download(buffers[i]))) << i;
+  }
+}
+
 // Commands the application enqueues on the manager's queue after upload returns see the data
 // (in-order queue): a copy and a read through the raw handles.
 TEST_P(BufferedUploads, CommandsOnTheManagersQueueSeeTheData) {

@@ -191,6 +191,7 @@ class BouncePath : public clbuf_test::ModelTest {
     options.staging_threshold_bytes = threshold;
     options.staging_chunk_bytes = 64 << 10;
     options.bounce_max_bytes = bounce;
+    options.buffered_upload_max_bytes = 0;  // else uploads up to 64 KiB would be buffered instead
   }
 };
 
