@@ -1193,6 +1193,35 @@ TEST_P(MpiHalo, InteriorMayChangeBetweenStartAndFinish) {
   EXPECT_TRUE(same(expected, manager_->download(field)));
 }
 
+// A box received that is not the size of the box its neighbour sends: finish() throws the
+// receiver's mismatch (naming both counts), never unpacks it, and the exchange can start again.
+TEST_P(MpiHalo, BoxesOfDifferentSizesAreAnErrorOfTheReceivingFinish) {
+  clbuf::mpi::Communicator comm = communicator();
+  const int right = (rank_ + 1) % size_;
+  const int left = (rank_ + size_ - 1) % size_;
+  const clbuf::Extents layout{8, 8, 1};
+  clbuf::mpi::Neighbour to_right;  // sends 2x2 to the right, receives 2x2 with tag 2
+  to_right.rank = right;
+  to_right.send_tag = 1;
+  to_right.recv_tag = 2;
+  to_right.send_box = clbuf::mpi::Box{{1, 1, 0}, {2, 2, 1}, layout};
+  to_right.recv_box = clbuf::mpi::Box{{5, 5, 0}, {2, 2, 1}, layout};
+  clbuf::mpi::Neighbour to_left;  // sends 3x2 to the left, receives 3x2 with tag 1
+  to_left.rank = left;
+  to_left.send_tag = 2;
+  to_left.recv_tag = 1;
+  to_left.send_box = clbuf::mpi::Box{{1, 4, 0}, {3, 2, 1}, layout};
+  to_left.recv_box = clbuf::mpi::Box{{4, 1, 0}, {3, 2, 1}, layout};
+  clbuf::mpi::HaloExchange<float> exchange(comm, {to_right, to_left});
+  const std::vector<float> before = pattern<float>(rank_, 1700, 64);
+  clbuf::DeviceBuffer<float> field = upload(before);
+  exchange.start(field);
+  EXPECT_TRUE(throws([&] { exchange.finish(); }, CL_INVALID_VALUE, {"HaloExchange::start: "}));
+  EXPECT_TRUE(same(before, manager_->download(field))) << "a rejected message was unpacked";
+  exchange.start(field);  // finished: it may start again (and fail the same way)
+  EXPECT_TRUE(throws([&] { exchange.finish(); }, CL_INVALID_VALUE, {}));
+}
+
 // Every box is checked against its field's extents (construction) and the field's size
 // (start()); nothing is enqueued or sent when one does not fit. A second start() before
 // finish() is CL_INVALID_OPERATION.
@@ -1367,6 +1396,18 @@ TEST(MpiCartesian, BadInputIsAnError) {
   EXPECT_TRUE(throws(call(cart.comm, {4, 4, 3}, 1), CL_INVALID_VALUE,
                      {"of 2 dimensions: its extent along z must be 1"}));
   EXPECT_TRUE(throws(call(cart.comm, {4, 4, 1}, 1, -1), CL_INVALID_VALUE, {"first_tag -1"}));
+  EXPECT_TRUE(throws(call(cart.comm, {SIZE_MAX - 1, 4, 1}, 1), CL_INVALID_VALUE,
+                     {"the field's extents overflow size_t"}));
+  int size = 1;
+  MPI_Comm_size(MPI_COMM_WORLD, &size);
+  int dims[4] = {0, 0, 0, 0};
+  int periods[4] = {0, 0, 0, 0};
+  MPI_Dims_create(size, 4, dims);
+  MPI_Comm four = MPI_COMM_NULL;
+  MPI_Cart_create(MPI_COMM_WORLD, 4, dims, periods, 0, &four);
+  EXPECT_TRUE(throws(call(four, {4, 4, 4}, 1), CL_INVALID_VALUE,
+                     {"4 dimensions; 1, 2 or 3 are supported"}));
+  MPI_Comm_free(&four);
 }
 
 // An MPI call's failure is a clbuf::Error (code CL_SUCCESS: OpenCL has none for it) naming the
