@@ -140,6 +140,34 @@ TEST_P(BufferedUploads, AFullRingWaitsForTheOldestWrite) {
   }
 }
 
+// Wrapping around writes still held: 8 uploads, then the queue held, then 8 more (the ring
+// full), then 2 that must wrap to the ring's start once the first 8 have run, into the gap
+// before the held ones, and return while those are still held. All 18 land exactly.
+TEST_P(BufferedUploads, TheRingWrapsAroundWritesStillHeld) {
+  if (!buffered()) GTEST_SKIP() << "only a discrete device buffers uploads";
+  std::vector<std::vector<std::uint8_t>> data;
+  std::vector<clbuf::DeviceBuffer<std::uint8_t>> buffers;
+  for (int i = 0; i < 18; ++i) {
+    data.push_back(random<std::uint8_t>(bound));
+    buffers.push_back(paths().allocate<std::uint8_t>(bound));
+  }
+  paths().finish();
+  for (std::size_t i = 0; i < 8; ++i) paths().upload(buffers[i], data[i]);
+  cl::UserEvent gate(paths().context());
+  const cl_event wait = gate();
+  ASSERT_EQ(clEnqueueBarrierWithWaitList(paths().queue()(), 1, &wait, nullptr), CL_SUCCESS);
+  auto later = std::async(std::launch::async, [&] {
+    for (std::size_t i = 8; i < 18; ++i) paths().upload(buffers[i], data[i]);
+  });
+  const bool returned = later.wait_for(std::chrono::seconds(20)) == std::future_status::ready;
+  gate.setStatus(CL_COMPLETE);
+  later.get();
+  EXPECT_TRUE(returned) << "uploads waited for held writes with room at the ring's start";
+  for (std::size_t i = 0; i < 18; ++i) {
+    EXPECT_TRUE(same_bytes(data[i], paths().download(buffers[i]))) << i;
+  }
+}
+
 // Commands the application enqueues on the manager's queue after upload returns see the data
 // (in-order queue): a copy and a read through the raw handles.
 TEST_P(BufferedUploads, CommandsOnTheManagersQueueSeeTheData) {
