@@ -187,6 +187,24 @@ void require_numeric(const char* operation, const py::dtype& dtype) {
 /// operator.index(value) as a non-negative size; `what` names the argument in messages. An
 /// object without __index__, or whose __index__ raises TypeError, is not an integer (clbuf.Error);
 /// any other exception its __index__ raises is the caller's own and propagates.
+/// Three element counts (x, y, z) from a sequence of three.
+std::array<std::size_t, 3> counts3(const char* operation, const py::handle& value,
+                                   const std::string& what) {
+  if (PySequence_Check(value.ptr()) == 0 || PySequence_Size(value.ptr()) != 3) {
+    PyErr_Clear();
+    fail(operation, CL_INVALID_VALUE,
+         what + " must be a tuple of three element counts (x, y, z), not " + short_repr(value));
+  }
+  std::array<std::size_t, 3> out{};
+  for (std::size_t i = 0; i < 3; ++i) {
+    const auto item = py::reinterpret_steal<py::object>(
+        PySequence_GetItem(value.ptr(), static_cast<Py_ssize_t>(i)));
+    if (!item) throw py::error_already_set();
+    out[i] = as_size(operation, item, what.c_str());
+  }
+  return out;
+}
+
 std::size_t as_size(const char* operation, const py::handle& value, const char* what) {
   PyObject* index = PyNumber_Index(value.ptr());
   if (index == nullptr) {

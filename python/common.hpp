@@ -11,6 +11,7 @@
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
+#include <array>
 #include <atomic>
 #include <chrono>
 #include <cstddef>
@@ -238,6 +239,10 @@ void require_numeric(const char* operation, const py::dtype& dtype);
 /// object without __index__, or whose __index__ raises TypeError, is not an integer (clbuf.Error);
 /// any other exception its __index__ raises is the caller's own and propagates.
 std::size_t as_size(const char* operation, const py::handle& value, const char* what);
+
+/// Three element counts (x, y, z) from a sequence of three; `what` names it in messages.
+std::array<std::size_t, 3> counts3(const char* operation, const py::handle& value,
+                                   const std::string& what);
 
 /// At most the first `limit` characters of repr(value), for messages.
 std::string short_repr(const py::handle& value, std::size_t limit = 80);

@@ -60,20 +60,7 @@ std::array<std::size_t, 3> triple(const char* operation, const py::handle& regio
     fail(operation, CL_INVALID_VALUE,
          "region must be a clbuf.Region, not " + type_name(region) + " (" + why + ")");
   }
-  const std::string what = std::string("region.") + field;
-  if (PySequence_Check(value.ptr()) == 0 || PySequence_Size(value.ptr()) != 3) {
-    PyErr_Clear();
-    fail(operation, CL_INVALID_VALUE,
-         what + " must be a tuple of three element counts (x, y, z), not " + short_repr(value));
-  }
-  std::array<std::size_t, 3> out{};
-  for (std::size_t i = 0; i < 3; ++i) {
-    const auto item = py::reinterpret_steal<py::object>(
-        PySequence_GetItem(value.ptr(), static_cast<Py_ssize_t>(i)));
-    if (!item) throw py::error_already_set();
-    out[i] = as_size(operation, item, what.c_str());
-  }
-  return out;
+  return counts3(operation, value, std::string("region.") + field);
 }
 
 /// A clbuf.Region in elements as the clbuf::Region of the same box in bytes (x scaled by the

@@ -118,24 +118,6 @@ py::object attribute(const char* operation, const py::handle& object, const char
   }
 }
 
-/// Three element counts (x, y, z) from a sequence of three.
-std::array<std::size_t, 3> counts3(const char* operation, const py::handle& value,
-                                   const std::string& what) {
-  if (PySequence_Check(value.ptr()) == 0 || PySequence_Size(value.ptr()) != 3) {
-    PyErr_Clear();
-    fail(operation, CL_INVALID_VALUE,
-         what + " must be a tuple of three element counts (x, y, z), not " + short_repr(value));
-  }
-  std::array<std::size_t, 3> out{};
-  for (std::size_t i = 0; i < 3; ++i) {
-    const auto item = py::reinterpret_steal<py::object>(
-        PySequence_GetItem(value.ptr(), static_cast<Py_ssize_t>(i)));
-    if (!item) throw py::error_already_set();
-    out[i] = as_size(operation, item, what.c_str());
-  }
-  return out;
-}
-
 clbuf::mpi::Box as_box(const char* operation, const py::handle& value, const std::string& what) {
   const char* kind = "clbuf.mpi.Box";
   const auto origin =

@@ -907,6 +907,23 @@ TEST_P(Mpi, OptionsMustAgree) {
   EXPECT_TRUE(throws([&] { clbuf::mpi::Communicator comm(*gone); }, CL_SUCCESS, {"cleanup()"}));
 }
 
+// The 1-D ring layout of the halo tests, [left ghost | interior | right ghost]: the field of
+// this rank (pattern `key`) after the exchange, its ghosts holding the neighbours' edge cells.
+template <class T>
+std::vector<T> ring_after_exchange(int rank, int left, int right, std::uint32_t key,
+                                   std::size_t interior, std::size_t halo) {
+  const std::size_t n = interior + 2 * halo;
+  std::vector<T> field = pattern<T>(rank, key, n);
+  const std::vector<T> from_left = pattern<T>(left, key, n);
+  const std::vector<T> from_right = pattern<T>(right, key, n);
+  std::copy(from_left.begin() + static_cast<std::ptrdiff_t>(interior),
+            from_left.begin() + static_cast<std::ptrdiff_t>(interior + halo), field.begin());
+  std::copy(from_right.begin() + static_cast<std::ptrdiff_t>(halo),
+            from_right.begin() + static_cast<std::ptrdiff_t>(2 * halo),
+            field.begin() + static_cast<std::ptrdiff_t>(halo + interior));
+  return field;
+}
+
 // A periodic 1D halo exchange: each rank's ghost cells hold its neighbours' edge cells.
 TEST_P(Mpi, HaloExchangeFillsGhostCells) {
   clbuf::mpi::Communicator comm = communicator(8 << 10);
@@ -919,19 +936,14 @@ TEST_P(Mpi, HaloExchangeFillsGhostCells) {
   clbuf::mpi::HaloExchange<double> exchange(
       comm, {{left, halo, 0, halo, 1, 2}, {right, interior, halo + interior, halo, 2, 1}});
   for (std::uint32_t round = 0; round < 3; ++round) {
-    std::vector<double> field = pattern<double>(rank_, 1500 + round, n);
+    const std::vector<double> field = pattern<double>(rank_, 1500 + round, n);
     clbuf::DeviceBuffer<double> buffer = upload(field);
     exchange.start(buffer);
     EXPECT_TRUE(throws([&] { exchange.start(buffer); }, CL_INVALID_OPERATION, {"not finished"}));
     exchange.finish();
-    const std::vector<double> from_left = pattern<double>(left, 1500 + round, n);
-    const std::vector<double> from_right = pattern<double>(right, 1500 + round, n);
-    std::copy(from_left.begin() + static_cast<std::ptrdiff_t>(interior),
-              from_left.begin() + static_cast<std::ptrdiff_t>(interior + halo), field.begin());
-    std::copy(from_right.begin() + static_cast<std::ptrdiff_t>(halo),
-              from_right.begin() + static_cast<std::ptrdiff_t>(2 * halo),
-              field.begin() + static_cast<std::ptrdiff_t>(halo + interior));
-    EXPECT_TRUE(same(field, manager_->download(buffer))) << "round " << round;
+    EXPECT_TRUE(same(ring_after_exchange<double>(rank_, left, right, 1500 + round, interior, halo),
+                     manager_->download(buffer)))
+        << "round " << round;
   }
 }
 
@@ -948,7 +960,7 @@ TEST_P(Mpi, HaloExchangeIntoTheFieldDoesNotWaitForLaterWork) {
   clbuf::mpi::HaloExchange<float> exchange(
       comm, {{left, halo, 0, halo, 1, 2}, {right, interior, halo + interior, halo, 2, 1}});
   const bool zero_copy = manager_->memory_model() == clbuf::MemoryModel::host;
-  std::vector<float> field = pattern<float>(rank_, 1600, n);
+  const std::vector<float> field = pattern<float>(rank_, 1600, n);
   clbuf::DeviceBuffer<float> buffer = upload(field);
   exchange.start(buffer);
   bool in_time = true;
@@ -964,14 +976,8 @@ TEST_P(Mpi, HaloExchangeIntoTheFieldDoesNotWaitForLaterWork) {
     exchange.finish();
   }
   EXPECT_TRUE(in_time) << "finish() waited for work queued after start()";
-  const std::vector<float> from_left = pattern<float>(left, 1600, n);
-  const std::vector<float> from_right = pattern<float>(right, 1600, n);
-  std::copy(from_left.begin() + static_cast<std::ptrdiff_t>(interior),
-            from_left.begin() + static_cast<std::ptrdiff_t>(interior + halo), field.begin());
-  std::copy(from_right.begin() + static_cast<std::ptrdiff_t>(halo),
-            from_right.begin() + static_cast<std::ptrdiff_t>(2 * halo),
-            field.begin() + static_cast<std::ptrdiff_t>(halo + interior));
-  EXPECT_TRUE(same(field, manager_->download(buffer)));
+  EXPECT_TRUE(same(ring_after_exchange<float>(rank_, left, right, 1600, interior, halo),
+                   manager_->download(buffer)));
 }
 
 // Open ends: MPI_PROC_NULL neighbours move nothing, their ghost cells stay as they were.

@@ -14,16 +14,6 @@ if not hasattr(clbuf._clbuf, "_MpiCommunicator"):
 import clbuf.mpi  # noqa: E402
 
 
-@pytest.fixture(scope="module")
-def world():
-    bm = clbuf.BufferManager()
-    comm = clbuf.mpi.Communicator(bm, MPI.COMM_WORLD)
-    if comm.size < 2:
-        pytest.skip("needs 2 ranks: mpirun -np 2")
-    yield bm, comm
-    comm.barrier()
-
-
 def test_rank_and_size(world):
     bm, comm = world
     assert comm.rank == MPI.COMM_WORLD.Get_rank() and comm.size == MPI.COMM_WORLD.Get_size()

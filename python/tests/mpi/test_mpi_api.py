@@ -21,16 +21,6 @@ DTYPES = [np.float32, np.float64, np.int8, np.int16, np.int32, np.int64, np.uint
           np.uint32, np.uint64]
 
 
-@pytest.fixture(scope="module")
-def world():
-    bm = clbuf.BufferManager()
-    comm = clbuf.mpi.Communicator(bm, MPI.COMM_WORLD)
-    if comm.size < 2:
-        pytest.skip("needs 2 ranks: mpirun -np 2")
-    yield bm, comm
-    comm.barrier()
-
-
 def all_ok(ok):
     """Every rank's verdict, so that one rank's failure fails the test on every rank."""
     return MPI.COMM_WORLD.allreduce(bool(ok), op=MPI.LAND)
