@@ -3,7 +3,7 @@
 # Runs clbuf's tests and benchmark on the NVIDIA H200 machine (see ../shared/GPU.md), from a
 # Release build folder made on Debian 12 and the ICD loader packages in .dev/:
 #   bench/gpu_run.sh BUILD_DIR OUT_DIR STAGE...
-# (stages: suite tests bench async streaming sweep bounce every_size small rss xdev)
+# (stages: suite tests bench async streaming sweep bounce every_size small mid latency rss xdev)
 # Where .dev/*.deb and /usr/lib/libnvidia-opencl.so both exist, the loader and clinfo are unpacked
 # into /tmp/cl and OCL_ICD_VENDORS points at NVIDIA's driver alone; elsewhere (PoCL here) the
 # system's OpenCL is used as it is.
@@ -38,7 +38,15 @@
 # --bounce-max in {0, 64K, 1M, 4M} for download_caller at SMALL_BOUNCE_SIZES (default SMALL_SIZES
 # and 2M, 4M); the bench's rows prefixed buffered=X / bounce=X, then a line per operation and size
 # with clbuf's median at each bound, into OUT_DIR/small.txt.
-# BENCH_ARGS (default none) is added to every clbuf_bench call of every_size and small, after the
+# mid (issue 19, ~2 minutes): the mid-size paths, at MID_SIZES (default 4 .. 16M): uploads,
+# downloads (into caller memory and new vectors) and the seed round trip under cfg=default (with
+# both peers), threads1 (--copy-threads 1: the bounce's memcpy on one thread), nobounce
+# (--bounce-max 0), stage2 (--staging-threshold 2M) and stage16 (threshold and bounce 16M), clbuf
+# alone but for default; the rows prefixed cfg=X and a line per operation and size, into
+# OUT_DIR/mid.txt.
+# latency (~1 minute): bench/wait_latency (what completing one small command costs each way,
+# thread wake-up, memcpy with 1..12 threads into and out of pinned memory) into OUT_DIR/latency.txt.
+# BENCH_ARGS (default none) is added to every clbuf_bench call of every_size, small and mid, after the
 # stage's own: e.g. "--target-s 0.01 --min-reps 3 --case-budget-s 0.2" for a quick check on PoCL.
 # Writes test logs, the benchmark CSV/table, a staging sweep, peak RSS and the copies between
 # two devices (xdev: cross_device, 0:0 to 0:1 where there are two) into OUT_DIR.
@@ -408,6 +416,24 @@ else
 fi
 fi
 
+# Appends to FILE a line per operation and size: clbuf's median (us) at each bound, the lowest,
+# clhpp_best's. (A row of FILE: "bound=X op N unit method reps median_us ...".)
+bound_summary() {
+  awk '($5 == "clbuf" || $5 == "clhpp_best") && $6 ~ /^[0-9]+$/ {
+      split($1, kv, "="); key = kv[1] " " $2 " " $3 " " $4
+      if (!(key in seen)) { seen[key] = 1; order[++n] = key }
+      if ($5 == "clhpp_best") { ref[key] = $7; next }
+      line[key] = line[key] " " kv[2] "=" $7
+      if (!(key in low) || $7 + 0 < low[key] + 0) { low[key] = $7; at[key] = kv[2] }
+    }
+    END { print "# clbuf median us per bound; lowest; clhpp_best (bound 0 run)"
+      for (i = 1; i <= n; i++) { k = order[i]
+        printf "%s:%s; lowest %s=%s; clhpp_best %s\n", k, line[k], at[k], low[k], (k in ref ? ref[k] : "-") } }' \
+    "$1" > "$1.summary"
+  cat "$1.summary" >> "$1"
+  rm -f "$1.summary"
+}
+
 if [[ $stages == *" small "* ]]; then
 echo "== small-size defaults (issue 19): the buffered-upload bound and the bounce bound, pageable std::vector"
 small_sizes=${SMALL_SIZES:-4,64,4K,64K,256K,1M}
@@ -429,22 +455,37 @@ small_sizes=${SMALL_SIZES:-4,64,4K,64K,256K,1M}
     rc=${PIPESTATUS[0]}; ((rc == 0)) || echo "bounce=$bounce clbuf_bench rc=$rc"
   done
 } > "$out/small.txt"
-# A line per operation and size: clbuf's median (us) at each bound, the lowest, clhpp_best's.
-# (A row: "bound=X op N unit method reps median_us ...".)
-awk '($5 == "clbuf" || $5 == "clhpp_best") && $6 ~ /^[0-9]+$/ {
-    split($1, kv, "="); key = kv[1] " " $2 " " $3 " " $4
-    if (!(key in seen)) { seen[key] = 1; order[++n] = key }
-    if ($5 == "clhpp_best") { ref[key] = $7; next }
-    line[key] = line[key] " " kv[2] "=" $7
-    if (!(key in low) || $7 + 0 < low[key] + 0) { low[key] = $7; at[key] = kv[2] }
-  }
-  END { print "# clbuf median us per bound; lowest; clhpp_best (bound 0 run)"
-    for (i = 1; i <= n; i++) { k = order[i]
-      printf "%s:%s; lowest %s=%s; clhpp_best %s\n", k, line[k], at[k], low[k], (k in ref ? ref[k] : "-") } }' \
-  "$out/small.txt" > "$out/small_summary.tmp"
-cat "$out/small_summary.tmp" >> "$out/small.txt"
-rm -f "$out/small_summary.tmp"
+bound_summary "$out/small.txt"
 cat "$out/small.txt"
+fi
+
+if [[ $stages == *" mid "* ]]; then
+echo "== mid sizes (issue 19): the bounce's parallel memcpy and the staging threshold, pageable std::vector"
+mid_sizes=${MID_SIZES:-4,4K,64K,256K,512K,1M,2M,3M,4M,8M,16M}
+{
+  # cfg=default: the defaults, with both peers; the others clbuf alone.
+  for cfg in default threads1 nobounce stage2 stage16; do
+    methods=clbuf args=""
+    case $cfg in
+      default) methods=clbuf,clhpp_naive,clhpp_best ;;
+      threads1) args="--copy-threads 1" ;;
+      nobounce) args="--bounce-max 0" ;;
+      stage2) args="--staging-threshold 2M" ;;
+      stage16) args="--staging-threshold 16M --bounce-max 16M" ;;
+    esac
+    timeout 120 "$bench" --sizes "$mid_sizes" --ops upload_existing,download_caller,download_new,roundtrip_seed \
+      --methods $methods $args --target-s 0.2 --case-budget-s 1.5 ${BENCH_ARGS:-} 2>&1 |
+      grep -E "^(upload|download|roundtrip)" | sed "s/^/cfg=$cfg /"
+    rc=${PIPESTATUS[0]}; ((rc == 0)) || echo "cfg=$cfg clbuf_bench rc=$rc"
+  done
+} > "$out/mid.txt"
+bound_summary "$out/mid.txt"
+cat "$out/mid.txt"
+fi
+
+if [[ $stages == *" latency "* ]]; then
+echo "== what waiting and the host-side pieces cost (wait_latency)"
+timeout 240 "$build/bench/wait_latency" --reps "${LATENCY_REPS:-2000}" | tee "$out/latency.txt"
 fi
 
 if [[ $stages == *" rss "* ]]; then

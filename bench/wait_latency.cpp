@@ -1,0 +1,239 @@
+// SPDX-License-Identifier: MIT
+// What waiting costs on a device (issue 19): the latency of one small command completed in
+// different ways, and what the host-side pieces of clbuf's paths cost on this host (thread
+// wake-up, memcpy with 1..N threads into and out of pinned memory). Plain OpenCL and clbuf's
+// own WorkerPool, no BufferManager: each line is one mechanism, so a path's time can be
+// predicted from its parts before it is changed.
+//
+//   wait_latency [--reps N] [--device P:D]
+//
+// Output: one line per mechanism, median and 10th/90th percentile in microseconds.
+#include <clbuf/detail/host_memory.hpp>
+#include <clbuf/detail/worker_pool.hpp>
+
+#include <CL/cl.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <functional>
+#include <string>
+#include <thread>
+#include <vector>
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+void check(cl_int err, const char* what) {
+  if (err != CL_SUCCESS) {
+    std::fprintf(stderr, "%s failed: %d\n", what, err);
+    std::exit(1);
+  }
+}
+
+void report(const std::string& name, std::vector<double>& us) {
+  std::sort(us.begin(), us.end());
+  const auto at = [&](double q) {
+    return us[static_cast<std::size_t>(q * static_cast<double>(us.size() - 1))];
+  };
+  std::printf("%-58s %9.2f %9.2f %9.2f\n", name.c_str(), at(0.5), at(0.1), at(0.9));
+  std::fflush(stdout);
+}
+
+template <class F>
+void measure(const std::string& name, int reps, F&& f) {
+  for (int i = 0; i < std::max(reps / 10, 3); ++i) f();  // warm-up
+  std::vector<double> us;
+  us.reserve(static_cast<std::size_t>(reps));
+  for (int i = 0; i < reps; ++i) {
+    const auto t0 = Clock::now();
+    f();
+    us.push_back(std::chrono::duration<double, std::micro>(Clock::now() - t0).count());
+  }
+  report(name, us);
+}
+
+enum class Wait { blocking, wait_events, finish, spin, spin_yield };
+const char* wait_name(Wait w) {
+  switch (w) {
+    case Wait::blocking:
+      return "blocking call";
+    case Wait::wait_events:
+      return "non-blocking + clWaitForEvents";
+    case Wait::finish:
+      return "non-blocking + clFinish";
+    case Wait::spin:
+      return "non-blocking + clFlush + poll status";
+    case Wait::spin_yield:
+      return "non-blocking + clFlush + poll, yield";
+  }
+  return "";
+}
+
+void complete(cl_command_queue q, cl_event e, Wait w) {
+  switch (w) {
+    case Wait::blocking:
+      break;
+    case Wait::wait_events:
+      check(clWaitForEvents(1, &e), "clWaitForEvents");
+      break;
+    case Wait::finish:
+      check(clFinish(q), "clFinish");
+      break;
+    case Wait::spin:
+    case Wait::spin_yield: {
+      check(clFlush(q), "clFlush");
+      cl_int status = CL_QUEUED;
+      do {
+        check(clGetEventInfo(e, CL_EVENT_COMMAND_EXECUTION_STATUS, sizeof status, &status, nullptr),
+              "clGetEventInfo");
+        if (w == Wait::spin_yield && status > CL_COMPLETE) std::this_thread::yield();
+      } while (status > CL_COMPLETE);
+      break;
+    }
+  }
+  if (e != nullptr) clReleaseEvent(e);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  int reps = 2000;
+  unsigned platform_index = 0, device_index = 0;
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    if (a == "--reps" && i + 1 < argc) reps = std::atoi(argv[++i]);
+    if (a == "--device" && i + 1 < argc) {
+      std::sscanf(argv[++i], "%u:%u", &platform_index, &device_index);
+    }
+  }
+  cl_uint n = 0;
+  check(clGetPlatformIDs(0, nullptr, &n), "clGetPlatformIDs");
+  std::vector<cl_platform_id> platforms(n);
+  check(clGetPlatformIDs(n, platforms.data(), nullptr), "clGetPlatformIDs");
+  cl_platform_id platform = platforms.at(platform_index);
+  check(clGetDeviceIDs(platform, CL_DEVICE_TYPE_ALL, 0, nullptr, &n), "clGetDeviceIDs");
+  std::vector<cl_device_id> devices(n);
+  check(clGetDeviceIDs(platform, CL_DEVICE_TYPE_ALL, n, devices.data(), nullptr), "clGetDeviceIDs");
+  cl_device_id device = devices.at(device_index);
+  char name[256] = {};
+  clGetDeviceInfo(device, CL_DEVICE_NAME, sizeof name, name, nullptr);
+  std::printf("# wait_latency on %s, %d reps, %u host threads\n", name, reps,
+              std::thread::hardware_concurrency());
+  std::printf("%-58s %9s %9s %9s\n", "mechanism", "median_us", "p10_us", "p90_us");
+  cl_int err = CL_SUCCESS;
+  cl_context ctx = clCreateContext(nullptr, 1, &device, nullptr, nullptr, &err);
+  check(err, "clCreateContext");
+  cl_command_queue q = clCreateCommandQueue(ctx, device, 0, &err);
+  check(err, "clCreateCommandQueue");
+  const std::size_t max_bytes = std::size_t{4} << 20;
+  cl_mem dev = clCreateBuffer(ctx, CL_MEM_READ_WRITE, max_bytes, nullptr, &err);
+  check(err, "clCreateBuffer");
+  cl_mem dev2 = clCreateBuffer(ctx, CL_MEM_READ_WRITE, max_bytes, nullptr, &err);
+  check(err, "clCreateBuffer");
+  cl_mem pinned_buf = clCreateBuffer(ctx, CL_MEM_ALLOC_HOST_PTR, max_bytes, nullptr, &err);
+  check(err, "clCreateBuffer(ALLOC_HOST_PTR)");
+  auto* pinned = static_cast<char*>(clEnqueueMapBuffer(
+      q, pinned_buf, CL_TRUE, CL_MAP_READ | CL_MAP_WRITE, 0, max_bytes, 0, nullptr, nullptr, &err));
+  check(err, "clEnqueueMapBuffer");
+  std::vector<char> pageable(max_bytes, 1), other(max_bytes, 2);
+  std::memset(pinned, 3, max_bytes);
+
+  // 1. One command, completed each way.
+  const Wait waits[] = {Wait::blocking, Wait::wait_events, Wait::finish, Wait::spin,
+                        Wait::spin_yield};
+  for (const std::size_t bytes : {std::size_t{4}, std::size_t{4096}, std::size_t{65536}}) {
+    for (const bool pin : {false, true}) {
+      char* host = pin ? pinned : pageable.data();
+      for (const Wait w : waits) {
+        const cl_bool blocking = w == Wait::blocking ? CL_TRUE : CL_FALSE;
+        const std::string what = std::to_string(bytes) + " B " + (pin ? "pinned " : "pageable ");
+        measure("read " + what + wait_name(w), reps, [&] {
+          cl_event e = nullptr;
+          check(clEnqueueReadBuffer(q, dev, blocking, 0, bytes, host, 0, nullptr,
+                                    w == Wait::blocking ? nullptr : &e),
+                "clEnqueueReadBuffer");
+          complete(q, e, w);
+        });
+        measure("write " + what + wait_name(w), reps, [&] {
+          cl_event e = nullptr;
+          check(clEnqueueWriteBuffer(q, dev, blocking, 0, bytes, host, 0, nullptr,
+                                     w == Wait::blocking ? nullptr : &e),
+                "clEnqueueWriteBuffer");
+          complete(q, e, w);
+        });
+      }
+    }
+  }
+  for (const Wait w : {Wait::wait_events, Wait::finish, Wait::spin}) {
+    measure(std::string("copy 4 B ") + wait_name(w), reps, [&] {
+      cl_event e = nullptr;
+      check(clEnqueueCopyBuffer(q, dev, dev2, 0, 0, 4, 0, nullptr, &e), "clEnqueueCopyBuffer");
+      complete(q, e, w);
+    });
+    measure(std::string("marker on an idle queue ") + wait_name(w), reps, [&] {
+      cl_event e = nullptr;
+      check(clEnqueueMarkerWithWaitList(q, 0, nullptr, &e), "clEnqueueMarkerWithWaitList");
+      complete(q, e, w);
+    });
+  }
+  measure("clFlush of an empty queue", reps, [&] { check(clFlush(q), "clFlush"); });
+  measure("clFinish of an empty queue", reps, [&] { check(clFinish(q), "clFinish"); });
+  measure("enqueue a non-blocking 4 B pinned write (call only)", reps, [&] {
+    check(clEnqueueWriteBuffer(q, dev, CL_FALSE, 0, 4, pinned, 0, nullptr, nullptr), "write");
+  });
+  clFinish(q);
+  measure("enqueue a non-blocking 4 B pinned write + clFlush", reps, [&] {
+    check(clEnqueueWriteBuffer(q, dev, CL_FALSE, 0, 4, pinned, 0, nullptr, nullptr), "write");
+    check(clFlush(q), "clFlush");
+  });
+  clFinish(q);
+
+  // 2. Host-side pieces: waking the copy threads, and memcpy with 1..N threads.
+  for (const unsigned threads : {2u, 4u, 8u, 12u}) {
+    clbuf::detail::WorkerPool pool(threads);
+    std::atomic<unsigned> ran{0};
+    auto task = [&](unsigned) noexcept { ran.fetch_add(1, std::memory_order_relaxed); };
+    measure("WorkerPool::run, empty task, " + std::to_string(threads) + " threads", reps,
+            [&] { pool.run(threads, task); });
+  }
+  for (const std::size_t bytes :
+       {std::size_t{64} << 10, std::size_t{256} << 10, std::size_t{1} << 20, std::size_t{2} << 20,
+        std::size_t{4} << 20}) {
+    for (const unsigned threads : {1u, 2u, 4u, 8u, 12u}) {
+      if (threads > 1 && bytes < (std::size_t{256} << 10)) continue;
+      clbuf::detail::WorkerPool pool(threads);
+      const std::size_t part = std::max<std::size_t>(bytes / threads, 4096);
+      const std::size_t parts = (bytes + part - 1) / part;
+      for (const bool to_pinned : {true, false}) {
+        char* dst = to_pinned ? pinned : other.data();
+        const char* src = to_pinned ? pageable.data() : pinned;
+        measure("memcpy " + std::to_string(bytes >> 10) + " KiB " +
+                    (to_pinned ? "pageable->pinned " : "pinned->pageable ") +
+                    std::to_string(threads) + " threads",
+                std::max(reps / 4, 50), [&] {
+                  std::atomic<std::size_t> next{0};
+                  auto task = [&](unsigned) noexcept {
+                    for (std::size_t k; (k = next.fetch_add(1)) < parts;) {
+                      const std::size_t b = k * part;
+                      std::memcpy(dst + b, src + b, std::min(part, bytes - b));
+                    }
+                  };
+                  pool.run(threads, task);
+                });
+      }
+    }
+  }
+  clEnqueueUnmapMemObject(q, pinned_buf, pinned, 0, nullptr, nullptr);
+  clFinish(q);
+  clReleaseMemObject(pinned_buf);
+  clReleaseMemObject(dev2);
+  clReleaseMemObject(dev);
+  clReleaseCommandQueue(q);
+  clReleaseContext(ctx);
+  return 0;
+}
