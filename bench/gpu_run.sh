@@ -3,7 +3,7 @@
 # Runs clbuf's tests and benchmark on the NVIDIA H200 machine (see ../shared/GPU.md), from a
 # Release build folder made on Debian 12 and the ICD loader packages in .dev/:
 #   bench/gpu_run.sh BUILD_DIR OUT_DIR STAGE...
-# (stages: suite tests bench async streaming sweep bounce every_size small mid latency rss xdev)
+# (stages: suite tests bench async streaming sweep bounce every_size small mid duplex latency rss xdev)
 # Where .dev/*.deb and /usr/lib/libnvidia-opencl.so both exist, the loader and clinfo are unpacked
 # into /tmp/cl and OCL_ICD_VENDORS points at NVIDIA's driver alone; elsewhere (PoCL here) the
 # system's OpenCL is used as it is.
@@ -44,6 +44,9 @@
 # (--bounce-max 0), stage2 (--staging-threshold 2M) and stage16 (threshold and bounce 16M), clbuf
 # alone but for default; the rows prefixed cfg=X and a line per operation and size, into
 # OUT_DIR/mid.txt.
+# duplex (~1 minute): bench/duplex at DUPLEX_SIZES (default 64M,256M): an upload and a download
+# at once, clbuf (two threads, the async pair, one after the other) against plain OpenCL (two
+# queues, pinned and pageable; blocking calls from two threads), into OUT_DIR/duplex.txt.
 # latency (~1 minute): bench/wait_latency (what completing one small command costs each way,
 # thread wake-up, memcpy with 1..12 threads into and out of pinned memory) into OUT_DIR/latency.txt.
 # BENCH_ARGS (default none) is added to every clbuf_bench call of every_size, small and mid, after the
@@ -481,6 +484,12 @@ mid_sizes=${MID_SIZES:-4,4K,64K,256K,512K,1M,2M,3M,4M,8M,16M}
 } > "$out/mid.txt"
 bound_summary "$out/mid.txt"
 cat "$out/mid.txt"
+fi
+
+if [[ $stages == *" duplex "* ]]; then
+echo "== full duplex: an upload and a download at once (bench/duplex)"
+timeout 240 "$build/bench/duplex" --sizes "${DUPLEX_SIZES:-64M,256M}" --reps "${DUPLEX_REPS:-7}" |
+  tee "$out/duplex.txt"
 fi
 
 if [[ $stages == *" latency "* ]]; then

@@ -3,8 +3,10 @@
 // the discrete path with pinned staging (forced on PoCL with tiny chunks, so that transfers span
 // many chunks, several threads share them and each wraps around its slots).
 #include <atomic>
+#include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <initializer_list>
 #include <string>
 #include <thread>
 #include <utility>
@@ -208,27 +210,38 @@ TEST_P(BouncePath, ResolvesTheBound) {
   clbuf::BufferManager capped(std::string(), automatic);
   EXPECT_EQ(capped.options().bounce_max_bytes, std::size_t{4} << 20) << "automatic: at most 4 MiB";
   clbuf::BufferManager defaults(std::string(), clbuf::Options{});
-  EXPECT_EQ(defaults.options().bounce_max_bytes, 0u) << "off until measured on the H200";
+  EXPECT_EQ(defaults.options().bounce_max_bytes, clbuf::Options{}.staging_threshold_bytes)
+      << "the default is automatic: every size below the staging threshold (4 MiB)";
 }
 
-TEST_P(BouncePath, EveryBoundaryIsExact) {
-  for (std::size_t bytes : {std::size_t{1}, std::size_t{4}, bounce - 1, bounce, bounce + 1,
-                            threshold - 1, threshold, threshold + 1}) {
+// Whole uploads and downloads of `bytes` + 3, then `bytes` into and out of the middle of the
+// buffer, exact, the bytes around untouched; `random(n)` makes n random bytes.
+template <class Random>
+void expect_exact_transfers(clbuf::BufferManager& m, std::initializer_list<std::size_t> sizes,
+                            Random random) {
+  for (std::size_t bytes : sizes) {
     SCOPED_TRACE(bytes);
-    const std::vector<std::uint8_t> data = random<std::uint8_t>(bytes + 3);
-    clbuf::DeviceBuffer<std::uint8_t> buffer = paths().upload(data);
-    EXPECT_TRUE(same_bytes(data, paths().download(buffer)));
+    const std::vector<std::uint8_t> data = random(bytes + 3);
+    clbuf::DeviceBuffer<std::uint8_t> buffer = m.upload(data);
+    EXPECT_TRUE(same_bytes(data, m.download(buffer)));
     // Into and out of the middle of the buffer, the rest untouched.
-    const std::vector<std::uint8_t> middle = random<std::uint8_t>(bytes);
-    paths().upload(buffer, middle, 2);
+    const std::vector<std::uint8_t> middle = random(bytes);
+    m.upload(buffer, middle, 2);
     std::vector<std::uint8_t> expected = data;
     std::memcpy(expected.data() + 2, middle.data(), bytes);
     std::vector<std::uint8_t> out = clbuf_test::sentinels<std::uint8_t>(bytes + 2);
-    paths().download(buffer, out.data() + 1, bytes, 1);
+    m.download(buffer, out.data() + 1, bytes, 1);
     EXPECT_TRUE(same_bytes(expected.data() + 1, out.data() + 1, bytes));
     EXPECT_TRUE(clbuf_test::all_sentinel(out.data(), 1));
     EXPECT_TRUE(clbuf_test::all_sentinel(out.data() + bytes + 1, 1));
   }
+}
+
+TEST_P(BouncePath, EveryBoundaryIsExact) {
+  expect_exact_transfers(paths(),
+                         {std::size_t{1}, std::size_t{4}, bounce - 1, bounce, bounce + 1,
+                          threshold - 1, threshold, threshold + 1},
+                         [this](std::size_t n) { return random<std::uint8_t>(n); });
 }
 
 TEST_P(BouncePath, ThreadsBouncingAtOnceStayExact) {
@@ -254,5 +267,48 @@ TEST_P(BouncePath, ThreadsBouncingAtOnceStayExact) {
 }
 
 CLBUF_INSTANTIATE_MODELS(BouncePath);
+
+// A bounce of 512 KiB or more splits its memcpy among the copy threads (256 KiB parts at
+// least): every size around the part boundaries lands exactly, with several threads at once.
+class LargeBouncePath : public clbuf_test::ModelTest {
+ protected:
+  static constexpr std::size_t part = 256 << 10;
+  void configure(clbuf::Options& options) override {
+    options.staging_threshold_bytes = std::size_t{4} << 20;
+    options.bounce_max_bytes = clbuf::Options::automatic;
+    options.copy_threads = 4;
+  }
+};
+
+TEST_P(LargeBouncePath, EverySplitIsExact) {
+  EXPECT_EQ(paths().options().bounce_max_bytes, std::size_t{4} << 20);
+  expect_exact_transfers(
+      paths(), {2 * part - 1, 2 * part, 2 * part + 1, 4 * part + 4097, (std::size_t{4} << 20) - 4},
+      [this](std::size_t n) { return random<std::uint8_t>(n); });
+}
+
+TEST_P(LargeBouncePath, ThreadsSplittingAtOnceStayExact) {
+  std::vector<std::thread> threads;
+  std::atomic<int> wrong{0};
+  std::atomic<int> errors{0};
+  for (std::size_t t = 0; t < 4; ++t) {
+    const std::vector<std::uint32_t> data = random<std::uint32_t>(part / 2 + 12345 * t);
+    threads.emplace_back([this, data, &wrong, &errors] {
+      try {
+        for (int i = 0; i < 5; ++i) {
+          clbuf::DeviceBuffer<std::uint32_t> buffer = paths().upload(data);
+          if (paths().download(buffer) != data) ++wrong;
+        }
+      } catch (const clbuf::Error&) {
+        ++errors;
+      }
+    });
+  }
+  for (std::thread& t : threads) t.join();
+  EXPECT_EQ(wrong.load(), 0);
+  EXPECT_EQ(errors.load(), 0);
+}
+
+CLBUF_INSTANTIATE_MODELS(LargeBouncePath);
 
 }  // namespace

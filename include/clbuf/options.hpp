@@ -48,11 +48,11 @@ struct Options {
   /// memory stays at staging_chunk_bytes * staging_chunks.
   std::size_t staging_chunks = 24;
   /// Pageable transfers to or from a discrete device below staging_threshold_bytes and of at
-  /// most this many bytes go through a pinned block of clbuf's (one DMA and one memcpy) instead
-  /// of the driver's pageable path; `automatic`: all of them, up to 4 MiB; 0 (the default until
-  /// the H200 sweep of issue 19 has chosen one) turns it off. Each transfer in flight at once
+  /// most this many bytes go through a pinned block of clbuf's (one DMA and one memcpy, split
+  /// among the copy threads from 512 KiB) instead of the driver's pageable path; `automatic`
+  /// (the default): all of them, up to 4 MiB; 0 turns it off. Each transfer in flight at once
   /// holds one block of this size (two are kept between calls).
-  std::size_t bounce_max_bytes = 0;
+  std::size_t bounce_max_bytes = automatic;
   /// Blocking uploads of pageable memory of at most this many bytes to a discrete device return
   /// once the bytes are in a pinned ring of clbuf's (16 x this size, allocated at the first
   /// one): the write to the device follows in queue order, so a round trip waits for the device

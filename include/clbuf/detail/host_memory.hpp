@@ -154,8 +154,10 @@ class ParallelCopier {
 
   unsigned threads() const noexcept { return workers_.limit(); }
 
-  void copy(void* dst, const void* src, std::size_t bytes) noexcept {
-    constexpr std::size_t min_part = std::size_t{1} << 20;
+  /// Copies `bytes` from `src` to `dst`, in parts of at least `min_part` bytes on up to
+  /// threads() threads (one memcpy below two parts).
+  void copy(void* dst, const void* src, std::size_t bytes,
+            std::size_t min_part = std::size_t{1} << 20) noexcept {
     if (host_ranges_overlap(dst, src, bytes)) {
       std::memmove(dst, src, bytes);
       return;

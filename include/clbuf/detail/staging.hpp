@@ -6,14 +6,20 @@
 // (CL_MEM_ALLOC_HOST_PTR, mapped once) and enqueues the DMA, so host copies of some chunks
 // overlap the device transfer of others. Pinned memory is bounded: chunk bytes x slots.
 //
-// Staged transfers, blocking and asynchronous, run one at a time in the order of their calls
-// (tickets), on a side queue of their own: each takes a marker of the manager's queue at the call
-// and waits on the host for it before its first chunk's DMA, so the chunks see everything queued
-// before them. An asynchronous one also holds the manager's queue behind a barrier until its last
-// chunk has landed (async.hpp); a blocking one returns only then. Neither can wait for the other
-// out of order, so no mix of them deadlocks. Nothing on the side queue ever waits for an event:
-// a copy between contexts (cross_context.hpp) that reads or writes on the same side queue is
-// only ever behind DMAs that can run, never behind a chunk held up by that copy's own barrier.
+// Staged transfers run in two lanes, one per direction, so that an upload and a download at once
+// (two threads) use the bus's two directions together: each lane has its own queue, pinned
+// slots (made on the lane's first transfer) and threads. Within a lane, transfers run one at a
+// time in the order of their calls (tickets). Across lanes, a transfer waits only for the
+// earlier transfers of the other lane whose device bytes overlap its own (same memory object,
+// sub-buffers resolved to their parent), so a download never overtakes an upload it must see.
+// Each takes a marker of the manager's queue at the call and waits on the host for it before its
+// first chunk's DMA, so the chunks see everything queued before them. An asynchronous one also
+// holds the manager's queue behind a barrier until its last chunk has landed (async.hpp); a
+// blocking one returns only then. Every wait points at an earlier call (tickets, overlaps and
+// markers are taken together, in call order), so no mix of them deadlocks. Nothing on a lane's
+// queue ever waits for an event: a copy between contexts (cross_context.hpp) that reads or
+// writes on the uploads' lane queue (the device's side queue) is only ever behind DMAs that can
+// run, never behind a chunk held up by that copy's own barrier.
 #ifndef CLBUF_DETAIL_STAGING_HPP
 #define CLBUF_DETAIL_STAGING_HPP
 
@@ -30,6 +36,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <deque>
 #include <functional>
 #include <memory>
 #include <mutex>
@@ -56,8 +63,10 @@ class Stager {
 
   /// Call only once no staged transfer is in flight (the engine drains its Background first).
   ~Stager() {
-    slots_.clear();  // unmaps every slot
-    if (side_ != nullptr) CLBUF_CL(clFinish)(side_);
+    for (Lane& lane : lanes_) {
+      lane.slots.clear();  // unmaps every slot
+      if (lane.queue != nullptr) CLBUF_CL(clFinish)(lane.queue);
+    }
   }
 
   /// Host `src` -> `dst` at `dst_offset`; returns when the device has the data.
@@ -90,16 +99,17 @@ class Stager {
     job->operation = operation;
     job->keep = std::move(keep);
     job->landed = UserEvent(operation, device_.context()());
+    const Extent extent = extent_of(job->memory(), offset, bytes);
     std::function<void()> task = [this, job]() noexcept { finish_async(*job); };
     Started started{cl::Event(), job->outcome};
     // The turn and the place on the background thread are taken together (async.hpp).
     std::lock_guard<std::mutex> submitting(submission_mutex());
     {
       std::lock_guard<std::mutex> order(order_);
-      if (side_ == nullptr) side_ = device_.side_queue(operation).get();
+      ensure_queue(lane(to_device), operation);
       job->before = main().marker(operation);
       started.event = main().barrier(operation, {job->landed.get()});
-      job->ticket = next_ticket_++;
+      job->place = take_place(to_device, extent);
     }
     background.post(std::move(task));
     return started;
@@ -112,7 +122,18 @@ class Stager {
     cl::Event busy;        // the DMA that last used this slot
   };
 
+  /// Where a transfer waits: its lane, its ticket there, and how far the other lane must have
+  /// got first (one past the last earlier transfer there whose device bytes overlap; 0: none).
+  struct Place {
+    std::size_t lane = 0;
+    std::uint64_t ticket = 0;
+    std::uint64_t other_done = 0;
+  };
+
+  struct Lane;
+
   struct Job {
+    Lane* lane = nullptr;
     bool to_device = true;
     cl_mem memory = nullptr;
     std::size_t memory_offset = 0;
@@ -139,13 +160,13 @@ class Stager {
     cl::Event before;                  // the main queue's marker at the call
     UserEvent landed;                  // completed when the job ends; holds the barrier
     std::shared_ptr<Outcome> outcome = std::make_shared<Outcome>();
-    std::uint64_t ticket = 0;
+    Place place;
   };
 
   /// The background half of submit(): waits for its turn, moves the bytes, reports, and lets
   /// the main queue go on.
   void finish_async(AsyncJob& job) noexcept {
-    Turn turn(*this, job.ticket);
+    Turn turn(*this, job.place);
     const cl_int err = CLBUF_CL(clFlush)(main().get());  // the marker must reach the device
     if (err != CL_SUCCESS) {
       job.outcome->failed(job.operation, err, "clFlush failed before a staged transfer");
@@ -167,19 +188,22 @@ class Stager {
     CLBUF_CL(clFlush)(main().get());  // lets the barrier, and what follows it, run
   }
 
-  /// A place in the order of staged transfers; waits for its turn, and gives it up on every way
-  /// out so that later transfers are never left waiting.
+  /// A transfer's turn; waits for it, and gives it up on every way out so that later transfers
+  /// are never left waiting.
   class Turn {
    public:
-    Turn(Stager& stager, std::uint64_t ticket) noexcept : stager_(stager), ticket_(ticket) {}
+    Turn(Stager& stager, Place place) noexcept : stager_(stager), place_(place) {}
     Turn(const Turn&) = delete;
     Turn& operator=(const Turn&) = delete;
     ~Turn() { release(); }
 
     void wait() noexcept {
       if (waited_) return;
+      const Lane& own = stager_.lanes_[place_.lane];
+      const Lane& other = stager_.lanes_[1 - place_.lane];
       std::unique_lock<std::mutex> lock(stager_.turn_mutex_);
-      stager_.turn_.wait(lock, [&] { return stager_.serving_ == ticket_; });
+      stager_.turn_.wait(
+          lock, [&] { return own.serving == place_.ticket && other.serving >= place_.other_done; });
       waited_ = true;
     }
 
@@ -187,8 +211,13 @@ class Stager {
       if (released_) return;
       wait();
       {
+        std::lock_guard<std::mutex> order(stager_.order_);
+        auto& pending = stager_.lanes_[place_.lane].pending;
+        pending.erase(pending.begin());  // this one: the lane's oldest
+      }
+      {
         std::lock_guard<std::mutex> lock(stager_.turn_mutex_);
-        ++stager_.serving_;
+        ++stager_.lanes_[place_.lane].serving;
       }
       stager_.turn_.notify_all();
       released_ = true;
@@ -196,20 +225,89 @@ class Stager {
 
    private:
     Stager& stager_;
-    const std::uint64_t ticket_;
+    const Place place_;
     bool waited_ = false, released_ = false;
   };
 
+  /// The device bytes a transfer touches: its memory object (a sub-buffer's parent) and range.
+  /// A null memory (its parent could not be asked for) overlaps everything.
+  struct Extent {
+    cl_mem memory = nullptr;
+    std::size_t begin = 0, end = 0;
+    std::uint64_t ticket = 0;  // in its lane, once it has one
+    bool overlaps(const Extent& other) const noexcept {
+      return memory == nullptr || other.memory == nullptr ||
+             (memory == other.memory && begin < other.end && other.begin < end);
+    }
+  };
+
+  static Extent extent_of(cl_mem memory, std::size_t offset, std::size_t bytes) noexcept {
+    Extent extent{memory, offset, offset + bytes};
+    cl_mem parent = nullptr;
+    std::size_t origin = 0;
+    if (CLBUF_CL(clGetMemObjectInfo)(memory, CL_MEM_ASSOCIATED_MEMOBJECT, sizeof(parent), &parent,
+                                     nullptr) != CL_SUCCESS) {
+      extent.memory = nullptr;
+    } else if (parent != nullptr) {
+      if (CLBUF_CL(clGetMemObjectInfo)(memory, CL_MEM_OFFSET, sizeof(origin), &origin, nullptr) !=
+          CL_SUCCESS) {
+        extent.memory = nullptr;
+      } else {
+        extent = Extent{parent, origin + offset, origin + offset + bytes};
+      }
+    }
+    return extent;
+  }
+
+  /// The next place in the lane of `to_device`, after the other lane's overlapping transfers;
+  /// under order_ (with the transfer's marker, so places follow the order of calls).
+  Place take_place(bool to_device, Extent extent) {
+    Place place;
+    place.lane = to_device ? 0 : 1;
+    Lane& own = lanes_[place.lane];
+    for (const Extent& earlier : lanes_[1 - place.lane].pending) {
+      if (earlier.overlaps(extent)) place.other_done = earlier.ticket + 1;
+    }
+    place.ticket = extent.ticket = own.next_ticket++;
+    own.pending.push_back(extent);
+    return place;
+  }
+
   void blocking(bool to_device, cl_mem memory, std::size_t offset, void* host, std::size_t bytes,
                 const char* operation) {
+    const Extent extent = extent_of(memory, offset, bytes);
     std::unique_lock<std::mutex> order(order_);
-    if (side_ == nullptr) side_ = device_.side_queue(operation).get();
+    ensure_queue(lane(to_device), operation);
     const cl::Event before = main().marker(operation);
-    Turn turn(*this, next_ticket_++);
+    Turn turn(*this, take_place(to_device, extent));
     order.unlock();
     main().flush(operation);
     turn.wait();
     run(to_device, memory, offset, host, bytes, before(), operation);
+  }
+
+  struct Lane {
+    Queue own;                         // the downloads' lane: a queue of its own
+    cl_command_queue queue = nullptr;  // the lane's queue, set under order_ before its first ticket
+    std::vector<Slot> slots;           // made on the lane's first transfer, on its turn
+    std::unique_ptr<WorkerPool> workers;
+    std::uint64_t next_ticket = 0;  // under order_
+    std::deque<Extent> pending;     // under order_: tickets taken and not yet released, in order
+    std::uint64_t serving = 0;      // under turn_mutex_
+  };
+
+  Lane& lane(bool to_device) noexcept { return lanes_[to_device ? 0 : 1]; }
+
+  /// The lane's queue: uploads use the device's side queue, downloads a queue of their own.
+  /// Under order_.
+  void ensure_queue(Lane& lane, const char* operation) {
+    if (lane.queue != nullptr) return;
+    if (&lane == &lanes_[0]) {
+      lane.queue = device_.side_queue(operation).get();
+    } else {
+      lane.own = Queue::beside(operation, device_.context()(), main());
+      lane.queue = lane.own.get();
+    }
   }
 
   const Queue& main() const noexcept { return device_.queue(); }
@@ -217,8 +315,10 @@ class Stager {
   /// The pipeline, on the side queue, once it is this transfer's turn.
   void run(bool to_device, cl_mem memory, std::size_t offset, void* host, std::size_t bytes,
            cl_event after, const char* operation) {
-    ensure_slots(operation);
+    Lane& lane = this->lane(to_device);
+    ensure_slots(lane, operation);
     Job job;
+    job.lane = &lane;
     job.to_device = to_device;
     job.memory = memory;
     job.memory_offset = offset;
@@ -232,14 +332,15 @@ class Stager {
         std::clamp<std::size_t>((bytes / threads_ + 4095) / 4096 * 4096, min_chunk, chunk_bytes_);
     job.chunks = (bytes + job.chunk - 1) / job.chunk;
     auto task = [this, &job](unsigned index) noexcept { work(index, job); };
-    workers_.run(static_cast<unsigned>(std::min<std::size_t>(threads_, job.chunks)), task);
+    lane.workers->run(static_cast<unsigned>(std::min<std::size_t>(threads_, job.chunks)), task);
     if (job.failed) fail(operation, job.error, job.call + " failed in a staged transfer");
   }
 
   /// Worker `index` takes chunks until none is left, using its own slots in turn.
   void work(unsigned index, Job& job) noexcept {
     const std::size_t per_worker = slot_count_ / threads_;
-    Slot* slots = &slots_[index * per_worker];
+    Slot* slots = &job.lane->slots[index * per_worker];
+    cl_command_queue queue = job.lane->queue;
     bool ready = job.after == nullptr;  // whether the work queued before the call has finished
     std::size_t turn = 0;
     for (std::size_t k; !job.failed && (k = job.next.fetch_add(1)) < job.chunks;) {
@@ -251,17 +352,17 @@ class Stager {
       if (job.to_device) {
         copy_streaming(slot.host, job.host + offset, length);
         if (!ready && !(ready = ok(wait_for(job.after), "the work queued before", job))) break;
-        if (!ok(CLBUF_CL(clEnqueueWriteBuffer)(side_, job.memory, CL_FALSE,
+        if (!ok(CLBUF_CL(clEnqueueWriteBuffer)(queue, job.memory, CL_FALSE,
                                                job.memory_offset + offset, length, slot.host, 0,
                                                nullptr, &event),
                 "clEnqueueWriteBuffer", job)) {
           break;
         }
         slot.busy = cl::Event(event, false);
-        if (!ok(CLBUF_CL(clFlush)(side_), "clFlush", job)) break;
+        if (!ok(CLBUF_CL(clFlush)(queue), "clFlush", job)) break;
       } else {
         if (!ready && !(ready = ok(wait_for(job.after), "the work queued before", job))) break;
-        if (!ok(CLBUF_CL(clEnqueueReadBuffer)(side_, job.memory, CL_FALSE,
+        if (!ok(CLBUF_CL(clEnqueueReadBuffer)(queue, job.memory, CL_FALSE,
                                               job.memory_offset + offset, length, slot.host, 0,
                                               nullptr, &event),
                 "clEnqueueReadBuffer", job)) {
@@ -306,33 +407,30 @@ class Stager {
     return false;
   }
 
-  /// The pinned slots, mapped on the side queue (the main queue may be held by a barrier that
-  /// waits for this very transfer). On its turn only.
-  void ensure_slots(const char* operation) {
-    while (slots_.size() < slot_count_) {
+  /// The lane's pinned slots and threads, the slots mapped on the lane's queue (the main queue
+  /// may be held by a barrier that waits for this very transfer). On its turn only.
+  void ensure_slots(Lane& lane, const char* operation) {
+    const cl::CommandQueue queue(lane.queue, true);
+    while (lane.slots.size() < slot_count_) {
       Slot slot;
-      slot.block = PinnedBlock(device_.context(), device_.side_queue(operation).handle(),
-                               chunk_bytes_, operation);
+      slot.block = PinnedBlock(device_.context(), queue, chunk_bytes_, operation);
       slot.host = slot.block.data();
-      slots_.push_back(std::move(slot));
+      lane.slots.push_back(std::move(slot));
     }
+    if (!lane.workers) lane.workers = std::make_unique<WorkerPool>(threads_);
   }
 
   const DeviceContext& device_;
-  cl_command_queue side_ = nullptr;  // device_.side_queue(): the chunks' queue; under order_
   const std::size_t chunk_bytes_;
   const std::size_t slot_count_;
   const unsigned threads_;  // at most slot_count_ / 2: each thread has two slots or more
-  std::vector<Slot> slots_;
+  Lane lanes_[2];           // uploads, downloads
 
-  std::mutex order_;  // a ticket and the markers (and barrier) of one transfer, together
-  std::uint64_t next_ticket_ = 0;
+  std::mutex order_;  // a place and the markers (and barrier) of one transfer, together
   std::mutex turn_mutex_;
   std::condition_variable turn_;
-  std::uint64_t serving_ = 0;
 
   std::mutex mutex_;  // guards a job's first error
-  WorkerPool workers_{threads_};
 };
 
 }  // namespace detail

@@ -1,0 +1,200 @@
+// SPDX-License-Identifier: MIT
+// Staged transfers in both directions at once (issue 19, full duplex): uploads and downloads run
+// in two lanes, each with its own queue, pinned slots and threads, so an upload and a download
+// from two threads overlap on the bus. What must still hold: every byte exact in both lanes, a
+// transfer never interleaves with an overlapping one of the other lane (ordering by device
+// bytes), the manager's queue order for asynchronous staged transfers, and cleanup() while
+// both lanes are busy. A discrete manager with a small staging threshold, so that PoCL runs the
+// staged code; the tsan label runs it under ThreadSanitizer.
+#include <atomic>
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <thread>
+#include <vector>
+
+#include "support/device_test.hpp"
+
+namespace {
+
+using clbuf_test::DeviceTest;
+using clbuf_test::same_bytes;
+
+class Duplex : public DeviceTest {
+ protected:
+  static constexpr std::size_t chunk = 64 << 10;
+  void SetUp() override {
+    DeviceTest::SetUp();
+    if (IsSkipped() || HasFatalFailure()) return;
+    clbuf::Options options;
+    options.memory = clbuf::MemoryModel::discrete;
+    options.staging_threshold_bytes = 2 * chunk;
+    options.staging_chunk_bytes = chunk;
+    options.staging_chunks = 8;
+    options.copy_threads = 4;
+    staged_ = std::make_unique<clbuf::BufferManager>(std::string(), options);
+  }
+  clbuf::BufferManager& staged() { return *staged_; }
+  std::unique_ptr<clbuf::BufferManager> staged_;
+};
+
+TEST_F(Duplex, UploadsAndDownloadsOnTwoThreadsStayExact) {
+  const std::size_t count = 300000;  // 1.2 MiB: ~18 chunks each way
+  const auto source = random<std::uint32_t>(count);
+  const auto fixed = staged().upload(source);
+  auto target = staged().allocate<std::uint32_t>(count);
+  std::vector<std::vector<std::uint32_t>> rounds;
+  for (int i = 0; i < 8; ++i) rounds.push_back(random<std::uint32_t>(count));
+  std::atomic<int> wrong{0}, errors{0};
+  std::thread uploader([&] {
+    try {
+      for (const auto& data : rounds) staged().upload(target, data);
+    } catch (const clbuf::Error&) {
+      ++errors;
+    }
+  });
+  std::thread downloader([&] {
+    try {
+      std::vector<std::uint32_t> out(count);
+      for (int i = 0; i < 8; ++i) {
+        staged().download(fixed, out.data(), count);
+        if (out != source) ++wrong;
+      }
+    } catch (const clbuf::Error&) {
+      ++errors;
+    }
+  });
+  uploader.join();
+  downloader.join();
+  EXPECT_EQ(wrong.load(), 0);
+  EXPECT_EQ(errors.load(), 0);
+  EXPECT_TRUE(same_bytes(rounds.back(), staged().download(target)));
+}
+
+// The two lanes order by device bytes: a download of the buffer being uploaded from another
+// thread sees one whole upload, never chunks of two (the rule a single lane gave by running one
+// transfer at a time). Each upload writes one value everywhere.
+TEST_F(Duplex, ADownloadNeverInterleavesWithAnOverlappingUpload) {
+  const std::size_t count = 200000;
+  auto buffer = staged().upload(std::vector<std::uint32_t>(count, 0));
+  std::atomic<bool> done{false};
+  std::atomic<int> torn{0}, errors{0}, downloads{0};
+  std::thread uploader([&] {
+    try {
+      for (std::uint32_t value = 1; value <= 30; ++value) {
+        staged().upload(buffer, std::vector<std::uint32_t>(count, value));
+      }
+    } catch (const clbuf::Error&) {
+      ++errors;
+    }
+    done = true;
+  });
+  std::thread downloader([&] {
+    try {
+      std::vector<std::uint32_t> out(count);
+      while (!done) {
+        staged().download(buffer, out.data(), count);
+        ++downloads;
+        for (std::uint32_t v : out) {
+          if (v != out.front()) {
+            ++torn;
+            break;
+          }
+        }
+      }
+    } catch (const clbuf::Error&) {
+      ++errors;
+    }
+  });
+  uploader.join();
+  downloader.join();
+  EXPECT_EQ(torn.load(), 0) << "of " << downloads.load() << " downloads";
+  EXPECT_EQ(errors.load(), 0);
+  EXPECT_EQ(staged().download(buffer), std::vector<std::uint32_t>(count, 30));
+}
+
+// Disjoint parts of one buffer (a view each) move both ways at once, exact, and neither
+// touches the other's bytes.
+TEST_F(Duplex, ViewsOfOneBufferMoveBothWaysAtOnce) {
+  const std::size_t half = 150000;
+  const auto initial = random<std::uint32_t>(2 * half);
+  auto buffer = staged().upload(initial);
+  auto low = staged().view(buffer, 0, half);
+  auto high = staged().view(buffer, half, half);
+  const auto fresh = random<std::uint32_t>(half);
+  std::vector<std::uint32_t> out(half);
+  std::atomic<int> errors{0};
+  std::thread uploader([&] {
+    try {
+      for (int i = 0; i < 5; ++i) staged().upload(low, fresh);
+    } catch (const clbuf::Error&) {
+      ++errors;
+    }
+  });
+  std::thread downloader([&] {
+    try {
+      for (int i = 0; i < 5; ++i) staged().download(high, out.data(), half);
+    } catch (const clbuf::Error&) {
+      ++errors;
+    }
+  });
+  uploader.join();
+  downloader.join();
+  EXPECT_EQ(errors.load(), 0);
+  EXPECT_TRUE(same_bytes(initial.data() + half, out.data(), half * sizeof(std::uint32_t)));
+  std::vector<std::uint32_t> expected(fresh);
+  expected.insert(expected.end(), initial.begin() + half, initial.end());
+  EXPECT_TRUE(same_bytes(expected, staged().download(buffer)));
+}
+
+// Asynchronous staged transfers keep the queue's order across lanes: an upload, then a download
+// of the same bytes, then another upload, started back to back with no wait between.
+TEST_F(Duplex, AsynchronousTransfersKeepQueueOrderAcrossLanes) {
+  const std::size_t count = 200000;
+  const auto first = random<std::uint32_t>(count);
+  const auto second = random<std::uint32_t>(count);
+  auto buffer = staged().allocate<std::uint32_t>(count);
+  std::vector<std::uint32_t> seen(count);
+  auto up1 = staged().upload_async(buffer, first.data(), count);
+  auto down = staged().download_async(buffer, seen.data(), count);
+  auto up2 = staged().upload_async(buffer, second.data(), count);
+  up1.get();
+  down.get();
+  up2.get();
+  EXPECT_TRUE(same_bytes(first, seen));
+  EXPECT_TRUE(same_bytes(second, staged().download(buffer)));
+}
+
+// cleanup() while both lanes are busy on other threads: every call either completes exactly or
+// throws clbuf::Error; nothing hangs or crashes.
+TEST_F(Duplex, CleanupWhileBothLanesAreBusy) {
+  const std::size_t count = 200000;
+  const auto data = random<std::uint32_t>(count);
+  auto source = staged().upload(data);
+  auto target = staged().allocate<std::uint32_t>(count);
+  std::atomic<int> wrong{0};
+  std::thread uploader([&] {
+    try {
+      for (int i = 0; i < 20; ++i) staged().upload(target, data);
+    } catch (const clbuf::Error&) {
+    }
+  });
+  std::thread downloader([&] {
+    try {
+      std::vector<std::uint32_t> out(count);
+      for (int i = 0; i < 20; ++i) {
+        staged().download(source, out.data(), count);
+        if (out != data) ++wrong;
+      }
+    } catch (const clbuf::Error&) {
+    }
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  staged().cleanup();
+  uploader.join();
+  downloader.join();
+  EXPECT_EQ(wrong.load(), 0);
+  EXPECT_THROW(staged().download(source), clbuf::Error);
+}
+
+}  // namespace
