@@ -22,7 +22,8 @@
 # OUT_DIR/suite_<name>_shard<i>.log; the binary's line sums its shards' and still counts as one
 # binary. On the H200 (16 cores, 10 minutes a call): SUITE_JOBS=8 SUITE_SHARDS=6 SUITE_TIMEOUT=480.
 # TESTS (a space-separated list of executables' names) limits the suite and tests stages;
-# SWEEP_SIZES (default 256M) the sizes of the staging sweep.
+# SWEEP_SIZES (default 256M) the sizes of the staging sweep, SWEEP_CHUNKS (default "1M 2M 4M") its
+# chunk sizes and SWEEP_THREADS (default "4 8 16") its copy threads (two chunks a thread).
 # every_size (issue 19, ~3 minutes on the H200, at most 6): every operation (uploads into fresh
 # and existing buffers, downloads into caller memory and new vectors, the seed round trip, the
 # asynchronous ones, device-to-device copies) at 4 B .. 1 GiB, clbuf against CLHPP naive and best
@@ -376,8 +377,8 @@ done | tee "$out/streaming.txt"
 fi
 if [[ $stages == *" sweep "* ]]; then
 echo "== staging sweep (${SWEEP_SIZES:-256M}, pageable std::vector)"
-for chunk in 1M 2M 4M; do
-  for threads in 4 8 16; do
+for chunk in ${SWEEP_CHUNKS:-1M 2M 4M}; do
+  for threads in ${SWEEP_THREADS:-4 8 16}; do
     timeout 60 "$bench" --sizes "${SWEEP_SIZES:-256M}" --ops upload_existing,download_caller --methods clbuf \
       --chunk $chunk --chunks $((2 * threads)) --copy-threads $threads --target-s 0.1 \
       --case-budget-s 3 2>&1 |

@@ -5,7 +5,7 @@
 // own WorkerPool, no BufferManager: each line is one mechanism, so a path's time can be
 // predicted from its parts before it is changed.
 //
-//   wait_latency [--reps N] [--device P:D]
+//   wait_latency [--reps N] [--device P:D] [--big-mib M (default 256; 0: skip the ceiling)]
 //
 // Output: one line per mechanism, median and 10th/90th percentile in microseconds.
 #include <clbuf/detail/host_memory.hpp>
@@ -103,10 +103,14 @@ void complete(cl_command_queue q, cl_event e, Wait w) {
 
 int main(int argc, char** argv) {
   int reps = 2000;
+  std::size_t big_bytes = std::size_t{256} << 20;
   unsigned platform_index = 0, device_index = 0;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     if (a == "--reps" && i + 1 < argc) reps = std::atoi(argv[++i]);
+    if (a == "--big-mib" && i + 1 < argc) {
+      big_bytes = static_cast<std::size_t>(std::atoll(argv[++i])) << 20;
+    }
     if (a == "--device" && i + 1 < argc) {
       std::sscanf(argv[++i], "%u:%u", &platform_index, &device_index);
     }
@@ -228,6 +232,79 @@ int main(int argc, char** argv) {
       }
     }
   }
+  // 3. The host's copy ceiling for large transfers, what bounds a staged pageable transfer (each
+  // byte read from pageable memory, written to pinned memory, read again by the DMA): one
+  // direction's copy on 1..16 threads, and both directions at once (as an upload and a
+  // download through the two staging lanes), GB/s of bytes copied.
+  if (big_bytes > 0) {
+    cl_mem big_pin[2];
+    char* big_pinned[2];
+    for (int k = 0; k < 2; ++k) {
+      big_pin[k] = clCreateBuffer(ctx, CL_MEM_ALLOC_HOST_PTR, big_bytes, nullptr, &err);
+      check(err, "clCreateBuffer(ALLOC_HOST_PTR, big)");
+      big_pinned[k] =
+          static_cast<char*>(clEnqueueMapBuffer(q, big_pin[k], CL_TRUE, CL_MAP_READ | CL_MAP_WRITE,
+                                                0, big_bytes, 0, nullptr, nullptr, &err));
+      check(err, "clEnqueueMapBuffer(big)");
+      std::memset(big_pinned[k], 5, big_bytes);
+    }
+    std::vector<char> big_up(big_bytes, 1), big_down(big_bytes, 2);
+    auto parallel_copy = [](clbuf::detail::WorkerPool& pool, unsigned threads, char* dst,
+                            const char* src, std::size_t bytes) {
+      const std::size_t part = std::size_t{1} << 20;
+      const std::size_t parts = (bytes + part - 1) / part;
+      std::atomic<std::size_t> next{0};
+      auto task = [&](unsigned) noexcept {
+        for (std::size_t k; (k = next.fetch_add(1)) < parts;) {
+          const std::size_t b = k * part;
+          std::memcpy(dst + b, src + b, std::min(part, bytes - b));
+        }
+      };
+      pool.run(threads, task);
+    };
+    const int big_reps = 5;
+    for (const unsigned threads : {1u, 4u, 8u, 12u, 16u}) {
+      clbuf::detail::WorkerPool pool(threads);
+      std::vector<double> us;
+      for (int r = 0; r <= big_reps; ++r) {
+        const auto t0 = Clock::now();
+        parallel_copy(pool, threads, big_pinned[0], big_up.data(), big_bytes);
+        const double t = std::chrono::duration<double, std::micro>(Clock::now() - t0).count();
+        if (r > 0) us.push_back(t);
+      }
+      std::sort(us.begin(), us.end());
+      std::printf("%-58s %9.2f GB/s\n",
+                  ("copy ceiling " + std::to_string(big_bytes >> 20) + " MiB pageable->pinned, " +
+                   std::to_string(threads) + " threads")
+                      .c_str(),
+                  static_cast<double>(big_bytes) / us[us.size() / 2] / 1e3);
+    }
+    for (const unsigned threads : {4u, 8u, 12u}) {
+      clbuf::detail::WorkerPool up_pool(threads), down_pool(threads);
+      std::vector<double> us;
+      for (int r = 0; r <= big_reps; ++r) {
+        const auto t0 = Clock::now();
+        std::thread downloader(
+            [&] { parallel_copy(down_pool, threads, big_down.data(), big_pinned[1], big_bytes); });
+        parallel_copy(up_pool, threads, big_pinned[0], big_up.data(), big_bytes);
+        downloader.join();
+        const double t = std::chrono::duration<double, std::micro>(Clock::now() - t0).count();
+        if (r > 0) us.push_back(t);
+      }
+      std::sort(us.begin(), us.end());
+      std::printf(
+          "%-58s %9.2f GB/s\n",
+          ("copy ceiling both ways at once, " + std::to_string(threads) + " threads each (in all)")
+              .c_str(),
+          2.0 * static_cast<double>(big_bytes) / us[us.size() / 2] / 1e3);
+    }
+    for (int k = 0; k < 2; ++k) {
+      clEnqueueUnmapMemObject(q, big_pin[k], big_pinned[k], 0, nullptr, nullptr);
+      clFinish(q);
+      clReleaseMemObject(big_pin[k]);
+    }
+  }
+
   clEnqueueUnmapMemObject(q, pinned_buf, pinned, 0, nullptr, nullptr);
   clFinish(q);
   clReleaseMemObject(pinned_buf);

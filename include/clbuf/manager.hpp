@@ -255,10 +255,11 @@ class BufferManager {
     auto entry = gate_.enter(op);
     check(op, buffer);
     detail::check_host_access(op, buffer.host_access_, true, false);
-    std::vector<T> out = detail::new_vector<T>(op, buffer.size());
-    engine_.read(op, buffer.memory_, 0, out.data(), buffer.size_bytes(),
-                 detail::HostMemory::pageable);
-    return out;
+    return engine_.read_new(op, buffer.memory_, 0, buffer.size_bytes(), [&](const void* from) {
+      return from == nullptr
+                 ? detail::new_vector<T>(op, buffer.size())
+                 : detail::new_vector<T>(op, static_cast<const T*>(from), buffer.size());
+    });
   }
 
   /// Reads `count` elements starting at element `src_offset` of `buffer` into `out`

@@ -127,6 +127,24 @@ std::vector<T> new_vector(const char* operation, std::size_t count) {
   return out;
 }
 
+/// A vector of the `count` elements at `from` (a bounced download's pinned block), built in one
+/// pass: no zero-filled vector written a second time.
+/// @throws Error CL_OUT_OF_HOST_MEMORY, never std::bad_alloc.
+template <class T>
+std::vector<T> new_vector(const char* operation, const T* from, std::size_t count) {
+  std::vector<T> out;
+  try {
+    out.reserve(count);
+    advise_huge_pages(out.data(), count * sizeof(T));
+    out.assign(from, from + count);
+  } catch (const std::bad_alloc&) {
+    fail_host_memory(operation, count * sizeof(T), "the downloaded vector");
+  } catch (const std::length_error&) {
+    fail_host_memory(operation, count * sizeof(T), "the downloaded vector");
+  }
+  return out;
+}
+
 /// `data` moved into shared ownership (a Future's host memory).
 /// @throws Error CL_OUT_OF_HOST_MEMORY, never std::bad_alloc.
 template <class T>

@@ -13,10 +13,12 @@
 //      buffered_upload_max_bytes: a memcpy into a pinned ring and a non-blocking write from it
 //      (buffered_writes.hpp); the call returns before the write has run, so a round trip waits
 //      for the device once. Its errors surface at the next synchronising call (settle());
-//   4. bounced: a discrete device, pageable host memory below the staging threshold and at most
-//      bounce_max_bytes: one DMA between the device and a pinned block of the engine's, and a
-//      memcpy between that block and the caller's memory (drivers move pageable memory below
-//      the bus speed even for small transfers: 196 against 80 us for 1 MiB read on the H200);
+//   4. bounced: a blocking read from a discrete device into pageable host memory below the
+//      staging threshold and of at most bounce_max_bytes: one DMA into a pinned block of the
+//      engine's, then a memcpy into the caller's memory (NVIDIA's driver reads into pageable
+//      memory far below the bus speed even for small transfers: a 4 B read waits 17 us, into
+//      pinned memory 8; 1 MiB took 196 us against 80 through pinned memory on the H200). Writes
+//      never bounce: the driver's pageable write was as fast as a bounce at every size measured;
 //   5. queue: one clEnqueueWriteBuffer / clEnqueueReadBuffer.
 //
 // Every blocking operation ends with settle(), which reports a buffered write that failed.
@@ -68,17 +70,24 @@ class TransferEngine {
   TransferEngine(const TransferEngine&) = delete;
   TransferEngine& operator=(const TransferEngine&) = delete;
 
-  /// The path rule, the one place clbuf chooses how bytes move; `blocking_write` for write().
-  Path route(const Allocation& memory, std::size_t bytes, HostMemory host,
-             bool blocking_write = false) const noexcept {
+  /// What a transfer is, for route(): a blocking write, a blocking read, or one started
+  /// asynchronously (either way).
+  enum class Use { blocking_write, blocking_read, started };
+
+  /// The path rule, the one place clbuf chooses how bytes move.
+  Path route(const Allocation& memory, std::size_t bytes, HostMemory host, Use use) const noexcept {
     if (memory.host != nullptr) return Path::host_block;
     if (stager_ && host == HostMemory::pageable &&
         bytes >= device_.options().staging_threshold_bytes) {
       return Path::staged;
     }
     if (host == HostMemory::pageable && device_.options().memory == MemoryModel::discrete) {
-      if (blocking_write && buffered_ && bytes <= buffered_->max_bytes()) return Path::buffered;
-      if (bytes <= device_.options().bounce_max_bytes) return Path::bounced;
+      if (use == Use::blocking_write && buffered_ && bytes <= buffered_->max_bytes()) {
+        return Path::buffered;
+      }
+      if (use == Use::blocking_read && bytes <= device_.options().bounce_max_bytes) {
+        return Path::bounced;
+      }
     }
     return Path::queue;
   }
@@ -89,7 +98,7 @@ class TransferEngine {
              std::size_t bytes, HostMemory host) {
     if (bytes == 0) return;
     Telemetry::Timer timer(telemetry_, Telemetry::upload, bytes);
-    switch (route(memory, bytes, host, true)) {
+    switch (route(memory, bytes, host, Use::blocking_write)) {
       case Path::host_block:
         queue().finish(operation);
         copier_.copy(memory.host_at(offset), data, bytes);
@@ -99,13 +108,8 @@ class TransferEngine {
         break;
       case Path::buffered:
         buffered_->write(operation, memory.buffer(), memory.at(offset), data, bytes);
-        return;  // not a synchronising call: nothing to settle
-      case Path::bounced: {
-        const PinnedLease block = bounce(operation);
-        copier_.copy(block.data(), data, bytes, bounce_copy_part);
-        queue().write(operation, memory.buffer(), memory.at(offset), bytes, block.data(), true);
-        break;
-      }
+        return;            // not a synchronising call: nothing to settle
+      case Path::bounced:  // reads only
       case Path::queue:
         queue().write(operation, memory.buffer(), memory.at(offset), bytes, data, true);
         break;
@@ -131,7 +135,7 @@ class TransferEngine {
             std::size_t bytes, HostMemory host) {
     if (bytes == 0) return;
     Telemetry::Timer timer(telemetry_, Telemetry::download, bytes);
-    switch (route(memory, bytes, host)) {
+    switch (route(memory, bytes, host, Use::blocking_read)) {
       case Path::host_block:
         queue().finish(operation);
         copier_.copy(out, memory.host_at(offset), bytes);
@@ -142,7 +146,7 @@ class TransferEngine {
       case Path::bounced: {
         const PinnedLease block = bounce(operation);
         queue().read(operation, memory.buffer(), memory.at(offset), bytes, block.data(), true);
-        copier_.copy(out, block.data(), bytes, bounce_copy_part);
+        bounce_copy(out, block.data(), bytes);
         break;
       }
       case Path::buffered:  // writes only
@@ -151,6 +155,27 @@ class TransferEngine {
         break;
     }
     settle(operation);
+  }
+
+  /// Reads `bytes` at `offset` for a new vector: where the read bounces, the DMA lands in the
+  /// pinned block and `make(block)` builds the vector from it in one pass (no zero-filled
+  /// vector written twice: fresh host memory is slow to touch); elsewhere `make(nullptr)` makes
+  /// the vector and read() fills it. Returns the vector.
+  template <class Make>
+  auto read_new(const char* operation, const Allocation& memory, std::size_t offset,
+                std::size_t bytes, Make make) {
+    if (bytes == 0 ||
+        route(memory, bytes, HostMemory::pageable, Use::blocking_read) != Path::bounced) {
+      auto out = make(nullptr);
+      read(operation, memory, offset, out.data(), bytes, HostMemory::pageable);
+      return out;
+    }
+    Telemetry::Timer timer(telemetry_, Telemetry::download, bytes);
+    const PinnedLease block = bounce(operation);
+    queue().read(operation, memory.buffer(), memory.at(offset), bytes, block.data(), true);
+    auto out = make(static_cast<const void*>(block.data()));
+    settle(operation);
+    return out;
   }
 
   /// Starts writing `data` into `memory` at byte `offset` by the path rule; the Future waits for
@@ -163,7 +188,7 @@ class TransferEngine {
                       bool now_if_fresh) {
     telemetry_.count_async(Telemetry::upload, bytes);
     if (bytes == 0) return Started();
-    switch (route(memory, bytes, HostMemory::pageable)) {
+    switch (route(memory, bytes, HostMemory::pageable, Use::started)) {
       case Path::host_block:
         if (now_if_fresh && memory.fresh && bytes < huge_page_bytes) {
           std::memcpy(memory.host_at(offset), data, bytes);
@@ -173,8 +198,8 @@ class TransferEngine {
       case Path::staged:
         return stager_->submit(true, memory.buffer, memory.at(offset), const_cast<void*>(data),
                                bytes, operation, std::move(keep), background_);
-      case Path::buffered:  // (blocking writes only)
-      case Path::bounced:   // started from the caller's memory: nothing to wait for on the host
+      case Path::buffered:  // blocking writes only
+      case Path::bounced:   // blocking reads only
       case Path::queue:
         break;
     }
@@ -188,7 +213,7 @@ class TransferEngine {
                      std::size_t bytes) {
     telemetry_.count_async(Telemetry::download, bytes);
     if (bytes == 0) return Started();
-    if (route(memory, bytes, HostMemory::pageable) == Path::staged) {
+    if (route(memory, bytes, HostMemory::pageable, Use::started) == Path::staged) {
       return stager_->submit(false, memory.buffer, memory.at(offset), out, bytes, operation,
                              nullptr, background_);
     }
@@ -324,10 +349,18 @@ class TransferEngine {
     return last;
   }
 
-  // A bounced transfer's memcpy is split among the copy threads in parts of at least this
-  // size: one thread copies ~10 GB/s on the H200's host, so a 1 MiB bounce would spend more
-  // time in memcpy than in the DMA (wait_latency measures both).
-  static constexpr std::size_t bounce_copy_part = std::size_t{256} << 10;
+  /// A bounced read's copy out of the pinned block: one memcpy up to 1 MiB, the copy threads
+  /// in 512 KiB parts from 2 MiB. Measured on the H200 (bench/wait_latency, gpu_run.sh mid):
+  /// waking the helpers costs 14-28 us and a small destination stays in the caller's cache
+  /// with one thread (a 1 MiB download 92 us on one thread, 144 on four), while one thread
+  /// copies only ~11 GB/s from 2 MiB on (2 MiB: 180 us alone, 31 on four threads).
+  void bounce_copy(void* out, const void* block, std::size_t bytes) noexcept {
+    if (bytes < (std::size_t{2} << 20)) {
+      std::memcpy(out, block, bytes);
+    } else {
+      copier_.copy(out, block, bytes, std::size_t{512} << 10);
+    }
+  }
 
   // The ring of buffered writes holds this many writes of buffered_upload_max_bytes (1 MiB of
   // pinned memory at 64 KiB): a stream of small uploads waits for the device once per 16.
