@@ -163,9 +163,10 @@ TEST_P(ThreadsRefused, AsyncTransfersStayExactWithoutTheirBackgroundThread) {
   const auto data = random<std::uint32_t>(count);
   auto buffer = paths().allocate<std::uint32_t>(count);
   std::vector<std::uint32_t> out(count);
-  // A blocking staged transfer first: its pinned chunks and copy threads exist before the cap,
-  // and it leaves the background thread unstarted.
+  // A blocking staged upload and download first: both lanes' pinned chunks and copy threads
+  // exist before the cap (each direction has its own), and the background thread is unstarted.
   paths().upload(buffer, random<std::uint32_t>(count));
+  paths().download(buffer, out.data(), count);
   {
     AddressSpaceCap cap(std::size_t{2} << 20);
     if (!cap.active()) GTEST_SKIP() << cap.reason();
