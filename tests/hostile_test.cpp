@@ -6,6 +6,7 @@
 // data, a crash under ASan, or an exception other than clbuf::Error) before its fix.
 #include <clbuf/clbuf.hpp>
 
+#include <malloc.h>
 #include <sys/resource.h>
 
 #include <atomic>
@@ -206,6 +207,34 @@ TEST_F(HostMemoryShort, DownloadIntoANewVectorThrowsOutOfHostMemory) {
   EXPECT_CLBUF_ERROR(manager().download_async(buffer), CL_OUT_OF_HOST_MEMORY, "download_async: ");
   cap.lift();
   EXPECT_EQ(manager().download(buffer).size(), count);  // and usable afterwards
+}
+
+// A bounced download (a discrete device, below the staging threshold) builds its new vector from
+// the pinned block: when the host has no room for the vector it throws CL_OUT_OF_HOST_MEMORY, the
+// block goes back to the manager's cache, and later bounced downloads are exact.
+TEST_F(HostMemoryShort, BouncedDownloadIntoANewVectorThrowsOutOfHostMemory) {
+  // 160 MiB, bounced (no staging, the bound raised to it): more than any free space an earlier
+  // test of this process can have left in the heap (the 64 MiB test above grows it under its
+  // cap), so the vector needs new address space.
+  constexpr std::size_t bytes = std::size_t{160} << 20;
+  clbuf::Options options;
+  options.memory = MemoryModel::discrete;
+  options.staging_threshold_bytes = clbuf::Options::never;
+  options.bounce_max_bytes = bytes;
+  clbuf::BufferManager discrete("", options);
+  constexpr std::size_t count = bytes / sizeof(float);
+  const auto data = random<float>(count);
+  auto buffer = discrete.upload(data);
+  EXPECT_TRUE(same_bytes(data, discrete.download(buffer)));  // the pinned block exists now
+  {
+    AddressSpaceCap cap(std::size_t{1} << 20);
+    if (!cap.active()) GTEST_SKIP() << cap.reason();
+    EXPECT_CLBUF_ERROR(discrete.download(buffer), CL_OUT_OF_HOST_MEMORY, "download: ");
+  }
+  for (int i = 0; i < 3; ++i) EXPECT_TRUE(same_bytes(data, discrete.download(buffer)));
+  buffer = clbuf::DeviceBuffer<float>();
+  discrete.cleanup();
+  malloc_trim(0);  // hands the freed memory back, so later capped tests need new address space
 }
 
 // On the host path (a CPU device) a buffer is a host block clbuf allocates itself: when the host
