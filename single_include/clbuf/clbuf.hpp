@@ -3585,8 +3585,9 @@ class Stager {
     for (const Extent& earlier : lanes_[1 - place.lane].pending) {
       if (earlier.overlaps(extent)) place.other_done = earlier.ticket + 1;
     }
-    place.ticket = extent.ticket = own.next_ticket++;
-    own.pending.push_back(extent);
+    extent.ticket = own.next_ticket;
+    own.pending.push_back(extent);  // may throw: before the ticket is taken, so none is lost
+    place.ticket = own.next_ticket++;
     return place;
   }
 
