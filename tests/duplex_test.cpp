@@ -6,6 +6,7 @@
 // bytes), the manager's queue order for asynchronous staged transfers, and cleanup() while
 // both lanes are busy. A discrete manager with a small staging threshold, so that PoCL runs the
 // staged code; the tsan label runs it under ThreadSanitizer.
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstddef>
@@ -111,6 +112,57 @@ TEST_F(Duplex, ADownloadNeverInterleavesWithAnOverlappingUpload) {
   EXPECT_EQ(torn.load(), 0) << "of " << downloads.load() << " downloads";
   EXPECT_EQ(errors.load(), 0);
   EXPECT_EQ(staged().download(buffer), std::vector<std::uint32_t>(count, 30));
+}
+
+// The ordering by device bytes sees through an adopted sub-buffer to its parent: a download of
+// the parent never interleaves with an upload into the sub-buffer from another thread.
+TEST_F(Duplex, AnAdoptedSubBufferOrdersWithItsParent) {
+  const std::size_t total = 1 << 20, begin = 256 << 10, length = 512 << 10;  // bytes
+  cl::Buffer parent(staged().context(), CL_MEM_READ_WRITE, total);
+  const cl_buffer_region area = {begin, length};
+  cl_int err = CL_SUCCESS;
+  cl::Buffer sub =
+      parent.createSubBuffer(CL_MEM_READ_WRITE, CL_BUFFER_CREATE_TYPE_REGION, &area, &err);
+  ASSERT_EQ(err, CL_SUCCESS);
+  auto whole = staged().adopt<std::uint32_t>(parent, total / 4);
+  auto part = staged().adopt<std::uint32_t>(sub, length / 4);
+  staged().upload(whole, std::vector<std::uint32_t>(total / 4, 0));
+  std::atomic<bool> done{false};
+  std::atomic<int> torn{0}, errors{0};
+  std::thread uploader([&] {
+    try {
+      for (std::uint32_t value = 1; value <= 20; ++value) {
+        staged().upload(part, std::vector<std::uint32_t>(length / 4, value));
+      }
+    } catch (const clbuf::Error&) {
+      ++errors;
+    }
+    done = true;
+  });
+  std::thread downloader([&] {
+    try {
+      std::vector<std::uint32_t> out(total / 4);
+      while (!done) {
+        staged().download(whole, out.data(), out.size());
+        const std::uint32_t* inside = out.data() + begin / 4;
+        for (std::size_t i = 0; i < length / 4; ++i) {
+          if (inside[i] != inside[0]) {
+            ++torn;
+            break;
+          }
+        }
+      }
+    } catch (const clbuf::Error&) {
+      ++errors;
+    }
+  });
+  uploader.join();
+  downloader.join();
+  EXPECT_EQ(torn.load(), 0);
+  EXPECT_EQ(errors.load(), 0);
+  std::vector<std::uint32_t> expected(total / 4, 0);
+  std::fill(expected.begin() + begin / 4, expected.begin() + (begin + length) / 4, 20u);
+  EXPECT_TRUE(same_bytes(expected, staged().download(whole)));
 }
 
 // Disjoint parts of one buffer (a view each) move both ways at once, exact, and neither
