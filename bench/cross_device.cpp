@@ -10,6 +10,8 @@
 // Defaults: --from 0:0, --to 0:1 when platform 0 has two devices (else 0:0), --reps 5 (at least 3).
 #include <clbuf/clbuf.hpp>
 
+#include "size_list.hpp"
+
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -40,41 +42,11 @@ double median(std::vector<double> v) {
   return n % 2 == 1 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
 }
 
-// "64M" -> 64 MiB; suffixes K, M, G (binary, any case), none for bytes.
-std::size_t parse_size(const std::string& text) {
-  std::size_t pos = 0;
-  const unsigned long long value = std::stoull(text, &pos);
-  const std::string unit = text.substr(pos);
-  std::size_t mult = 1;
-  if (unit == "K" || unit == "k") {
-    mult = KiB;
-  } else if (unit == "M" || unit == "m") {
-    mult = MiB;
-  } else if (unit == "G" || unit == "g") {
-    mult = GiB;
-  } else if (!unit.empty()) {
-    throw std::invalid_argument("bad size '" + text + "' (use e.g. 4096, 64K, 16M, 1G)");
-  }
-  return static_cast<std::size_t>(value) * mult;
-}
-
 std::string size_label(std::size_t bytes) {
   if (bytes >= GiB && bytes % GiB == 0) return std::to_string(bytes / GiB) + "G";
   if (bytes >= MiB && bytes % MiB == 0) return std::to_string(bytes / MiB) + "M";
   if (bytes >= KiB && bytes % KiB == 0) return std::to_string(bytes / KiB) + "K";
   return std::to_string(bytes);
-}
-
-std::vector<std::string> split(const std::string& text, char separator) {
-  std::vector<std::string> parts;
-  std::size_t start = 0;
-  while (true) {
-    const std::size_t end = text.find(separator, start);
-    parts.push_back(text.substr(start, end - start));
-    if (end == std::string::npos) break;
-    start = end + 1;
-  }
-  return parts;
 }
 
 // Depends on the position in the low and the high bits, so a chunk in the wrong place shows.
@@ -129,8 +101,7 @@ int main(int argc, char** argv) try {
     }
     const std::string value = argv[++i];
     if (flag == "--sizes") {
-      sizes.clear();
-      for (const std::string& s : split(value, ',')) sizes.push_back(parse_size(s));
+      sizes = bench::parse_sizes(value);
     } else if (flag == "--from") {
       from = value;
     } else if (flag == "--to") {

@@ -15,6 +15,8 @@
 // No timing is asserted; the smoke test checks the bytes.
 #include <clbuf/clbuf.hpp>
 
+#include "size_list.hpp"
+
 #include <CL/opencl.hpp>
 
 #include <algorithm>
@@ -31,15 +33,6 @@
 namespace {
 
 using Clock = std::chrono::steady_clock;
-
-std::size_t parse_size(const std::string& s) {
-  std::size_t v = std::stoull(s);
-  const char unit = s.empty() ? ' ' : s.back();
-  if (unit == 'K' || unit == 'k') v <<= 10;
-  if (unit == 'M' || unit == 'm') v <<= 20;
-  if (unit == 'G' || unit == 'g') v <<= 30;
-  return v;
-}
 
 // Runs a and b at once on two threads, released together; returns the seconds until both end.
 double together(const std::function<void()>& a, const std::function<void()>& b) {
@@ -94,13 +87,7 @@ int main(int argc, char** argv) {
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     if (a == "--sizes" && i + 1 < argc) {
-      sizes.clear();
-      std::string list = argv[++i];
-      for (std::size_t p = 0; p <= list.size();) {
-        const std::size_t q = std::min(list.find(',', p), list.size());
-        sizes.push_back(parse_size(list.substr(p, q - p)));
-        p = q + 1;
-      }
+      sizes = bench::parse_sizes(argv[++i]);
     } else if (a == "--reps" && i + 1 < argc) {
       reps = std::atoi(argv[++i]);
     } else if (a == "--device" && i + 1 < argc) {

@@ -2,8 +2,8 @@
 // What waiting costs on a device (issue 19): the latency of one small command completed in
 // different ways, and what the host-side pieces of clbuf's paths cost on this host (thread
 // wake-up, memcpy with 1..N threads into and out of pinned memory). Plain OpenCL and clbuf's
-// own WorkerPool, no BufferManager: each line is one mechanism, so a path's time can be
-// predicted from its parts before it is changed.
+// own WorkerPool and ParallelCopier, no BufferManager: each line is one mechanism, so a path's time
+// can be predicted from its parts before it is changed.
 //
 //   wait_latency [--reps N] [--device P:D] [--big-mib M (default 256; 0: skip the ceiling)]
 //
@@ -210,25 +210,16 @@ int main(int argc, char** argv) {
         std::size_t{4} << 20}) {
     for (const unsigned threads : {1u, 2u, 4u, 8u, 12u}) {
       if (threads > 1 && bytes < (std::size_t{256} << 10)) continue;
-      clbuf::detail::WorkerPool pool(threads);
+      // clbuf's own copier, in one part per thread (one memcpy on one thread).
+      clbuf::detail::ParallelCopier copier(threads);
       const std::size_t part = std::max<std::size_t>(bytes / threads, 4096);
-      const std::size_t parts = (bytes + part - 1) / part;
       for (const bool to_pinned : {true, false}) {
         char* dst = to_pinned ? pinned : other.data();
         const char* src = to_pinned ? pageable.data() : pinned;
         measure("memcpy " + std::to_string(bytes >> 10) + " KiB " +
                     (to_pinned ? "pageable->pinned " : "pinned->pageable ") +
                     std::to_string(threads) + " threads",
-                std::max(reps / 4, 50), [&] {
-                  std::atomic<std::size_t> next{0};
-                  auto task = [&](unsigned) noexcept {
-                    for (std::size_t k; (k = next.fetch_add(1)) < parts;) {
-                      const std::size_t b = k * part;
-                      std::memcpy(dst + b, src + b, std::min(part, bytes - b));
-                    }
-                  };
-                  pool.run(threads, task);
-                });
+                std::max(reps / 4, 50), [&] { copier.copy(dst, src, bytes, part); });
       }
     }
   }
@@ -249,54 +240,41 @@ int main(int argc, char** argv) {
       std::memset(big_pinned[k], 5, big_bytes);
     }
     std::vector<char> big_up(big_bytes, 1), big_down(big_bytes, 2);
-    auto parallel_copy = [](clbuf::detail::WorkerPool& pool, unsigned threads, char* dst,
-                            const char* src, std::size_t bytes) {
-      const std::size_t part = std::size_t{1} << 20;
-      const std::size_t parts = (bytes + part - 1) / part;
-      std::atomic<std::size_t> next{0};
-      auto task = [&](unsigned) noexcept {
-        for (std::size_t k; (k = next.fetch_add(1)) < parts;) {
-          const std::size_t b = k * part;
-          std::memcpy(dst + b, src + b, std::min(part, bytes - b));
-        }
-      };
-      pool.run(threads, task);
-    };
-    const int big_reps = 5;
-    for (const unsigned threads : {1u, 4u, 8u, 12u, 16u}) {
-      clbuf::detail::WorkerPool pool(threads);
+    // The median of 5 timed runs of `f` (after one warm-up), in microseconds.
+    const auto median_us = [](const auto& f) {
       std::vector<double> us;
-      for (int r = 0; r <= big_reps; ++r) {
+      for (int r = 0; r <= 5; ++r) {
         const auto t0 = Clock::now();
-        parallel_copy(pool, threads, big_pinned[0], big_up.data(), big_bytes);
-        const double t = std::chrono::duration<double, std::micro>(Clock::now() - t0).count();
-        if (r > 0) us.push_back(t);
+        f();
+        if (r > 0)
+          us.push_back(std::chrono::duration<double, std::micro>(Clock::now() - t0).count());
       }
       std::sort(us.begin(), us.end());
+      return us[us.size() / 2];
+    };
+    const std::size_t part = std::size_t{1} << 20;
+    for (const unsigned threads : {1u, 4u, 8u, 12u, 16u}) {
+      clbuf::detail::ParallelCopier copier(threads);
+      const double us =
+          median_us([&] { copier.copy(big_pinned[0], big_up.data(), big_bytes, part); });
       std::printf("%-58s %9.2f GB/s\n",
                   ("copy ceiling " + std::to_string(big_bytes >> 20) + " MiB pageable->pinned, " +
                    std::to_string(threads) + " threads")
                       .c_str(),
-                  static_cast<double>(big_bytes) / us[us.size() / 2] / 1e3);
+                  static_cast<double>(big_bytes) / us / 1e3);
     }
     for (const unsigned threads : {4u, 8u, 12u}) {
-      clbuf::detail::WorkerPool up_pool(threads), down_pool(threads);
-      std::vector<double> us;
-      for (int r = 0; r <= big_reps; ++r) {
-        const auto t0 = Clock::now();
-        std::thread downloader(
-            [&] { parallel_copy(down_pool, threads, big_down.data(), big_pinned[1], big_bytes); });
-        parallel_copy(up_pool, threads, big_pinned[0], big_up.data(), big_bytes);
+      clbuf::detail::ParallelCopier up(threads), down(threads);
+      const double us = median_us([&] {
+        std::thread downloader([&] { down.copy(big_down.data(), big_pinned[1], big_bytes, part); });
+        up.copy(big_pinned[0], big_up.data(), big_bytes, part);
         downloader.join();
-        const double t = std::chrono::duration<double, std::micro>(Clock::now() - t0).count();
-        if (r > 0) us.push_back(t);
-      }
-      std::sort(us.begin(), us.end());
+      });
       std::printf(
           "%-58s %9.2f GB/s\n",
           ("copy ceiling both ways at once, " + std::to_string(threads) + " threads each (in all)")
               .c_str(),
-          2.0 * static_cast<double>(big_bytes) / us[us.size() / 2] / 1e3);
+          2.0 * static_cast<double>(big_bytes) / us / 1e3);
     }
     for (int k = 0; k < 2; ++k) {
       clEnqueueUnmapMemObject(q, big_pin[k], big_pinned[k], 0, nullptr, nullptr);

@@ -11,6 +11,7 @@
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <thread>
 #include <vector>
 
@@ -39,6 +40,36 @@ class Duplex : public DeviceTest {
   std::unique_ptr<clbuf::BufferManager> staged_;
 };
 
+// Runs `upload` and `download` on two threads at once and returns how many clbuf::Errors they
+// threw; `upload_done`, when given, is set once `upload` has returned or thrown.
+int on_two_threads(const std::function<void()>& upload, const std::function<void()>& download,
+                   std::atomic<bool>* upload_done = nullptr) {
+  std::atomic<int> errors{0};
+  std::thread uploader([&] {
+    try {
+      upload();
+    } catch (const clbuf::Error&) {
+      ++errors;
+    }
+    if (upload_done != nullptr) *upload_done = true;
+  });
+  std::thread downloader([&] {
+    try {
+      download();
+    } catch (const clbuf::Error&) {
+      ++errors;
+    }
+  });
+  uploader.join();
+  downloader.join();
+  return errors;
+}
+
+// Whether the `count` values at `values` are all one value (a whole upload, not a mix of two).
+bool uniform(const std::uint32_t* values, std::size_t count) {
+  return std::all_of(values, values + count, [&](std::uint32_t v) { return v == values[0]; });
+}
+
 TEST_F(Duplex, UploadsAndDownloadsOnTwoThreadsStayExact) {
   const std::size_t count = 300000;  // 1.2 MiB: ~18 chunks each way
   const auto source = random<std::uint32_t>(count);
@@ -46,29 +77,20 @@ TEST_F(Duplex, UploadsAndDownloadsOnTwoThreadsStayExact) {
   auto target = staged().allocate<std::uint32_t>(count);
   std::vector<std::vector<std::uint32_t>> rounds;
   for (int i = 0; i < 8; ++i) rounds.push_back(random<std::uint32_t>(count));
-  std::atomic<int> wrong{0}, errors{0};
-  std::thread uploader([&] {
-    try {
-      for (const auto& data : rounds) staged().upload(target, data);
-    } catch (const clbuf::Error&) {
-      ++errors;
-    }
-  });
-  std::thread downloader([&] {
-    try {
-      std::vector<std::uint32_t> out(count);
-      for (int i = 0; i < 8; ++i) {
-        staged().download(fixed, out.data(), count);
-        if (out != source) ++wrong;
-      }
-    } catch (const clbuf::Error&) {
-      ++errors;
-    }
-  });
-  uploader.join();
-  downloader.join();
-  EXPECT_EQ(wrong.load(), 0);
-  EXPECT_EQ(errors.load(), 0);
+  int wrong = 0;
+  const int errors = on_two_threads(
+      [&] {
+        for (const auto& data : rounds) staged().upload(target, data);
+      },
+      [&] {
+        std::vector<std::uint32_t> out(count);
+        for (int i = 0; i < 8; ++i) {
+          staged().download(fixed, out.data(), count);
+          if (out != source) ++wrong;
+        }
+      });
+  EXPECT_EQ(wrong, 0);
+  EXPECT_EQ(errors, 0);
   EXPECT_TRUE(same_bytes(rounds.back(), staged().download(target)));
 }
 
@@ -79,38 +101,23 @@ TEST_F(Duplex, ADownloadNeverInterleavesWithAnOverlappingUpload) {
   const std::size_t count = 200000;
   auto buffer = staged().upload(std::vector<std::uint32_t>(count, 0));
   std::atomic<bool> done{false};
-  std::atomic<int> torn{0}, errors{0}, downloads{0};
-  std::thread uploader([&] {
-    try {
-      for (std::uint32_t value = 1; value <= 30; ++value) {
-        staged().upload(buffer, std::vector<std::uint32_t>(count, value));
-      }
-    } catch (const clbuf::Error&) {
-      ++errors;
-    }
-    done = true;
-  });
-  std::thread downloader([&] {
-    try {
-      std::vector<std::uint32_t> out(count);
-      while (!done) {
-        staged().download(buffer, out.data(), count);
-        ++downloads;
-        for (std::uint32_t v : out) {
-          if (v != out.front()) {
-            ++torn;
-            break;
-          }
+  int torn = 0, downloads = 0;
+  const int errors = on_two_threads(
+      [&] {
+        for (std::uint32_t value = 1; value <= 30; ++value) {
+          staged().upload(buffer, std::vector<std::uint32_t>(count, value));
         }
-      }
-    } catch (const clbuf::Error&) {
-      ++errors;
-    }
-  });
-  uploader.join();
-  downloader.join();
-  EXPECT_EQ(torn.load(), 0) << "of " << downloads.load() << " downloads";
-  EXPECT_EQ(errors.load(), 0);
+      },
+      [&] {
+        std::vector<std::uint32_t> out(count);
+        for (; !done; ++downloads) {
+          staged().download(buffer, out.data(), count);
+          if (!uniform(out.data(), count)) ++torn;
+        }
+      },
+      &done);
+  EXPECT_EQ(torn, 0) << "of " << downloads << " downloads";
+  EXPECT_EQ(errors, 0);
   EXPECT_EQ(staged().download(buffer), std::vector<std::uint32_t>(count, 30));
 }
 
@@ -128,38 +135,23 @@ TEST_F(Duplex, AnAdoptedSubBufferOrdersWithItsParent) {
   auto part = staged().adopt<std::uint32_t>(sub, length / 4);
   staged().upload(whole, std::vector<std::uint32_t>(total / 4, 0));
   std::atomic<bool> done{false};
-  std::atomic<int> torn{0}, errors{0};
-  std::thread uploader([&] {
-    try {
-      for (std::uint32_t value = 1; value <= 20; ++value) {
-        staged().upload(part, std::vector<std::uint32_t>(length / 4, value));
-      }
-    } catch (const clbuf::Error&) {
-      ++errors;
-    }
-    done = true;
-  });
-  std::thread downloader([&] {
-    try {
-      std::vector<std::uint32_t> out(total / 4);
-      while (!done) {
-        staged().download(whole, out.data(), out.size());
-        const std::uint32_t* inside = out.data() + begin / 4;
-        for (std::size_t i = 0; i < length / 4; ++i) {
-          if (inside[i] != inside[0]) {
-            ++torn;
-            break;
-          }
+  int torn = 0;
+  const int errors = on_two_threads(
+      [&] {
+        for (std::uint32_t value = 1; value <= 20; ++value) {
+          staged().upload(part, std::vector<std::uint32_t>(length / 4, value));
         }
-      }
-    } catch (const clbuf::Error&) {
-      ++errors;
-    }
-  });
-  uploader.join();
-  downloader.join();
-  EXPECT_EQ(torn.load(), 0);
-  EXPECT_EQ(errors.load(), 0);
+      },
+      [&] {
+        std::vector<std::uint32_t> out(total / 4);
+        while (!done) {
+          staged().download(whole, out.data(), out.size());
+          if (!uniform(out.data() + begin / 4, length / 4)) ++torn;
+        }
+      },
+      &done);
+  EXPECT_EQ(torn, 0);
+  EXPECT_EQ(errors, 0);
   std::vector<std::uint32_t> expected(total / 4, 0);
   std::fill(expected.begin() + begin / 4, expected.begin() + (begin + length) / 4, 20u);
   EXPECT_TRUE(same_bytes(expected, staged().download(whole)));
@@ -175,24 +167,14 @@ TEST_F(Duplex, ViewsOfOneBufferMoveBothWaysAtOnce) {
   auto high = staged().view(buffer, half, half);
   const auto fresh = random<std::uint32_t>(half);
   std::vector<std::uint32_t> out(half);
-  std::atomic<int> errors{0};
-  std::thread uploader([&] {
-    try {
-      for (int i = 0; i < 5; ++i) staged().upload(low, fresh);
-    } catch (const clbuf::Error&) {
-      ++errors;
-    }
-  });
-  std::thread downloader([&] {
-    try {
-      for (int i = 0; i < 5; ++i) staged().download(high, out.data(), half);
-    } catch (const clbuf::Error&) {
-      ++errors;
-    }
-  });
-  uploader.join();
-  downloader.join();
-  EXPECT_EQ(errors.load(), 0);
+  const int errors = on_two_threads(
+      [&] {
+        for (int i = 0; i < 5; ++i) staged().upload(low, fresh);
+      },
+      [&] {
+        for (int i = 0; i < 5; ++i) staged().download(high, out.data(), half);
+      });
+  EXPECT_EQ(errors, 0);
   EXPECT_TRUE(same_bytes(initial.data() + half, out.data(), half * sizeof(std::uint32_t)));
   std::vector<std::uint32_t> expected(fresh);
   expected.insert(expected.end(), initial.begin() + half, initial.end());

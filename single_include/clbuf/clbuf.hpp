@@ -568,46 +568,38 @@ inline void* allocate_host_block(std::size_t bytes) noexcept {
   return block;
 }
 
-/// Resizes an empty vector to `count` elements, asking for huge pages before the elements are
-/// first touched: value-initialising a fresh 256 MiB vector is ~8x faster that way.
-template <class T>
-void resize_fresh(std::vector<T>& out, std::size_t count) {
-  out.reserve(count);
-  advise_huge_pages(out.data(), count * sizeof(T));
-  out.resize(count);
-}
-
-/// A vector of `count` elements for a download (resize_fresh).
+/// A vector for a download of `count` elements, filled by `fill(out)`: reserved first, and huge
+/// pages asked for before the elements are first touched (value-initialising a fresh 256 MiB
+/// vector is ~8x faster that way).
 /// @throws Error CL_OUT_OF_HOST_MEMORY, never std::bad_alloc.
-template <class T>
-std::vector<T> new_vector(const char* operation, std::size_t count) {
-  std::vector<T> out;
-  try {
-    resize_fresh(out, count);
-  } catch (const std::bad_alloc&) {
-    fail_host_memory(operation, count * sizeof(T), "the downloaded vector");
-  } catch (const std::length_error&) {
-    fail_host_memory(operation, count * sizeof(T), "the downloaded vector");
-  }
-  return out;
-}
-
-/// A vector of the `count` elements at `from` (a bounced download's pinned block), built in one
-/// pass: no zero-filled vector written a second time.
-/// @throws Error CL_OUT_OF_HOST_MEMORY, never std::bad_alloc.
-template <class T>
-std::vector<T> new_vector(const char* operation, const T* from, std::size_t count) {
+template <class T, class Fill>
+std::vector<T> downloaded_vector(const char* operation, std::size_t count, Fill fill) {
   std::vector<T> out;
   try {
     out.reserve(count);
     advise_huge_pages(out.data(), count * sizeof(T));
-    out.assign(from, from + count);
+    fill(out);
   } catch (const std::bad_alloc&) {
     fail_host_memory(operation, count * sizeof(T), "the downloaded vector");
   } catch (const std::length_error&) {
     fail_host_memory(operation, count * sizeof(T), "the downloaded vector");
   }
   return out;
+}
+
+/// A vector of `count` value-initialised elements for a download.
+template <class T>
+std::vector<T> new_vector(const char* operation, std::size_t count) {
+  return downloaded_vector<T>(operation, count,
+                              [count](std::vector<T>& out) { out.resize(count); });
+}
+
+/// A vector of the `count` elements at `from` (a bounced download's pinned block), built in one
+/// pass: no zero-filled vector written a second time.
+template <class T>
+std::vector<T> new_vector(const char* operation, const T* from, std::size_t count) {
+  return downloaded_vector<T>(
+      operation, count, [from, count](std::vector<T>& out) { out.assign(from, from + count); });
 }
 
 /// `data` moved into shared ownership (a Future's host memory).
@@ -3728,10 +3720,10 @@ class Stager {
   /// The lane's pinned slots and threads, the slots mapped on the lane's queue (the main queue
   /// may be held by a barrier that waits for this very transfer). On its turn only.
   void ensure_slots(Lane& lane, const char* operation) {
-    const cl::CommandQueue queue(lane.queue, true);
     while (lane.slots.size() < slot_count_) {
       Slot slot;
-      slot.block = PinnedBlock(device_.context(), queue, chunk_bytes_, operation);
+      slot.block = PinnedBlock(device_.context(), cl::CommandQueue(lane.queue, true), chunk_bytes_,
+                               operation);
       slot.host = slot.block.data();
       lane.slots.push_back(std::move(slot));
     }
@@ -3997,12 +3989,10 @@ class TransferEngine {
       case Path::staged:
         stager_->read(memory.buffer(), memory.at(offset), out, bytes, operation);
         break;
-      case Path::bounced: {
-        const PinnedLease block = bounce(operation);
-        queue().read(operation, memory.buffer(), memory.at(offset), bytes, block.data(), true);
-        bounce_copy(out, block.data(), bytes);
+      case Path::bounced:
+        read_bounced(operation, memory, offset, bytes,
+                     [&](const void* block) { bounce_copy(out, block, bytes); });
         break;
-      }
       case Path::buffered:  // writes only
       case Path::queue:
         queue().read(operation, memory.buffer(), memory.at(offset), bytes, out, true);
@@ -4025,9 +4015,7 @@ class TransferEngine {
       return out;
     }
     Telemetry::Timer timer(telemetry_, Telemetry::download, bytes);
-    const PinnedLease block = bounce(operation);
-    queue().read(operation, memory.buffer(), memory.at(offset), bytes, block.data(), true);
-    auto out = make(static_cast<const void*>(block.data()));
+    auto out = read_bounced(operation, memory, offset, bytes, make);
     settle(operation);
     return out;
   }
@@ -4201,6 +4189,18 @@ class TransferEngine {
                           memory.at(offset + done), std::min(done, bytes - done));
     }
     return last;
+  }
+
+  /// The bounced path of read() and read_new(): `bytes` at `offset` read into a pinned block of
+  /// the engine's (blocking), then `consume(block)`, whose result it returns, before the block
+  /// goes back.
+  template <class Consume>
+  auto read_bounced(const char* operation, const Allocation& memory, std::size_t offset,
+                    std::size_t bytes, Consume consume)
+      -> decltype(consume(static_cast<const void*>(nullptr))) {
+    const PinnedLease block = bounce(operation);
+    queue().read(operation, memory.buffer(), memory.at(offset), bytes, block.data(), true);
+    return consume(static_cast<const void*>(block.data()));
   }
 
   /// A bounced read's copy out of the pinned block: one memcpy up to 1 MiB, the copy threads

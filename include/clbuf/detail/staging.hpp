@@ -411,10 +411,10 @@ class Stager {
   /// The lane's pinned slots and threads, the slots mapped on the lane's queue (the main queue
   /// may be held by a barrier that waits for this very transfer). On its turn only.
   void ensure_slots(Lane& lane, const char* operation) {
-    const cl::CommandQueue queue(lane.queue, true);
     while (lane.slots.size() < slot_count_) {
       Slot slot;
-      slot.block = PinnedBlock(device_.context(), queue, chunk_bytes_, operation);
+      slot.block = PinnedBlock(device_.context(), cl::CommandQueue(lane.queue, true), chunk_bytes_,
+                               operation);
       slot.host = slot.block.data();
       lane.slots.push_back(std::move(slot));
     }

@@ -143,12 +143,10 @@ class TransferEngine {
       case Path::staged:
         stager_->read(memory.buffer(), memory.at(offset), out, bytes, operation);
         break;
-      case Path::bounced: {
-        const PinnedLease block = bounce(operation);
-        queue().read(operation, memory.buffer(), memory.at(offset), bytes, block.data(), true);
-        bounce_copy(out, block.data(), bytes);
+      case Path::bounced:
+        read_bounced(operation, memory, offset, bytes,
+                     [&](const void* block) { bounce_copy(out, block, bytes); });
         break;
-      }
       case Path::buffered:  // writes only
       case Path::queue:
         queue().read(operation, memory.buffer(), memory.at(offset), bytes, out, true);
@@ -171,9 +169,7 @@ class TransferEngine {
       return out;
     }
     Telemetry::Timer timer(telemetry_, Telemetry::download, bytes);
-    const PinnedLease block = bounce(operation);
-    queue().read(operation, memory.buffer(), memory.at(offset), bytes, block.data(), true);
-    auto out = make(static_cast<const void*>(block.data()));
+    auto out = read_bounced(operation, memory, offset, bytes, make);
     settle(operation);
     return out;
   }
@@ -347,6 +343,18 @@ class TransferEngine {
                           memory.at(offset + done), std::min(done, bytes - done));
     }
     return last;
+  }
+
+  /// The bounced path of read() and read_new(): `bytes` at `offset` read into a pinned block of
+  /// the engine's (blocking), then `consume(block)`, whose result it returns, before the block
+  /// goes back.
+  template <class Consume>
+  auto read_bounced(const char* operation, const Allocation& memory, std::size_t offset,
+                    std::size_t bytes, Consume consume)
+      -> decltype(consume(static_cast<const void*>(nullptr))) {
+    const PinnedLease block = bounce(operation);
+    queue().read(operation, memory.buffer(), memory.at(offset), bytes, block.data(), true);
+    return consume(static_cast<const void*>(block.data()));
   }
 
   /// A bounced read's copy out of the pinned block: one memcpy up to 1 MiB, the copy threads
