@@ -3,7 +3,8 @@
 # Runs clbuf's tests and benchmark on the NVIDIA H200 machine (see ../shared/GPU.md), from a
 # Release build folder made on Debian 12 and the ICD loader packages in .dev/:
 #   bench/gpu_run.sh BUILD_DIR OUT_DIR STAGE...
-# (stages: suite tests bench async streaming sweep bounce every_size small mid duplex latency rss xdev)
+# (stages: suite tests bench async streaming sweep staging bounce every_size small mid duplex latency
+# rss xdev)
 # Where .dev/*.deb and /usr/lib/libnvidia-opencl.so both exist, the loader and clinfo are unpacked
 # into /tmp/cl and OCL_ICD_VENDORS points at NVIDIA's driver alone; elsewhere (PoCL here) the
 # system's OpenCL is used as it is.
@@ -48,6 +49,8 @@
 # duplex (~1 minute): bench/duplex at DUPLEX_SIZES (default 64M,256M): an upload and a download
 # at once, clbuf (two threads, the async pair, one after the other) against plain OpenCL (two
 # queues, pinned and pageable; blocking calls from two threads), into OUT_DIR/duplex.txt.
+# staging (~4 minutes): staged transfers (4 MiB-1 GiB) of two builds interleaved, three rounds:
+# STAGING_BEFORE/clbuf_bench and duplex against BUILD_DIR's, into OUT_DIR/staging.txt.
 # latency (~1 minute): bench/wait_latency (what completing one small command costs each way,
 # thread wake-up, memcpy with 1..12 threads into and out of pinned memory) into OUT_DIR/latency.txt.
 # BENCH_ARGS (default none) is added to every clbuf_bench call of every_size, small and mid, after the
@@ -385,6 +388,28 @@ for chunk in ${SWEEP_CHUNKS:-1M 2M 4M}; do
       grep -E "^(upload|download).*clbuf " | sed "s/^/chunk=$chunk threads=$threads /"
   done
 done | tee "$out/sweep.txt"
+fi
+
+if [[ $stages == *" staging "* ]]; then
+# Two builds of the benchmark interleaved in one run (round after round): STAGING_BEFORE (default
+# BUILD_DIR/bench/before) holds the earlier revision's clbuf_bench and duplex, BUILD_DIR/bench the
+# new ones; clbuf alone at STAGING_SIZES, the fresh 64 MiB upload also against CLHPP naive.
+before=${STAGING_BEFORE:-$build/bench/before}
+echo "== staged transfers, before ($before) and after ($build/bench), interleaved"
+for round in 1 2 3; do
+  for b in before after; do
+    exe=$bench; [[ $b == before ]] && exe=$before/clbuf_bench
+    timeout 100 "$exe" --sizes "${STAGING_SIZES:-4M,16M,64M,256M,1G}" \
+      --ops upload_existing,download_caller,download_new --methods clbuf --target-s 0.1 \
+      --case-budget-s 2 2>&1 | grep -E "^(upload|download).*clbuf " | sed "s/^/$b round=$round /"
+    timeout 60 "$exe" --ops upload_fresh_repeat_64MiB --methods clbuf,clhpp_naive --target-s 0.1 \
+      --case-budget-s 3 2>&1 | grep -E "^upload" | sed "s/^/$b round=$round /"
+  done
+done | tee "$out/staging.txt"
+for b in before after; do
+  exe=$build/bench/duplex; [[ $b == before ]] && exe=$before/duplex
+  timeout 100 "$exe" --sizes 64M,256M --reps 5 2>&1 | sed "s/^/$b /"
+done | tee -a "$out/staging.txt"
 fi
 
 if [[ $stages == *" bounce "* ]]; then
