@@ -49,7 +49,7 @@
 # duplex (~1 minute): bench/duplex at DUPLEX_SIZES (default 64M,256M): an upload and a download
 # at once, clbuf (two threads, the async pair, one after the other) against plain OpenCL (two
 # queues, pinned and pageable; blocking calls from two threads), into OUT_DIR/duplex.txt.
-# staging (~4 minutes): staged transfers (4 MiB-1 GiB) of two builds interleaved, three rounds:
+# staging (~4 minutes): staged transfers (4 MiB-1 GiB) of two builds interleaved, STAGING_ROUNDS (3):
 # STAGING_BEFORE/clbuf_bench and duplex against BUILD_DIR's, into OUT_DIR/staging.txt.
 # latency (~1 minute): bench/wait_latency (what completing one small command costs each way,
 # thread wake-up, memcpy with 1..12 threads into and out of pinned memory) into OUT_DIR/latency.txt.
@@ -396,7 +396,7 @@ if [[ $stages == *" staging "* ]]; then
 # new ones; clbuf alone at STAGING_SIZES, the fresh 64 MiB upload also against CLHPP naive.
 before=${STAGING_BEFORE:-$build/bench/before}
 echo "== staged transfers, before ($before) and after ($build/bench), interleaved"
-for round in 1 2 3; do
+for round in $(seq "${STAGING_ROUNDS:-3}"); do
   for b in before after; do
     exe=$bench; [[ $b == before ]] && exe=$before/clbuf_bench
     timeout 100 "$exe" --sizes "${STAGING_SIZES:-4M,16M,64M,256M,1G}" \
