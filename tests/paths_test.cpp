@@ -280,10 +280,12 @@ TEST_P(BouncePath, ThreadsBouncingAtOnceStayExact) {
 
 CLBUF_INSTANTIATE_MODELS(BouncePath);
 
-// Staged transfers copy each chunk in parts, one per copy thread, chunk after chunk through the
-// slots: 64 KiB chunks in 4 slots, cut into 4 parts of 16 KiB (4 threads) or 3 parts of 24, 24 and
-// 16 KiB (3 threads). Sizes inside a part, at the part and chunk boundaries, a short last chunk
-// with fewer parts, transfers that go round the slots many times, at odd offsets; threads at once.
+// Staged transfers copy each chunk in parts, one per copy thread taking part (at most one per
+// chunk of the transfer), chunk after chunk through the slots: 64 KiB chunks in 4 slots, cut
+// into 4 parts of 16 KiB (4 threads) or 3 parts of 24, 24 and 16 KiB (3 threads), 2 of 32 KiB for
+// a transfer of two chunks. Sizes inside a part, at the part and chunk boundaries, a short last
+// chunk with fewer parts, transfers that go round the slots many times, at odd offsets; threads
+// at once.
 class FourParts : public clbuf_test::ModelTest {
  protected:
   virtual unsigned threads() const { return 4; }
