@@ -1,12 +1,10 @@
 // SPDX-License-Identifier: MIT
 // Pinned staging for large transfers between pageable host memory and a discrete device.
 // Drivers move pageable memory at a fraction of the bus speed (7-17 GB/s against 55 GB/s pinned
-// on an H200), and one host thread copies only ~10 GB/s, so clbuf splits a transfer into chunks,
-// each through a pinned slot (CL_MEM_ALLOC_HOST_PTR, mapped once) in turn, and the copy threads
-// copy each chunk together, a part each, chunk after chunk: the DMA of a chunk starts as soon as
-// its bytes are copied, so host copies of later chunks overlap the device transfer of earlier
-// ones and the pipeline ends one chunk after the last copy. Pinned memory is bounded: chunk
-// bytes x slots.
+// on an H200), and one host thread copies only ~10 GB/s, so clbuf splits a transfer into chunks
+// that several threads take in turn: each copies its chunk into a pinned slot of its own
+// (CL_MEM_ALLOC_HOST_PTR, mapped once) and enqueues the DMA, so host copies of some chunks
+// overlap the device transfer of others. Pinned memory is bounded: chunk bytes x slots.
 //
 // Staged transfers run in two lanes, one per direction, so that an upload and a download at once
 // (two threads) use the bus's two directions together: each lane has its own queue, pinned
@@ -57,7 +55,8 @@ class Stager {
       : device_(device),
         chunk_bytes_(std::max<std::size_t>(chunk_bytes, 4096)),
         slot_count_(std::max<std::size_t>(slots, 2)),
-        threads_(std::max(threads, 1u)) {}
+        threads_(static_cast<unsigned>(
+            std::clamp<std::size_t>(threads, 1, std::max<std::size_t>(slot_count_ / 2, 1)))) {}
 
   Stager(const Stager&) = delete;
   Stager& operator=(const Stager&) = delete;
@@ -140,24 +139,13 @@ class Stager {
     std::size_t memory_offset = 0;
     char* host = nullptr;
     std::size_t bytes = 0;
-    std::size_t chunk = 0;   // bytes per chunk: a slot's (the last chunk shorter)
+    std::size_t chunk = 0;  // bytes per chunk for this job, at most a slot
     std::size_t chunks = 0;
-    std::size_t part = 0;    // bytes per part: what one thread copies at a time
-    std::size_t parts = 0;   // parts of a whole chunk (the last chunk may have fewer)
     cl_event after = nullptr;  // the main queue's marker, waited for before any DMA
-    std::once_flag after_once;
-    cl_int after_error = CL_SUCCESS;
-    std::atomic<std::size_t> next{0};  // the next part to take, chunk after chunk
+    std::atomic<std::size_t> next{0};
     std::atomic<bool> failed{false};
     cl_int error = CL_SUCCESS;  // the first failure, under mutex_
     std::string call;
-    // Per slot: parts of its current chunk not yet copied; under `progress`, DMAs enqueued
-    // through it in this job and how many of those are known to have completed.
-    std::unique_ptr<std::atomic<std::size_t>[]> left;
-    std::vector<std::size_t> issued, landed;
-    std::vector<char> waiting;  // a thread is waiting for the slot's DMA
-    std::mutex progress;
-    std::condition_variable advanced;
   };
 
   /// An asynchronous staged transfer, shared by submit() and the background job.
@@ -325,17 +313,9 @@ class Stager {
 
   const Queue& main() const noexcept { return device_.queue(); }
 
-  /// The pipeline, on the lane's queue, once it is this transfer's turn. Chunks go through the
-  /// slots in turn (chunk k in slot k % slots) and every thread copies parts of the oldest chunk
-  /// not yet taken, so chunks complete in order, one after another: the DMA of each starts as
-  /// soon as its own bytes are copied, and the last DMA waits for one chunk's copy, not for a
-  /// wave of chunks copied side by side (a 64 MiB upload waited ~0.25 ms for the last twelve
-  /// 1 MiB chunks to go over the bus together). The thread that copies a chunk's last part
-  /// enqueues its DMA (an upload's; a download's DMA into the slot was enqueued once the slot's
-  /// previous chunk was copied out).
+  /// The pipeline, on the side queue, once it is this transfer's turn.
   void run(bool to_device, cl_mem memory, std::size_t offset, void* host, std::size_t bytes,
            cl_event after, const char* operation) {
-    if (bytes == 0) return;
     Lane& lane = this->lane(to_device);
     ensure_slots(lane, operation);
     Job job;
@@ -346,130 +326,56 @@ class Stager {
     job.host = static_cast<char*>(host);
     job.bytes = bytes;
     job.after = after;
+    // Every chunk is a whole slot (the last one shorter), and a transfer wakes only as many
+    // threads as it has chunks. Cutting a mid-sized transfer finer so that every thread gets a
+    // share costs more in thread wake-ups (14-31 us) and DMA commands than it gains: on the H200
+    // (gpu_run.sh sweep) a 4 MiB upload took 315 us in four 1 MiB chunks, 390-455 in 256 KiB ones.
     job.chunk = chunk_bytes_;
     job.chunks = (bytes + job.chunk - 1) / job.chunk;
-    // As many threads as chunks, at most threads_ (waking more costs more than they gain at
-    // 4 MiB, 14-31 us each on the H200), and a chunk cut into one part per thread (whole pages),
-    // so that the threads finish it together.
-    const unsigned threads = static_cast<unsigned>(std::min<std::size_t>(threads_, job.chunks));
-    job.part = std::min(job.chunk, round_up((job.chunk + threads - 1) / threads, 4096));
-    job.parts = (job.chunk + job.part - 1) / job.part;
-    const std::size_t in_use = std::min(slot_count_, job.chunks);
-    job.left = std::make_unique<std::atomic<std::size_t>[]>(in_use);
-    for (std::size_t s = 0; s < in_use; ++s) job.left[s] = parts_of(job, s);
-    job.issued.assign(in_use, 0);
-    job.landed.assign(in_use, 0);
-    job.waiting.assign(in_use, 0);
     auto task = [this, &job](unsigned index) noexcept { work(index, job); };
-    lane.workers->run(threads, task);
-    // Every exit, a failure included, waits until no slot is in flight.
-    for (std::size_t s = 0; s < in_use; ++s) settle(lane.slots[s], job);
+    lane.workers->run(static_cast<unsigned>(std::min<std::size_t>(threads_, job.chunks)), task);
     if (job.failed) fail(operation, job.error, job.call + " failed in a staged transfer");
   }
 
-  static std::size_t round_up(std::size_t value, std::size_t unit) noexcept {
-    return (value + unit - 1) / unit * unit;
-  }
-
-  /// Parts in chunk `k` (the last chunk may be shorter).
-  static std::size_t parts_of(const Job& job, std::size_t k) noexcept {
-    const std::size_t length = std::min(job.chunk, job.bytes - k * job.chunk);
-    return (length + job.part - 1) / job.part;
-  }
-
-  /// One thread's share: parts in chunk order until none is left or the job failed. Thread 0
-  /// first enqueues a download's first DMAs (one per slot) while the others wake up.
+  /// Worker `index` takes chunks until none is left, using its own slots in turn.
   void work(unsigned index, Job& job) noexcept {
-    if (index == 0 && !job.to_device) {
-      for (std::size_t k = 0; k < std::min(slot_count_, job.chunks); ++k) {
-        if (!enqueue(job, k)) return;
-      }
-    }
-    for (std::size_t g; !job.failed && (g = job.next.fetch_add(1)) < job.chunks * job.parts;) {
-      const std::size_t k = g / job.parts;
-      const std::size_t p = g % job.parts;
-      if (p >= parts_of(job, k)) continue;  // past the end of a short last chunk
-      const std::size_t s = k % slot_count_;
-      // The slot is this chunk's once the DMA before it there (an upload's: chunk k - slots;
-      // a download's: its own) has completed.
-      if (!wait_slot(job, s, k / slot_count_ + (job.to_device ? 0 : 1))) return;
-      const std::size_t at = p * job.part;
-      const std::size_t length = std::min(job.part, std::min(job.chunk, job.bytes - k * job.chunk) - at);
-      char* pinned = static_cast<char*>(job.lane->slots[s].host) + at;
-      char* user = job.host + k * job.chunk + at;
-      if (job.to_device) {
-        copy_streaming(pinned, user, length);
-      } else {
-        copy_streaming(user, pinned, length);
-      }
-      if (job.left[s].fetch_sub(1) != 1) continue;
-      // This thread copied the chunk's last part: the slot moves on.
-      const std::size_t next_chunk = k + slot_count_;
-      if (job.to_device) {
-        if (next_chunk < job.chunks) job.left[s] = parts_of(job, next_chunk);
-        if (!enqueue(job, k)) return;
-      } else if (next_chunk < job.chunks) {
-        job.left[s] = parts_of(job, next_chunk);
-        if (!enqueue(job, next_chunk)) return;
-      }
-    }
-  }
-
-  /// Enqueues chunk k's DMA through its slot (after the work queued before the call), and lets
-  /// the threads that wait for it go on; false (the job marked failed) if that fails.
-  bool enqueue(Job& job, std::size_t k) noexcept {
-    std::call_once(job.after_once, [&job]() noexcept {
-      if (job.after != nullptr) job.after_error = wait_for(job.after);
-    });
-    if (!ok(job.after_error, "the work queued before", job)) return false;
-    Slot& slot = job.lane->slots[k % slot_count_];
-    const std::size_t offset = k * job.chunk;
-    const std::size_t length = std::min(job.chunk, job.bytes - offset);
+    const std::size_t per_worker = slot_count_ / threads_;
+    Slot* slots = &job.lane->slots[index * per_worker];
     cl_command_queue queue = job.lane->queue;
-    cl_event event = nullptr;
-    const cl_int err =
-        job.to_device
-            ? CLBUF_CL(clEnqueueWriteBuffer)(queue, job.memory, CL_FALSE,
-                                             job.memory_offset + offset, length, slot.host, 0,
-                                             nullptr, &event)
-            : CLBUF_CL(clEnqueueReadBuffer)(queue, job.memory, CL_FALSE,
-                                            job.memory_offset + offset, length, slot.host, 0,
-                                            nullptr, &event);
-    if (!ok(err, job.to_device ? "clEnqueueWriteBuffer" : "clEnqueueReadBuffer", job)) {
-      return false;
+    bool ready = job.after == nullptr;  // whether the work queued before the call has finished
+    std::size_t turn = 0;
+    for (std::size_t k; !job.failed && (k = job.next.fetch_add(1)) < job.chunks;) {
+      Slot& slot = slots[turn++ % per_worker];
+      if (!settle(slot, job)) break;
+      const std::size_t offset = k * job.chunk;
+      const std::size_t length = std::min(job.chunk, job.bytes - offset);
+      cl_event event = nullptr;
+      if (job.to_device) {
+        copy_streaming(slot.host, job.host + offset, length);
+        if (!ready && !(ready = ok(wait_for(job.after), "the work queued before", job))) break;
+        if (!ok(CLBUF_CL(clEnqueueWriteBuffer)(queue, job.memory, CL_FALSE,
+                                               job.memory_offset + offset, length, slot.host, 0,
+                                               nullptr, &event),
+                "clEnqueueWriteBuffer", job)) {
+          break;
+        }
+        slot.busy = cl::Event(event, false);
+        if (!ok(CLBUF_CL(clFlush)(queue), "clFlush", job)) break;
+      } else {
+        if (!ready && !(ready = ok(wait_for(job.after), "the work queued before", job))) break;
+        if (!ok(CLBUF_CL(clEnqueueReadBuffer)(queue, job.memory, CL_FALSE,
+                                              job.memory_offset + offset, length, slot.host, 0,
+                                              nullptr, &event),
+                "clEnqueueReadBuffer", job)) {
+          break;
+        }
+        slot.busy = cl::Event(event, false);
+        if (!settle(slot, job)) break;
+        copy_streaming(job.host + offset, slot.host, length);
+      }
     }
-    {
-      std::lock_guard<std::mutex> lock(job.progress);
-      slot.busy = cl::Event(event, false);
-      ++job.issued[k % slot_count_];
-    }
-    job.advanced.notify_all();
-    return ok(CLBUF_CL(clFlush)(queue), "clFlush", job);
-  }
-
-  /// Waits until slot `s` has had `issued` DMAs enqueued in this job and the last of them has
-  /// completed; false if the job failed meanwhile. One thread asks the driver (the others wait
-  /// for it): on the H200, every thread of a chunk waiting for its DMA at once (a call each per
-  /// part) made staged transfers 2.5x slower.
-  bool wait_slot(Job& job, std::size_t s, std::size_t issued) noexcept {
-    if (issued == 0) return true;  // an upload's first chunk in this slot
-    std::unique_lock<std::mutex> lock(job.progress);
-    job.advanced.wait(lock, [&] {
-      return job.failed || job.landed[s] >= issued || (job.issued[s] >= issued && !job.waiting[s]);
-    });
-    if (job.failed) return false;
-    if (job.landed[s] >= issued) return true;
-    // Stays valid while this thread waits: the slot's next DMA needs this thread's part.
-    cl_event event = job.lane->slots[s].busy();
-    job.waiting[s] = true;
-    lock.unlock();
-    const cl_int err = wait_for(event);
-    lock.lock();
-    job.waiting[s] = false;
-    if (err == CL_SUCCESS) job.landed[s] = issued;
-    lock.unlock();
-    job.advanced.notify_all();
-    return ok(err, "a chunk's DMA", job);
+    // Every exit, a failure included, waits until none of this worker's slots is in flight.
+    for (std::size_t s = 0; s < per_worker; ++s) settle(slots[s], job);
   }
 
   /// Waits for the slot's last DMA; false (and the job marked failed) if it failed.
@@ -499,10 +405,6 @@ class Stager {
       job.error = err;
       job.call = call;
     }
-    {
-      std::lock_guard<std::mutex> waking(job.progress);  // no waiter misses the failure
-    }
-    job.advanced.notify_all();
     return false;
   }
 
@@ -522,7 +424,7 @@ class Stager {
   const DeviceContext& device_;
   const std::size_t chunk_bytes_;
   const std::size_t slot_count_;
-  const unsigned threads_;
+  const unsigned threads_;  // at most slot_count_ / 2: each thread has two slots or more
   Lane lanes_[2];           // uploads, downloads
 
   std::mutex order_;  // a place and the markers (and barrier) of one transfer, together
