@@ -1,0 +1,158 @@
+// SPDX-License-Identifier: MIT
+// Where the seed's round trip spends its time (issue 19): 1000 float32 up and back, clbuf against
+// the careful hand-written round trip (clbuf_bench's clhpp_best: one buffer made once, a pinned
+// CL_MEM_ALLOC_HOST_PTR block mapped once, a non-blocking write from it and a blocking read into
+// it) and that round trip with one of clbuf's pieces added at a time: an event on the write, the
+// write's status asked after the read (how clbuf learns that a buffered write failed), a fresh
+// buffer each time, the read into pageable memory. Every variant runs once per round, in turn,
+// on the manager's own context and queue, so drift hits all alike; medians over the rounds.
+//
+//   seed_profile [--reps N (default 20000)] [--count N (default 1000)] [--device SELECTOR]
+//                [--memory discrete]
+//
+// Output: one line per variant: median, 10th and 90th percentile in microseconds, and the
+// median's difference from the hand-written round trip; every variant's bytes are checked.
+#include <clbuf/clbuf.hpp>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <functional>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+struct Variant {
+  std::string name;
+  std::function<std::vector<float>(const std::vector<float>&)> run;  // the data back
+  std::vector<double> us;
+};
+
+double quantile(std::vector<double> v, double q) {
+  std::sort(v.begin(), v.end());
+  return v[static_cast<std::size_t>(q * static_cast<double>(v.size() - 1))];
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  int reps = 20000;
+  std::size_t count = 1000;
+  std::string device;
+  clbuf::Options options;
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    if (a == "--reps" && i + 1 < argc) {
+      reps = std::max(std::atoi(argv[++i]), 1);
+    } else if (a == "--count" && i + 1 < argc) {
+      count = static_cast<std::size_t>(std::max(std::atol(argv[++i]), 1L));
+    } else if (a == "--device" && i + 1 < argc) {
+      device = argv[++i];
+    } else if (a == "--memory" && i + 1 < argc && std::string(argv[++i]) == "discrete") {
+      options.memory = clbuf::MemoryModel::discrete;
+    } else {
+      std::fprintf(stderr, "usage: seed_profile [--reps N] [--count N] [--device S] [--memory discrete]\n");
+      return 2;
+    }
+  }
+  try {
+    clbuf::BufferManager m(device, options);
+    const std::size_t bytes = count * sizeof(float);
+    cl::Context ctx = m.context();
+    cl::CommandQueue q = m.queue();
+    cl::Buffer reused(ctx, CL_MEM_READ_WRITE, bytes);
+    cl::Buffer pinned(ctx, CL_MEM_ALLOC_HOST_PTR | CL_MEM_READ_WRITE, bytes);
+    auto* pin = static_cast<float*>(
+        q.enqueueMapBuffer(pinned, CL_TRUE, CL_MAP_READ | CL_MAP_WRITE, 0, bytes));
+    auto existing = m.allocate<float>(count);
+
+    // The hand-written round trip, with `event` (on the write), `status` (asked after the read)
+    // and `fresh` (a buffer made for it) as chosen.
+    const auto by_hand = [&](bool event, bool status, bool fresh) {
+      return [&, event, status, fresh](const std::vector<float>& in) {
+        cl::Buffer made = fresh ? cl::Buffer(ctx, CL_MEM_READ_WRITE, bytes) : reused;
+        std::memcpy(pin, in.data(), bytes);
+        cl::Event written;
+        q.enqueueWriteBuffer(made, CL_FALSE, 0, bytes, pin, nullptr, event ? &written : nullptr);
+        q.enqueueReadBuffer(made, CL_TRUE, 0, bytes, pin);
+        if (status && written.getInfo<CL_EVENT_COMMAND_EXECUTION_STATUS>() != CL_COMPLETE) {
+          std::fprintf(stderr, "the write is not complete after the read\n");
+          std::exit(1);
+        }
+        return std::vector<float>(pin, pin + count);
+      };
+    };
+    std::vector<Variant> variants;
+    variants.push_back({"by hand (clhpp_best)", by_hand(false, false, false), {}});
+    variants.push_back({"by hand + event on the write", by_hand(true, false, false), {}});
+    variants.push_back({"by hand + event + its status after", by_hand(true, true, false), {}});
+    variants.push_back({"by hand, fresh cl::Buffer", by_hand(false, false, true), {}});
+    variants.push_back({"by hand, read into pageable",
+                        [&](const std::vector<float>& in) {
+                          std::memcpy(pin, in.data(), bytes);
+                          q.enqueueWriteBuffer(reused, CL_FALSE, 0, bytes, pin);
+                          std::vector<float> out(count);
+                          q.enqueueReadBuffer(reused, CL_TRUE, 0, bytes, out.data());
+                          return out;
+                        },
+                        {}});
+    variants.push_back({"clbuf upload(vector) + download (the seed)",
+                        [&](const std::vector<float>& in) {
+                          auto buffer = m.upload(in);
+                          return m.download(buffer);
+                        },
+                        {}});
+    variants.push_back({"clbuf upload(buffer, vector) + download",
+                        [&](const std::vector<float>& in) {
+                          m.upload(existing, in);
+                          return m.download(existing);
+                        },
+                        {}});
+    variants.push_back({"clbuf upload(buffer, vector) + download(into)",
+                        [&](const std::vector<float>& in) {
+                          m.upload(existing, in);
+                          std::vector<float> out(count);
+                          m.download(existing, out.data(), count);
+                          return out;
+                        },
+                        {}});
+
+    std::vector<float> data(count);
+    for (std::size_t i = 0; i < count; ++i) data[i] = static_cast<float>(i) * 0.5f;
+    const int warmup = std::max(reps / 20, 10);
+    for (int r = -warmup; r < reps; ++r) {
+      data[static_cast<std::size_t>(r + warmup) % count] += 1.0f;  // new bytes every round
+      for (Variant& v : variants) {
+        const auto t0 = Clock::now();
+        const std::vector<float> out = v.run(data);
+        const double us = std::chrono::duration<double, std::micro>(Clock::now() - t0).count();
+        if (out != data) {
+          std::fprintf(stderr, "%s: wrong bytes\n", v.name.c_str());
+          return 1;
+        }
+        if (r >= 0) v.us.push_back(us);
+      }
+    }
+    q.enqueueUnmapMemObject(pinned, pin);
+    q.finish();
+    std::printf("# seed round trip, %zu float32 on %s (%s), %d rounds; microseconds\n", count,
+                m.device().name.c_str(), clbuf::to_string(m.memory_model()), reps);
+    std::printf("%-48s %9s %9s %9s %9s\n", "variant", "median", "p10", "p90", "vs_hand");
+    const double hand = quantile(variants[0].us, 0.5);
+    for (const Variant& v : variants) {
+      const double median = quantile(v.us, 0.5);
+      std::printf("%-48s %9.2f %9.2f %9.2f %+9.2f\n", v.name.c_str(), median,
+                  quantile(v.us, 0.1), quantile(v.us, 0.9), median - hand);
+    }
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "seed_profile: %s\n", e.what());
+    return 1;
+  }
+  return 0;
+}
