@@ -3,8 +3,8 @@
 # Runs clbuf's tests and benchmark on the NVIDIA H200 machine (see ../shared/GPU.md), from a
 # Release build folder made on Debian 12 and the ICD loader packages in .dev/:
 #   bench/gpu_run.sh BUILD_DIR OUT_DIR STAGE...
-# (stages: suite tests bench async streaming sweep staging bounce every_size small mid duplex latency
-# rss xdev)
+# (stages: suite tests bench async streaming sweep staging seed bounce every_size small mid duplex
+# latency rss xdev)
 # Where .dev/*.deb and /usr/lib/libnvidia-opencl.so both exist, the loader and clinfo are unpacked
 # into /tmp/cl and OCL_ICD_VENDORS points at NVIDIA's driver alone; elsewhere (PoCL here) the
 # system's OpenCL is used as it is.
@@ -51,6 +51,8 @@
 # queues, pinned and pageable; blocking calls from two threads), into OUT_DIR/duplex.txt.
 # staging (~4 minutes): staged transfers (4 MiB-1 GiB) of two builds interleaved, STAGING_ROUNDS (3):
 # STAGING_BEFORE/clbuf_bench and duplex against BUILD_DIR's, into OUT_DIR/staging.txt.
+# seed (~3 minutes): bench/seed_profile and the small transfers (4 B-1 MiB, with both peers) of
+# the two builds, into OUT_DIR/seed.txt.
 # latency (~1 minute): bench/wait_latency (what completing one small command costs each way,
 # thread wake-up, memcpy with 1..12 threads into and out of pinned memory) into OUT_DIR/latency.txt.
 # BENCH_ARGS (default none) is added to every clbuf_bench call of every_size, small and mid, after the
@@ -410,6 +412,26 @@ for b in before after; do
   exe=$build/bench/duplex; [[ $b == before ]] && exe=$before/duplex
   timeout 100 "$exe" --sizes 64M,256M --reps 5 2>&1 | sed "s/^/$b /"
 done | tee -a "$out/staging.txt"
+fi
+
+if [[ $stages == *" seed "* ]]; then
+# The seed's round trip and the small transfers around it, two builds as in `staging`
+# (STAGING_BEFORE): bench/seed_profile of each, then clbuf_bench's roundtrip_seed and small
+# transfers against CLHPP naive and best practice, SEED_ROUNDS (2) rounds, builds interleaved.
+before=${STAGING_BEFORE:-$build/bench/before}
+echo "== the seed's round trip, before ($before) and after ($build/bench)"
+for b in before after; do
+  exe=$build/bench/seed_profile; [[ $b == before ]] && exe=$before/seed_profile
+  timeout 100 "$exe" --reps 20000 2>&1 | sed "s/^/$b /"
+done | tee "$out/seed.txt"
+for round in $(seq "${SEED_ROUNDS:-2}"); do
+  for b in before after; do
+    exe=$bench; [[ $b == before ]] && exe=$before/clbuf_bench
+    timeout 150 "$exe" --sizes 4,64,4K,64K,1M --ops roundtrip_seed,download_caller,download_new,upload_existing \
+      --methods clbuf,clhpp_naive,clhpp_best --target-s 0.1 --case-budget-s 1 2>&1 |
+      grep -E "^(upload|download|roundtrip)" | sed "s/^/$b round=$round /"
+  done
+done | tee -a "$out/seed.txt"
 fi
 
 if [[ $stages == *" bounce "* ]]; then

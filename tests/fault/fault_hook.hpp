@@ -12,7 +12,8 @@
 //   - armed `on_device`, a clEnqueueWriteBuffer is accepted and runs, then reads as failed on the
 //     device (its event's status negative; a blocking one returns
 //     CL_EXEC_STATUS_ERROR_FOR_EVENTS_IN_WAIT_LIST): the failure a buffered upload can only
-//     report later.
+//     report later. A blocking clEnqueueReadBuffer whose wait list holds such an event reads
+//     nothing and returns CL_EXEC_STATUS_ERROR_FOR_EVENTS_IN_WAIT_LIST, as OpenCL 1.2 says.
 // Include this file instead of <clbuf/clbuf.hpp>, and before anything that includes clbuf.
 #ifndef CLBUF_TESTS_FAULT_HOOK_HPP
 #define CLBUF_TESTS_FAULT_HOOK_HPP
@@ -245,6 +246,14 @@ inline cl_int clEnqueueReadBuffer(cl_command_queue q, cl_mem m, cl_bool blocking
                                   size_t size, void* p, cl_uint n, const cl_event* wait,
                                   cl_event* event) {
   if (state().hit(EnqueueReadBuffer)) return CL_OUT_OF_RESOURCES;
+  if (blocking) {  // as a driver does when a command it waits for failed: no read, and this code
+    for (cl_uint i = 0; i < n; ++i) {
+      if (state().event_failed(wait[i])) {
+        ::clWaitForEvents(n, wait);
+        return CL_EXEC_STATUS_ERROR_FOR_EVENTS_IN_WAIT_LIST;
+      }
+    }
+  }
   return ::clEnqueueReadBuffer(q, m, blocking, offset, size, p, n, wait, event);
 }
 inline cl_int clEnqueueWriteBuffer(cl_command_queue q, cl_mem m, cl_bool blocking, size_t offset,

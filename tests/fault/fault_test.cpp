@@ -613,6 +613,60 @@ TEST_F(FaultCodes, FailedBufferedUploadsAmongManyAreReportedTogether) {
   EXPECT_NO_THROW(m.finish());
 }
 
+// A blocking download waits for the buffered writes before it (its wait list), so when it
+// succeeds clbuf knows they did and asks no write its status (clGetEventInfo costs 1.2 us a call
+// on the H200); a failed one makes the download fail without touching the caller's memory, the
+// upload named. Both download paths: bounced (a new vector) and the driver's (bounce off).
+TEST_F(FaultCodes, DownloadAfterBufferedUploadsAsksNoStatus) {
+  for (const std::size_t bounce : {clbuf::Options::automatic, std::size_t{0}}) {
+    SCOPED_TRACE(bounce);
+    clbuf::Options options = options_for(MemoryModel::discrete);
+    options.bounce_max_bytes = bounce;
+    clbuf::BufferManager m("", options);
+    auto buffer = m.allocate<std::uint32_t>(small);
+    m.finish();
+    for (int round = 0; round < 3; ++round) {
+      const auto data = random<std::uint32_t>(small);
+      state().arm(-1, 0, false);  // counting only
+      m.upload(buffer, data);
+      m.upload(buffer, data.data(), 10, 5);  // two writes in the wait list
+      std::vector<std::uint32_t> out(small);
+      m.download(buffer, out.data(), out.size());
+      const long status_calls = [] {
+        std::lock_guard<std::mutex> lock(state().mutex);
+        return state().calls[clbuf_fault::GetEventInfo];
+      }();
+      state().disarm();
+      EXPECT_EQ(status_calls, 0) << "round " << round;
+      auto expected = data;
+      std::copy(data.begin(), data.begin() + 10, expected.begin() + 5);
+      EXPECT_TRUE(clbuf_test::same_bytes(expected, out));
+    }
+  }
+}
+
+TEST_F(FaultCodes, DownloadWaitingForAFailedBufferedUploadChangesNoData) {
+  for (const std::size_t bounce : {clbuf::Options::automatic, std::size_t{0}}) {
+    SCOPED_TRACE(bounce);
+    clbuf::Options options = options_for(MemoryModel::discrete);
+    options.bounce_max_bytes = bounce;
+    clbuf::BufferManager m("", options);
+    auto buffer = m.upload(random<std::uint32_t>(small));
+    m.finish();
+    state().arm(clbuf_fault::EnqueueWriteBuffer, 1, false, true);
+    m.upload(buffer, random<std::uint32_t>(small));  // returns: its write fails later
+    auto out = clbuf_test::sentinels<std::uint32_t>(small);
+    EXPECT_CLBUF_ERROR(m.download(buffer, out.data(), out.size()), CL_OUT_OF_RESOURCES,
+                       "download: ", "a buffered upload failed on the device",
+                       "upload of 400 bytes at byte 0");
+    state().disarm();
+    EXPECT_TRUE(clbuf_test::all_sentinel(out.data(), out.size() * sizeof(std::uint32_t)));
+    const auto data = random<std::uint32_t>(small);  // reported once: the manager goes on
+    m.upload(buffer, data);
+    EXPECT_TRUE(clbuf_test::same_bytes(data, m.download(buffer)));
+  }
+}
+
 TEST_F(FaultCodes, FailedAllocationIsRetriedOnceAfterTrimmingThePool) {
   state().arm(clbuf_fault::CreateBuffer, 1, false);
   auto buffer = manager().allocate<std::uint32_t>(1000);  // the retry succeeds

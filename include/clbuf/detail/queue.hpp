@@ -75,6 +75,15 @@ class Queue {
     return cl::Event(event, false);
   }
 
+  /// Buffer -> host, blocking, once the commands of `wait` have completed; the driver's code
+  /// (CL_EXEC_STATUS_ERROR_FOR_EVENTS_IN_WAIT_LIST when one of them failed), unchecked.
+  cl_int read_after(cl_mem buffer, std::size_t offset, std::size_t bytes, void* host,
+                    const std::vector<cl_event>& wait) const noexcept {
+    return CLBUF_CL(clEnqueueReadBuffer)(queue_(), buffer, CL_TRUE, offset, bytes, host,
+                                         static_cast<cl_uint>(wait.size()),
+                                         wait.empty() ? nullptr : wait.data(), nullptr);
+  }
+
   /// Buffer -> buffer on the device; returns the command's event.
   cl::Event copy(const char* operation, cl_mem src, cl_mem dst, std::size_t src_offset,
                  std::size_t dst_offset, std::size_t bytes) const {

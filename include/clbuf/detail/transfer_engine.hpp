@@ -149,7 +149,7 @@ class TransferEngine {
         break;
       case Path::buffered:  // writes only
       case Path::queue:
-        queue().read(operation, memory.buffer(), memory.at(offset), bytes, out, true);
+        read_blocking(operation, memory.buffer(), memory.at(offset), bytes, out);
         break;
     }
     settle(operation);
@@ -353,8 +353,27 @@ class TransferEngine {
                     std::size_t bytes, Consume consume)
       -> decltype(consume(static_cast<const void*>(nullptr))) {
     const PinnedLease block = bounce(operation);
-    queue().read(operation, memory.buffer(), memory.at(offset), bytes, block.data(), true);
+    read_blocking(operation, memory.buffer(), memory.at(offset), bytes, block.data());
     return consume(static_cast<const void*>(block.data()));
+  }
+
+  /// A blocking read on the manager's queue that waits for the buffered writes before it (its
+  /// wait list): once it has succeeded, so have they, and settle() need not ask their status
+  /// (buffered_writes.hpp). When one of them failed, the read fails and settle() names the
+  /// upload; else the read's own error.
+  void read_blocking(const char* operation, cl_mem buffer, std::size_t offset, std::size_t bytes,
+                     void* out) {
+    if (!buffered_) {
+      queue().read(operation, buffer, offset, bytes, out, true);
+      return;
+    }
+    const BufferedWrites::Fence fence = buffered_->fence();
+    const cl_int err = queue().read_after(buffer, offset, bytes, out, fence.list);
+    if (err == CL_EXEC_STATUS_ERROR_FOR_EVENTS_IN_WAIT_LIST && !fence.list.empty()) {
+      settle(operation);
+    }
+    check(err, operation, "clEnqueueReadBuffer");
+    if (!fence.list.empty()) buffered_->confirmed(fence.last);
   }
 
   /// A bounced read's copy out of the pinned block: one memcpy up to 1 MiB, the copy threads
