@@ -3,8 +3,9 @@
 // the careful hand-written round trip (clbuf_bench's clhpp_best: one buffer made once, a pinned
 // CL_MEM_ALLOC_HOST_PTR block mapped once, a non-blocking write from it and a blocking read into
 // it) and that round trip with one of clbuf's pieces added at a time: an event on the write, the
-// write's status asked after the read (how clbuf learns that a buffered write failed), a fresh
-// buffer each time, the read into pageable memory. Every variant runs once per round, in turn,
+// write's fate learnt after the read (clbuf asks its status: that is how it learns that a buffered
+// write failed; clWaitForEvents and the read's wait list are the other ways), a fresh buffer each
+// time, the read into pageable memory. Every variant runs once per round, in turn,
 // on the manager's own context and queue, so drift hits all alike; medians over the rounds.
 //
 //   seed_profile [--reps N (default 20000)] [--count N (default 1000)] [--device SELECTOR]
@@ -72,27 +73,36 @@ int main(int argc, char** argv) {
         q.enqueueMapBuffer(pinned, CL_TRUE, CL_MAP_READ | CL_MAP_WRITE, 0, bytes));
     auto existing = m.allocate<float>(count);
 
-    // The hand-written round trip, with `event` (on the write), `status` (asked after the read)
-    // and `fresh` (a buffer made for it) as chosen.
-    const auto by_hand = [&](bool event, bool status, bool fresh) {
-      return [&, event, status, fresh](const std::vector<float>& in) {
+    // How the hand-written round trip learns the write's fate, if at all.
+    enum class Fate { none, event, status, wait, wait_list };
+    // The hand-written round trip, with an event on the write and its fate asked as `fate` says
+    // (status: clGetEventInfo after the read; wait: clWaitForEvents after the read; wait_list: the
+    // blocking read waits for it), and `fresh` (a buffer made for it).
+    const auto by_hand = [&](Fate fate, bool fresh) {
+      return [&, fate, fresh](const std::vector<float>& in) {
         cl::Buffer made = fresh ? cl::Buffer(ctx, CL_MEM_READ_WRITE, bytes) : reused;
         std::memcpy(pin, in.data(), bytes);
-        cl::Event written;
-        q.enqueueWriteBuffer(made, CL_FALSE, 0, bytes, pin, nullptr, event ? &written : nullptr);
-        q.enqueueReadBuffer(made, CL_TRUE, 0, bytes, pin);
-        if (status && written.getInfo<CL_EVENT_COMMAND_EXECUTION_STATUS>() != CL_COMPLETE) {
+        std::vector<cl::Event> written(1);
+        q.enqueueWriteBuffer(made, CL_FALSE, 0, bytes, pin, nullptr,
+                             fate == Fate::none ? nullptr : &written[0]);
+        q.enqueueReadBuffer(made, CL_TRUE, 0, bytes, pin,
+                            fate == Fate::wait_list ? &written : nullptr);
+        if (fate == Fate::status &&
+            written[0].getInfo<CL_EVENT_COMMAND_EXECUTION_STATUS>() != CL_COMPLETE) {
           std::fprintf(stderr, "the write is not complete after the read\n");
           std::exit(1);
         }
+        if (fate == Fate::wait) cl::WaitForEvents(written);
         return std::vector<float>(pin, pin + count);
       };
     };
     std::vector<Variant> variants;
-    variants.push_back({"by hand (clhpp_best)", by_hand(false, false, false), {}});
-    variants.push_back({"by hand + event on the write", by_hand(true, false, false), {}});
-    variants.push_back({"by hand + event + its status after", by_hand(true, true, false), {}});
-    variants.push_back({"by hand, fresh cl::Buffer", by_hand(false, false, true), {}});
+    variants.push_back({"by hand (clhpp_best)", by_hand(Fate::none, false), {}});
+    variants.push_back({"by hand + event on the write", by_hand(Fate::event, false), {}});
+    variants.push_back({"by hand + event + its status after", by_hand(Fate::status, false), {}});
+    variants.push_back({"by hand + event + clWaitForEvents after", by_hand(Fate::wait, false), {}});
+    variants.push_back({"by hand + event in the read's wait list", by_hand(Fate::wait_list, false), {}});
+    variants.push_back({"by hand, fresh cl::Buffer", by_hand(Fate::none, true), {}});
     variants.push_back({"by hand, read into pageable",
                         [&](const std::vector<float>& in) {
                           std::memcpy(pin, in.data(), bytes);
