@@ -14,7 +14,9 @@
 //
 //   mpirun -np 2 mpi_bench [--sizes 4,64,4K,64K,1M,4M,16M,64M,256M] [--target-s 0.2]
 //          [--samples 5] [--device SEL | --device0 SEL --device1 SEL] [--memory MODEL]
-//          [--chunk BYTES] [--depth N] [--no-verify] [--csv PATH] [--smoke]
+//          [--chunk BYTES] [--depth N] [--whole] [--no-verify] [--csv PATH] [--smoke]
+// --whole: the Communicator on Path::whole (a message is one MPI message of its raw bytes, no
+// header), to measure what the checked wire format costs small messages.
 // The allreduce table follows (float sum, every rank): MPI_Allreduce on huge-page memory against
 // Communicator::allreduce and download / MPI_Allreduce / upload; --no-verify skips the
 // collectives' agreement (Options::verify_collectives).
@@ -43,7 +45,10 @@
 // alone, at 1K and 8K faces, after the point-to-point checks). A block whose field exceeds
 // --halo-max-field bytes a rank (256M; about 4x that is in use at the check) is skipped.
 //   mpirun -np 4 mpi_bench --halo [--halo-sizes 16K,64K,256K,1M,4M] [--halo-dims 2,3]
-//          [--halo-max-field 256M] [--target-s 0.2] [--samples 5] [--csv PATH]
+//          [--halo-max-field 256M] [--halo-direct-max BYTES] [--target-s 0.2] [--samples 5]
+//          [--csv PATH]
+// --halo-direct-max sets Options::halo_direct_max_bytes (boxes that go straight between the
+// field and pinned memory on a discrete device; 0: every box through the pack buffers).
 #include <mpi.h>
 #include <clbuf/mpi.hpp>
 
@@ -647,6 +652,8 @@ int main(int argc, char** argv) {
       mpi_options.chunk_bytes = parse_size(next());
     } else if (arg == "--depth") {
       mpi_options.depth = std::stoul(next());
+    } else if (arg == "--whole") {  // Path::whole: no header, one MPI message of the raw bytes
+      mpi_options.path = clbuf::mpi::Path::whole;
     } else if (arg == "--no-verify") {
       mpi_options.verify_collectives = false;
     } else if (arg == "--csv") {
@@ -669,6 +676,8 @@ int main(int argc, char** argv) {
       }
     } else if (arg == "--halo-max-field") {
       halo.max_field = parse_size(next());
+    } else if (arg == "--halo-direct-max") {  // Options::halo_direct_max_bytes (0: never)
+      mpi_options.halo_direct_max_bytes = parse_size(next());
     } else {
       if (rank == 0) std::cerr << "unknown argument " << arg << "\n";
       MPI_Finalize();

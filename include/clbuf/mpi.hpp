@@ -957,7 +957,11 @@ inline std::vector<Neighbour> cartesian_faces(MPI_Comm cart, const Extents& inte
 /// lands in a contiguous unpack buffer and is copied into the field on the device as soon as
 /// finish() or test() sees its message complete. Pack and unpack buffers are allocated once,
 /// by the constructor, and reused by every exchange. Contiguous ranges (no box) are sent from
-/// and received into the field itself, as before.
+/// and received into the field itself, as before. On a discrete device a box of at most
+/// Options::halo_direct_max_bytes goes straight instead: start() enqueues its rect read into
+/// pinned memory of the exchange's own (sent from there once the read has completed, by
+/// start(), test() or finish()), and a box received into such memory is written into the field
+/// by one rect write: two device commands a box instead of four.
 ///
 /// Overlap: between start() and finish() the application may enqueue kernels on
 /// manager.queue() that read and write the interior: the queue is in order, so the boxes sent
@@ -985,12 +989,24 @@ class HaloExchange {
     }
     packs_.resize(plan_.size());
     unpacks_.resize(plan_.size());
+    straight_sends_.resize(plan_.size());
+    straight_recvs_.resize(plan_.size());
     BufferManager& manager = communicator_.manager();
     for (std::size_t i = 0; i < plan_.size(); ++i) {
       const Neighbour& n = plan_[i];
       if (n.rank == MPI_PROC_NULL) continue;
-      if (n.send_box) packs_[i] = manager.allocate<T>(elements(*n.send_box));
-      if (n.recv_box) unpacks_[i] = manager.allocate<T>(elements(*n.recv_box));
+      if (n.send_box) {
+        packs_[i] = manager.allocate<T>(elements(*n.send_box));
+        if (may_go_straight(*n.send_box)) {
+          straight_sends_[i] = manager.allocate_pinned<T>(elements(*n.send_box));
+        }
+      }
+      if (n.recv_box) {
+        unpacks_[i] = manager.allocate<T>(elements(*n.recv_box));
+        if (may_go_straight(*n.recv_box)) {
+          straight_recvs_[i] = manager.allocate_pinned<T>(elements(*n.recv_box));
+        }
+      }
     }
   }
 
@@ -1039,14 +1055,36 @@ class HaloExchange {
     running_ = true;
     try {
       field_ = manager.view(field, 0, field.size());
-      // Packed before the sends are posted: a send reads its pack buffer through the host (the
-      // queue finished, mapped, or read into pinned chunks), behind these copies on the queue.
+      // A box goes straight (read into the exchange's pinned memory, written from it) where the
+      // host may read and write the field; else through the pack and unpack buffers.
+      const cl_mem_flags access = clbuf::detail::BufferAccess::host_access(field);
+      const bool host_access = (access & (CL_MEM_HOST_NO_ACCESS | CL_MEM_HOST_READ_ONLY |
+                                          CL_MEM_HOST_WRITE_ONLY)) == 0;
+      straight_.assign(plan_.size(), 0);
+      reads_.clear();
+      reads_.resize(plan_.size());
+      sends_.clear();
+      sends_.resize(plan_.size());
+      unposted_.assign(plan_.size(), 0);
+      // Packed (or read) before the sends are posted: a send reads its pack buffer through the
+      // host (the queue finished, mapped, or read into pinned chunks), behind these copies on the
+      // queue; a box read straight is sent once its read has completed (post_sends()).
       for (std::size_t i = 0; i < plan_.size(); ++i) {
         const Neighbour& n = plan_[i];
         if (n.rank == MPI_PROC_NULL || !n.send_box) continue;
         const Box& box = *n.send_box;
-        copies_.push_back(manager.copy_rect_async(
-            field_, packs_[i], detail::pack_region(box.origin, box.size, box.field)));
+        const Region region = detail::pack_region(box.origin, box.size, box.field);
+        if (host_access && !straight_sends_[i].empty()) {
+          reads_[i] = manager.download_rect_async(field_, straight_sends_[i].data(),
+                                                  straight_sends_[i].size(), region);
+          straight_[i] |= straight_send;
+          unposted_[i] = 1;
+        } else {
+          copies_.push_back(manager.copy_rect_async(field_, packs_[i], region));
+        }
+      }
+      for (std::size_t i = 0; i < plan_.size(); ++i) {
+        if (host_access && !straight_recvs_[i].empty()) straight_[i] |= straight_recv;
       }
       detail::Core& core = *communicator_.core_;
       // A receive into the field waits for the work queued before start() (one marker), not for
@@ -1063,23 +1101,26 @@ class HaloExchange {
       }
       for (std::size_t i = 0; i < plan_.size(); ++i) {
         const Neighbour& n = plan_[i];
-        detail::Span span = !n.recv_box ? Communicator::span_of(field_, n.recv_offset, n.count)
-                            : n.rank == MPI_PROC_NULL ? detail::Span()
-                                                      : Communicator::span_of(unpacks_[i]);
+        detail::Span span = !n.recv_box                   ? Communicator::span_of(field_, n.recv_offset, n.count)
+                            : n.rank == MPI_PROC_NULL     ? detail::Span()
+                            : (straight_[i] & straight_recv) ? host_span(straight_recvs_[i])
+                                                          : Communicator::span_of(unpacks_[i]);
         receives_.push_back(communicator_.start(std::make_shared<detail::RecvStream>(
             core, op, std::move(span), n.rank, n.recv_tag, core.user(),
             detail::Kind::point_to_point, n.recv_box ? &nothing : &before)));
         landed_.push_back(false);
       }
       for (std::size_t i = 0; i < plan_.size(); ++i) {
+        if (unposted_[i]) continue;  // after its read: post_sends()
         const Neighbour& n = plan_[i];
         detail::Span span = !n.send_box ? Communicator::span_of(field_, n.send_offset, n.count)
                             : n.rank == MPI_PROC_NULL ? detail::Span()
                                                       : Communicator::span_of(packs_[i]);
-        sends_.push_back(communicator_.start(
+        sends_[i] = communicator_.start(
             std::make_shared<detail::SendStream>(core, op, std::move(span), n.rank, n.send_tag,
-                                                 core.user(), detail::Kind::point_to_point)));
+                                                 core.user(), detail::Kind::point_to_point));
       }
+      post_sends(false);
     } catch (...) {
       try {
         finish();
@@ -1094,9 +1135,11 @@ class HaloExchange {
   /// @throws Error as finish() (call finish() afterwards to wait for the rest).
   bool test() {
     if (!running_) return true;
+    post_sends(false);
     bool all = true;
     for (std::size_t i = 0; i < receives_.size(); ++i) all = arrived(i, false) && all;
     for (Request& request : sends_) all = request.test() && all;
+    for (const char unposted : unposted_) all = all && !unposted;
     if (!all) return false;
     for (const Future<void>& copy : copies_) {
       if (!copy.ready()) return false;
@@ -1119,7 +1162,9 @@ class HaloExchange {
         if (!first) first = std::current_exception();
       }
     };
-    // Unpack whatever has arrived first, so that those copies run while the rest arrive.
+    // The boxes read straight are sent first (a neighbour's finish() may be waiting for them),
+    // then whatever has arrived is unpacked, so that those copies run while the rest arrive.
+    attempt([&] { post_sends(true); });
     for (std::size_t i = 0; i < receives_.size(); ++i) attempt([&] { arrived(i, false); });
     for (std::size_t i = 0; i < receives_.size(); ++i) attempt([&] { arrived(i, true); });
     for (Request& request : sends_) attempt([&] { request.wait(); });
@@ -1127,7 +1172,9 @@ class HaloExchange {
     receives_.clear();
     sends_.clear();
     copies_.clear();
+    reads_.clear();
     landed_.clear();
+    unposted_.clear();
     field_ = DeviceBuffer<T>();
     running_ = false;
     if (first) std::rethrow_exception(first);
@@ -1136,6 +1183,64 @@ class HaloExchange {
  private:
   static std::size_t elements(const Box& box) noexcept {
     return box.size.x * box.size.y * box.size.z;  // within the checked field
+  }
+
+  // What of neighbour i goes straight in this exchange (straight_).
+  static constexpr char straight_send = 1;
+  static constexpr char straight_recv = 2;
+
+  /// Whether `box` may go straight between the field and pinned memory of the exchange's own:
+  /// the staged path (a discrete device), up to Options::halo_direct_max_bytes.
+  bool may_go_straight(const Box& box) const {
+    detail::Core& core = *communicator_.core_;
+    const std::size_t bytes = elements(box) * sizeof(T);
+    if (bytes == 0 || bytes > core.options().halo_direct_max_bytes) return false;
+    detail::Span device;  // a buffer of the manager's, and host memory: their routes
+    device.bytes = bytes;
+    detail::Span host = device;
+    host.host = reinterpret_cast<char*>(&host);  // any host pointer: only the route is asked
+    return core.route(device) == detail::Route::staged &&
+           core.route(host) == detail::Route::zero_copy;
+  }
+
+  /// A message of the pinned memory `box`, sent or received by MPI on the host (zero copy).
+  static detail::Span host_span(PinnedBuffer<T>& box) {
+    detail::Span span;
+    span.host = reinterpret_cast<char*>(box.data());
+    span.bytes = box.size() * sizeof(T);
+    span.count = box.size();
+    span.element_size = static_cast<std::uint32_t>(sizeof(T));
+    span.type = detail::type_code<T>();
+    return span;
+  }
+
+  /// Posts the send of every box read straight whose read has completed (`block`: waits for
+  /// each read); the message goes from the pinned memory with no further device command. A read
+  /// that failed is still followed by its send (so that the neighbour's exchange completes) and
+  /// rethrown afterwards, the first failure first.
+  void post_sends(bool block) {
+    detail::Core& core = *communicator_.core_;
+    const cl::Event nothing;
+    std::exception_ptr first;
+    for (std::size_t i = 0; i < unposted_.size(); ++i) {
+      if (!unposted_[i]) continue;
+      try {
+        if (!block && !reads_[i].ready()) continue;
+        reads_[i].wait();
+      } catch (...) {
+        if (!first) first = std::current_exception();
+      }
+      unposted_[i] = 0;
+      try {
+        const Neighbour& n = plan_[i];
+        sends_[i] = communicator_.start(std::make_shared<detail::SendStream>(
+            core, "HaloExchange::start", host_span(straight_sends_[i]), n.rank, n.send_tag,
+            core.user(), detail::Kind::point_to_point, &nothing));
+      } catch (...) {
+        if (!first) first = std::current_exception();
+      }
+    }
+    if (first) std::rethrow_exception(first);
   }
 
   /// Neighbour i's boxes lie inside their fields' extents, and those fields within `capacity`
@@ -1174,8 +1279,14 @@ class HaloExchange {
     const Neighbour& n = plan_[i];
     if (n.rank != MPI_PROC_NULL && n.recv_box) {
       const Box& box = *n.recv_box;
-      copies_.push_back(communicator_.manager().copy_rect_async(
-          unpacks_[i], field_, detail::unpack_region(box.origin, box.size, box.field)));
+      const Region region = detail::unpack_region(box.origin, box.size, box.field);
+      BufferManager& manager = communicator_.manager();
+      if (straight_[i] & straight_recv) {
+        copies_.push_back(manager.upload_rect_async(field_, straight_recvs_[i].data(),
+                                                    straight_recvs_[i].size(), region));
+      } else {
+        copies_.push_back(manager.copy_rect_async(unpacks_[i], field_, region));
+      }
     }
     return true;
   }
@@ -1184,12 +1295,19 @@ class HaloExchange {
   std::vector<Neighbour> plan_;
   std::vector<DeviceBuffer<T>> packs_;    // per neighbour: its send box, contiguous
   std::vector<DeviceBuffer<T>> unpacks_;  // per neighbour: its receive box, contiguous
-  DeviceBuffer<T> field_;                 // a view of the field of the exchange in flight
+  // Per neighbour, boxes that may go straight (may_go_straight()): pinned host memory the box is
+  // read into at start() and sent from, or received into and written from; else empty.
+  std::vector<PinnedBuffer<T>> straight_sends_;
+  std::vector<PinnedBuffer<T>> straight_recvs_;
+  DeviceBuffer<T> field_;  // a view of the field of the exchange in flight
   // Destroyed before the buffers above: each waits for its transfer or copy.
-  std::vector<Future<void>> copies_;  // packs, then unpacks
+  std::vector<Future<void>> copies_;  // packs, then unpacks (device copies or straight writes)
+  std::vector<Future<void>> reads_;   // per neighbour: its box read straight, if it is
   std::vector<Request> receives_;     // per neighbour
-  std::vector<Request> sends_;        // per neighbour
+  std::vector<Request> sends_;        // per neighbour (empty until posted)
   std::vector<bool> landed_;          // receive i has completed (and its unpack is enqueued)
+  std::vector<char> straight_;        // per neighbour: straight_send | straight_recv this time
+  std::vector<char> unposted_;        // per neighbour: read straight, its send not yet posted
   bool running_ = false;
 };
 

@@ -1106,10 +1106,12 @@ class MpiHalo : public Mpi {
   /// larger buffer, whose other elements must stay untouched.
   template <class T>
   void exchange(int ndims, unsigned periodic, std::size_t h, bool edges,
-                const clbuf::Extents& interior, std::size_t offset = 0, std::uint32_t rounds = 1) {
+                const clbuf::Extents& interior, std::size_t offset = 0, std::uint32_t rounds = 1,
+                std::size_t straight_max = clbuf::mpi::Options{}.halo_direct_max_bytes) {
     Cart cart(ndims, periodic);
     clbuf::mpi::Options options;
     options.chunk_bytes = 4096;  // boxes of more than 3968 bytes go in chunks
+    options.halo_direct_max_bytes = straight_max;
     clbuf::mpi::Communicator comm(*manager_, cart.comm, options);
     clbuf::mpi::HaloExchange<T> halo(comm,
                                      clbuf::mpi::cartesian_faces(cart.comm, interior, h, edges));
@@ -1166,6 +1168,39 @@ TEST_P(MpiHalo, FieldIsAViewAtAnOddElementOffset) {
 }
 
 TEST_P(MpiHalo, FiftyRoundsOnOneExchange) { exchange<float>(3, 7U, 1, true, {4, 4, 3}, 0, 50); }
+
+// On a discrete device boxes up to Options::halo_direct_max_bytes go straight between the field
+// and pinned memory (a rect read, a rect write), larger ones through the pack and unpack
+// buffers: both ways, a bound between a rank's boxes, boxes in several chunks sent straight, and
+// every box through the pack buffers (bound 0). Elsewhere the bound changes nothing.
+TEST_P(MpiHalo, BoxesGoStraightUpToTheBound) {
+  exchange<double>(3, 7U, 1, true, {40, 30, 8}, 0, 2);  // faces of 9600 bytes: three chunks
+  exchange<float>(3, 5U, 2, true, {12, 10, 6}, 5, 2, 400);  // edges straight, faces packed
+  exchange<float>(2, 3U, 2, true, {9, 7, 1}, 0, 3, 0);
+  exchange<double>(3, 7U, 1, true, {5, 4, 3}, 3, 3, 0);
+}
+
+// A field the host may not access (CL_MEM_HOST_NO_ACCESS) cannot be read straight: its boxes go
+// through the pack and unpack buffers, device copies only, and arrive exact.
+TEST_P(MpiHalo, FieldTheHostMayNotAccessIsPacked) {
+  Cart cart(2, 3U);
+  clbuf::mpi::Communicator comm = communicator(4096);
+  const clbuf::Extents interior{11, 6, 1};
+  const std::size_t h = 1;
+  clbuf::mpi::HaloExchange<float> halo(comm,
+                                       clbuf::mpi::cartesian_faces(cart.comm, interior, h, true));
+  const std::vector<float> before = halo_reference<float>(cart, interior, h, true, 4, false);
+  cl::Buffer hidden(manager_->context(), CL_MEM_READ_WRITE | CL_MEM_HOST_NO_ACCESS,
+                    before.size() * sizeof(float));
+  clbuf::DeviceBuffer<float> field = manager_->adopt<float>(hidden, before.size());
+  clbuf::DeviceBuffer<float> visible = upload(before);
+  manager_->copy(visible, field);
+  halo.start(field);
+  halo.finish();
+  manager_->copy(field, visible);
+  EXPECT_TRUE(same(halo_reference<float>(cart, interior, h, true, 4, true),
+                   manager_->download(visible)));
+}
 
 // The boxes sent are packed by start(): kernels (here uploads) the application enqueues on the
 // interior before finish() may change the cells sent; the neighbours still get the old ones.

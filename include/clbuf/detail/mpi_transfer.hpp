@@ -199,10 +199,16 @@ class Stream : public Transfer {
 
 class SendStream final : public Stream {
  public:
-  /// Posts the header (with the payload when it fits the envelope) and starts the chunks.
+  /// Posts the header (with the payload when it fits the envelope) and starts the chunks. With
+  /// `before`, the host reads a host block once that event (a null one: nothing) has completed
+  /// instead of after clFinish.
   SendStream(Core& core, const char* operation, Span span, int dest, int tag, MPI_Comm comm,
-             Kind kind)
+             Kind kind, const cl::Event* before = nullptr)
       : Stream(core, operation, std::move(span), 0) {
+    if (before != nullptr) {
+      given_before_ = true;
+      before_ = *before;
+    }
     peer_ = dest;
     if (dest == MPI_PROC_NULL) return;
     if (core.whole()) {
@@ -262,7 +268,7 @@ class SendStream final : public Stream {
   void read_into(char* out) {
     if (span_.bytes == 0) return;
     if (span_.host != nullptr) {
-      queue_.finish(operation_);
+      wait_before();
       std::memcpy(out, span_.host + span_.offset, span_.bytes);
     } else {
       queue_.read(operation_, span_.buffer, span_.offset, span_.bytes, out, true);

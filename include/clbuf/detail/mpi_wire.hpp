@@ -50,6 +50,12 @@ struct Options {
   /// a clbuf::Error on every rank. false skips it (a small allreduce then costs one MPI call,
   /// not two), and a mismatch becomes whatever MPI makes of it: an error, or a hang.
   bool verify_collectives = true;
+  /// HaloExchange on a discrete device (the staged path): a box of at most this many bytes goes
+  /// straight between the field and pinned host memory of the exchange's own, one rect read
+  /// (clEnqueueReadBufferRect) at start() and one rect write when it has arrived, instead of a
+  /// device pack copy, a staged chunk each way and a device unpack copy: two device commands a
+  /// box instead of four. The wire format is the same, so ranks may differ. 0: never.
+  std::size_t halo_direct_max_bytes = std::size_t{64} << 10;
 };
 
 namespace detail {
