@@ -58,7 +58,8 @@ int main(int argc, char** argv) {
     } else if (a == "--memory" && i + 1 < argc && std::string(argv[++i]) == "discrete") {
       options.memory = clbuf::MemoryModel::discrete;
     } else {
-      std::fprintf(stderr, "usage: seed_profile [--reps N] [--count N] [--device S] [--memory discrete]\n");
+      std::fprintf(stderr,
+                   "usage: seed_profile [--reps N] [--count N] [--device S] [--memory discrete]\n");
       return 2;
     }
   }
@@ -101,7 +102,8 @@ int main(int argc, char** argv) {
     variants.push_back({"by hand + event on the write", by_hand(Fate::event, false), {}});
     variants.push_back({"by hand + event + its status after", by_hand(Fate::status, false), {}});
     variants.push_back({"by hand + event + clWaitForEvents after", by_hand(Fate::wait, false), {}});
-    variants.push_back({"by hand + event in the read's wait list", by_hand(Fate::wait_list, false), {}});
+    variants.push_back(
+        {"by hand + event in the read's wait list", by_hand(Fate::wait_list, false), {}});
     variants.push_back({"by hand, fresh cl::Buffer", by_hand(Fate::none, true), {}});
     variants.push_back({"by hand, read into pageable",
                         [&](const std::vector<float>& in) {
@@ -157,8 +159,8 @@ int main(int argc, char** argv) {
     const double hand = quantile(variants[0].us, 0.5);
     for (const Variant& v : variants) {
       const double median = quantile(v.us, 0.5);
-      std::printf("%-48s %9.2f %9.2f %9.2f %+9.2f\n", v.name.c_str(), median,
-                  quantile(v.us, 0.1), quantile(v.us, 0.9), median - hand);
+      std::printf("%-48s %9.2f %9.2f %9.2f %+9.2f\n", v.name.c_str(), median, quantile(v.us, 0.1),
+                  quantile(v.us, 0.9), median - hand);
     }
   } catch (const std::exception& e) {
     std::fprintf(stderr, "seed_profile: %s\n", e.what());

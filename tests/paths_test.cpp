@@ -296,11 +296,11 @@ class WideChunks : public clbuf_test::ModelTest {
 
 TEST_P(WideChunks, EveryChunkBoundaryIsExact) {
   const std::size_t c = chunk;
-  expect_exact_transfers(paths(),
-                         {std::size_t{1}, std::size_t{5000}, std::size_t{16} << 10, c - 1, c,
-                          c + 1, c + (std::size_t{40} << 10), 4 * c - 3, 4 * c, 4 * c + 4097,
-                          37 * c + 12345},
-                         [this](std::size_t n) { return random<std::uint8_t>(n); });
+  expect_exact_transfers(
+      paths(),
+      {std::size_t{1}, std::size_t{5000}, std::size_t{16} << 10, c - 1, c, c + 1,
+       c + (std::size_t{40} << 10), 4 * c - 3, 4 * c, 4 * c + 4097, 37 * c + 12345},
+      [this](std::size_t n) { return random<std::uint8_t>(n); });
 }
 
 TEST_P(WideChunks, ThreadsAtOnceStayExact) {

@@ -1058,8 +1058,8 @@ class HaloExchange {
       // A box goes straight (read into the exchange's pinned memory, written from it) where the
       // host may read and write the field; else through the pack and unpack buffers.
       const cl_mem_flags access = clbuf::detail::BufferAccess::host_access(field);
-      const bool host_access = (access & (CL_MEM_HOST_NO_ACCESS | CL_MEM_HOST_READ_ONLY |
-                                          CL_MEM_HOST_WRITE_ONLY)) == 0;
+      const bool host_access =
+          (access & (CL_MEM_HOST_NO_ACCESS | CL_MEM_HOST_READ_ONLY | CL_MEM_HOST_WRITE_ONLY)) == 0;
       straight_.assign(plan_.size(), 0);
       reads_.clear();
       reads_.resize(plan_.size());
@@ -1101,10 +1101,10 @@ class HaloExchange {
       }
       for (std::size_t i = 0; i < plan_.size(); ++i) {
         const Neighbour& n = plan_[i];
-        detail::Span span = !n.recv_box                   ? Communicator::span_of(field_, n.recv_offset, n.count)
-                            : n.rank == MPI_PROC_NULL     ? detail::Span()
+        detail::Span span = !n.recv_box ? Communicator::span_of(field_, n.recv_offset, n.count)
+                            : n.rank == MPI_PROC_NULL        ? detail::Span()
                             : (straight_[i] & straight_recv) ? host_span(straight_recvs_[i])
-                                                          : Communicator::span_of(unpacks_[i]);
+                                                             : Communicator::span_of(unpacks_[i]);
         receives_.push_back(communicator_.start(std::make_shared<detail::RecvStream>(
             core, op, std::move(span), n.rank, n.recv_tag, core.user(),
             detail::Kind::point_to_point, n.recv_box ? &nothing : &before)));

@@ -1174,7 +1174,7 @@ TEST_P(MpiHalo, FiftyRoundsOnOneExchange) { exchange<float>(3, 7U, 1, true, {4, 
 // buffers: both ways, a bound between a rank's boxes, boxes in several chunks sent straight, and
 // every box through the pack buffers (bound 0). Elsewhere the bound changes nothing.
 TEST_P(MpiHalo, BoxesGoStraightUpToTheBound) {
-  exchange<double>(3, 7U, 1, true, {40, 30, 8}, 0, 2);  // faces of 9600 bytes: three chunks
+  exchange<double>(3, 7U, 1, true, {40, 30, 8}, 0, 2);      // faces of 9600 bytes: three chunks
   exchange<float>(3, 5U, 2, true, {12, 10, 6}, 5, 2, 400);  // edges straight, faces packed
   exchange<float>(2, 3U, 2, true, {9, 7, 1}, 0, 3, 0);
   exchange<double>(3, 7U, 1, true, {5, 4, 3}, 3, 3, 0);
@@ -1198,8 +1198,8 @@ TEST_P(MpiHalo, FieldTheHostMayNotAccessIsPacked) {
   halo.start(field);
   halo.finish();
   manager_->copy(field, visible);
-  EXPECT_TRUE(same(halo_reference<float>(cart, interior, h, true, 4, true),
-                   manager_->download(visible)));
+  EXPECT_TRUE(
+      same(halo_reference<float>(cart, interior, h, true, 4, true), manager_->download(visible)));
 }
 
 // The boxes sent are packed by start(): kernels (here uploads) the application enqueues on the

@@ -63,8 +63,8 @@ class BufferedWrites {
     std::memcpy(slot, data, bytes);
     // One write per call, with its event: the ring's bytes are held until it has completed.
     cl::Event event = device_.queue().write(operation, buffer, offset, bytes, slot, false);
-    pending_.push_back(Pending{std::move(event), at, at + round_up(bytes), operation, bytes,
-                               offset, ++written_});
+    pending_.push_back(
+        Pending{std::move(event), at, at + round_up(bytes), operation, bytes, offset, ++written_});
   }
 
   /// The writes not yet known to have completed, for a blocking read's wait list: all of them,
