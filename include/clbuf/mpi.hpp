@@ -1058,9 +1058,8 @@ class HaloExchange {
       // A box goes straight (read into the exchange's pinned memory, written from it) where the
       // host may read and write the field; else through the pack and unpack buffers.
       const cl_mem_flags access = clbuf::detail::BufferAccess::host_access(field);
-      const bool host_access =
+      straight_ =
           (access & (CL_MEM_HOST_NO_ACCESS | CL_MEM_HOST_READ_ONLY | CL_MEM_HOST_WRITE_ONLY)) == 0;
-      straight_.assign(plan_.size(), 0);
       reads_.clear();
       reads_.resize(plan_.size());
       sends_.clear();
@@ -1074,17 +1073,13 @@ class HaloExchange {
         if (n.rank == MPI_PROC_NULL || !n.send_box) continue;
         const Box& box = *n.send_box;
         const Region region = detail::pack_region(box.origin, box.size, box.field);
-        if (host_access && !straight_sends_[i].empty()) {
+        if (straight_ && !straight_sends_[i].empty()) {
           reads_[i] = manager.download_rect_async(field_, straight_sends_[i].data(),
                                                   straight_sends_[i].size(), region);
-          straight_[i] |= straight_send;
           unposted_[i] = 1;
         } else {
           copies_.push_back(manager.copy_rect_async(field_, packs_[i], region));
         }
-      }
-      for (std::size_t i = 0; i < plan_.size(); ++i) {
-        if (host_access && !straight_recvs_[i].empty()) straight_[i] |= straight_recv;
       }
       detail::Core& core = *communicator_.core_;
       // A receive into the field waits for the work queued before start() (one marker), not for
@@ -1102,9 +1097,9 @@ class HaloExchange {
       for (std::size_t i = 0; i < plan_.size(); ++i) {
         const Neighbour& n = plan_[i];
         detail::Span span = !n.recv_box ? Communicator::span_of(field_, n.recv_offset, n.count)
-                            : n.rank == MPI_PROC_NULL        ? detail::Span()
-                            : (straight_[i] & straight_recv) ? host_span(straight_recvs_[i])
-                                                             : Communicator::span_of(unpacks_[i]);
+                            : n.rank == MPI_PROC_NULL ? detail::Span()
+                            : received_straight(i)    ? host_span(straight_recvs_[i])
+                                                      : Communicator::span_of(unpacks_[i]);
         receives_.push_back(communicator_.start(std::make_shared<detail::RecvStream>(
             core, op, std::move(span), n.rank, n.recv_tag, core.user(),
             detail::Kind::point_to_point, n.recv_box ? &nothing : &before)));
@@ -1185,9 +1180,10 @@ class HaloExchange {
     return box.size.x * box.size.y * box.size.z;  // within the checked field
   }
 
-  // What of neighbour i goes straight in this exchange (straight_).
-  static constexpr char straight_send = 1;
-  static constexpr char straight_recv = 2;
+  /// Neighbour i's box received in this exchange lands in the exchange's pinned memory.
+  bool received_straight(std::size_t i) const noexcept {
+    return straight_ && !straight_recvs_[i].empty();
+  }
 
   /// Whether `box` may go straight between the field and pinned memory of the exchange's own:
   /// the staged path (a discrete device), up to Options::halo_direct_max_bytes.
@@ -1281,7 +1277,7 @@ class HaloExchange {
       const Box& box = *n.recv_box;
       const Region region = detail::unpack_region(box.origin, box.size, box.field);
       BufferManager& manager = communicator_.manager();
-      if (straight_[i] & straight_recv) {
+      if (received_straight(i)) {
         copies_.push_back(manager.upload_rect_async(field_, straight_recvs_[i].data(),
                                                     straight_recvs_[i].size(), region));
       } else {
@@ -1306,8 +1302,8 @@ class HaloExchange {
   std::vector<Request> receives_;     // per neighbour
   std::vector<Request> sends_;        // per neighbour (empty until posted)
   std::vector<bool> landed_;          // receive i has completed (and its unpack is enqueued)
-  std::vector<char> straight_;        // per neighbour: straight_send | straight_recv this time
   std::vector<char> unposted_;        // per neighbour: read straight, its send not yet posted
+  bool straight_ = false;  // the field in flight lets boxes go straight (the host may access it)
   bool running_ = false;
 };
 

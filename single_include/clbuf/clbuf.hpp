@@ -2551,13 +2551,12 @@ class Queue {
     return cl::Event(event, false);
   }
 
-  /// Buffer -> host, blocking, once the commands of `wait` have completed; the driver's code
-  /// (CL_EXEC_STATUS_ERROR_FOR_EVENTS_IN_WAIT_LIST when one of them failed), unchecked.
-  cl_int read_after(cl_mem buffer, std::size_t offset, std::size_t bytes, void* host,
-                    const std::vector<cl_event>& wait) const noexcept {
-    return CLBUF_CL(clEnqueueReadBuffer)(queue_(), buffer, CL_TRUE, offset, bytes, host,
-                                         static_cast<cl_uint>(wait.size()),
-                                         wait.empty() ? nullptr : wait.data(), nullptr);
+  /// Buffer -> host, blocking, once the `count` commands of `wait` have completed; the driver's
+  /// code (CL_EXEC_STATUS_ERROR_FOR_EVENTS_IN_WAIT_LIST when one of them failed), unchecked.
+  cl_int read_after(cl_mem buffer, std::size_t offset, std::size_t bytes, void* host, cl_uint count,
+                    const cl_event* wait) const noexcept {
+    return CLBUF_CL(clEnqueueReadBuffer)(queue_(), buffer, CL_TRUE, offset, bytes, host, count,
+                                         count == 0 ? nullptr : wait, nullptr);
   }
 
   /// Buffer -> buffer on the device; returns the command's event.
@@ -3150,9 +3149,12 @@ class PinnedLease {
 // read waited for (fence(), then confirmed()): a blocking read whose wait list holds a failed
 // event fails with CL_EXEC_STATUS_ERROR_FOR_EVENTS_IN_WAIT_LIST (OpenCL 1.2, 5.2.2), so one that
 // succeeded proves those writes did, at no cost (a wait list costs nothing measurable there).
+// With more writes pending than a wait list takes, the read waits for the newest first and
+// settles (asks each its status) before it reads: either way a failed write stops the read.
 #ifndef CLBUF_DETAIL_BUFFERED_WRITES_HPP
 #define CLBUF_DETAIL_BUFFERED_WRITES_HPP
 
+#include <array>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
@@ -3160,7 +3162,6 @@ class PinnedLease {
 #include <mutex>
 #include <string>
 #include <utility>
-#include <vector>
 
 namespace clbuf {
 namespace detail {
@@ -3199,24 +3200,32 @@ class BufferedWrites {
         Pending{std::move(event), at, at + round_up(bytes), operation, bytes, offset, ++written_});
   }
 
-  /// The writes not yet known to have completed, for a blocking read's wait list: all of them,
-  /// or none when there are more than fence_max (settle() then asks each its status).
+  // Most writes a read waits for in its wait list: a longer list is not free (the ring may hold
+  // thousands of tiny writes), and a stream of uploads is settled once per ring anyway.
+  static constexpr std::size_t fence_max = 8;
+
+  /// The writes not yet known to have completed, for a blocking read's wait list (no heap: the
+  /// round trip's hot path): all of them, or, when there are more than fence_max, none listed and
+  /// `newest` set (the read's caller waits for it and settles before reading).
   struct Fence {
-    std::vector<cl::Event> events;  // retained while the read waits for them
-    std::vector<cl_event> list;     // their handles, the wait list
-    std::uint64_t last = 0;         // the newest write listed
+    std::array<cl::Event, fence_max> events;  // retained while the read waits for them
+    std::array<cl_event, fence_max> list{};   // their handles, the wait list
+    cl_uint count = 0;
+    std::uint64_t last = 0;  // the newest write listed
+    cl::Event newest;        // set instead when there are more than fence_max
   };
   Fence fence() {
     Fence fence;
     std::lock_guard<std::mutex> lock(mutex_);
-    if (pending_.empty() || pending_.size() > fence_max) return fence;
-    fence.events.reserve(pending_.size());
-    fence.list.reserve(pending_.size());
-    for (const Pending& write : pending_) {
-      fence.events.push_back(write.event);
-      fence.list.push_back(write.event());
+    if (pending_.size() > fence_max) {
+      fence.newest = pending_.back().event;
+      return fence;
     }
-    fence.last = pending_.back().number;
+    for (const Pending& write : pending_) {
+      fence.events[fence.count] = write.event;
+      fence.list[fence.count++] = write.event();
+    }
+    if (!pending_.empty()) fence.last = pending_.back().number;
     return fence;
   }
 
@@ -3279,10 +3288,6 @@ class BufferedWrites {
     std::size_t offset = 0;
     std::uint64_t number = 0;  // the write's place in the order of writes, from 1
   };
-
-  // Most writes a read waits for: a longer wait list is not free (the ring may hold thousands of
-  // tiny writes), and a stream of uploads is settled once per ring anyway.
-  static constexpr std::size_t fence_max = 8;
 
   // 64-byte pieces: each write's bytes start on a cache line of their own.
   static std::size_t round_up(std::size_t bytes) noexcept {
@@ -4255,7 +4260,9 @@ class TransferEngine {
   /// A blocking read on the manager's queue that waits for the buffered writes before it (its
   /// wait list): once it has succeeded, so have they, and settle() need not ask their status
   /// (buffered_writes.hpp). When one of them failed, the read fails and settle() names the
-  /// upload; else the read's own error.
+  /// upload; else the read's own error. With more writes pending than a wait list takes, it waits
+  /// for the newest and settles first. Either way a failed write stops the read: the caller's
+  /// memory is not written.
   void read_blocking(const char* operation, cl_mem buffer, std::size_t offset, std::size_t bytes,
                      void* out) {
     if (!buffered_) {
@@ -4263,12 +4270,18 @@ class TransferEngine {
       return;
     }
     const BufferedWrites::Fence fence = buffered_->fence();
-    const cl_int err = queue().read_after(buffer, offset, bytes, out, fence.list);
-    if (err == CL_EXEC_STATUS_ERROR_FOR_EVENTS_IN_WAIT_LIST && !fence.list.empty()) {
+    if (fence.newest() != nullptr) {
+      cl_event newest = fence.newest();
+      CLBUF_CL(clWaitForEvents)(1, &newest);  // all have ended (in order); settle() asks how
+      settle(operation);
+    }
+    const cl_int err =
+        queue().read_after(buffer, offset, bytes, out, fence.count, fence.list.data());
+    if (err == CL_EXEC_STATUS_ERROR_FOR_EVENTS_IN_WAIT_LIST && fence.count != 0) {
       settle(operation);
     }
     check(err, operation, "clEnqueueReadBuffer");
-    if (!fence.list.empty()) buffered_->confirmed(fence.last);
+    if (fence.count != 0) buffered_->confirmed(fence.last);
   }
 
   /// A bounced read's copy out of the pinned block: one memcpy up to 1 MiB, the copy threads

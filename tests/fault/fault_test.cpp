@@ -645,26 +645,31 @@ TEST_F(FaultCodes, DownloadAfterBufferedUploadsAsksNoStatus) {
   }
 }
 
+// Also with more writes pending than a wait list takes (12 > 8): the read then waits for the
+// newest, settles, and never reads.
 TEST_F(FaultCodes, DownloadWaitingForAFailedBufferedUploadChangesNoData) {
-  for (const std::size_t bounce : {clbuf::Options::automatic, std::size_t{0}}) {
-    SCOPED_TRACE(bounce);
-    clbuf::Options options = options_for(MemoryModel::discrete);
-    options.bounce_max_bytes = bounce;
-    clbuf::BufferManager m("", options);
-    auto buffer = m.upload(random<std::uint32_t>(small));
-    m.finish();
-    state().arm(clbuf_fault::EnqueueWriteBuffer, 1, false, true);
-    m.upload(buffer, random<std::uint32_t>(small));  // returns: its write fails later
-    auto out = clbuf_test::sentinels<std::uint32_t>(small);
-    EXPECT_CLBUF_ERROR(m.download(buffer, out.data(), out.size()), CL_OUT_OF_RESOURCES,
-                       "download: ", "a buffered upload failed on the device",
-                       "upload of 400 bytes at byte 0");
-    state().disarm();
-    EXPECT_TRUE(clbuf_test::all_sentinel(out.data(), out.size() * sizeof(std::uint32_t)));
-    const auto data = random<std::uint32_t>(small);  // reported once: the manager goes on
-    m.upload(buffer, data);
-    EXPECT_TRUE(clbuf_test::same_bytes(data, m.download(buffer)));
-  }
+  for (const std::size_t bounce : {clbuf::Options::automatic, std::size_t{0}})
+    for (const int writes : {1, 12}) {
+      SCOPED_TRACE(std::to_string(bounce) + ", writes " + std::to_string(writes));
+      clbuf::Options options = options_for(MemoryModel::discrete);
+      options.bounce_max_bytes = bounce;
+      clbuf::BufferManager m("", options);
+      auto buffer = m.upload(random<std::uint32_t>(small));
+      m.finish();
+      state().arm(clbuf_fault::EnqueueWriteBuffer, 1, false, true);  // the first write fails
+      for (int w = 0; w < writes; ++w) {
+        m.upload(buffer, random<std::uint32_t>(small));  // returns: its write runs later
+      }
+      auto out = clbuf_test::sentinels<std::uint32_t>(small);
+      EXPECT_CLBUF_ERROR(m.download(buffer, out.data(), out.size()), CL_OUT_OF_RESOURCES,
+                         "download: ", "a buffered upload failed on the device",
+                         "upload of 400 bytes at byte 0");
+      state().disarm();
+      EXPECT_TRUE(clbuf_test::all_sentinel(out.data(), out.size() * sizeof(std::uint32_t)));
+      const auto data = random<std::uint32_t>(small);  // reported once: the manager goes on
+      m.upload(buffer, data);
+      EXPECT_TRUE(clbuf_test::same_bytes(data, m.download(buffer)));
+    }
 }
 
 TEST_F(FaultCodes, FailedAllocationIsRetriedOnceAfterTrimmingThePool) {

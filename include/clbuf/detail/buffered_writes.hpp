@@ -13,6 +13,8 @@
 // read waited for (fence(), then confirmed()): a blocking read whose wait list holds a failed
 // event fails with CL_EXEC_STATUS_ERROR_FOR_EVENTS_IN_WAIT_LIST (OpenCL 1.2, 5.2.2), so one that
 // succeeded proves those writes did, at no cost (a wait list costs nothing measurable there).
+// With more writes pending than a wait list takes, the read waits for the newest first and
+// settles (asks each its status) before it reads: either way a failed write stops the read.
 #ifndef CLBUF_DETAIL_BUFFERED_WRITES_HPP
 #define CLBUF_DETAIL_BUFFERED_WRITES_HPP
 
@@ -21,6 +23,7 @@
 #include <clbuf/detail/queue.hpp>
 #include <clbuf/error.hpp>
 
+#include <array>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
@@ -28,7 +31,6 @@
 #include <mutex>
 #include <string>
 #include <utility>
-#include <vector>
 
 namespace clbuf {
 namespace detail {
@@ -67,24 +69,32 @@ class BufferedWrites {
         Pending{std::move(event), at, at + round_up(bytes), operation, bytes, offset, ++written_});
   }
 
-  /// The writes not yet known to have completed, for a blocking read's wait list: all of them,
-  /// or none when there are more than fence_max (settle() then asks each its status).
+  // Most writes a read waits for in its wait list: a longer list is not free (the ring may hold
+  // thousands of tiny writes), and a stream of uploads is settled once per ring anyway.
+  static constexpr std::size_t fence_max = 8;
+
+  /// The writes not yet known to have completed, for a blocking read's wait list (no heap: the
+  /// round trip's hot path): all of them, or, when there are more than fence_max, none listed and
+  /// `newest` set (the read's caller waits for it and settles before reading).
   struct Fence {
-    std::vector<cl::Event> events;  // retained while the read waits for them
-    std::vector<cl_event> list;     // their handles, the wait list
-    std::uint64_t last = 0;         // the newest write listed
+    std::array<cl::Event, fence_max> events;  // retained while the read waits for them
+    std::array<cl_event, fence_max> list{};   // their handles, the wait list
+    cl_uint count = 0;
+    std::uint64_t last = 0;  // the newest write listed
+    cl::Event newest;        // set instead when there are more than fence_max
   };
   Fence fence() {
     Fence fence;
     std::lock_guard<std::mutex> lock(mutex_);
-    if (pending_.empty() || pending_.size() > fence_max) return fence;
-    fence.events.reserve(pending_.size());
-    fence.list.reserve(pending_.size());
-    for (const Pending& write : pending_) {
-      fence.events.push_back(write.event);
-      fence.list.push_back(write.event());
+    if (pending_.size() > fence_max) {
+      fence.newest = pending_.back().event;
+      return fence;
     }
-    fence.last = pending_.back().number;
+    for (const Pending& write : pending_) {
+      fence.events[fence.count] = write.event;
+      fence.list[fence.count++] = write.event();
+    }
+    if (!pending_.empty()) fence.last = pending_.back().number;
     return fence;
   }
 
@@ -147,10 +157,6 @@ class BufferedWrites {
     std::size_t offset = 0;
     std::uint64_t number = 0;  // the write's place in the order of writes, from 1
   };
-
-  // Most writes a read waits for: a longer wait list is not free (the ring may hold thousands of
-  // tiny writes), and a stream of uploads is settled once per ring anyway.
-  static constexpr std::size_t fence_max = 8;
 
   // 64-byte pieces: each write's bytes start on a cache line of their own.
   static std::size_t round_up(std::size_t bytes) noexcept {

@@ -83,12 +83,16 @@ struct Slot {
 /// and what happens to MPI requests still pending when a failed transfer is destroyed.
 class Stream : public Transfer {
  protected:
-  Stream(Core& core, const char* operation, Span span, int direction)
+  /// With `before`, the host touches a host block once that event (a null one: nothing) has
+  /// completed instead of after clFinish (wait_before()).
+  Stream(Core& core, const char* operation, Span span, int direction, const cl::Event* before)
       : Transfer(operation),
         core_(core),
         span_(std::move(span)),
         queue_(core.queue()),
-        direction_(direction) {}
+        direction_(direction),
+        given_before_(before != nullptr),
+        before_(before != nullptr ? *before : cl::Event()) {}
 
   ~Stream() override {
     // Only a failed transfer gets here with MPI still owning memory: that memory is left to MPI
@@ -204,11 +208,7 @@ class SendStream final : public Stream {
   /// instead of after clFinish.
   SendStream(Core& core, const char* operation, Span span, int dest, int tag, MPI_Comm comm,
              Kind kind, const cl::Event* before = nullptr)
-      : Stream(core, operation, std::move(span), 0) {
-    if (before != nullptr) {
-      given_before_ = true;
-      before_ = *before;
-    }
+      : Stream(core, operation, std::move(span), 0, before) {
     peer_ = dest;
     if (dest == MPI_PROC_NULL) return;
     if (core.whole()) {
@@ -340,11 +340,7 @@ class RecvStream final : public Stream {
   /// a host block once that event (a null one: nothing) has completed instead of after clFinish.
   RecvStream(Core& core, const char* operation, Span span, int source, int tag, MPI_Comm comm,
              Kind kind, const cl::Event* before = nullptr)
-      : Stream(core, operation, std::move(span), 1), kind_(kind) {
-    if (before != nullptr) {
-      given_before_ = true;
-      before_ = *before;
-    }
+      : Stream(core, operation, std::move(span), 1, before), kind_(kind) {
     if (source == MPI_PROC_NULL) {
       received_ = true;
       return;

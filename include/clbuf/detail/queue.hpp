@@ -75,13 +75,12 @@ class Queue {
     return cl::Event(event, false);
   }
 
-  /// Buffer -> host, blocking, once the commands of `wait` have completed; the driver's code
-  /// (CL_EXEC_STATUS_ERROR_FOR_EVENTS_IN_WAIT_LIST when one of them failed), unchecked.
-  cl_int read_after(cl_mem buffer, std::size_t offset, std::size_t bytes, void* host,
-                    const std::vector<cl_event>& wait) const noexcept {
-    return CLBUF_CL(clEnqueueReadBuffer)(queue_(), buffer, CL_TRUE, offset, bytes, host,
-                                         static_cast<cl_uint>(wait.size()),
-                                         wait.empty() ? nullptr : wait.data(), nullptr);
+  /// Buffer -> host, blocking, once the `count` commands of `wait` have completed; the driver's
+  /// code (CL_EXEC_STATUS_ERROR_FOR_EVENTS_IN_WAIT_LIST when one of them failed), unchecked.
+  cl_int read_after(cl_mem buffer, std::size_t offset, std::size_t bytes, void* host, cl_uint count,
+                    const cl_event* wait) const noexcept {
+    return CLBUF_CL(clEnqueueReadBuffer)(queue_(), buffer, CL_TRUE, offset, bytes, host, count,
+                                         count == 0 ? nullptr : wait, nullptr);
   }
 
   /// Buffer -> buffer on the device; returns the command's event.

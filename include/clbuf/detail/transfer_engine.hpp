@@ -360,7 +360,9 @@ class TransferEngine {
   /// A blocking read on the manager's queue that waits for the buffered writes before it (its
   /// wait list): once it has succeeded, so have they, and settle() need not ask their status
   /// (buffered_writes.hpp). When one of them failed, the read fails and settle() names the
-  /// upload; else the read's own error.
+  /// upload; else the read's own error. With more writes pending than a wait list takes, it waits
+  /// for the newest and settles first. Either way a failed write stops the read: the caller's
+  /// memory is not written.
   void read_blocking(const char* operation, cl_mem buffer, std::size_t offset, std::size_t bytes,
                      void* out) {
     if (!buffered_) {
@@ -368,12 +370,18 @@ class TransferEngine {
       return;
     }
     const BufferedWrites::Fence fence = buffered_->fence();
-    const cl_int err = queue().read_after(buffer, offset, bytes, out, fence.list);
-    if (err == CL_EXEC_STATUS_ERROR_FOR_EVENTS_IN_WAIT_LIST && !fence.list.empty()) {
+    if (fence.newest() != nullptr) {
+      cl_event newest = fence.newest();
+      CLBUF_CL(clWaitForEvents)(1, &newest);  // all have ended (in order); settle() asks how
+      settle(operation);
+    }
+    const cl_int err =
+        queue().read_after(buffer, offset, bytes, out, fence.count, fence.list.data());
+    if (err == CL_EXEC_STATUS_ERROR_FOR_EVENTS_IN_WAIT_LIST && fence.count != 0) {
       settle(operation);
     }
     check(err, operation, "clEnqueueReadBuffer");
-    if (!fence.list.empty()) buffered_->confirmed(fence.last);
+    if (fence.count != 0) buffered_->confirmed(fence.last);
   }
 
   /// A bounced read's copy out of the pinned block: one memcpy up to 1 MiB, the copy threads
