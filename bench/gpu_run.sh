@@ -51,8 +51,8 @@
 # queues, pinned and pageable; blocking calls from two threads), into OUT_DIR/duplex.txt.
 # staging (~4 minutes): staged transfers (4 MiB-1 GiB) of two builds interleaved, STAGING_ROUNDS (3):
 # STAGING_BEFORE/clbuf_bench and duplex against BUILD_DIR's, into OUT_DIR/staging.txt.
-# seed (~3 minutes): bench/seed_profile and the small transfers (4 B-1 MiB, with both peers) of
-# the two builds, into OUT_DIR/seed.txt.
+# seed (~4 minutes): bench/seed_profile and the small transfers (4 B-1 MiB, blocking and async,
+# with both peers) of the two builds, into OUT_DIR/seed.txt.
 # latency (~1 minute): bench/wait_latency (what completing one small command costs each way,
 # thread wake-up, memcpy with 1..12 threads into and out of pinned memory) into OUT_DIR/latency.txt.
 # BENCH_ARGS (default none) is added to every clbuf_bench call of every_size, small and mid, after the
@@ -427,7 +427,7 @@ done | tee "$out/seed.txt"
 for round in $(seq "${SEED_ROUNDS:-2}"); do
   for b in before after; do
     exe=$bench; [[ $b == before ]] && exe=$before/clbuf_bench
-    timeout 150 "$exe" --sizes 4,64,4K,64K,1M --ops roundtrip_seed,download_caller,download_new,upload_existing \
+    timeout 150 "$exe" --sizes 4,64,4K,64K,1M --ops roundtrip_seed,download_caller,download_new,upload_existing,upload_async,download_async \
       --methods clbuf,clhpp_naive,clhpp_best --target-s 0.1 --case-budget-s 1 2>&1 |
       grep -E "^(upload|download|roundtrip)" | sed "s/^/$b round=$round /"
   done

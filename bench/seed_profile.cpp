@@ -105,6 +105,14 @@ int main(int argc, char** argv) {
     variants.push_back(
         {"by hand + event in the read's wait list", by_hand(Fate::wait_list, false), {}});
     variants.push_back({"by hand, fresh cl::Buffer", by_hand(Fate::none, true), {}});
+    variants.push_back({"by hand + clRetainContext/clReleaseContext",
+                        [&](const std::vector<float>& in) {
+                          CLBUF_CL(clRetainContext)(ctx());
+                          auto out = by_hand(Fate::none, false)(in);
+                          CLBUF_CL(clReleaseContext)(ctx());
+                          return out;
+                        },
+                        {}});
     variants.push_back({"by hand, read into pageable",
                         [&](const std::vector<float>& in) {
                           std::memcpy(pin, in.data(), bytes);
@@ -124,6 +132,13 @@ int main(int argc, char** argv) {
                         [&](const std::vector<float>& in) {
                           m.upload(existing, in);
                           return m.download(existing);
+                        },
+                        {}});
+    variants.push_back({"clbuf allocate + upload(buffer, vector) + download",
+                        [&](const std::vector<float>& in) {
+                          auto buffer = m.allocate<float>(count);
+                          m.upload(buffer, in);
+                          return m.download(buffer);
                         },
                         {}});
     variants.push_back({"clbuf upload(buffer, vector) + download(into)",

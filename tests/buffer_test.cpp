@@ -182,6 +182,35 @@ TEST_F(Buffer, BufferOutlivesItsDestroyedManager) {
   EXPECT_TRUE(same_bytes(data, raw_read(queue, buffer)));
 }  // the buffer is released after its manager: must not crash
 
+// A buffer holds its context through its OpenCL buffer; an empty one (no OpenCL buffer) and a
+// view (its root's buffer) must keep the context alive too once the manager is gone.
+TEST_F(Buffer, EmptyBufferAndViewKeepTheirContextAfterTheManager) {
+  const auto data = random<std::uint16_t>(300);
+  clbuf::DeviceBuffer<std::uint16_t> empty;
+  clbuf::DeviceBuffer<std::uint16_t> view;
+  {
+    clbuf::BufferManager local;
+    empty = local.allocate<std::uint16_t>(0);
+    auto parent = local.upload(data);
+    view = local.view(parent, 7, 100);
+  }  // the manager and the view's parent are gone
+  for (const cl_context handle : {empty.context(), view.context()}) {
+    ASSERT_NE(handle, nullptr);
+    const cl::Context context(handle, true);  // a live context: its devices can be asked
+    EXPECT_EQ(context.getInfo<CL_CONTEXT_DEVICES>().size(), 1u);
+  }
+  EXPECT_TRUE(empty.valid());
+  EXPECT_TRUE(empty.empty());
+  const cl::Context context(view.context(), true);
+  const cl::Device device = context.getInfo<CL_CONTEXT_DEVICES>().at(0);
+  cl_int err = CL_SUCCESS;
+  cl::CommandQueue queue(context, device, 0, &err);
+  ASSERT_EQ(err, CL_SUCCESS);
+  clbuf::BufferManager adopter(context, queue);
+  EXPECT_TRUE(same_bytes(std::vector<std::uint16_t>(data.begin() + 7, data.begin() + 107),
+                         adopter.download(view)));
+}
+
 TEST_F(Buffer, BufferOutlivesCleanupAndMovesToANewManager) {
   const auto data = random<std::uint32_t>(777);
   auto buffer = manager().upload(data);

@@ -97,21 +97,25 @@ class DeviceBuffer {
   /// The byte offset of element 0 in native_root(): 0 unless a view. A multiple of sizeof(T).
   std::size_t native_offset_bytes() const noexcept { return memory_.offset; }
   /// False for a default-constructed or moved-from buffer.
-  bool valid() const noexcept { return context_() != nullptr; }
+  bool valid() const noexcept { return context_ != nullptr; }
   /// The OpenCL context the memory belongs to (null when !valid()).
-  cl_context context() const noexcept { return context_(); }
+  cl_context context() const noexcept { return context_; }
 
  private:
   friend class BufferManager;
   friend struct detail::BufferAccess;
 
   DeviceBuffer(detail::Allocation memory, std::shared_ptr<detail::MemoryPool> pool,
-               cl::Context context, std::size_t size, std::vector<std::size_t> shape)
+               const cl::Context& context, std::size_t size, std::vector<std::size_t> shape)
       : memory_(std::move(memory)),
         pool_(std::move(pool)),
-        context_(std::move(context)),
+        context_(context()),
         size_(size),
-        shape_(std::move(shape)) {}
+        shape_(std::move(shape)) {
+    // An OpenCL buffer retains its context: only a buffer without one retains the context itself
+    // (two driver calls less for every buffer from the pool).
+    if (memory_.buffer() == nullptr) keep_context_ = context;
+  }
 
   /// Records a command of a queue other than the owning manager's that uses this memory: the
   /// pool does not hand the memory out again before it has completed.
@@ -151,6 +155,7 @@ class DeviceBuffer {
     std::swap(host_access_, other.host_access_);
     std::swap(pool_, other.pool_);
     std::swap(context_, other.context_);
+    std::swap(keep_context_, other.keep_context_);
     std::swap(size_, other.size_);
     std::swap(shape_, other.shape_);
   }
@@ -162,7 +167,8 @@ class DeviceBuffer {
   std::size_t root_offset_ = 0;               // bytes from the start of root()
   std::shared_ptr<detail::NativeView> native_view_;  // a view's native(); null otherwise
   cl_mem_flags host_access_ = 0;                     // CL_MEM_HOST_* of adopted memory
-  cl::Context context_;                              // retained, for empty buffers too
+  cl_context context_ = nullptr;                     // kept alive by memory_.buffer, else by:
+  cl::Context keep_context_;                         // retained only when memory_ has no buffer
   std::size_t size_ = 0;
   std::vector<std::size_t> shape_;
 };
