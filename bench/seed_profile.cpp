@@ -5,7 +5,9 @@
 // it) and that round trip with one of clbuf's pieces added at a time: an event on the write, the
 // write's fate learnt after the read (clbuf asks its status: that is how it learns that a buffered
 // write failed; clWaitForEvents and the read's wait list are the other ways), a fresh buffer each
-// time, the read into pageable memory. Every variant runs once per round, in turn,
+// time, the read into pageable memory, a clFlush after the write (what an asynchronous transfer's
+// Future adds), the context retained and released (what a DeviceBuffer did until 8e8d231), and
+// clbuf with a buffer from its pool. Every variant runs once per round, in turn,
 // on the manager's own context and queue, so drift hits all alike; medians over the rounds.
 //
 //   seed_profile [--reps N (default 20000)] [--count N (default 1000)] [--device SELECTOR]
@@ -105,6 +107,15 @@ int main(int argc, char** argv) {
     variants.push_back(
         {"by hand + event in the read's wait list", by_hand(Fate::wait_list, false), {}});
     variants.push_back({"by hand, fresh cl::Buffer", by_hand(Fate::none, true), {}});
+    variants.push_back({"by hand + clFlush after the write",
+                        [&](const std::vector<float>& in) {
+                          std::memcpy(pin, in.data(), bytes);
+                          q.enqueueWriteBuffer(reused, CL_FALSE, 0, bytes, pin);
+                          q.flush();
+                          q.enqueueReadBuffer(reused, CL_TRUE, 0, bytes, pin);
+                          return std::vector<float>(pin, pin + count);
+                        },
+                        {}});
     variants.push_back({"by hand + clRetainContext/clReleaseContext",
                         [&](const std::vector<float>& in) {
                           CLBUF_CL(clRetainContext)(ctx());

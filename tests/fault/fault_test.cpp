@@ -511,7 +511,15 @@ CLBUF_INSTANTIATE_MODELS(FaultData);
 // -----------------------------------------------------------------------------------------
 // Targeted checks: the failure surfaces where it should and carries the injected code.
 
-class FaultCodes : public clbuf_test::DeviceTest {};
+class FaultCodes : public clbuf_test::DeviceTest {
+ protected:
+  /// Every memory model this device runs (the host model needs a CPU device).
+  std::vector<MemoryModel> models_here() {
+    std::vector<MemoryModel> models = {MemoryModel::discrete, MemoryModel::unified};
+    if (manager().device().type == clbuf::DeviceType::cpu) models.push_back(MemoryModel::host);
+    return models;
+  }
+};
 
 TEST_F(FaultCodes, FailedAsyncDownloadSurfacesAtWaitAndGet) {
   const auto data = random<std::uint32_t>(1000);
@@ -527,7 +535,7 @@ TEST_F(FaultCodes, FailedAsyncDownloadSurfacesAtWaitAndGet) {
 // A command that fails on the device fails clWaitForEvents (CL_EXEC_STATUS_ERROR_FOR_EVENTS_IN_
 // WAIT_LIST); get() then reports the command's own code, its execution status.
 TEST_F(FaultCodes, FailedEventStatusSurfacesAtGet) {
-  for (const MemoryModel model : {MemoryModel::discrete, MemoryModel::host}) {
+  for (const MemoryModel model : models_here()) {
     SCOPED_TRACE(clbuf::to_string(model));
     clbuf::BufferManager m("", options_for(model));
     const auto data = random<std::uint32_t>(1000);
@@ -536,8 +544,8 @@ TEST_F(FaultCodes, FailedEventStatusSurfacesAtGet) {
     const auto other = random<std::uint32_t>(1000);
     state().arm(clbuf_fault::EnqueueWriteBuffer, 1, false, /*failing_on_device=*/true);
     auto future = m.upload_async(buffer, other);
-    EXPECT_CLBUF_ERROR(future.get(), CL_OUT_OF_RESOURCES, "upload_async: ",
-                       "the transfer failed on the device");
+    EXPECT_CLBUF_ERROR(future.get(), CL_OUT_OF_RESOURCES,
+                       "upload_async: ", "the transfer failed on the device");
     state().disarm();
   }
 }
@@ -545,7 +553,7 @@ TEST_F(FaultCodes, FailedEventStatusSurfacesAtGet) {
 // A transfer that succeeded is not asked its status after the wait (a clGetEventInfo costs as
 // much again as a small transfer's wait on NVIDIA's driver): clWaitForEvents would have failed.
 TEST_F(FaultCodes, FutureThatSucceededAsksNoStatus) {
-  for (const MemoryModel model : {MemoryModel::discrete, MemoryModel::host}) {
+  for (const MemoryModel model : models_here()) {
     SCOPED_TRACE(clbuf::to_string(model));
     clbuf::BufferManager m("", options_for(model));
     const auto data = random<std::uint32_t>(small);

@@ -243,7 +243,8 @@ class BufferedWrites {
   cl_int failure_ = CL_SUCCESS;  // the first failed write not yet reported
   std::string failure_what_;
   std::size_t later_failures_ = 0;  // failed writes after the first, before it was reported
-  std::atomic<bool> unsettled_{false};  // a write pending or a failure unreported; set under the lock
+  // A write pending or a failure not yet reported (set under the lock, read without it).
+  std::atomic<bool> unsettled_{false};
 };
 
 }  // namespace detail
