@@ -19,10 +19,13 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <functional>
+#include <mutex>
+#include <shared_mutex>
 #include <string>
 #include <utility>
 #include <vector>
@@ -114,6 +117,32 @@ int main(int argc, char** argv) {
                           q.flush();
                           q.enqueueReadBuffer(reused, CL_TRUE, 0, bytes, pin);
                           return std::vector<float>(pin, pin + count);
+                        },
+                        {}});
+    // clbuf's own bookkeeping, priced on this host: the telemetry's clock reads (two per call)
+    // and uncontended locks (the gate's shared lock, the pool's, the ring's, the bounce cache's).
+    std::mutex lock_a;
+    std::shared_mutex lock_b;
+    variants.push_back({"by hand + 4 steady_clock::now()",
+                        [&](const std::vector<float>& in) {
+                          std::int64_t t = 0;
+                          for (int i = 0; i < 4; ++i) {
+                            t += Clock::now().time_since_epoch().count() & 1;
+                          }
+                          auto out = by_hand(Fate::none, false)(in);
+                          out[0] += static_cast<float>(t & 0);  // keeps the reads
+                          return out;
+                        },
+                        {}});
+    variants.push_back({"by hand + 8 mutex and 2 shared_mutex locks",
+                        [&](const std::vector<float>& in) {
+                          for (int i = 0; i < 8; ++i) {
+                            std::lock_guard<std::mutex> held(lock_a);
+                          }
+                          for (int i = 0; i < 2; ++i) {
+                            std::shared_lock<std::shared_mutex> held(lock_b);
+                          }
+                          return by_hand(Fate::none, false)(in);
                         },
                         {}});
     variants.push_back({"by hand + clRetainContext/clReleaseContext",
