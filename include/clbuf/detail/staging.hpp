@@ -330,24 +330,11 @@ class Stager {
     // threads as it has chunks. Cutting a mid-sized transfer finer so that every thread gets a
     // share costs more in thread wake-ups (14-31 us) and DMA commands than it gains: on the H200
     // (gpu_run.sh sweep) a 4 MiB upload took 315 us in four 1 MiB chunks, 390-455 in 256 KiB ones.
-    job.chunk = chunk_for(bytes);
+    job.chunk = chunk_bytes_;
     job.chunks = (bytes + job.chunk - 1) / job.chunk;
     auto task = [this, &job](unsigned index) noexcept { work(index, job); };
     lane.workers->run(static_cast<unsigned>(std::min<std::size_t>(threads_, job.chunks)), task);
     if (job.failed) fail(operation, job.error, job.call + " failed in a staged transfer");
-  }
-
-  /// Bytes per chunk of a transfer of `bytes`: a whole slot, except that a transfer of at least
-  /// one slot per thread is cut into rounds of one equal chunk per thread (4 KiB multiples, at
-  /// most a slot), so that the last round is not a few threads copying while the rest idle:
-  /// 64 MiB in 1 MiB chunks on 12 threads was five full rounds and one of four chunks; in 72
-  /// chunks of 0.89 MiB it is six full rounds.
-  std::size_t chunk_for(std::size_t bytes) const noexcept {
-    const std::size_t round = chunk_bytes_ * threads_;
-    if (bytes <= round) return chunk_bytes_;
-    const std::size_t chunks = (bytes + round - 1) / round * threads_;
-    const std::size_t chunk = ((bytes + chunks - 1) / chunks + 4095) / 4096 * 4096;
-    return std::min(chunk, chunk_bytes_);
   }
 
   /// Worker `index` takes chunks until none is left, using its own slots in turn.
