@@ -205,8 +205,8 @@ class BufferManager {
   /// Starts copying `data` (which the Future owns until the copy completes) into new device
   /// memory, after the commands of `after` (events of this context, e.g. a kernel on another
   /// queue); get() returns the buffer. Returns at once on every path: large pageable data for a
-  /// discrete device is staged through pinned chunks by clbuf's uploads' background thread
-  /// while the queue holds later work behind it. Wraps clEnqueueWriteBuffer, non-blocking.
+  /// discrete device is staged through pinned chunks by clbuf's background thread while the
+  /// queue holds later work behind it. Wraps clEnqueueWriteBuffer, non-blocking.
   /// @throws Error CL_INVALID_CONTEXT for an event of another context.
   template <class T>
   Future<DeviceBuffer<T>> upload_async(std::vector<T> data,
@@ -634,7 +634,7 @@ class BufferManager {
   /// As copy_from(), returning at once: the copy runs after the work queued on both managers
   /// before the call, and work queued on either after it runs after the copy. Same context: one
   /// clEnqueueCopyBuffer, ordered by a marker of `source`'s queue and a barrier on it. Different
-  /// contexts: the pinned chunks of copy_from() on clbuf's uploads' background thread.
+  /// contexts: the pinned chunks of copy_from() on clbuf's background thread.
   /// @throws Error as copy_from(); a failure during the copy surfaces at wait() / get().
   template <class T>
   Future<void> copy_from_async(BufferManager& source, const DeviceBuffer<T>& src,

@@ -4122,7 +4122,7 @@ class TransferEngine {
         break;
       case Path::staged:
         return stager_->submit(true, memory.buffer, memory.at(offset), const_cast<void*>(data),
-                               bytes, operation, std::move(keep), background(true));
+                               bytes, operation, std::move(keep), background_);
       case Path::buffered:  // blocking writes only
       case Path::bounced:   // blocking reads only
       case Path::queue:
@@ -4140,7 +4140,7 @@ class TransferEngine {
     if (bytes == 0) return Started();
     if (route(memory, bytes, HostMemory::pageable, Use::started) == Path::staged) {
       return stager_->submit(false, memory.buffer, memory.at(offset), out, bytes, operation,
-                             nullptr, background(false));
+                             nullptr, background_);
     }
     return Started{queue().read(operation, memory.buffer(), memory.at(offset), bytes, out, false),
                    nullptr};
@@ -4204,12 +4204,8 @@ class TransferEngine {
   const Telemetry& telemetry() const noexcept { return telemetry_; }
   const Options& options() const noexcept { return device_.options(); }
 
-  /// The background thread of asynchronous staged uploads (`to_device`; copies between
-  /// contexts too) or downloads: each runs its jobs in the order they were posted. One per
-  /// direction, as the staging has a lane per direction: an asynchronous upload and download
-  /// at once use the bus both ways, as two blocking calls on two threads do (the lanes' tickets
-  /// order the transfers that share device bytes, whichever thread runs them).
-  Background& background(bool to_device) noexcept { return background_[to_device ? 0 : 1]; }
+  /// Runs `job` on the background thread, after every job posted before it.
+  Background& background() noexcept { return background_; }
 
   /// Reports a buffered write that failed since the last call, once: as an Error of
   /// `operation` (a synchronising call, after it has waited for the device), the upload named.
@@ -4228,11 +4224,10 @@ class TransferEngine {
   /// Pinned chunks of this context for copies from other contexts, kept between calls.
   PinnedCache& pinned_cache() noexcept { return pinned_cache_; }
 
-  /// Ends the background threads and frees the staging chunks and the cached pinned chunks
+  /// Ends the background thread and frees the staging chunks and the cached pinned chunks
   /// (cleanup(), once the queue has finished: every background job has then ended).
   void close() noexcept {
-    background_[0].stop();
-    background_[1].stop();
+    background_.stop();
     stager_.reset();
     pinned_cache_.clear();
     bounce_cache_.clear();
@@ -4342,7 +4337,7 @@ class TransferEngine {
   Telemetry telemetry_;
   PinnedCache pinned_cache_{4};  // two copies from other contexts at once, without allocating
   PinnedCache bounce_cache_{2};  // bounced transfers: two at once without allocating
-  Background background_[2];     // after stager_: their jobs use the stager, so they end first
+  Background background_;        // after stager_: its jobs use the stager, so it ends first
 };
 
 }  // namespace detail
@@ -4411,9 +4406,9 @@ inline void copy_across_contexts(const char* operation, const Queue& source, con
   }
 }
 
-/// copy_from_async between contexts: as copy_across_contexts(), on `engine`'s uploads' background
-/// thread, returning at once. Both managers' queues hold their later work behind a barrier until
-/// the copy has ended (async.hpp), and the copy runs on their side queues once the work queued
+/// copy_from_async between contexts: as copy_across_contexts(), on `engine`'s background thread,
+/// returning at once. Both managers' queues hold their later work behind a barrier until the
+/// copy has ended (async.hpp), and the copy runs on their side queues once the work queued
 /// before the call has finished; the job holds its own handles, so either manager may be
 /// destroyed meanwhile (its cleanup waits for the barrier).
 inline Started copy_across_contexts_async(const char* operation, const DeviceContext& source,
@@ -4462,7 +4457,7 @@ inline Started copy_across_contexts_async(const char* operation, const DeviceCon
   Started started{target.queue().barrier(operation, {job->target_done.get()}), job->outcome};
   source.queue().flush(operation);
   target.queue().flush(operation);
-  engine.background(true).post(std::move(task));  // the uploads' lane's thread
+  engine.background().post(std::move(task));
   return started;
 }
 
@@ -5062,8 +5057,8 @@ class BufferManager {
   /// Starts copying `data` (which the Future owns until the copy completes) into new device
   /// memory, after the commands of `after` (events of this context, e.g. a kernel on another
   /// queue); get() returns the buffer. Returns at once on every path: large pageable data for a
-  /// discrete device is staged through pinned chunks by clbuf's uploads' background thread
-  /// while the queue holds later work behind it. Wraps clEnqueueWriteBuffer, non-blocking.
+  /// discrete device is staged through pinned chunks by clbuf's background thread while the
+  /// queue holds later work behind it. Wraps clEnqueueWriteBuffer, non-blocking.
   /// @throws Error CL_INVALID_CONTEXT for an event of another context.
   template <class T>
   Future<DeviceBuffer<T>> upload_async(std::vector<T> data,
@@ -5491,7 +5486,7 @@ class BufferManager {
   /// As copy_from(), returning at once: the copy runs after the work queued on both managers
   /// before the call, and work queued on either after it runs after the copy. Same context: one
   /// clEnqueueCopyBuffer, ordered by a marker of `source`'s queue and a barrier on it. Different
-  /// contexts: the pinned chunks of copy_from() on clbuf's uploads' background thread.
+  /// contexts: the pinned chunks of copy_from() on clbuf's background thread.
   /// @throws Error as copy_from(); a failure during the copy surfaces at wait() / get().
   template <class T>
   Future<void> copy_from_async(BufferManager& source, const DeviceBuffer<T>& src,

@@ -72,9 +72,9 @@ inline void copy_across_contexts(const char* operation, const Queue& source, con
   }
 }
 
-/// copy_from_async between contexts: as copy_across_contexts(), on `engine`'s uploads' background
-/// thread, returning at once. Both managers' queues hold their later work behind a barrier until
-/// the copy has ended (async.hpp), and the copy runs on their side queues once the work queued
+/// copy_from_async between contexts: as copy_across_contexts(), on `engine`'s background thread,
+/// returning at once. Both managers' queues hold their later work behind a barrier until the
+/// copy has ended (async.hpp), and the copy runs on their side queues once the work queued
 /// before the call has finished; the job holds its own handles, so either manager may be
 /// destroyed meanwhile (its cleanup waits for the barrier).
 inline Started copy_across_contexts_async(const char* operation, const DeviceContext& source,
@@ -123,7 +123,7 @@ inline Started copy_across_contexts_async(const char* operation, const DeviceCon
   Started started{target.queue().barrier(operation, {job->target_done.get()}), job->outcome};
   source.queue().flush(operation);
   target.queue().flush(operation);
-  engine.background(true).post(std::move(task));  // the uploads' lane's thread
+  engine.background().post(std::move(task));
   return started;
 }
 

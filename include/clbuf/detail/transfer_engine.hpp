@@ -193,7 +193,7 @@ class TransferEngine {
         break;
       case Path::staged:
         return stager_->submit(true, memory.buffer, memory.at(offset), const_cast<void*>(data),
-                               bytes, operation, std::move(keep), background(true));
+                               bytes, operation, std::move(keep), background_);
       case Path::buffered:  // blocking writes only
       case Path::bounced:   // blocking reads only
       case Path::queue:
@@ -211,7 +211,7 @@ class TransferEngine {
     if (bytes == 0) return Started();
     if (route(memory, bytes, HostMemory::pageable, Use::started) == Path::staged) {
       return stager_->submit(false, memory.buffer, memory.at(offset), out, bytes, operation,
-                             nullptr, background(false));
+                             nullptr, background_);
     }
     return Started{queue().read(operation, memory.buffer(), memory.at(offset), bytes, out, false),
                    nullptr};
@@ -275,12 +275,8 @@ class TransferEngine {
   const Telemetry& telemetry() const noexcept { return telemetry_; }
   const Options& options() const noexcept { return device_.options(); }
 
-  /// The background thread of asynchronous staged uploads (`to_device`; copies between
-  /// contexts too) or downloads: each runs its jobs in the order they were posted. One per
-  /// direction, as the staging has a lane per direction: an asynchronous upload and download
-  /// at once use the bus both ways, as two blocking calls on two threads do (the lanes' tickets
-  /// order the transfers that share device bytes, whichever thread runs them).
-  Background& background(bool to_device) noexcept { return background_[to_device ? 0 : 1]; }
+  /// Runs `job` on the background thread, after every job posted before it.
+  Background& background() noexcept { return background_; }
 
   /// Reports a buffered write that failed since the last call, once: as an Error of
   /// `operation` (a synchronising call, after it has waited for the device), the upload named.
@@ -299,11 +295,10 @@ class TransferEngine {
   /// Pinned chunks of this context for copies from other contexts, kept between calls.
   PinnedCache& pinned_cache() noexcept { return pinned_cache_; }
 
-  /// Ends the background threads and frees the staging chunks and the cached pinned chunks
+  /// Ends the background thread and frees the staging chunks and the cached pinned chunks
   /// (cleanup(), once the queue has finished: every background job has then ended).
   void close() noexcept {
-    background_[0].stop();
-    background_[1].stop();
+    background_.stop();
     stager_.reset();
     pinned_cache_.clear();
     bounce_cache_.clear();
@@ -413,7 +408,7 @@ class TransferEngine {
   Telemetry telemetry_;
   PinnedCache pinned_cache_{4};  // two copies from other contexts at once, without allocating
   PinnedCache bounce_cache_{2};  // bounced transfers: two at once without allocating
-  Background background_[2];     // after stager_: their jobs use the stager, so they end first
+  Background background_;        // after stager_: its jobs use the stager, so it ends first
 };
 
 }  // namespace detail
