@@ -77,6 +77,11 @@ int main(int argc, char** argv) {
     cl::Buffer pinned(ctx, CL_MEM_ALLOC_HOST_PTR | CL_MEM_READ_WRITE, bytes);
     auto* pin = static_cast<float*>(
         q.enqueueMapBuffer(pinned, CL_TRUE, CL_MAP_READ | CL_MAP_WRITE, 0, bytes));
+    // A second pinned block, as clbuf has: its buffered writes leave from a ring, its bounced
+    // reads land in a block of their own.
+    cl::Buffer pinned2(ctx, CL_MEM_ALLOC_HOST_PTR | CL_MEM_READ_WRITE, bytes);
+    auto* pin2 = static_cast<float*>(
+        q.enqueueMapBuffer(pinned2, CL_TRUE, CL_MAP_READ | CL_MAP_WRITE, 0, bytes));
     auto existing = m.allocate<float>(count);
 
     // How the hand-written round trip learns the write's fate, if at all.
@@ -110,6 +115,25 @@ int main(int argc, char** argv) {
     variants.push_back(
         {"by hand + event in the read's wait list", by_hand(Fate::wait_list, false), {}});
     variants.push_back({"by hand, fresh cl::Buffer", by_hand(Fate::none, true), {}});
+    variants.push_back({"by hand + wait list, its event retained and released once more",
+                        [&](const std::vector<float>& in) {
+                          std::memcpy(pin, in.data(), bytes);
+                          std::vector<cl::Event> written(1);
+                          q.enqueueWriteBuffer(reused, CL_FALSE, 0, bytes, pin, nullptr,
+                                               &written[0]);
+                          const cl::Event held = written[0];  // clRetainEvent, as a Fence does
+                          q.enqueueReadBuffer(reused, CL_TRUE, 0, bytes, pin, &written);
+                          return std::vector<float>(pin, pin + count);
+                        },
+                        {}});
+    variants.push_back({"by hand, write from one pinned block, read into another",
+                        [&](const std::vector<float>& in) {
+                          std::memcpy(pin2, in.data(), bytes);
+                          q.enqueueWriteBuffer(reused, CL_FALSE, 0, bytes, pin2);
+                          q.enqueueReadBuffer(reused, CL_TRUE, 0, bytes, pin);
+                          return std::vector<float>(pin, pin + count);
+                        },
+                        {}});
     variants.push_back({"by hand + clFlush after the write",
                         [&](const std::vector<float>& in) {
                           std::memcpy(pin, in.data(), bytes);
@@ -207,6 +231,7 @@ int main(int argc, char** argv) {
       }
     }
     q.enqueueUnmapMemObject(pinned, pin);
+    q.enqueueUnmapMemObject(pinned2, pin2);
     q.finish();
     std::printf("# seed round trip, %zu float32 on %s (%s), %d rounds; microseconds\n", count,
                 m.device().name.c_str(), clbuf::to_string(m.memory_model()), reps);

@@ -199,6 +199,37 @@ TEST_F(Duplex, AsynchronousTransfersKeepQueueOrderAcrossLanes) {
   EXPECT_TRUE(same_bytes(second, staged().download(buffer)));
 }
 
+// Asynchronous transfers of both lanes, on the same bytes and on others, with a copy between
+// contexts (also a job of the background thread) among them, see one another in call order.
+TEST_F(Duplex, AsynchronousJobsOfBothLanesAndACopyBetweenContextsKeepCallOrder) {
+  const std::size_t count = 200000;
+  const auto first = random<std::uint32_t>(count);
+  const auto second = random<std::uint32_t>(count);
+  const auto copied = random<std::uint32_t>(count);
+  const auto other_data = random<std::uint32_t>(count);
+  clbuf::BufferManager other;  // a context of its own
+  const auto source = other.upload(copied);
+  auto shared = staged().allocate<std::uint32_t>(count);
+  auto apart = staged().upload(other_data);
+  std::vector<std::uint32_t> seen_apart(count), seen_copy(count);
+  for (int round = 0; round < 3; ++round) {
+    SCOPED_TRACE(round);
+    auto up1 = staged().upload_async(shared, first.data(), count);
+    auto down_apart = staged().download_async(apart, seen_apart.data(), count);
+    auto copy = staged().copy_from_async(other, source, shared);
+    auto down_copy = staged().download_async(shared, seen_copy.data(), count);
+    auto up2 = staged().upload_async(shared, second.data(), count);
+    up2.get();
+    down_copy.get();
+    copy.get();
+    down_apart.get();
+    up1.get();
+    EXPECT_TRUE(same_bytes(other_data, seen_apart));
+    EXPECT_TRUE(same_bytes(copied, seen_copy));
+    EXPECT_TRUE(same_bytes(second, staged().download(shared)));
+  }
+}
+
 // cleanup() while both lanes are busy on other threads: every call either completes exactly or
 // throws clbuf::Error; nothing hangs or crashes.
 TEST_F(Duplex, CleanupWhileBothLanesAreBusy) {
