@@ -165,6 +165,15 @@ TEST_F(Buffer, RawWritesToNativeAreSeenByDownload) {
   EXPECT_TRUE(same_bytes(data, manager().download(buffer)));
 }
 
+// A new queue on the first device of the context `handle` (retained here); a null queue when it
+// cannot be made.
+cl::CommandQueue queue_on(cl_context handle) {
+  const cl::Context context(handle, true);
+  cl_int err = CL_SUCCESS;
+  cl::CommandQueue queue(context, context.getInfo<CL_CONTEXT_DEVICES>().at(0), 0, &err);
+  return err == CL_SUCCESS ? queue : cl::CommandQueue();
+}
+
 TEST_F(Buffer, BufferOutlivesItsDestroyedManager) {
   const auto data = random<double>(500);
   clbuf::DeviceBuffer<double> buffer;
@@ -174,11 +183,8 @@ TEST_F(Buffer, BufferOutlivesItsDestroyedManager) {
   }  // the manager is gone; the buffer retains its context
   ASSERT_TRUE(buffer.valid());
   ASSERT_NE(buffer.context(), nullptr);
-  const cl::Context context(buffer.context(), true);
-  const cl::Device device = context.getInfo<CL_CONTEXT_DEVICES>().at(0);
-  cl_int err = CL_SUCCESS;
-  const cl::CommandQueue queue(context, device, 0, &err);
-  ASSERT_EQ(err, CL_SUCCESS);
+  const cl::CommandQueue queue = queue_on(buffer.context());
+  ASSERT_NE(queue(), nullptr);
   EXPECT_TRUE(same_bytes(data, raw_read(queue, buffer)));
 }  // the buffer is released after its manager: must not crash
 
@@ -201,12 +207,9 @@ TEST_F(Buffer, EmptyBufferAndViewKeepTheirContextAfterTheManager) {
   }
   EXPECT_TRUE(empty.valid());
   EXPECT_TRUE(empty.empty());
-  const cl::Context context(view.context(), true);
-  const cl::Device device = context.getInfo<CL_CONTEXT_DEVICES>().at(0);
-  cl_int err = CL_SUCCESS;
-  cl::CommandQueue queue(context, device, 0, &err);
-  ASSERT_EQ(err, CL_SUCCESS);
-  clbuf::BufferManager adopter(context, queue);
+  const cl::CommandQueue queue = queue_on(view.context());
+  ASSERT_NE(queue(), nullptr);
+  clbuf::BufferManager adopter(cl::Context(view.context(), true), queue);
   EXPECT_TRUE(same_bytes(std::vector<std::uint16_t>(data.begin() + 7, data.begin() + 107),
                          adopter.download(view)));
 }
@@ -216,12 +219,9 @@ TEST_F(Buffer, BufferOutlivesCleanupAndMovesToANewManager) {
   auto buffer = manager().upload(data);
   manager().cleanup();
   ASSERT_TRUE(buffer.valid());
-  const cl::Context context(buffer.context(), true);
-  const cl::Device device = context.getInfo<CL_CONTEXT_DEVICES>().at(0);
-  cl_int err = CL_SUCCESS;
-  cl::CommandQueue queue(context, device, 0, &err);
-  ASSERT_EQ(err, CL_SUCCESS);
-  clbuf::BufferManager adopter(context, queue);
+  const cl::CommandQueue queue = queue_on(buffer.context());
+  ASSERT_NE(queue(), nullptr);
+  clbuf::BufferManager adopter(cl::Context(buffer.context(), true), queue);
   EXPECT_TRUE(same_bytes(data, adopter.download(buffer)));
 }
 

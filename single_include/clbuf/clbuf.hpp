@@ -715,16 +715,12 @@ class Fences {
     std::lock_guard<std::mutex> lock(mutex_);
     prune();
     events_.push_back(event);
-    recorded_.store(events_.size(), std::memory_order_release);
   }
 
-  /// True while a recorded command has not completed. Without a record (the usual case: only
-  /// another manager's asynchronous transfers add one) no lock is taken.
+  /// True while a recorded command has not completed.
   bool busy() noexcept {
-    if (recorded_.load(std::memory_order_acquire) == 0) return false;
     std::lock_guard<std::mutex> lock(mutex_);
     prune();
-    recorded_.store(events_.size(), std::memory_order_release);
     return !events_.empty();
   }
 
@@ -745,7 +741,6 @@ class Fences {
 
   std::mutex mutex_;
   std::vector<cl::Event> events_;
-  std::atomic<std::size_t> recorded_{0};  // events_.size(), read without the lock
 };
 
 /// The memory of one DeviceBuffer: bytes [offset, offset + capacity) of the OpenCL buffer
@@ -3169,7 +3164,6 @@ class PinnedLease {
 #define CLBUF_DETAIL_BUFFERED_WRITES_HPP
 
 #include <array>
-#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
@@ -3213,7 +3207,6 @@ class BufferedWrites {
     cl::Event event = device_.queue().write(operation, buffer, offset, bytes, slot, false);
     pending_.push_back(
         Pending{std::move(event), at, at + round_up(bytes), operation, bytes, offset, ++written_});
-    unsettled_.store(true, std::memory_order_release);
   }
 
   // Most writes a read waits for in its wait list: a longer list is not free (the ring may hold
@@ -3232,7 +3225,6 @@ class BufferedWrites {
   };
   Fence fence() {
     Fence fence;
-    if (!unsettled_.load(std::memory_order_acquire)) return fence;  // nothing pending
     std::lock_guard<std::mutex> lock(mutex_);
     if (pending_.size() > fence_max) {
       fence.newest = pending_.back().event;
@@ -3251,7 +3243,6 @@ class BufferedWrites {
   void confirmed(std::uint64_t last) noexcept {
     std::lock_guard<std::mutex> lock(mutex_);
     while (!pending_.empty() && pending_.front().number <= last) pending_.pop_front();
-    note_unsettled();
   }
 
   /// Forgets every write that has completed; throws the first that failed since the last call
@@ -3265,8 +3256,6 @@ class BufferedWrites {
   /// settle() without throwing: the failure's code (CL_SUCCESS for none) and, in `what`, its
   /// description.
   cl_int settle_code(std::string* what) noexcept {
-    // No write pending and no failure to report: the usual case for a download, without a lock.
-    if (!unsettled_.load(std::memory_order_acquire)) return CL_SUCCESS;
     std::lock_guard<std::mutex> lock(mutex_);
     reap();
     const cl_int code = failure_;
@@ -3282,7 +3271,6 @@ class BufferedWrites {
     failure_ = CL_SUCCESS;
     later_failures_ = 0;
     failure_what_.clear();
-    note_unsettled();
     return code;
   }
 
@@ -3297,7 +3285,6 @@ class BufferedWrites {
     std::lock_guard<std::mutex> lock(mutex_);
     pending_.clear();
     ring_ = PinnedBlock();
-    note_unsettled();
   }
 
  private:
@@ -3357,11 +3344,6 @@ class BufferedWrites {
     }
   }
 
-  /// Under the lock: whether settle() and fence() have anything to do.
-  void note_unsettled() noexcept {
-    unsettled_.store(!pending_.empty() || failure_ != CL_SUCCESS, std::memory_order_release);
-  }
-
   void record(const Pending& write, cl_int code) noexcept {
     if (failure_ != CL_SUCCESS) {  // most likely a consequence of the first: counted
       ++later_failures_;
@@ -3388,8 +3370,6 @@ class BufferedWrites {
   cl_int failure_ = CL_SUCCESS;  // the first failed write not yet reported
   std::string failure_what_;
   std::size_t later_failures_ = 0;  // failed writes after the first, before it was reported
-  // A write pending or a failure not yet reported (set under the lock, read without it).
-  std::atomic<bool> unsettled_{false};
 };
 
 }  // namespace detail

@@ -24,7 +24,6 @@
 #include <clbuf/error.hpp>
 
 #include <array>
-#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
@@ -68,7 +67,6 @@ class BufferedWrites {
     cl::Event event = device_.queue().write(operation, buffer, offset, bytes, slot, false);
     pending_.push_back(
         Pending{std::move(event), at, at + round_up(bytes), operation, bytes, offset, ++written_});
-    unsettled_.store(true, std::memory_order_release);
   }
 
   // Most writes a read waits for in its wait list: a longer list is not free (the ring may hold
@@ -87,7 +85,6 @@ class BufferedWrites {
   };
   Fence fence() {
     Fence fence;
-    if (!unsettled_.load(std::memory_order_acquire)) return fence;  // nothing pending
     std::lock_guard<std::mutex> lock(mutex_);
     if (pending_.size() > fence_max) {
       fence.newest = pending_.back().event;
@@ -106,7 +103,6 @@ class BufferedWrites {
   void confirmed(std::uint64_t last) noexcept {
     std::lock_guard<std::mutex> lock(mutex_);
     while (!pending_.empty() && pending_.front().number <= last) pending_.pop_front();
-    note_unsettled();
   }
 
   /// Forgets every write that has completed; throws the first that failed since the last call
@@ -120,8 +116,6 @@ class BufferedWrites {
   /// settle() without throwing: the failure's code (CL_SUCCESS for none) and, in `what`, its
   /// description.
   cl_int settle_code(std::string* what) noexcept {
-    // No write pending and no failure to report: the usual case for a download, without a lock.
-    if (!unsettled_.load(std::memory_order_acquire)) return CL_SUCCESS;
     std::lock_guard<std::mutex> lock(mutex_);
     reap();
     const cl_int code = failure_;
@@ -137,7 +131,6 @@ class BufferedWrites {
     failure_ = CL_SUCCESS;
     later_failures_ = 0;
     failure_what_.clear();
-    note_unsettled();
     return code;
   }
 
@@ -152,7 +145,6 @@ class BufferedWrites {
     std::lock_guard<std::mutex> lock(mutex_);
     pending_.clear();
     ring_ = PinnedBlock();
-    note_unsettled();
   }
 
  private:
@@ -212,11 +204,6 @@ class BufferedWrites {
     }
   }
 
-  /// Under the lock: whether settle() and fence() have anything to do.
-  void note_unsettled() noexcept {
-    unsettled_.store(!pending_.empty() || failure_ != CL_SUCCESS, std::memory_order_release);
-  }
-
   void record(const Pending& write, cl_int code) noexcept {
     if (failure_ != CL_SUCCESS) {  // most likely a consequence of the first: counted
       ++later_failures_;
@@ -243,8 +230,6 @@ class BufferedWrites {
   cl_int failure_ = CL_SUCCESS;  // the first failed write not yet reported
   std::string failure_what_;
   std::size_t later_failures_ = 0;  // failed writes after the first, before it was reported
-  // A write pending or a failure not yet reported (set under the lock, read without it).
-  std::atomic<bool> unsettled_{false};
 };
 
 }  // namespace detail

@@ -37,16 +37,12 @@ class Fences {
     std::lock_guard<std::mutex> lock(mutex_);
     prune();
     events_.push_back(event);
-    recorded_.store(events_.size(), std::memory_order_release);
   }
 
-  /// True while a recorded command has not completed. Without a record (the usual case: only
-  /// another manager's asynchronous transfers add one) no lock is taken.
+  /// True while a recorded command has not completed.
   bool busy() noexcept {
-    if (recorded_.load(std::memory_order_acquire) == 0) return false;
     std::lock_guard<std::mutex> lock(mutex_);
     prune();
-    recorded_.store(events_.size(), std::memory_order_release);
     return !events_.empty();
   }
 
@@ -67,7 +63,6 @@ class Fences {
 
   std::mutex mutex_;
   std::vector<cl::Event> events_;
-  std::atomic<std::size_t> recorded_{0};  // events_.size(), read without the lock
 };
 
 /// The memory of one DeviceBuffer: bytes [offset, offset + capacity) of the OpenCL buffer
