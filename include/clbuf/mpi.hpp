@@ -18,6 +18,7 @@
 #include <clbuf/detail/checks.hpp>
 #include <clbuf/detail/mpi_collective.hpp>
 #include <clbuf/detail/mpi_core.hpp>
+#include <clbuf/detail/mpi_eager.hpp>
 #include <clbuf/detail/mpi_halo.hpp>
 #include <clbuf/detail/mpi_reduce.hpp>
 #include <clbuf/detail/mpi_transfer.hpp>
@@ -104,6 +105,7 @@ class [[nodiscard]] Request {
       wait_quietly();
       core_ = std::move(other.core_);
       transfer_ = std::move(other.transfer_);
+      eager_ = std::move(other.eager_);
     }
     return *this;
   }
@@ -113,9 +115,14 @@ class [[nodiscard]] Request {
   /// an empty Request).
   /// @throws Error when the transfer failed (once; afterwards the Request is empty).
   bool test() {
-    if (!transfer_) return true;
+    if (!active()) return true;
     core_->progress();
-    if (!transfer_->done()) return false;
+    if (transfer_) {
+      if (!transfer_->done()) return false;
+    } else {
+      eager_.step();
+      if (!eager_.done()) return false;
+    }
     finish();
     return true;
   }
@@ -124,8 +131,12 @@ class [[nodiscard]] Request {
   /// @throws Error when it failed: a mismatch of count, size or type with the peer's buffer
   ///         (CL_INVALID_VALUE, naming both), an OpenCL failure, or an MPI call's failure.
   void wait() {
-    if (!transfer_) return;
-    core_->wait(*transfer_);
+    if (!active()) return;
+    if (transfer_) {
+      core_->complete(*transfer_);
+    } else {
+      core_->complete(eager_);
+    }
     finish();
   }
 
@@ -134,10 +145,37 @@ class [[nodiscard]] Request {
   Request(std::shared_ptr<detail::Core> core, std::shared_ptr<detail::Transfer> transfer)
       : core_(std::move(core)), transfer_(std::move(transfer)) {}
 
+  /// Starts a point-to-point message of `span` to or from `peer`: one that fits the envelope
+  /// (detail::Eager::fits) without a Transfer object, any other as a tracked stream.
+  static Request start(const std::shared_ptr<detail::Core>& core, const char* operation,
+                       const detail::Span& span, int peer, int tag, bool send) {
+    if (detail::Eager::fits(*core, span)) {
+      Request request(core, nullptr);
+      request.eager_.start(*core, operation, span, peer, tag, send);
+      return request;
+    }
+    std::shared_ptr<detail::Transfer> transfer;
+    if (send) {
+      transfer = std::make_shared<detail::SendStream>(*core, operation, span, peer, tag,
+                                                      core->user(), detail::Kind::point_to_point);
+    } else {
+      transfer = std::make_shared<detail::RecvStream>(*core, operation, span, peer, tag,
+                                                      core->user(), detail::Kind::point_to_point);
+    }
+    core->track(transfer);
+    return Request(core, std::move(transfer));
+  }
+
+  bool active() const noexcept { return transfer_ != nullptr || eager_.active(); }
+
   void finish() {
-    std::shared_ptr<detail::Transfer> transfer = std::move(transfer_);
-    core_.reset();
-    transfer->rethrow();
+    const std::shared_ptr<detail::Core> core = std::move(core_);  // outlives the message
+    if (transfer_) {
+      const std::shared_ptr<detail::Transfer> transfer = std::move(transfer_);
+      transfer->rethrow();
+    } else {
+      eager_.finish();
+    }
   }
 
   void wait_quietly() noexcept {
@@ -147,8 +185,9 @@ class [[nodiscard]] Request {
     }
   }
 
-  std::shared_ptr<detail::Core> core_;
+  std::shared_ptr<detail::Core> core_;  // first: destroyed after the message
   std::shared_ptr<detail::Transfer> transfer_;
+  detail::Eager eager_;  // instead of transfer_, for a message that fits the envelope
 };
 
 /// A send or receive set up once and started many times, as MPI_Send_init / MPI_Recv_init: the
@@ -168,21 +207,12 @@ class [[nodiscard]] Persistent {
       clbuf::detail::fail("Persistent::start", CL_INVALID_OPERATION,
                           "an empty Persistent (default-constructed or moved from)");
     }
-    if (current_.transfer_) {
+    if (current_.active()) {
       clbuf::detail::fail(operation_, CL_INVALID_OPERATION,
                           "started again before the last transfer completed (call wait() or "
                           "test() first)");
     }
-    std::shared_ptr<detail::Transfer> transfer;
-    if (send_) {
-      transfer = std::make_shared<detail::SendStream>(*core_, operation_, span_, peer_, tag_,
-                                                      core_->user(), detail::Kind::point_to_point);
-    } else {
-      transfer = std::make_shared<detail::RecvStream>(*core_, operation_, span_, peer_, tag_,
-                                                      core_->user(), detail::Kind::point_to_point);
-    }
-    core_->track(transfer);
-    current_ = Request(core_, std::move(transfer));
+    current_ = Request::start(core_, operation_, span_, peer_, tag_, send_);
   }
 
   /// As Request::test() for the transfer started last; true when none is active.
@@ -190,7 +220,7 @@ class [[nodiscard]] Persistent {
   /// As Request::wait() for the transfer started last; returns at once when none is active.
   void wait() { current_.wait(); }
   /// Whether a transfer has been started and not yet completed by wait() or test().
-  bool active() const noexcept { return current_.transfer_ != nullptr; }
+  bool active() const noexcept { return current_.active(); }
 
  private:
   friend class Communicator;
@@ -279,11 +309,7 @@ class Communicator {
     check_buffer(op, buffer, true, false);
     check_rank(op, "destination", dest, false);
     check_tag(op, tag, false);
-    // On the stack and untracked: no allocation or request for a blocking call; the wait still
-    // moves every tracked transfer on.
-    detail::SendStream stream(*core_, op, span_of(buffer), dest, tag, core_->user(),
-                              detail::Kind::point_to_point);
-    core_->wait(stream);
+    blocking(op, span_of(buffer), dest, tag, true);
   }
 
   /// Receives into all of `buffer` from `source` (or MPI_ANY_SOURCE) with `tag` (or
@@ -295,9 +321,7 @@ class Communicator {
     check_buffer(op, buffer, false, true);
     check_rank(op, "source", source, true);
     check_tag(op, tag, true);
-    detail::RecvStream stream(*core_, op, span_of(buffer), source, tag, core_->user(),
-                              detail::Kind::point_to_point);
-    core_->wait(stream);
+    blocking(op, span_of(buffer), source, tag, false);
   }
 
   /// Sends `out` to `dest` and receives `in` from `source` at once (no deadlock in rings).
@@ -324,8 +348,7 @@ class Communicator {
     check_buffer(op, buffer, true, false);
     check_rank(op, "destination", dest, false);
     check_tag(op, tag, false);
-    return start(std::make_shared<detail::SendStream>(*core_, op, span_of(buffer), dest, tag,
-                                                      core_->user(), detail::Kind::point_to_point));
+    return Request::start(core_, op, span_of(buffer), dest, tag, true);
   }
 
   /// Starts receiving into `buffer`; the Request completes when the data is in it.
@@ -335,8 +358,7 @@ class Communicator {
     check_buffer(op, buffer, false, true);
     check_rank(op, "source", source, true);
     check_tag(op, tag, true);
-    return start(std::make_shared<detail::RecvStream>(*core_, op, span_of(buffer), source, tag,
-                                                      core_->user(), detail::Kind::point_to_point));
+    return Request::start(core_, op, span_of(buffer), source, tag, false);
   }
 
   /// A send of all of `buffer` to `dest` with `tag`, checked now and started by
@@ -718,6 +740,24 @@ class Communicator {
   static cl::Buffer retained_root(const DeviceBuffer<T>& buffer) {
     const cl_mem root = clbuf::detail::BufferAccess::memory(buffer).buffer();
     return root == nullptr ? cl::Buffer() : cl::Buffer(root, true);
+  }
+
+  /// send() and recv(): the message on the stack and untracked (no allocation, no Request);
+  /// the wait still moves every tracked transfer on.
+  void blocking(const char* op, const detail::Span& span, int peer, int tag, bool send) {
+    if (detail::Eager::fits(*core_, span)) {
+      detail::Eager eager;
+      eager.start(*core_, op, span, peer, tag, send);
+      core_->wait(eager);
+    } else if (send) {
+      detail::SendStream stream(*core_, op, span, peer, tag, core_->user(),
+                                detail::Kind::point_to_point);
+      core_->wait(stream);
+    } else {
+      detail::RecvStream stream(*core_, op, span, peer, tag, core_->user(),
+                                detail::Kind::point_to_point);
+      core_->wait(stream);
+    }
   }
 
   Request start(std::shared_ptr<detail::Transfer> transfer) {

@@ -9,6 +9,7 @@
 #include <clbuf/mpi.hpp>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <cstdlib>
@@ -16,11 +17,25 @@
 #include <functional>
 #include <future>
 #include <memory>
+#include <new>
 #include <random>
 #include <string>
 #include <type_traits>
 #include <utility>
 #include <vector>
+
+/// Every allocation of the process through operator new (the C++ heap: clbuf's, the tests'; MPI,
+/// PoCL and the ICD loader allocate with malloc), so that a test can count what a stretch of
+/// calls allocates. The other forms of operator new and delete forward to these two.
+std::atomic<long long> g_news{0};
+
+void* operator new(std::size_t size) {
+  g_news.fetch_add(1, std::memory_order_relaxed);
+  if (void* memory = std::malloc(size == 0 ? 1 : size)) return memory;
+  throw std::bad_alloc();
+}
+void operator delete(void* memory) noexcept { std::free(memory); }
+void operator delete(void* memory, std::size_t) noexcept { std::free(memory); }
 
 namespace {
 
@@ -656,6 +671,145 @@ TEST_P(Mpi, MismatchWithItselfDoesNotHang) {
   EXPECT_TRUE(throws([&] { received.wait(); }, CL_INVALID_VALUE,
                      {"irecv: ", "MPI_ERR_TRUNCATE", "sent 30001 elements of 8 bytes (double)"}));
   sent.wait();
+}
+
+// A receive into a buffer that fits the envelope (3968 bytes: no transfer object) gets the header
+// of a chunked message: it drains the chunks, so that the sender completes, and fails naming both
+// sizes; nothing is written. Non-blocking, blocking and persistent receives, from a peer and from
+// the rank itself (progressed by the same thread), and the pair works afterwards.
+TEST_P(Mpi, SmallReceiveOfAChunkedMessageDrainsItAndFails) {
+  clbuf::mpi::Communicator comm = communicator(8 << 10);
+  const std::size_t large = 100000;  // 400,000 bytes: 49 chunks of 8 KiB
+  const std::vector<float> before = pattern<float>(rank_, 1700, 10);
+  const std::vector<std::string> fragments = {"MPI_ERR_TRUNCATE", "sent 100000 elements of 4 bytes",
+                                              "the receiving buffer holds 10 elements of 4 bytes"};
+  const auto expect_error = [&](const char* op, const std::function<void()>& receive) {
+    std::vector<std::string> expected = fragments;
+    expected.push_back(std::string(op) + ": CL_INVALID_VALUE (-30): ");
+    EXPECT_TRUE(throws(receive, CL_INVALID_VALUE, expected)) << op;
+  };
+  clbuf::DeviceBuffer<float> in = upload(before);
+  {  // from itself: the chunked send is progressed by the receive's wait
+    clbuf::mpi::Request received = comm.irecv(in, rank_, 11);
+    clbuf::mpi::Request sent = comm.isend(upload(pattern<float>(rank_, 1701, large)), rank_, 11);
+    expect_error("irecv", [&] { received.wait(); });
+    sent.wait();
+    EXPECT_TRUE(received.test()) << "empty after the failure";
+  }
+  EXPECT_TRUE(same(before, manager_->download(in))) << "nothing written";
+  if (rank_ > 1) return;
+  if (rank_ == 0) {
+    for (std::uint32_t key = 1702; key < 1705; ++key) {
+      comm.send(upload(pattern<float>(0, key, large)), 1, 12);  // completes: drained
+    }
+    comm.send(upload(pattern<float>(0, 1705, 10)), 1, 12);
+    return;
+  }
+  expect_error("irecv", [&] { comm.irecv(in, 0, 12).wait(); });
+  expect_error("recv", [&] { comm.recv(in, 0, 12); });
+  clbuf::mpi::Persistent persistent = comm.recv_init(in, 0, 12);
+  persistent.start();
+  expect_error("recv_init", [&] { persistent.wait(); });
+  EXPECT_TRUE(same(before, manager_->download(in))) << "nothing written";
+  persistent.start();  // again, after the failure
+  persistent.wait();
+  EXPECT_TRUE(same(pattern<float>(0, 1705, 10), manager_->download(in)));
+}
+
+// A persistent receive that failed (a message of another size) may start again at once, and its
+// next message arrives: small (no transfer object) and chunked.
+TEST_P(Mpi, PersistentReceiveStartsAgainAfterAFailedMessage) {
+  clbuf::mpi::Communicator comm = communicator(8 << 10);
+  if (rank_ > 1) return;
+  for (const std::size_t count : {std::size_t{10}, std::size_t{30000}}) {
+    SCOPED_TRACE(std::to_string(count) + " elements");
+    const std::uint32_t key = 1710 + static_cast<std::uint32_t>(count);
+    if (rank_ == 0) {
+      comm.send(upload(pattern<float>(0, key, count + 1)), 1, 13);
+      comm.send(upload(pattern<float>(0, key + 1, count)), 1, 13);
+      continue;
+    }
+    clbuf::DeviceBuffer<float> in = manager_->allocate<float>(count);
+    clbuf::mpi::Persistent receive = comm.recv_init(in, 0, 13);
+    receive.start();
+    EXPECT_TRUE(throws([&] { receive.wait(); }, CL_INVALID_VALUE,
+                       {"recv_init: ", "MPI_ERR_TRUNCATE", "holds " + std::to_string(count)}));
+    EXPECT_FALSE(receive.active());
+    receive.start();
+    receive.wait();
+    EXPECT_TRUE(same(pattern<float>(0, key + 1, count), manager_->download(in)));
+  }
+}
+
+// Requests of small messages move like any other: move-assigning over an active one waits for
+// it first, a moved-from one is empty, one destroyed unwaited waits; every byte arrives.
+TEST_P(Mpi, SmallRequestsMoveAssignAndDestroyLikeAnyOther) {
+  clbuf::mpi::Communicator comm = communicator();
+  clbuf::DeviceBuffer<double> first = manager_->allocate<double>(5);
+  clbuf::DeviceBuffer<double> second = manager_->allocate<double>(5);
+  const clbuf::DeviceBuffer<double> out1 = upload(pattern<double>(rank_, 1720, 5));
+  const clbuf::DeviceBuffer<double> out2 = upload(pattern<double>(rank_, 1721, 5));
+  clbuf::mpi::Request received = comm.irecv(first, rank_, 14);
+  clbuf::mpi::Request sent = comm.isend(out1, rank_, 14);
+  clbuf::mpi::Request received2 = comm.irecv(second, rank_, 14);
+  clbuf::mpi::Request sent2 = comm.isend(out2, rank_, 14);
+  received = std::move(received2);  // waits for the first receive, then holds the second
+  EXPECT_TRUE(same(pattern<double>(rank_, 1720, 5), manager_->download(first)));
+  EXPECT_TRUE(received2.test());  // NOLINT(bugprone-use-after-move): moved from, empty
+  { const clbuf::mpi::Request dropped = std::move(sent); }  // waits
+  received.wait();
+  sent2.wait();
+  EXPECT_TRUE(same(pattern<double>(rank_, 1721, 5), manager_->download(second)));
+  // any source, any tag
+  clbuf::mpi::Request any = comm.irecv(first, MPI_ANY_SOURCE, MPI_ANY_TAG);
+  comm.send(out2, rank_, 15);
+  any.wait();
+  EXPECT_TRUE(same(pattern<double>(rank_, 1721, 5), manager_->download(first)));
+}
+
+// A message that fits the envelope is posted and completed without a transfer object: once the
+// Communicator's envelopes are cached, windows of isend/irecv, blocking send/recv and persistent
+// requests allocate nothing on the C++ heap (this binary counts operator new), on every path.
+TEST_P(Mpi, SmallMessagesAllocateNothingOnceWarm) {
+  clbuf::mpi::Communicator comm = communicator();
+  const int right = (rank_ + 1) % size_;
+  const int left = (rank_ + size_ - 1) % size_;
+  constexpr int window = 8;
+  const std::size_t count = 100;  // 400 bytes
+  const clbuf::DeviceBuffer<std::int32_t> out = upload(pattern<std::int32_t>(rank_, 1730, count));
+  std::vector<clbuf::DeviceBuffer<std::int32_t>> in;
+  for (int w = 0; w < window; ++w) in.push_back(manager_->allocate<std::int32_t>(count));
+  clbuf::mpi::Persistent send = comm.send_init(out, right, 16);
+  clbuf::mpi::Persistent recv = comm.recv_init(in[0], left, 16);
+  std::vector<clbuf::mpi::Request> requests;
+  requests.reserve(2 * window);
+  const auto round = [&] {
+    for (int w = 0; w < window; ++w) {
+      requests.push_back(comm.irecv(in[static_cast<std::size_t>(w)], left, 17));
+    }
+    for (int w = 0; w < window; ++w) requests.push_back(comm.isend(out, right, 17));
+    clbuf::mpi::wait_all(requests);
+    requests.clear();
+    if (rank_ == 0) {  // a ring of blocking calls: rank 0 starts it
+      comm.send(out, right, 18);
+      comm.recv(in[1], left, 18);
+    } else {
+      comm.recv(in[1], left, 18);
+      comm.send(out, right, 18);
+    }
+    recv.start();
+    send.start();
+    recv.wait();
+    send.wait();
+  };
+  round();  // fills the envelope cache
+  const long long news = g_news.load();
+  for (int i = 0; i < 20; ++i) round();
+  EXPECT_EQ(g_news.load() - news, 0)
+      << "operator new calls in 20 rounds of " << 2 * window + 4 << " small messages a rank";
+  for (const auto& buffer : in) {
+    EXPECT_TRUE(same(pattern<std::int32_t>(left, 1730, count), manager_->download(buffer)));
+  }
 }
 
 // wait_all() waits for every request, even after one failed, then throws the first failure; a

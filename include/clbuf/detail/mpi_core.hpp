@@ -413,16 +413,23 @@ class Core {
                   active_.end());
   }
 
-  /// Progresses until `transfer` is done; then rethrows its failure, if any. The others move on
-  /// every few spins (each MPI_Test runs MPI's progress engine: testing all of them every spin
-  /// would make a window of n requests cost n^2 tests).
-  void wait(Transfer& transfer) {
+  /// Progresses until `transfer` (a Transfer, or an untracked Eager message) is done. The
+  /// others move on every few spins (each MPI_Test runs MPI's progress engine: testing all of
+  /// them every spin would make a window of n requests cost n^2 tests).
+  template <class Message>
+  void complete(Message& transfer) noexcept {
     for (unsigned spins = 0; !transfer.done(); ++spins) {
       transfer.step();
       if (transfer.done()) break;
       if (spins % 8 == 7) progress();
       if (spins > 4000) std::this_thread::yield();  // oversubscribed hosts
     }
+  }
+
+  /// complete(), then rethrows the transfer's failure, if any.
+  template <class Message>
+  void wait(Message& transfer) {
+    complete(transfer);
     transfer.rethrow();
   }
 

@@ -69,6 +69,126 @@ inline MPI_Datatype whole_count(const char* operation, const Span& span, int& co
   return type;
 }
 
+/// Before the host touches a host block: the work queued before the transfer has finished
+/// (clFinish), or, when the caller knows better (`before`), that event (a null one: nothing).
+inline void wait_before(const Queue& queue, const char* operation, const cl::Event* before) {
+  if (before == nullptr) {
+    queue.finish(operation);
+  } else if ((*before)() != nullptr) {
+    Queue::wait(operation, *before);
+  }
+}
+
+/// The header of a message of `span` to `dest`, with the next stream number for its chunks.
+inline Header header_of(Core& core, const Span& span, int dest, Kind kind) noexcept {
+  Header header;
+  header.kind = static_cast<std::uint32_t>(kind);
+  header.count = span.count;
+  header.bytes = span.bytes;
+  header.element_size = span.element_size;
+  header.type = span.type;
+  header.stream = core.next_stream(dest);
+  return header;
+}
+
+/// A message that fits the envelope (span.bytes <= core.inline_max()): `header` and the payload
+/// copied into an envelope from the Core's cache (a host block's bytes after wait_before(), else
+/// a blocking read), posted as one MPI_Isend; `envelope` and `request` are MPI's until it
+/// completes.
+inline void post_envelope(Core& core, const char* operation, const Span& span, Header& header,
+                          const cl::Event* before, int dest, int tag, MPI_Comm comm,
+                          std::unique_ptr<char[]>& envelope, MPI_Request& request) {
+  header.inline_bytes = static_cast<std::uint32_t>(span.bytes);
+  envelope = core.take_envelope();
+  std::memcpy(envelope.get(), &header, header_bytes);
+  char* payload = envelope.get() + header_bytes;
+  if (span.bytes != 0) {
+    if (span.host != nullptr) {
+      wait_before(core.queue(), operation, before);
+      std::memcpy(payload, span.host + span.offset, span.bytes);
+    } else {
+      core.queue().read(operation, span.buffer, span.offset, span.bytes, payload, true);
+    }
+  }
+  check_mpi(MPI_Isend(envelope.get(), static_cast<int>(header_bytes + span.bytes), MPI_BYTE, dest,
+                      tag, comm, &request),
+            operation, "MPI_Isend");
+}
+
+/// What arrived in an envelope, checked against the receiving span.
+struct Arrival {
+  Header header;
+  int peer = MPI_PROC_NULL;
+  int tag = MPI_ANY_TAG;
+  bool chunked = false;  // the header of a message whose chunks follow
+  std::string problem;   // why a well-formed message does not fit the buffer (empty: it fits)
+};
+
+/// Reads the header of an envelope that has arrived (`status`) and checks it against `span`
+/// before a byte lands there: throws for a message that is not clbuf::mpi's or whose sizes do
+/// not add up; returns a well-formed one that does not fit the buffer with its problem (its
+/// chunks, if any, must then be drained so that the sender completes).
+inline Arrival inspect(const char* operation, const char* envelope, const MPI_Status& status,
+                       const Span& span, Kind kind, std::size_t chunk_bytes) {
+  Arrival arrival;
+  int received = 0;
+  MPI_Get_count(&status, MPI_BYTE, &received);
+  arrival.peer = status.MPI_SOURCE;
+  arrival.tag = status.MPI_TAG;
+  const auto from = [&arrival] {
+    return "rank " + std::to_string(arrival.peer) + " (tag " + std::to_string(arrival.tag) + ")";
+  };
+  if (received < static_cast<int>(header_bytes)) {
+    fail(operation, CL_INVALID_VALUE,
+         "the message from " + from() + " is " + std::to_string(received) +
+             " bytes, no clbuf::mpi header; both ends must use clbuf::mpi");
+  }
+  Header& header = arrival.header;
+  std::memcpy(&header, envelope, header_bytes);
+  if (header.magic != magic) {
+    fail(operation, CL_INVALID_VALUE,
+         "the message from " + from() + " has no clbuf::mpi header; both ends must use clbuf::mpi");
+  }
+  arrival.chunked = header.inline_bytes < header.bytes;
+  if (arrival.chunked && (header.chunk_bytes == 0 || header.chunk_bytes > chunk_bytes)) {
+    fail(operation, CL_INVALID_VALUE,
+         "the message from " + from() + " is cut in chunks of " +
+             std::to_string(header.chunk_bytes) + " bytes, this rank's are " +
+             std::to_string(chunk_bytes));
+  }
+  if (!arrival.chunked && received != static_cast<int>(header_bytes + header.inline_bytes)) {
+    fail(operation, CL_INVALID_VALUE,
+         "the message from " + from() + " is " + std::to_string(received) +
+             " bytes but its header says " + std::to_string(header_bytes + header.inline_bytes));
+  }
+  if (header.kind != static_cast<std::uint32_t>(kind)) {
+    arrival.problem =
+        header.kind == static_cast<std::uint32_t>(Kind::collective)
+            ? from() + " sent part of a collective where a point-to-point message was expected"
+            : from() + " sent a point-to-point message where a collective was expected";
+  } else if (header.bytes != span.bytes || header.element_size != span.element_size ||
+             (header.type != any_type && span.type != any_type && header.type != span.type)) {
+    arrival.problem = std::string(header.bytes > span.bytes ? "MPI_ERR_TRUNCATE: " : "") + from() +
+                      " sent " + describe(header.count, header.element_size, header.type) +
+                      " but the receiving buffer holds " +
+                      describe(span.count, span.element_size, span.type);
+  }
+  return arrival;
+}
+
+/// An envelope's payload into `span`: a host block's memcpy after wait_before(), else a
+/// blocking write.
+inline void write_span(const Queue& queue, const char* operation, const Span& span,
+                       const char* payload, const cl::Event* before) {
+  if (span.bytes == 0) return;
+  if (span.host != nullptr) {
+    wait_before(queue, operation, before);
+    std::memcpy(span.host + span.offset, payload, span.bytes);
+  } else {
+    queue.write(operation, span.buffer, span.offset, span.bytes, payload, true);
+  }
+}
+
 /// A pinned chunk and what it is doing.
 struct Slot {
   enum State { idle, copying, messaging };
@@ -133,13 +253,8 @@ class Stream : public Transfer {
 
   /// Before the host touches a host block: the work queued before the transfer has finished
   /// (clFinish, unless the transfer was given what to wait for).
-  void wait_before() {
-    if (!given_before_) {
-      queue_.finish(operation_);
-    } else if (before_() != nullptr) {
-      Queue::wait(operation_, before_);
-    }
-  }
+  void wait_before() { detail::wait_before(queue_, operation_, before()); }
+  const cl::Event* before() const noexcept { return given_before_ ? &before_ : nullptr; }
 
   /// After MPI is done with mapped memory: unmap and wait for the unmap.
   void unmap() {
@@ -215,20 +330,10 @@ class SendStream final : public Stream {
       send_whole(dest, tag, comm);
       return;
     }
-    header_.kind = static_cast<std::uint32_t>(kind);
-    header_.count = span_.count;
-    header_.bytes = span_.bytes;
-    header_.element_size = span_.element_size;
-    header_.type = span_.type;
-    header_.stream = core.next_stream(dest);
+    header_ = header_of(core, span_, dest, kind);
     if (span_.bytes <= core.inline_max()) {
-      header_.inline_bytes = static_cast<std::uint32_t>(span_.bytes);
-      envelope_ = core.take_envelope();
-      std::memcpy(envelope_.get(), &header_, header_bytes);
-      read_into(envelope_.get() + header_bytes);
-      check_mpi(MPI_Isend(envelope_.get(), static_cast<int>(header_bytes + span_.bytes), MPI_BYTE,
-                          dest, tag, comm, &header_request_),
-                operation, "MPI_Isend");
+      post_envelope(core, operation, span_, header_, before, dest, tag, comm, envelope_,
+                    header_request_);
       return;
     }
     chunks_ = chunking(span_.bytes, chunk_for(span_.bytes, core.chunk_bytes()));
@@ -263,16 +368,6 @@ class SendStream final : public Stream {
     requests_.assign(1, MPI_REQUEST_NULL);
     check_mpi(MPI_Isend(base, count, type, dest, tag, comm, &requests_[0]), operation_,
               "MPI_Isend");
-  }
-
-  void read_into(char* out) {
-    if (span_.bytes == 0) return;
-    if (span_.host != nullptr) {
-      wait_before();
-      std::memcpy(out, span_.host + span_.offset, span_.bytes);
-    } else {
-      queue_.read(operation_, span_.buffer, span_.offset, span_.bytes, out, true);
-    }
   }
 
   void start_read(Slot& slot) {
@@ -358,6 +453,13 @@ class RecvStream final : public Stream {
               operation, "MPI_Irecv");
   }
 
+  /// Takes over a receive whose envelope held the header of a chunked message (`arrival`, from
+  /// an Eager receive): receives its chunks or, when the buffer cannot take them, drains them.
+  RecvStream(Core& core, const char* operation, Span span, Kind kind, Arrival arrival)
+      : Stream(core, operation, std::move(span), 1, nullptr), kind_(kind), received_(true) {
+    accept(std::move(arrival));  // arrival.chunked: nothing is read from envelope_
+  }
+
   /// The sender and tag of the message (after completion; MPI_PROC_NULL before).
   int source() const noexcept { return peer_; }
   int tag() const noexcept { return tag_; }
@@ -422,56 +524,21 @@ class RecvStream final : public Stream {
   /// Checks the header against the buffer; writes an inline payload (returns false: done) or
   /// posts the chunks' receives (returns true: more to come).
   bool accept(const MPI_Status& status) {
-    int received = 0;
-    MPI_Get_count(&status, MPI_BYTE, &received);
-    peer_ = status.MPI_SOURCE;
-    tag_ = status.MPI_TAG;
-    const auto from = [this] {
-      return "rank " + std::to_string(peer_) + " (tag " + std::to_string(tag_) + ")";
-    };
-    if (received < static_cast<int>(header_bytes)) {
-      fail(operation_, CL_INVALID_VALUE,
-           "the message from " + from() + " is " + std::to_string(received) +
-               " bytes, no clbuf::mpi header; both ends must use clbuf::mpi");
-    }
-    std::memcpy(&header_, envelope_.get(), header_bytes);
-    if (header_.magic != magic) {
-      fail(operation_, CL_INVALID_VALUE,
-           "the message from " + from() +
-               " has no clbuf::mpi header; both ends must use clbuf::mpi");
-    }
-    const bool chunked = header_.inline_bytes < header_.bytes;
-    if (chunked && (header_.chunk_bytes == 0 || header_.chunk_bytes > core_.chunk_bytes())) {
-      fail(operation_, CL_INVALID_VALUE,
-           "the message from " + from() + " is cut in chunks of " +
-               std::to_string(header_.chunk_bytes) + " bytes, this rank's are " +
-               std::to_string(core_.chunk_bytes()));
-    }
-    if (!chunked && received != static_cast<int>(header_bytes + header_.inline_bytes)) {
-      fail(operation_, CL_INVALID_VALUE,
-           "the message from " + from() + " is " + std::to_string(received) +
-               " bytes but its header says " + std::to_string(header_bytes + header_.inline_bytes));
-    }
-    std::string problem;
-    if (header_.kind != static_cast<std::uint32_t>(kind_)) {
-      problem =
-          header_.kind == static_cast<std::uint32_t>(Kind::collective)
-              ? from() + " sent part of a collective where a point-to-point message was expected"
-              : from() + " sent a point-to-point message where a collective was expected";
-    } else if (header_.bytes != span_.bytes || header_.element_size != span_.element_size ||
-               (header_.type != any_type && span_.type != any_type && header_.type != span_.type)) {
-      problem = std::string(header_.bytes > span_.bytes ? "MPI_ERR_TRUNCATE: " : "") + from() +
-                " sent " + describe(header_.count, header_.element_size, header_.type) +
-                " but the receiving buffer holds " +
-                describe(span_.count, span_.element_size, span_.type);
-    }
-    if (!problem.empty()) {
-      if (!chunked) fail(operation_, CL_INVALID_VALUE, problem);
-      start_drain(std::move(problem));
+    return accept(inspect(operation_, envelope_.get(), status, span_, kind_, core_.chunk_bytes()));
+  }
+
+  /// As above, for a header already read: a rejected chunked message is drained.
+  bool accept(Arrival arrival) {
+    peer_ = arrival.peer;
+    tag_ = arrival.tag;
+    header_ = arrival.header;
+    if (!arrival.problem.empty()) {
+      if (!arrival.chunked) fail(operation_, CL_INVALID_VALUE, arrival.problem);
+      start_drain(std::move(arrival.problem));
       return true;
     }
-    if (!chunked) {
-      write_from(envelope_.get() + header_bytes);
+    if (!arrival.chunked) {
+      write_span(queue_, operation_, span_, envelope_.get() + header_bytes, before());
       return false;
     }
     chunks_ = chunking(span_.bytes, header_.chunk_bytes);
@@ -557,16 +624,6 @@ class RecvStream final : public Stream {
       drain_next();
     }
     return true;
-  }
-
-  void write_from(const char* data) {
-    if (span_.bytes == 0) return;
-    if (span_.host != nullptr) {
-      wait_before();
-      std::memcpy(span_.host + span_.offset, data, span_.bytes);
-    } else {
-      queue_.write(operation_, span_.buffer, span_.offset, span_.bytes, data, true);
-    }
   }
 
   Kind kind_;
