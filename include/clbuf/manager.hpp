@@ -35,6 +35,10 @@
 
 namespace clbuf {
 
+namespace detail {
+struct ManagerAccess;
+}  // namespace detail
+
 /// Moves typed data between host memory and one OpenCL device.
 ///
 /// Thread safety: one manager may be used from several threads at once (README "Threads").
@@ -944,12 +948,43 @@ class BufferManager {
     return future<void>(op, std::move(start), {}, std::move(host));
   }
 
+  friend struct detail::ManagerAccess;
+
   detail::Gate gate_;                         // cleanup() against calls in flight
   detail::DeviceContext device_;              // device, context, queue, resolved options
   std::shared_ptr<detail::MemoryPool> pool_;  // shared with the buffers it serves
   detail::TransferEngine engine_;             // the path rule; copier, stager, telemetry
 };
 
+namespace detail {
+
+/// A manager's blocking transfers by bytes, for layers built over it (clbuf/mpi.hpp): `bytes` at
+/// byte `offset` of an OpenCL buffer of the manager's context, from or into pageable host
+/// memory, by the manager's own path rule (TransferEngine::route: on a discrete device a small
+/// write is buffered and a read bounces through pinned memory), after the queue's earlier work.
+/// The caller has checked the buffer and the range.
+struct ManagerAccess {
+  static void write(BufferManager& manager, const char* operation, cl_mem buffer,
+                    std::size_t offset, const void* data, std::size_t bytes) {
+    auto entry = manager.gate_.enter(operation);
+    manager.engine_.write(operation, unpooled(buffer), offset, data, bytes, HostMemory::pageable);
+  }
+  static void read(BufferManager& manager, const char* operation, cl_mem buffer, std::size_t offset,
+                   void* out, std::size_t bytes) {
+    auto entry = manager.gate_.enter(operation);
+    manager.engine_.read(operation, unpooled(buffer), offset, out, bytes, HostMemory::pageable);
+  }
+
+ private:
+  /// `buffer` as memory outside the pool (no host block, no fences of other queues).
+  static Allocation unpooled(cl_mem buffer) {
+    Allocation memory;
+    memory.buffer = cl::Buffer(buffer, true);
+    return memory;
+  }
+};
+
+}  // namespace detail
 }  // namespace clbuf
 
 #endif  // CLBUF_MANAGER_HPP

@@ -153,7 +153,7 @@ class Eager {
       return advance();
     }
     if (!arrival.problem.empty()) fail(operation_, CL_INVALID_VALUE, arrival.problem);
-    write_span(core_->queue(), operation_, span_, envelope.get() + header_bytes, nullptr);
+    write_span(*core_, operation_, span_, envelope.get() + header_bytes, nullptr);
     core_->give_envelope(std::move(envelope));
     return true;
   }

@@ -93,8 +93,8 @@ inline Header header_of(Core& core, const Span& span, int dest, Kind kind) noexc
 
 /// A message that fits the envelope (span.bytes <= core.inline_max()): `header` and the payload
 /// copied into an envelope from the Core's cache (a host block's bytes after wait_before(), else
-/// a blocking read), posted as one MPI_Isend; `envelope` and `request` are MPI's until it
-/// completes.
+/// the manager's blocking read: bounced through pinned memory on a discrete device), posted as
+/// one MPI_Isend; `envelope` and `request` are MPI's until it completes.
 inline void post_envelope(Core& core, const char* operation, const Span& span, Header& header,
                           const cl::Event* before, int dest, int tag, MPI_Comm comm,
                           std::unique_ptr<char[]>& envelope, MPI_Request& request) {
@@ -107,7 +107,8 @@ inline void post_envelope(Core& core, const char* operation, const Span& span, H
       wait_before(core.queue(), operation, before);
       std::memcpy(payload, span.host + span.offset, span.bytes);
     } else {
-      core.queue().read(operation, span.buffer, span.offset, span.bytes, payload, true);
+      clbuf::detail::ManagerAccess::read(core.manager(), operation, span.buffer, span.offset,
+                                         payload, span.bytes);
     }
   }
   check_mpi(MPI_Isend(envelope.get(), static_cast<int>(header_bytes + span.bytes), MPI_BYTE, dest,
@@ -176,16 +177,20 @@ inline Arrival inspect(const char* operation, const char* envelope, const MPI_St
   return arrival;
 }
 
-/// An envelope's payload into `span`: a host block's memcpy after wait_before(), else a
-/// blocking write.
-inline void write_span(const Queue& queue, const char* operation, const Span& span,
-                       const char* payload, const cl::Event* before) {
+/// An envelope's payload into `span`: a host block's memcpy after wait_before(), else the
+/// manager's blocking write. On a discrete device that write is buffered, as a small upload is:
+/// the bytes go into the manager's pinned ring and the write follows in queue order, so every
+/// later command on the manager's queue sees them, and a write that fails on the device is
+/// reported by the manager's next synchronising call (README "Errors").
+inline void write_span(Core& core, const char* operation, const Span& span, const char* payload,
+                       const cl::Event* before) {
   if (span.bytes == 0) return;
   if (span.host != nullptr) {
-    wait_before(queue, operation, before);
+    wait_before(core.queue(), operation, before);
     std::memcpy(span.host + span.offset, payload, span.bytes);
   } else {
-    queue.write(operation, span.buffer, span.offset, span.bytes, payload, true);
+    clbuf::detail::ManagerAccess::write(core.manager(), operation, span.buffer, span.offset,
+                                        payload, span.bytes);
   }
 }
 
@@ -538,7 +543,7 @@ class RecvStream final : public Stream {
       return true;
     }
     if (!arrival.chunked) {
-      write_span(queue_, operation_, span_, envelope_.get() + header_bytes, before());
+      write_span(core_, operation_, span_, envelope_.get() + header_bytes, before());
       return false;
     }
     chunks_ = chunking(span_.bytes, header_.chunk_bytes);
