@@ -3163,14 +3163,15 @@ class PinnedLease {
 #ifndef CLBUF_DETAIL_BUFFERED_WRITES_HPP
 #define CLBUF_DETAIL_BUFFERED_WRITES_HPP
 
+#include <algorithm>
 #include <array>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
-#include <deque>
 #include <mutex>
 #include <string>
 #include <utility>
+#include <vector>
 
 namespace clbuf {
 namespace detail {
@@ -3230,9 +3231,9 @@ class BufferedWrites {
       fence.newest = pending_.back().event;
       return fence;
     }
-    for (const Pending& write : pending_) {
-      fence.events[fence.count] = write.event;
-      fence.list[fence.count++] = write.event();
+    for (std::size_t i = 0; i < pending_.size(); ++i) {
+      fence.events[fence.count] = pending_[i].event;
+      fence.list[fence.count++] = pending_[i].event();
     }
     if (!pending_.empty()) fence.last = pending_.back().number;
     return fence;
@@ -3296,6 +3297,45 @@ class BufferedWrites {
     std::size_t bytes = 0;
     std::size_t offset = 0;
     std::uint64_t number = 0;  // the write's place in the order of writes, from 1
+  };
+
+  /// The writes not yet known to have completed, oldest first: a ring of slots that doubles when
+  /// full and never shrinks, so that a steady stream of small writes allocates nothing (a deque
+  /// allocates and frees a node every few writes).
+  class Fifo {
+   public:
+    bool empty() const noexcept { return count_ == 0; }
+    std::size_t size() const noexcept { return count_; }
+    Pending& front() noexcept { return slots_[head_]; }
+    Pending& back() noexcept { return (*this)[count_ - 1]; }
+    Pending& operator[](std::size_t i) noexcept {
+      const std::size_t at = head_ + i;
+      return slots_[at < slots_.size() ? at : at - slots_.size()];
+    }
+    void push_back(Pending&& write) {
+      if (count_ == slots_.size()) grow();
+      ++count_;
+      back() = std::move(write);
+    }
+    void pop_front() noexcept {
+      slots_[head_] = Pending();  // releases the event now
+      head_ = head_ + 1 == slots_.size() ? 0 : head_ + 1;
+      --count_;
+    }
+    void clear() noexcept {
+      while (!empty()) pop_front();
+    }
+
+   private:
+    void grow() {
+      std::vector<Pending> bigger(std::max<std::size_t>(16, 2 * slots_.size()));
+      for (std::size_t i = 0; i < count_; ++i) bigger[i] = std::move((*this)[i]);
+      slots_.swap(bigger);
+      head_ = 0;
+    }
+    std::vector<Pending> slots_;
+    std::size_t head_ = 0;
+    std::size_t count_ = 0;
   };
 
   // 64-byte pieces: each write's bytes start on a cache line of their own.
@@ -3365,7 +3405,7 @@ class BufferedWrites {
   const std::size_t ring_bytes_;
   mutable std::mutex mutex_;  // the ring, pending_ and the failure; held across each write
   PinnedBlock ring_;          // mapped at the first write
-  std::deque<Pending> pending_;
+  Fifo pending_;
   std::uint64_t written_ = 0;    // writes enqueued so far
   cl_int failure_ = CL_SUCCESS;  // the first failed write not yet reported
   std::string failure_what_;
@@ -4867,6 +4907,10 @@ class MappedView {
 
 namespace clbuf {
 
+namespace detail {
+struct ManagerAccess;
+}  // namespace detail
+
 /// Moves typed data between host memory and one OpenCL device.
 ///
 /// Thread safety: one manager may be used from several threads at once (README "Threads").
@@ -5776,12 +5820,43 @@ class BufferManager {
     return future<void>(op, std::move(start), {}, std::move(host));
   }
 
+  friend struct detail::ManagerAccess;
+
   detail::Gate gate_;                         // cleanup() against calls in flight
   detail::DeviceContext device_;              // device, context, queue, resolved options
   std::shared_ptr<detail::MemoryPool> pool_;  // shared with the buffers it serves
   detail::TransferEngine engine_;             // the path rule; copier, stager, telemetry
 };
 
+namespace detail {
+
+/// A manager's blocking transfers by bytes, for layers built over it (clbuf/mpi.hpp): `bytes` at
+/// byte `offset` of an OpenCL buffer of the manager's context, from or into pageable host
+/// memory, by the manager's own path rule (TransferEngine::route: on a discrete device a small
+/// write is buffered and a read bounces through pinned memory), after the queue's earlier work.
+/// The caller has checked the buffer and the range.
+struct ManagerAccess {
+  static void write(BufferManager& manager, const char* operation, cl_mem buffer,
+                    std::size_t offset, const void* data, std::size_t bytes) {
+    auto entry = manager.gate_.enter(operation);
+    manager.engine_.write(operation, unpooled(buffer), offset, data, bytes, HostMemory::pageable);
+  }
+  static void read(BufferManager& manager, const char* operation, cl_mem buffer, std::size_t offset,
+                   void* out, std::size_t bytes) {
+    auto entry = manager.gate_.enter(operation);
+    manager.engine_.read(operation, unpooled(buffer), offset, out, bytes, HostMemory::pageable);
+  }
+
+ private:
+  /// `buffer` as memory outside the pool (no host block, no fences of other queues).
+  static Allocation unpooled(cl_mem buffer) {
+    Allocation memory;
+    memory.buffer = cl::Buffer(buffer, true);
+    return memory;
+  }
+};
+
+}  // namespace detail
 }  // namespace clbuf
 
 #endif  // CLBUF_MANAGER_HPP
