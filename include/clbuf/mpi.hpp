@@ -313,8 +313,10 @@ class Communicator {
   }
 
   /// Receives into all of `buffer` from `source` (or MPI_ANY_SOURCE) with `tag` (or
-  /// MPI_ANY_TAG). The message must hold exactly buffer.size() elements of T.
-  /// @throws Error CL_INVALID_VALUE when it does not (naming both sides); nothing is written.
+  /// MPI_ANY_TAG). The message must hold exactly buffer.size() elements of T. A small message
+  /// on a discrete device is written as a small upload is (buffered: README "Errors").
+  /// @throws Error CL_INVALID_VALUE when the message does not (naming both sides); nothing is
+  ///         written.
   template <class T>
   void recv(DeviceBuffer<T>& buffer, int source, int tag = 0) {
     const char* op = "recv";
@@ -351,7 +353,9 @@ class Communicator {
     return Request::start(core_, op, span_of(buffer), dest, tag, true);
   }
 
-  /// Starts receiving into `buffer`; the Request completes when the data is in it.
+  /// Starts receiving into `buffer`; the Request completes when the data is in it (on a
+  /// discrete device a message of at most 3968 bytes may still be on its way from the manager's
+  /// pinned ring then, ahead of every later command on the manager's queue: docs/mpi.md).
   template <class T>
   Request irecv(DeviceBuffer<T>& buffer, int source, int tag = 0) {
     const char* op = "irecv";
