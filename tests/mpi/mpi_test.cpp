@@ -24,18 +24,36 @@
 #include <utility>
 #include <vector>
 
-/// Every allocation of the process through operator new (the C++ heap: clbuf's, the tests'; MPI,
-/// PoCL and the ICD loader allocate with malloc), so that a test can count what a stretch of
-/// calls allocates. The other forms of operator new and delete forward to these two.
+/// Every allocation of the process through operator new (the C++ heap: clbuf's, the tests',
+/// PoCL's compiler; MPI and the ICD loader allocate with malloc), so that a test can count what a
+/// stretch of calls allocates. Every unaligned form is replaced, each new with malloc and each
+/// delete with free: a sanitizer runtime replaces each form on its own, so one left to it would
+/// pair its new with this delete. (The aligned forms stay the runtime's, new and delete alike.)
 std::atomic<long long> g_news{0};
 
-void* operator new(std::size_t size) {
+namespace {
+void* counted_new(std::size_t size) noexcept {
   g_news.fetch_add(1, std::memory_order_relaxed);
-  if (void* memory = std::malloc(size == 0 ? 1 : size)) return memory;
+  return std::malloc(size == 0 ? 1 : size);
+}
+}  // namespace
+
+void* operator new(std::size_t size) {
+  if (void* memory = counted_new(size)) return memory;
   throw std::bad_alloc();
 }
+void* operator new[](std::size_t size) {
+  if (void* memory = counted_new(size)) return memory;
+  throw std::bad_alloc();
+}
+void* operator new(std::size_t size, const std::nothrow_t&) noexcept { return counted_new(size); }
+void* operator new[](std::size_t size, const std::nothrow_t&) noexcept { return counted_new(size); }
 void operator delete(void* memory) noexcept { std::free(memory); }
+void operator delete[](void* memory) noexcept { std::free(memory); }
 void operator delete(void* memory, std::size_t) noexcept { std::free(memory); }
+void operator delete[](void* memory, std::size_t) noexcept { std::free(memory); }
+void operator delete(void* memory, const std::nothrow_t&) noexcept { std::free(memory); }
+void operator delete[](void* memory, const std::nothrow_t&) noexcept { std::free(memory); }
 
 namespace {
 
