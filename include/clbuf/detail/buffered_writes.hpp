@@ -10,7 +10,7 @@
 // it: the first synchronising call of the manager after it (settle()) reports it, once, as an
 // Error naming the upload; nothing is lost silently. settle() asks each write's status
 // (clGetEventInfo, 1.2 us a call on the H200: bench/seed_profile), except for the writes a blocking
-// read waited for (fence(), then confirmed()): a blocking read whose wait list holds a failed
+// read waited for (fence(), then settle() with the fence's last write): a blocking read whose wait list holds a failed
 // event fails with CL_EXEC_STATUS_ERROR_FOR_EVENTS_IN_WAIT_LIST (OpenCL 1.2, 5.2.2), so one that
 // succeeded proves those writes did, at no cost (a wait list costs nothing measurable there).
 // With more writes pending than a wait list takes, the read waits for the newest first and
@@ -99,19 +99,21 @@ class BufferedWrites {
     return fence;
   }
 
-  /// The writes up to `last` (a Fence's) completed without error: a blocking read that waited
-  /// for them succeeded. Forgets them without asking their status.
-  void confirmed(std::uint64_t last) noexcept {
-    std::lock_guard<std::mutex> lock(mutex_);
-    while (!pending_.empty() && pending_.front().number <= last) pending_.pop_front();
-  }
-
-  /// Forgets every write that has completed; throws the first that failed since the last call
-  /// (its code, the upload named in the message) as an Error of `operation`.
-  void settle(const char* operation) {
+  /// Forgets every write that has completed, and first, without asking their status, the writes
+  /// up to `confirmed` (a Fence's `last`: a blocking read that waited for them succeeded); throws
+  /// the first that failed since the last call (its code, the upload named in the message) as an
+  /// Error of `operation`. One lock for both: the round trip's download takes this path.
+  void settle(const char* operation, std::uint64_t confirmed = 0) {
     std::string what;
-    const cl_int code = settle_code(&what);
-    if (code != CL_SUCCESS) fail(operation, code, what);
+    cl_int code = CL_SUCCESS;
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      while (!pending_.empty() && pending_.front().number <= confirmed) pending_.pop_front();
+      reap();
+      if (failure_ == CL_SUCCESS) return;
+      code = take_failure(&what);
+    }
+    fail(operation, code, what);
   }
 
   /// settle() without throwing: the failure's code (CL_SUCCESS for none) and, in `what`, its
@@ -119,20 +121,7 @@ class BufferedWrites {
   cl_int settle_code(std::string* what) noexcept {
     std::lock_guard<std::mutex> lock(mutex_);
     reap();
-    const cl_int code = failure_;
-    if (what != nullptr) {
-      what->swap(failure_what_);
-      if (later_failures_ != 0) {
-        try {
-          *what += "; " + std::to_string(later_failures_) + " later buffered uploads failed too";
-        } catch (...) {  // NOLINT(bugprone-empty-catch): the first failure is still reported
-        }
-      }
-    }
-    failure_ = CL_SUCCESS;
-    later_failures_ = 0;
-    failure_what_.clear();
-    return code;
+    return take_failure(what);
   }
 
   /// How many writes the ring holds (not yet known to have completed).
@@ -227,6 +216,25 @@ class BufferedWrites {
       if (err != CL_SUCCESS) record(pending_.front(), err);
       pending_.pop_front();
     }
+  }
+
+  /// The failure recorded (CL_SUCCESS for none), forgotten; its description moved into `what`.
+  /// Under mutex_.
+  cl_int take_failure(std::string* what) noexcept {
+    const cl_int code = failure_;
+    if (what != nullptr) {
+      what->swap(failure_what_);
+      if (later_failures_ != 0) {
+        try {
+          *what += "; " + std::to_string(later_failures_) + " later buffered uploads failed too";
+        } catch (...) {  // NOLINT(bugprone-empty-catch): the first failure is still reported
+        }
+      }
+    }
+    failure_ = CL_SUCCESS;
+    later_failures_ = 0;
+    failure_what_.clear();
+    return code;
   }
 
   /// Drops the completed writes from the front (they complete in order), recording the first

@@ -10,7 +10,9 @@
 #include <clbuf/error.hpp>
 
 #include <cstddef>
+#include <memory>
 #include <mutex>
+#include <new>
 #include <utility>
 #include <vector>
 
@@ -90,29 +92,35 @@ class PinnedBlock {
 /// holds stays bounded (kept x block bytes); more in use at once are made and freed as needed.
 class PinnedCache {
  public:
+  using Held = std::unique_ptr<PinnedBlock>;  // one pointer moves between cache and lease
+
   explicit PinnedCache(std::size_t kept) : kept_(kept) {}
 
   /// A block of exactly `bytes`, from the cache or new (mapped on `queue`).
-  PinnedBlock take(const cl::Context& context, const cl::CommandQueue& queue, std::size_t bytes,
-                   const char* operation) {
+  Held take(const cl::Context& context, const cl::CommandQueue& queue, std::size_t bytes,
+            const char* operation) {
     {
       std::lock_guard<std::mutex> lock(mutex_);
       for (auto it = free_.begin(); it != free_.end(); ++it) {
-        if (it->size() == bytes) {
-          PinnedBlock block = std::move(*it);
+        if ((*it)->size() == bytes) {
+          Held block = std::move(*it);
           free_.erase(it);
           return block;
         }
       }
     }
-    return PinnedBlock(context, queue, bytes, operation);
+    try {
+      return std::make_unique<PinnedBlock>(context, queue, bytes, operation);
+    } catch (const std::bad_alloc&) {
+      fail_host_memory(operation, sizeof(PinnedBlock), "a pinned block's record");
+    }
   }
 
   /// Gives `block` back once nothing uses it any more; freed if the cache is full.
-  void give(PinnedBlock&& block) noexcept {
-    PinnedBlock dropped;  // unmapped outside the lock
+  void give(Held&& block) noexcept {
+    Held dropped;  // unmapped outside the lock
     std::lock_guard<std::mutex> lock(mutex_);
-    if (block.data() == nullptr) return;
+    if (!block) return;
     if (free_.size() >= kept_) {
       dropped = std::move(block);
       return;
@@ -125,7 +133,7 @@ class PinnedCache {
 
   /// Frees every cached block (their queues must still exist; cleanup() calls it).
   void clear() noexcept {
-    std::vector<PinnedBlock> blocks;
+    std::vector<Held> blocks;
     {
       std::lock_guard<std::mutex> lock(mutex_);
       blocks.swap(free_);
@@ -135,7 +143,7 @@ class PinnedCache {
  private:
   const std::size_t kept_;
   std::mutex mutex_;
-  std::vector<PinnedBlock> free_;
+  std::vector<Held> free_;
 };
 
 /// A block of a PinnedCache held for one transfer: taken at construction, given back on every
@@ -150,11 +158,11 @@ class PinnedLease {
   PinnedLease& operator=(const PinnedLease&) = delete;
   ~PinnedLease() { cache_.give(std::move(block_)); }
 
-  void* data() const noexcept { return block_.data(); }
+  void* data() const noexcept { return block_->data(); }
 
  private:
   PinnedCache& cache_;
-  PinnedBlock block_;
+  PinnedCache::Held block_;
 };
 
 }  // namespace detail

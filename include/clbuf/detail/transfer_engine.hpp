@@ -146,11 +146,11 @@ class TransferEngine {
       case Path::bounced:
         read_bounced(operation, memory, offset, bytes,
                      [&](const void* block) { bounce_copy(out, block, bytes); });
-        break;
+        return;             // read_blocking() settled
       case Path::buffered:  // writes only
       case Path::queue:
         read_blocking(operation, memory.buffer(), memory.at(offset), bytes, out);
-        break;
+        return;
     }
     settle(operation);
   }
@@ -169,9 +169,7 @@ class TransferEngine {
       return out;
     }
     Telemetry::Timer timer(telemetry_, Telemetry::download, bytes);
-    auto out = read_bounced(operation, memory, offset, bytes, make);
-    settle(operation);
-    return out;
+    return read_bounced(operation, memory, offset, bytes, make);  // read_blocking() settled
   }
 
   /// Starts writing `data` into `memory` at byte `offset` by the path rule; the Future waits for
@@ -358,11 +356,11 @@ class TransferEngine {
   }
 
   /// A blocking read on the manager's queue that waits for the buffered writes before it (its
-  /// wait list): once it has succeeded, so have they, and settle() need not ask their status
-  /// (buffered_writes.hpp). When one of them failed, the read fails and settle() names the
-  /// upload; else the read's own error. With more writes pending than a wait list takes, it waits
-  /// for the newest and settles first. Either way a failed write stops the read: the caller's
-  /// memory is not written.
+  /// wait list), then settles (a synchronising call): once the read has succeeded, so have those
+  /// writes, and settle() need not ask their status (buffered_writes.hpp). When one of them
+  /// failed, the read fails and settle() names the upload; else the read's own error. With more
+  /// writes pending than a wait list takes, it waits for the newest and settles first. Either way
+  /// a failed write stops the read: the caller's memory is not written.
   void read_blocking(const char* operation, cl_mem buffer, std::size_t offset, std::size_t bytes,
                      void* out) {
     if (!buffered_) {
@@ -381,7 +379,7 @@ class TransferEngine {
       settle(operation);
     }
     check(err, operation, "clEnqueueReadBuffer");
-    if (fence.count != 0) buffered_->confirmed(fence.last);
+    buffered_->settle(operation, fence.last);
   }
 
   /// A bounced read's copy out of the pinned block: one memcpy up to 1 MiB, the copy threads
