@@ -10,11 +10,12 @@
 // it: the first synchronising call of the manager after it (settle()) reports it, once, as an
 // Error naming the upload; nothing is lost silently. settle() asks each write's status
 // (clGetEventInfo, 1.2 us a call on the H200: bench/seed_profile), except for the writes a blocking
-// read waited for (fence(), then settle() with the fence's last write): a blocking read whose wait list holds a failed
-// event fails with CL_EXEC_STATUS_ERROR_FOR_EVENTS_IN_WAIT_LIST (OpenCL 1.2, 5.2.2), so one that
-// succeeded proves those writes did, at no cost (a wait list costs nothing measurable there).
-// With more writes pending than a wait list takes, the read waits for the newest first and
-// settles (asks each its status) before it reads: either way a failed write stops the read.
+// read waited for (fence(), then settle() with the fence's last write): a blocking read whose wait
+// list holds a failed event fails with CL_EXEC_STATUS_ERROR_FOR_EVENTS_IN_WAIT_LIST
+// (OpenCL 1.2, 5.2.2), so one that succeeded proves those writes did, at no cost (a wait list costs
+// nothing measurable there). With more writes pending than a wait list takes, the read waits for
+// the newest first and settles (asks each its status) before it reads: either way a failed write
+// stops the read.
 #ifndef CLBUF_DETAIL_BUFFERED_WRITES_HPP
 #define CLBUF_DETAIL_BUFFERED_WRITES_HPP
 

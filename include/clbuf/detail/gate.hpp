@@ -81,9 +81,9 @@ class Gate {
 
   mutable std::atomic<std::size_t> inside_{0};  // calls inside
   std::atomic<bool> closing_{false};
-  mutable std::mutex mutex_;                    // close(), and waking it
-  mutable std::condition_variable left_;        // the calls inside have left
-  bool closed_ = false;                         // under mutex_
+  mutable std::mutex mutex_;              // close(), and waking it
+  mutable std::condition_variable left_;  // the calls inside have left
+  bool closed_ = false;                   // under mutex_
 };
 
 }  // namespace detail
