@@ -715,12 +715,17 @@ class Fences {
     std::lock_guard<std::mutex> lock(mutex_);
     prune();
     events_.push_back(event);
+    recorded_.store(events_.size(), std::memory_order_relaxed);
   }
 
-  /// True while a recorded command has not completed.
+  /// True while a recorded command has not completed. Memory no other queue ever used (nearly
+  /// all of it) answers without the lock: a record is added while its DeviceBuffer is alive, and
+  /// the pool's mutex orders the buffer's return (give_back) before this question (acquire).
   bool busy() noexcept {
+    if (recorded_.load(std::memory_order_relaxed) == 0) return false;
     std::lock_guard<std::mutex> lock(mutex_);
     prune();
+    recorded_.store(events_.size(), std::memory_order_relaxed);
     return !events_.empty();
   }
 
@@ -741,6 +746,7 @@ class Fences {
 
   std::mutex mutex_;
   std::vector<cl::Event> events_;
+  std::atomic<std::size_t> recorded_{0};  // events_.size() as last set under mutex_
 };
 
 /// The memory of one DeviceBuffer: bytes [offset, offset + capacity) of the OpenCL buffer
@@ -2964,7 +2970,9 @@ class DeviceContext {
 #define CLBUF_DETAIL_PINNED_BLOCK_HPP
 
 #include <cstddef>
+#include <memory>
 #include <mutex>
+#include <new>
 #include <utility>
 #include <vector>
 
@@ -3044,29 +3052,35 @@ class PinnedBlock {
 /// holds stays bounded (kept x block bytes); more in use at once are made and freed as needed.
 class PinnedCache {
  public:
+  using Held = std::unique_ptr<PinnedBlock>;  // one pointer moves between cache and lease
+
   explicit PinnedCache(std::size_t kept) : kept_(kept) {}
 
   /// A block of exactly `bytes`, from the cache or new (mapped on `queue`).
-  PinnedBlock take(const cl::Context& context, const cl::CommandQueue& queue, std::size_t bytes,
-                   const char* operation) {
+  Held take(const cl::Context& context, const cl::CommandQueue& queue, std::size_t bytes,
+            const char* operation) {
     {
       std::lock_guard<std::mutex> lock(mutex_);
       for (auto it = free_.begin(); it != free_.end(); ++it) {
-        if (it->size() == bytes) {
-          PinnedBlock block = std::move(*it);
+        if ((*it)->size() == bytes) {
+          Held block = std::move(*it);
           free_.erase(it);
           return block;
         }
       }
     }
-    return PinnedBlock(context, queue, bytes, operation);
+    try {
+      return std::make_unique<PinnedBlock>(context, queue, bytes, operation);
+    } catch (const std::bad_alloc&) {
+      fail_host_memory(operation, sizeof(PinnedBlock), "a pinned block's record");
+    }
   }
 
   /// Gives `block` back once nothing uses it any more; freed if the cache is full.
-  void give(PinnedBlock&& block) noexcept {
-    PinnedBlock dropped;  // unmapped outside the lock
+  void give(Held&& block) noexcept {
+    Held dropped;  // unmapped outside the lock
     std::lock_guard<std::mutex> lock(mutex_);
-    if (block.data() == nullptr) return;
+    if (!block) return;
     if (free_.size() >= kept_) {
       dropped = std::move(block);
       return;
@@ -3079,7 +3093,7 @@ class PinnedCache {
 
   /// Frees every cached block (their queues must still exist; cleanup() calls it).
   void clear() noexcept {
-    std::vector<PinnedBlock> blocks;
+    std::vector<Held> blocks;
     {
       std::lock_guard<std::mutex> lock(mutex_);
       blocks.swap(free_);
@@ -3089,7 +3103,7 @@ class PinnedCache {
  private:
   const std::size_t kept_;
   std::mutex mutex_;
-  std::vector<PinnedBlock> free_;
+  std::vector<Held> free_;
 };
 
 /// A block of a PinnedCache held for one transfer: taken at construction, given back on every
@@ -3104,11 +3118,11 @@ class PinnedLease {
   PinnedLease& operator=(const PinnedLease&) = delete;
   ~PinnedLease() { cache_.give(std::move(block_)); }
 
-  void* data() const noexcept { return block_.data(); }
+  void* data() const noexcept { return block_->data(); }
 
  private:
   PinnedCache& cache_;
-  PinnedBlock block_;
+  PinnedCache::Held block_;
 };
 
 }  // namespace detail
@@ -3155,11 +3169,12 @@ class PinnedLease {
 // it: the first synchronising call of the manager after it (settle()) reports it, once, as an
 // Error naming the upload; nothing is lost silently. settle() asks each write's status
 // (clGetEventInfo, 1.2 us a call on the H200: bench/seed_profile), except for the writes a blocking
-// read waited for (fence(), then confirmed()): a blocking read whose wait list holds a failed
-// event fails with CL_EXEC_STATUS_ERROR_FOR_EVENTS_IN_WAIT_LIST (OpenCL 1.2, 5.2.2), so one that
-// succeeded proves those writes did, at no cost (a wait list costs nothing measurable there).
-// With more writes pending than a wait list takes, the read waits for the newest first and
-// settles (asks each its status) before it reads: either way a failed write stops the read.
+// read waited for (fence(), then settle() with the fence's last write): a blocking read whose wait
+// list holds a failed event fails with CL_EXEC_STATUS_ERROR_FOR_EVENTS_IN_WAIT_LIST
+// (OpenCL 1.2, 5.2.2), so one that succeeded proves those writes did, at no cost (a wait list costs
+// nothing measurable there). With more writes pending than a wait list takes, the read waits for
+// the newest first and settles (asks each its status) before it reads: either way a failed write
+// stops the read.
 #ifndef CLBUF_DETAIL_BUFFERED_WRITES_HPP
 #define CLBUF_DETAIL_BUFFERED_WRITES_HPP
 
@@ -3239,19 +3254,21 @@ class BufferedWrites {
     return fence;
   }
 
-  /// The writes up to `last` (a Fence's) completed without error: a blocking read that waited
-  /// for them succeeded. Forgets them without asking their status.
-  void confirmed(std::uint64_t last) noexcept {
-    std::lock_guard<std::mutex> lock(mutex_);
-    while (!pending_.empty() && pending_.front().number <= last) pending_.pop_front();
-  }
-
-  /// Forgets every write that has completed; throws the first that failed since the last call
-  /// (its code, the upload named in the message) as an Error of `operation`.
-  void settle(const char* operation) {
+  /// Forgets every write that has completed, and first, without asking their status, the writes
+  /// up to `confirmed` (a Fence's `last`: a blocking read that waited for them succeeded); throws
+  /// the first that failed since the last call (its code, the upload named in the message) as an
+  /// Error of `operation`. One lock for both: the round trip's download takes this path.
+  void settle(const char* operation, std::uint64_t confirmed = 0) {
     std::string what;
-    const cl_int code = settle_code(&what);
-    if (code != CL_SUCCESS) fail(operation, code, what);
+    cl_int code = CL_SUCCESS;
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      while (!pending_.empty() && pending_.front().number <= confirmed) pending_.pop_front();
+      reap();
+      if (failure_ == CL_SUCCESS) return;
+      code = take_failure(&what);
+    }
+    fail(operation, code, what);
   }
 
   /// settle() without throwing: the failure's code (CL_SUCCESS for none) and, in `what`, its
@@ -3259,20 +3276,7 @@ class BufferedWrites {
   cl_int settle_code(std::string* what) noexcept {
     std::lock_guard<std::mutex> lock(mutex_);
     reap();
-    const cl_int code = failure_;
-    if (what != nullptr) {
-      what->swap(failure_what_);
-      if (later_failures_ != 0) {
-        try {
-          *what += "; " + std::to_string(later_failures_) + " later buffered uploads failed too";
-        } catch (...) {  // NOLINT(bugprone-empty-catch): the first failure is still reported
-        }
-      }
-    }
-    failure_ = CL_SUCCESS;
-    later_failures_ = 0;
-    failure_what_.clear();
-    return code;
+    return take_failure(what);
   }
 
   /// How many writes the ring holds (not yet known to have completed).
@@ -3367,6 +3371,25 @@ class BufferedWrites {
       if (err != CL_SUCCESS) record(pending_.front(), err);
       pending_.pop_front();
     }
+  }
+
+  /// The failure recorded (CL_SUCCESS for none), forgotten; its description moved into `what`.
+  /// Under mutex_.
+  cl_int take_failure(std::string* what) noexcept {
+    const cl_int code = failure_;
+    if (what != nullptr) {
+      what->swap(failure_what_);
+      if (later_failures_ != 0) {
+        try {
+          *what += "; " + std::to_string(later_failures_) + " later buffered uploads failed too";
+        } catch (...) {  // NOLINT(bugprone-empty-catch): the first failure is still reported
+        }
+      }
+    }
+    failure_ = CL_SUCCESS;
+    later_failures_ = 0;
+    failure_what_.clear();
+    return code;
   }
 
   /// Drops the completed writes from the front (they complete in order), recording the first
@@ -4095,11 +4118,11 @@ class TransferEngine {
       case Path::bounced:
         read_bounced(operation, memory, offset, bytes,
                      [&](const void* block) { bounce_copy(out, block, bytes); });
-        break;
+        return;             // read_blocking() settled
       case Path::buffered:  // writes only
       case Path::queue:
         read_blocking(operation, memory.buffer(), memory.at(offset), bytes, out);
-        break;
+        return;
     }
     settle(operation);
   }
@@ -4118,9 +4141,7 @@ class TransferEngine {
       return out;
     }
     Telemetry::Timer timer(telemetry_, Telemetry::download, bytes);
-    auto out = read_bounced(operation, memory, offset, bytes, make);
-    settle(operation);
-    return out;
+    return read_bounced(operation, memory, offset, bytes, make);  // read_blocking() settled
   }
 
   /// Starts writing `data` into `memory` at byte `offset` by the path rule; the Future waits for
@@ -4307,11 +4328,11 @@ class TransferEngine {
   }
 
   /// A blocking read on the manager's queue that waits for the buffered writes before it (its
-  /// wait list): once it has succeeded, so have they, and settle() need not ask their status
-  /// (buffered_writes.hpp). When one of them failed, the read fails and settle() names the
-  /// upload; else the read's own error. With more writes pending than a wait list takes, it waits
-  /// for the newest and settles first. Either way a failed write stops the read: the caller's
-  /// memory is not written.
+  /// wait list), then settles (a synchronising call): once the read has succeeded, so have those
+  /// writes, and settle() need not ask their status (buffered_writes.hpp). When one of them
+  /// failed, the read fails and settle() names the upload; else the read's own error. With more
+  /// writes pending than a wait list takes, it waits for the newest and settles first. Either way
+  /// a failed write stops the read: the caller's memory is not written.
   void read_blocking(const char* operation, cl_mem buffer, std::size_t offset, std::size_t bytes,
                      void* out) {
     if (!buffered_) {
@@ -4330,7 +4351,7 @@ class TransferEngine {
       settle(operation);
     }
     check(err, operation, "clEnqueueReadBuffer");
-    if (fence.count != 0) buffered_->confirmed(fence.last);
+    buffered_->settle(operation, fence.last);
   }
 
   /// A bounced read's copy out of the pinned block: one memcpy up to 1 MiB, the copy threads
@@ -4487,47 +4508,89 @@ inline Started copy_across_contexts_async(const char* operation, const DeviceCon
 #endif  // CLBUF_DETAIL_CROSS_CONTEXT_HPP
 // ---- end of clbuf/detail/cross_context.hpp
 // ---- clbuf/detail/gate.hpp
-// The gate every BufferManager call passes: any number of calls at once (shared), cleanup()
-// alone (exclusive), and once cleanup() has begun no new call enters, so threads that keep
-// calling cannot starve it (a reader-preferring shared_mutex would).
+// The gate every BufferManager call passes: any number of calls at once, cleanup() alone, and
+// once cleanup() has begun no new call enters, so threads that keep calling cannot starve it.
+// A call's way in and out is one atomic addition each (a shared_mutex took ~85 instructions a
+// call, on the seed round trip's hot path); cleanup() waits on a condition variable for the
+// calls inside to leave.
 #ifndef CLBUF_DETAIL_GATE_HPP
 #define CLBUF_DETAIL_GATE_HPP
 
 #include <atomic>
+#include <condition_variable>
+#include <cstddef>
 #include <mutex>
-#include <shared_mutex>
 
 namespace clbuf {
 namespace detail {
 
 class Gate {
  public:
-  using Entry = std::shared_lock<std::shared_mutex>;
+  /// One call inside the gate, from enter() to its destruction.
+  class Entry {
+   public:
+    Entry() noexcept = default;  // outside any gate
+    Entry(const Entry&) = delete;
+    Entry& operator=(const Entry&) = delete;
+    Entry(Entry&& other) noexcept : gate_(other.gate_) { other.gate_ = nullptr; }
+    Entry& operator=(Entry&& other) noexcept {
+      if (this != &other) {
+        if (gate_ != nullptr) gate_->leave();
+        gate_ = other.gate_;
+        other.gate_ = nullptr;
+      }
+      return *this;
+    }
+    ~Entry() {
+      if (gate_ != nullptr) gate_->leave();
+    }
+
+   private:
+    friend class Gate;
+    explicit Entry(const Gate* gate) noexcept : gate_(gate) {}
+    const Gate* gate_ = nullptr;
+  };
 
   /// Enters for one call. @throws Error (code CL_SUCCESS) once closing has begun.
   Entry enter(const char* operation) const {
-    if (closing_.load(std::memory_order_acquire)) fail_cleaned_up(operation);
-    Entry entry(mutex_);
-    if (closed_) fail_cleaned_up(operation);
-    return entry;
+    // Sequentially consistent, as close(): either close() sees this call inside and waits for
+    // it, or this call sees closing_ and leaves (both may happen; never neither).
+    inside_.fetch_add(1);
+    if (closing_.load()) {
+      leave();
+      fail_cleaned_up(operation);
+    }
+    return Entry(this);
   }
 
   /// Stops new calls, waits for those inside, and runs `release` once, alone; false (and
   /// `release` not run) when the gate was already closed.
   template <class Release>
   bool close(Release&& release) {
-    closing_.store(true, std::memory_order_release);
-    std::unique_lock<std::shared_mutex> lock(mutex_);
+    std::unique_lock<std::mutex> lock(mutex_);
     if (closed_) return false;
+    closing_.store(true);
+    left_.wait(lock, [this] { return inside_.load() == 0; });
     closed_ = true;
     release();
     return true;
   }
 
  private:
-  mutable std::shared_mutex mutex_;
+  void leave() const noexcept {
+    // The last call out after closing began wakes close(): it stored closing_ before it saw
+    // this call inside, so this load sees it (both sequentially consistent).
+    if (inside_.fetch_sub(1) == 1 && closing_.load()) {
+      std::lock_guard<std::mutex> lock(mutex_);  // close() is waiting, or about to wait
+      left_.notify_all();
+    }
+  }
+
+  mutable std::atomic<std::size_t> inside_{0};  // calls inside
   std::atomic<bool> closing_{false};
-  bool closed_ = false;  // under mutex_
+  mutable std::mutex mutex_;              // close(), and waking it
+  mutable std::condition_variable left_;  // the calls inside have left
+  bool closed_ = false;                   // under mutex_
 };
 
 }  // namespace detail
