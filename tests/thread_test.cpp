@@ -232,4 +232,45 @@ TEST_F(Threads, CleanupWhileOtherThreadsTransfer) {
   EXPECT_EQ(rejected_after_cleanup.load(), thread_count);
 }
 
+TEST_F(Threads, CleanupFromSeveralThreadsAtOnceReleasesOnceAndEveryCallReturns) {
+  // Several threads call cleanup() at once while others transfer: every cleanup() returns (none
+  // waits forever for another), none throws, and afterwards every call throws the cleaned-up
+  // error, cleanup() included never again failing.
+  Failures failures;
+  std::atomic<bool> go{false};
+  std::atomic<int> cleanups_done{0};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < thread_count; ++t) {
+    threads.emplace_back([&, t] {
+      std::mt19937 rng(seed_ + static_cast<std::uint32_t>(t));
+      while (!go.load()) std::this_thread::yield();
+      for (int i = 0; i < 100000 && cleanups_done.load() < thread_count; ++i) {
+        try {
+          const auto data = clbuf_test::random_bytes<std::uint32_t>(rng, 64);
+          const auto back = manager().download(manager().upload(data));
+          if (!clbuf_test::same_bytes(data, back)) failures.add("round trip differs");
+        } catch (const clbuf::Error& error) {
+          if (error.code() != CL_SUCCESS) failures.add(std::string("unexpected: ") + error.what());
+          return;
+        }
+      }
+    });
+    threads.emplace_back([&] {
+      while (!go.load()) std::this_thread::yield();
+      try {
+        manager().cleanup();
+      } catch (const std::exception& error) {
+        failures.add(std::string("cleanup() threw: ") + error.what());
+      }
+      ++cleanups_done;
+    });
+  }
+  go = true;
+  for (auto& thread : threads) thread.join();
+  EXPECT_TRUE(failures.none());
+  EXPECT_EQ(cleanups_done.load(), thread_count);
+  EXPECT_THROW((void)manager().allocate<float>(4), clbuf::Error);
+  EXPECT_NO_THROW(manager().cleanup());
+}
+
 }  // namespace

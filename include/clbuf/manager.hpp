@@ -694,7 +694,7 @@ class BufferManager {
     cl_int err = CL_SUCCESS;
     cl_int buffered = CL_SUCCESS;
     std::string what;
-    gate_.close([&] {
+    gate_.close([&]() noexcept {
       err = device_.queue().finish_code();
       buffered = engine_.settle_code(&what);
       engine_.close();

@@ -4553,6 +4553,9 @@ class Gate {
 
   /// Enters for one call. @throws Error (code CL_SUCCESS) once closing has begun.
   Entry enter(const char* operation) const {
+    // Calls that come once closing has begun leave without counting themselves in, so that
+    // threads that keep calling cannot keep close() waiting.
+    if (closing_.load(std::memory_order_relaxed)) fail_cleaned_up(operation);
     // Sequentially consistent, as close(): either close() sees this call inside and waits for
     // it, or this call sees closing_ and leaves (both may happen; never neither).
     inside_.fetch_add(1);
@@ -4565,14 +4568,20 @@ class Gate {
 
   /// Stops new calls, waits for those inside, and runs `release` once, alone; false (and
   /// `release` not run) when the gate was already closed.
+  /// A close() that meets another one running waits for it to end, then returns false.
   template <class Release>
   bool close(Release&& release) {
+    static_assert(noexcept(release()), "a release that threw would leave other close() waiting");
     std::unique_lock<std::mutex> lock(mutex_);
-    if (closed_) return false;
+    if (closing_.load()) {
+      changed_.wait(lock, [this] { return closed_; });
+      return false;
+    }
     closing_.store(true);
-    left_.wait(lock, [this] { return inside_.load() == 0; });
+    changed_.wait(lock, [this] { return inside_.load() == 0; });
+    release();  // under mutex_: a call refused meanwhile may wait here to leave, never enters
     closed_ = true;
-    release();
+    changed_.notify_all();
     return true;
   }
 
@@ -4582,15 +4591,15 @@ class Gate {
     // this call inside, so this load sees it (both sequentially consistent).
     if (inside_.fetch_sub(1) == 1 && closing_.load()) {
       std::lock_guard<std::mutex> lock(mutex_);  // close() is waiting, or about to wait
-      left_.notify_all();
+      changed_.notify_all();
     }
   }
 
   mutable std::atomic<std::size_t> inside_{0};  // calls inside
   std::atomic<bool> closing_{false};
-  mutable std::mutex mutex_;              // close(), and waking it
-  mutable std::condition_variable left_;  // the calls inside have left
-  bool closed_ = false;                   // under mutex_
+  mutable std::mutex mutex_;                 // close(), and waking it
+  mutable std::condition_variable changed_;  // the calls inside have left, or closed_ was set
+  bool closed_ = false;                      // under mutex_
 };
 
 }  // namespace detail
@@ -5629,7 +5638,7 @@ class BufferManager {
     cl_int err = CL_SUCCESS;
     cl_int buffered = CL_SUCCESS;
     std::string what;
-    gate_.close([&] {
+    gate_.close([&]() noexcept {
       err = device_.queue().finish_code();
       buffered = engine_.settle_code(&what);
       engine_.close();
