@@ -4,7 +4,7 @@
 # Release build folder made on Debian 12 and the ICD loader packages in .dev/:
 #   bench/gpu_run.sh BUILD_DIR OUT_DIR STAGE...
 # (stages: suite tests bench async streaming sweep staging seed bounce every_size small mid duplex
-# latency rss xdev)
+# fault latency rss xdev)
 # Where .dev/*.deb and /usr/lib/libnvidia-opencl.so both exist, the loader and clinfo are unpacked
 # into /tmp/cl and OCL_ICD_VENDORS points at NVIDIA's driver alone; elsewhere (PoCL here) the
 # system's OpenCL is used as it is.
@@ -53,6 +53,9 @@
 # STAGING_BEFORE/clbuf_bench and duplex against BUILD_DIR's, into OUT_DIR/staging.txt.
 # seed (~4 minutes): bench/seed_profile and the small transfers (4 B-1 MiB, blocking and async,
 # with both peers) of the two builds, into OUT_DIR/seed.txt.
+# fault (at most FAULT_TIMEOUT, 420 s): fault_test on the GPU, its sweeps split by fault site over
+# FAULT_SHARDS processes (CLBUF_FAULT_SHARD, one CLBUF_TEST_SEED: FAULT_SEED), into
+# OUT_DIR/fault.txt.
 # latency (~1 minute): bench/wait_latency (what completing one small command costs each way,
 # thread wake-up, memcpy with 1..12 threads into and out of pinned memory) into OUT_DIR/latency.txt.
 # BENCH_ARGS (default none) is added to every clbuf_bench call of every_size, small and mid, after the
@@ -538,6 +541,32 @@ if [[ $stages == *" duplex "* ]]; then
 echo "== full duplex: an upload and a download at once (bench/duplex)"
 timeout 240 "$build/bench/duplex" --sizes "${DUPLEX_SIZES:-64M,256M}" --reps "${DUPLEX_REPS:-7}" |
   tee "$out/duplex.txt"
+fi
+
+if [[ $stages == *" fault "* ]]; then
+echo "== fault_test with its sweeps split by fault site ($build/tests/fault_test)"
+# One sweep takes longer than a call's ten minutes on NVIDIA's driver: FAULT_SHARDS (default 12)
+# processes at once share every sweep (CLBUF_FAULT_SHARD=i/n, one CLBUF_TEST_SEED so that all
+# number the same trials), and one more runs the cases that are not sweeps; each is limited to
+# FAULT_TIMEOUT (default 420) seconds. Logs in OUT_DIR/fault_<i>.log and OUT_DIR/fault_cases.log,
+# a line per process in OUT_DIR/fault.txt (its [ fault ] tallies, passed and failed cases).
+n=${FAULT_SHARDS:-12} seed=${FAULT_SEED:-$RANDOM} limit=${FAULT_TIMEOUT:-420}
+sweeps='*EveryCallSite*:*EveryWriteFailing*'
+for i in $(seq 0 $((n - 1))); do
+  CLBUF_REQUIRE_DEVICE=1 CLBUF_TEST_SEED=$seed CLBUF_FAULT_SHARD=$i/$n timeout "$limit" \
+    stdbuf -oL "$build/tests/fault_test" --gtest_filter="$sweeps" > "$out/fault_$i.log" 2>&1 &
+done
+CLBUF_REQUIRE_DEVICE=1 CLBUF_TEST_SEED=$seed timeout "$limit" stdbuf -oL "$build/tests/fault_test" \
+  --gtest_filter="-$sweeps" > "$out/fault_cases.log" 2>&1 &
+fault_status=0
+for job in $(jobs -p); do wait "$job" || fault_status=1; done
+for log in "$out"/fault_*.log; do
+  echo "$(basename "$log"): $(grep -c '^\[       OK' "$log") passed, $(grep -c '^\[  FAILED' "$log") failed"
+  grep '^\[ fault' "$log" | sed 's/^/  /'
+done | tee "$out/fault.txt"
+echo "fault: seed $seed, $n shards, status $fault_status (1: a case failed or a process ran out of time)" |
+  tee -a "$out/fault.txt"
+[[ $fault_status == 0 ]] || status=1
 fi
 
 if [[ $stages == *" latency "* ]]; then

@@ -10,6 +10,8 @@
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <functional>
 #include <iostream>
@@ -182,6 +184,36 @@ void round_trip(clbuf::BufferManager& manager, std::uint32_t seed) {
   }
 }
 
+/// CLBUF_FAULT_SHARD=i/n: a sweep runs only its trials i, i + n, i + 2n, ... (numbered in sweep
+/// order), so that n processes given one CLBUF_TEST_SEED share a sweep between them (on NVIDIA's
+/// driver one process takes more than a device call's ten minutes for the staged model's).
+/// Unset: every trial.
+struct Shard {
+  long index = 0;
+  long count = 1;
+  bool mine(long trial) const { return trial % count == index; }
+  std::string label() const {
+    return count == 1 ? "" : " (shard " + std::to_string(index) + "/" + std::to_string(count) + ")";
+  }
+};
+
+Shard fault_shard() {
+  Shard shard;
+  if (const char* value = std::getenv("CLBUF_FAULT_SHARD")) {
+    long index = 0;
+    long count = 0;
+    char end = 0;
+    if (std::sscanf(value, "%ld/%ld%c", &index, &count, &end) == 2 && count > 0 && index >= 0 &&
+        index < count) {
+      shard.index = index;
+      shard.count = count;
+    } else {
+      ADD_FAILURE() << "CLBUF_FAULT_SHARD must be i/n with 0 <= i < n, not \"" << value << "\"";
+    }
+  }
+  return shard;
+}
+
 struct Tally {
   long trials = 0;
   long raised = 0;    ///< failures that surfaced as clbuf::Error
@@ -302,25 +334,28 @@ class FaultInjection : public ::testing::TestWithParam<MemoryModel> {
     ASSERT_EQ(settled_live_buffers(), 0) << "buffers alive before the sweep";
     Tally tally;
     long sites = 0;
+    const Shard shard = fault_shard();
+    long numbered = 0;
     for (int site = 0; site < site_count; ++site) {
       if (site == clbuf_fault::ReleaseMemObject) continue;  // counted, never failed
       for (long n = 1; n <= calls[static_cast<std::size_t>(site)]; ++n) {
         ++sites;
-        trial(model, adopt, site, n, false, seed, tally);
+        if (shard.mine(numbered++)) trial(model, adopt, site, n, false, seed, tally);
       }
       // And the entry point failing from its first call on, for good.
       // An unmap that never succeeds cannot free the mapping's buffer (the destructors retry
       // once): only single unmap failures are swept.
-      if (calls[static_cast<std::size_t>(site)] > 0 && site != clbuf_fault::EnqueueUnmapMemObject) {
+      if (calls[static_cast<std::size_t>(site)] > 0 && site != clbuf_fault::EnqueueUnmapMemObject &&
+          shard.mine(numbered++)) {
         trial(model, adopt, site, 1, true, seed, tally);
       }
     }
     std::cout << "[ fault    ] " << clbuf::to_string(model) << (adopt ? " (adopted)" : "")
-              << ": fault sites swept " << sites << " (+ sticky per entry point), trials "
-              << tally.trials << ": raised clbuf::Error " << tally.raised
-              << ", absorbed with correct data " << tally.absorbed << ", not reached "
-              << tally.not_reached << ", problems " << tally.problems.size() << "; seed " << seed
-              << "\n";
+              << shard.label() << ": fault sites swept " << sites
+              << " (+ sticky per entry point), trials " << tally.trials << ": raised clbuf::Error "
+              << tally.raised << ", absorbed with correct data " << tally.absorbed
+              << ", not reached " << tally.not_reached << ", problems " << tally.problems.size()
+              << "; seed " << seed << "\n";
     for (int site = 0; site < site_count; ++site) {
       if (calls[static_cast<std::size_t>(site)] > 0) {
         std::cout << "               " << site_name(site) << ": "
@@ -352,10 +387,13 @@ TEST_P(FaultInjection, EveryWriteFailingOnTheDeviceIsReported) {
   state().disarm();
   manager.reset();
   Tally tally;
+  const Shard shard = fault_shard();
   for (long n = 1; n <= writes; ++n) {
-    trial(model, false, clbuf_fault::EnqueueWriteBuffer, n, false, seed, tally, true);
+    if (shard.mine(n - 1)) {
+      trial(model, false, clbuf_fault::EnqueueWriteBuffer, n, false, seed, tally, true);
+    }
   }
-  std::cout << "[ fault    ] " << clbuf::to_string(model) << ": " << writes
+  std::cout << "[ fault    ] " << clbuf::to_string(model) << shard.label() << ": " << writes
             << " writes failing on the device: raised clbuf::Error " << tally.raised
             << ", problems " << tally.problems.size() << "; seed " << seed << "\n";
   if (model != MemoryModel::host) {
