@@ -4567,20 +4567,28 @@ class Gate {
   }
 
   /// Stops new calls, waits for those inside, and runs `release` once, alone; false (and
-  /// `release` not run) when the gate was already closed.
-  /// A close() that meets another one running waits for it to end, then returns false.
+  /// `release` not run) when the gate was already closed. A close() that meets another one
+  /// running waits for it to end, then returns false.
   template <class Release>
   bool close(Release&& release) {
     static_assert(noexcept(release()), "a release that threw would leave other close() waiting");
-    std::unique_lock<std::mutex> lock(mutex_);
-    if (closing_.load()) {
-      changed_.wait(lock, [this] { return closed_; });
-      return false;
+    {
+      std::unique_lock<std::mutex> lock(mutex_);
+      if (closing_.load()) {
+        changed_.wait(lock, [this] { return closed_; });
+        return false;
+      }
+      closing_.store(true);
+      changed_.wait(lock, [this] { return inside_.load() == 0; });
     }
-    closing_.store(true);
-    changed_.wait(lock, [this] { return inside_.load() == 0; });
-    release();  // under mutex_: a call refused meanwhile may wait here to leave, never enters
-    closed_ = true;
+    // Outside the mutex: no call is inside and none enters now (one refused meanwhile counts
+    // itself in and out again, and may take the mutex to wake a close() that no longer waits;
+    // it never waits for `release`, which may join threads).
+    release();
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      closed_ = true;
+    }
     changed_.notify_all();
     return true;
   }
