@@ -715,17 +715,12 @@ class Fences {
     std::lock_guard<std::mutex> lock(mutex_);
     prune();
     events_.push_back(event);
-    recorded_.store(events_.size(), std::memory_order_relaxed);
   }
 
-  /// True while a recorded command has not completed. Memory no other queue ever used (nearly
-  /// all of it) answers without the lock: a record is added while its DeviceBuffer is alive, and
-  /// the pool's mutex orders the buffer's return (give_back) before this question (acquire).
+  /// True while a recorded command has not completed.
   bool busy() noexcept {
-    if (recorded_.load(std::memory_order_relaxed) == 0) return false;
     std::lock_guard<std::mutex> lock(mutex_);
     prune();
-    recorded_.store(events_.size(), std::memory_order_relaxed);
     return !events_.empty();
   }
 
@@ -746,7 +741,6 @@ class Fences {
 
   std::mutex mutex_;
   std::vector<cl::Event> events_;
-  std::atomic<std::size_t> recorded_{0};  // events_.size() as last set under mutex_
 };
 
 /// The memory of one DeviceBuffer: bytes [offset, offset + capacity) of the OpenCL buffer
