@@ -45,10 +45,12 @@
 // alone, at 1K and 8K faces, after the point-to-point checks). A block whose field exceeds
 // --halo-max-field bytes a rank (256M; about 4x that is in use at the check) is skipped.
 //   mpirun -np 4 mpi_bench --halo [--halo-sizes 16K,64K,256K,1M,4M] [--halo-dims 2,3]
-//          [--halo-max-field 256M] [--halo-direct-max BYTES] [--target-s 0.2] [--samples 5]
-//          [--csv PATH]
+//          [--halo-max-field 256M] [--halo-direct-max BYTES] [--halo-kernel-max-row BYTES]
+//          [--target-s 0.2] [--samples 5] [--csv PATH]
 // --halo-direct-max sets Options::halo_direct_max_bytes (boxes that go straight between the
-// field and pinned memory on a discrete device; 0: every box through the pack buffers).
+// field and pinned memory on a discrete device; 0: every box through the pack buffers),
+// --halo-kernel-max-row Options::halo_kernel_max_row_bytes (boxes of rows of at most that many
+// bytes packed by a kernel instead of a rect copy; 0: never).
 #include <mpi.h>
 #include <clbuf/mpi.hpp>
 
@@ -678,6 +680,8 @@ int main(int argc, char** argv) {
       halo.max_field = parse_size(next());
     } else if (arg == "--halo-direct-max") {  // Options::halo_direct_max_bytes (0: never)
       mpi_options.halo_direct_max_bytes = parse_size(next());
+    } else if (arg == "--halo-kernel-max-row") {  // Options::halo_kernel_max_row_bytes (0: never)
+      mpi_options.halo_kernel_max_row_bytes = parse_size(next());
     } else {
       if (rank == 0) std::cerr << "unknown argument " << arg << "\n";
       MPI_Finalize();

@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: MIT
 // What waiting costs on a device (issue 19): the latency of one small command completed in
 // different ways, and what the host-side pieces of clbuf's paths cost on this host (thread
-// wake-up, memcpy with 1..N threads into and out of pinned memory). Plain OpenCL and clbuf's
+// wake-up, memcpy with 1..N threads into and out of pinned memory, and with the DMA engine
+// moving pinned memory at the same time). Plain OpenCL and clbuf's
 // own WorkerPool and ParallelCopier, no BufferManager: each line is one mechanism, so a path's time
 // can be predicted from its parts before it is changed.
 //
@@ -276,6 +277,83 @@ int main(int argc, char** argv) {
               .c_str(),
           2.0 * static_cast<double>(big_bytes) / us / 1e3);
     }
+    // 4. The same copies while the DMA engine moves other pinned memory at the same time, as it
+    // does in a staged transfer (the copy and the DMA share the host's memory): a thread keeps
+    // 4 MiB pinned DMAs (four in flight, a queue of their own) going between big_pinned[1] and a
+    // device buffer, towards the device while the copy is pageable->pinned (an upload's two
+    // halves) and from it while the copy is pinned->pageable (a download's). A staged transfer
+    // cannot run faster than the slower of the two lines of one row.
+    cl_mem big_dev = clCreateBuffer(ctx, CL_MEM_READ_WRITE, big_bytes, nullptr, &err);
+    check(err, "clCreateBuffer(big device)");
+    cl_command_queue dma_q = clCreateCommandQueue(ctx, device, 0, &err);
+    check(err, "clCreateCommandQueue(dma)");
+    const std::size_t piece = std::min<std::size_t>(std::size_t{4} << 20, big_bytes);
+    // DMAs in a loop until `stop`; returns GB/s moved.
+    const auto dma_loop = [&](bool to_device, const std::atomic<bool>& stop) {
+      std::vector<cl_event> in_flight;
+      std::size_t moved = 0, k = 0;
+      const std::size_t pieces = big_bytes / piece;
+      const auto t0 = Clock::now();
+      const auto retire = [&] {
+        check(clWaitForEvents(1, &in_flight.front()), "clWaitForEvents(dma)");
+        clReleaseEvent(in_flight.front());
+        in_flight.erase(in_flight.begin());
+        moved += piece;
+      };
+      while (!stop.load()) {
+        const std::size_t at = (k++ % pieces) * piece;
+        cl_event e = nullptr;
+        check(to_device ? clEnqueueWriteBuffer(dma_q, big_dev, CL_FALSE, at, piece,
+                                               big_pinned[1] + at, 0, nullptr, &e)
+                        : clEnqueueReadBuffer(dma_q, big_dev, CL_FALSE, at, piece,
+                                              big_pinned[1] + at, 0, nullptr, &e),
+              "DMA");
+        check(clFlush(dma_q), "clFlush(dma)");
+        in_flight.push_back(e);
+        if (in_flight.size() >= 4) retire();
+      }
+      while (!in_flight.empty()) retire();
+      const double us = std::chrono::duration<double, std::micro>(Clock::now() - t0).count();
+      return static_cast<double>(moved) / us / 1e3;
+    };
+    for (const bool to_device : {true, false}) {
+      {
+        std::atomic<bool> stop{false};
+        double dma_gbps = 0;
+        std::thread dma([&] { dma_gbps = dma_loop(to_device, stop); });
+        std::this_thread::sleep_for(std::chrono::milliseconds(200));
+        stop = true;
+        dma.join();
+        std::printf("%-58s %9.2f GB/s\n",
+                    (std::string("pinned DMA ") + (to_device ? "to" : "from") + " the device alone")
+                        .c_str(),
+                    dma_gbps);
+      }
+      for (const unsigned threads : {8u, 12u, 16u}) {
+        clbuf::detail::ParallelCopier copier(threads);
+        std::atomic<bool> stop{false};
+        double dma_gbps = 0;
+        std::thread dma([&] { dma_gbps = dma_loop(to_device, stop); });
+        std::this_thread::sleep_for(std::chrono::milliseconds(20));
+        const double us = median_us([&] {
+          if (to_device) {
+            copier.copy(big_pinned[0], big_up.data(), big_bytes, part);
+          } else {
+            copier.copy(big_down.data(), big_pinned[0], big_bytes, part);
+          }
+        });
+        stop = true;
+        dma.join();
+        const std::string row = std::string(to_device ? "pageable->pinned" : "pinned->pageable") +
+                                ", " + std::to_string(threads) + " threads, DMA " +
+                                (to_device ? "to" : "from") + " device";
+        std::printf("%-58s %9.2f GB/s\n", ("copy during DMA: " + row).c_str(),
+                    static_cast<double>(big_bytes) / us / 1e3);
+        std::printf("%-58s %9.2f GB/s\n", ("  the DMA meanwhile: " + row).c_str(), dma_gbps);
+      }
+    }
+    clReleaseCommandQueue(dma_q);
+    clReleaseMemObject(big_dev);
     for (int k = 0; k < 2; ++k) {
       clEnqueueUnmapMemObject(q, big_pin[k], big_pinned[k], 0, nullptr, nullptr);
       clFinish(q);

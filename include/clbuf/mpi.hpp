@@ -20,6 +20,7 @@
 #include <clbuf/detail/mpi_core.hpp>
 #include <clbuf/detail/mpi_eager.hpp>
 #include <clbuf/detail/mpi_halo.hpp>
+#include <clbuf/detail/mpi_pack.hpp>
 #include <clbuf/detail/mpi_reduce.hpp>
 #include <clbuf/detail/mpi_transfer.hpp>
 #include <clbuf/detail/mpi_wire.hpp>
@@ -271,7 +272,8 @@ class Communicator {
   explicit Communicator(BufferManager& manager, MPI_Comm comm = MPI_COMM_WORLD,
                         const Options& options = Options())
       : core_(std::make_shared<detail::Core>(manager, comm, options)),
-        reducer_(std::make_unique<detail::Reducer>()) {}
+        reducer_(std::make_unique<detail::Reducer>()),
+        packer_(std::make_unique<detail::Packer>()) {}
 
   Communicator(const Communicator&) = delete;
   Communicator& operator=(const Communicator&) = delete;
@@ -875,6 +877,7 @@ class Communicator {
 
   std::shared_ptr<detail::Core> core_;
   std::unique_ptr<detail::Reducer> reducer_;
+  std::unique_ptr<detail::Packer> packer_;  // HaloExchange's pack kernel
 };
 
 /// A box of a field (a face, edge or corner of the local block): `size` elements (x per row,
@@ -1121,6 +1124,10 @@ class HaloExchange {
           reads_[i] = manager.download_rect_async(field_, straight_sends_[i].data(),
                                                   straight_sends_[i].size(), region);
           unposted_[i] = 1;
+        } else if (by_kernel(box)) {
+          kernels_.push_back(communicator_.packer_->copy(
+              op, communicator_.core_->queue(), field_.native_root()(),
+              field_.native_offset_bytes(), packs_[i].native_root()(), 0, region, sizeof(T)));
         } else {
           copies_.push_back(manager.copy_rect_async(field_, packs_[i], region));
         }
@@ -1183,6 +1190,14 @@ class HaloExchange {
     for (const Future<void>& copy : copies_) {
       if (!copy.ready()) return false;
     }
+    for (const cl::Event& kernel : kernels_) {
+      cl_int status = CL_COMPLETE;
+      if (CLBUF_CL(clGetEventInfo)(kernel(), CL_EVENT_COMMAND_EXECUTION_STATUS, sizeof(status),
+                                   &status, nullptr) == CL_SUCCESS &&
+          status > CL_COMPLETE) {
+        return false;  // a failed query or command: finish() reports it
+      }
+    }
     finish();
     return true;
   }
@@ -1208,9 +1223,11 @@ class HaloExchange {
     for (std::size_t i = 0; i < receives_.size(); ++i) attempt([&] { arrived(i, true); });
     for (Request& request : sends_) attempt([&] { request.wait(); });
     for (const Future<void>& copy : copies_) attempt([&] { copy.wait(); });
+    for (const cl::Event& kernel : kernels_) attempt([&] { wait_for_kernel(kernel); });
     receives_.clear();
     sends_.clear();
     copies_.clear();
+    kernels_.clear();
     reads_.clear();
     landed_.clear();
     unposted_.clear();
@@ -1222,6 +1239,32 @@ class HaloExchange {
  private:
   static std::size_t elements(const Box& box) noexcept {
     return box.size.x * box.size.y * box.size.z;  // within the checked field
+  }
+
+  /// Whether `box` is packed (or unpacked) by the Communicator's kernel rather than a rect copy:
+  /// rows of at most Options::halo_kernel_max_row_bytes, at least halo_kernel_min_rows of them
+  /// and two, and a device that builds the kernel (asked on first use).
+  bool by_kernel(const Box& box) const {
+    const Options& options = communicator_.options();
+    const std::size_t rows = box.size.y * box.size.z;
+    return box.size.x * sizeof(T) <= options.halo_kernel_max_row_bytes &&
+           rows >= std::max<std::size_t>(options.halo_kernel_min_rows, 2) &&
+           communicator_.packer_->ready(communicator_.core_->queue());
+  }
+
+  /// Waits for a pack or unpack by the kernel; throws its failure.
+  static void wait_for_kernel(const cl::Event& kernel) {
+    const char* op = "HaloExchange::finish";
+    cl_event handle = kernel();
+    const cl_int waited = CLBUF_CL(clWaitForEvents)(1, &handle);
+    cl_int status = CL_COMPLETE;
+    const cl_int asked = CLBUF_CL(clGetEventInfo)(handle, CL_EVENT_COMMAND_EXECUTION_STATUS,
+                                                  sizeof(status), &status, nullptr);
+    if (asked == CL_SUCCESS && status < 0) {
+      clbuf::detail::fail(op, status, "the pack kernel of a halo box failed");
+    }
+    clbuf::detail::check(waited, op, "clWaitForEvents");
+    clbuf::detail::check(asked, op, "clGetEventInfo");
   }
 
   /// Neighbour i's box received in this exchange lands in the exchange's pinned memory.
@@ -1324,6 +1367,10 @@ class HaloExchange {
       if (received_straight(i)) {
         copies_.push_back(manager.upload_rect_async(field_, straight_recvs_[i].data(),
                                                     straight_recvs_[i].size(), region));
+      } else if (by_kernel(box)) {
+        kernels_.push_back(communicator_.packer_->copy(
+            "HaloExchange::finish", communicator_.core_->queue(), unpacks_[i].native_root()(), 0,
+            field_.native_root()(), field_.native_offset_bytes(), region, sizeof(T)));
       } else {
         copies_.push_back(manager.copy_rect_async(unpacks_[i], field_, region));
       }
@@ -1342,6 +1389,7 @@ class HaloExchange {
   DeviceBuffer<T> field_;  // a view of the field of the exchange in flight
   // Destroyed before the buffers above: each waits for its transfer or copy.
   std::vector<Future<void>> copies_;  // packs, then unpacks (device copies or straight writes)
+  std::vector<cl::Event> kernels_;    // packs, then unpacks, by the pack kernel (by_kernel())
   std::vector<Future<void>> reads_;   // per neighbour: its box read straight, if it is
   std::vector<Request> receives_;     // per neighbour
   std::vector<Request> sends_;        // per neighbour (empty until posted)

@@ -1279,11 +1279,15 @@ class MpiHalo : public Mpi {
   template <class T>
   void exchange(int ndims, unsigned periodic, std::size_t h, bool edges,
                 const clbuf::Extents& interior, std::size_t offset = 0, std::uint32_t rounds = 1,
-                std::size_t straight_max = clbuf::mpi::Options{}.halo_direct_max_bytes) {
+                std::size_t straight_max = clbuf::mpi::Options{}.halo_direct_max_bytes,
+                std::size_t kernel_max = clbuf::mpi::Options{}.halo_kernel_max_row_bytes,
+                std::size_t kernel_min_rows = clbuf::mpi::Options{}.halo_kernel_min_rows) {
     Cart cart(ndims, periodic);
     clbuf::mpi::Options options;
     options.chunk_bytes = 4096;  // boxes of more than 3968 bytes go in chunks
     options.halo_direct_max_bytes = straight_max;
+    options.halo_kernel_max_row_bytes = kernel_max;
+    options.halo_kernel_min_rows = kernel_min_rows;
     clbuf::mpi::Communicator comm(*manager_, cart.comm, options);
     clbuf::mpi::HaloExchange<T> halo(comm,
                                      clbuf::mpi::cartesian_faces(cart.comm, interior, h, edges));
@@ -1301,6 +1305,7 @@ class MpiHalo : public Mpi {
       ASSERT_TRUE(same(outside, manager_->download(root)))
           << ndims << "-D, periods " << periodic << ", halo " << h << (edges ? ", edges" : "")
           << ", " << sizeof(T) << "-byte elements, offset " << offset << ", round " << round
+          << ", straight up to " << straight_max << " B, kernel for rows up to " << kernel_max
           << ", rank " << rank_ << " at (" << cart.coords[0] << ", " << cart.coords[1] << ", "
           << cart.coords[2] << ") of " << cart.dims[0] << "x" << cart.dims[1] << "x"
           << cart.dims[2];
@@ -1350,6 +1355,60 @@ TEST_P(MpiHalo, BoxesGoStraightUpToTheBound) {
   exchange<float>(3, 5U, 2, true, {12, 10, 6}, 5, 2, 400);  // edges straight, faces packed
   exchange<float>(2, 3U, 2, true, {9, 7, 1}, 0, 3, 0);
   exchange<double>(3, 7U, 1, true, {5, 4, 3}, 3, 3, 0);
+}
+
+// Boxes packed on the device (here every box: straight bound 0) whose rows hold at most
+// Options::halo_kernel_max_row_bytes go through the Communicator's pack kernel, the others
+// through rect copies: both bounds (0: rect copies only; unbounded, and no least number of rows:
+// the kernel for every box of more than one row), each word the kernel picks (1, 2, 4, 8 and 16 bytes: rows of two doubles
+// with pitches of 80 bytes), fields that are views at offsets that are not whole rows (where a
+// rect copy becomes a copy a row), over several rounds of one exchange.
+TEST_P(MpiHalo, ThinBoxesByTheKernelMatchTheGlobalGrid) {
+  for (const std::size_t kernel : {std::size_t{0}, SIZE_MAX}) {
+    exchange<std::int8_t>(2, 3U, 1, true, {7, 5, 1}, 0, 2, 0, kernel, 0);
+    exchange<std::int16_t>(3, 7U, 1, true, {5, 4, 3}, 1, 2, 0, kernel, 0);
+    exchange<float>(3, 5U, 2, true, {6, 5, 4}, 3, 2, 0, kernel, 0);
+    exchange<double>(3, 7U, 2, false, {6, 4, 3}, 0, 2, 0, kernel, 0);
+    exchange<double>(2, 1U, 3, true, {5, 9, 1}, 7, 2, 0, kernel, 0);
+  }
+  // The default bounds (x faces of 256 rows and more by the kernel), boxes going straight where
+  // they may (a discrete device).
+  exchange<float>(3, 7U, 1, true, {3, 17, 16}, 2, 2);
+}
+
+// Where the device builds the kernel, a box of thin rows costs no rect copy (the manager counts
+// its rect copies as device copies) and a box with the bound at 0 one each.
+TEST_P(MpiHalo, ThinBoxesAreNotRectCopiesWhereTheDeviceBuildsTheKernel) {
+  cl_bool compiler = CL_FALSE;
+  const cl::Device device = manager_->queue().getInfo<CL_QUEUE_DEVICE>();
+  ASSERT_EQ(clGetDeviceInfo(device(), CL_DEVICE_COMPILER_AVAILABLE, sizeof(compiler), &compiler,
+                            nullptr),
+            CL_SUCCESS);
+  Cart cart(3, 7U);
+  const clbuf::Extents interior{4, 3, 2};
+  for (const std::size_t kernel : {std::size_t{0}, SIZE_MAX}) {
+    clbuf::mpi::Options options;
+    options.halo_direct_max_bytes = 0;
+    options.halo_kernel_max_row_bytes = kernel;
+    options.halo_kernel_min_rows = 0;
+    clbuf::mpi::Communicator comm(*manager_, cart.comm, options);
+    clbuf::mpi::HaloExchange<float> halo(
+        comm, clbuf::mpi::cartesian_faces(cart.comm, interior, 1, false));
+    clbuf::DeviceBuffer<float> field =
+        upload(halo_reference<float>(cart, interior, 1, false, 3, false));
+    const std::uint64_t before = manager_->stats().copy.operations;
+    halo.start(field);
+    halo.finish();
+    const std::uint64_t copies = manager_->stats().copy.operations - before;
+    // Six faces, every one of more than one row, each sent and received (periodic everywhere).
+    if (kernel == 0) {
+      EXPECT_EQ(copies, 12U);
+    } else if (compiler) {
+      EXPECT_EQ(copies, 0U);
+    }
+    EXPECT_TRUE(same(halo_reference<float>(cart, interior, 1, false, 3, true),
+                     manager_->download(field)));
+  }
 }
 
 // A field the host may not access (CL_MEM_HOST_NO_ACCESS) cannot be read straight: its boxes go

@@ -56,6 +56,15 @@ struct Options {
   /// device pack copy, a staged chunk each way and a device unpack copy: two device commands a
   /// box instead of four. The wire format is the same, so ranks may differ. 0: never.
   std::size_t halo_direct_max_bytes = std::size_t{64} << 10;
+  /// HaloExchange: a box packed or unpacked on the device (not straight) of at least
+  /// halo_kernel_min_rows rows that hold at most this many bytes each (an x face) is copied by
+  /// one launch of a small OpenCL kernel (built once per Communicator) instead of a rect copy,
+  /// which some drivers copy row by row (PoCL: ~7 ns a row, 430 us for 65536 rows against the
+  /// kernel's 125). Where the device cannot build the kernel, rect copies. 0: never.
+  std::size_t halo_kernel_max_row_bytes = 64;
+  /// See halo_kernel_max_row_bytes: below this many rows a rect copy costs less than a kernel
+  /// launch (PoCL: 64 rows 12 us against 21).
+  std::size_t halo_kernel_min_rows = 256;
 };
 
 namespace detail {

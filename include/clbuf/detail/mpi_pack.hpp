@@ -1,0 +1,139 @@
+// SPDX-License-Identifier: MIT
+// HaloExchange's pack kernel: a box of thin rows (an x face of a 2-D or 3-D field: one element
+// or a few a row) copied between the field and a contiguous buffer by one launch of a small
+// OpenCL kernel, each work-item one word, instead of a rect copy. Some drivers copy a rect row
+// by row (PoCL: a memcpy a row, ~7 ns each: 480 us for the x face of a 256^3 block), where the
+// kernel copies all rows at once on every compute unit. Built on first use, once per
+// Communicator; a device that cannot build it (no compiler) keeps the rect copies.
+#ifndef CLBUF_DETAIL_MPI_PACK_HPP
+#define CLBUF_DETAIL_MPI_PACK_HPP
+
+#include <clbuf/detail/queue.hpp>
+#include <clbuf/error.hpp>
+#include <clbuf/rect.hpp>
+
+#include <cstddef>
+#include <string>
+
+namespace clbuf {
+namespace mpi {
+namespace detail {
+
+class Packer {
+ public:
+  /// Whether the kernel is built for `queue`'s device, building it on the first call; false
+  /// (for good) where the device cannot build it: then the caller copies rects instead.
+  bool ready(const clbuf::detail::Queue& queue) noexcept {
+    if (state_ == State::unknown) {
+      bool built = false;
+      try {
+        built = build(queue);
+      } catch (...) {  // NOLINT(bugprone-empty-catch): out of host memory: rect copies
+      }
+      if (!built) {
+        for (cl::Kernel& kernel : kernels_) kernel = cl::Kernel();
+        program_ = cl::Program();
+      }
+      state_ = built ? State::built : State::failed;
+    }
+    return state_ == State::built;
+  }
+
+  /// Enqueues on `queue` (in order after the work before it) the copy of `region.size`
+  /// elements of `element_size` bytes from the array at byte `src_offset` of `src` to the one
+  /// at byte `dst_offset` of `dst`, laid out as `region` says (checked by the caller); returns
+  /// its event. Call only after ready() returned true.
+  /// Wraps clSetKernelArg, clEnqueueNDRangeKernel, clFlush.
+  cl::Event copy(const char* operation, const clbuf::detail::Queue& queue, cl_mem src,
+                 std::size_t src_offset, cl_mem dst, std::size_t dst_offset, const Region& region,
+                 std::size_t element_size) {
+    const std::size_t row = region.size.x * element_size;
+    const std::size_t src_row = region.src_extents.x * element_size;
+    const std::size_t dst_row = region.dst_extents.x * element_size;
+    const std::size_t src_slice = src_row * region.src_extents.y;
+    const std::size_t dst_slice = dst_row * region.dst_extents.y;
+    const std::size_t src_start = src_offset + region.src_origin.x * element_size +
+                                  region.src_origin.y * src_row + region.src_origin.z * src_slice;
+    const std::size_t dst_start = dst_offset + region.dst_origin.x * element_size +
+                                  region.dst_origin.y * dst_row + region.dst_origin.z * dst_slice;
+    // The widest word (1 to 16 bytes) that every row, pitch and start is a whole number of.
+    const std::size_t all = row | src_row | dst_row | src_slice | dst_slice | src_start |
+                            dst_start | std::size_t{16};
+    const std::size_t word = all & (~all + 1);  // lowest set bit
+    std::size_t k = 0;
+    while ((std::size_t{1} << k) < word) ++k;
+    cl_kernel kernel = kernels_[k]();
+    const cl_ulong args[6] = {src_start / word, src_row / word,   src_slice / word,
+                              dst_start / word, dst_row / word, dst_slice / word};
+    set(operation, kernel, 0, sizeof(cl_mem), &src);
+    set(operation, kernel, 4, sizeof(cl_mem), &dst);
+    for (cl_uint a = 0; a < 3; ++a) {
+      set(operation, kernel, 1 + a, sizeof(cl_ulong), &args[a]);
+      set(operation, kernel, 5 + a, sizeof(cl_ulong), &args[3 + a]);
+    }
+    const std::size_t global[3] = {row / word, region.size.y, region.size.z};
+    cl_event event = nullptr;
+    clbuf::detail::check(CLBUF_CL(clEnqueueNDRangeKernel)(queue.get(), kernel, 3, nullptr, global,
+                                                          nullptr, 0, nullptr, &event),
+                         operation, "clEnqueueNDRangeKernel");
+    cl::Event out(event, false);
+    queue.flush(operation);
+    return out;
+  }
+
+ private:
+  enum class State { unknown, built, failed };
+
+  static void set(const char* operation, cl_kernel kernel, cl_uint index, std::size_t size,
+                  const void* value) {
+    clbuf::detail::check(CLBUF_CL(clSetKernelArg)(kernel, index, size, value), operation,
+                         "clSetKernelArg");
+  }
+
+  bool build(const clbuf::detail::Queue& queue) {
+    static const char* const names[5] = {"clbuf_box_1", "clbuf_box_2", "clbuf_box_4",
+                                         "clbuf_box_8", "clbuf_box_16"};
+    static const char* const words[5] = {"uchar", "ushort", "uint", "ulong", "uint4"};
+    std::string text;
+    for (int k = 0; k < 5; ++k) {
+      text += std::string("__kernel void ") + names[k] + "(__global const " + words[k] +
+              "* src, ulong s0, ulong srow, ulong sslice, __global " + words[k] +
+              "* dst, ulong d0, ulong drow, ulong dslice) {\n"
+              "  const ulong x = get_global_id(0), y = get_global_id(1), z = get_global_id(2);\n"
+              "  dst[d0 + x + y * drow + z * dslice] = src[s0 + x + y * srow + z * sslice];\n"
+              "}\n";
+    }
+    cl_context context = nullptr;
+    cl_device_id device = nullptr;
+    if (CLBUF_CL(clGetCommandQueueInfo)(queue.get(), CL_QUEUE_CONTEXT, sizeof(context), &context,
+                                        nullptr) != CL_SUCCESS ||
+        CLBUF_CL(clGetCommandQueueInfo)(queue.get(), CL_QUEUE_DEVICE, sizeof(device), &device,
+                                        nullptr) != CL_SUCCESS) {
+      return false;
+    }
+    cl_int err = CL_SUCCESS;
+    const char* source = text.c_str();
+    const std::size_t length = text.size();
+    program_ = cl::Program(CLBUF_CL(clCreateProgramWithSource)(context, 1, &source, &length, &err),
+                           false);
+    if (err != CL_SUCCESS ||
+        CLBUF_CL(clBuildProgram)(program_(), 1, &device, "", nullptr, nullptr) != CL_SUCCESS) {
+      return false;
+    }
+    for (int k = 0; k < 5; ++k) {
+      kernels_[k] = cl::Kernel(CLBUF_CL(clCreateKernel)(program_(), names[k], &err), false);
+      if (err != CL_SUCCESS) return false;
+    }
+    return true;
+  }
+
+  State state_ = State::unknown;
+  cl::Program program_;
+  cl::Kernel kernels_[5];  // word of 1, 2, 4, 8, 16 bytes
+};
+
+}  // namespace detail
+}  // namespace mpi
+}  // namespace clbuf
+
+#endif  // CLBUF_DETAIL_MPI_PACK_HPP
