@@ -1107,6 +1107,12 @@ class HaloExchange {
       const cl_mem_flags access = clbuf::detail::BufferAccess::host_access(field);
       straight_ =
           (access & (CL_MEM_HOST_NO_ACCESS | CL_MEM_HOST_READ_ONLY | CL_MEM_HOST_WRITE_ONLY)) == 0;
+      // A kernel may only read and write a field made CL_MEM_READ_WRITE (copies may do both to
+      // any buffer): a field made read-only or write-only for kernels is packed by rect copies.
+      cl_mem_flags flags = CL_MEM_READ_ONLY;
+      CLBUF_CL(clGetMemObjectInfo)(field_.native_root()(), CL_MEM_FLAGS, sizeof(flags), &flags,
+                                   nullptr);
+      kernel_may_ = (flags & (CL_MEM_READ_ONLY | CL_MEM_WRITE_ONLY)) == 0;
       reads_.clear();
       reads_.resize(plan_.size());
       sends_.clear();
@@ -1243,11 +1249,12 @@ class HaloExchange {
 
   /// Whether `box` is packed (or unpacked) by the Communicator's kernel rather than a rect copy:
   /// rows of at most Options::halo_kernel_max_row_bytes, at least halo_kernel_min_rows of them
-  /// and two, and a device that builds the kernel (asked on first use).
+  /// and two, a field kernels may read and write, and a device that builds the kernel (asked on
+  /// first use).
   bool by_kernel(const Box& box) const {
     const Options& options = communicator_.options();
     const std::size_t rows = box.size.y * box.size.z;
-    return box.size.x * sizeof(T) <= options.halo_kernel_max_row_bytes &&
+    return kernel_may_ && box.size.x * sizeof(T) <= options.halo_kernel_max_row_bytes &&
            rows >= std::max<std::size_t>(options.halo_kernel_min_rows, 2) &&
            communicator_.packer_->ready(communicator_.core_->queue());
   }
@@ -1396,6 +1403,7 @@ class HaloExchange {
   std::vector<bool> landed_;          // receive i has completed (and its unpack is enqueued)
   std::vector<char> unposted_;        // per neighbour: read straight, its send not yet posted
   bool straight_ = false;  // the field in flight lets boxes go straight (the host may access it)
+  bool kernel_may_ = false;  // kernels may read and write the field in flight (CL_MEM_READ_WRITE)
   bool running_ = false;
 };
 

@@ -1411,6 +1411,33 @@ TEST_P(MpiHalo, ThinBoxesAreNotRectCopiesWhereTheDeviceBuildsTheKernel) {
   }
 }
 
+// A field made read-only or write-only for kernels is never packed by the kernel (it may not
+// write or read there), only by rect copies, which may: every box still arrives exact.
+TEST_P(MpiHalo, FieldKernelsMayOnlyReadOrOnlyWriteIsPackedByRectCopies) {
+  Cart cart(3, 7U);
+  const clbuf::Extents interior{4, 3, 2};
+  clbuf::mpi::Options options;
+  options.halo_direct_max_bytes = 0;
+  options.halo_kernel_max_row_bytes = SIZE_MAX;
+  options.halo_kernel_min_rows = 0;
+  clbuf::mpi::Communicator comm(*manager_, cart.comm, options);
+  clbuf::mpi::HaloExchange<float> halo(
+      comm, clbuf::mpi::cartesian_faces(cart.comm, interior, 1, false));
+  const std::vector<float> before = halo_reference<float>(cart, interior, 1, false, 5, false);
+  for (const cl_mem_flags access : {cl_mem_flags{CL_MEM_READ_ONLY}, cl_mem_flags{CL_MEM_WRITE_ONLY}}) {
+    cl::Buffer limited(manager_->context(), access, before.size() * sizeof(float));
+    clbuf::DeviceBuffer<float> field = manager_->adopt<float>(limited, before.size());
+    manager_->upload(field, before);
+    const std::uint64_t copies = manager_->stats().copy.operations;
+    halo.start(field);
+    halo.finish();
+    EXPECT_EQ(manager_->stats().copy.operations - copies, 12U) << "flags " << access;
+    EXPECT_TRUE(same(halo_reference<float>(cart, interior, 1, false, 5, true),
+                     manager_->download(field)))
+        << "flags " << access;
+  }
+}
+
 // A field the host may not access (CL_MEM_HOST_NO_ACCESS) cannot be read straight: its boxes go
 // through the pack and unpack buffers, device copies only, and arrive exact.
 TEST_P(MpiHalo, FieldTheHostMayNotAccessIsPacked) {
