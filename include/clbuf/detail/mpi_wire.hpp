@@ -62,9 +62,10 @@ struct Options {
   /// which some drivers copy row by row (PoCL: ~7 ns a row, 430 us for 65536 rows against the
   /// kernel's 125). Where the device cannot build the kernel, rect copies. 0: never.
   std::size_t halo_kernel_max_row_bytes = 64;
-  /// See halo_kernel_max_row_bytes: below this many rows a rect copy costs less than a kernel
-  /// launch (PoCL: 64 rows 12 us against 21).
-  std::size_t halo_kernel_min_rows = 256;
+  /// See halo_kernel_max_row_bytes: below this many rows a rect copy costs about as little as
+  /// a kernel launch or less (PoCL: 64 rows 12 us against 21; 2-D exchanges with faces of 1,024
+  /// rows were slower with the kernel, with 4,096 rows even).
+  std::size_t halo_kernel_min_rows = 4096;
 };
 
 namespace detail {
