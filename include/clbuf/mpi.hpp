@@ -1110,8 +1110,8 @@ class HaloExchange {
       // A kernel may only read and write a field made CL_MEM_READ_WRITE (copies may do both to
       // any buffer): a field made read-only or write-only for kernels is packed by rect copies.
       cl_mem_flags flags = CL_MEM_READ_ONLY;
-      CLBUF_CL(clGetMemObjectInfo)(field_.native_root()(), CL_MEM_FLAGS, sizeof(flags), &flags,
-                                   nullptr);
+      CLBUF_CL(clGetMemObjectInfo)
+      (field_.native_root()(), CL_MEM_FLAGS, sizeof(flags), &flags, nullptr);
       kernel_may_ = (flags & (CL_MEM_READ_ONLY | CL_MEM_WRITE_ONLY)) == 0;
       reads_.clear();
       reads_.resize(plan_.size());
@@ -1402,7 +1402,7 @@ class HaloExchange {
   std::vector<Request> sends_;        // per neighbour (empty until posted)
   std::vector<bool> landed_;          // receive i has completed (and its unpack is enqueued)
   std::vector<char> unposted_;        // per neighbour: read straight, its send not yet posted
-  bool straight_ = false;  // the field in flight lets boxes go straight (the host may access it)
+  bool straight_ = false;    // the field in flight lets boxes go straight (the host may access it)
   bool kernel_may_ = false;  // kernels may read and write the field in flight (CL_MEM_READ_WRITE)
   bool running_ = false;
 };

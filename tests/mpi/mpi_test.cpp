@@ -1360,9 +1360,9 @@ TEST_P(MpiHalo, BoxesGoStraightUpToTheBound) {
 // Boxes packed on the device (here every box: straight bound 0) whose rows hold at most
 // Options::halo_kernel_max_row_bytes go through the Communicator's pack kernel, the others
 // through rect copies: both bounds (0: rect copies only; unbounded, and no least number of rows:
-// the kernel for every box of more than one row), each word the kernel picks (1, 2, 4, 8 and 16 bytes: rows of two doubles
-// with pitches of 80 bytes), fields that are views at offsets that are not whole rows (where a
-// rect copy becomes a copy a row), over several rounds of one exchange.
+// the kernel for every box of more than one row), each word the kernel picks (1, 2, 4, 8 and 16
+// bytes: rows of two doubles with pitches of 80 bytes), fields that are views at offsets that are
+// not whole rows (where a rect copy becomes a copy a row), over several rounds of one exchange.
 TEST_P(MpiHalo, ThinBoxesByTheKernelMatchTheGlobalGrid) {
   for (const std::size_t kernel : {std::size_t{0}, SIZE_MAX}) {
     exchange<std::int8_t>(2, 3U, 1, true, {7, 5, 1}, 0, 2, 0, kernel, 0);
@@ -1381,9 +1381,9 @@ TEST_P(MpiHalo, ThinBoxesByTheKernelMatchTheGlobalGrid) {
 TEST_P(MpiHalo, ThinBoxesAreNotRectCopiesWhereTheDeviceBuildsTheKernel) {
   cl_bool compiler = CL_FALSE;
   const cl::Device device = manager_->queue().getInfo<CL_QUEUE_DEVICE>();
-  ASSERT_EQ(clGetDeviceInfo(device(), CL_DEVICE_COMPILER_AVAILABLE, sizeof(compiler), &compiler,
-                            nullptr),
-            CL_SUCCESS);
+  ASSERT_EQ(
+      clGetDeviceInfo(device(), CL_DEVICE_COMPILER_AVAILABLE, sizeof(compiler), &compiler, nullptr),
+      CL_SUCCESS);
   Cart cart(3, 7U);
   const clbuf::Extents interior{4, 3, 2};
   for (const std::size_t kernel : {std::size_t{0}, SIZE_MAX}) {
@@ -1406,8 +1406,8 @@ TEST_P(MpiHalo, ThinBoxesAreNotRectCopiesWhereTheDeviceBuildsTheKernel) {
     } else if (compiler) {
       EXPECT_EQ(copies, 0U);
     }
-    EXPECT_TRUE(same(halo_reference<float>(cart, interior, 1, false, 3, true),
-                     manager_->download(field)));
+    EXPECT_TRUE(
+        same(halo_reference<float>(cart, interior, 1, false, 3, true), manager_->download(field)));
   }
 }
 
@@ -1421,10 +1421,11 @@ TEST_P(MpiHalo, FieldKernelsMayOnlyReadOrOnlyWriteIsPackedByRectCopies) {
   options.halo_kernel_max_row_bytes = SIZE_MAX;
   options.halo_kernel_min_rows = 0;
   clbuf::mpi::Communicator comm(*manager_, cart.comm, options);
-  clbuf::mpi::HaloExchange<float> halo(
-      comm, clbuf::mpi::cartesian_faces(cart.comm, interior, 1, false));
+  clbuf::mpi::HaloExchange<float> halo(comm,
+                                       clbuf::mpi::cartesian_faces(cart.comm, interior, 1, false));
   const std::vector<float> before = halo_reference<float>(cart, interior, 1, false, 5, false);
-  for (const cl_mem_flags access : {cl_mem_flags{CL_MEM_READ_ONLY}, cl_mem_flags{CL_MEM_WRITE_ONLY}}) {
+  for (const cl_mem_flags access :
+       {cl_mem_flags{CL_MEM_READ_ONLY}, cl_mem_flags{CL_MEM_WRITE_ONLY}}) {
     cl::Buffer limited(manager_->context(), access, before.size() * sizeof(float));
     clbuf::DeviceBuffer<float> field = manager_->adopt<float>(limited, before.size());
     manager_->upload(field, before);
@@ -1432,8 +1433,8 @@ TEST_P(MpiHalo, FieldKernelsMayOnlyReadOrOnlyWriteIsPackedByRectCopies) {
     halo.start(field);
     halo.finish();
     EXPECT_EQ(manager_->stats().copy.operations - copies, 12U) << "flags " << access;
-    EXPECT_TRUE(same(halo_reference<float>(cart, interior, 1, false, 5, true),
-                     manager_->download(field)))
+    EXPECT_TRUE(
+        same(halo_reference<float>(cart, interior, 1, false, 5, true), manager_->download(field)))
         << "flags " << access;
   }
 }

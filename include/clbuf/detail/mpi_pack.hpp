@@ -57,13 +57,13 @@ class Packer {
     const std::size_t dst_start = dst_offset + region.dst_origin.x * element_size +
                                   region.dst_origin.y * dst_row + region.dst_origin.z * dst_slice;
     // The widest word (1 to 16 bytes) that every row, pitch and start is a whole number of.
-    const std::size_t all = row | src_row | dst_row | src_slice | dst_slice | src_start |
-                            dst_start | std::size_t{16};
+    const std::size_t all =
+        row | src_row | dst_row | src_slice | dst_slice | src_start | dst_start | std::size_t{16};
     const std::size_t word = all & (~all + 1);  // lowest set bit
     std::size_t k = 0;
     while ((std::size_t{1} << k) < word) ++k;
     cl_kernel kernel = kernels_[k]();
-    const cl_ulong args[6] = {src_start / word, src_row / word,   src_slice / word,
+    const cl_ulong args[6] = {src_start / word, src_row / word, src_slice / word,
                               dst_start / word, dst_row / word, dst_slice / word};
     set(operation, kernel, 0, sizeof(cl_mem), &src);
     set(operation, kernel, 4, sizeof(cl_mem), &dst);
@@ -91,8 +91,8 @@ class Packer {
   }
 
   bool build(const clbuf::detail::Queue& queue) {
-    static const char* const names[5] = {"clbuf_box_1", "clbuf_box_2", "clbuf_box_4",
-                                         "clbuf_box_8", "clbuf_box_16"};
+    static const char* const names[5] = {"clbuf_box_1", "clbuf_box_2", "clbuf_box_4", "clbuf_box_8",
+                                         "clbuf_box_16"};
     static const char* const words[5] = {"uchar", "ushort", "uint", "ulong", "uint4"};
     std::string text;
     for (int k = 0; k < 5; ++k) {
@@ -114,8 +114,8 @@ class Packer {
     cl_int err = CL_SUCCESS;
     const char* source = text.c_str();
     const std::size_t length = text.size();
-    program_ = cl::Program(CLBUF_CL(clCreateProgramWithSource)(context, 1, &source, &length, &err),
-                           false);
+    program_ =
+        cl::Program(CLBUF_CL(clCreateProgramWithSource)(context, 1, &source, &length, &err), false);
     if (err != CL_SUCCESS ||
         CLBUF_CL(clBuildProgram)(program_(), 1, &device, "", nullptr, nullptr) != CL_SUCCESS) {
       return false;
