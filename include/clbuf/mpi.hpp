@@ -1196,14 +1196,15 @@ class HaloExchange {
     for (const Future<void>& copy : copies_) {
       if (!copy.ready()) return false;
     }
-    for (const cl::Event& kernel : kernels_) {
+    // A kernel still queued or running; a failed query or command counts as ended (finish()
+    // reports it).
+    const auto running = [](const cl::Event& kernel) {
       cl_int status = CL_COMPLETE;
-      if (CLBUF_CL(clGetEventInfo)(kernel(), CL_EVENT_COMMAND_EXECUTION_STATUS, sizeof(status),
-                                   &status, nullptr) == CL_SUCCESS &&
-          status > CL_COMPLETE) {
-        return false;  // a failed query or command: finish() reports it
-      }
-    }
+      return CLBUF_CL(clGetEventInfo)(kernel(), CL_EVENT_COMMAND_EXECUTION_STATUS, sizeof(status),
+                                      &status, nullptr) == CL_SUCCESS &&
+             status > CL_COMPLETE;
+    };
+    if (std::any_of(kernels_.begin(), kernels_.end(), running)) return false;
     finish();
     return true;
   }
@@ -1261,17 +1262,17 @@ class HaloExchange {
 
   /// Waits for a pack or unpack by the kernel; throws its failure.
   static void wait_for_kernel(const cl::Event& kernel) {
-    const char* op = "HaloExchange::finish";
     cl_event handle = kernel();
     const cl_int waited = CLBUF_CL(clWaitForEvents)(1, &handle);
     cl_int status = CL_COMPLETE;
     const cl_int asked = CLBUF_CL(clGetEventInfo)(handle, CL_EVENT_COMMAND_EXECUTION_STATUS,
                                                   sizeof(status), &status, nullptr);
-    if (asked == CL_SUCCESS && status < 0) {
-      clbuf::detail::fail(op, status, "the pack kernel of a halo box failed");
-    }
-    clbuf::detail::check(waited, op, "clWaitForEvents");
-    clbuf::detail::check(asked, op, "clGetEventInfo");
+    // The command's own failure first, else the wait's or the query's.
+    const cl_int err = asked == CL_SUCCESS && status < 0 ? status
+                       : waited != CL_SUCCESS            ? waited
+                                                         : asked;
+    clbuf::detail::check(err, "HaloExchange::finish",
+                         "the pack kernel of a halo box (clEnqueueNDRangeKernel)");
   }
 
   /// Neighbour i's box received in this exchange lands in the exchange's pinned memory.

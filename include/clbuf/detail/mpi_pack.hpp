@@ -13,7 +13,6 @@
 #include <clbuf/rect.hpp>
 
 #include <cstddef>
-#include <string>
 
 namespace clbuf {
 namespace mpi {
@@ -24,18 +23,7 @@ class Packer {
   /// Whether the kernel is built for `queue`'s device, building it on the first call; false
   /// (for good) where the device cannot build it: then the caller copies rects instead.
   bool ready(const clbuf::detail::Queue& queue) noexcept {
-    if (state_ == State::unknown) {
-      bool built = false;
-      try {
-        built = build(queue);
-      } catch (...) {  // NOLINT(bugprone-empty-catch): out of host memory: rect copies
-      }
-      if (!built) {
-        for (cl::Kernel& kernel : kernels_) kernel = cl::Kernel();
-        program_ = cl::Program();
-      }
-      state_ = built ? State::built : State::failed;
-    }
+    if (state_ == State::unknown) state_ = build(queue) ? State::built : State::failed;
     return state_ == State::built;
   }
 
@@ -90,41 +78,44 @@ class Packer {
                          "clSetKernelArg");
   }
 
-  bool build(const clbuf::detail::Queue& queue) {
+  /// One program of five kernels, one per word: each work-item copies one word of the box.
+  static constexpr const char* source =
+      "#define CLBUF_BOX(NAME, W) \\\n"
+      "__kernel void NAME(__global const W* src, ulong s0, ulong srow, ulong sslice, \\\n"
+      "                   __global W* dst, ulong d0, ulong drow, ulong dslice) { \\\n"
+      "  const ulong x = get_global_id(0), y = get_global_id(1), z = get_global_id(2); \\\n"
+      "  dst[d0 + x + y * drow + z * dslice] = src[s0 + x + y * srow + z * sslice]; \\\n"
+      "}\n"
+      "CLBUF_BOX(clbuf_box_1, uchar)\n"
+      "CLBUF_BOX(clbuf_box_2, ushort)\n"
+      "CLBUF_BOX(clbuf_box_4, uint)\n"
+      "CLBUF_BOX(clbuf_box_8, ulong)\n"
+      "CLBUF_BOX(clbuf_box_16, uint4)\n";
+
+  /// Builds the program and its kernels for `queue`'s device; false at the first failure (the
+  /// objects made until then are never used).
+  bool build(const clbuf::detail::Queue& queue) noexcept {
     static const char* const names[5] = {"clbuf_box_1", "clbuf_box_2", "clbuf_box_4", "clbuf_box_8",
                                          "clbuf_box_16"};
-    static const char* const words[5] = {"uchar", "ushort", "uint", "ulong", "uint4"};
-    std::string text;
-    for (int k = 0; k < 5; ++k) {
-      text += std::string("__kernel void ") + names[k] + "(__global const " + words[k] +
-              "* src, ulong s0, ulong srow, ulong sslice, __global " + words[k] +
-              "* dst, ulong d0, ulong drow, ulong dslice) {\n"
-              "  const ulong x = get_global_id(0), y = get_global_id(1), z = get_global_id(2);\n"
-              "  dst[d0 + x + y * drow + z * dslice] = src[s0 + x + y * srow + z * sslice];\n"
-              "}\n";
-    }
     cl_context context = nullptr;
     cl_device_id device = nullptr;
-    if (CLBUF_CL(clGetCommandQueueInfo)(queue.get(), CL_QUEUE_CONTEXT, sizeof(context), &context,
-                                        nullptr) != CL_SUCCESS ||
-        CLBUF_CL(clGetCommandQueueInfo)(queue.get(), CL_QUEUE_DEVICE, sizeof(device), &device,
-                                        nullptr) != CL_SUCCESS) {
-      return false;
+    cl_int err = CLBUF_CL(clGetCommandQueueInfo)(queue.get(), CL_QUEUE_CONTEXT, sizeof(context),
+                                                 &context, nullptr);
+    if (err == CL_SUCCESS) {
+      err = CLBUF_CL(clGetCommandQueueInfo)(queue.get(), CL_QUEUE_DEVICE, sizeof(device), &device,
+                                            nullptr);
     }
-    cl_int err = CL_SUCCESS;
-    const char* source = text.c_str();
-    const std::size_t length = text.size();
-    program_ =
-        cl::Program(CLBUF_CL(clCreateProgramWithSource)(context, 1, &source, &length, &err), false);
-    if (err != CL_SUCCESS ||
-        CLBUF_CL(clBuildProgram)(program_(), 1, &device, "", nullptr, nullptr) != CL_SUCCESS) {
-      return false;
+    const char* text = source;
+    if (err == CL_SUCCESS) {
+      program_ =
+          cl::Program(CLBUF_CL(clCreateProgramWithSource)(context, 1, &text, nullptr, &err), false);
     }
-    for (int k = 0; k < 5; ++k) {
+    if (err == CL_SUCCESS)
+      err = CLBUF_CL(clBuildProgram)(program_(), 1, &device, "", nullptr, nullptr);
+    for (int k = 0; k < 5 && err == CL_SUCCESS; ++k) {
       kernels_[k] = cl::Kernel(CLBUF_CL(clCreateKernel)(program_(), names[k], &err), false);
-      if (err != CL_SUCCESS) return false;
     }
-    return true;
+    return err == CL_SUCCESS;
   }
 
   State state_ = State::unknown;
