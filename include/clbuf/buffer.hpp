@@ -152,7 +152,7 @@ class DeviceBuffer {
     std::swap(root_, other.root_);
     std::swap(root_offset_, other.root_offset_);
     std::swap(native_view_, other.native_view_);
-    std::swap(host_access_, other.host_access_);
+    std::swap(access_, other.access_);
     std::swap(pool_, other.pool_);
     std::swap(context_, other.context_);
     std::swap(keep_context_, other.keep_context_);
@@ -166,9 +166,9 @@ class DeviceBuffer {
   cl::Buffer root_;                           // a view's root, an adopted sub-buffer's parent
   std::size_t root_offset_ = 0;               // bytes from the start of root()
   std::shared_ptr<detail::NativeView> native_view_;  // a view's native(); null otherwise
-  cl_mem_flags host_access_ = 0;                     // CL_MEM_HOST_* of adopted memory
-  cl_context context_ = nullptr;                     // kept alive by memory_.buffer, else by:
-  cl::Context keep_context_;                         // retained only when memory_ has no buffer
+  cl_mem_flags access_ = 0;       // CL_MEM_HOST_*, CL_MEM_READ_ONLY, _WRITE_ONLY of adopted memory
+  cl_context context_ = nullptr;  // kept alive by memory_.buffer, else by:
+  cl::Context keep_context_;      // retained only when memory_ has no buffer
   std::size_t size_ = 0;
   std::vector<std::size_t> shape_;
 };

@@ -258,7 +258,7 @@ class BufferManager {
     const char* op = "download";
     auto entry = gate_.enter(op);
     check(op, buffer);
-    detail::check_host_access(op, buffer.host_access_, true, false);
+    detail::check_host_access(op, buffer.access_, true, false);
     return engine_.read_new(op, buffer.memory_, 0, buffer.size_bytes(), [&](const void* from) {
       return from == nullptr
                  ? detail::new_vector<T>(op, buffer.size())
@@ -300,7 +300,7 @@ class BufferManager {
     const char* op = "download_async";
     auto entry = gate_.enter(op);
     check(op, buffer);
-    detail::check_host_access(op, buffer.host_access_, true, false);
+    detail::check_host_access(op, buffer.access_, true, false);
     const std::vector<cl_event> wait = wait_list(op, after);
     std::vector<T> out = detail::new_vector<T>(op, buffer.size());
     hold(op, wait);
@@ -548,7 +548,7 @@ class BufferManager {
     memory.buffer = std::move(buffer);
     memory.capacity = facts.size;
     DeviceBuffer<T> adopted(std::move(memory), nullptr, device_.context(), count, {count});
-    adopted.host_access_ = facts.host_access;
+    adopted.access_ = facts.access;
     if (facts.parent != nullptr) {
       adopted.root_ = cl::Buffer(facts.parent, true);
       adopted.root_offset_ = facts.offset;
@@ -582,7 +582,7 @@ class BufferManager {
     result.root_offset_ = parent.root_offset_ + offset * sizeof(T);
     result.lease_ = lease;
     result.native_view_ = std::move(native);
-    result.host_access_ = parent.host_access_;
+    result.access_ = parent.access_;
     return result;
   }
 
@@ -604,8 +604,7 @@ class BufferManager {
     check(op, buffer);
     detail::check_range(op, mode == MapMode::read ? "read" : "write", count, offset, buffer.size(),
                         sizeof(T));
-    detail::check_host_access(op, buffer.host_access_, mode != MapMode::write,
-                              mode != MapMode::read);
+    detail::check_host_access(op, buffer.access_, mode != MapMode::write, mode != MapMode::read);
     if (count == 0) return MappedView<T>();
     const std::shared_ptr<detail::Lease>& lease = buffer.share_memory();
     void* mapped = device_.queue().map(op, buffer.memory_.buffer(), detail::map_flags(mode),
@@ -748,8 +747,8 @@ class BufferManager {
     detail::check_same_size(operation, src.size(), dst.size());
     check_apart(operation, src, 0, dst, 0, src.size_bytes());
     if (source.device_.context()() != device_.context()()) {  // through host memory
-      detail::check_host_access(operation, src.host_access_, true, false);
-      detail::check_host_access(operation, dst.host_access_, false, true);
+      detail::check_host_access(operation, src.access_, true, false);
+      detail::check_host_access(operation, dst.access_, false, true);
     }
   }
 
@@ -770,7 +769,7 @@ class BufferManager {
     check(operation, buffer);
     detail::check_host_pointer(operation, out, count);
     detail::check_range(operation, "read", count, offset, buffer.size(), sizeof(T));
-    detail::check_host_access(operation, buffer.host_access_, true, false);
+    detail::check_host_access(operation, buffer.access_, true, false);
     detail::check_not_mapped(operation, buffer.lease_.get(), out, count, sizeof(T));
   }
 
@@ -850,7 +849,7 @@ class BufferManager {
     const detail::RectSide device_side =
         detail::rect_side(op, to_device ? "destination" : "source", region.size, device_origin,
                           device_extents, buffer.size(), sizeof(T));
-    detail::check_host_access(op, buffer.host_access_, !to_device, to_device);
+    detail::check_host_access(op, buffer.access_, !to_device, to_device);
     const std::vector<cl_event> wait = after ? wait_list(op, *after) : std::vector<cl_event>();
     if (detail::rect_empty(region.size)) return detail::Started();
     detail::check_not_mapped(op, buffer.lease_.get(), host, count, sizeof(T));
@@ -906,7 +905,7 @@ class BufferManager {
     check(op, dst);
     detail::check_host_pointer(op, data, count);
     detail::check_range(op, "write", count, dst_offset, dst.size(), sizeof(T));
-    detail::check_host_access(op, dst.host_access_, false, true);
+    detail::check_host_access(op, dst.access_, false, true);
     if (count == 0) return;
     detail::check_not_mapped(op, dst.lease_.get(), data, count, sizeof(T));
     engine_.write(op, dst.memory_, dst_offset * sizeof(T), data, count * sizeof(T), host);
@@ -939,7 +938,7 @@ class BufferManager {
     check(op, dst);
     detail::check_host_pointer(op, data, count);
     detail::check_range(op, "write", count, dst_offset, dst.size(), sizeof(T));
-    detail::check_host_access(op, dst.host_access_, false, true);
+    detail::check_host_access(op, dst.access_, false, true);
     detail::check_not_mapped(op, dst.lease_.get(), data, count, sizeof(T));
     hold(op, wait_list(op, after));
     detail::Started start = engine_.write_async(op, dst.memory_, dst_offset * sizeof(T), data,

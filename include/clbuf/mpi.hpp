@@ -630,8 +630,7 @@ class Communicator {
   template <class T>
   void check_buffer(const char* op, const DeviceBuffer<T>& buffer, bool read, bool write) const {
     clbuf::detail::check_buffer(op, buffer.valid(), buffer.context(), core_->context());
-    clbuf::detail::check_host_access(op, clbuf::detail::BufferAccess::host_access(buffer), read,
-                                     write);
+    clbuf::detail::check_host_access(op, clbuf::detail::BufferAccess::access(buffer), read, write);
   }
 
   /// `all` (the root's) holds count * size() elements.
@@ -1104,15 +1103,11 @@ class HaloExchange {
       field_ = manager.view(field, 0, field.size());
       // A box goes straight (read into the exchange's pinned memory, written from it) where the
       // host may read and write the field; else through the pack and unpack buffers.
-      const cl_mem_flags access = clbuf::detail::BufferAccess::host_access(field);
-      straight_ =
-          (access & (CL_MEM_HOST_NO_ACCESS | CL_MEM_HOST_READ_ONLY | CL_MEM_HOST_WRITE_ONLY)) == 0;
+      const cl_mem_flags access = clbuf::detail::BufferAccess::access(field);
+      straight_ = clbuf::detail::host_access_bits(access) == 0;
       // A kernel may only read and write a field made CL_MEM_READ_WRITE (copies may do both to
       // any buffer): a field made read-only or write-only for kernels is packed by rect copies.
-      cl_mem_flags flags = CL_MEM_READ_ONLY;
-      CLBUF_CL(clGetMemObjectInfo)
-      (field_.native_root()(), CL_MEM_FLAGS, sizeof(flags), &flags, nullptr);
-      kernel_may_ = (flags & (CL_MEM_READ_ONLY | CL_MEM_WRITE_ONLY)) == 0;
+      kernel_may_ = clbuf::detail::kernel_access_bits(access) == 0;
       reads_.clear();
       reads_.resize(plan_.size());
       sends_.clear();

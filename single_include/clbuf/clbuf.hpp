@@ -1001,15 +1001,22 @@ namespace detail {
 /// What clGetMemObjectInfo says about a buffer to adopt.
 struct MemoryFacts {
   cl_context context = nullptr;
-  std::size_t size = 0;          ///< CL_MEM_SIZE
-  cl_mem parent = nullptr;       ///< CL_MEM_ASSOCIATED_MEMOBJECT: set for a sub-buffer
-  std::size_t offset = 0;        ///< CL_MEM_OFFSET within the parent
-  cl_mem_flags host_access = 0;  ///< its CL_MEM_HOST_* flags (a sub-buffer's, else inherited)
+  std::size_t size = 0;     ///< CL_MEM_SIZE
+  cl_mem parent = nullptr;  ///< CL_MEM_ASSOCIATED_MEMOBJECT: set for a sub-buffer
+  std::size_t offset = 0;   ///< CL_MEM_OFFSET within the parent
+  /// Its CL_MEM_HOST_* flags (a sub-buffer's, else inherited) and CL_MEM_READ_ONLY /
+  /// CL_MEM_WRITE_ONLY (what kernels may do; a sub-buffer's and its parent's).
+  cl_mem_flags access = 0;
 };
 
 /// The CL_MEM_HOST_* bits of a CL_MEM_FLAGS value.
 constexpr cl_mem_flags host_access_bits(cl_mem_flags flags) noexcept {
   return flags & (CL_MEM_HOST_WRITE_ONLY | CL_MEM_HOST_READ_ONLY | CL_MEM_HOST_NO_ACCESS);
+}
+
+/// The CL_MEM_READ_ONLY and CL_MEM_WRITE_ONLY bits of a CL_MEM_FLAGS value (kernels' access).
+constexpr cl_mem_flags kernel_access_bits(cl_mem_flags flags) noexcept {
+  return flags & (CL_MEM_READ_ONLY | CL_MEM_WRITE_ONLY);
 }
 
 /// @throws Error CL_INVALID_MEM_OBJECT for a null buffer, or the query's code.
@@ -1026,12 +1033,15 @@ inline MemoryFacts memory_facts(const char* operation, cl_mem buffer) {
   query(CL_MEM_OFFSET, sizeof(facts.offset), &facts.offset);
   cl_mem_flags flags = 0;
   query(CL_MEM_FLAGS, sizeof(flags), &flags);
-  facts.host_access = host_access_bits(flags);
-  if (facts.host_access == 0 && facts.parent != nullptr) {  // a sub-buffer inherits its parent's
+  cl_mem_flags host = host_access_bits(flags);
+  cl_mem_flags kernel = kernel_access_bits(flags);
+  if (facts.parent != nullptr) {  // a sub-buffer inherits what it does not set from its parent
     check(CLBUF_CL(clGetMemObjectInfo)(facts.parent, CL_MEM_FLAGS, sizeof(flags), &flags, nullptr),
           operation, "clGetMemObjectInfo");
-    facts.host_access = host_access_bits(flags);
+    if (host == 0) host = host_access_bits(flags);
+    kernel |= kernel_access_bits(flags);
   }
+  facts.access = host | kernel;
   return facts;
 }
 
@@ -1228,7 +1238,7 @@ class DeviceBuffer {
     std::swap(root_, other.root_);
     std::swap(root_offset_, other.root_offset_);
     std::swap(native_view_, other.native_view_);
-    std::swap(host_access_, other.host_access_);
+    std::swap(access_, other.access_);
     std::swap(pool_, other.pool_);
     std::swap(context_, other.context_);
     std::swap(keep_context_, other.keep_context_);
@@ -1242,9 +1252,9 @@ class DeviceBuffer {
   cl::Buffer root_;                           // a view's root, an adopted sub-buffer's parent
   std::size_t root_offset_ = 0;               // bytes from the start of root()
   std::shared_ptr<detail::NativeView> native_view_;  // a view's native(); null otherwise
-  cl_mem_flags host_access_ = 0;                     // CL_MEM_HOST_* of adopted memory
-  cl_context context_ = nullptr;                     // kept alive by memory_.buffer, else by:
-  cl::Context keep_context_;                         // retained only when memory_ has no buffer
+  cl_mem_flags access_ = 0;       // CL_MEM_HOST_*, CL_MEM_READ_ONLY, _WRITE_ONLY of adopted memory
+  cl_context context_ = nullptr;  // kept alive by memory_.buffer, else by:
+  cl::Context keep_context_;      // retained only when memory_ has no buffer
   std::size_t size_ = 0;
   std::vector<std::size_t> shape_;
 };
@@ -2391,8 +2401,9 @@ inline void check_adopt_capacity(const char* operation, std::size_t count, std::
   }
 }
 
-/// The host may read (`read`) and write (`write`) a buffer whose CL_MEM_HOST_* flags are
-/// `host_access` (0 for every buffer clbuf makes; an adopted buffer's own). Checked by clbuf on
+/// The host may read (`read`) and write (`write`) a buffer whose CL_MEM_HOST_* flags are those
+/// of `host_access` (0 for every buffer clbuf makes; an adopted buffer's own; other bits are
+/// ignored). Checked by clbuf on
 /// every vendor: some drivers (NVIDIA's) let a host-read-only buffer be mapped for writing.
 inline void check_host_access(const char* operation, cl_mem_flags host_access, bool read,
                               bool write) {
@@ -5204,7 +5215,7 @@ class BufferManager {
     const char* op = "download";
     auto entry = gate_.enter(op);
     check(op, buffer);
-    detail::check_host_access(op, buffer.host_access_, true, false);
+    detail::check_host_access(op, buffer.access_, true, false);
     return engine_.read_new(op, buffer.memory_, 0, buffer.size_bytes(), [&](const void* from) {
       return from == nullptr
                  ? detail::new_vector<T>(op, buffer.size())
@@ -5246,7 +5257,7 @@ class BufferManager {
     const char* op = "download_async";
     auto entry = gate_.enter(op);
     check(op, buffer);
-    detail::check_host_access(op, buffer.host_access_, true, false);
+    detail::check_host_access(op, buffer.access_, true, false);
     const std::vector<cl_event> wait = wait_list(op, after);
     std::vector<T> out = detail::new_vector<T>(op, buffer.size());
     hold(op, wait);
@@ -5494,7 +5505,7 @@ class BufferManager {
     memory.buffer = std::move(buffer);
     memory.capacity = facts.size;
     DeviceBuffer<T> adopted(std::move(memory), nullptr, device_.context(), count, {count});
-    adopted.host_access_ = facts.host_access;
+    adopted.access_ = facts.access;
     if (facts.parent != nullptr) {
       adopted.root_ = cl::Buffer(facts.parent, true);
       adopted.root_offset_ = facts.offset;
@@ -5528,7 +5539,7 @@ class BufferManager {
     result.root_offset_ = parent.root_offset_ + offset * sizeof(T);
     result.lease_ = lease;
     result.native_view_ = std::move(native);
-    result.host_access_ = parent.host_access_;
+    result.access_ = parent.access_;
     return result;
   }
 
@@ -5550,8 +5561,7 @@ class BufferManager {
     check(op, buffer);
     detail::check_range(op, mode == MapMode::read ? "read" : "write", count, offset, buffer.size(),
                         sizeof(T));
-    detail::check_host_access(op, buffer.host_access_, mode != MapMode::write,
-                              mode != MapMode::read);
+    detail::check_host_access(op, buffer.access_, mode != MapMode::write, mode != MapMode::read);
     if (count == 0) return MappedView<T>();
     const std::shared_ptr<detail::Lease>& lease = buffer.share_memory();
     void* mapped = device_.queue().map(op, buffer.memory_.buffer(), detail::map_flags(mode),
@@ -5694,8 +5704,8 @@ class BufferManager {
     detail::check_same_size(operation, src.size(), dst.size());
     check_apart(operation, src, 0, dst, 0, src.size_bytes());
     if (source.device_.context()() != device_.context()()) {  // through host memory
-      detail::check_host_access(operation, src.host_access_, true, false);
-      detail::check_host_access(operation, dst.host_access_, false, true);
+      detail::check_host_access(operation, src.access_, true, false);
+      detail::check_host_access(operation, dst.access_, false, true);
     }
   }
 
@@ -5716,7 +5726,7 @@ class BufferManager {
     check(operation, buffer);
     detail::check_host_pointer(operation, out, count);
     detail::check_range(operation, "read", count, offset, buffer.size(), sizeof(T));
-    detail::check_host_access(operation, buffer.host_access_, true, false);
+    detail::check_host_access(operation, buffer.access_, true, false);
     detail::check_not_mapped(operation, buffer.lease_.get(), out, count, sizeof(T));
   }
 
@@ -5796,7 +5806,7 @@ class BufferManager {
     const detail::RectSide device_side =
         detail::rect_side(op, to_device ? "destination" : "source", region.size, device_origin,
                           device_extents, buffer.size(), sizeof(T));
-    detail::check_host_access(op, buffer.host_access_, !to_device, to_device);
+    detail::check_host_access(op, buffer.access_, !to_device, to_device);
     const std::vector<cl_event> wait = after ? wait_list(op, *after) : std::vector<cl_event>();
     if (detail::rect_empty(region.size)) return detail::Started();
     detail::check_not_mapped(op, buffer.lease_.get(), host, count, sizeof(T));
@@ -5852,7 +5862,7 @@ class BufferManager {
     check(op, dst);
     detail::check_host_pointer(op, data, count);
     detail::check_range(op, "write", count, dst_offset, dst.size(), sizeof(T));
-    detail::check_host_access(op, dst.host_access_, false, true);
+    detail::check_host_access(op, dst.access_, false, true);
     if (count == 0) return;
     detail::check_not_mapped(op, dst.lease_.get(), data, count, sizeof(T));
     engine_.write(op, dst.memory_, dst_offset * sizeof(T), data, count * sizeof(T), host);
@@ -5885,7 +5895,7 @@ class BufferManager {
     check(op, dst);
     detail::check_host_pointer(op, data, count);
     detail::check_range(op, "write", count, dst_offset, dst.size(), sizeof(T));
-    detail::check_host_access(op, dst.host_access_, false, true);
+    detail::check_host_access(op, dst.access_, false, true);
     detail::check_not_mapped(op, dst.lease_.get(), data, count, sizeof(T));
     hold(op, wait_list(op, after));
     detail::Started start = engine_.write_async(op, dst.memory_, dst_offset * sizeof(T), data,

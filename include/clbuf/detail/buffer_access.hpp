@@ -36,10 +36,11 @@ struct BufferAccess {
   static void keep_out_of_pool(const DeviceBuffer<T>& buffer) noexcept {
     if (buffer.lease_) buffer.lease_->reusable.store(false);
   }
-  /// The CL_MEM_HOST_* flags of an adopted buffer (0 for memory clbuf made).
+  /// The CL_MEM_HOST_* and CL_MEM_READ_ONLY / CL_MEM_WRITE_ONLY flags of an adopted buffer (0
+  /// for memory clbuf made).
   template <class T>
-  static cl_mem_flags host_access(const DeviceBuffer<T>& buffer) noexcept {
-    return buffer.host_access_;
+  static cl_mem_flags access(const DeviceBuffer<T>& buffer) noexcept {
+    return buffer.access_;
   }
 };
 

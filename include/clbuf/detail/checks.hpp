@@ -92,8 +92,9 @@ inline void check_adopt_capacity(const char* operation, std::size_t count, std::
   }
 }
 
-/// The host may read (`read`) and write (`write`) a buffer whose CL_MEM_HOST_* flags are
-/// `host_access` (0 for every buffer clbuf makes; an adopted buffer's own). Checked by clbuf on
+/// The host may read (`read`) and write (`write`) a buffer whose CL_MEM_HOST_* flags are those
+/// of `host_access` (0 for every buffer clbuf makes; an adopted buffer's own; other bits are
+/// ignored). Checked by clbuf on
 /// every vendor: some drivers (NVIDIA's) let a host-read-only buffer be mapped for writing.
 inline void check_host_access(const char* operation, cl_mem_flags host_access, bool read,
                               bool write) {

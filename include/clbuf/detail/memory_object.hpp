@@ -21,15 +21,22 @@ namespace detail {
 /// What clGetMemObjectInfo says about a buffer to adopt.
 struct MemoryFacts {
   cl_context context = nullptr;
-  std::size_t size = 0;          ///< CL_MEM_SIZE
-  cl_mem parent = nullptr;       ///< CL_MEM_ASSOCIATED_MEMOBJECT: set for a sub-buffer
-  std::size_t offset = 0;        ///< CL_MEM_OFFSET within the parent
-  cl_mem_flags host_access = 0;  ///< its CL_MEM_HOST_* flags (a sub-buffer's, else inherited)
+  std::size_t size = 0;     ///< CL_MEM_SIZE
+  cl_mem parent = nullptr;  ///< CL_MEM_ASSOCIATED_MEMOBJECT: set for a sub-buffer
+  std::size_t offset = 0;   ///< CL_MEM_OFFSET within the parent
+  /// Its CL_MEM_HOST_* flags (a sub-buffer's, else inherited) and CL_MEM_READ_ONLY /
+  /// CL_MEM_WRITE_ONLY (what kernels may do; a sub-buffer's and its parent's).
+  cl_mem_flags access = 0;
 };
 
 /// The CL_MEM_HOST_* bits of a CL_MEM_FLAGS value.
 constexpr cl_mem_flags host_access_bits(cl_mem_flags flags) noexcept {
   return flags & (CL_MEM_HOST_WRITE_ONLY | CL_MEM_HOST_READ_ONLY | CL_MEM_HOST_NO_ACCESS);
+}
+
+/// The CL_MEM_READ_ONLY and CL_MEM_WRITE_ONLY bits of a CL_MEM_FLAGS value (kernels' access).
+constexpr cl_mem_flags kernel_access_bits(cl_mem_flags flags) noexcept {
+  return flags & (CL_MEM_READ_ONLY | CL_MEM_WRITE_ONLY);
 }
 
 /// @throws Error CL_INVALID_MEM_OBJECT for a null buffer, or the query's code.
@@ -46,12 +53,15 @@ inline MemoryFacts memory_facts(const char* operation, cl_mem buffer) {
   query(CL_MEM_OFFSET, sizeof(facts.offset), &facts.offset);
   cl_mem_flags flags = 0;
   query(CL_MEM_FLAGS, sizeof(flags), &flags);
-  facts.host_access = host_access_bits(flags);
-  if (facts.host_access == 0 && facts.parent != nullptr) {  // a sub-buffer inherits its parent's
+  cl_mem_flags host = host_access_bits(flags);
+  cl_mem_flags kernel = kernel_access_bits(flags);
+  if (facts.parent != nullptr) {  // a sub-buffer inherits what it does not set from its parent
     check(CLBUF_CL(clGetMemObjectInfo)(facts.parent, CL_MEM_FLAGS, sizeof(flags), &flags, nullptr),
           operation, "clGetMemObjectInfo");
-    facts.host_access = host_access_bits(flags);
+    if (host == 0) host = host_access_bits(flags);
+    kernel |= kernel_access_bits(flags);
   }
+  facts.access = host | kernel;
   return facts;
 }
 
