@@ -4,7 +4,7 @@
 # Release build folder made on Debian 12 and the ICD loader packages in .dev/:
 #   bench/gpu_run.sh BUILD_DIR OUT_DIR STAGE...
 # (stages: suite tests bench async streaming sweep staging seed bounce every_size small mid duplex
-# fault latency rss xdev)
+# fault latency ceiling rss xdev)
 # Where .dev/*.deb and /usr/lib/libnvidia-opencl.so both exist, the loader and clinfo are unpacked
 # into /tmp/cl and OCL_ICD_VENDORS points at NVIDIA's driver alone; elsewhere (PoCL here) the
 # system's OpenCL is used as it is.
@@ -56,6 +56,11 @@
 # fault (at most FAULT_TIMEOUT, 420 s): fault_test on the GPU, its sweeps split by fault site over
 # FAULT_SHARDS processes (CLBUF_FAULT_SHARD, one CLBUF_TEST_SEED: FAULT_SEED), into
 # OUT_DIR/fault.txt.
+# ceiling (~3 minutes, issue 19): CEILING_ROUNDS (2) rounds of wait_latency's sections 5-6 (clbuf's
+# staging pattern by hand at 64 MiB and CEILING_BIG_MIB, default 1024: copy only, the ceiling of a
+# staged transfer, and with the DMA; a CL_MEM_USE_HOST_PTR buffer over the caller's pages) and
+# clbuf_bench's staged transfers (CEILING_SIZES, default 64M,256M,1G; with naive and best practice)
+# in turn, into OUT_DIR/ceiling.txt.
 # latency (~1 minute): bench/wait_latency (what completing one small command costs each way,
 # thread wake-up, memcpy with 1..12 threads into and out of pinned memory) into OUT_DIR/latency.txt.
 # BENCH_ARGS (default none) is added to every clbuf_bench call of every_size, small and mid, after the
@@ -579,6 +584,18 @@ fi
 if [[ $stages == *" latency "* ]]; then
 echo "== what waiting and the host-side pieces cost (wait_latency)"
 timeout 240 "$build/bench/wait_latency" --reps "${LATENCY_REPS:-2000}" | tee "$out/latency.txt"
+fi
+
+if [[ $stages == *" ceiling "* ]]; then
+echo "== staged bandwidth against its own ceiling: clbuf's staging pattern by hand (copy only, with the DMA) and clbuf_bench, interleaved"
+for round in $(seq 1 "${CEILING_ROUNDS:-2}"); do
+  echo "-- round $round: wait_latency sections 5-6 (${CEILING_BIG_MIB:-1024} MiB)"
+  timeout 240 "$build/bench/wait_latency" --reps 30 --sections 56 --big-mib "${CEILING_BIG_MIB:-1024}"
+  echo "-- round $round: clbuf_bench"
+  timeout 240 "$bench" --sizes "${CEILING_SIZES:-64M,256M,1G}" \
+    --ops upload_existing,download_caller,upload_fresh_repeat_64MiB --methods clbuf,clhpp_naive,clhpp_best \
+    --target-s 0.4 --max-reps 12 ${BENCH_ARGS:-}
+done 2>&1 | tee "$out/ceiling.txt"
 fi
 
 if [[ $stages == *" rss "* ]]; then
