@@ -58,7 +58,7 @@
 # OUT_DIR/fault.txt.
 # ceiling (~3 minutes, issue 19): CEILING_ROUNDS (2) rounds of wait_latency's sections 5-6 (clbuf's
 # staging pattern by hand at 64 MiB and CEILING_BIG_MIB, default 1024: copy only, the ceiling of a
-# staged transfer, and with the DMA; a CL_MEM_USE_HOST_PTR buffer over the caller's pages) and
+# staged transfer; with the DMA; with the DMA and staggered first chunks; a CL_MEM_USE_HOST_PTR buffer over the caller's pages) and
 # clbuf_bench's staged transfers (CEILING_SIZES, default 64M,256M,1G; with naive and best practice)
 # in turn, into OUT_DIR/ceiling.txt.
 # latency (~1 minute): bench/wait_latency (what completing one small command costs each way,

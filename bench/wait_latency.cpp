@@ -370,7 +370,8 @@ int main(int argc, char** argv) {
     // buffer instead, which the host's caches do not hold); with the DMA (an upload copies into
     // a slot, enqueues a non-blocking write and flushes, waiting for a slot's last write before
     // reusing it; a download reads into a slot, waits, copies out) is the pipeline by hand, with
-    // none of clbuf's bookkeeping. GB/s of payload, median of 5 after a warm-up.
+    // none of clbuf's bookkeeping; staggered, the same with smaller first chunks (below). GB/s of
+    // payload, median of 5 after a warm-up.
     {
       const std::size_t chunk = std::size_t{1} << 20;
       const unsigned max_threads = 16;
@@ -386,10 +387,22 @@ int main(int argc, char** argv) {
       if (big_bytes > sizes.front()) sizes.push_back(big_bytes);
       for (const std::size_t bytes : sizes) {
         for (const bool to_device : {true, false}) {
-          for (const bool dma : {false, true}) {
+          for (const int mode : {0, 1, 2}) {  // copy only; with the DMA; the same, staggered
+            const bool dma = mode > 0;
             for (const unsigned threads : {8u, 12u, 16u}) {
               clbuf::detail::WorkerPool pool(threads);
-              const std::size_t chunks = (bytes + chunk - 1) / chunk;
+              // Where each chunk starts: 1 MiB apart, or (staggered) the first `threads` chunks
+              // 1/threads, 2/threads, .. of a chunk, so that the threads finish their chunks
+              // spread over a chunk's copy time instead of all at once (the DMA engine then gets
+              // a chunk at a time, and the first one sooner).
+              std::vector<std::size_t> starts{0};
+              for (unsigned k = 0; mode == 2 && k < threads && starts.back() < bytes; ++k) {
+                starts.push_back(starts.back() +
+                                 clbuf::detail::round_up((k + 1) * chunk / threads, 4096));
+              }
+              while (starts.back() < bytes) starts.push_back(starts.back() + chunk);
+              starts.back() = bytes;
+              const std::size_t chunks = starts.size() - 1;
               const double us = median_us([&] {
                 std::atomic<std::size_t> next{0};
                 auto task = [&](unsigned index) noexcept {
@@ -403,8 +416,8 @@ int main(int argc, char** argv) {
                   };
                   int turn = 0;
                   for (std::size_t k; (k = next.fetch_add(1)) < chunks; turn ^= 1) {
-                    const std::size_t at = k * chunk;
-                    const std::size_t length = std::min(chunk, bytes - at);
+                    const std::size_t at = starts[k];
+                    const std::size_t length = starts[k + 1] - at;
                     settle(turn);
                     if (to_device) {
                       std::memcpy(mine[turn], big_up.data() + at, length);
@@ -430,7 +443,10 @@ int main(int argc, char** argv) {
               });
               std::printf("%-58s %9.2f GB/s\n",
                           ("pattern " + std::to_string(bytes >> 20) + " MiB " +
-                           (to_device ? "up" : "down") + (dma ? ", with DMA, " : ", copy only, ") +
+                           (to_device ? "up" : "down") +
+                           (mode == 0   ? ", copy only, "
+                            : mode == 1 ? ", with DMA, "
+                                        : ", staggered, ") +
                            std::to_string(threads) + " threads")
                               .c_str(),
                           static_cast<double>(bytes) / us / 1e3);
