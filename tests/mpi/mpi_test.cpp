@@ -1414,7 +1414,8 @@ TEST_P(MpiHalo, ThinBoxesAreNotRectCopiesWhereTheDeviceBuildsTheKernel) {
 }
 
 // A field made read-only or write-only for kernels is never packed by the kernel (it may not
-// write or read there), only by rect copies, which may: every box still arrives exact.
+// write or read there), only by rect copies, which may: every box still arrives exact. So is a
+// sub-buffer of a field made so (it has its parent's flags).
 TEST_P(MpiHalo, FieldKernelsMayOnlyReadOrOnlyWriteIsPackedByRectCopies) {
   Cart cart(3, 7U);
   const clbuf::Extents interior{4, 3, 2};
@@ -1426,18 +1427,32 @@ TEST_P(MpiHalo, FieldKernelsMayOnlyReadOrOnlyWriteIsPackedByRectCopies) {
   clbuf::mpi::HaloExchange<float> halo(comm,
                                        clbuf::mpi::cartesian_faces(cart.comm, interior, 1, false));
   const std::vector<float> before = halo_reference<float>(cart, interior, 1, false, 5, false);
+  const std::size_t align = manager_->context()
+                                .getInfo<CL_CONTEXT_DEVICES>()
+                                .at(0)
+                                .getInfo<CL_DEVICE_MEM_BASE_ADDR_ALIGN>() /
+                            8;
+  const std::size_t bytes = before.size() * sizeof(float);
   for (const cl_mem_flags access :
        {cl_mem_flags{CL_MEM_READ_ONLY}, cl_mem_flags{CL_MEM_WRITE_ONLY}}) {
-    cl::Buffer limited(manager_->context(), access, before.size() * sizeof(float));
-    clbuf::DeviceBuffer<float> field = manager_->adopt<float>(limited, before.size());
-    manager_->upload(field, before);
-    const std::uint64_t copies = manager_->stats().copy.operations;
-    halo.start(field);
-    halo.finish();
-    EXPECT_EQ(manager_->stats().copy.operations - copies, 12U) << "flags " << access;
-    EXPECT_TRUE(
-        same(halo_reference<float>(cart, interior, 1, false, 5, true), manager_->download(field)))
-        << "flags " << access;
+    // The buffer made so, and a sub-buffer (flags 0: its parent's) of a parent made so.
+    for (const bool sub : {false, true}) {
+      cl::Buffer limited(manager_->context(), access, sub ? align + bytes : bytes);
+      if (sub) {
+        const cl_buffer_region part{align, bytes};
+        limited = limited.createSubBuffer(0, CL_BUFFER_CREATE_TYPE_REGION, &part);
+      }
+      clbuf::DeviceBuffer<float> field = manager_->adopt<float>(limited, before.size());
+      manager_->upload(field, before);
+      const std::uint64_t copies = manager_->stats().copy.operations;
+      halo.start(field);
+      halo.finish();
+      EXPECT_EQ(manager_->stats().copy.operations - copies, 12U)
+          << "flags " << access << (sub ? ", a sub-buffer" : "");
+      EXPECT_TRUE(
+          same(halo_reference<float>(cart, interior, 1, false, 5, true), manager_->download(field)))
+          << "flags " << access << (sub ? ", a sub-buffer" : "");
+    }
   }
 }
 
