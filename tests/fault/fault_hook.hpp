@@ -12,8 +12,9 @@
 //   - armed `on_device`, a clEnqueueWriteBuffer is accepted and runs, then reads as failed on the
 //     device (its event's status negative; a blocking one returns
 //     CL_EXEC_STATUS_ERROR_FOR_EVENTS_IN_WAIT_LIST): the failure a buffered upload can only
-//     report later. A blocking clEnqueueReadBuffer whose wait list holds such an event reads
-//     nothing and returns CL_EXEC_STATUS_ERROR_FOR_EVENTS_IN_WAIT_LIST, as OpenCL 1.2 says.
+//     report later. So does a clEnqueueNDRangeKernel (a kernel that fails as it runs). A blocking
+//     clEnqueueReadBuffer whose wait list holds such an event reads nothing and returns
+//     CL_EXEC_STATUS_ERROR_FOR_EVENTS_IN_WAIT_LIST, as OpenCL 1.2 says.
 // Include this file instead of <clbuf/clbuf.hpp>, and before anything that includes clbuf.
 #ifndef CLBUF_TESTS_FAULT_HOOK_HPP
 #define CLBUF_TESTS_FAULT_HOOK_HPP
@@ -67,6 +68,12 @@ enum Site : int {
   CreateUserEvent,
   EnqueueMarkerWithWaitList,
   EnqueueBarrierWithWaitList,
+  CreateProgramWithSource,  // the rest: clbuf::mpi's kernels (mpi_fault_test)
+  BuildProgram,
+  GetProgramBuildInfo,
+  CreateKernel,
+  SetKernelArg,
+  EnqueueNDRangeKernel,
   site_count
 };
 
@@ -98,7 +105,13 @@ inline const char* site_name(int site) {
                                           "clGetMemObjectInfo",
                                           "clCreateUserEvent",
                                           "clEnqueueMarkerWithWaitList",
-                                          "clEnqueueBarrierWithWaitList"};
+                                          "clEnqueueBarrierWithWaitList",
+                                          "clCreateProgramWithSource",
+                                          "clBuildProgram",
+                                          "clGetProgramBuildInfo",
+                                          "clCreateKernel",
+                                          "clSetKernelArg",
+                                          "clEnqueueNDRangeKernel"};
   return names[site];
 }
 
@@ -381,6 +394,57 @@ inline cl_int clEnqueueBarrierWithWaitList(cl_command_queue q, cl_uint n, const 
                                            cl_event* event) {
   if (state().hit(EnqueueBarrierWithWaitList)) return CL_OUT_OF_RESOURCES;
   return ::clEnqueueBarrierWithWaitList(q, n, wait, event);
+}
+
+inline cl_program clCreateProgramWithSource(cl_context c, cl_uint n, const char** lines,
+                                            const size_t* lengths, cl_int* err) {
+  if (state().hit(CreateProgramWithSource)) {
+    if (err) *err = CL_OUT_OF_HOST_MEMORY;
+    return nullptr;
+  }
+  return ::clCreateProgramWithSource(c, n, lines, lengths, err);
+}
+inline cl_int clBuildProgram(cl_program p, cl_uint n, const cl_device_id* devices,
+                             const char* options, void(CL_CALLBACK* notify)(cl_program, void*),
+                             void* user) {
+  // As a device without a compiler, or a build that fails: the program is left unbuilt.
+  if (state().hit(BuildProgram)) return CL_BUILD_PROGRAM_FAILURE;
+  return ::clBuildProgram(p, n, devices, options, notify, user);
+}
+inline cl_int clGetProgramBuildInfo(cl_program p, cl_device_id d, cl_program_build_info what,
+                                    size_t size, void* value, size_t* size_ret) {
+  if (state().hit(GetProgramBuildInfo)) return CL_OUT_OF_RESOURCES;
+  return ::clGetProgramBuildInfo(p, d, what, size, value, size_ret);
+}
+inline cl_kernel clCreateKernel(cl_program p, const char* name, cl_int* err) {
+  if (state().hit(CreateKernel)) {
+    if (err) *err = CL_OUT_OF_RESOURCES;
+    return nullptr;
+  }
+  return ::clCreateKernel(p, name, err);
+}
+inline cl_int clSetKernelArg(cl_kernel k, cl_uint index, size_t size, const void* value) {
+  if (state().hit(SetKernelArg)) return CL_OUT_OF_RESOURCES;
+  return ::clSetKernelArg(k, index, size, value);
+}
+inline cl_int clEnqueueNDRangeKernel(cl_command_queue q, cl_kernel k, cl_uint dims,
+                                     const size_t* offset, const size_t* global,
+                                     const size_t* local, cl_uint n, const cl_event* wait,
+                                     cl_event* event) {
+  if (!state().hit(EnqueueNDRangeKernel)) {
+    return ::clEnqueueNDRangeKernel(q, k, dims, offset, global, local, n, wait, event);
+  }
+  if (!state().on_device) return CL_OUT_OF_RESOURCES;
+  cl_event mine = nullptr;
+  const cl_int err = ::clEnqueueNDRangeKernel(q, k, dims, offset, global, local, n, wait, &mine);
+  if (err != CL_SUCCESS) return err;
+  state().mark_failed(1, &mine);
+  if (event != nullptr) {
+    *event = mine;
+  } else {
+    ::clReleaseEvent(mine);
+  }
+  return CL_SUCCESS;
 }
 
 }  // namespace clbuf_fault

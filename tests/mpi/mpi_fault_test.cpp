@@ -1,0 +1,180 @@
+// SPDX-License-Identifier: MIT
+// clbuf::mpi's OpenCL kernels under fault injection (tests/fault/fault_hook.hpp), on every rank at
+// once: HaloExchange's pack kernel and allreduce's device reduction, when the program does not
+// build, when a launch is refused and when a kernel fails as it runs. Every failure is a
+// clbuf::Error naming the call, no rank is left waiting, the data is exact or unchanged, and the
+// next call (faults off) works. Run under mpiexec on 2 and 3 ranks (label mpi).
+#include "../fault/fault_hook.hpp"
+
+#include <gtest/gtest.h>
+#include <mpi.h>
+#include <clbuf/mpi.hpp>
+
+#include <cstdint>
+#include <cstdlib>
+#include <iostream>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "halo_grid.hpp"
+
+namespace {
+
+using clbuf_fault::state;
+using halo_grid::Cart;
+using halo_grid::halo_reference;
+
+class MpiFault : public ::testing::Test {
+ protected:
+  void SetUp() override { manager_ = std::make_unique<clbuf::BufferManager>(); }
+  void TearDown() override { state().disarm(); }
+
+  /// A Communicator whose HaloExchange packs every box of two rows or more by the kernel.
+  clbuf::mpi::Communicator kernel_communicator(MPI_Comm comm) {
+    clbuf::mpi::Options options;
+    options.halo_direct_max_bytes = 0;
+    options.halo_kernel_max_row_bytes = SIZE_MAX;
+    options.halo_kernel_min_rows = 0;
+    return clbuf::mpi::Communicator(*manager_, comm, options);
+  }
+
+  std::unique_ptr<clbuf::BufferManager> manager_;
+};
+
+// The x faces of a 2-D field with one cell a row: the boxes the kernel packs.
+const clbuf::Extents kInterior{3, 40, 1};
+
+// A device that cannot build the pack kernel (no compiler, a failed build) packs by rect copies:
+// the exchange is exact, and the build is not tried again.
+TEST_F(MpiFault, PackKernelThatDoesNotBuildLeavesRectCopies) {
+  Cart cart(2, 3U);
+  clbuf::mpi::Communicator comm = kernel_communicator(cart.comm);
+  clbuf::mpi::HaloExchange<float> halo(comm,
+                                       clbuf::mpi::cartesian_faces(cart.comm, kInterior, 1, false));
+  state().arm(clbuf_fault::BuildProgram, 1, /*keep_failing=*/true);
+  for (std::uint32_t round = 1; round <= 2; ++round) {
+    clbuf::DeviceBuffer<float> field =
+        manager_->upload(halo_reference<float>(cart, kInterior, 1, false, round, false));
+    const std::uint64_t copies = manager_->stats().copy.operations;
+    halo.start(field);
+    halo.finish();
+    EXPECT_GT(manager_->stats().copy.operations, copies) << "round " << round;
+    EXPECT_EQ(halo_reference<float>(cart, kInterior, 1, false, round, true),
+              manager_->download(field))
+        << "round " << round;
+  }
+  EXPECT_EQ(state().calls[clbuf_fault::BuildProgram], 1) << "the build is tried once";
+  EXPECT_EQ(state().calls[clbuf_fault::EnqueueNDRangeKernel], 0);
+}
+
+// A pack kernel the driver refuses to launch: start() throws a clbuf::Error naming the call before
+// any message is posted (on every rank alike, so none waits), and the exchange is reusable.
+TEST_F(MpiFault, PackKernelLaunchRefusedIsAnErrorAndTheExchangeGoesOn) {
+  Cart cart(2, 3U);
+  clbuf::mpi::Communicator comm = kernel_communicator(cart.comm);
+  clbuf::mpi::HaloExchange<float> halo(comm,
+                                       clbuf::mpi::cartesian_faces(cart.comm, kInterior, 1, false));
+  const std::vector<float> before = halo_reference<float>(cart, kInterior, 1, false, 3, false);
+  clbuf::DeviceBuffer<float> field = manager_->upload(before);
+  state().arm(clbuf_fault::EnqueueNDRangeKernel, 1, /*keep_failing=*/false);
+  try {
+    halo.start(field);
+    ADD_FAILURE() << "start() did not throw";
+  } catch (const clbuf::Error& e) {
+    EXPECT_EQ(e.code(), CL_OUT_OF_RESOURCES);
+    EXPECT_NE(std::string(e.what()).find("HaloExchange::start"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("clEnqueueNDRangeKernel"), std::string::npos) << e.what();
+  }
+  state().disarm();
+  EXPECT_EQ(before, manager_->download(field)) << "a failed start() wrote into the field";
+  halo.start(field);
+  halo.finish();
+  EXPECT_EQ(halo_reference<float>(cart, kInterior, 1, false, 3, true), manager_->download(field));
+}
+
+// A kernel that fails as it runs (its event's status negative): finish() waits for every message
+// and throws a clbuf::Error; test() ends as well; the next exchange is exact.
+TEST_F(MpiFault, PackKernelFailingOnTheDeviceIsAnErrorFromFinish) {
+  Cart cart(2, 3U);
+  clbuf::mpi::Communicator comm = kernel_communicator(cart.comm);
+  clbuf::mpi::HaloExchange<float> halo(comm,
+                                       clbuf::mpi::cartesian_faces(cart.comm, kInterior, 1, false));
+  clbuf::DeviceBuffer<float> field =
+      manager_->upload(halo_reference<float>(cart, kInterior, 1, false, 4, false));
+  for (const bool by_test : {false, true}) {
+    state().arm(clbuf_fault::EnqueueNDRangeKernel, 1, false, /*failing_on_device=*/true);
+    halo.start(field);
+    try {
+      if (by_test) {
+        while (!halo.test()) {
+        }
+      }
+      halo.finish();
+      ADD_FAILURE() << "no error" << (by_test ? " from test()" : " from finish()");
+    } catch (const clbuf::Error& e) {
+      EXPECT_EQ(e.code(), CL_OUT_OF_RESOURCES) << e.what();
+      EXPECT_NE(std::string(e.what()).find("HaloExchange::finish"), std::string::npos) << e.what();
+    }
+    EXPECT_EQ(state().fired, 1);
+    state().disarm();
+  }
+  clbuf::DeviceBuffer<float> next =
+      manager_->upload(halo_reference<float>(cart, kInterior, 1, false, 5, false));
+  halo.start(next);
+  halo.finish();
+  EXPECT_EQ(halo_reference<float>(cart, kInterior, 1, false, 5, true), manager_->download(next));
+}
+
+// allreduce on the device: a reduction kernel that does not build is a clbuf::Error naming
+// clBuildProgram on every rank (each reduces its own part: none waits), the buffer unchanged.
+TEST_F(MpiFault, AllreduceKernelThatDoesNotBuildIsAnErrorAndChangesNothing) {
+  clbuf::mpi::Options options;
+  options.device_reduce_bytes = 0;  // every reduction on the device
+  clbuf::mpi::Communicator comm(*manager_, MPI_COMM_WORLD, options);
+  std::vector<std::int32_t> mine(1000);
+  for (std::size_t i = 0; i < mine.size(); ++i) {
+    mine[i] = static_cast<std::int32_t>(i) * (comm.rank() + 1);
+  }
+  clbuf::DeviceBuffer<std::int32_t> buffer = manager_->upload(mine);
+  state().arm(clbuf_fault::BuildProgram, 1, /*keep_failing=*/false);
+  try {
+    comm.allreduce(buffer);
+    ADD_FAILURE() << "allreduce did not throw";
+  } catch (const clbuf::Error& e) {
+    EXPECT_EQ(e.code(), CL_BUILD_PROGRAM_FAILURE);
+    EXPECT_NE(std::string(e.what()).find("clBuildProgram"), std::string::npos) << e.what();
+  }
+  state().disarm();
+  EXPECT_EQ(mine, manager_->download(buffer)) << "a failed allreduce changed the buffer";
+  comm.allreduce(buffer);
+  const int ranks = comm.size();
+  std::vector<std::int32_t> sum(mine.size());
+  for (std::size_t i = 0; i < sum.size(); ++i) {
+    sum[i] = static_cast<std::int32_t>(i) * ranks * (ranks + 1) / 2;
+  }
+  EXPECT_EQ(sum, manager_->download(buffer));
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  int provided = 0;
+  MPI_Init_thread(&argc, &argv, MPI_THREAD_FUNNELED, &provided);
+  ::testing::InitGoogleTest(&argc, argv);
+  int rank = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  if (const char* seed = std::getenv("CLBUF_TEST_SEED")) {
+    halo_grid::g_seed = static_cast<std::uint32_t>(std::strtoul(seed, nullptr, 10));
+  } else if (rank == 0) {
+    halo_grid::g_seed = std::random_device()();
+  }
+  MPI_Bcast(&halo_grid::g_seed, 1, MPI_UINT32_T, 0, MPI_COMM_WORLD);
+  if (rank == 0)
+    std::cout << "[ seed     ] " << halo_grid::g_seed << " (CLBUF_TEST_SEED to repeat)\n";
+  const int failed = RUN_ALL_TESTS();
+  int any = 0;
+  MPI_Allreduce(&failed, &any, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+  MPI_Finalize();
+  return any;
+}
