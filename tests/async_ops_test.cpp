@@ -198,6 +198,79 @@ TEST_P(AsyncOps, AnOperationWaitsForTheEventsItIsGiven) {
   EXPECT_TRUE(same_bytes(data, paths().download(upload.get())));
 }
 
+// An event of `after` that fails (the application's kernel failed; here a user event set to an
+// error) fails the operation waiting for it: its Future throws a clbuf::Error naming it, the
+// process lives on (PoCL 3.1 aborts in clSetUserEventStatus when a barrier waiting for the event
+// has been released: clbuf keeps it until it has ended), and the manager works afterwards.
+TEST_P(AsyncOps, AnOperationWhoseEventFailsIsAnErrorAndTheManagerGoesOn) {
+  const std::size_t count = 3 * kStagedBytes / sizeof(int) + 1;
+  const auto data = random<int>(count);
+  auto buffer = paths().upload(data);
+  auto other = paths().allocate<int>(count);
+  std::vector<int> out(count, -1);
+  const auto fails = [&](const char* op, const auto& start) {
+    cl::UserEvent gate(paths().context());
+    auto future = start(std::vector<cl::Event>{gate});
+    gate.setStatus(-5);
+    try {
+      future.wait();
+      ADD_FAILURE() << op << " did not fail";
+    } catch (const clbuf::Error& e) {
+      EXPECT_LT(e.code(), 0) << e.what();
+      EXPECT_NE(std::string(e.what()).find(op), std::string::npos) << e.what();
+    }
+  };
+  fails("download_async",
+        [&](const std::vector<cl::Event>& after) { return paths().download_async(buffer, after); });
+  fails("download_async", [&](const std::vector<cl::Event>& after) {
+    return paths().download_async(buffer, out.data(), count, 0, after);
+  });
+  fails("upload_async",
+        [&](const std::vector<cl::Event>& after) { return paths().upload_async(data, after); });
+  fails("upload_async", [&](const std::vector<cl::Event>& after) {
+    return paths().upload_async(other, data, 0, after);
+  });
+  fails("fill_async",
+        [&](const std::vector<cl::Event>& after) { return paths().fill_async(other, 7, after); });
+  fails("copy_bytes_async", [&](const std::vector<cl::Event>& after) {
+    return paths().copy_bytes_async(buffer, other, count * sizeof(int), 0, 0, after);
+  });
+  paths().finish();
+  // The manager goes on: every path exact.
+  auto again = paths().upload(data);
+  EXPECT_TRUE(same_bytes(data, paths().download(again)));
+  paths().copy(again, other);
+  EXPECT_TRUE(same_bytes(data, paths().download_async(other).get()));
+}
+
+// A copy between two managers (two contexts) whose source queue holds a failed command (an
+// operation waiting for an application's event that failed) fails with a clbuf::Error; no
+// process abort (the barriers waiting for clbuf's own user events are kept until those
+// complete), and both managers work afterwards.
+TEST_P(AsyncOps, ACopyBetweenManagersBehindAFailedEventIsAnError) {
+  clbuf::BufferManager target;
+  ASSERT_NE(target.context()(), paths().context()());
+  const std::size_t count = 3 * kStagedBytes / sizeof(int) + 1;
+  const auto data = random<int>(count);
+  auto src = paths().upload(data);
+  auto dst = target.allocate<int>(count);
+  cl::UserEvent gate(paths().context());
+  auto fill = paths().fill_async(src, 5, {gate});
+  auto copy = target.copy_from_async(paths(), src, dst);
+  gate.setStatus(-5);
+  EXPECT_THROW(fill.wait(), clbuf::Error);
+  try {
+    copy.wait();
+  } catch (const clbuf::Error& e) {  // the copy waited for the failed fill: it may fail too
+    EXPECT_NE(std::string(e.what()).find("copy_from_async"), std::string::npos) << e.what();
+  }
+  paths().finish();
+  target.finish();
+  auto again = paths().upload(data);
+  target.copy_from(paths(), again, dst);
+  EXPECT_TRUE(same_bytes(data, target.download(dst)));
+}
+
 TEST_P(AsyncOps, NullEventsInAfterAreSkipped) {
   auto buffer = paths().upload(random<int>(100));
   auto fill = paths().fill_async(buffer, 3, {cl::Event(), cl::Event()});

@@ -661,7 +661,9 @@ class BufferManager {
         hold(op, {before()});
       }
       start.event = engine_.copy_async(op, src.memory_, 0, dst.memory_, 0, src.size_bytes());
-      if (theirs.get() != device_.queue().get()) theirs.barrier(op, {start.event()});
+      if (theirs.get() != device_.queue().get()) {
+        source.kept_.keep(theirs.barrier(op, {start.event()}));
+      }
     }
     src.fence(pool_.get(), start.event);
     dst.fence(pool_.get(), start.event);
@@ -695,6 +697,7 @@ class BufferManager {
     std::string what;
     gate_.close([&]() noexcept {
       err = device_.queue().finish_code();
+      kept_.clear();
       buffered = engine_.settle_code(&what);
       engine_.close();
       pool_->close();
@@ -809,11 +812,12 @@ class BufferManager {
   }
 
   /// Holds the queue's later commands until each of `events` has completed (before OpenCL 1.2,
-  /// which has no barrier with a wait list, the host waits for them).
+  /// which has no barrier with a wait list, the host waits for them). The barrier's event is
+  /// kept until it has ended (detail::KeptEvents: an event of the application's may fail).
   void hold(const char* operation, const std::vector<cl_event>& events) {
     if (events.empty()) return;
     if (device_.opencl_1_2()) {
-      device_.queue().barrier(operation, events);
+      kept_.keep(device_.queue().barrier(operation, events));
     } else {
       detail::Queue::wait(operation, events);
     }
@@ -953,6 +957,7 @@ class BufferManager {
   detail::DeviceContext device_;              // device, context, queue, resolved options
   std::shared_ptr<detail::MemoryPool> pool_;  // shared with the buffers it serves
   detail::TransferEngine engine_;             // the path rule; copier, stager, telemetry
+  detail::KeptEvents kept_;                   // barriers for events not clbuf's, until they end
 };
 
 namespace detail {

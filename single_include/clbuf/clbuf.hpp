@@ -1749,6 +1749,262 @@ inline SelectionReport explain_selection(const std::string& selector = std::stri
 #ifndef CLBUF_DETAIL_ASYNC_HPP
 #define CLBUF_DETAIL_ASYNC_HPP
 
+// ---- clbuf/detail/queue.hpp
+// Checked queue operations: each wraps one OpenCL call behind CLBUF_CL and turns a failure into
+// an Error naming the operation and the call (the shape of Boost.Compute's command_queue). The
+// queue is in order; `blocking` calls return when the command has completed.
+#ifndef CLBUF_DETAIL_QUEUE_HPP
+#define CLBUF_DETAIL_QUEUE_HPP
+
+#include <algorithm>
+#include <cstddef>
+#include <mutex>
+#include <utility>
+#include <vector>
+
+namespace clbuf {
+namespace detail {
+
+class Queue {
+ public:
+  Queue() = default;
+  explicit Queue(cl::CommandQueue queue) noexcept : queue_(std::move(queue)) {}
+
+  /// A new in-order queue of `context` on `device`. Wraps clCreateCommandQueue: the entry point
+  /// every driver has (1.2 ones lack the 2.0 clCreateCommandQueueWithProperties); the C headers
+  /// mark it deprecated from 2.0 on unless CL_USE_DEPRECATED_OPENCL_1_2_APIS, which is the
+  /// application's to choose, so the warning is silenced here, for this call alone.
+  static Queue create(const char* operation, cl_context context, cl_device_id device) {
+    cl_int err = CL_SUCCESS;
+#if defined(__GNUC__) || defined(__clang__)
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wdeprecated-declarations"
+#elif defined(_MSC_VER)
+#pragma warning(push)
+#pragma warning(disable : 4996)
+#endif
+    Queue queue(cl::CommandQueue(CLBUF_CL(clCreateCommandQueue)(context, device, 0, &err), false));
+#if defined(__GNUC__) || defined(__clang__)
+#pragma GCC diagnostic pop
+#elif defined(_MSC_VER)
+#pragma warning(pop)
+#endif
+    check(err, operation, "clCreateCommandQueue");
+    return queue;
+  }
+
+  /// A new in-order queue of `context` on the device of `other`.
+  static Queue beside(const char* operation, cl_context context, const Queue& other) {
+    cl_device_id device = nullptr;
+    check(CLBUF_CL(clGetCommandQueueInfo)(other.get(), CL_QUEUE_DEVICE, sizeof(device), &device,
+                                          nullptr),
+          operation, "clGetCommandQueueInfo");
+    return create(operation, context, device);
+  }
+
+  const cl::CommandQueue& handle() const noexcept { return queue_; }
+  cl_command_queue get() const noexcept { return queue_(); }
+
+  /// Host -> buffer. Non-blocking calls return the command's event; the host memory must
+  /// stay alive until it completes.
+  cl::Event write(const char* operation, cl_mem buffer, std::size_t offset, std::size_t bytes,
+                  const void* host, bool blocking) const {
+    cl_event event = nullptr;
+    check(CLBUF_CL(clEnqueueWriteBuffer)(queue_(), buffer, blocking ? CL_TRUE : CL_FALSE, offset,
+                                         bytes, host, 0, nullptr, blocking ? nullptr : &event),
+          operation, "clEnqueueWriteBuffer");
+    return cl::Event(event, false);
+  }
+
+  /// Buffer -> host; as write().
+  cl::Event read(const char* operation, cl_mem buffer, std::size_t offset, std::size_t bytes,
+                 void* host, bool blocking) const {
+    cl_event event = nullptr;
+    check(CLBUF_CL(clEnqueueReadBuffer)(queue_(), buffer, blocking ? CL_TRUE : CL_FALSE, offset,
+                                        bytes, host, 0, nullptr, blocking ? nullptr : &event),
+          operation, "clEnqueueReadBuffer");
+    return cl::Event(event, false);
+  }
+
+  /// Buffer -> host, blocking, once the `count` commands of `wait` have completed; the driver's
+  /// code (CL_EXEC_STATUS_ERROR_FOR_EVENTS_IN_WAIT_LIST when one of them failed), unchecked.
+  cl_int read_after(cl_mem buffer, std::size_t offset, std::size_t bytes, void* host, cl_uint count,
+                    const cl_event* wait) const noexcept {
+    return CLBUF_CL(clEnqueueReadBuffer)(queue_(), buffer, CL_TRUE, offset, bytes, host, count,
+                                         count == 0 ? nullptr : wait, nullptr);
+  }
+
+  /// Buffer -> buffer on the device; returns the command's event.
+  cl::Event copy(const char* operation, cl_mem src, cl_mem dst, std::size_t src_offset,
+                 std::size_t dst_offset, std::size_t bytes) const {
+    cl_event event = nullptr;
+    check(CLBUF_CL(clEnqueueCopyBuffer)(queue_(), src, dst, src_offset, dst_offset, bytes, 0,
+                                        nullptr, &event),
+          operation, "clEnqueueCopyBuffer");
+    return cl::Event(event, false);
+  }
+
+  /// Repeats `pattern` (`size` bytes, a power of two up to 128) over `bytes` bytes.
+  cl::Event fill(const char* operation, cl_mem buffer, const void* pattern, std::size_t size,
+                 std::size_t offset, std::size_t bytes) const {
+    cl_event event = nullptr;
+    check(CLBUF_CL(clEnqueueFillBuffer)(queue_(), buffer, pattern, size, offset, bytes, 0, nullptr,
+                                        &event),
+          operation, "clEnqueueFillBuffer");
+    return cl::Event(event, false);
+  }
+
+  /// A rectangular write (`to_device`) or read between `buffer` and `host`; origins, region and
+  /// pitches in bytes as OpenCL takes them. Non-blocking calls return the command's event.
+  cl::Event transfer_rect(const char* operation, bool to_device, cl_mem buffer,
+                          const std::size_t buffer_origin[3], const std::size_t host_origin[3],
+                          const std::size_t region[3], std::size_t buffer_row_pitch,
+                          std::size_t buffer_slice_pitch, std::size_t host_row_pitch,
+                          std::size_t host_slice_pitch, void* host, bool blocking) const {
+    cl_event event = nullptr;
+    cl_event* out = blocking ? nullptr : &event;
+    const cl_bool block = blocking ? CL_TRUE : CL_FALSE;
+    if (to_device) {
+      check(CLBUF_CL(clEnqueueWriteBufferRect)(
+                queue_(), buffer, block, buffer_origin, host_origin, region, buffer_row_pitch,
+                buffer_slice_pitch, host_row_pitch, host_slice_pitch, host, 0, nullptr, out),
+            operation, "clEnqueueWriteBufferRect");
+    } else {
+      check(CLBUF_CL(clEnqueueReadBufferRect)(
+                queue_(), buffer, block, buffer_origin, host_origin, region, buffer_row_pitch,
+                buffer_slice_pitch, host_row_pitch, host_slice_pitch, host, 0, nullptr, out),
+            operation, "clEnqueueReadBufferRect");
+    }
+    return cl::Event(event, false);
+  }
+
+  /// A rectangular copy on the device; returns the command's event.
+  cl::Event copy_rect(const char* operation, cl_mem src, cl_mem dst,
+                      const std::size_t src_origin[3], const std::size_t dst_origin[3],
+                      const std::size_t region[3], std::size_t src_row_pitch,
+                      std::size_t src_slice_pitch, std::size_t dst_row_pitch,
+                      std::size_t dst_slice_pitch) const {
+    cl_event event = nullptr;
+    check(CLBUF_CL(clEnqueueCopyBufferRect)(queue_(), src, dst, src_origin, dst_origin, region,
+                                            src_row_pitch, src_slice_pitch, dst_row_pitch,
+                                            dst_slice_pitch, 0, nullptr, &event),
+          operation, "clEnqueueCopyBufferRect");
+    return cl::Event(event, false);
+  }
+
+  /// Gives the queue a 4-byte buffer of its own for marker() (DeviceContext does, on OpenCL
+  /// 1.2 devices); only this queue may write it.
+  void set_fence(cl::Buffer fence) noexcept { fence_ = std::move(fence); }
+
+  /// A marker: its event completes when every command queued before it has. With a fence
+  /// buffer, a 4-byte write into it; without, clEnqueueMarkerWithWaitList (OpenCL 1.2). NVIDIA's
+  /// driver completes a marker only once the device's other queues are idle too (on the H200 a
+  /// marker on an idle queue of its own completed when a 40 ms kernel on another queue did,
+  /// bench/async_overlap), which held every staged transfer behind the application's kernels; a
+  /// write completes in its own queue's order.
+  cl::Event marker(const char* operation) const {
+    cl_event event = nullptr;
+    if (fence_() != nullptr) {
+      static const cl_uint zero = 0;  // read by the driver until the write completes: static
+      check(CLBUF_CL(clEnqueueWriteBuffer)(queue_(), fence_(), CL_FALSE, 0, sizeof(zero), &zero, 0,
+                                           nullptr, &event),
+            operation, "clEnqueueWriteBuffer (a marker)");
+    } else {
+      check(CLBUF_CL(clEnqueueMarkerWithWaitList)(queue_(), 0, nullptr, &event), operation,
+            "clEnqueueMarkerWithWaitList");
+    }
+    return cl::Event(event, false);
+  }
+
+  /// Holds every later command of the queue until each of `events` has completed; returns the
+  /// barrier's event. Wraps clEnqueueBarrierWithWaitList (OpenCL 1.2).
+  cl::Event barrier(const char* operation, const std::vector<cl_event>& events) const {
+    cl_event event = nullptr;
+    check(CLBUF_CL(clEnqueueBarrierWithWaitList)(queue_(), static_cast<cl_uint>(events.size()),
+                                                 events.empty() ? nullptr : events.data(), &event),
+          operation, "clEnqueueBarrierWithWaitList");
+    return cl::Event(event, false);
+  }
+
+  /// Maps `bytes` at `offset` for the host (blocking).
+  void* map(const char* operation, cl_mem buffer, cl_map_flags flags, std::size_t offset,
+            std::size_t bytes) const {
+    cl_int err = CL_SUCCESS;
+    void* mapped = CLBUF_CL(clEnqueueMapBuffer)(queue_(), buffer, CL_TRUE, flags, offset, bytes, 0,
+                                                nullptr, nullptr, &err);
+    check(err, operation, "clEnqueueMapBuffer");
+    return mapped;
+  }
+
+  /// clFinish's code, for cleanup(), which must release everything before it reports.
+  cl_int finish_code() const noexcept {
+    return queue_() != nullptr ? CLBUF_CL(clFinish)(queue_()) : CL_SUCCESS;
+  }
+
+  void finish(const char* operation) const {
+    check(CLBUF_CL(clFinish)(queue_()), operation, "clFinish");
+  }
+
+  /// Without a flush an asynchronous transfer may never start, and ready() would poll forever.
+  void flush(const char* operation) const {
+    check(CLBUF_CL(clFlush)(queue_()), operation, "clFlush");
+  }
+
+  /// Blocks until `event`'s command has completed.
+  static void wait(const char* operation, const cl::Event& event) {
+    cl_event handle = event();
+    check(CLBUF_CL(clWaitForEvents)(1, &handle), operation, "clWaitForEvents");
+  }
+
+  /// Blocks until every one of `events` (of one context) has completed.
+  static void wait(const char* operation, const std::vector<cl_event>& events) {
+    if (events.empty()) return;
+    check(CLBUF_CL(clWaitForEvents)(static_cast<cl_uint>(events.size()), events.data()), operation,
+          "clWaitForEvents");
+  }
+
+ private:
+  cl::CommandQueue queue_;
+  cl::Buffer fence_;  // marker()'s, if set
+};
+
+/// Events kept until their commands have ended: the barriers that hold a queue for events clbuf
+/// does not own (an application's `after`). PoCL 3.1 aborts the process in clSetUserEventStatus
+/// (pocl_update_event_failed) when an event fails while a barrier waiting for it has already
+/// been released by its owner; a barrier still referenced fails like any command. Each keep()
+/// first releases those that have ended. Thread-safe.
+class KeptEvents {
+ public:
+  void keep(cl::Event event) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    events_.erase(std::remove_if(events_.begin(), events_.end(), ended), events_.end());
+    events_.push_back(std::move(event));  // std::bad_alloc: released, as before this class
+  }
+  /// Releases every event (call once the queue has finished).
+  void clear() noexcept {
+    std::lock_guard<std::mutex> lock(mutex_);
+    events_.clear();
+  }
+
+ private:
+  /// Completed or failed; one that cannot be asked is kept.
+  static bool ended(const cl::Event& event) noexcept {
+    cl_int status = CL_QUEUED;
+    return CLBUF_CL(clGetEventInfo)(event(), CL_EVENT_COMMAND_EXECUTION_STATUS, sizeof(status),
+                                    &status, nullptr) == CL_SUCCESS &&
+           status <= CL_COMPLETE;
+  }
+
+  std::mutex mutex_;
+  std::vector<cl::Event> events_;
+};
+
+}  // namespace detail
+}  // namespace clbuf
+
+#endif  // CLBUF_DETAIL_QUEUE_HPP
+// ---- end of clbuf/detail/queue.hpp
+
 #include <condition_variable>
 #include <cstddef>
 #include <cstdint>
@@ -1827,11 +2083,14 @@ class UserEvent {
     event_ = cl::Event(CLBUF_CL(clCreateUserEvent)(context, &err), false);
     check(err, operation, "clCreateUserEvent");
   }
-  UserEvent(UserEvent&& other) noexcept : event_(std::exchange(other.event_, cl::Event())) {}
+  UserEvent(UserEvent&& other) noexcept
+      : event_(std::exchange(other.event_, cl::Event())),
+        barrier_(std::exchange(other.barrier_, cl::Event())) {}
   UserEvent& operator=(UserEvent&& other) noexcept {
     if (this != &other) {
       complete();
       event_ = std::exchange(other.event_, cl::Event());
+      barrier_ = std::exchange(other.barrier_, cl::Event());
     }
     return *this;
   }
@@ -1841,6 +2100,15 @@ class UserEvent {
 
   cl_event get() const noexcept { return event_(); }
 
+  /// Holds `queue`'s later commands until complete(); returns the barrier's event. The barrier
+  /// is kept until then: PoCL 3.1 aborts the process in clSetUserEventStatus when a barrier
+  /// waiting for the user event has already failed (a command before it on the queue failed,
+  /// e.g. one waiting for an application's event that failed) and been released by its owner.
+  cl::Event barrier(const char* operation, const Queue& queue) {
+    barrier_ = queue.barrier(operation, {event_()});
+    return barrier_;
+  }
+
   /// Lets every command waiting for the event run; a second call does nothing. A job's failure
   /// is reported through its Outcome, never through the event's status, which would fail every
   /// command queued after it.
@@ -1848,10 +2116,12 @@ class UserEvent {
     if (event_() == nullptr) return;
     CLBUF_CL(clSetUserEventStatus)(event_(), CL_COMPLETE);
     event_ = cl::Event();
+    barrier_ = cl::Event();
   }
 
  private:
   cl::Event event_;
+  cl::Event barrier_;  // a barrier waiting for event_, kept until complete()
 };
 
 /// The handles of `after` to wait for: null handles are skipped (a Future with nothing left to
@@ -2496,228 +2766,6 @@ inline void check_rect_overlap(const char* operation, std::size_t a, const RectS
 #ifndef CLBUF_DETAIL_DEVICE_CONTEXT_HPP
 #define CLBUF_DETAIL_DEVICE_CONTEXT_HPP
 
-// ---- clbuf/detail/queue.hpp
-// Checked queue operations: each wraps one OpenCL call behind CLBUF_CL and turns a failure into
-// an Error naming the operation and the call (the shape of Boost.Compute's command_queue). The
-// queue is in order; `blocking` calls return when the command has completed.
-#ifndef CLBUF_DETAIL_QUEUE_HPP
-#define CLBUF_DETAIL_QUEUE_HPP
-
-#include <cstddef>
-#include <utility>
-#include <vector>
-
-namespace clbuf {
-namespace detail {
-
-class Queue {
- public:
-  Queue() = default;
-  explicit Queue(cl::CommandQueue queue) noexcept : queue_(std::move(queue)) {}
-
-  /// A new in-order queue of `context` on `device`. Wraps clCreateCommandQueue: the entry point
-  /// every driver has (1.2 ones lack the 2.0 clCreateCommandQueueWithProperties); the C headers
-  /// mark it deprecated from 2.0 on unless CL_USE_DEPRECATED_OPENCL_1_2_APIS, which is the
-  /// application's to choose, so the warning is silenced here, for this call alone.
-  static Queue create(const char* operation, cl_context context, cl_device_id device) {
-    cl_int err = CL_SUCCESS;
-#if defined(__GNUC__) || defined(__clang__)
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wdeprecated-declarations"
-#elif defined(_MSC_VER)
-#pragma warning(push)
-#pragma warning(disable : 4996)
-#endif
-    Queue queue(cl::CommandQueue(CLBUF_CL(clCreateCommandQueue)(context, device, 0, &err), false));
-#if defined(__GNUC__) || defined(__clang__)
-#pragma GCC diagnostic pop
-#elif defined(_MSC_VER)
-#pragma warning(pop)
-#endif
-    check(err, operation, "clCreateCommandQueue");
-    return queue;
-  }
-
-  /// A new in-order queue of `context` on the device of `other`.
-  static Queue beside(const char* operation, cl_context context, const Queue& other) {
-    cl_device_id device = nullptr;
-    check(CLBUF_CL(clGetCommandQueueInfo)(other.get(), CL_QUEUE_DEVICE, sizeof(device), &device,
-                                          nullptr),
-          operation, "clGetCommandQueueInfo");
-    return create(operation, context, device);
-  }
-
-  const cl::CommandQueue& handle() const noexcept { return queue_; }
-  cl_command_queue get() const noexcept { return queue_(); }
-
-  /// Host -> buffer. Non-blocking calls return the command's event; the host memory must
-  /// stay alive until it completes.
-  cl::Event write(const char* operation, cl_mem buffer, std::size_t offset, std::size_t bytes,
-                  const void* host, bool blocking) const {
-    cl_event event = nullptr;
-    check(CLBUF_CL(clEnqueueWriteBuffer)(queue_(), buffer, blocking ? CL_TRUE : CL_FALSE, offset,
-                                         bytes, host, 0, nullptr, blocking ? nullptr : &event),
-          operation, "clEnqueueWriteBuffer");
-    return cl::Event(event, false);
-  }
-
-  /// Buffer -> host; as write().
-  cl::Event read(const char* operation, cl_mem buffer, std::size_t offset, std::size_t bytes,
-                 void* host, bool blocking) const {
-    cl_event event = nullptr;
-    check(CLBUF_CL(clEnqueueReadBuffer)(queue_(), buffer, blocking ? CL_TRUE : CL_FALSE, offset,
-                                        bytes, host, 0, nullptr, blocking ? nullptr : &event),
-          operation, "clEnqueueReadBuffer");
-    return cl::Event(event, false);
-  }
-
-  /// Buffer -> host, blocking, once the `count` commands of `wait` have completed; the driver's
-  /// code (CL_EXEC_STATUS_ERROR_FOR_EVENTS_IN_WAIT_LIST when one of them failed), unchecked.
-  cl_int read_after(cl_mem buffer, std::size_t offset, std::size_t bytes, void* host, cl_uint count,
-                    const cl_event* wait) const noexcept {
-    return CLBUF_CL(clEnqueueReadBuffer)(queue_(), buffer, CL_TRUE, offset, bytes, host, count,
-                                         count == 0 ? nullptr : wait, nullptr);
-  }
-
-  /// Buffer -> buffer on the device; returns the command's event.
-  cl::Event copy(const char* operation, cl_mem src, cl_mem dst, std::size_t src_offset,
-                 std::size_t dst_offset, std::size_t bytes) const {
-    cl_event event = nullptr;
-    check(CLBUF_CL(clEnqueueCopyBuffer)(queue_(), src, dst, src_offset, dst_offset, bytes, 0,
-                                        nullptr, &event),
-          operation, "clEnqueueCopyBuffer");
-    return cl::Event(event, false);
-  }
-
-  /// Repeats `pattern` (`size` bytes, a power of two up to 128) over `bytes` bytes.
-  cl::Event fill(const char* operation, cl_mem buffer, const void* pattern, std::size_t size,
-                 std::size_t offset, std::size_t bytes) const {
-    cl_event event = nullptr;
-    check(CLBUF_CL(clEnqueueFillBuffer)(queue_(), buffer, pattern, size, offset, bytes, 0, nullptr,
-                                        &event),
-          operation, "clEnqueueFillBuffer");
-    return cl::Event(event, false);
-  }
-
-  /// A rectangular write (`to_device`) or read between `buffer` and `host`; origins, region and
-  /// pitches in bytes as OpenCL takes them. Non-blocking calls return the command's event.
-  cl::Event transfer_rect(const char* operation, bool to_device, cl_mem buffer,
-                          const std::size_t buffer_origin[3], const std::size_t host_origin[3],
-                          const std::size_t region[3], std::size_t buffer_row_pitch,
-                          std::size_t buffer_slice_pitch, std::size_t host_row_pitch,
-                          std::size_t host_slice_pitch, void* host, bool blocking) const {
-    cl_event event = nullptr;
-    cl_event* out = blocking ? nullptr : &event;
-    const cl_bool block = blocking ? CL_TRUE : CL_FALSE;
-    if (to_device) {
-      check(CLBUF_CL(clEnqueueWriteBufferRect)(
-                queue_(), buffer, block, buffer_origin, host_origin, region, buffer_row_pitch,
-                buffer_slice_pitch, host_row_pitch, host_slice_pitch, host, 0, nullptr, out),
-            operation, "clEnqueueWriteBufferRect");
-    } else {
-      check(CLBUF_CL(clEnqueueReadBufferRect)(
-                queue_(), buffer, block, buffer_origin, host_origin, region, buffer_row_pitch,
-                buffer_slice_pitch, host_row_pitch, host_slice_pitch, host, 0, nullptr, out),
-            operation, "clEnqueueReadBufferRect");
-    }
-    return cl::Event(event, false);
-  }
-
-  /// A rectangular copy on the device; returns the command's event.
-  cl::Event copy_rect(const char* operation, cl_mem src, cl_mem dst,
-                      const std::size_t src_origin[3], const std::size_t dst_origin[3],
-                      const std::size_t region[3], std::size_t src_row_pitch,
-                      std::size_t src_slice_pitch, std::size_t dst_row_pitch,
-                      std::size_t dst_slice_pitch) const {
-    cl_event event = nullptr;
-    check(CLBUF_CL(clEnqueueCopyBufferRect)(queue_(), src, dst, src_origin, dst_origin, region,
-                                            src_row_pitch, src_slice_pitch, dst_row_pitch,
-                                            dst_slice_pitch, 0, nullptr, &event),
-          operation, "clEnqueueCopyBufferRect");
-    return cl::Event(event, false);
-  }
-
-  /// Gives the queue a 4-byte buffer of its own for marker() (DeviceContext does, on OpenCL
-  /// 1.2 devices); only this queue may write it.
-  void set_fence(cl::Buffer fence) noexcept { fence_ = std::move(fence); }
-
-  /// A marker: its event completes when every command queued before it has. With a fence
-  /// buffer, a 4-byte write into it; without, clEnqueueMarkerWithWaitList (OpenCL 1.2). NVIDIA's
-  /// driver completes a marker only once the device's other queues are idle too (on the H200 a
-  /// marker on an idle queue of its own completed when a 40 ms kernel on another queue did,
-  /// bench/async_overlap), which held every staged transfer behind the application's kernels; a
-  /// write completes in its own queue's order.
-  cl::Event marker(const char* operation) const {
-    cl_event event = nullptr;
-    if (fence_() != nullptr) {
-      static const cl_uint zero = 0;  // read by the driver until the write completes: static
-      check(CLBUF_CL(clEnqueueWriteBuffer)(queue_(), fence_(), CL_FALSE, 0, sizeof(zero), &zero, 0,
-                                           nullptr, &event),
-            operation, "clEnqueueWriteBuffer (a marker)");
-    } else {
-      check(CLBUF_CL(clEnqueueMarkerWithWaitList)(queue_(), 0, nullptr, &event), operation,
-            "clEnqueueMarkerWithWaitList");
-    }
-    return cl::Event(event, false);
-  }
-
-  /// Holds every later command of the queue until each of `events` has completed; returns the
-  /// barrier's event. Wraps clEnqueueBarrierWithWaitList (OpenCL 1.2).
-  cl::Event barrier(const char* operation, const std::vector<cl_event>& events) const {
-    cl_event event = nullptr;
-    check(CLBUF_CL(clEnqueueBarrierWithWaitList)(queue_(), static_cast<cl_uint>(events.size()),
-                                                 events.empty() ? nullptr : events.data(), &event),
-          operation, "clEnqueueBarrierWithWaitList");
-    return cl::Event(event, false);
-  }
-
-  /// Maps `bytes` at `offset` for the host (blocking).
-  void* map(const char* operation, cl_mem buffer, cl_map_flags flags, std::size_t offset,
-            std::size_t bytes) const {
-    cl_int err = CL_SUCCESS;
-    void* mapped = CLBUF_CL(clEnqueueMapBuffer)(queue_(), buffer, CL_TRUE, flags, offset, bytes, 0,
-                                                nullptr, nullptr, &err);
-    check(err, operation, "clEnqueueMapBuffer");
-    return mapped;
-  }
-
-  /// clFinish's code, for cleanup(), which must release everything before it reports.
-  cl_int finish_code() const noexcept {
-    return queue_() != nullptr ? CLBUF_CL(clFinish)(queue_()) : CL_SUCCESS;
-  }
-
-  void finish(const char* operation) const {
-    check(CLBUF_CL(clFinish)(queue_()), operation, "clFinish");
-  }
-
-  /// Without a flush an asynchronous transfer may never start, and ready() would poll forever.
-  void flush(const char* operation) const {
-    check(CLBUF_CL(clFlush)(queue_()), operation, "clFlush");
-  }
-
-  /// Blocks until `event`'s command has completed.
-  static void wait(const char* operation, const cl::Event& event) {
-    cl_event handle = event();
-    check(CLBUF_CL(clWaitForEvents)(1, &handle), operation, "clWaitForEvents");
-  }
-
-  /// Blocks until every one of `events` (of one context) has completed.
-  static void wait(const char* operation, const std::vector<cl_event>& events) {
-    if (events.empty()) return;
-    check(CLBUF_CL(clWaitForEvents)(static_cast<cl_uint>(events.size()), events.data()), operation,
-          "clWaitForEvents");
-  }
-
- private:
-  cl::CommandQueue queue_;
-  cl::Buffer fence_;  // marker()'s, if set
-};
-
-}  // namespace detail
-}  // namespace clbuf
-
-#endif  // CLBUF_DETAIL_QUEUE_HPP
-// ---- end of clbuf/detail/queue.hpp
 // ---- clbuf/options.hpp
 // clbuf::Options: how a BufferManager moves bytes (memory model, pool, staging, copy threads).
 #ifndef CLBUF_OPTIONS_HPP
@@ -3548,7 +3596,7 @@ class Stager {
       std::lock_guard<std::mutex> order(order_);
       ensure_queue(lane(to_device), operation);
       job->before = main().marker(operation);
-      started.event = main().barrier(operation, {job->landed.get()});
+      started.event = job->landed.barrier(operation, main());
       job->place = take_place(to_device, extent);
     }
     background.post(std::move(task));
@@ -4499,8 +4547,8 @@ inline Started copy_across_contexts_async(const char* operation, const DeviceCon
   std::lock_guard<std::mutex> submitting(submission_mutex());
   job->source_before = source.queue().marker(operation);
   job->target_before = target.queue().marker(operation);
-  source.queue().barrier(operation, {job->source_done.get()});
-  Started started{target.queue().barrier(operation, {job->target_done.get()}), job->outcome};
+  job->source_done.barrier(operation, source.queue());
+  Started started{job->target_done.barrier(operation, target.queue()), job->outcome};
   source.queue().flush(operation);
   target.queue().flush(operation);
   engine.background().post(std::move(task));
@@ -5618,7 +5666,9 @@ class BufferManager {
         hold(op, {before()});
       }
       start.event = engine_.copy_async(op, src.memory_, 0, dst.memory_, 0, src.size_bytes());
-      if (theirs.get() != device_.queue().get()) theirs.barrier(op, {start.event()});
+      if (theirs.get() != device_.queue().get()) {
+        source.kept_.keep(theirs.barrier(op, {start.event()}));
+      }
     }
     src.fence(pool_.get(), start.event);
     dst.fence(pool_.get(), start.event);
@@ -5652,6 +5702,7 @@ class BufferManager {
     std::string what;
     gate_.close([&]() noexcept {
       err = device_.queue().finish_code();
+      kept_.clear();
       buffered = engine_.settle_code(&what);
       engine_.close();
       pool_->close();
@@ -5766,11 +5817,12 @@ class BufferManager {
   }
 
   /// Holds the queue's later commands until each of `events` has completed (before OpenCL 1.2,
-  /// which has no barrier with a wait list, the host waits for them).
+  /// which has no barrier with a wait list, the host waits for them). The barrier's event is
+  /// kept until it has ended (detail::KeptEvents: an event of the application's may fail).
   void hold(const char* operation, const std::vector<cl_event>& events) {
     if (events.empty()) return;
     if (device_.opencl_1_2()) {
-      device_.queue().barrier(operation, events);
+      kept_.keep(device_.queue().barrier(operation, events));
     } else {
       detail::Queue::wait(operation, events);
     }
@@ -5910,6 +5962,7 @@ class BufferManager {
   detail::DeviceContext device_;              // device, context, queue, resolved options
   std::shared_ptr<detail::MemoryPool> pool_;  // shared with the buffers it serves
   detail::TransferEngine engine_;             // the path rule; copier, stager, telemetry
+  detail::KeptEvents kept_;                   // barriers for events not clbuf's, until they end
 };
 
 namespace detail {

@@ -17,6 +17,7 @@
 #ifndef CLBUF_DETAIL_ASYNC_HPP
 #define CLBUF_DETAIL_ASYNC_HPP
 
+#include <clbuf/detail/queue.hpp>
 #include <clbuf/error.hpp>
 
 #include <condition_variable>
@@ -97,11 +98,14 @@ class UserEvent {
     event_ = cl::Event(CLBUF_CL(clCreateUserEvent)(context, &err), false);
     check(err, operation, "clCreateUserEvent");
   }
-  UserEvent(UserEvent&& other) noexcept : event_(std::exchange(other.event_, cl::Event())) {}
+  UserEvent(UserEvent&& other) noexcept
+      : event_(std::exchange(other.event_, cl::Event())),
+        barrier_(std::exchange(other.barrier_, cl::Event())) {}
   UserEvent& operator=(UserEvent&& other) noexcept {
     if (this != &other) {
       complete();
       event_ = std::exchange(other.event_, cl::Event());
+      barrier_ = std::exchange(other.barrier_, cl::Event());
     }
     return *this;
   }
@@ -111,6 +115,15 @@ class UserEvent {
 
   cl_event get() const noexcept { return event_(); }
 
+  /// Holds `queue`'s later commands until complete(); returns the barrier's event. The barrier
+  /// is kept until then: PoCL 3.1 aborts the process in clSetUserEventStatus when a barrier
+  /// waiting for the user event has already failed (a command before it on the queue failed,
+  /// e.g. one waiting for an application's event that failed) and been released by its owner.
+  cl::Event barrier(const char* operation, const Queue& queue) {
+    barrier_ = queue.barrier(operation, {event_()});
+    return barrier_;
+  }
+
   /// Lets every command waiting for the event run; a second call does nothing. A job's failure
   /// is reported through its Outcome, never through the event's status, which would fail every
   /// command queued after it.
@@ -118,10 +131,12 @@ class UserEvent {
     if (event_() == nullptr) return;
     CLBUF_CL(clSetUserEventStatus)(event_(), CL_COMPLETE);
     event_ = cl::Event();
+    barrier_ = cl::Event();
   }
 
  private:
   cl::Event event_;
+  cl::Event barrier_;  // a barrier waiting for event_, kept until complete()
 };
 
 /// The handles of `after` to wait for: null handles are skipped (a Future with nothing left to

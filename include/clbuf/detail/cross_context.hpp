@@ -119,8 +119,8 @@ inline Started copy_across_contexts_async(const char* operation, const DeviceCon
   std::lock_guard<std::mutex> submitting(submission_mutex());
   job->source_before = source.queue().marker(operation);
   job->target_before = target.queue().marker(operation);
-  source.queue().barrier(operation, {job->source_done.get()});
-  Started started{target.queue().barrier(operation, {job->target_done.get()}), job->outcome};
+  job->source_done.barrier(operation, source.queue());
+  Started started{job->target_done.barrier(operation, target.queue()), job->outcome};
   source.queue().flush(operation);
   target.queue().flush(operation);
   engine.background().post(std::move(task));

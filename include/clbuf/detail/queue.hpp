@@ -7,7 +7,9 @@
 
 #include <clbuf/error.hpp>
 
+#include <algorithm>
 #include <cstddef>
+#include <mutex>
 #include <utility>
 #include <vector>
 
@@ -215,6 +217,37 @@ class Queue {
  private:
   cl::CommandQueue queue_;
   cl::Buffer fence_;  // marker()'s, if set
+};
+
+/// Events kept until their commands have ended: the barriers that hold a queue for events clbuf
+/// does not own (an application's `after`). PoCL 3.1 aborts the process in clSetUserEventStatus
+/// (pocl_update_event_failed) when an event fails while a barrier waiting for it has already
+/// been released by its owner; a barrier still referenced fails like any command. Each keep()
+/// first releases those that have ended. Thread-safe.
+class KeptEvents {
+ public:
+  void keep(cl::Event event) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    events_.erase(std::remove_if(events_.begin(), events_.end(), ended), events_.end());
+    events_.push_back(std::move(event));  // std::bad_alloc: released, as before this class
+  }
+  /// Releases every event (call once the queue has finished).
+  void clear() noexcept {
+    std::lock_guard<std::mutex> lock(mutex_);
+    events_.clear();
+  }
+
+ private:
+  /// Completed or failed; one that cannot be asked is kept.
+  static bool ended(const cl::Event& event) noexcept {
+    cl_int status = CL_QUEUED;
+    return CLBUF_CL(clGetEventInfo)(event(), CL_EVENT_COMMAND_EXECUTION_STATUS, sizeof(status),
+                                    &status, nullptr) == CL_SUCCESS &&
+           status <= CL_COMPLETE;
+  }
+
+  std::mutex mutex_;
+  std::vector<cl::Event> events_;
 };
 
 }  // namespace detail

@@ -108,7 +108,7 @@ class Stager {
       std::lock_guard<std::mutex> order(order_);
       ensure_queue(lane(to_device), operation);
       job->before = main().marker(operation);
-      started.event = main().barrier(operation, {job->landed.get()});
+      started.event = job->landed.barrier(operation, main());
       job->place = take_place(to_device, extent);
     }
     background.post(std::move(task));
