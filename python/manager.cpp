@@ -468,8 +468,10 @@ std::shared_ptr<Pending> Manager::download_async(const py::handle& device_buffer
     future = manager_->download_async(handle->memory, bytes, count, 0, after);
   }
   py::object result = out.is_none() ? py::object(array) : py::reinterpret_borrow<py::object>(out);
+  // The array over `out` holds its buffer export: a bytearray or array.array cannot be resized
+  // (its memory moved) while the device writes into it.
   return std::make_shared<Pending>(std::move(future), result,
-                                   py::make_tuple(result, py::cast(handle)));
+                                   py::make_tuple(result, array, py::cast(handle)));
 }
 
 std::shared_ptr<Pending> Manager::fill_async(const py::handle& buffer, const py::handle& value,

@@ -147,3 +147,45 @@ print("done")
     for name in ("to_pyopencl", "adopt", "from_pyopencl", "event"):
         assert f"{name} -59 True" in lines, result.stdout
     assert "done" in lines
+
+
+def test_out_of_an_async_download_cannot_be_resized_while_in_flight(shared):
+    # bytearray and array.array accept resizing unless an export of their buffer is held: the
+    # Future holds one until the download has ended, so the device never writes freed memory.
+    import array
+    context, _, bm = shared
+    handle = bm.upload_to_device(np.full(1 << 16, 7, np.uint8))
+    for out in (bytearray(1 << 16), array.array("B", bytes(1 << 16))):
+        gate = cl.UserEvent(context)
+        future = bm.download_async(handle, out=out, wait_for=[gate])
+        with pytest.raises(BufferError):
+            out.extend(b"x" * (1 << 20))
+        gate.set_status(cl.command_execution_status.COMPLETE)
+        assert future.get() is out
+        assert bytes(out) == b"\x07" * (1 << 16)
+        del future
+        out.extend(b"x")  # released with the Future
+
+
+def test_an_event_of_wait_for_that_fails_is_a_clbuf_error_and_the_process_lives(shared):
+    # PoCL 3.1 aborts the process when an event fails that a released barrier waits for; clbuf
+    # keeps its barriers until they end. Every async call, then the manager goes on.
+    context, _, bm = shared
+    data = np.arange(1000, dtype=np.float32)
+    handle = bm.upload_to_device(data)
+    other = bm.upload_to_device(np.zeros(1000, np.float32))
+    calls = {
+        "download_async": lambda after: bm.download_async(handle, wait_for=after),
+        "upload_async": lambda after: bm.upload_async(data, wait_for=after),
+        "fill_async": lambda after: bm.fill_async(other, 3, wait_for=after),
+        "copy_async": lambda after: bm.copy_async(handle, other, 4000, wait_for=after),
+    }
+    for name, start in calls.items():
+        gate = cl.UserEvent(context)
+        future = start([gate])
+        gate.set_status(-5)
+        with pytest.raises(clbuf.Error) as caught:
+            future.get()
+        assert caught.value.code < 0, (name, str(caught.value))
+    same = bm.download_from_device(bm.upload_to_device(data))
+    assert np.array_equal(same, data)
