@@ -413,6 +413,36 @@ TEST_P(Views, NativeOfAnAlignedViewIsASubBufferOfItsBytes) {
   EXPECT_TRUE(same_bytes(data.data() + s, back.data(), 2 * s * sizeof(float)));
 }
 
+// A view of an adopted sub-buffer: OpenCL has no sub-buffer of a sub-buffer, so native() is a
+// sub-buffer of the parent at the view's place in it, with the adopted sub-buffer's flags;
+// release() hands it over.
+TEST_P(Views, NativeOfAViewOfAnAdoptedSubBufferIsASubBufferOfTheParent) {
+  const std::size_t s = step<float>();
+  const std::vector<float> data = random<float>(4 * s);
+  cl::Buffer parent(paths().context(), CL_MEM_READ_WRITE, 5 * s * sizeof(float));
+  const cl_buffer_region region{s * sizeof(float), 4 * s * sizeof(float)};
+  cl::Buffer sub = parent.createSubBuffer(CL_MEM_READ_WRITE, CL_BUFFER_CREATE_TYPE_REGION, &region);
+  clbuf::DeviceBuffer<float> adopted = paths().adopt<float>(sub, 4 * s);
+  paths().upload(adopted, data);
+  for (const std::size_t at : {std::size_t{0}, s}) {
+    clbuf::DeviceBuffer<float> part = paths().view(adopted, at, 2 * s);
+    const cl::Buffer& handle = part.native();
+    ASSERT_NE(handle(), nullptr);
+    EXPECT_EQ(handle.getInfo<CL_MEM_ASSOCIATED_MEMOBJECT>()(), parent());
+    EXPECT_EQ(handle.getInfo<CL_MEM_OFFSET>(), (s + at) * sizeof(float));
+    EXPECT_EQ(handle.getInfo<CL_MEM_SIZE>(), 2 * s * sizeof(float));
+    std::vector<float> back(2 * s);
+    ASSERT_EQ(
+        paths().queue().enqueueReadBuffer(handle, CL_TRUE, 0, 2 * s * sizeof(float), back.data()),
+        CL_SUCCESS);
+    EXPECT_TRUE(same_bytes(data.data() + at, back.data(), 2 * s * sizeof(float))) << at;
+    const cl::Buffer released = part.release();
+    EXPECT_EQ(released.getInfo<CL_MEM_ASSOCIATED_MEMOBJECT>()(), parent());
+    EXPECT_FALSE(part.valid());
+  }
+  EXPECT_TRUE(same_bytes(data, paths().download(adopted)));
+}
+
 TEST_P(Views, NativeOfAMisalignedViewIsAClearErrorAndChangesNothing) {
   if (align_ <= sizeof(float)) GTEST_SKIP() << "every float offset is aligned on this device";
   const std::vector<float> data = random<float>(4 * step<float>());

@@ -71,17 +71,19 @@ class NativeView {
  public:
   explicit NativeView(std::size_t base_align_bytes) noexcept : align_(base_align_bytes) {}
 
-  /// The sub-buffer of `memory` (bytes [memory.offset, memory.offset + bytes) of its buffer).
-  /// Wraps clCreateSubBuffer (flags inherited from the buffer).
+  /// The sub-buffer of bytes [offset, offset + bytes) of `buffer`, a buffer that is not itself
+  /// a sub-buffer (OpenCL has no sub-buffer of a sub-buffer: a view of an adopted sub-buffer
+  /// asks for one of the parent, with the sub-buffer's `flags`; 0 inherits the buffer's).
+  /// Wraps clCreateSubBuffer.
   /// @throws Error CL_MISALIGNED_SUB_BUFFER_OFFSET, before OpenCL is called, when the offset is
   ///         not a multiple of the device's CL_DEVICE_MEM_BASE_ADDR_ALIGN; else the driver's code.
-  const cl::Buffer& get(const Allocation& memory, std::size_t bytes) {
+  const cl::Buffer& get(cl_mem buffer, std::size_t offset, std::size_t bytes, cl_mem_flags flags) {
     const char* operation = "native";
     std::lock_guard<std::mutex> lock(mutex_);
     if (buffer_() != nullptr) return buffer_;
-    if (memory.offset % align_ != 0) {
+    if (offset % align_ != 0) {
       fail(operation, CL_MISALIGNED_SUB_BUFFER_OFFSET,
-           "the view starts " + std::to_string(memory.offset) +
+           "the view starts " + std::to_string(offset) +
                " bytes into its buffer, not a multiple of the device's "
                "CL_DEVICE_MEM_BASE_ADDR_ALIGN of " +
                std::to_string(align_) +
@@ -90,10 +92,10 @@ class NativeView {
                "sizeof(T) as an element offset, or make the view at a multiple of " +
                std::to_string(align_) + " bytes");
     }
-    const cl_buffer_region area = {memory.offset, bytes};
+    const cl_buffer_region area = {offset, bytes};
     cl_int err = CL_SUCCESS;
     cl::Buffer made(
-        CLBUF_CL(clCreateSubBuffer)(memory.buffer(), 0, CL_BUFFER_CREATE_TYPE_REGION, &area, &err),
+        CLBUF_CL(clCreateSubBuffer)(buffer, flags, CL_BUFFER_CREATE_TYPE_REGION, &area, &err),
         false);
     check(err, operation, "clCreateSubBuffer");
     buffer_ = std::move(made);
