@@ -41,9 +41,19 @@ TEST_F(TelemetryTest, ZeroSizedWorkAndFailedChecksCountNothing) {
   static_cast<void>(manager().download(empty));
   auto small = manager().allocate<int>(4);
   EXPECT_THROW(manager().upload(small, std::vector<int>(5)), clbuf::Error);
+  // The asynchronous forms of zero-sized work, and a fill and copies of none.
+  manager().upload_async(std::vector<int>()).get();
+  manager().upload_async(small, std::vector<int>()).get();
+  manager().download_async(small, static_cast<int*>(nullptr), 0).get();
+  static_cast<void>(manager().download_async(empty).get());
+  manager().fill_async(small, 1, 0).get();
+  manager().copy_bytes_async(small, small, 0).get();
+  manager().copy_bytes(small, small, 0);
   const auto stats = manager().stats();
   EXPECT_EQ(stats.upload.operations, 0u);
+  EXPECT_EQ(stats.upload.bytes, 0u);
   EXPECT_EQ(stats.download.operations, 0u);
+  EXPECT_EQ(stats.copy.operations, 0u);
 }
 
 TEST_F(TelemetryTest, SummaryNamesEveryDirectionAndThePool) {

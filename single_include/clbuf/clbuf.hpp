@@ -4211,8 +4211,8 @@ class TransferEngine {
   Started write_async(const char* operation, const Allocation& memory, std::size_t offset,
                       const void* data, std::size_t bytes, std::shared_ptr<const void> keep,
                       bool now_if_fresh) {
+    if (bytes == 0) return Started();  // zero-sized work counts nothing
     telemetry_.count_async(Telemetry::upload, bytes);
-    if (bytes == 0) return Started();
     switch (route(memory, bytes, HostMemory::pageable, Use::started)) {
       case Path::host_block:
         if (now_if_fresh && memory.fresh && bytes < huge_page_bytes) {
@@ -4236,8 +4236,8 @@ class TransferEngine {
   /// zero bytes. `out` must stay alive until the event completes.
   Started read_async(const char* operation, const Allocation& memory, std::size_t offset, void* out,
                      std::size_t bytes) {
-    telemetry_.count_async(Telemetry::download, bytes);
     if (bytes == 0) return Started();
+    telemetry_.count_async(Telemetry::download, bytes);
     if (route(memory, bytes, HostMemory::pageable, Use::started) == Path::staged) {
       return stager_->submit(false, memory.buffer, memory.at(offset), out, bytes, operation,
                              nullptr, background_);
@@ -4265,8 +4265,8 @@ class TransferEngine {
   /// Starts a device copy; a null event for zero bytes.
   cl::Event copy_async(const char* operation, const Allocation& src, std::size_t src_offset,
                        const Allocation& dst, std::size_t dst_offset, std::size_t bytes) {
-    telemetry_.count_async(Telemetry::copy, bytes);
     if (bytes == 0) return cl::Event();
+    telemetry_.count_async(Telemetry::copy, bytes);
     return queue().copy(operation, src.buffer(), dst.buffer(), src.at(src_offset),
                         dst.at(dst_offset), bytes);
   }
@@ -4293,8 +4293,8 @@ class TransferEngine {
   /// may be reused at once. Nothing to wait for when count is 0.
   Started fill_async(const char* operation, const Allocation& memory, std::size_t offset,
                      const void* pattern, std::size_t size, std::size_t count) {
-    telemetry_.count_async(Telemetry::upload, count * size);
     if (count == 0) return Started();
+    telemetry_.count_async(Telemetry::upload, count * size);
     return Started{fill_commands(operation, memory, offset, pattern, size, count), nullptr};
   }
 
