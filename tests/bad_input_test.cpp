@@ -506,3 +506,40 @@ TEST_F(BadInput, ManagerStaysUsableAfterRejectedCalls) {
 }
 
 }  // namespace
+
+namespace {
+
+// Options that would make clbuf allocate more pinned memory than any host has (or a block the
+// device cannot make) are refused at construction, naming the option and its value, instead of
+// allocating until the host runs out at the first staged transfer, or failing every download.
+TEST(BadOptions, PinnedMemoryOutOfRangeIsRefusedAtConstruction) {
+  const clbuf::DeviceInfo device = clbuf::BufferManager().device();
+  const auto refused = [&](clbuf::Options options, const std::string& fragment) {
+    options.memory = clbuf::MemoryModel::discrete;
+    EXPECT_CLBUF_ERROR(clbuf::BufferManager("", options), CL_INVALID_VALUE,
+                       "BufferManager: " + code_text(CL_INVALID_VALUE), fragment);
+  };
+  clbuf::Options options;
+  options.staging_chunks = std::size_t{1} << 40;
+  refused(options, "Options::staging_chunks of 1099511627776 is out of range: at most 4096");
+  options.staging_chunks = SIZE_MAX;
+  refused(options, "Options::staging_chunks of " + std::to_string(SIZE_MAX));
+  options = clbuf::Options();
+  options.staging_chunk_bytes = static_cast<std::size_t>(device.max_alloc_bytes) + 1;
+  refused(options, "Options::staging_chunk_bytes of " + std::to_string(device.max_alloc_bytes + 1));
+  options = clbuf::Options();
+  options.bounce_max_bytes = SIZE_MAX - 1;
+  refused(options, "Options::bounce_max_bytes of " + std::to_string(SIZE_MAX - 1));
+  // At the bounds: accepted, and transfers work (bounce blocks never beyond the threshold).
+  options = clbuf::Options();
+  options.memory = clbuf::MemoryModel::discrete;
+  options.staging_chunks = 4096;
+  options.staging_chunk_bytes = 4096;
+  options.bounce_max_bytes = static_cast<std::size_t>(device.max_alloc_bytes);
+  options.staging_threshold_bytes = std::size_t{1} << 20;
+  clbuf::BufferManager manager("", options);
+  const std::vector<int> data(1000, 7);
+  EXPECT_EQ(manager.download(manager.upload(data)), data);
+}
+
+}  // namespace

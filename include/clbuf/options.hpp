@@ -43,16 +43,18 @@ struct Options {
   /// Pageable transfers at least this large to or from a discrete device are staged through
   /// pinned memory; `never` turns staging off.
   std::size_t staging_threshold_bytes = std::size_t{4} << 20;
-  std::size_t staging_chunk_bytes = std::size_t{1} << 20;  ///< bytes per pinned chunk
-  /// Pinned chunks (at least 2) per staging lane (uploads and downloads have one each), shared
-  /// out among the copy threads, two or more each; pinned memory stays at
+  /// Bytes per pinned chunk; at most the device's CL_DEVICE_MAX_MEM_ALLOC_SIZE.
+  std::size_t staging_chunk_bytes = std::size_t{1} << 20;
+  /// Pinned chunks (at least 2, at most 4096) per staging lane (uploads and downloads have one
+  /// each), shared out among the copy threads, two or more each; pinned memory stays at
   /// staging_chunk_bytes * staging_chunks per direction used.
   std::size_t staging_chunks = 24;
   /// Blocking downloads from a discrete device into pageable memory below
   /// staging_threshold_bytes and of at most this many bytes read into a pinned block of clbuf's
   /// and copy out (the copy threads help from 2 MiB), instead of the driver's pageable read;
   /// uploads never bounce. `automatic` (the default): all of them, up to 4 MiB; 0 turns it off.
-  /// Each download in flight at once holds one block of this size (two are kept between calls).
+  /// Each download in flight at once holds one block of this size (two are kept between calls);
+  /// at most CL_DEVICE_MAX_MEM_ALLOC_SIZE, and values above staging_threshold_bytes act as it.
   std::size_t bounce_max_bytes = automatic;
   /// Blocking uploads of pageable memory of at most this many bytes to a discrete device return
   /// once the bytes are in a pinned ring of clbuf's (16 x this size, allocated at the first

@@ -2817,16 +2817,18 @@ struct Options {
   /// Pageable transfers at least this large to or from a discrete device are staged through
   /// pinned memory; `never` turns staging off.
   std::size_t staging_threshold_bytes = std::size_t{4} << 20;
-  std::size_t staging_chunk_bytes = std::size_t{1} << 20;  ///< bytes per pinned chunk
-  /// Pinned chunks (at least 2) per staging lane (uploads and downloads have one each), shared
-  /// out among the copy threads, two or more each; pinned memory stays at
+  /// Bytes per pinned chunk; at most the device's CL_DEVICE_MAX_MEM_ALLOC_SIZE.
+  std::size_t staging_chunk_bytes = std::size_t{1} << 20;
+  /// Pinned chunks (at least 2, at most 4096) per staging lane (uploads and downloads have one
+  /// each), shared out among the copy threads, two or more each; pinned memory stays at
   /// staging_chunk_bytes * staging_chunks per direction used.
   std::size_t staging_chunks = 24;
   /// Blocking downloads from a discrete device into pageable memory below
   /// staging_threshold_bytes and of at most this many bytes read into a pinned block of clbuf's
   /// and copy out (the copy threads help from 2 MiB), instead of the driver's pageable read;
   /// uploads never bounce. `automatic` (the default): all of them, up to 4 MiB; 0 turns it off.
-  /// Each download in flight at once holds one block of this size (two are kept between calls).
+  /// Each download in flight at once holds one block of this size (two are kept between calls);
+  /// at most CL_DEVICE_MAX_MEM_ALLOC_SIZE, and values above staging_threshold_bytes act as it.
   std::size_t bounce_max_bytes = automatic;
   /// Blocking uploads of pageable memory of at most this many bytes to a discrete device return
   /// once the bytes are in a pinned ring of clbuf's (16 x this size, allocated at the first
@@ -2974,12 +2976,40 @@ class DeviceContext {
            std::string("MemoryModel::host needs a CPU device; ") + info_.name + " is a " +
                to_string(info_.type) + " (use MemoryModel::automatic)");
     }
+    // Sizes of pinned memory clbuf would allocate: refused here, naming the option, rather than
+    // at the first transfer (or never: a count of chunks in the billions allocates until the
+    // host runs out).
+    const auto too_large = [&](const char* option, std::size_t value, std::uint64_t limit,
+                               const char* why, bool automatic_allowed = false) {
+      if ((!automatic_allowed || value != Options::automatic) && value > limit) {
+        fail(operation, CL_INVALID_VALUE,
+             std::string("Options::") + option + " of " + std::to_string(value) +
+                 " is out of range: at most " + std::to_string(limit) + " (" + why + ")");
+      }
+    };
+    too_large("staging_chunk_bytes", options_.staging_chunk_bytes, info_.max_alloc_bytes,
+              "the device's max allocation: each chunk is one pinned buffer");
+    too_large("staging_chunks", options_.staging_chunks, max_staging_chunks,
+              "pinned chunks per direction");
+    if (options_.staging_chunks != 0 &&
+        options_.staging_chunk_bytes > SIZE_MAX / options_.staging_chunks) {
+      fail(operation, CL_INVALID_VALUE,
+           "Options::staging_chunk_bytes * staging_chunks overflows size_t (" +
+               std::to_string(options_.staging_chunk_bytes) + " * " +
+               std::to_string(options_.staging_chunks) + ")");
+    }
+    too_large("bounce_max_bytes", options_.bounce_max_bytes, info_.max_alloc_bytes,
+              "the device's max allocation: a bounced download reads into one pinned buffer of "
+              "this size",
+              true);
     if (options_.copy_threads == 0) {
       options_.copy_threads = std::clamp(std::thread::hardware_concurrency(), 1u, 12u);
     }
     if (options_.bounce_max_bytes == Options::automatic) {
       options_.bounce_max_bytes = std::min(options_.staging_threshold_bytes, std::size_t{4} << 20);
     }
+    // Downloads from the staging threshold up are staged: a larger block would never be filled.
+    options_.bounce_max_bytes = std::min(options_.bounce_max_bytes, options_.staging_threshold_bytes);
     // The ring holds 16 writes of this size in pinned memory: bounded at 1 MiB a write (16 MiB).
     options_.buffered_upload_max_bytes =
         std::min(options_.buffered_upload_max_bytes, std::size_t{1} << 20);
@@ -3002,6 +3032,8 @@ class DeviceContext {
       queue_.set_fence(std::move(fence));
     }
   }
+
+  static constexpr std::size_t max_staging_chunks = 4096;
 
   Options options_;
   cl::Context context_;
