@@ -88,18 +88,20 @@ clbuf::DeviceBuffer<T> typed_alias(const char* operation, clbuf::BufferManager& 
   return manager.view(whole, offset / sizeof(T), bytes.size_bytes() / sizeof(T));
 }
 
-/// typed_alias() of `handle`'s memory by its own manager, made once (the GIL held: Python
-/// threads never make one at the same time) and shared afterwards; the caller's copy of the
-/// pointer keeps it alive while the GIL is released.
+/// typed_alias() of `handle`'s memory, adopted by `manager` (the one doing the work: any
+/// manager of the buffer's context; the alias, an adopted buffer, stays valid after it is
+/// cleaned up), made once (the GIL held: Python threads never make one at the same time) and
+/// shared afterwards; the caller's copy of the pointer keeps it alive while the GIL is released.
 template <class T>
-std::shared_ptr<clbuf::DeviceBuffer<T>> alias_of(const char* operation, Handle& handle) {
+std::shared_ptr<clbuf::DeviceBuffer<T>> alias_of(const char* operation, Handle& handle,
+                                                 clbuf::BufferManager& manager) {
   for (const auto& [type, alias] : handle.aliases) {
     if (type == std::type_index(typeid(T))) {
       return std::static_pointer_cast<clbuf::DeviceBuffer<T>>(alias);
     }
   }
   auto alias = std::make_shared<clbuf::DeviceBuffer<T>>(
-      typed_alias<T>(operation, *handle.manager, handle.memory));
+      typed_alias<T>(operation, manager, handle.memory));
   handle.aliases.emplace_back(std::type_index(typeid(T)), alias);
   return alias;
 }

@@ -315,7 +315,27 @@ std::size_t shape_bytes(const char* operation, const std::vector<py::ssize_t>& s
 
 /// `value` as a C-contiguous, aligned ndarray of a numeric dtype: the array itself when it
 /// already is one (no copy), else one contiguous copy.
+namespace {
+
+/// clbuf.MappedArray whose mapping has been closed: refused as the array's own methods refuse
+/// (clbuf/_mapping.py), so that clbuf's calls never read or write memory that is no longer
+/// mapped (on a CPU device, the buffer's own).
+void check_not_closed_mapping(const char* operation, const py::handle& value) {
+  static PyObject* const mapped_array =
+      py::object(py::module_::import("clbuf._mapping").attr("MappedArray")).release().ptr();
+  if (PyObject_TypeCheck(value.ptr(), reinterpret_cast<PyTypeObject*>(mapped_array)) == 0) return;
+  const py::object mapping = py::getattr(value, "_clbuf_mapping", py::none());
+  if (!mapping.is_none() && py::getattr(mapping, "closed", py::bool_(false)).cast<bool>()) {
+    fail(operation, CL_INVALID_OPERATION,
+         "the array of a mapping was used after its with block ended (the buffer was unmapped "
+         "at exit); map it again");
+  }
+}
+
+}  // namespace
+
 py::array as_contiguous_array(const char* operation, const py::handle& value) {
+  check_not_closed_mapping(operation, value);
   if (!py::isinstance<py::array>(value)) {
     fail(operation, CL_INVALID_VALUE, "data must be a numpy.ndarray, not " + type_name(value));
   }
@@ -327,12 +347,25 @@ py::array as_contiguous_array(const char* operation, const py::handle& value) {
   // even a subclass's __array_finalize__, runs).
   auto copy = py::reinterpret_steal<py::array>(py::detail::npy_api::get().PyArray_FromAny_(
       array.ptr(), nullptr, 0, 0, npy_c_contiguous | npy_aligned | npy_ensure_array, nullptr));
-  if (!copy) throw py::error_already_set();  // MemoryError
+  if (!copy) {
+    fail_host_allocation(operation, "a contiguous copy of the data",
+                         static_cast<std::size_t>(array.size()) *
+                             static_cast<std::size_t>(array.itemsize()));
+  }
   return copy;
 }
 
+void fail_host_allocation(const char* operation, const std::string& what, std::size_t bytes) {
+  const std::string why = take_python_error();
+  fail(operation, CL_OUT_OF_HOST_MEMORY,
+       "numpy could not allocate " + what + " (" + std::to_string(bytes) + " bytes): " + why);
+}
+
 py::array as_host_array(const char* operation, const py::handle& value, const char* what) {
-  if (py::isinstance<py::array>(value)) return py::reinterpret_borrow<py::array>(value);
+  if (py::isinstance<py::array>(value)) {
+    check_not_closed_mapping(operation, value);
+    return py::reinterpret_borrow<py::array>(value);
+  }
   if (PyObject_CheckBuffer(value.ptr()) == 0) {
     fail(operation, CL_INVALID_VALUE,
          std::string(what) +

@@ -226,6 +226,12 @@ std::string type_name(const py::handle& object);
 /// The Python exception being raised, as "TypeError: message", cleared.
 std::string take_python_error();
 
+/// Throws the Python exception numpy raised making a host array of `bytes` bytes for `what`
+/// as a clbuf.Error: CL_OUT_OF_HOST_MEMORY (numpy's MemoryError, or "array is too big"),
+/// with numpy's message.
+[[noreturn]] void fail_host_allocation(const char* operation, const std::string& what,
+                                       std::size_t bytes);
+
 std::string describe_shape(const std::vector<py::ssize_t>& shape);
 
 std::string describe_dtype(const py::dtype& dtype);

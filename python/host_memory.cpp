@@ -43,8 +43,9 @@ clbuf::MapMode as_map_mode(const char* operation, const py::handle& mode) {
   fail(operation, CL_INVALID_VALUE, "mode must be \"r\", \"w\" or \"rw\", not " + short_repr(mode));
 }
 
-Mapping::Mapping(std::shared_ptr<Handle> handle, clbuf::MapMode mode)
-    : handle_(std::move(handle)), mode_(mode) {}
+Mapping::Mapping(std::shared_ptr<Handle> handle, std::shared_ptr<clbuf::BufferManager> manager,
+                 clbuf::MapMode mode)
+    : handle_(std::move(handle)), manager_(std::move(manager)), mode_(mode) {}
 
 std::string Mapping::mode() const {
   return mode_ == clbuf::MapMode::read ? "r" : mode_ == clbuf::MapMode::write ? "w" : "rw";
@@ -57,9 +58,12 @@ py::object Mapping::enter(const py::object& self) {
   Handle& h = *handle_;
   const std::size_t bytes = h.nbytes();
   void* data = nullptr;
-  if (bytes > 0) {
+  if (bytes == 0) {  // nothing to map, but checked as any call (a cleaned-up manager throws)
     NoGil release;
-    clbuf::MappedView<std::uint8_t> view = h.manager->map(h.memory, mode_);
+    static_cast<void>(manager_->map(h.memory, mode_));
+  } else {
+    NoGil release;
+    clbuf::MappedView<std::uint8_t> view = manager_->map(h.memory, mode_);
     const clbuf::detail::Allocation& memory = clbuf::detail::BufferAccess::memory(h.memory);
     if (memory.host != nullptr && view.data() == static_cast<void*>(memory.host_at(0))) {
       // clbuf's own host block: valid until the buffer's cl_mem is released, and the array's
@@ -69,8 +73,8 @@ py::object Mapping::enter(const py::object& self) {
       data = view_.data();
     } else {
       view.unmap();
-      copy_ = h.manager->allocate_pinned<std::uint8_t>(bytes);
-      if (mode_ != clbuf::MapMode::write) h.manager->download(h.memory, copy_, 0);
+      copy_ = manager_->allocate_pinned<std::uint8_t>(bytes);
+      if (mode_ != clbuf::MapMode::write) manager_->download(h.memory, copy_, 0);
       data = copy_.data();
     }
   }
@@ -90,7 +94,7 @@ void Mapping::close() {
   if (zero_copy_) {
     view_.unmap();
   } else if (mode_ != clbuf::MapMode::read) {
-    handle_->manager->upload(handle_->memory, copy_, 0);
+    manager_->upload(handle_->memory, copy_, 0);
   }
 }
 

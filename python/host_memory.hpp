@@ -33,7 +33,9 @@ py::array pinned_empty(clbuf::BufferManager& manager, const py::handle& shape,
 /// with np.asarray) reads memory that is still valid, never freed or unmapped memory.
 class Mapping {
  public:
-  Mapping(std::shared_ptr<Handle> handle, clbuf::MapMode mode);
+  /// Maps `handle` by `manager` (any manager of the buffer's context).
+  Mapping(std::shared_ptr<Handle> handle, std::shared_ptr<clbuf::BufferManager> manager,
+          clbuf::MapMode mode);
   Mapping(const Mapping&) = delete;
   Mapping& operator=(const Mapping&) = delete;
 
@@ -47,6 +49,7 @@ class Mapping {
 
  private:
   std::shared_ptr<Handle> handle_;
+  std::shared_ptr<clbuf::BufferManager> manager_;
   clbuf::MapMode mode_;
   clbuf::MappedView<std::uint8_t> view_;    // zero copy: the mapping itself
   clbuf::PinnedBuffer<std::uint8_t> copy_;  // otherwise: the array's memory

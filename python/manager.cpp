@@ -123,7 +123,13 @@ clbuf::Future<void> fill_as(clbuf::BufferManager& manager, clbuf::DeviceBuffer<s
     }
     return manager.fill_async(bytes, value, after);
   } else {
-    if (alias == nullptr || !alias->valid()) return clbuf::Future<void>();  // empty
+    if (alias == nullptr || !alias->valid()) {  // empty: no fill, but checked as any call
+      if (!async) {
+        manager.fill(bytes, std::uint8_t{0});
+        return clbuf::Future<void>();
+      }
+      return manager.fill_async(bytes, std::uint8_t{0}, after);
+    }
     if (!async) {
       manager.fill(*alias, value);
       return clbuf::Future<void>();
@@ -140,7 +146,8 @@ struct FillPlan {
   std::shared_ptr<void> alias;
 };
 
-FillPlan plan_fill(const char* operation, Handle& handle, const std::string& pattern, bool async) {
+FillPlan plan_fill(const char* operation, clbuf::BufferManager& manager, Handle& handle,
+                   const std::string& pattern, bool async) {
   const std::size_t item = pattern.size();
   if (item != 1 && item != 2 && item != 4 && item != 8 && item != 16) {
     fail(operation, CL_INVALID_VALUE, "cannot fill elements of " + std::to_string(item) + " bytes");
@@ -156,16 +163,16 @@ FillPlan plan_fill(const char* operation, Handle& handle, const std::string& pat
     case 1:
       break;
     case 2:
-      plan.alias = alias_of<std::uint16_t>(operation, handle);
+      plan.alias = alias_of<std::uint16_t>(operation, handle, manager);
       break;
     case 4:
-      plan.alias = alias_of<std::uint32_t>(operation, handle);
+      plan.alias = alias_of<std::uint32_t>(operation, handle, manager);
       break;
     case 8:
-      plan.alias = alias_of<std::uint64_t>(operation, handle);
+      plan.alias = alias_of<std::uint64_t>(operation, handle, manager);
       break;
     default:
-      plan.alias = alias_of<Bytes16>(operation, handle);
+      plan.alias = alias_of<Bytes16>(operation, handle, manager);
       break;
   }
   return plan;
@@ -244,12 +251,13 @@ namespace {
 
 /// An uninitialised C-contiguous ndarray of `dtype` and `shape`, straight from numpy's C API
 /// (numpy works out the strides).
-py::array new_c_array(const py::dtype& dtype, const std::vector<py::ssize_t>& shape) {
+py::array new_c_array(const char* operation, const py::dtype& dtype,
+                      const std::vector<py::ssize_t>& shape, std::size_t bytes) {
   const auto& api = py::detail::npy_api::get();
   auto array = py::reinterpret_steal<py::array>(api.PyArray_NewFromDescr_(
       api.PyArray_Type_, dtype.inc_ref().ptr(),  // the descriptor reference is stolen
       static_cast<int>(shape.size()), shape.data(), nullptr, nullptr, 0, nullptr));
-  if (!array) throw py::error_already_set();  // MemoryError
+  if (!array) fail_host_allocation(operation, "the array to download into", bytes);
   return array;
 }
 
@@ -275,7 +283,7 @@ py::array Manager::new_array(const char* operation, const Handle& handle, const 
   // The buffer's own shape and dtype object (the seed's download): nothing to convert or check.
   if ((dtype.is_none() || dtype.ptr() == handle.dtype.ptr()) &&
       (shape.is_none() || is_same_shape(shape, handle.shape))) {
-    return new_c_array(handle.dtype, handle.shape);
+    return new_c_array(operation, handle.dtype, handle.shape, handle.nbytes());
   }
   const py::dtype type = dtype.is_none() ? handle.dtype : as_dtype(operation, dtype);
   const std::vector<py::ssize_t> extents =
@@ -288,7 +296,7 @@ py::array Manager::new_array(const char* operation, const Handle& handle, const 
              std::to_string(handle.nbytes()) + " bytes (uploaded as shape " +
              describe_shape(handle.shape) + " of " + describe_dtype(handle.dtype) + ")");
   }
-  return new_c_array(type, extents);
+  return new_c_array(operation, type, extents, bytes);
 }
 
 py::array Manager::out_array(const char* operation, const Handle& handle, const py::handle& out,
@@ -374,7 +382,7 @@ py::object Manager::empty(const py::handle& shape, const py::handle& dtype) {
 void Manager::fill(const py::handle& buffer, const py::handle& value) {
   const char* op = "fill";
   const std::shared_ptr<Handle> handle = as_handle(op, buffer, "buffer");
-  const FillPlan plan = plan_fill(op, *handle, value_bytes(op, value, handle->dtype), false);
+  const FillPlan plan = plan_fill(op, *manager_, *handle, value_bytes(op, value, handle->dtype), false);
   NoGil release;
   (void)fill_pattern(*manager_, *handle, plan, false, {});
 }
@@ -478,7 +486,7 @@ std::shared_ptr<Pending> Manager::fill_async(const py::handle& buffer, const py:
                                              const py::handle& wait_for) {
   const char* op = "fill_async";
   const std::shared_ptr<Handle> handle = as_handle(op, buffer, "buffer");
-  const FillPlan plan = plan_fill(op, *handle, value_bytes(op, value, handle->dtype), true);
+  const FillPlan plan = plan_fill(op, *manager_, *handle, value_bytes(op, value, handle->dtype), true);
   const std::vector<cl::Event> after = as_events(op, wait_for);
   Pending::Done future;
   {
@@ -531,10 +539,7 @@ std::shared_ptr<Pending> Manager::copy_async(
 std::shared_ptr<Mapping> Manager::map(const py::handle& buffer, const py::handle& mode) {
   const char* op = "map";
   std::shared_ptr<Handle> handle = as_handle(op, buffer, "buffer");
-  if (handle->manager != manager_) {
-    fail(op, CL_INVALID_CONTEXT, "the buffer belongs to another BufferManager");
-  }
-  return std::make_shared<Mapping>(std::move(handle), as_map_mode(op, mode));
+  return std::make_shared<Mapping>(std::move(handle), manager_, as_map_mode(op, mode));
 }
 
 py::array Manager::pinned_empty(const py::handle& shape, const py::handle& dtype) {

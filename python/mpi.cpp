@@ -353,7 +353,7 @@ class Communicator : public std::enable_shared_from_this<Communicator> {
     return by_dtype(name, h->dtype, name, [&](auto tag) {
       using T = typename decltype(tag)::type;
       // Cached on the Handle (the GIL held); the Request keeps the Handle, and so the alias.
-      std::shared_ptr<clbuf::DeviceBuffer<T>> alias = alias_of<T>(name, *h);
+      std::shared_ptr<clbuf::DeviceBuffer<T>> alias = alias_of<T>(name, *h, *h->manager);
       if (!alias->valid()) {
         alias = std::make_shared<clbuf::DeviceBuffer<T>>(h->manager->allocate<T>(0));
       }
@@ -424,7 +424,7 @@ class TypedHalo final : public AnyHalo {
   TypedHalo(clbuf::mpi::Communicator& comm, std::vector<clbuf::mpi::Neighbour> plan)
       : exchange_(comm, std::move(plan)) {}
   std::shared_ptr<void> alias(const char* operation, Handle& field) override {
-    return alias_of<T>(operation, field);
+    return alias_of<T>(operation, field, *field.manager);
   }
   void start(void* alias) override {
     exchange_.start(*static_cast<clbuf::DeviceBuffer<T>*>(alias));

@@ -3,10 +3,16 @@
 
 The array's memory is owned by its mapping (python/host_memory.hpp): it stays valid as long as
 the array, so no use of the array can crash. After the ``with`` block the mapping is closed and
-the array refuses every use that goes through it (indexing, arithmetic, numpy functions, repr,
-conversion) with clbuf.Error. A plain ndarray made from it (``np.asarray(a)``) bypasses that
-check; it then reads memory that is still valid but no longer the device's current contents.
+the array refuses every use that goes through it (indexing, arithmetic, numpy functions, every
+method and every attribute that reaches its elements, clbuf's own calls) with clbuf.Error. What
+takes the memory through the buffer protocol or as a plain ndarray (``memoryview(a)``,
+``np.asarray(a)``) bypasses that check: it reaches memory that is still valid but no longer
+mapped; on a CPU device (zero copy) that memory is the buffer's own, so writes through it reach
+the buffer.
 """
+import inspect
+import types
+
 import numpy as np
 
 CL_INVALID_OPERATION = -59
@@ -74,14 +80,40 @@ def _guarded(name):
     return guarded
 
 
-for _name in ("__getitem__", "__setitem__", "__iter__", "__len__", "__repr__", "__str__",
-              "__bool__", "__int__", "__float__", "__complex__", "__index__", "__contains__",
-              "__reduce__", "__reduce_ex__", "__copy__", "__deepcopy__", "__format__",
-              "tobytes", "tolist", "tofile", "item", "itemset", "copy", "astype", "view",
-              "fill", "reshape", "ravel", "flatten", "transpose", "byteswap", "dump", "dumps",
-              "getfield", "setfield", "sort", "put", "take", "resize", "squeeze", "swapaxes",
-              "searchsorted", "nonzero", "argsort", "partition", "argpartition", "compress",
-              "choose", "repeat", "diagonal", "trace", "dot"):
-    if hasattr(np.ndarray, _name):
+# Every method and every attribute that reaches the array's memory checks first. Left alone: the
+# hooks numpy and Python call on the class itself (construction, the checks above, attribute
+# machinery) and the metadata that reads no element (dtype, shape, strides, flags, sizes).
+_UNGUARDED = {
+    "__array_finalize__", "__array_ufunc__", "__array_function__", "__array__",
+    "__array_priority__", "__array_wrap__", "__array_prepare__", "__new__", "__init__",
+    "__init_subclass__", "__subclasshook__", "__class_getitem__", "__getattribute__",
+    "__setattr__", "__delattr__", "__class__", "__dict__", "__doc__", "__hash__", "__sizeof__",
+    "__dir__", "__reduce_cython__", "__setstate_cython__",
+    "dtype", "shape", "ndim", "size", "itemsize", "nbytes", "strides", "flags",
+}
+
+
+def _guarded_property(name):
+    attribute = getattr(np.ndarray, name)
+
+    def get(self):
+        self._clbuf_check()
+        return attribute.__get__(self, type(self))
+
+    def set(self, value):
+        self._clbuf_check()
+        attribute.__set__(self, value)
+
+    return property(get, set if hasattr(attribute, "__set__") else None, None,
+                    getattr(attribute, "__doc__", None))
+
+
+for _name in dir(np.ndarray):
+    if _name in _UNGUARDED or _name in MappedArray.__dict__:
+        continue
+    _attribute = inspect.getattr_static(np.ndarray, _name)
+    if isinstance(_attribute, (types.GetSetDescriptorType, types.MemberDescriptorType, property)):
+        setattr(MappedArray, _name, _guarded_property(_name))
+    elif callable(_attribute) and not isinstance(_attribute, (classmethod, staticmethod)):
         setattr(MappedArray, _name, _guarded(_name))
-del _name
+del _name, _attribute

@@ -383,3 +383,86 @@ def test_device_info_getitem_is_a_mapping_of_its_fields(bm):
     for key in ("nope", "__class__", "__init__", 0, None):
         with pytest.raises(KeyError):
             info[key]
+
+
+# ---- the hostile review of 2026-12-05 -------------------------------------------------------
+
+CL_OUT_OF_HOST_MEMORY = -6
+CL_INVALID_OPERATION = -59
+
+
+def test_host_memory_numpy_cannot_allocate_is_a_clbuf_error(bm):
+    # A zero-stride view of 2**50 elements must be made contiguous first: numpy's MemoryError
+    # becomes CL_OUT_OF_HOST_MEMORY, like every allocation clbuf makes.
+    huge = np.lib.stride_tricks.as_strided(np.zeros(1), shape=(2**50,), strides=(0,))
+    for call in (bm.upload_to_device, bm.upload_async):
+        raises_clbuf_error(lambda: call(huge), CL_OUT_OF_HOST_MEMORY,
+                           "numpy could not allocate a contiguous copy", "MemoryError")
+
+
+def test_a_closed_mapping_refuses_every_use_through_the_array_and_clbufs_calls(bm):
+    buf = bm.upload_to_device(np.arange(6, dtype=np.float32))
+    other = bm.upload_to_device(np.full(6, -1, np.float32))
+    with bm.map(buf, "rw") as a:
+        assert a.flat[2] == 2 and a.argmax() == 5
+    uses = {
+        "a.flat[0]": lambda: a.flat[0],
+        "a.argmax()": lambda: a.argmax(),
+        "a.flat = 42": lambda: setattr(a, "flat", 42.0),
+        "a.T": lambda: a.T,
+        "a.real": lambda: a.real,
+        "a.ctypes": lambda: a.ctypes,
+        "a.sum()": lambda: a.sum(),
+        "a.tobytes()": lambda: a.tobytes(),
+        "download_from_device(out=a)": lambda: bm.download_from_device(other, out=a),
+        "upload_to_device(a)": lambda: bm.upload_to_device(a),
+        "upload_into(buf, a)": lambda: bm.upload_into(other, a),
+        "download_async(out=a)": lambda: bm.download_async(other, out=a),
+    }
+    for name, use in uses.items():
+        with pytest.raises(clbuf.Error) as info:
+            use()
+        assert info.value.code == CL_INVALID_OPERATION, (name, str(info.value))
+    assert a.shape == (6,) and a.dtype == np.float32  # metadata reads no element
+    assert np.array_equal(bm.download_from_device(buf), np.arange(6, dtype=np.float32))
+
+
+def test_a_buffer_works_with_another_manager_of_its_context_after_cleanup_of_its_own():
+    cl = pytest.importorskip("pyopencl")
+    try:
+        context = cl.Context([cl.get_platforms()[0].get_devices()[0]])
+    except cl.Error as error:
+        pytest.skip(f"no OpenCL device for pyopencl: {error}")
+    queue = cl.CommandQueue(context)
+    a = clbuf.BufferManager.from_pyopencl(queue)
+    b = clbuf.BufferManager.from_pyopencl(queue)
+    buf = a.upload_to_device(np.arange(8, dtype=np.float32))
+    with b.map(buf, "r") as mapped:  # while `a` lives: any manager of the context maps
+        assert np.array_equal(np.asarray(mapped), np.arange(8, dtype=np.float32))
+    a.cleanup()
+    b.fill_async(buf, 3).get()  # a wide dtype's fill: its typed alias is made by `b`
+    assert np.array_equal(b.download_from_device(buf), np.full(8, 3, np.float32))
+    with b.map(buf, "rw") as mapped:
+        mapped[1] = 9
+    assert b.download_from_device(buf)[1] == 9
+    # Slicing makes a view with the manager that made the buffer: after its cleanup(), an error.
+    raises_clbuf_error(lambda: buf[2:4], CL_SUCCESS, "view", "cleanup()")
+    b.cleanup()
+
+
+def test_zero_sized_calls_after_cleanup_raise_like_any_other(new_manager):
+    bm = new_manager()
+    empty32 = bm.empty(0, np.float32)
+    empty8 = bm.empty(0, np.uint8)
+    bm.cleanup()
+    calls = {
+        "fill f32": lambda: bm.fill(empty32, 1),
+        "fill_async f32": lambda: bm.fill_async(empty32, 1).get(),
+        "map f32": lambda: bm.map(empty32).__enter__(),
+        "fill u8": lambda: bm.fill(empty8, 1),
+        "download": lambda: bm.download_from_device(empty32),
+    }
+    for name, call in calls.items():
+        with pytest.raises(clbuf.Error) as info:
+            call()
+        assert info.value.code == CL_SUCCESS and "cleanup()" in str(info.value), name
