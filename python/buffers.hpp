@@ -100,8 +100,8 @@ std::shared_ptr<clbuf::DeviceBuffer<T>> alias_of(const char* operation, Handle& 
       return std::static_pointer_cast<clbuf::DeviceBuffer<T>>(alias);
     }
   }
-  auto alias = std::make_shared<clbuf::DeviceBuffer<T>>(
-      typed_alias<T>(operation, manager, handle.memory));
+  auto alias =
+      std::make_shared<clbuf::DeviceBuffer<T>>(typed_alias<T>(operation, manager, handle.memory));
   handle.aliases.emplace_back(std::type_index(typeid(T)), alias);
   return alias;
 }

@@ -348,9 +348,9 @@ py::array as_contiguous_array(const char* operation, const py::handle& value) {
   auto copy = py::reinterpret_steal<py::array>(py::detail::npy_api::get().PyArray_FromAny_(
       array.ptr(), nullptr, 0, 0, npy_c_contiguous | npy_aligned | npy_ensure_array, nullptr));
   if (!copy) {
-    fail_host_allocation(operation, "a contiguous copy of the data",
-                         static_cast<std::size_t>(array.size()) *
-                             static_cast<std::size_t>(array.itemsize()));
+    fail_host_allocation(
+        operation, "a contiguous copy of the data",
+        static_cast<std::size_t>(array.size()) * static_cast<std::size_t>(array.itemsize()));
   }
   return copy;
 }
@@ -414,6 +414,26 @@ py::array as_writable_host_array(const char* operation, const py::handle& value,
 }
 
 std::string value_bytes(const char* operation, const py::handle& value, const py::dtype& dtype) {
+  if (value.is_none()) {
+    fail(operation, CL_INVALID_VALUE, "value must be a number, not None");
+  }
+  // An integer that an integer dtype cannot hold is refused, never wrapped (300 as int8 would be
+  // 44; numpy 1.x only warns), before numpy casts it.
+  const char kind = dtype.kind();
+  if ((kind == 'i' || kind == 'u') && PyIndex_Check(value.ptr()) != 0 &&
+      PyBool_Check(value.ptr()) == 0) {
+    const auto given = py::reinterpret_steal<py::object>(PyNumber_Index(value.ptr()));
+    if (!given) throw py::error_already_set();  // the object's own __index__ failed
+    static const auto* iinfo = new py::object(py::module_::import("numpy").attr("iinfo"));
+    const py::object range = (*iinfo)(dtype);
+    if (PyObject_RichCompareBool(given.ptr(), range.attr("min").ptr(), Py_LT) != 0 ||
+        PyObject_RichCompareBool(given.ptr(), range.attr("max").ptr(), Py_GT) != 0) {
+      PyErr_Clear();
+      fail(operation, CL_INVALID_VALUE,
+           "value " + short_repr(value) + " is out of the range of " + describe_dtype(dtype) +
+               " [" + text_of(range.attr("min")) + ", " + text_of(range.attr("max")) + "]");
+    }
+  }
   // numpy.array(value, dtype) through numpy's C API (the same conversion, without a Python call).
   const auto& api = py::detail::npy_api::get();
   auto cast = py::reinterpret_steal<py::array>(api.PyArray_FromAny_(

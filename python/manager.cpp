@@ -382,7 +382,8 @@ py::object Manager::empty(const py::handle& shape, const py::handle& dtype) {
 void Manager::fill(const py::handle& buffer, const py::handle& value) {
   const char* op = "fill";
   const std::shared_ptr<Handle> handle = as_handle(op, buffer, "buffer");
-  const FillPlan plan = plan_fill(op, *manager_, *handle, value_bytes(op, value, handle->dtype), false);
+  const FillPlan plan =
+      plan_fill(op, *manager_, *handle, value_bytes(op, value, handle->dtype), false);
   NoGil release;
   (void)fill_pattern(*manager_, *handle, plan, false, {});
 }
@@ -486,7 +487,8 @@ std::shared_ptr<Pending> Manager::fill_async(const py::handle& buffer, const py:
                                              const py::handle& wait_for) {
   const char* op = "fill_async";
   const std::shared_ptr<Handle> handle = as_handle(op, buffer, "buffer");
-  const FillPlan plan = plan_fill(op, *manager_, *handle, value_bytes(op, value, handle->dtype), true);
+  const FillPlan plan =
+      plan_fill(op, *manager_, *handle, value_bytes(op, value, handle->dtype), true);
   const std::vector<cl::Event> after = as_events(op, wait_for);
   Pending::Done future;
   {

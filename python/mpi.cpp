@@ -279,56 +279,96 @@ class Communicator : public std::enable_shared_from_this<Communicator> {
     out["verify_collectives"] = o.verify_collectives;
     return out;
   }
-  void send(const py::handle& buffer, int dest, int tag) {
+  void send(const py::handle& buffer, const py::handle& dest_arg, const py::handle& tag_arg) {
+    const int dest = as_int("send", dest_arg, "dest");
+    const int tag = as_int("send", tag_arg, "tag");
     auto h = as_handle("send", buffer, "buffer");
-    NoGil release;
-    comm_->send(h->memory, dest, tag);
+    typed("send", *h, [&](const auto& memory) {
+      NoGil release;
+      comm_->send(memory, dest, tag);
+    });
   }
-  void recv(const py::handle& buffer, int source, int tag) {
+  void recv(const py::handle& buffer, const py::handle& source_arg, const py::handle& tag_arg) {
+    const int source = as_int("recv", source_arg, "source");
+    const int tag = as_int("recv", tag_arg, "tag");
     auto h = as_handle("recv", buffer, "buffer");
-    NoGil release;
-    comm_->recv(h->memory, source, tag);
+    typed("recv", *h, [&](auto& memory) {
+      NoGil release;
+      comm_->recv(memory, source, tag);
+    });
   }
-  void sendrecv(const py::handle& out, int dest, const py::handle& in, int source, int tag) {
+  void sendrecv(const py::handle& out, const py::handle& dest_arg, const py::handle& in,
+                const py::handle& source_arg, const py::handle& tag_arg) {
+    const int dest = as_int("sendrecv", dest_arg, "dest");
+    const int source = as_int("sendrecv", source_arg, "source");
+    const int tag = as_int("sendrecv", tag_arg, "tag");
     auto o = as_handle("sendrecv", out, "out");
     auto i = as_handle("sendrecv", in, "in_");
-    NoGil release;
-    comm_->sendrecv(o->memory, dest, i->memory, source, tag);
+    // One element type a call: other dtypes on the two sides, or an empty side, as bytes.
+    if (!o->dtype.equal(i->dtype) || o->nbytes() == 0 || i->nbytes() == 0) {
+      NoGil release;
+      comm_->sendrecv(o->memory, dest, i->memory, source, tag);
+      return;
+    }
+    typed("sendrecv", *o, [&](const auto& sent) {
+      using T = typename std::decay_t<decltype(sent)>::value_type;
+      auto& received = typed_memory<T>("sendrecv", *i);
+      NoGil release;
+      comm_->sendrecv(sent, dest, received, source, tag);
+    });
   }
-  std::shared_ptr<Request> isend(const py::handle& buffer, int dest, int tag) {
+  std::shared_ptr<Request> isend(const py::handle& buffer, const py::handle& dest_arg,
+                                 const py::handle& tag_arg) {
+    const int dest = as_int("isend", dest_arg, "dest");
+    const int tag = as_int("isend", tag_arg, "tag");
     auto h = as_handle("isend", buffer, "buffer");
     clbuf::mpi::Request request;
-    {
+    typed("isend", *h, [&](const auto& memory) {
       NoGil release;
-      request = comm_->isend(h->memory, dest, tag);
-    }
+      request = comm_->isend(memory, dest, tag);
+    });
     return std::make_shared<Request>(std::move(request), h);
   }
-  std::shared_ptr<Request> irecv(const py::handle& buffer, int source, int tag) {
+  std::shared_ptr<Request> irecv(const py::handle& buffer, const py::handle& source_arg,
+                                 const py::handle& tag_arg) {
+    const int source = as_int("irecv", source_arg, "source");
+    const int tag = as_int("irecv", tag_arg, "tag");
     auto h = as_handle("irecv", buffer, "buffer");
     clbuf::mpi::Request request;
-    {
+    typed("irecv", *h, [&](auto& memory) {
       NoGil release;
-      request = comm_->irecv(h->memory, source, tag);
-    }
+      request = comm_->irecv(memory, source, tag);
+    });
     return std::make_shared<Request>(std::move(request), h);
   }
-  std::shared_ptr<Persistent> send_init(const py::handle& buffer, int dest, int tag) {
+  std::shared_ptr<Persistent> send_init(const py::handle& buffer, const py::handle& dest_arg,
+                                        const py::handle& tag_arg) {
+    const int dest = as_int("send_init", dest_arg, "dest");
+    const int tag = as_int("send_init", tag_arg, "tag");
     auto h = as_handle("send_init", buffer, "buffer");
-    return std::make_shared<Persistent>(comm_->send_init(h->memory, dest, tag), h,
-                                        shared_from_this());
+    std::optional<clbuf::mpi::Persistent> made;
+    typed("send_init", *h,
+          [&](const auto& memory) { made.emplace(comm_->send_init(memory, dest, tag)); });
+    return std::make_shared<Persistent>(std::move(*made), h, shared_from_this());
   }
-  std::shared_ptr<Persistent> recv_init(const py::handle& buffer, int source, int tag) {
+  std::shared_ptr<Persistent> recv_init(const py::handle& buffer, const py::handle& source_arg,
+                                        const py::handle& tag_arg) {
+    const int source = as_int("recv_init", source_arg, "source");
+    const int tag = as_int("recv_init", tag_arg, "tag");
     auto h = as_handle("recv_init", buffer, "buffer");
-    return std::make_shared<Persistent>(comm_->recv_init(h->memory, source, tag), h,
-                                        shared_from_this());
+    std::optional<clbuf::mpi::Persistent> made;
+    typed("recv_init", *h,
+          [&](auto& memory) { made.emplace(comm_->recv_init(memory, source, tag)); });
+    return std::make_shared<Persistent>(std::move(*made), h, shared_from_this());
   }
-  void broadcast(const py::handle& buffer, int root) {
+  void broadcast(const py::handle& buffer, const py::handle& root_arg) {
+    const int root = as_int("broadcast", root_arg, "root");
     auto h = as_handle("broadcast", buffer, "buffer");
     NoGil release;
     comm_->broadcast(h->memory, root);
   }
-  std::shared_ptr<Request> ibroadcast(const py::handle& buffer, int root) {
+  std::shared_ptr<Request> ibroadcast(const py::handle& buffer, const py::handle& root_arg) {
+    const int root = as_int("ibroadcast", root_arg, "root");
     auto h = as_handle("ibroadcast", buffer, "buffer");
     clbuf::mpi::Request request;
     {
@@ -365,10 +405,12 @@ class Communicator : public std::enable_shared_from_this<Communicator> {
       return std::make_shared<Request>(std::move(request), h, alias);
     });
   }
-  void scatter(const py::handle& all, const py::handle& mine, int root) {
+  void scatter(const py::handle& all, const py::handle& mine, const py::handle& root_arg) {
+    const int root = as_int("scatter", root_arg, "root");
     scatter_gather("scatter", all, mine, root, true);
   }
-  void gather(const py::handle& mine, const py::handle& all, int root) {
+  void gather(const py::handle& mine, const py::handle& all, const py::handle& root_arg) {
+    const int root = as_int("gather", root_arg, "root");
     scatter_gather("gather", all, mine, root, false);
   }
   void barrier() {
@@ -377,6 +419,36 @@ class Communicator : public std::enable_shared_from_this<Communicator> {
   }
 
  private:
+  /// The Handle's memory as DeviceBuffer<T> (its typed alias, cached on the Handle; the GIL
+  /// held), so that a message carries its element type and a receiver of another dtype fails
+  /// naming both. Not for an empty buffer (no alias).
+  template <class T>
+  clbuf::DeviceBuffer<T>& typed_memory(const char* operation, Handle& handle) {
+    return *alias_of<T>(operation, handle, *handle.manager);
+  }
+
+  /// f(memory) with the Handle's memory typed by its dtype where MPI and OpenCL C both name
+  /// the type (int8-int64, uint8-uint64, float32, float64), else (and for empty buffers) as
+  /// bytes: then only sizes are compared between sender and receiver.
+  template <class F>
+  void typed(const char* operation, Handle& handle, F&& f) {
+    const char kind = handle.dtype.kind();
+    const bool named =
+        (kind == 'f' && (handle.itemsize() == 4 || handle.itemsize() == 8)) ||
+        ((kind == 'i' || kind == 'u') && (handle.itemsize() == 1 || handle.itemsize() == 2 ||
+                                          handle.itemsize() == 4 || handle.itemsize() == 8));
+    // Bytes that do not start at a multiple of the element size in their OpenCL buffer (adopted
+    // memory) have no typed alias either.
+    if (!named || handle.nbytes() == 0 ||
+        handle.memory.native_offset_bytes() % handle.itemsize() != 0) {
+      f(handle.memory);
+      return;
+    }
+    by_dtype(operation, handle.dtype, operation, [&](auto tag) {
+      using T = typename decltype(tag)::type;
+      f(typed_memory<T>(operation, handle));
+    });
+  }
   /// `all` may be None on ranks other than the root (the library reads it on the root only).
   void scatter_gather(const char* op, const py::handle& all, const py::handle& mine, int root,
                       bool scatter) {

@@ -466,3 +466,17 @@ def test_zero_sized_calls_after_cleanup_raise_like_any_other(new_manager):
         with pytest.raises(clbuf.Error) as info:
             call()
         assert info.value.code == CL_SUCCESS and "cleanup()" in str(info.value), name
+
+
+def test_fill_refuses_integers_the_dtype_cannot_hold_and_none(bm):
+    cases = ((np.int8, 300), (np.int8, -129), (np.uint32, -1), (np.uint32, 2**32),
+             (np.uint64, 2**64), (np.float32, None), (np.int32, None))
+    for dtype, value in cases:
+        buf = bm.upload_to_device(np.arange(3, dtype=dtype))
+        for fill in (lambda: bm.fill(buf, value), lambda: bm.fill_async(buf, value).get()):
+            raises_clbuf_error(fill, CL_INVALID_VALUE, "value")
+        np.testing.assert_array_equal(bm.download_from_device(buf), np.arange(3))
+    buf = bm.upload_to_device(np.zeros(3, np.int8))
+    bm.fill(buf, -128)  # the bounds themselves are fine, and so are numpy's own integers
+    bm.fill(buf, np.int64(127))
+    np.testing.assert_array_equal(bm.download_from_device(buf), [127, 127, 127])

@@ -162,9 +162,12 @@ struct Agreement {
       } else if (i == 5) {
         range = std::string(collective_name(low)) + " to " + collective_name(high);
       }
+      const std::string own = i == 2   ? type_name(static_cast<std::uint32_t>(mine[i]))
+                              : i == 4 ? op_name(static_cast<Op>(mine[i]))
+                              : i == 5 ? collective_name(mine[i])
+                                       : std::to_string(mine[i]);
       fail(operation, CL_INVALID_VALUE,
-           std::string(names[i]) + " differ between ranks (" + range + "); this rank's: " +
-               (i == 5 ? std::string(collective_name(mine[i])) : std::to_string(mine[i])));
+           std::string(names[i]) + " differ between ranks (" + range + "); this rank's: " + own);
     }
   }
 

@@ -75,3 +75,48 @@ def test_bad_input(world):
     assert "mpi4py.MPI.Comm" in str(info.value)
     with pytest.raises(clbuf.Error):
         comm.allreduce(bm.upload_to_device(np.zeros(4, np.complex64)))
+
+
+def test_a_message_carries_its_element_type(world):
+    # A float32 message received into an int32 buffer of the same bytes is an error naming both
+    # types on the receiver (nothing written), never the bits reinterpreted; sizes in elements.
+    bm, comm = world
+    if comm.rank == 0:
+        comm.send(bm.upload_to_device(np.array([1.0, 2.0], np.float32)), 1, tag=11)
+        comm.send(bm.upload_to_device(np.arange(10, dtype=np.float32)), 1, tag=12)
+        comm.send(bm.upload_to_device(np.arange(4, dtype=np.int16)), 1, tag=13)
+    elif comm.rank == 1:
+        into = bm.upload_to_device(np.full(2, 7, np.int32))
+        with pytest.raises(clbuf.Error) as info:
+            comm.recv(into, 0, tag=11)
+        assert info.value.code == -30 and "(float)" in str(info.value) \
+            and "(int32)" in str(info.value), str(info.value)
+        np.testing.assert_array_equal(bm.download_from_device(into), [7, 7])
+        with pytest.raises(clbuf.Error) as info:
+            comm.recv(bm.empty(8, np.float32), 0, tag=12)
+        assert "10 elements of 4 bytes" in str(info.value) and "8 elements" in str(info.value)
+        got = bm.empty(4, np.int16)  # the same type: exact
+        comm.recv(got, 0, tag=13)
+        np.testing.assert_array_equal(bm.download_from_device(got), np.arange(4))
+
+
+def test_ranks_tags_and_roots_that_are_not_c_ints_are_clbuf_errors(world):
+    bm, comm = world
+    buf = bm.empty(1, np.float32)
+    for call in (lambda: comm.send(buf, 1 - comm.rank, tag=2**40),
+                 lambda: comm.send(buf, "1"),
+                 lambda: comm.send(buf, 1.0),
+                 lambda: comm.isend(buf, None),
+                 lambda: comm.recv(buf, 2**40),
+                 lambda: comm.broadcast(buf, 2**40)):
+        with pytest.raises(clbuf.Error) as info:
+            call()
+        assert info.value.code == -30, str(info.value)
+
+
+def test_a_type_mismatch_in_allreduce_names_this_ranks_type(world):
+    bm, comm = world
+    dtype = np.float64 if comm.rank == 0 else np.int64
+    with pytest.raises(clbuf.Error) as info:
+        comm.allreduce(bm.upload_to_device(np.ones(5, dtype)))
+    assert "this rank's: " + ("double" if comm.rank == 0 else "int64") in str(info.value)
