@@ -2,6 +2,8 @@
 // The shared parts of the extension (common.hpp).
 #include "common.hpp"
 
+#include <climits>
+
 namespace clbuf_python {
 
 PyObject* error_type = nullptr;
@@ -418,20 +420,37 @@ std::string value_bytes(const char* operation, const py::handle& value, const py
     fail(operation, CL_INVALID_VALUE, "value must be a number, not None");
   }
   // An integer that an integer dtype cannot hold is refused, never wrapped (300 as int8 would be
-  // 44; numpy 1.x only warns), before numpy casts it.
+  // 44; numpy 1.x only warns), before numpy casts it. No Python call: the range follows from the
+  // kind and size.
   const char kind = dtype.kind();
-  if ((kind == 'i' || kind == 'u') && PyIndex_Check(value.ptr()) != 0 &&
+  const std::size_t bits = 8 * static_cast<std::size_t>(dtype.itemsize());
+  if ((kind == 'i' || kind == 'u') && bits <= 64 && PyIndex_Check(value.ptr()) != 0 &&
       PyBool_Check(value.ptr()) == 0) {
     const auto given = py::reinterpret_steal<py::object>(PyNumber_Index(value.ptr()));
     if (!given) throw py::error_already_set();  // the object's own __index__ failed
-    static const auto* iinfo = new py::object(py::module_::import("numpy").attr("iinfo"));
-    const py::object range = (*iinfo)(dtype);
-    if (PyObject_RichCompareBool(given.ptr(), range.attr("min").ptr(), Py_LT) != 0 ||
-        PyObject_RichCompareBool(given.ptr(), range.attr("max").ptr(), Py_GT) != 0) {
-      PyErr_Clear();
+    int overflow = 0;
+    const long long v = PyLong_AsLongLongAndOverflow(given.ptr(), &overflow);
+    bool fits = false;
+    std::string range;
+    if (kind == 'i') {
+      const long long high = bits == 64 ? LLONG_MAX : (1LL << (bits - 1)) - 1;
+      fits = overflow == 0 && v >= -high - 1 && v <= high;
+      range = "[" + std::to_string(-high - 1) + ", " + std::to_string(high) + "]";
+    } else {
+      const unsigned long long high = bits == 64 ? ULLONG_MAX : (1ULL << bits) - 1;
+      if (overflow > 0) {  // above LLONG_MAX: only a 64-bit unsigned may hold it
+        const unsigned long long u = PyLong_AsUnsignedLongLong(given.ptr());
+        fits = PyErr_Occurred() == nullptr && u <= high;
+        PyErr_Clear();
+      } else {
+        fits = overflow == 0 && v >= 0 && static_cast<unsigned long long>(v) <= high;
+      }
+      range = "[0, " + std::to_string(high) + "]";
+    }
+    if (!fits) {
       fail(operation, CL_INVALID_VALUE,
-           "value " + short_repr(value) + " is out of the range of " + describe_dtype(dtype) +
-               " [" + text_of(range.attr("min")) + ", " + text_of(range.attr("max")) + "]");
+           "value " + short_repr(value) + " is out of the range of " + describe_dtype(dtype) + " " +
+               range);
     }
   }
   // numpy.array(value, dtype) through numpy's C API (the same conversion, without a Python call).
