@@ -188,6 +188,73 @@ TEST_F(Threads, ConcurrentCopiesIntoSeparateBuffers) {
     EXPECT_TRUE(clbuf_test::same_bytes(data, manager().download(target)));
 }
 
+// Threads whose asynchronous calls wait for events of their own: the barriers the manager
+// keeps for them (KeptEvents) are shared state, kept and released from every thread at once.
+// The events complete: PoCL 3.1 itself aborts or hangs when events fail while several threads
+// enqueue on one queue (docs/repro/pocl_failed_events.cpp, plain OpenCL), so the failing case
+// runs on one thread (async_ops_test) or on a manager per thread (below).
+TEST_F(Threads, ConcurrentCallsWaitingForEventsKeepTheirBarriers) {
+  std::vector<clbuf::DeviceBuffer<std::uint32_t>> targets;
+  for (int t = 0; t < thread_count; ++t) targets.push_back(manager().allocate<std::uint32_t>(4096));
+  Failures failures;
+  std::vector<std::thread> threads;
+  for (int t = 0; t < thread_count; ++t) {
+    threads.emplace_back([&, t] {
+      try {
+        for (int i = 0; i < 20; ++i) {
+          cl::UserEvent gate(manager().context());
+          auto fill = manager().fill_async(targets[static_cast<std::size_t>(t)],
+                                           static_cast<std::uint32_t>(i + 1), {gate});
+          gate.setStatus(CL_COMPLETE);
+          fill.wait();
+        }
+      } catch (const std::exception& error) {
+        failures.add(error.what());
+      }
+    });
+  }
+  for (auto& thread : threads) thread.join();
+  EXPECT_TRUE(failures.none());
+  for (auto& target : targets) {
+    EXPECT_EQ(manager().download(target), std::vector<std::uint32_t>(4096, 20U));
+  }
+}
+
+// A manager per thread (a queue each), half of the events failing: each call ends as its event
+// says, and no process aborts.
+TEST_F(Threads, EventsThatFailOnAManagerPerThread) {
+  Failures failures;
+  std::vector<std::thread> threads;
+  for (int t = 0; t < thread_count; ++t) {
+    threads.emplace_back([&, t] {
+      try {
+        clbuf::BufferManager own;
+        auto target = own.allocate<std::uint32_t>(4096);
+        for (int i = 0; i < 20; ++i) {
+          const bool fails = (i + t) % 2 == 1;
+          cl::UserEvent gate(own.context());
+          auto fill = own.fill_async(target, static_cast<std::uint32_t>(i), {gate});
+          gate.setStatus(fails ? -5 : CL_COMPLETE);
+          try {
+            fill.wait();
+            if (fails) failures.add("a fill behind a failed event succeeded");
+          } catch (const clbuf::Error& error) {
+            if (!fails) failures.add(error.what());
+          }
+        }
+        own.fill(target, 7U);
+        if (own.download(target) != std::vector<std::uint32_t>(4096, 7U)) {
+          failures.add("the manager did not go on after failed events");
+        }
+      } catch (const std::exception& error) {
+        failures.add(error.what());
+      }
+    });
+  }
+  for (auto& thread : threads) thread.join();
+  EXPECT_TRUE(failures.none());
+}
+
 TEST_F(Threads, CleanupWhileOtherThreadsTransfer) {
   // Each call either completes correctly or throws the cleaned-up error; after cleanup()
   // returns, every call throws it. No other outcome, no crash.
