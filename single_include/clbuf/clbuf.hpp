@@ -3009,7 +3009,8 @@ class DeviceContext {
       options_.bounce_max_bytes = std::min(options_.staging_threshold_bytes, std::size_t{4} << 20);
     }
     // Downloads from the staging threshold up are staged: a larger block would never be filled.
-    options_.bounce_max_bytes = std::min(options_.bounce_max_bytes, options_.staging_threshold_bytes);
+    options_.bounce_max_bytes =
+        std::min(options_.bounce_max_bytes, options_.staging_threshold_bytes);
     // The ring holds 16 writes of this size in pinned memory: bounded at 1 MiB a write (16 MiB).
     options_.buffered_upload_max_bytes =
         std::min(options_.buffered_upload_max_bytes, std::size_t{1} << 20);
