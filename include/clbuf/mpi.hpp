@@ -273,7 +273,7 @@ class Communicator {
                         const Options& options = Options())
       : core_(std::make_shared<detail::Core>(manager, comm, options)),
         reducer_(std::make_unique<detail::Reducer>()),
-        packer_(std::make_unique<detail::Packer>()) {}
+        packer_(std::make_shared<detail::Packer>()) {}
 
   Communicator(const Communicator&) = delete;
   Communicator& operator=(const Communicator&) = delete;
@@ -766,8 +766,13 @@ class Communicator {
   }
 
   Request start(std::shared_ptr<detail::Transfer> transfer) {
-    core_->track(transfer);
-    return Request(core_, std::move(transfer));
+    return start_on(core_, std::move(transfer));
+  }
+
+  static Request start_on(const std::shared_ptr<detail::Core>& core,
+                          std::shared_ptr<detail::Transfer> transfer) {
+    core->track(transfer);
+    return Request(core, std::move(transfer));
   }
 
   std::shared_ptr<detail::Transfer> track(std::shared_ptr<detail::Transfer> transfer) {
@@ -876,7 +881,7 @@ class Communicator {
 
   std::shared_ptr<detail::Core> core_;
   std::unique_ptr<detail::Reducer> reducer_;
-  std::unique_ptr<detail::Packer> packer_;  // HaloExchange's pack kernel
+  std::shared_ptr<detail::Packer> packer_;  // HaloExchange's pack kernel (shared with each)
 };
 
 /// A box of a field (a face, edge or corner of the local block): `size` elements (x per row,
@@ -1024,20 +1029,20 @@ class HaloExchange {
   ///         field's extents along an axis (naming the neighbour, the box and the field); as
   ///         BufferManager::allocate().
   HaloExchange(Communicator& communicator, std::vector<Neighbour> plan)
-      : communicator_(communicator), plan_(std::move(plan)) {
+      : core_(communicator.core_), packer_(communicator.packer_), plan_(std::move(plan)) {
     const char* op = "HaloExchange";
     for (std::size_t i = 0; i < plan_.size(); ++i) {
       const Neighbour& n = plan_[i];
-      communicator_.check_rank(op, "neighbour", n.rank, false);
-      communicator_.check_tag(op, n.send_tag, false);
-      communicator_.check_tag(op, n.recv_tag, false);
+      communicator.check_rank(op, "neighbour", n.rank, false);
+      communicator.check_tag(op, n.send_tag, false);
+      communicator.check_tag(op, n.recv_tag, false);
       check_boxes(op, i, SIZE_MAX);
     }
     packs_.resize(plan_.size());
     unpacks_.resize(plan_.size());
     straight_sends_.resize(plan_.size());
     straight_recvs_.resize(plan_.size());
-    BufferManager& manager = communicator_.manager();
+    BufferManager& manager = core_->manager();
     for (std::size_t i = 0; i < plan_.size(); ++i) {
       const Neighbour& n = plan_[i];
       if (n.rank == MPI_PROC_NULL) continue;
@@ -1058,8 +1063,27 @@ class HaloExchange {
 
   HaloExchange(const HaloExchange&) = delete;
   HaloExchange& operator=(const HaloExchange&) = delete;
-  /// Takes over `other`'s plan, buffers and any exchange in flight.
-  HaloExchange(HaloExchange&& other) noexcept = default;
+  /// Takes over `other`'s plan, buffers and any exchange in flight; `other` may then only be
+  /// destroyed (its start() is CL_INVALID_OPERATION).
+  HaloExchange(HaloExchange&& other) noexcept
+      : core_(std::move(other.core_)),
+        packer_(std::move(other.packer_)),
+        plan_(std::move(other.plan_)),
+        packs_(std::move(other.packs_)),
+        unpacks_(std::move(other.unpacks_)),
+        straight_sends_(std::move(other.straight_sends_)),
+        straight_recvs_(std::move(other.straight_recvs_)),
+        field_(std::move(other.field_)),
+        copies_(std::move(other.copies_)),
+        kernels_(std::move(other.kernels_)),
+        reads_(std::move(other.reads_)),
+        receives_(std::move(other.receives_)),
+        sends_(std::move(other.sends_)),
+        landed_(std::move(other.landed_)),
+        unposted_(std::move(other.unposted_)),
+        straight_(other.straight_),
+        kernel_may_(other.kernel_may_),
+        running_(std::exchange(other.running_, false)) {}
 
   /// Waits for an exchange still in flight (errors ignored).
   ~HaloExchange() {
@@ -1086,7 +1110,12 @@ class HaloExchange {
       host_reads = host_reads || !n.send_box;
       host_writes = host_writes || !n.recv_box;
     }
-    communicator_.check_buffer(op, field, host_reads, host_writes);
+    if (!core_) {
+      clbuf::detail::fail(op, CL_INVALID_OPERATION, "this HaloExchange was moved from");
+    }
+    clbuf::detail::check_buffer(op, field.valid(), field.context(), core_->context());
+    clbuf::detail::check_host_access(op, clbuf::detail::BufferAccess::access(field), host_reads,
+                                     host_writes);
     for (std::size_t i = 0; i < plan_.size(); ++i) {
       const Neighbour& n = plan_[i];
       if (!n.send_box) {
@@ -1097,7 +1126,7 @@ class HaloExchange {
       }
       check_boxes(op, i, field.size());
     }
-    BufferManager& manager = communicator_.manager();
+    BufferManager& manager = core_->manager();
     running_ = true;
     try {
       field_ = manager.view(field, 0, field.size());
@@ -1126,14 +1155,14 @@ class HaloExchange {
                                                   straight_sends_[i].size(), region);
           unposted_[i] = 1;
         } else if (by_kernel(box)) {
-          kernels_.push_back(communicator_.packer_->copy(
-              op, communicator_.core_->queue(), field_.native_root()(),
-              field_.native_offset_bytes(), packs_[i].native_root()(), 0, region, sizeof(T)));
+          kernels_.push_back(packer_->copy(op, core_->queue(), field_.native_root()(),
+                                           field_.native_offset_bytes(), packs_[i].native_root()(),
+                                           0, region, sizeof(T)));
         } else {
           copies_.push_back(manager.copy_rect_async(field_, packs_[i], region));
         }
       }
-      detail::Core& core = *communicator_.core_;
+      detail::Core& core = *core_;
       // A receive into the field waits for the work queued before start() (one marker), not for
       // the interior kernels queued after it, as clFinish would on a CPU device; a receive into
       // an unpack buffer waits for nothing (the last finish() waited for its unpack copy).
@@ -1152,9 +1181,10 @@ class HaloExchange {
                             : n.rank == MPI_PROC_NULL ? detail::Span()
                             : received_straight(i)    ? host_span(straight_recvs_[i])
                                                       : Communicator::span_of(unpacks_[i]);
-        receives_.push_back(communicator_.start(std::make_shared<detail::RecvStream>(
-            core, op, std::move(span), n.rank, n.recv_tag, core.user(),
-            detail::Kind::point_to_point, n.recv_box ? &nothing : &before)));
+        receives_.push_back(Communicator::start_on(
+            core_, std::make_shared<detail::RecvStream>(
+                       core, op, std::move(span), n.rank, n.recv_tag, core.user(),
+                       detail::Kind::point_to_point, n.recv_box ? &nothing : &before)));
         landed_.push_back(false);
       }
       for (std::size_t i = 0; i < plan_.size(); ++i) {
@@ -1163,9 +1193,9 @@ class HaloExchange {
         detail::Span span = !n.send_box ? Communicator::span_of(field_, n.send_offset, n.count)
                             : n.rank == MPI_PROC_NULL ? detail::Span()
                                                       : Communicator::span_of(packs_[i]);
-        sends_[i] = communicator_.start(
-            std::make_shared<detail::SendStream>(core, op, std::move(span), n.rank, n.send_tag,
-                                                 core.user(), detail::Kind::point_to_point));
+        sends_[i] = Communicator::start_on(core_, std::make_shared<detail::SendStream>(
+                                                      core, op, std::move(span), n.rank, n.send_tag,
+                                                      core.user(), detail::Kind::point_to_point));
       }
       post_sends(false);
     } catch (...) {
@@ -1248,11 +1278,11 @@ class HaloExchange {
   /// and two, a field kernels may read and write, and a device that builds the kernel (asked on
   /// first use).
   bool by_kernel(const Box& box) const {
-    const Options& options = communicator_.options();
+    const Options& options = core_->options();
     const std::size_t rows = box.size.y * box.size.z;
     return kernel_may_ && box.size.x * sizeof(T) <= options.halo_kernel_max_row_bytes &&
            rows >= std::max<std::size_t>(options.halo_kernel_min_rows, 2) &&
-           communicator_.packer_->ready(communicator_.core_->queue());
+           packer_->ready(core_->queue());
   }
 
   /// Waits for a pack or unpack by the kernel; throws its failure.
@@ -1278,7 +1308,7 @@ class HaloExchange {
   /// Whether `box` may go straight between the field and pinned memory of the exchange's own:
   /// the staged path (a discrete device), up to Options::halo_direct_max_bytes.
   bool may_go_straight(const Box& box) const {
-    detail::Core& core = *communicator_.core_;
+    detail::Core& core = *core_;
     const std::size_t bytes = elements(box) * sizeof(T);
     if (bytes == 0 || bytes > core.options().halo_direct_max_bytes) return false;
     detail::Span device;  // a buffer of the manager's, and host memory: their routes
@@ -1305,7 +1335,7 @@ class HaloExchange {
   /// that failed is still followed by its send (so that the neighbour's exchange completes) and
   /// rethrown afterwards, the first failure first.
   void post_sends(bool block) {
-    detail::Core& core = *communicator_.core_;
+    detail::Core& core = *core_;
     const cl::Event nothing;
     std::exception_ptr first;
     for (std::size_t i = 0; i < unposted_.size(); ++i) {
@@ -1319,9 +1349,10 @@ class HaloExchange {
       unposted_[i] = 0;
       try {
         const Neighbour& n = plan_[i];
-        sends_[i] = communicator_.start(std::make_shared<detail::SendStream>(
-            core, "HaloExchange::start", host_span(straight_sends_[i]), n.rank, n.send_tag,
-            core.user(), detail::Kind::point_to_point, &nothing));
+        sends_[i] = Communicator::start_on(
+            core_, std::make_shared<detail::SendStream>(
+                       core, "HaloExchange::start", host_span(straight_sends_[i]), n.rank,
+                       n.send_tag, core.user(), detail::Kind::point_to_point, &nothing));
       } catch (...) {
         if (!first) first = std::current_exception();
       }
@@ -1366,14 +1397,14 @@ class HaloExchange {
     if (n.rank != MPI_PROC_NULL && n.recv_box) {
       const Box& box = *n.recv_box;
       const Region region = detail::unpack_region(box.origin, box.size, box.field);
-      BufferManager& manager = communicator_.manager();
+      BufferManager& manager = core_->manager();
       if (received_straight(i)) {
         copies_.push_back(manager.upload_rect_async(field_, straight_recvs_[i].data(),
                                                     straight_recvs_[i].size(), region));
       } else if (by_kernel(box)) {
-        kernels_.push_back(communicator_.packer_->copy(
-            "HaloExchange::finish", communicator_.core_->queue(), unpacks_[i].native_root()(), 0,
-            field_.native_root()(), field_.native_offset_bytes(), region, sizeof(T)));
+        kernels_.push_back(packer_->copy("HaloExchange::finish", core_->queue(),
+                                         unpacks_[i].native_root()(), 0, field_.native_root()(),
+                                         field_.native_offset_bytes(), region, sizeof(T)));
       } else {
         copies_.push_back(manager.copy_rect_async(unpacks_[i], field_, region));
       }
@@ -1381,7 +1412,10 @@ class HaloExchange {
     return true;
   }
 
-  Communicator& communicator_;
+  // Shared with the Communicator (as a Request shares its core): an exchange in flight may
+  // outlive the Communicator, or see it moved.
+  std::shared_ptr<detail::Core> core_;
+  std::shared_ptr<detail::Packer> packer_;
   std::vector<Neighbour> plan_;
   std::vector<DeviceBuffer<T>> packs_;    // per neighbour: its send box, contiguous
   std::vector<DeviceBuffer<T>> unpacks_;  // per neighbour: its receive box, contiguous

@@ -1397,6 +1397,41 @@ TEST_P(MpiHalo, FieldTheHostMayNotAccessIsPacked) {
 
 // The boxes sent are packed by start(): kernels (here uploads) the application enqueues on the
 // interior before finish() may change the cells sent; the neighbours still get the old ones.
+// An exchange in flight shares its Communicator's state, as a Request does: the Communicator may
+// be moved or destroyed between start() and finish() (this used freed memory), and the
+// exchange completes exact. A moved-from exchange refuses start(), and its destruction waits
+// for nothing.
+TEST_P(MpiHalo, AnExchangeInFlightOutlivesItsCommunicator) {
+  Cart cart(2, 3U);
+  const clbuf::Extents interior{12, 50, 1};
+  for (const bool move_instead : {false, true}) {
+    auto comm = std::make_unique<clbuf::mpi::Communicator>(communicator(4096));
+    clbuf::mpi::HaloExchange<float> halo(*comm,
+                                         clbuf::mpi::cartesian_faces(cart.comm, interior, 1, true));
+    clbuf::DeviceBuffer<float> field =
+        upload(halo_reference<float>(cart, interior, 1, true, 6, false));
+    halo.start(field);
+    if (move_instead) {
+      clbuf::mpi::Communicator moved(std::move(*comm));
+      comm.reset();
+    } else {
+      comm.reset();
+    }
+    clbuf::mpi::HaloExchange<float> taken(std::move(halo));
+    taken.finish();
+    EXPECT_TRUE(
+        same(halo_reference<float>(cart, interior, 1, true, 6, true), manager_->download(field)))
+        << (move_instead ? "moved" : "destroyed");
+    try {
+      halo.start(field);
+      ADD_FAILURE() << "a moved-from exchange started";
+    } catch (const clbuf::Error& e) {
+      EXPECT_EQ(e.code(), CL_INVALID_OPERATION) << e.what();
+      EXPECT_NE(std::string(e.what()).find("moved from"), std::string::npos) << e.what();
+    }
+  }
+}
+
 TEST_P(MpiHalo, InteriorMayChangeBetweenStartAndFinish) {
   Cart cart(2, 3U);
   clbuf::mpi::Communicator comm = communicator(4096);
