@@ -539,7 +539,10 @@ class Communicator {
     try {
       check_buffer(op, mine, false, rank() != root);
       check_rank(op, "root", root, false, false);
-      if (rank() == root) check_whole(op, all, mine.size(), true, false);
+      if (rank() == root) {
+        check_whole(op, all, mine.size(), true, false);
+        check_own_slot(op, all, mine, root);
+      }
     } catch (...) {
       local = std::current_exception();
     }
@@ -561,7 +564,8 @@ class Communicator {
           *core_, op, span_of(all, static_cast<std::size_t>(i) * n, n), i, 0, core_->coll(),
           detail::Kind::collective)));
     }
-    copy_own(op, all, static_cast<std::size_t>(root) * n, mine, 0, n, sends);
+    copy_own(op, all, static_cast<std::size_t>(root) * n, mine, 0,
+             in_own_slot(all, mine, root) ? 0 : n, sends);
   }
 
   /// The reverse of scatter(): `all` on the root receives every rank's `mine` in rank order.
@@ -572,7 +576,10 @@ class Communicator {
     try {
       check_buffer(op, mine, rank() != root, false);
       check_rank(op, "root", root, false, false);
-      if (rank() == root) check_whole(op, all, mine.size(), false, true);
+      if (rank() == root) {
+        check_whole(op, all, mine.size(), false, true);
+        check_own_slot(op, all, mine, root);
+      }
     } catch (...) {
       local = std::current_exception();
     }
@@ -594,13 +601,21 @@ class Communicator {
           *core_, op, span_of(all, static_cast<std::size_t>(i) * n, n), i, 0, core_->coll(),
           detail::Kind::collective)));
     }
-    copy_own(op, mine, 0, all, static_cast<std::size_t>(root) * n, n, receives);
+    copy_own(op, mine, 0, all, static_cast<std::size_t>(root) * n,
+             in_own_slot(all, mine, root) ? 0 : n, receives);
   }
 
   /// MPI_Barrier on the duplicated communicator.
   void barrier() {
     core_->launch_collectives(true);
-    detail::check_mpi(MPI_Barrier(core_->coll()), "barrier", "MPI_Barrier");
+    if (core_->whole()) {  // a plain peer calls MPI_Barrier
+      detail::check_mpi(MPI_Barrier(core_->coll()), "barrier", "MPI_Barrier");
+      return;
+    }
+    // Non-blocking, so that transfers in flight move on while it waits (docs/mpi.md).
+    MPI_Request request = MPI_REQUEST_NULL;
+    detail::check_mpi(MPI_Ibarrier(core_->coll(), &request), "barrier", "MPI_Ibarrier");
+    core_->wait_request(request, "barrier", "MPI_Ibarrier");
   }
   /// @}
 
@@ -670,6 +685,36 @@ class Communicator {
                             (any_allowed ? " or MPI_ANY_TAG" : ""));
   }
 
+  /// The root's `mine` is its own slot of `all` exactly (in place, as MPI_IN_PLACE: nothing to
+  /// copy) or shares no byte with `all`; else CL_MEM_COPY_OVERLAP, before any data moves.
+  template <class T>
+  static void check_own_slot(const char* op, const DeviceBuffer<T>& all,
+                             const DeviceBuffer<T>& mine, int root) {
+    if (in_own_slot(all, mine, root)) return;
+    const cl_mem a = clbuf::detail::BufferAccess::root(all);
+    const std::size_t a0 = all.root_offset_bytes();
+    const std::size_t m0 = mine.root_offset_bytes();
+    if (a != nullptr && a == clbuf::detail::BufferAccess::root(mine) &&
+        a0 < m0 + mine.size_bytes() && m0 < a0 + all.size_bytes()) {
+      clbuf::detail::fail(op, CL_MEM_COPY_OVERLAP,
+                          "the root's own buffer shares bytes with the whole ([" +
+                              std::to_string(m0) + ", " + std::to_string(m0 + mine.size_bytes()) +
+                              ") and [" + std::to_string(a0) + ", " +
+                              std::to_string(a0 + all.size_bytes()) +
+                              ") of one buffer) but is not the root's own slot of it");
+    }
+  }
+
+  /// `mine` is exactly rank `root`'s slot of `all` (the same bytes).
+  template <class T>
+  static bool in_own_slot(const DeviceBuffer<T>& all, const DeviceBuffer<T>& mine,
+                          int root) noexcept {
+    const cl_mem a = clbuf::detail::BufferAccess::root(all);
+    return a != nullptr && a == clbuf::detail::BufferAccess::root(mine) &&
+           mine.root_offset_bytes() ==
+               all.root_offset_bytes() + static_cast<std::size_t>(root) * mine.size_bytes();
+  }
+
   template <class T>
   static void check_apart(const char* op, const DeviceBuffer<T>& out, const DeviceBuffer<T>& in) {
     const cl_mem a = clbuf::detail::BufferAccess::root(out);
@@ -696,14 +741,17 @@ class Communicator {
       if (local) std::rethrow_exception(local);
       return;
     }
-    // Blocking: MPI_Iallreduce + MPI_Wait costs 2-4 us more here (Open MPI 4.1, 2 ranks), every
-    // collective. MPI matches it with no MPI_Iallreduce, so a blocking collective on one rank
-    // against a non-blocking one on another is not detected (docs/mpi.md).
+    // Non-blocking, waited for while the transfers in flight move on: a blocking MPI_Allreduce
+    // would leave a peer blocked on one of them (its send into a receive of this rank's that was
+    // posted before this collective) waiting forever. Costs 2-4 us over MPI_Allreduce (Open MPI
+    // 4.1, 2 ranks). The agreement of the non-blocking collectives is the same MPI_Iallreduce,
+    // so a blocking collective on one rank against a non-blocking one on another matches it and
+    // is told apart by the collective's code in the values.
     detail::Agreement agreement(op, count, sizeof(T), detail::type_code<T>(), root, reduction,
                                 local ? rank() : -1);
-    detail::check_mpi(MPI_Allreduce(agreement.values, agreement.all, 2 * agreement.fields + 1,
-                                    MPI_LONG_LONG, MPI_MAX, core_->coll()),
-                      op, "MPI_Allreduce");
+    MPI_Request request = MPI_REQUEST_NULL;
+    agreement.start(op, core_->coll(), request);
+    core_->wait_request(request, op, "MPI_Iallreduce");
     if (local) std::rethrow_exception(local);
     agreement.check(op);
   }
@@ -843,9 +891,14 @@ class Communicator {
     auto& mine = const_cast<DeviceBuffer<T>&>(mine_in);  // NOLINT: written only by scatter
     auto& all = const_cast<DeviceBuffer<T>&>(all_in);    // NOLINT: written only by gather
     const auto run = [&](T* whole, T* part, int count, MPI_Datatype type) {
+      // The root's part its own slot of the whole in host memory (in place): MPI_IN_PLACE, as
+      // MPI requires for that.
+      void* own = whole != nullptr && part == whole + static_cast<std::ptrdiff_t>(root) * count
+                      ? MPI_IN_PLACE
+                      : static_cast<void*>(part);
       const int err = scatter
-                          ? MPI_Scatter(whole, count, type, part, count, type, root, core_->coll())
-                          : MPI_Gather(part, count, type, whole, count, type, root, core_->coll());
+                          ? MPI_Scatter(whole, count, type, own, count, type, root, core_->coll())
+                          : MPI_Gather(own, count, type, whole, count, type, root, core_->coll());
       detail::check_mpi(err, op, scatter ? "MPI_Scatter" : "MPI_Gather");
     };
     on_host(op, mine, !scatter, scatter, [&](T* part, int count, MPI_Datatype type) {

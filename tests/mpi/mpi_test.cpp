@@ -637,6 +637,103 @@ TEST_P(Mpi, ScatterAndGatherEveryRoot) {
   }
 }
 
+// The root's `mine` may be its own slot of `all` (in place, as MPI_IN_PLACE): exact, on every
+// path, Path::whole (MPI_Scatter/MPI_Gather with MPI_IN_PLACE) included. A `mine` that shares
+// only some bytes with `all` is CL_MEM_COPY_OVERLAP on every rank, before any data moves (the
+// agreement; Path::whole has none).
+TEST_P(Mpi, ScatterAndGatherInPlaceAtTheRootAndOverlapRejected) {
+  for (const bool whole : {false, true}) {
+    clbuf::mpi::Options options;
+    options.chunk_bytes = 8 << 10;
+    if (whole) options.path = clbuf::mpi::Path::whole;
+    clbuf::mpi::Communicator comm(*manager_, MPI_COMM_WORLD, options);
+    const int root = size_ - 1;
+    const std::size_t n = 3001;
+    const std::size_t total = n * static_cast<std::size_t>(size_);
+    const std::vector<std::int32_t> source = pattern<std::int32_t>(root, 77, total);
+    // scatter: the root's mine is its own slot of all.
+    clbuf::DeviceBuffer<std::int32_t> all =
+        upload(rank_ == root ? source : std::vector<std::int32_t>());
+    clbuf::DeviceBuffer<std::int32_t> mine =
+        rank_ == root ? manager_->view(all, static_cast<std::size_t>(root) * n, n)
+                      : manager_->allocate<std::int32_t>(n);
+    comm.scatter(all, mine, root);
+    EXPECT_TRUE(same(
+        std::vector<std::int32_t>(source.begin() + static_cast<std::ptrdiff_t>(n) * rank_,
+                                  source.begin() + static_cast<std::ptrdiff_t>(n) * (rank_ + 1)),
+        manager_->download(mine)))
+        << "scatter in place, whole " << whole;
+    // gather into the same: every rank's part lands, the root's in place.
+    clbuf::DeviceBuffer<std::int32_t> part =
+        rank_ == root ? manager_->view(all, static_cast<std::size_t>(root) * n, n)
+                      : upload(pattern<std::int32_t>(rank_, 78, n));
+    comm.gather(part, all, root);
+    if (rank_ == root) {
+      std::vector<std::int32_t> want;
+      for (int r = 0; r < size_; ++r) {
+        const std::vector<std::int32_t> theirs =
+            r == root ? std::vector<std::int32_t>(source.end() - static_cast<std::ptrdiff_t>(n),
+                                                  source.end())
+                      : pattern<std::int32_t>(r, 78, n);
+        want.insert(want.end(), theirs.begin(), theirs.end());
+      }
+      EXPECT_TRUE(same(want, manager_->download(all))) << "gather in place, whole " << whole;
+    }
+    // Overlap that is not the root's slot: an error on every rank, `all` unchanged (not under
+    // Path::whole, whose collectives are MPI's own and agree on nothing first).
+    if (whole) continue;
+    const std::vector<std::int32_t> before =
+        rank_ == root ? manager_->download(all) : std::vector<std::int32_t>();
+    clbuf::DeviceBuffer<std::int32_t> skewed =
+        rank_ == root ? manager_->view(all, 1, n) : upload(pattern<std::int32_t>(rank_, 79, n));
+    try {
+      comm.gather(skewed, all, root);
+      ADD_FAILURE() << "an overlapping gather succeeded, whole " << whole;
+    } catch (const clbuf::Error& e) {
+      EXPECT_NE(std::string(e.what()).find("gather"), std::string::npos) << e.what();
+      if (rank_ == root) {
+        EXPECT_EQ(e.code(), CL_MEM_COPY_OVERLAP) << e.what();
+      }
+    }
+    if (rank_ == root) {
+      EXPECT_TRUE(same(before, manager_->download(all))) << "a failed gather wrote into all";
+    }
+  }
+}
+
+// A receive posted before a barrier or a blocking collective moves on while this rank waits
+// there: the peer's blocking send of a chunked message (which needs that receive to take its
+// chunks) completes, and the peer reaches the collective too. MPI's blocking MPI_Barrier or
+// MPI_Allreduce in clbuf's place left both ranks waiting for ever.
+TEST_P(Mpi, APostedReceiveMovesOnWhileThisRankWaitsInACollective) {
+  clbuf::mpi::Communicator comm = communicator(64 << 10);
+  const std::size_t n = 300000;          // chunked on every path
+  for (const int collective : {0, 1}) {  // barrier(); allreduce()
+    const std::vector<float> data =
+        pattern<float>(0, 200 + static_cast<std::uint32_t>(collective), n);
+    clbuf::DeviceBuffer<std::int32_t> one = upload(std::vector<std::int32_t>{1});
+    const auto in_between = [&] {
+      if (collective == 0) {
+        comm.barrier();
+      } else {
+        comm.allreduce(one);
+      }
+    };
+    if (rank_ == 0) {
+      comm.send(upload(data), 1, 31);
+      in_between();
+    } else if (rank_ == 1) {
+      clbuf::DeviceBuffer<float> in = manager_->allocate<float>(n);
+      clbuf::mpi::Request received = comm.irecv(in, 0, 31);
+      in_between();
+      received.wait();
+      EXPECT_TRUE(same(data, manager_->download(in))) << "collective " << collective;
+    } else {
+      in_between();
+    }
+  }
+}
+
 // Pinned staging memory stays at chunk x depth per message in flight.
 TEST_P(Mpi, PinnedMemoryIsBounded) {
   const std::size_t chunk = 64 << 10;

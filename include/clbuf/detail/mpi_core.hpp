@@ -416,6 +416,20 @@ class Core {
                   active_.end());
   }
 
+  /// Waits for `request`, an MPI operation of clbuf's own (a barrier, a collective's agreement),
+  /// moving every tracked transfer on meanwhile: a peer blocked on a transfer of this rank (a
+  /// blocking send whose chunks this rank's posted receive must take) is never left waiting
+  /// behind it, as it would be behind MPI's blocking call.
+  void wait_request(MPI_Request& request, const char* operation, const char* call) {
+    int done = 0;
+    for (unsigned spins = 0;; ++spins) {
+      check_mpi(MPI_Test(&request, &done, MPI_STATUS_IGNORE), operation, call);
+      if (done != 0) return;
+      progress();
+      if (spins > 4000) std::this_thread::yield();  // oversubscribed hosts
+    }
+  }
+
   /// Progresses until `transfer` (a Transfer, or an untracked Eager message) is done. The
   /// others move on every few spins (each MPI_Test runs MPI's progress engine: testing all of
   /// them every spin would make a window of n requests cost n^2 tests).
