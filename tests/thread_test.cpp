@@ -223,6 +223,9 @@ TEST_F(Threads, ConcurrentCallsWaitingForEventsKeepTheirBarriers) {
 // A manager per thread (a queue each), half of the events failing: each call ends as its event
 // says, and no process aborts.
 TEST_F(Threads, EventsThatFailOnAManagerPerThread) {
+  if (clbuf_test::thread_sanitizer) {
+    GTEST_SKIP() << "PoCL's own lock order when an event fails (clbuf_test::thread_sanitizer)";
+  }
   Failures failures;
   std::vector<std::thread> threads;
   for (int t = 0; t < thread_count; ++t) {
