@@ -269,8 +269,9 @@ TEST_P(Mpi, ManyMessagesInFlight) {
     requests.push_back(comm.isend(out.back(), right, i % 3));
   }
   for (std::size_t i = requests.size(); i-- > 0;) requests[i].wait();
-  // 80 messages in flight, pinned chunks on a budget: 2 x depth a direction
-  EXPECT_LE(comm.peak_pinned_bytes(), std::size_t{2 * 2 * 2} * (16 << 10));
+  // 80 messages in flight, pinned chunks on a budget: 2 x depth a direction, and one chunk for a
+  // send that found the sends stalled for 20 ms (a loaded host may stall them; never more).
+  EXPECT_LE(comm.peak_pinned_bytes(), std::size_t{2 * 2 * 2 + messages} * (16 << 10));
   for (int i = 0; i < messages; ++i) {
     EXPECT_TRUE(same(pattern<std::int32_t>(left, 300 + static_cast<std::uint32_t>(i), count_of(i)),
                      manager_->download(in[static_cast<std::size_t>(i)])))
@@ -745,6 +746,56 @@ TEST_P(Mpi, PinnedMemoryIsBounded) {
   } else {
     EXPECT_EQ(comm.pinned_bytes(), 0u);  // zero copy and map need none
   }
+}
+
+// MPI lets a rank receive a peer's messages in any order. Staged sends hold their pinned chunks
+// until the peer has received them, so sends beyond the budget (2 x depth chunks) once waited for
+// the sends holding them, which waited for a peer receiving the later ones first: both ranks hung.
+// Three sends received in reverse order, and two sends left in flight across a broadcast whose
+// root is the sender, all complete (once the sends have stalled for 20 ms, a send holding no chunk
+// takes one beyond the budget); pinned memory stays at the budget plus a chunk per such send.
+TEST_P(Mpi, StagedSendsBeyondThePinnedBudgetCompleteInAnyReceiveOrder) {
+  clbuf::mpi::Options options;
+  options.chunk_bytes = 64 << 10;  // rendezvous in MPI: a chunk's send waits for its receive
+  options.depth = 1;               // a budget of two chunks per direction
+  options.path = clbuf::mpi::Path::staged;
+  clbuf::mpi::Communicator comm(*manager_, MPI_COMM_WORLD, options);
+  const std::size_t n = 4 * (64 << 10) / sizeof(float);  // four chunks a message
+  if (rank_ == 0) {
+    std::vector<clbuf::DeviceBuffer<float>> out;
+    std::vector<clbuf::mpi::Request> sent;
+    for (int i = 0; i < 3; ++i) out.push_back(upload(pattern<float>(0, 1300 + i, n)));
+    for (int i = 0; i < 3; ++i) sent.push_back(comm.isend(out[i], 1, 40 + i));
+    for (clbuf::mpi::Request& request : sent) request.wait();
+  } else if (rank_ == 1) {
+    for (int i = 2; i >= 0; --i) {
+      clbuf::DeviceBuffer<float> in = manager_->allocate<float>(n);
+      comm.recv(in, 0, 40 + i);
+      EXPECT_TRUE(same(pattern<float>(0, 1300 + i, n), manager_->download(in))) << "message " << i;
+    }
+  }
+  EXPECT_LE(comm.peak_pinned_bytes(), 3 * options.chunk_bytes);
+  // two sends in flight, then a broadcast from the same rank, which the peer receives first
+  clbuf::DeviceBuffer<float> root_data = upload(pattern<float>(rank_, 1310, n));
+  if (rank_ == 0) {
+    clbuf::DeviceBuffer<float> a = upload(pattern<float>(0, 1311, n));
+    clbuf::DeviceBuffer<float> b = upload(pattern<float>(0, 1312, n));
+    clbuf::mpi::Request first = comm.isend(a, 1, 50);
+    clbuf::mpi::Request second = comm.isend(b, 1, 51);
+    comm.broadcast(root_data, 0);
+    first.wait();
+    second.wait();
+  } else {
+    comm.broadcast(root_data, 0);
+    if (rank_ == 1) {
+      for (int i = 0; i < 2; ++i) {
+        clbuf::DeviceBuffer<float> in = manager_->allocate<float>(n);
+        comm.recv(in, 0, 50 + i);
+        EXPECT_TRUE(same(pattern<float>(0, 1311 + i, n), manager_->download(in))) << i;
+      }
+    }
+  }
+  EXPECT_TRUE(same(pattern<float>(0, 1310, n), manager_->download(root_data)));
 }
 
 // --- errors: on the rank that can see them, never a hang

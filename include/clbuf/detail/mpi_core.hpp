@@ -14,6 +14,7 @@
 #include <clbuf/manager.hpp>
 
 #include <algorithm>
+#include <chrono>
 #include <climits>
 #include <cstddef>
 #include <cstdint>
@@ -357,12 +358,15 @@ class Core {
   }
 
   /// A pinned chunk of chunk_bytes() for sending (0) or receiving (1), cached or new; an empty
-  /// block when that direction already uses its budget of 2 x depth chunks. Pinned memory in use
-  /// thus stays at 4 x depth chunks per Communicator however many messages are in flight; a
-  /// transfer without a chunk waits for one (a receive takes one only for a chunk that has
-  /// arrived, so a chunk never waits on a remote rank while it is held by a receive).
-  PinnedBlock acquire_slot(int direction, const char* operation) {
-    if (slots_in_use_[direction] >= 2 * options_.depth) return PinnedBlock();
+  /// block when that direction already uses its budget of 2 x depth chunks, unless `beyond_budget`.
+  /// Pinned memory in use thus stays at 4 x depth chunks per Communicator however many messages
+  /// are in flight; a transfer without a chunk waits for one. A receive takes a chunk only for a
+  /// chunk that has arrived, so it never waits on a remote rank while it holds one; a send holds
+  /// its chunk until the peer has received it, so a send waiting for a chunk may wait for sends
+  /// whose peer is receiving this one first (MPI allows any order): see send_stalled().
+  PinnedBlock acquire_slot(int direction, const char* operation, bool beyond_budget = false) {
+    if (slots_in_use_[direction] >= 2 * options_.depth && !beyond_budget) return PinnedBlock();
+    if (direction == 0) note_send_moved();
     PinnedBlock block;
     if (!free_slots_.empty()) {
       block = std::move(free_slots_.back());
@@ -379,6 +383,7 @@ class Core {
   /// Back to the cache, which keeps every chunk both directions may use at once.
   void release_slot(int direction, PinnedBlock&& block) noexcept {
     if (block.data() == nullptr) return;
+    if (direction == 0) note_send_moved();
     --slots_in_use_[direction];
     in_use_bytes_ -= block.size();
     if (free_slots_.size() < 4 * options_.depth) {
@@ -391,6 +396,20 @@ class Core {
     pinned_bytes_ -= block.size();
     PinnedBlock dropped(std::move(block));
   }
+
+  /// A send's chunk was taken, handed back, or received by the peer.
+  void note_send_moved() noexcept { send_moved_ = std::chrono::steady_clock::now(); }
+
+  /// True when the sends use their whole budget and none of their chunks has moved for
+  /// send_stall: the peers may be receiving, first, sends that wait for a chunk (three sends
+  /// received in reverse order hung both ranks while sends only waited). A send holding no chunk
+  /// then takes one beyond the budget, so that every order MPI allows completes; while chunks
+  /// move (the peers receive in the order sent), the budget holds.
+  bool send_stalled() const noexcept {
+    return slots_in_use_[0] >= 2 * options_.depth &&
+           std::chrono::steady_clock::now() - send_moved_ > send_stall;
+  }
+  static constexpr std::chrono::milliseconds send_stall{20};
 
   /// Pinned bytes allocated now (in use and cached), and the most ever in use at once.
   std::size_t pinned_bytes() const noexcept { return pinned_bytes_; }
@@ -495,6 +514,7 @@ class Core {
   std::vector<std::unique_ptr<char[]>> free_envelopes_;
   std::size_t pinned_bytes_ = 0;
   std::size_t slots_in_use_[2] = {0, 0};  // sending, receiving
+  std::chrono::steady_clock::time_point send_moved_ = std::chrono::steady_clock::now();
   std::size_t in_use_bytes_ = 0;
   std::size_t peak_in_use_bytes_ = 0;
   std::vector<std::shared_ptr<Collective>> collectives_;  // not launched yet, in call order

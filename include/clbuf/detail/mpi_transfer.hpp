@@ -386,10 +386,12 @@ class SendStream final : public Stream {
 
   std::size_t sent_ = 0;  // chunks handed to MPI
 
-  /// Starts reading the next chunks into as many slots as depth and the budget allow.
+  /// Starts reading the next chunks into as many slots as depth and the budget allow; a send
+  /// holding no slot takes one beyond the budget when the sends have stalled (Core::send_stalled).
   void fill_slots() {
     while (slots_.size() < core_.options().depth && next_ < chunks_.count) {
-      PinnedBlock block = core_.acquire_slot(direction_, operation_);
+      PinnedBlock block =
+          core_.acquire_slot(direction_, operation_, slots_.empty() && core_.send_stalled());
       if (block.data() == nullptr) return;
       slots_.emplace_back();
       slots_.back().block = std::move(block);
@@ -425,6 +427,7 @@ class SendStream final : public Stream {
     for (Slot& slot : slots_) {
       if (slot.state == Slot::messaging && test(slot.request)) {
         slot.state = Slot::idle;
+        core_.note_send_moved();
         if (next_ < chunks_.count) start_read(slot);
       }
     }
