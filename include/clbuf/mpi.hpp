@@ -1206,7 +1206,6 @@ class HaloExchange {
         if (straight_ && !straight_sends_[i].empty()) {
           reads_[i] = manager.download_rect_async(field_, straight_sends_[i].data(),
                                                   straight_sends_[i].size(), region);
-          unposted_[i] = 1;
         } else if (by_kernel(box)) {
           kernels_.push_back(packer_->copy(op, core_->queue(), field_.native_root()(),
                                            field_.native_offset_bytes(), packs_[i].native_root()(),
@@ -1241,14 +1240,7 @@ class HaloExchange {
         landed_.push_back(false);
       }
       for (std::size_t i = 0; i < plan_.size(); ++i) {
-        if (unposted_[i]) continue;  // after its read: post_sends()
-        const Neighbour& n = plan_[i];
-        detail::Span span = !n.send_box ? Communicator::span_of(field_, n.send_offset, n.count)
-                            : n.rank == MPI_PROC_NULL ? detail::Span()
-                                                      : Communicator::span_of(packs_[i]);
-        sends_[i] = Communicator::start_on(core_, std::make_shared<detail::SendStream>(
-                                                      core, op, std::move(span), n.rank, n.send_tag,
-                                                      core.user(), detail::Kind::point_to_point));
+        if (plan_[i].rank != MPI_PROC_NULL) unposted_[i] = 1;  // posted by post_sends()
       }
       post_sends(false);
     } catch (...) {
@@ -1383,29 +1375,45 @@ class HaloExchange {
     return span;
   }
 
-  /// Posts the send of every box read straight whose read has completed (`block`: waits for
-  /// each read); the message goes from the pinned memory with no further device command. A read
-  /// that failed is still followed by its send (so that the neighbour's exchange completes) and
-  /// rethrown afterwards, the first failure first.
+  /// Posts the sends not posted yet, in plan order: a box read straight once its read has
+  /// completed (`block`: waits for each read), from the pinned memory with no further device
+  /// command; the others at once (they follow their packs on the queue). MPI matches the
+  /// messages of one rank and tag in the order sent, so a send waits for the earlier sends of
+  /// the plan to its rank with its tag. A read that failed is still followed by its send (so
+  /// that the neighbour's exchange completes) and rethrown afterwards, the first failure first.
   void post_sends(bool block) {
     detail::Core& core = *core_;
     const cl::Event nothing;
     std::exception_ptr first;
     for (std::size_t i = 0; i < unposted_.size(); ++i) {
       if (!unposted_[i]) continue;
-      try {
-        if (!block && !reads_[i].ready()) continue;
-        reads_[i].wait();
-      } catch (...) {
-        if (!first) first = std::current_exception();
+      const Neighbour& n = plan_[i];
+      const auto same_message = [&n](const Neighbour& earlier) {
+        return earlier.rank == n.rank && earlier.send_tag == n.send_tag;
+      };
+      bool behind = false;
+      for (std::size_t j = 0; j < i && !behind; ++j) {
+        behind = unposted_[j] && same_message(plan_[j]);
+      }
+      if (behind) continue;
+      const bool straight = straight_ && !straight_sends_[i].empty();
+      if (straight) {
+        try {
+          if (!block && !reads_[i].ready()) continue;
+          reads_[i].wait();
+        } catch (...) {
+          if (!first) first = std::current_exception();
+        }
       }
       unposted_[i] = 0;
       try {
-        const Neighbour& n = plan_[i];
+        detail::Span span = straight     ? host_span(straight_sends_[i])
+                            : n.send_box ? Communicator::span_of(packs_[i])
+                                         : Communicator::span_of(field_, n.send_offset, n.count);
         sends_[i] = Communicator::start_on(
             core_, std::make_shared<detail::SendStream>(
-                       core, "HaloExchange::start", host_span(straight_sends_[i]), n.rank,
-                       n.send_tag, core.user(), detail::Kind::point_to_point, &nothing));
+                       core, "HaloExchange::start", std::move(span), n.rank, n.send_tag,
+                       core.user(), detail::Kind::point_to_point, straight ? &nothing : nullptr));
       } catch (...) {
         if (!first) first = std::current_exception();
       }

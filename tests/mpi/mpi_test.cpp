@@ -1744,6 +1744,40 @@ TEST_P(MpiHalo, ContiguousRangesAndBoxesMix) {
   EXPECT_TRUE(same(mine, manager_->download(buffer)));
 }
 
+// Two boxes of one plan to one neighbour with one tag are matched by MPI in the order sent, so
+// they must be sent in plan order. On a discrete device a box that goes straight was sent once its
+// read had completed, after the packed boxes: the peer's first receive (the small box) matched the
+// large box (MPI_ERR_TRUNCATE). Now a send waits for the earlier sends of its rank and tag.
+TEST_P(MpiHalo, BoxesToOneNeighbourWithOneTagGoInPlanOrder) {
+  clbuf::mpi::Options options;
+  options.chunk_bytes = 4096;
+  options.halo_direct_max_bytes = 1024;  // the small box straight, the large one packed
+  clbuf::mpi::Communicator comm(*manager_, MPI_COMM_WORLD, options);
+  const int partner = (rank_ ^ 1) < size_ ? rank_ ^ 1 : MPI_PROC_NULL;
+  const clbuf::Extents field{40, 64, 1};
+  clbuf::mpi::Neighbour small;  // first in the plan: 5 cells of row 60 -> row 61
+  small.rank = partner;
+  small.send_tag = small.recv_tag = 7;
+  small.send_box = clbuf::mpi::Box{{0, 60, 0}, {5, 1, 1}, field};
+  small.recv_box = clbuf::mpi::Box{{10, 61, 0}, {5, 1, 1}, field};
+  clbuf::mpi::Neighbour large = small;  // then rows 0-29 -> rows 30-59
+  large.send_box = clbuf::mpi::Box{{0, 0, 0}, {40, 30, 1}, field};
+  large.recv_box = clbuf::mpi::Box{{0, 30, 0}, {40, 30, 1}, field};
+  clbuf::mpi::HaloExchange<float> halo(comm, {small, large});
+  for (std::uint32_t round = 0; round < 3; ++round) {
+    std::vector<float> mine = pattern<float>(rank_, 3300 + round, 40 * 64);
+    clbuf::DeviceBuffer<float> buffer = upload(mine);
+    halo.start(buffer);
+    halo.finish();
+    if (partner != MPI_PROC_NULL) {
+      const std::vector<float> theirs = pattern<float>(partner, 3300 + round, 40 * 64);
+      for (std::size_t x = 0; x < 5; ++x) mine[61 * 40 + 10 + x] = theirs[60 * 40 + x];
+      std::copy(theirs.begin(), theirs.begin() + 40 * 30, mine.begin() + 40 * 30);
+    }
+    EXPECT_TRUE(same(mine, manager_->download(buffer))) << "round " << round;
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(
     Paths, MpiHalo,
     ::testing::Values(Models{clbuf::MemoryModel::host, clbuf::MemoryModel::host, "ZeroCopy"},
