@@ -887,6 +887,45 @@ TEST_P(Mpi, SmallReceiveOfAChunkedMessageDrainsItAndFails) {
   EXPECT_TRUE(same(pattern<float>(0, 1705, 10), manager_->download(in)));
 }
 
+// The sender's blocking send of a chunked message that the peer's small irecv matched completes
+// while the peer waits in another call (a barrier, a blocking receive, an allreduce): the small
+// receive is polled there and drains the chunks. It was only when its own Request was waited: the
+// sender stayed in send(), and the peer in the barrier, for ever.
+TEST_P(Mpi, ASmallReceiveMatchedByAChunkedMessageDrainsItWhileTheRankWaitsElsewhere) {
+  clbuf::mpi::Communicator comm = communicator(8 << 10);
+  const std::size_t large = 100000;        // chunked on every path
+  for (const int elsewhere : {0, 1, 2}) {  // barrier(); recv(); allreduce()
+    const auto in_between = [&] {
+      if (elsewhere == 0) comm.barrier();
+      if (elsewhere == 2) {
+        clbuf::DeviceBuffer<std::int32_t> one = upload(std::vector<std::int32_t>{1});
+        comm.allreduce(one);
+      }
+    };
+    if (rank_ == 0) {
+      comm.send(upload(pattern<float>(0, 1720, large)), 1, 13);  // completes: drained
+      if (elsewhere == 1) comm.send(upload(pattern<float>(0, 1721, 20)), 1, 14);
+      in_between();
+    } else if (rank_ == 1) {
+      const std::vector<float> before = pattern<float>(1, 1722, 10);
+      clbuf::DeviceBuffer<float> in = upload(before);
+      clbuf::mpi::Request received = comm.irecv(in, 0, 13);
+      if (elsewhere == 1) {
+        clbuf::DeviceBuffer<float> other = manager_->allocate<float>(20);
+        comm.recv(other, 0, 14);
+        EXPECT_TRUE(same(pattern<float>(0, 1721, 20), manager_->download(other)));
+      }
+      in_between();
+      EXPECT_TRUE(throws([&] { received.wait(); }, CL_INVALID_VALUE,
+                         {"irecv: ", "MPI_ERR_TRUNCATE", "sent 100000 elements of 4 bytes"}))
+          << "call " << elsewhere;
+      EXPECT_TRUE(same(before, manager_->download(in))) << "nothing written";
+    } else {
+      in_between();
+    }
+  }
+}
+
 // A persistent receive that failed (a message of another size) may start again at once, and its
 // next message arrives: small (no transfer object) and chunked.
 TEST_P(Mpi, PersistentReceiveStartsAgainAfterAFailedMessage) {

@@ -95,6 +95,22 @@ class Transfer {
   std::exception_ptr error_;
 };
 
+/// A small receive without a Transfer object (mpi_eager.hpp's Eager), kept in a Request or on a
+/// blocking call's stack, which every progress() moves on as it does the tracked transfers: a
+/// chunked message that such a receive matched (a mismatch) is drained only once the receive has
+/// looked at its header, and the sender's blocking send waits for that, so a blocking call of
+/// the receiving rank in between must poll it too.
+class Polled {
+ public:
+  virtual void poll() noexcept = 0;
+
+ protected:
+  Polled() = default;
+  Polled(const Polled&) = default;
+  Polled& operator=(const Polled&) = default;
+  ~Polled() = default;
+};
+
 /// A non-blocking collective (mpi_collective.hpp): its agreement is under way when it is
 /// queued; launch() completes the agreement and starts its MPI collective. Every rank starts
 /// collectives in the order it called them (MPI's rule), so the Core launches them in order,
@@ -425,7 +441,20 @@ class Core {
 
   void progress() noexcept {
     for (std::size_t i = 0; i < active_.size(); ++i) active_[i]->step();
+    for (std::size_t i = 0; i < polled_.size(); ++i) polled_[i]->poll();
     prune();
+  }
+
+  /// Polls `receive` in every progress() until unwatch(); rewatch() follows it when it moves.
+  void watch(Polled* receive) { polled_.push_back(receive); }
+  void unwatch(Polled* receive) noexcept {
+    const auto it = std::find(polled_.begin(), polled_.end(), receive);
+    if (it == polled_.end()) return;
+    *it = polled_.back();
+    polled_.pop_back();
+  }
+  void rewatch(Polled* from, Polled* to) noexcept {
+    std::replace(polled_.begin(), polled_.end(), from, to);
   }
 
   /// Stops tracking the transfers that are done.
@@ -517,6 +546,7 @@ class Core {
   std::chrono::steady_clock::time_point send_moved_ = std::chrono::steady_clock::now();
   std::size_t in_use_bytes_ = 0;
   std::size_t peak_in_use_bytes_ = 0;
+  std::vector<Polled*> polled_;  // the small receives in flight (their owners unwatch them)
   std::vector<std::shared_ptr<Collective>> collectives_;  // not launched yet, in call order
   std::vector<std::shared_ptr<Transfer>> active_;         // last: destroyed first
 };

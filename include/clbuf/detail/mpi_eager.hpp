@@ -3,10 +3,12 @@
 // payload within Open MPI's 4 KiB eager fragment), sent or received without a Transfer object.
 // isend/irecv/send/recv and Persistent::start keep it inside the Request (or on the blocking
 // call's stack) and take the envelope from the Core's cache, so a small message allocates
-// nothing once the cache is warm and is not tracked by the Core: MPI's own request is all that
-// moves it. Its wire format is the Streams' inline message (mpi_transfer.hpp), whose helpers it
-// uses. A receive whose envelope holds the header of a chunked message (which never fits such a
-// buffer) hands it to a RecvStream, which drains the chunks so that the sender completes.
+// nothing once the cache is warm and is not tracked by the Core as a Transfer: MPI's own request
+// is all that moves it (a receive is polled, below). Its wire format is the Streams' inline message
+// (mpi_transfer.hpp), whose helpers it uses. A receive whose envelope holds the header of a chunked
+// message (which never fits such a buffer) hands it to a RecvStream, which drains the chunks so
+// that the sender completes; so that this happens while the rank waits in another call, the Core
+// polls every receive in flight (Core::watch).
 #ifndef CLBUF_DETAIL_MPI_EAGER_HPP
 #define CLBUF_DETAIL_MPI_EAGER_HPP
 
@@ -27,12 +29,12 @@ namespace detail {
 /// One message that fits the envelope, with Transfer's interface (step, done, rethrow) so that
 /// Core::wait() takes it. Move-only; the envelope and MPI's request move with it (MPI holds the
 /// envelope's address, which does not move).
-class Eager {
+class Eager final : public Polled {
  public:
   Eager() = default;
   Eager(const Eager&) = delete;
   Eager& operator=(const Eager&) = delete;
-  Eager(Eager&& other) noexcept { take(other); }
+  Eager(Eager&& other) noexcept : Polled() { take(other); }
   Eager& operator=(Eager&& other) noexcept {
     if (this != &other) {
       clear();
@@ -41,6 +43,7 @@ class Eager {
     return *this;
   }
   ~Eager() {
+    if (watched_) core_->unwatch(this);
     if (envelope_) drop_envelope();
   }
 
@@ -68,10 +71,15 @@ class Eager {
       return;
     }
     envelope_ = core.take_envelope();
+    core.watch(this);
+    watched_ = true;
     check_mpi(MPI_Irecv(envelope_.get(), static_cast<int>(header_bytes + core.inline_max()),
                         MPI_BYTE, peer, tag, core.user(), &request_),
               operation, "MPI_Irecv");
   }
+
+  /// Core::progress(): moves a receive on while the rank waits in any call.
+  void poll() noexcept override { step(); }
 
   /// Whether a message was started and not cleared since.
   bool active() const noexcept { return core_ != nullptr; }
@@ -106,6 +114,8 @@ class Eager {
 
   /// Forgets the message (done, or abandoned by a failure).
   void clear() noexcept {
+    if (watched_) core_->unwatch(this);
+    watched_ = false;
     if (envelope_) drop_envelope();
     core_ = nullptr;
     handed_.reset();
@@ -159,6 +169,8 @@ class Eager {
   }
 
   void take(Eager& other) noexcept {
+    watched_ = std::exchange(other.watched_, false);
+    if (watched_) other.core_->rewatch(&other, this);
     core_ = std::exchange(other.core_, nullptr);
     operation_ = other.operation_;
     span_ = other.span_;
@@ -177,6 +189,7 @@ class Eager {
   std::unique_ptr<char[]> envelope_;  // header + payload; MPI's while request_ is pending
   MPI_Request request_ = MPI_REQUEST_NULL;
   bool receiving_ = false;
+  bool watched_ = false;  // in the Core's polled receives
   bool done_ = false;
   std::optional<std::exception_ptr> error_;  // empty but after a failure: cheap to move
   std::shared_ptr<Transfer> handed_;         // the RecvStream draining a chunked message
