@@ -764,13 +764,15 @@ TEST_P(Mpi, StagedSendsBeyondThePinnedBudgetCompleteInAnyReceiveOrder) {
   if (rank_ == 0) {
     std::vector<clbuf::DeviceBuffer<float>> out;
     std::vector<clbuf::mpi::Request> sent;
-    for (int i = 0; i < 3; ++i) out.push_back(upload(pattern<float>(0, 1300 + i, n)));
-    for (int i = 0; i < 3; ++i) sent.push_back(comm.isend(out[i], 1, 40 + i));
+    for (std::uint32_t i = 0; i < 3; ++i) out.push_back(upload(pattern<float>(0, 1300 + i, n)));
+    for (int i = 0; i < 3; ++i) {
+      sent.push_back(comm.isend(out[static_cast<std::size_t>(i)], 1, 40 + i));
+    }
     for (clbuf::mpi::Request& request : sent) request.wait();
   } else if (rank_ == 1) {
-    for (int i = 2; i >= 0; --i) {
+    for (std::uint32_t i = 3; i-- > 0;) {
       clbuf::DeviceBuffer<float> in = manager_->allocate<float>(n);
-      comm.recv(in, 0, 40 + i);
+      comm.recv(in, 0, 40 + static_cast<int>(i));
       EXPECT_TRUE(same(pattern<float>(0, 1300 + i, n), manager_->download(in))) << "message " << i;
     }
   }
@@ -788,9 +790,9 @@ TEST_P(Mpi, StagedSendsBeyondThePinnedBudgetCompleteInAnyReceiveOrder) {
   } else {
     comm.broadcast(root_data, 0);
     if (rank_ == 1) {
-      for (int i = 0; i < 2; ++i) {
+      for (std::uint32_t i = 0; i < 2; ++i) {
         clbuf::DeviceBuffer<float> in = manager_->allocate<float>(n);
-        comm.recv(in, 0, 50 + i);
+        comm.recv(in, 0, 50 + static_cast<int>(i));
         EXPECT_TRUE(same(pattern<float>(0, 1311 + i, n), manager_->download(in))) << i;
       }
     }
