@@ -10,12 +10,29 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <cstdlib>
+#include <iostream>
+#include <random>
 #include <vector>
 
 namespace halo_grid {
 
 /// The test run's seed (CLBUF_TEST_SEED, else random; the same on every rank: main() sets it).
 inline std::uint32_t g_seed = 0;
+
+/// Sets g_seed on every rank (after MPI_Init): CLBUF_TEST_SEED, else rank 0's random choice,
+/// broadcast; rank 0 prints it.
+inline void share_seed() {
+  int rank = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  if (const char* seed = std::getenv("CLBUF_TEST_SEED")) {
+    g_seed = static_cast<std::uint32_t>(std::strtoul(seed, nullptr, 10));
+  } else if (rank == 0) {
+    g_seed = std::random_device()();
+  }
+  MPI_Bcast(&g_seed, 1, MPI_UINT32_T, 0, MPI_COMM_WORLD);
+  if (rank == 0) std::cout << "[ seed     ] " << g_seed << " (CLBUF_TEST_SEED to repeat)\n";
+}
 
 // Each rank's interior cell holds the value of its global cell (unique per cell, round and seed,
 // exact in float); a ghost cell must end up holding the value of the global cell it mirrors

@@ -11,9 +11,6 @@
 #include <clbuf/mpi.hpp>
 
 #include <cstdint>
-#include <cstdlib>
-#include <iostream>
-#include <random>
 #include <string>
 #include <vector>
 
@@ -162,16 +159,7 @@ int main(int argc, char** argv) {
   int provided = 0;
   MPI_Init_thread(&argc, &argv, MPI_THREAD_FUNNELED, &provided);
   ::testing::InitGoogleTest(&argc, argv);
-  int rank = 0;
-  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-  if (const char* seed = std::getenv("CLBUF_TEST_SEED")) {
-    halo_grid::g_seed = static_cast<std::uint32_t>(std::strtoul(seed, nullptr, 10));
-  } else if (rank == 0) {
-    halo_grid::g_seed = std::random_device()();
-  }
-  MPI_Bcast(&halo_grid::g_seed, 1, MPI_UINT32_T, 0, MPI_COMM_WORLD);
-  if (rank == 0)
-    std::cout << "[ seed     ] " << halo_grid::g_seed << " (CLBUF_TEST_SEED to repeat)\n";
+  halo_grid::share_seed();
   const int failed = RUN_ALL_TESTS();
   int any = 0;
   MPI_Allreduce(&failed, &any, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);

@@ -2426,15 +2426,9 @@ int main(int argc, char** argv) {
   int provided = 0;
   MPI_Init_thread(&argc, &argv, MPI_THREAD_FUNNELED, &provided);
   ::testing::InitGoogleTest(&argc, argv);
+  halo_grid::share_seed();
   int rank = 0;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-  if (const char* seed = std::getenv("CLBUF_TEST_SEED")) {
-    g_seed = static_cast<std::uint32_t>(std::strtoul(seed, nullptr, 10));
-  } else if (rank == 0) {
-    g_seed = std::random_device()();
-  }
-  MPI_Bcast(&g_seed, 1, MPI_UINT32_T, 0, MPI_COMM_WORLD);
-  if (rank == 0) std::cout << "[ seed     ] " << g_seed << " (CLBUF_TEST_SEED to repeat)\n";
   if (rank != 0) {  // one report; a failing rank still prints its failures
     ::testing::TestEventListeners& listeners = ::testing::UnitTest::GetInstance()->listeners();
     ::testing::GTEST_FLAG(brief) = true;
