@@ -59,6 +59,16 @@ struct Tag {
   using type = T;
 };
 
+/// Whether `dtype` names an element type that MPI and OpenCL C both have: int8-int64,
+/// uint8-uint64, float32 or float64 (the ones by_dtype() takes).
+inline bool has_mpi_type(const py::dtype& dtype) {
+  const char kind = dtype.kind();
+  const py::ssize_t item = dtype.itemsize();
+  const bool integer_size = item == 1 || item == 2 || item == 4 || item == 8;
+  return (kind == 'f' && (item == 4 || item == 8)) ||
+         ((kind == 'i' || kind == 'u') && integer_size);
+}
+
 /// f(Tag<T>{}) for the C++ element type T of `dtype`: int8-int64, uint8-uint64, float32 or
 /// float64; clbuf.Error (CL_INVALID_VALUE) naming `what` for any other dtype.
 template <class F>
@@ -432,11 +442,7 @@ class Communicator : public std::enable_shared_from_this<Communicator> {
   /// bytes: then only sizes are compared between sender and receiver.
   template <class F>
   void typed(const char* operation, Handle& handle, F&& f) {
-    const char kind = handle.dtype.kind();
-    const bool named =
-        (kind == 'f' && (handle.itemsize() == 4 || handle.itemsize() == 8)) ||
-        ((kind == 'i' || kind == 'u') && (handle.itemsize() == 1 || handle.itemsize() == 2 ||
-                                          handle.itemsize() == 4 || handle.itemsize() == 8));
+    const bool named = has_mpi_type(handle.dtype);
     // Bytes that do not start at a multiple of the element size in their OpenCL buffer (adopted
     // memory) have no typed alias either.
     if (!named || handle.nbytes() == 0 ||
