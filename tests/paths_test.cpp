@@ -311,6 +311,41 @@ TEST_P(WideChunks, ThreadsAtOnceStayExact) {
 
 CLBUF_INSTANTIATE_MODELS(WideChunks);
 
+// A staged upload cuts its first chunks, one per thread, to 1/T, 2/T, .. of a slot (rounded up to
+// 4 KiB, never past the slot): here slots of 100,000 bytes (not a multiple of 4 KiB: the last
+// staggered chunk is cut back to the slot) and twelve threads. Sizes inside the staggered chunks
+// (12,288 bytes the first), where a transfer on twelve threads ends a whole slot after them
+// (685,728 + 5 x 100,000), past them by partial slots, and with fewer chunks than threads (fewer
+// threads, staggered in their own steps) land exactly; threads at once too.
+class StaggeredChunks : public clbuf_test::ModelTest {
+ protected:
+  static constexpr std::size_t chunk = 100000;
+  void configure(clbuf::Options& options) override {
+    options.staging_threshold_bytes = 1;
+    options.staging_chunk_bytes = chunk;
+    options.staging_chunks = 24;
+    options.copy_threads = 12;
+  }
+};
+
+TEST_P(StaggeredChunks, EveryChunkBoundaryIsExact) {
+  const std::size_t staggered = 685728;  // the first twelve chunks on twelve threads
+  expect_exact_transfers(paths(),
+                         {std::size_t{1}, std::size_t{4095}, std::size_t{12287}, std::size_t{12288},
+                          std::size_t{12289}, chunk - 1, chunk, chunk + 1, 3 * chunk + 5, staggered,
+                          11 * chunk + 1, staggered + 5 * chunk - 1, staggered + 5 * chunk,
+                          staggered + 5 * chunk + 1, 12 * chunk, 40 * chunk + 777},
+                         [this](std::size_t n) { return random<std::uint8_t>(n); });
+}
+
+TEST_P(StaggeredChunks, ThreadsAtOnceStayExact) {
+  std::vector<std::vector<std::uint32_t>> data;
+  for (std::size_t t = 0; t < 3; ++t) data.push_back(random<std::uint32_t>(400000 + 77777 * t));
+  expect_round_trips_on_threads(paths(), data, 3);
+}
+
+CLBUF_INSTANTIATE_MODELS(StaggeredChunks);
+
 // A bounced read of 2 MiB or more splits its copy out of the pinned block among the copy threads
 // in 512 KiB parts: every size around the split and the part boundaries lands exactly, also
 // with several threads at once.
