@@ -371,41 +371,73 @@ class Stager {
   void work(unsigned index, Job& job) noexcept {
     const std::size_t per_worker = slot_count_ / threads_;
     Slot* slots = &job.lane->slots[index * per_worker];
+    if (job.to_device) {
+      upload(slots, per_worker, job);
+    } else {
+      download(slots, job);
+    }
+    // Every exit, a failure included, waits until none of this worker's slots is in flight.
+    for (std::size_t s = 0; s < per_worker; ++s) settle(slots[s], job);
+  }
+
+  /// Copies each chunk into the next of its slots once that slot's last DMA is done, then
+  /// enqueues the chunk's write (flushed): its DMA runs while the thread copies the next chunk.
+  void upload(Slot* slots, std::size_t per_worker, Job& job) noexcept {
     cl_command_queue queue = job.lane->queue;
     bool ready = job.after == nullptr;  // whether the work queued before the call has finished
     std::size_t turn = 0;
     for (std::size_t k; !job.failed && (k = job.next.fetch_add(1)) < job.chunks;) {
       Slot& slot = slots[turn++ % per_worker];
-      if (!settle(slot, job)) break;
+      if (!settle(slot, job)) return;
+      const std::size_t offset = chunk_start(job, k);
+      const std::size_t length = std::min(chunk_start(job, k + 1), job.bytes) - offset;
+      copy_streaming(slot.host, job.host + offset, length);
+      if (!ready && !(ready = ok(wait_for(job.after), "the work queued before", job))) return;
+      cl_event event = nullptr;
+      if (!ok(CLBUF_CL(clEnqueueWriteBuffer)(queue, job.memory, CL_FALSE,
+                                             job.memory_offset + offset, length, slot.host, 0,
+                                             nullptr, &event),
+              "clEnqueueWriteBuffer", job)) {
+        return;
+      }
+      slot.busy = cl::Event(event, false);
+      if (!ok(CLBUF_CL(clFlush)(queue), "clFlush", job)) return;
+    }
+  }
+
+  /// Reads one chunk ahead: the read of the thread's next chunk into its other slot is queued
+  /// (flushed) before the thread copies the current one out, so the DMA engine always has the
+  /// threads' next chunks queued while they copy, instead of each thread's read waiting for
+  /// its own copy to end.
+  void download(Slot* slots, Job& job) noexcept {
+    cl_command_queue queue = job.lane->queue;
+    if (job.after != nullptr && !ok(wait_for(job.after), "the work queued before", job)) return;
+    constexpr std::size_t none = static_cast<std::size_t>(-1);
+    std::size_t held[2] = {none, none};  // the chunk each of the two slots is reading
+    const auto read_next = [&](int s) noexcept {
+      const std::size_t k = job.failed ? job.chunks : job.next.fetch_add(1);
+      if (k >= job.chunks) return true;
       const std::size_t offset = chunk_start(job, k);
       const std::size_t length = std::min(chunk_start(job, k + 1), job.bytes) - offset;
       cl_event event = nullptr;
-      if (job.to_device) {
-        copy_streaming(slot.host, job.host + offset, length);
-        if (!ready && !(ready = ok(wait_for(job.after), "the work queued before", job))) break;
-        if (!ok(CLBUF_CL(clEnqueueWriteBuffer)(queue, job.memory, CL_FALSE,
-                                               job.memory_offset + offset, length, slot.host, 0,
-                                               nullptr, &event),
-                "clEnqueueWriteBuffer", job)) {
-          break;
-        }
-        slot.busy = cl::Event(event, false);
-        if (!ok(CLBUF_CL(clFlush)(queue), "clFlush", job)) break;
-      } else {
-        if (!ready && !(ready = ok(wait_for(job.after), "the work queued before", job))) break;
-        if (!ok(CLBUF_CL(clEnqueueReadBuffer)(queue, job.memory, CL_FALSE,
-                                              job.memory_offset + offset, length, slot.host, 0,
-                                              nullptr, &event),
-                "clEnqueueReadBuffer", job)) {
-          break;
-        }
-        slot.busy = cl::Event(event, false);
-        if (!settle(slot, job)) break;
-        copy_streaming(job.host + offset, slot.host, length);
+      if (!ok(CLBUF_CL(clEnqueueReadBuffer)(queue, job.memory, CL_FALSE, job.memory_offset + offset,
+                                            length, slots[s].host, 0, nullptr, &event),
+              "clEnqueueReadBuffer", job)) {
+        return false;
       }
+      slots[s].busy = cl::Event(event, false);
+      held[s] = k;
+      return ok(CLBUF_CL(clFlush)(queue), "clFlush", job);
+    };
+    if (!read_next(0) || !read_next(1)) return;
+    for (int s = 0; held[s] != none && !job.failed; s ^= 1) {
+      if (!settle(slots[s], job)) return;
+      const std::size_t offset = chunk_start(job, held[s]);
+      const std::size_t length = std::min(chunk_start(job, held[s] + 1), job.bytes) - offset;
+      copy_streaming(job.host + offset, slots[s].host, length);
+      held[s] = none;
+      if (!read_next(s)) return;
     }
-    // Every exit, a failure included, waits until none of this worker's slots is in flight.
-    for (std::size_t s = 0; s < per_worker; ++s) settle(slots[s], job);
   }
 
   /// Waits for the slot's last DMA; false (and the job marked failed) if it failed.
