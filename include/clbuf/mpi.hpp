@@ -922,11 +922,16 @@ class Communicator {
       copy = manager().download(buffer);
       data = copy.data();
     }
+    // Non-blocking, waited for while the transfers in flight move on, as agree() does: without
+    // the agreement (Options::verify_collectives off) a blocking MPI_Allreduce left a peer whose
+    // blocking send needs this rank's posted receive waiting forever, and this rank with it.
     for (std::size_t done = 0; done < buffer.size();) {
       const int count = static_cast<int>(std::min<std::size_t>(buffer.size() - done, INT_MAX));
-      detail::check_mpi(MPI_Allreduce(MPI_IN_PLACE, data + done, count, detail::mpi_type(type),
-                                      detail::mpi_op(reduction), core_->coll()),
-                        op, "MPI_Allreduce");
+      MPI_Request request = MPI_REQUEST_NULL;
+      detail::check_mpi(MPI_Iallreduce(MPI_IN_PLACE, data + done, count, detail::mpi_type(type),
+                                       detail::mpi_op(reduction), core_->coll(), &request),
+                        op, "MPI_Iallreduce");
+      core_->wait_request(request, op, "MPI_Iallreduce");
       done += static_cast<std::size_t>(count);
     }
     if (memory.host == nullptr) manager().upload(buffer, copy);

@@ -890,16 +890,23 @@ TEST_P(Mpi, SmallReceiveOfAChunkedMessageDrainsItAndFails) {
 }
 
 // The sender's blocking send of a chunked message that the peer's small irecv matched completes
-// while the peer waits in another call (a barrier, a blocking receive, an allreduce): the small
-// receive is polled there and drains the chunks. It was only when its own Request was waited: the
-// sender stayed in send(), and the peer in the barrier, for ever.
+// while the peer waits in another call (a barrier, a blocking receive, an allreduce, also without
+// the collectives' agreement): the small receive is polled there and drains the chunks. It was
+// only when its own Request was waited: the sender stayed in send(), and the peer in the barrier,
+// for ever; an allreduce without the agreement called a blocking MPI_Allreduce, with no progress.
 TEST_P(Mpi, ASmallReceiveMatchedByAChunkedMessageDrainsItWhileTheRankWaitsElsewhere) {
-  clbuf::mpi::Communicator comm = communicator(8 << 10);
-  const std::size_t large = 100000;        // chunked on every path
-  for (const int elsewhere : {0, 1, 2}) {  // barrier(); recv(); allreduce()
+  clbuf::mpi::Options options;
+  options.chunk_bytes = 8 << 10;
+  options.device_reduce_bytes = 4096;  // the 4-byte allreduce below: on host memory
+  clbuf::mpi::Communicator verified(*manager_, MPI_COMM_WORLD, options);
+  options.verify_collectives = false;
+  clbuf::mpi::Communicator unverified(*manager_, MPI_COMM_WORLD, options);
+  const std::size_t large = 100000;           // chunked on every path
+  for (const int elsewhere : {0, 1, 2, 3}) {  // barrier(); recv(); allreduce(), unverified too
+    clbuf::mpi::Communicator& comm = elsewhere == 3 ? unverified : verified;
     const auto in_between = [&] {
       if (elsewhere == 0) comm.barrier();
-      if (elsewhere == 2) {
+      if (elsewhere >= 2) {
         clbuf::DeviceBuffer<std::int32_t> one = upload(std::vector<std::int32_t>{1});
         comm.allreduce(one);
       }
