@@ -22,6 +22,7 @@
 #include <new>
 #include <random>
 #include <string>
+#include <thread>
 #include <type_traits>
 #include <utility>
 #include <vector>
@@ -798,6 +799,26 @@ TEST_P(Mpi, StagedSendsBeyondThePinnedBudgetCompleteInAnyReceiveOrder) {
     }
   }
   EXPECT_TRUE(same(pattern<float>(0, 1310, n), manager_->download(root_data)));
+  // A peer that posts its receives late, in the order sent, costs nothing beyond the budget:
+  // only a send whose header the peer has matched (it waits for that one) goes beyond it.
+  clbuf::mpi::Communicator late(*manager_, MPI_COMM_WORLD, options);
+  if (rank_ == 0) {
+    std::vector<clbuf::DeviceBuffer<float>> out;
+    std::vector<clbuf::mpi::Request> sent;
+    for (std::uint32_t i = 0; i < 6; ++i) out.push_back(upload(pattern<float>(0, 1320 + i, n)));
+    for (int i = 0; i < 6; ++i) {
+      sent.push_back(late.isend(out[static_cast<std::size_t>(i)], 1, 60 + i));
+    }
+    for (clbuf::mpi::Request& request : sent) request.wait();
+    EXPECT_LE(late.peak_pinned_bytes(), 2 * options.chunk_bytes) << "the budget: 2 x depth";
+  } else if (rank_ == 1) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(150));  // sends stalled for 150 ms
+    for (std::uint32_t i = 0; i < 6; ++i) {
+      clbuf::DeviceBuffer<float> in = manager_->allocate<float>(n);
+      late.recv(in, 0, 60 + static_cast<int>(i));
+      EXPECT_TRUE(same(pattern<float>(0, 1320 + i, n), manager_->download(in))) << i;
+    }
+  }
 }
 
 // --- errors: on the rank that can see them, never a hang

@@ -419,8 +419,9 @@ class Core {
   /// True when the sends use their whole budget and none of their chunks has moved for
   /// send_stall: the peers may be receiving, first, sends that wait for a chunk (three sends
   /// received in reverse order hung both ranks while sends only waited). A send holding no chunk
-  /// then takes one beyond the budget, so that every order MPI allows completes; while chunks
-  /// move (the peers receive in the order sent), the budget holds.
+  /// whose peer has matched its header then takes one beyond the budget, so that every order MPI
+  /// allows completes; while chunks move, or the peers are late but receive in the order sent,
+  /// the budget holds.
   bool send_stalled() const noexcept {
     return slots_in_use_[0] >= 2 * options_.depth &&
            std::chrono::steady_clock::now() - send_moved_ > send_stall;

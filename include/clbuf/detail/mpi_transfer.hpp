@@ -351,9 +351,12 @@ class SendStream final : public Stream {
     } else {
       base = host_bytes(CL_MAP_READ);
     }
-    check_mpi(MPI_Isend(&header_, static_cast<int>(header_bytes), MPI_BYTE, dest, tag, comm,
-                        &header_request_),
-              operation, "MPI_Isend");
+    // A staged stream's header is a synchronous send: it completes once the peer has matched
+    // it, which tells fill_slots() that the peer is receiving this message (not a later one).
+    const bool staged = route_ == Route::staged;
+    check_mpi((staged ? MPI_Issend : MPI_Isend)(&header_, static_cast<int>(header_bytes), MPI_BYTE,
+                                                dest, tag, comm, &header_request_),
+              operation, staged ? "MPI_Issend" : "MPI_Isend");
     if (base == nullptr) return;
     requests_.assign(chunks_.count, MPI_REQUEST_NULL);
     for (std::size_t k = 0; k < chunks_.count; ++k) {
@@ -386,12 +389,14 @@ class SendStream final : public Stream {
 
   std::size_t sent_ = 0;  // chunks handed to MPI
 
-  /// Starts reading the next chunks into as many slots as depth and the budget allow; a send
-  /// holding no slot takes one beyond the budget when the sends have stalled (Core::send_stalled).
-  void fill_slots() {
+  /// Starts reading the next chunks into as many slots as depth and the budget allow. A send
+  /// holding no slot whose peer has matched its header (so the peer waits for its chunks) takes
+  /// one beyond the budget when the sends have stalled (Core::send_stalled): a peer that posts
+  /// its receives late, in the order sent, costs no pinned memory beyond the budget.
+  void fill_slots(bool matched = false) {
     while (slots_.size() < core_.options().depth && next_ < chunks_.count) {
-      PinnedBlock block =
-          core_.acquire_slot(direction_, operation_, slots_.empty() && core_.send_stalled());
+      PinnedBlock block = core_.acquire_slot(direction_, operation_,
+                                             slots_.empty() && matched && core_.send_stalled());
       if (block.data() == nullptr) return;
       slots_.emplace_back();
       slots_.back().block = std::move(block);
@@ -432,7 +437,7 @@ class SendStream final : public Stream {
       }
     }
     release_idle_slots();
-    fill_slots();
+    fill_slots(header_sent);
     return header_sent && slots_.empty() && next_ == chunks_.count;
   }
 };
