@@ -153,6 +153,43 @@ TEST_F(MpiFault, AllreduceKernelThatDoesNotBuildIsAnErrorAndChangesNothing) {
   EXPECT_EQ(sum, manager_->download(buffer));
 }
 
+// A staged receive whose third chunk's device write fails, refused by the driver or failing on
+// the device: the receiver gets a clbuf::Error naming the write; the rest of the message is still
+// received (and dropped), so the sender's blocking send completes instead of waiting forever; the
+// pinned budget stays whole, and the next message between the pair arrives exactly.
+TEST_F(MpiFault, AStagedReceiveThatFailsPartWayLetsTheSenderComplete) {
+  clbuf::mpi::Options options;
+  options.chunk_bytes = 64 << 10;
+  options.depth = 2;
+  options.path = clbuf::mpi::Path::staged;
+  clbuf::mpi::Communicator comm(*manager_, MPI_COMM_WORLD, options);
+  const std::size_t n = 8 * (64 << 10) / sizeof(float);  // eight chunks
+  std::vector<float> data(n);
+  for (std::size_t i = 0; i < n; ++i) data[i] = static_cast<float>(i % 1000) + 0.5f;
+  for (const bool on_device : {false, true}) {
+    if (comm.rank() == 0) {
+      comm.send(manager_->upload(data), 1, 3);  // returns: the receiver drained the rest
+      comm.send(manager_->upload(data), 1, 4);
+    } else if (comm.rank() == 1) {
+      clbuf::DeviceBuffer<float> in = manager_->allocate<float>(n);
+      manager_->finish();
+      state().arm(clbuf_fault::EnqueueWriteBuffer, 3, /*keep_failing=*/false, on_device);
+      try {
+        comm.recv(in, 0, 3);
+        ADD_FAILURE() << "recv did not throw (on the device: " << on_device << ")";
+      } catch (const clbuf::Error& e) {
+        EXPECT_NE(std::string(e.what()).find("clEnqueueWriteBuffer"), std::string::npos)
+            << e.what();
+      }
+      state().disarm();
+      clbuf::DeviceBuffer<float> next = manager_->allocate<float>(n);
+      comm.recv(next, 0, 4);
+      EXPECT_EQ(data, manager_->download(next)) << "on the device: " << on_device;
+      EXPECT_LE(comm.peak_pinned_bytes(), 2 * 2 * options.chunk_bytes) << "the receive budget";
+    }
+  }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {

@@ -413,6 +413,15 @@ class Core {
     PinnedBlock dropped(std::move(block));
   }
 
+  /// A chunk left to MPI (a failed transfer's, whose MPI request is still pending): no longer
+  /// counted as in use or allocated, so the budget stays whole.
+  void forget_slot(int direction, std::size_t bytes) noexcept {
+    --slots_in_use_[direction];
+    in_use_bytes_ -= bytes;
+    pinned_bytes_ -= bytes;
+    if (direction == 0) note_send_moved();
+  }
+
   /// A send's chunk was taken, handed back, or received by the peer.
   void note_send_moved() noexcept { send_moved_ = std::chrono::steady_clock::now(); }
 

@@ -229,8 +229,9 @@ class Stream : public Transfer {
       static_cast<void>(envelope_.release());
       static_cast<void>(scratch_.release());
       for (Slot& slot : slots_) {
-        if (slot.request != MPI_REQUEST_NULL)
-          static_cast<void>(new PinnedBlock(std::move(slot.block)));
+        if (slot.request == MPI_REQUEST_NULL || slot.block.data() == nullptr) continue;
+        core_.forget_slot(direction_, slot.block.size());
+        static_cast<void>(new PinnedBlock(std::move(slot.block)));
       }
       if (mapped_ != nullptr) mapped_ = nullptr;  // stays mapped
     }
@@ -496,7 +497,19 @@ class RecvStream final : public Stream {
       unmap();
       return true;
     }
-    // A chunk takes a slot only once it has arrived (MPI_Improbe), then MPI_Imrecv.
+    try {
+      return advance_staged();
+    } catch (...) {
+      // A chunk's write (or an MPI call) failed part-way: the rest of the message is still
+      // received, and dropped, so that the sender completes; then the failure is reported.
+      if (!drain_after(std::current_exception())) throw;
+      return false;
+    }
+  }
+
+  /// The staged path's receive: a chunk takes a slot only once it has arrived (MPI_Improbe),
+  /// then MPI_Imrecv; once in, its write to the device.
+  bool advance_staged() {
     while (slots_.size() < core_.options().depth && next_ < chunks_.count) {
       if (held_ == MPI_MESSAGE_NULL) {
         int arrived = 0;
@@ -610,6 +623,26 @@ class RecvStream final : public Stream {
     return true;
   }
 
+  /// After `failure` on the staged path: the chunks already posted land in their slots (and
+  /// go no further), the one that has arrived and those still to come are received into
+  /// scratch memory, as a rejected message's are, and then the transfer rethrows `failure`.
+  /// False when no scratch memory can be had (the failure is reported at once).
+  bool drain_after(std::exception_ptr failure) noexcept {
+    if (failure_ || !problem_.empty()) return false;
+    scratch_.reset(new (std::nothrow) char[chunks_.chunk]);
+    if (!scratch_) return false;
+    failure_ = std::move(failure);
+    requests_.assign(1, MPI_REQUEST_NULL);
+    if (held_ != MPI_MESSAGE_NULL) {
+      if (MPI_Imrecv(scratch_.get(), chunks_.length(next_), MPI_BYTE, &held_, &requests_[0]) !=
+          MPI_SUCCESS) {
+        return false;
+      }
+      ++next_;
+    }
+    return true;
+  }
+
   /// Receives and drops the chunks of a rejected message, one at a time into one chunk of
   /// scratch memory, so that its sender completes; then the transfer fails with `problem`.
   void start_drain(std::string problem) {
@@ -629,11 +662,31 @@ class RecvStream final : public Stream {
     ++next_;
   }
 
-  /// True while draining; fails once the last chunk is in.
+  /// True while draining; fails once the last chunk is in (and, after a failure, every slot's
+  /// chunk has landed and its write ended).
   bool draining() {
-    if (problem_.empty()) return false;
+    if (problem_.empty() && !failure_) return false;
+    if (failure_) {
+      for (Slot& slot : slots_) {
+        if (slot.state == Slot::messaging && test(slot.request)) slot.state = Slot::idle;
+        if (slot.state == Slot::copying) {
+          cl_int status = CL_COMPLETE;
+          if (CLBUF_CL(clGetEventInfo)(slot.copy(), CL_EVENT_COMMAND_EXECUTION_STATUS,
+                                       sizeof(status), &status, nullptr) != CL_SUCCESS ||
+              status <= CL_COMPLETE) {
+            slot.copy = cl::Event();
+            slot.state = Slot::idle;
+          }
+        }
+      }
+      release_idle_slots();
+    }
     while (test(requests_[0])) {
-      if (next_ == chunks_.count) fail(operation_, CL_INVALID_VALUE, problem_);
+      if (next_ == chunks_.count) {
+        if (!failure_) fail(operation_, CL_INVALID_VALUE, problem_);
+        if (!slots_.empty()) return true;
+        std::rethrow_exception(std::exchange(failure_, nullptr));
+      }
       drain_next();
     }
     return true;
@@ -645,6 +698,7 @@ class RecvStream final : public Stream {
   bool received_ = false;
   MPI_Message held_ = MPI_MESSAGE_NULL;  // an arrived chunk waiting for a slot
   std::string problem_;                  // a rejected message being drained into scratch_
+  std::exception_ptr failure_;           // a failed staged receive being drained into scratch_
   int tag_ = MPI_ANY_TAG;
 };
 
