@@ -1079,7 +1079,7 @@ inline std::vector<Neighbour> cartesian_faces(MPI_Comm cart, const Extents& inte
 /// contiguous ranges sent not changed, until finish(). finish() returns when every message has
 /// completed and the field holds every ghost cell.
 template <class T>
-class HaloExchange {
+class HaloExchange : private detail::Deferred {
  public:
   /// Checks the plan and allocates a pack buffer for every box sent and an unpack buffer for
   /// every box received (none for MPI_PROC_NULL).
@@ -1141,7 +1141,10 @@ class HaloExchange {
         unposted_(std::move(other.unposted_)),
         straight_(other.straight_),
         kernel_may_(other.kernel_may_),
-        running_(std::exchange(other.running_, false)) {}
+        running_(std::exchange(other.running_, false)),
+        deferred_failure_(std::move(other.deferred_failure_)) {
+    if (core_) core_->redefer(&other, this);
+  }
 
   /// Waits for an exchange still in flight (errors ignored).
   ~HaloExchange() {
@@ -1301,6 +1304,8 @@ class HaloExchange {
     // The boxes read straight are sent first (a neighbour's finish() may be waiting for them),
     // then whatever has arrived is unpacked, so that those copies run while the rest arrive.
     attempt([&] { post_sends(true); });
+    if (deferred_failure_)
+      attempt([&] { std::rethrow_exception(std::exchange(deferred_failure_, nullptr)); });
     for (std::size_t i = 0; i < receives_.size(); ++i) attempt([&] { arrived(i, false); });
     for (std::size_t i = 0; i < receives_.size(); ++i) attempt([&] { arrived(i, true); });
     for (Request& request : sends_) attempt([&] { request.wait(); });
@@ -1388,8 +1393,11 @@ class HaloExchange {
   /// that the neighbour's exchange completes) and rethrown afterwards, the first failure first.
   void post_sends(bool block) {
     detail::Core& core = *core_;
+    core.post_deferred(this);  // earlier exchanges' deferred sends first
+    const detail::Core::Posting posting(core);
     const cl::Event nothing;
     std::exception_ptr first;
+    bool deferred = false;
     for (std::size_t i = 0; i < unposted_.size(); ++i) {
       if (!unposted_[i]) continue;
       const Neighbour& n = plan_[i];
@@ -1400,11 +1408,15 @@ class HaloExchange {
       for (std::size_t j = 0; j < i && !behind; ++j) {
         behind = unposted_[j] && same_message(plan_[j]);
       }
+      deferred = deferred || behind;
       if (behind) continue;
       const bool straight = straight_ && !straight_sends_[i].empty();
       if (straight) {
         try {
-          if (!block && !reads_[i].ready()) continue;
+          if (!block && !reads_[i].ready()) {
+            deferred = true;
+            continue;
+          }
           reads_[i].wait();
         } catch (...) {
           if (!first) first = std::current_exception();
@@ -1423,7 +1435,25 @@ class HaloExchange {
         if (!first) first = std::current_exception();
       }
     }
+    if (!deferred) {
+      core.undefer(this);
+    } else {
+      try {
+        core.defer(this);
+      } catch (...) {  // no room to keep the record: post them now instead
+        post_deferred();
+      }
+    }
     if (first) std::rethrow_exception(first);
+  }
+
+  /// Core::post_deferred(): another send is about to be posted; this exchange's come first.
+  void post_deferred() noexcept override {
+    try {
+      post_sends(true);
+    } catch (...) {
+      if (!deferred_failure_) deferred_failure_ = std::current_exception();
+    }
   }
 
   /// Neighbour i's boxes lie inside their fields' extents, and those fields within `capacity`
@@ -1501,6 +1531,7 @@ class HaloExchange {
   bool straight_ = false;    // the field in flight lets boxes go straight (the host may access it)
   bool kernel_may_ = false;  // kernels may read and write the field in flight (CL_MEM_READ_WRITE)
   bool running_ = false;
+  std::exception_ptr deferred_failure_;  // of sends another send had posted (post_deferred())
 };
 
 }  // namespace mpi

@@ -1847,6 +1847,64 @@ TEST_P(MpiHalo, BoxesToOneNeighbourWithOneTagGoInPlanOrder) {
   }
 }
 
+// The same across exchanges and plain sends of one Communicator: a box going straight waits for
+// its read, and a later exchange's send (or an isend) to the same rank with the same tag posted
+// meanwhile overtook it, so the two messages landed swapped, silently. Now every send posts the
+// sends exchanges deferred first, in the order the exchanges started.
+TEST_P(MpiHalo, LaterSendsToTheSameRankAndTagDoNotOvertakeAnExchange) {
+  clbuf::mpi::Options options;
+  options.chunk_bytes = 64 << 10;
+  options.halo_direct_max_bytes = 1024;
+  clbuf::mpi::Communicator comm(*manager_, MPI_COMM_WORLD, options);
+  const int partner = (rank_ ^ 1) < size_ ? rank_ ^ 1 : MPI_PROC_NULL;
+  const clbuf::Extents field{64, 64, 1};
+  clbuf::mpi::Neighbour a;  // 8 cells of row 0 -> row 63: straight on a discrete device
+  a.rank = partner;
+  a.send_tag = a.recv_tag = 3;
+  a.send_box = clbuf::mpi::Box{{0, 0, 0}, {8, 1, 1}, field};
+  a.recv_box = clbuf::mpi::Box{{0, 63, 0}, {8, 1, 1}, field};
+  clbuf::mpi::Neighbour b;  // 8 elements at 100 -> 200, the same rank and tag
+  b.rank = partner;
+  b.send_tag = b.recv_tag = 3;
+  b.send_offset = 100;
+  b.recv_offset = 200;
+  b.count = 8;
+  clbuf::mpi::HaloExchange<float> first(comm, {a});
+  clbuf::mpi::HaloExchange<float> second(comm, {b});
+  for (std::uint32_t round = 0; round < 20; ++round) {
+    const bool plain = round % 2 == 1;  // the second message: an isend/irecv pair instead
+    std::vector<float> fa = pattern<float>(rank_, 3400 + 2 * round, 64 * 64);
+    std::vector<float> fb = pattern<float>(rank_, 3401 + 2 * round, 64 * 64);
+    clbuf::DeviceBuffer<float> da = upload(fa);
+    clbuf::DeviceBuffer<float> db = upload(fb);
+    clbuf::DeviceBuffer<float> sent_plain = manager_->view(db, 100, 8);
+    clbuf::DeviceBuffer<float> received_plain = manager_->view(db, 200, 8);
+    first.start(da);
+    if (plain) {
+      if (partner != MPI_PROC_NULL) {
+        clbuf::mpi::Request received = comm.irecv(received_plain, partner, 3);
+        clbuf::mpi::Request sent = comm.isend(sent_plain, partner, 3);
+        first.finish();
+        received.wait();
+        sent.wait();
+      }
+      first.finish();  // PROC_NULL: nothing to wait for
+    } else {
+      second.start(db);
+      first.finish();
+      second.finish();
+    }
+    if (partner != MPI_PROC_NULL) {
+      const std::vector<float> ta = pattern<float>(partner, 3400 + 2 * round, 64 * 64);
+      const std::vector<float> tb = pattern<float>(partner, 3401 + 2 * round, 64 * 64);
+      std::copy(ta.begin(), ta.begin() + 8, fa.begin() + 63 * 64);
+      std::copy(tb.begin() + 100, tb.begin() + 108, fb.begin() + 200);
+    }
+    EXPECT_TRUE(same(fa, manager_->download(da))) << "round " << round;
+    EXPECT_TRUE(same(fb, manager_->download(db))) << "round " << round;
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(
     Paths, MpiHalo,
     ::testing::Values(Models{clbuf::MemoryModel::host, clbuf::MemoryModel::host, "ZeroCopy"},

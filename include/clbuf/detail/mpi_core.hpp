@@ -111,6 +111,22 @@ class Polled {
   ~Polled() = default;
 };
 
+/// A HaloExchange with sends not posted yet (boxes going straight wait for their reads, and the
+/// later sends of its plan to the same rank and tag wait for them). MPI matches the messages of
+/// one rank and tag in the order they are posted, so every later send of the Communicator first
+/// has these posted (Core::post_deferred), in the order the exchanges started.
+class Deferred {
+ public:
+  /// Posts every send not posted yet (waiting for the reads); records a failure, never throws.
+  virtual void post_deferred() noexcept = 0;
+
+ protected:
+  Deferred() = default;
+  Deferred(const Deferred&) = default;
+  Deferred& operator=(const Deferred&) = default;
+  ~Deferred() = default;
+};
+
 /// A non-blocking collective (mpi_collective.hpp): its agreement is under way when it is
 /// queued; launch() completes the agreement and starts its MPI collective. Every rank starts
 /// collectives in the order it called them (MPI's rule), so the Core launches them in order,
@@ -455,6 +471,48 @@ class Core {
     prune();
   }
 
+  /// `exchange` has sends not posted yet: later sends post them first (post_deferred()).
+  /// Kept in the order of the exchanges' starts; undefer() when all are posted, redefer() when
+  /// the exchange moves.
+  void defer(Deferred* exchange) {
+    if (std::find(deferred_.begin(), deferred_.end(), exchange) == deferred_.end())
+      deferred_.push_back(exchange);
+  }
+  void undefer(Deferred* exchange) noexcept {
+    deferred_.erase(std::remove(deferred_.begin(), deferred_.end(), exchange), deferred_.end());
+  }
+  void redefer(Deferred* from, Deferred* to) noexcept {
+    std::replace(deferred_.begin(), deferred_.end(), from, to);
+  }
+
+  /// Before a send is posted: the sends that exchanges deferred (but `except`'s) are posted
+  /// first, so that no later message of the same rank and tag overtakes them. Nothing while an
+  /// exchange posts its own sends (Posting).
+  void post_deferred(const Deferred* except = nullptr) noexcept {
+    if (posting_ || deferred_.empty()) return;
+    Posting posting(*this);
+    for (std::size_t i = 0; i < deferred_.size();) {
+      Deferred* exchange = deferred_[i];
+      if (exchange != except) exchange->post_deferred();  // undefers itself once all are posted
+      if (i < deferred_.size() && deferred_[i] == exchange) ++i;
+    }
+  }
+
+  /// While an exchange posts its sends in its own order, sends do not post deferred ones.
+  class Posting {
+   public:
+    explicit Posting(Core& core) noexcept : core_(core), was_(core.posting_) {
+      core.posting_ = true;
+    }
+    Posting(const Posting&) = delete;
+    Posting& operator=(const Posting&) = delete;
+    ~Posting() { core_.posting_ = was_; }
+
+   private:
+    Core& core_;
+    const bool was_;
+  };
+
   /// Polls `receive` in every progress() until unwatch(); rewatch() follows it when it moves.
   void watch(Polled* receive) { polled_.push_back(receive); }
   void unwatch(Polled* receive) noexcept {
@@ -556,7 +614,9 @@ class Core {
   std::chrono::steady_clock::time_point send_moved_ = std::chrono::steady_clock::now();
   std::size_t in_use_bytes_ = 0;
   std::size_t peak_in_use_bytes_ = 0;
-  std::vector<Polled*> polled_;  // the small receives in flight (their owners unwatch them)
+  std::vector<Polled*> polled_;      // the small receives in flight (their owners unwatch them)
+  std::vector<Deferred*> deferred_;  // exchanges with sends not posted yet, in start order
+  bool posting_ = false;             // an exchange is posting its sends (Posting)
   std::vector<std::shared_ptr<Collective>> collectives_;  // not launched yet, in call order
   std::vector<std::shared_ptr<Transfer>> active_;         // last: destroyed first
 };

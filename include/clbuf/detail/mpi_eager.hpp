@@ -65,6 +65,7 @@ class Eager final : public Polled {
       return;
     }
     if (send) {
+      core.post_deferred();  // sends an exchange deferred go first (MPI's order)
       Header header = header_of(core, span, peer, Kind::point_to_point);
       post_envelope(core, operation, span, header, nullptr, peer, tag, core.user(), envelope_,
                     request_);

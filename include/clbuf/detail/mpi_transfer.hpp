@@ -332,6 +332,7 @@ class SendStream final : public Stream {
       : Stream(core, operation, std::move(span), 0, before) {
     peer_ = dest;
     if (dest == MPI_PROC_NULL) return;
+    core.post_deferred();  // sends an exchange deferred go first (MPI's order)
     if (core.whole()) {
       send_whole(dest, tag, comm);
       return;
