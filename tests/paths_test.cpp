@@ -311,12 +311,11 @@ TEST_P(WideChunks, ThreadsAtOnceStayExact) {
 
 CLBUF_INSTANTIATE_MODELS(WideChunks);
 
-// A staged upload cuts its first chunks, one per thread, to 1/T, 2/T, .. of a slot (rounded up to
-// 4 KiB, never past the slot): here slots of 100,000 bytes (not a multiple of 4 KiB: the last
-// staggered chunk is cut back to the slot) and twelve threads. Sizes inside the staggered chunks
-// (12,288 bytes the first), where a transfer on twelve threads ends a whole slot after them
-// (685,728 + 5 x 100,000), past them by partial slots, and with fewer chunks than threads (fewer
-// threads, staggered in their own steps) land exactly; threads at once too.
+// Staged transfers through slots of 100,000 bytes (not a multiple of 4 KiB) on twelve threads:
+// sizes inside a slot, at and around whole slots, with fewer chunks than threads, and where an
+// upload whose first chunks were cut to 1/T, 2/T, .. of a slot (rounded up to 4 KiB) would end a
+// whole slot after them (685,728 + 5 x 100,000: the staggered pipeline measured on the branch
+// issue19-stagger-readahead) land exactly; threads at once too.
 class StaggeredChunks : public clbuf_test::ModelTest {
  protected:
   static constexpr std::size_t chunk = 100000;
@@ -329,7 +328,7 @@ class StaggeredChunks : public clbuf_test::ModelTest {
 };
 
 TEST_P(StaggeredChunks, EveryChunkBoundaryIsExact) {
-  const std::size_t staggered = 685728;  // the first twelve chunks on twelve threads
+  const std::size_t staggered = 685728;  // twelve staggered first chunks
   expect_exact_transfers(paths(),
                          {std::size_t{1}, std::size_t{4095}, std::size_t{12287}, std::size_t{12288},
                           std::size_t{12289}, chunk - 1, chunk, chunk + 1, 3 * chunk + 5, staggered,

@@ -141,8 +141,7 @@ class Stager {
     std::size_t bytes = 0;
     std::size_t chunk = 0;  // bytes per chunk for this job, at most a slot
     std::size_t chunks = 0;
-    std::vector<std::size_t> starts;  // where the staggered first chunks start (and the next one)
-    cl_event after = nullptr;         // the main queue's marker, waited for before any DMA
+    cl_event after = nullptr;  // the main queue's marker, waited for before any DMA
     std::atomic<std::size_t> next{0};
     std::atomic<bool> failed{false};
     cl_int error = CL_SUCCESS;  // the first failure, under mutex_
@@ -333,111 +332,50 @@ class Stager {
     // (gpu_run.sh sweep) a 4 MiB upload took 315 us in four 1 MiB chunks, 390-455 in 256 KiB ones.
     job.chunk = chunk_bytes_;
     job.chunks = (bytes + job.chunk - 1) / job.chunk;
-    const unsigned threads = static_cast<unsigned>(std::min<std::size_t>(threads_, job.chunks));
-    if (to_device) stagger(job, threads);
     auto task = [this, &job](unsigned index) noexcept { work(index, job); };
-    lane.workers->run(threads, task);
+    lane.workers->run(static_cast<unsigned>(std::min<std::size_t>(threads_, job.chunks)), task);
     if (job.failed) fail(operation, job.error, job.call + " failed in a staged transfer");
-  }
-
-  /// An upload's first chunks, one per thread, hold 1/T, 2/T, .. T/T of a slot (rounded up to
-  /// 4 KiB), so that the threads, which start together, finish their copies spread over a chunk's
-  /// copy time and stay so: the DMA engine gets a chunk at a time from the first microseconds,
-  /// instead of waiting a whole chunk's copy (~230 us for 1 MiB with 12 threads sharing the host's
-  /// copy bandwidth) and then getting T chunks at once, and the last chunks' DMAs end spread
-  /// too. A download needs none: its chunks' DMAs run one after another, which spreads the
-  /// copies out of them by itself.
-  static void stagger(Job& job, unsigned threads) {
-    if (threads < 2) return;
-    job.starts.reserve(threads + 1);
-    job.starts.push_back(0);
-    for (unsigned k = 0; k < threads && job.starts.back() < job.bytes; ++k) {
-      const std::size_t length = round_up((k + 1) * job.chunk / threads, 4096);
-      job.starts.push_back(job.starts.back() + std::min(length, job.chunk));
-    }
-    job.starts.back() = std::min(job.starts.back(), job.bytes);
-    const std::size_t rest = job.bytes - job.starts.back();
-    job.chunks = job.starts.size() - 1 + (rest + job.chunk - 1) / job.chunk;
-  }
-
-  /// Where chunk k starts: after the staggered first chunks, whole chunks.
-  static std::size_t chunk_start(const Job& job, std::size_t k) noexcept {
-    const std::size_t first = job.starts.empty() ? 0 : job.starts.size() - 1;
-    if (k < first) return job.starts[k];
-    return (first == 0 ? 0 : job.starts.back()) + (k - first) * job.chunk;
   }
 
   /// Worker `index` takes chunks until none is left, using its own slots in turn.
   void work(unsigned index, Job& job) noexcept {
     const std::size_t per_worker = slot_count_ / threads_;
     Slot* slots = &job.lane->slots[index * per_worker];
-    if (job.to_device) {
-      upload(slots, per_worker, job);
-    } else {
-      download(slots, job);
-    }
-    // Every exit, a failure included, waits until none of this worker's slots is in flight.
-    for (std::size_t s = 0; s < per_worker; ++s) settle(slots[s], job);
-  }
-
-  /// Copies each chunk into the next of its slots once that slot's last DMA is done, then
-  /// enqueues the chunk's write (flushed): its DMA runs while the thread copies the next chunk.
-  void upload(Slot* slots, std::size_t per_worker, Job& job) noexcept {
     cl_command_queue queue = job.lane->queue;
     bool ready = job.after == nullptr;  // whether the work queued before the call has finished
     std::size_t turn = 0;
     for (std::size_t k; !job.failed && (k = job.next.fetch_add(1)) < job.chunks;) {
       Slot& slot = slots[turn++ % per_worker];
-      if (!settle(slot, job)) return;
-      const std::size_t offset = chunk_start(job, k);
-      const std::size_t length = std::min(chunk_start(job, k + 1), job.bytes) - offset;
-      copy_streaming(slot.host, job.host + offset, length);
-      if (!ready && !(ready = ok(wait_for(job.after), "the work queued before", job))) return;
+      if (!settle(slot, job)) break;
+      const std::size_t offset = k * job.chunk;
+      const std::size_t length = std::min(job.chunk, job.bytes - offset);
       cl_event event = nullptr;
-      if (!ok(CLBUF_CL(clEnqueueWriteBuffer)(queue, job.memory, CL_FALSE,
-                                             job.memory_offset + offset, length, slot.host, 0,
-                                             nullptr, &event),
-              "clEnqueueWriteBuffer", job)) {
-        return;
+      if (job.to_device) {
+        copy_streaming(slot.host, job.host + offset, length);
+        if (!ready && !(ready = ok(wait_for(job.after), "the work queued before", job))) break;
+        if (!ok(CLBUF_CL(clEnqueueWriteBuffer)(queue, job.memory, CL_FALSE,
+                                               job.memory_offset + offset, length, slot.host, 0,
+                                               nullptr, &event),
+                "clEnqueueWriteBuffer", job)) {
+          break;
+        }
+        slot.busy = cl::Event(event, false);
+        if (!ok(CLBUF_CL(clFlush)(queue), "clFlush", job)) break;
+      } else {
+        if (!ready && !(ready = ok(wait_for(job.after), "the work queued before", job))) break;
+        if (!ok(CLBUF_CL(clEnqueueReadBuffer)(queue, job.memory, CL_FALSE,
+                                              job.memory_offset + offset, length, slot.host, 0,
+                                              nullptr, &event),
+                "clEnqueueReadBuffer", job)) {
+          break;
+        }
+        slot.busy = cl::Event(event, false);
+        if (!settle(slot, job)) break;
+        copy_streaming(job.host + offset, slot.host, length);
       }
-      slot.busy = cl::Event(event, false);
-      if (!ok(CLBUF_CL(clFlush)(queue), "clFlush", job)) return;
     }
-  }
-
-  /// Reads one chunk ahead: the read of the thread's next chunk into its other slot is queued
-  /// (flushed) before the thread copies the current one out, so the DMA engine always has the
-  /// threads' next chunks queued while they copy, instead of each thread's read waiting for
-  /// its own copy to end.
-  void download(Slot* slots, Job& job) noexcept {
-    cl_command_queue queue = job.lane->queue;
-    if (job.after != nullptr && !ok(wait_for(job.after), "the work queued before", job)) return;
-    constexpr std::size_t none = static_cast<std::size_t>(-1);
-    std::size_t held[2] = {none, none};  // the chunk each of the two slots is reading
-    const auto read_next = [&](int s) noexcept {
-      const std::size_t k = job.failed ? job.chunks : job.next.fetch_add(1);
-      if (k >= job.chunks) return true;
-      const std::size_t offset = chunk_start(job, k);
-      const std::size_t length = std::min(chunk_start(job, k + 1), job.bytes) - offset;
-      cl_event event = nullptr;
-      if (!ok(CLBUF_CL(clEnqueueReadBuffer)(queue, job.memory, CL_FALSE, job.memory_offset + offset,
-                                            length, slots[s].host, 0, nullptr, &event),
-              "clEnqueueReadBuffer", job)) {
-        return false;
-      }
-      slots[s].busy = cl::Event(event, false);
-      held[s] = k;
-      return ok(CLBUF_CL(clFlush)(queue), "clFlush", job);
-    };
-    if (!read_next(0) || !read_next(1)) return;
-    for (int s = 0; held[s] != none && !job.failed; s ^= 1) {
-      if (!settle(slots[s], job)) return;
-      const std::size_t offset = chunk_start(job, held[s]);
-      const std::size_t length = std::min(chunk_start(job, held[s] + 1), job.bytes) - offset;
-      copy_streaming(job.host + offset, slots[s].host, length);
-      held[s] = none;
-      if (!read_next(s)) return;
-    }
+    // Every exit, a failure included, waits until none of this worker's slots is in flight.
+    for (std::size_t s = 0; s < per_worker; ++s) settle(slots[s], job);
   }
 
   /// Waits for the slot's last DMA; false (and the job marked failed) if it failed.
