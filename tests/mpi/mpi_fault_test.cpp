@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: MIT
 // clbuf::mpi's OpenCL kernels under fault injection (tests/fault/fault_hook.hpp), on every rank at
 // once: HaloExchange's pack kernel and allreduce's device reduction, when the program does not
-// build, when a launch is refused and when a kernel fails as it runs. Every failure is a
+// build, when a launch is refused and when a kernel fails as it runs; and a staged receive whose
+// chunk write fails part-way, whose sender must still complete. Every failure is a
 // clbuf::Error naming the call, no rank is left waiting, the data is exact or unchanged, and the
 // next call (faults off) works. Run under mpiexec on 2 and 3 ranks (label mpi).
 #include "../fault/fault_hook.hpp"
