@@ -1448,9 +1448,14 @@ class HaloExchange : private detail::Deferred {
   }
 
   /// Core::post_deferred(): another send is about to be posted; this exchange's come first.
-  void post_deferred() noexcept override {
+  void post_deferred() noexcept override { post_recording(true); }
+  /// Core::progress(): the rank waits in some call; the sends whose reads are done leave.
+  void poll_deferred() noexcept override { post_recording(false); }
+
+  /// post_sends(), its failure kept for finish() (the caller is another call).
+  void post_recording(bool block) noexcept {
     try {
-      post_sends(true);
+      post_sends(block);
     } catch (...) {
       if (!deferred_failure_) deferred_failure_ = std::current_exception();
     }

@@ -3120,6 +3120,15 @@ class PinnedBlock {
     }
   }
 
+  /// Leaves the memory mapped and allocated for good (one more reference on the buffer, no
+  /// unmap), for memory that something outside clbuf may still write (an MPI request of a failed
+  /// transfer); the block is empty afterwards. Allocates nothing, so it cannot fail.
+  void leak() noexcept {
+    if (buffer_() != nullptr) CLBUF_CL(clRetainMemObject)(buffer_());
+    data_ = nullptr;
+    bytes_ = 0;
+  }
+
   void* data() const noexcept { return data_; }
   std::size_t size() const noexcept { return bytes_; }
   cl_mem buffer() const noexcept { return buffer_(); }

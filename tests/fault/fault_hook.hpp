@@ -241,6 +241,10 @@ inline cl_int clReleaseMemObject(cl_mem m) {
   state().hit(ReleaseMemObject);
   return ::clReleaseMemObject(m);
 }
+inline cl_int clRetainMemObject(cl_mem m) {
+  // Passed through: clbuf retains only to leak memory MPI may still write (PinnedBlock::leak).
+  return ::clRetainMemObject(m);
+}
 inline void* clEnqueueMapBuffer(cl_command_queue q, cl_mem m, cl_bool blocking, cl_map_flags flags,
                                 size_t offset, size_t size, cl_uint n, const cl_event* wait,
                                 cl_event* event, cl_int* err) {

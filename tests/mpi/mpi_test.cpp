@@ -1905,6 +1905,66 @@ TEST_P(MpiHalo, LaterSendsToTheSameRankAndTagDoNotOvertakeAnExchange) {
   }
 }
 
+// A box going straight waits for its read after start(); a rank that then blocks in another call
+// (a recv, a wait, a collective) before finish() still sends it as the read completes, so the
+// peer's finish() (which waits for it) returns and the peer reaches the matching call. The box
+// was posted only by this exchange's own test() or finish(): both ranks waited forever.
+TEST_P(MpiHalo, ABlockingCallBetweenStartAndFinishLetsTheExchangeSendsLeave) {
+  clbuf::mpi::Communicator comm = communicator();
+  const int partner = (rank_ ^ 1) < size_ ? rank_ ^ 1 : MPI_PROC_NULL;
+  const clbuf::Extents field{64, 64, 1};
+  clbuf::mpi::Neighbour a;  // 8 cells of row 0 -> row 63: straight on a discrete device
+  a.rank = partner;
+  a.send_tag = a.recv_tag = 3;
+  a.send_box = clbuf::mpi::Box{{0, 0, 0}, {8, 1, 1}, field};
+  a.recv_box = clbuf::mpi::Box{{0, 63, 0}, {8, 1, 1}, field};
+  clbuf::mpi::HaloExchange<float> halo(comm, {a});
+  for (std::uint32_t call = 0; call < 3; ++call) {  // recv(); irecv().wait(); broadcast()
+    std::vector<float> mine = pattern<float>(rank_, 3500 + call, 64 * 64);
+    clbuf::DeviceBuffer<float> f = upload(mine);
+    clbuf::DeviceBuffer<float> x = upload(pattern<float>(rank_, 3510 + call, 16));
+    const int root = size_ > 1 ? 1 : 0;  // the broadcast's: the higher rank of the first pair
+    const auto blocking_call = [&] {
+      if (call == 0) comm.recv(x, partner, 9);
+      if (call == 1) comm.irecv(x, partner, 9).wait();
+      if (call == 2) comm.broadcast(x, root);
+    };
+    // The queue held for 100 ms, so that start()'s read of the box is still to come when it
+    // returns (the box's send waits for it).
+    cl::UserEvent gate(manager_->context());
+    {
+      cl::CommandQueue queue = manager_->queue();
+      const std::vector<cl::Event> wait{gate};
+      queue.enqueueMarkerWithWaitList(&wait, nullptr);
+      queue.flush();
+    }
+    std::thread opener([gate]() mutable {
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+      gate.setStatus(CL_COMPLETE);
+    });
+    halo.start(f);
+    if (partner != MPI_PROC_NULL && rank_ < partner) {  // blocks first, then finish()
+      blocking_call();
+      halo.finish();
+    } else {
+      halo.finish();
+      if (call < 2 && partner != MPI_PROC_NULL) comm.send(x, partner, 9);
+      if (call == 2) comm.broadcast(x, root);
+    }
+    opener.join();
+    if (call == 2) {
+      EXPECT_TRUE(same(pattern<float>(root, 3512, 16), manager_->download(x)));
+    } else if (partner != MPI_PROC_NULL && rank_ < partner) {
+      EXPECT_TRUE(same(pattern<float>(partner, 3510 + call, 16), manager_->download(x)));
+    }
+    if (partner != MPI_PROC_NULL) {
+      const std::vector<float> theirs = pattern<float>(partner, 3500 + call, 64 * 64);
+      std::copy(theirs.begin(), theirs.begin() + 8, mine.begin() + 63 * 64);
+    }
+    EXPECT_TRUE(same(mine, manager_->download(f))) << "call " << call;
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(
     Paths, MpiHalo,
     ::testing::Values(Models{clbuf::MemoryModel::host, clbuf::MemoryModel::host, "ZeroCopy"},

@@ -119,6 +119,8 @@ class Deferred {
  public:
   /// Posts every send not posted yet (waiting for the reads); records a failure, never throws.
   virtual void post_deferred() noexcept = 0;
+  /// Posts the sends whose reads have completed (in order, not waiting); records a failure.
+  virtual void poll_deferred() noexcept = 0;
 
  protected:
   Deferred() = default;
@@ -468,6 +470,15 @@ class Core {
   void progress() noexcept {
     for (std::size_t i = 0; i < active_.size(); ++i) active_[i]->step();
     for (std::size_t i = 0; i < polled_.size(); ++i) polled_[i]->poll();
+    // An exchange's sends waiting for their reads leave as the reads complete, whatever call
+    // the rank waits in (a peer's finish() may be waiting for them).
+    if (!posting_) {
+      for (std::size_t i = 0; i < deferred_.size();) {
+        Deferred* exchange = deferred_[i];
+        exchange->poll_deferred();  // undefers itself once all are posted
+        if (i < deferred_.size() && deferred_[i] == exchange) ++i;
+      }
+    }
     prune();
   }
 

@@ -231,7 +231,7 @@ class Stream : public Transfer {
       for (Slot& slot : slots_) {
         if (slot.request == MPI_REQUEST_NULL || slot.block.data() == nullptr) continue;
         core_.forget_slot(direction_, slot.block.size());
-        static_cast<void>(new PinnedBlock(std::move(slot.block)));
+        slot.block.leak();
       }
       if (mapped_ != nullptr) mapped_ = nullptr;  // stays mapped
     }
