@@ -1938,10 +1938,13 @@ TEST_P(MpiHalo, ABlockingCallBetweenStartAndFinishLetsTheExchangeSendsLeave) {
       queue.enqueueMarkerWithWaitList(&wait, nullptr);
       queue.flush();
     }
-    std::thread opener([gate]() mutable {
+    struct Opener {  // joined on every way out, a failure's exception included
+      std::thread thread;
+      ~Opener() { thread.join(); }
+    } opener{std::thread([gate]() mutable {
       std::this_thread::sleep_for(std::chrono::milliseconds(100));
       gate.setStatus(CL_COMPLETE);
-    });
+    })};
     halo.start(f);
     if (partner != MPI_PROC_NULL && rank_ < partner) {  // blocks first, then finish()
       blocking_call();
@@ -1951,7 +1954,6 @@ TEST_P(MpiHalo, ABlockingCallBetweenStartAndFinishLetsTheExchangeSendsLeave) {
       if (call < 2 && partner != MPI_PROC_NULL) comm.send(x, partner, 9);
       if (call == 2) comm.broadcast(x, root);
     }
-    opener.join();
     if (call == 2) {
       EXPECT_TRUE(same(pattern<float>(root, 3512, 16), manager_->download(x)));
     } else if (partner != MPI_PROC_NULL && rank_ < partner) {
