@@ -762,20 +762,27 @@ TEST_P(Mpi, StagedSendsBeyondThePinnedBudgetCompleteInAnyReceiveOrder) {
   options.path = clbuf::mpi::Path::staged;
   clbuf::mpi::Communicator comm(*manager_, MPI_COMM_WORLD, options);
   const std::size_t n = 4 * (64 << 10) / sizeof(float);  // four chunks a message
-  if (rank_ == 0) {
+  // Rank 0: `count` messages (keys key.., tags tag..) as isends in flight at once, then waited.
+  const auto send_all = [&](clbuf::mpi::Communicator& c, std::uint32_t key, int tag, int count) {
     std::vector<clbuf::DeviceBuffer<float>> out;
     std::vector<clbuf::mpi::Request> sent;
-    for (std::uint32_t i = 0; i < 3; ++i) out.push_back(upload(pattern<float>(0, 1300 + i, n)));
-    for (int i = 0; i < 3; ++i) {
-      sent.push_back(comm.isend(out[static_cast<std::size_t>(i)], 1, 40 + i));
+    for (int i = 0; i < count; ++i) {
+      out.push_back(upload(pattern<float>(0, key + static_cast<std::uint32_t>(i), n)));
+    }
+    for (int i = 0; i < count; ++i) {
+      sent.push_back(c.isend(out[static_cast<std::size_t>(i)], 1, tag + i));
     }
     for (clbuf::mpi::Request& request : sent) request.wait();
-  } else if (rank_ == 1) {
-    for (std::uint32_t i = 3; i-- > 0;) {
-      clbuf::DeviceBuffer<float> in = manager_->allocate<float>(n);
-      comm.recv(in, 0, 40 + static_cast<int>(i));
-      EXPECT_TRUE(same(pattern<float>(0, 1300 + i, n), manager_->download(in))) << "message " << i;
-    }
+  };
+  // Rank 1: the message of key `key` and tag `tag`, exact.
+  const auto receive = [&](clbuf::mpi::Communicator& c, std::uint32_t key, int tag) {
+    clbuf::DeviceBuffer<float> in = manager_->allocate<float>(n);
+    c.recv(in, 0, tag);
+    EXPECT_TRUE(same(pattern<float>(0, key, n), manager_->download(in))) << "tag " << tag;
+  };
+  if (rank_ == 0) send_all(comm, 1300, 40, 3);
+  if (rank_ == 1) {
+    for (int i = 3; i-- > 0;) receive(comm, 1300 + static_cast<std::uint32_t>(i), 40 + i);
   }
   EXPECT_LE(comm.peak_pinned_bytes(), 3 * options.chunk_bytes);
   // two sends in flight, then a broadcast from the same rank, which the peer receives first
@@ -791,11 +798,7 @@ TEST_P(Mpi, StagedSendsBeyondThePinnedBudgetCompleteInAnyReceiveOrder) {
   } else {
     comm.broadcast(root_data, 0);
     if (rank_ == 1) {
-      for (std::uint32_t i = 0; i < 2; ++i) {
-        clbuf::DeviceBuffer<float> in = manager_->allocate<float>(n);
-        comm.recv(in, 0, 50 + static_cast<int>(i));
-        EXPECT_TRUE(same(pattern<float>(0, 1311 + i, n), manager_->download(in))) << i;
-      }
+      for (int i = 0; i < 2; ++i) receive(comm, 1311 + static_cast<std::uint32_t>(i), 50 + i);
     }
   }
   EXPECT_TRUE(same(pattern<float>(0, 1310, n), manager_->download(root_data)));
@@ -803,21 +806,11 @@ TEST_P(Mpi, StagedSendsBeyondThePinnedBudgetCompleteInAnyReceiveOrder) {
   // only a send whose header the peer has matched (it waits for that one) goes beyond it.
   clbuf::mpi::Communicator late(*manager_, MPI_COMM_WORLD, options);
   if (rank_ == 0) {
-    std::vector<clbuf::DeviceBuffer<float>> out;
-    std::vector<clbuf::mpi::Request> sent;
-    for (std::uint32_t i = 0; i < 6; ++i) out.push_back(upload(pattern<float>(0, 1320 + i, n)));
-    for (int i = 0; i < 6; ++i) {
-      sent.push_back(late.isend(out[static_cast<std::size_t>(i)], 1, 60 + i));
-    }
-    for (clbuf::mpi::Request& request : sent) request.wait();
+    send_all(late, 1320, 60, 6);
     EXPECT_LE(late.peak_pinned_bytes(), 2 * options.chunk_bytes) << "the budget: 2 x depth";
   } else if (rank_ == 1) {
     std::this_thread::sleep_for(std::chrono::milliseconds(150));  // sends stalled for 150 ms
-    for (std::uint32_t i = 0; i < 6; ++i) {
-      clbuf::DeviceBuffer<float> in = manager_->allocate<float>(n);
-      late.recv(in, 0, 60 + static_cast<int>(i));
-      EXPECT_TRUE(same(pattern<float>(0, 1320 + i, n), manager_->download(in))) << i;
-    }
+    for (int i = 0; i < 6; ++i) receive(late, 1320 + static_cast<std::uint32_t>(i), 60 + i);
   }
 }
 

@@ -441,7 +441,8 @@ class Core {
   }
 
   /// A send's chunk was taken, handed back, or received by the peer.
-  void note_send_moved() noexcept { send_moved_ = std::chrono::steady_clock::now(); }
+  /// A count, not a time: the clock is read only by send_stalled(), off the chunks' path.
+  void note_send_moved() noexcept { ++send_moves_; }
 
   /// True when the sends use their whole budget and none of their chunks has moved for
   /// send_stall: the peers may be receiving, first, sends that wait for a chunk (three sends
@@ -449,9 +450,16 @@ class Core {
   /// whose peer has matched its header then takes one beyond the budget, so that every order MPI
   /// allows completes; while chunks move, or the peers are late but receive in the order sent,
   /// the budget holds.
-  bool send_stalled() const noexcept {
-    return slots_in_use_[0] >= 2 * options_.depth &&
-           std::chrono::steady_clock::now() - send_moved_ > send_stall;
+  /// The stall is timed from the first look after the last move.
+  bool send_stalled() noexcept {
+    if (slots_in_use_[0] < 2 * options_.depth) return false;
+    const auto now = std::chrono::steady_clock::now();
+    if (send_moves_ != stall_moves_) {
+      stall_moves_ = send_moves_;
+      stall_since_ = now;
+      return false;
+    }
+    return now - stall_since_ > send_stall;
   }
   static constexpr std::chrono::milliseconds send_stall{20};
 
@@ -622,7 +630,9 @@ class Core {
   std::vector<std::unique_ptr<char[]>> free_envelopes_;
   std::size_t pinned_bytes_ = 0;
   std::size_t slots_in_use_[2] = {0, 0};  // sending, receiving
-  std::chrono::steady_clock::time_point send_moved_ = std::chrono::steady_clock::now();
+  std::uint64_t send_moves_ = 0;          // note_send_moved() calls
+  std::uint64_t stall_moves_ = 0;         // send_moves_ when send_stalled() last saw a move
+  std::chrono::steady_clock::time_point stall_since_;
   std::size_t in_use_bytes_ = 0;
   std::size_t peak_in_use_bytes_ = 0;
   std::vector<Polled*> polled_;      // the small receives in flight (their owners unwatch them)
