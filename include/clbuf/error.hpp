@@ -167,6 +167,13 @@ inline std::string error_message(const char* operation, cl_int code, const std::
            what);
 }
 
+/// std::bad_alloc caught where a public call returns: the same failure as a clbuf::Error (README
+/// "Errors": out of host memory is CL_OUT_OF_HOST_MEMORY, never std::bad_alloc), for what clbuf
+/// allocates along the way (strings, records, lists) that has no check of its own.
+[[noreturn]] inline void out_of_host_memory(const char* operation) {
+  fail(operation, CL_OUT_OF_HOST_MEMORY, "could not allocate host memory for clbuf's bookkeeping");
+}
+
 /// Turns the return code of an OpenCL C call into an Error naming the call.
 inline void check(cl_int code, const char* operation, const char* call) {
   if (code != CL_SUCCESS) fail(operation, code, std::string(call) + " failed");

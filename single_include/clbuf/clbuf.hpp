@@ -397,6 +397,13 @@ inline std::string error_message(const char* operation, cl_int code, const std::
            what);
 }
 
+/// std::bad_alloc caught where a public call returns: the same failure as a clbuf::Error (README
+/// "Errors": out of host memory is CL_OUT_OF_HOST_MEMORY, never std::bad_alloc), for what clbuf
+/// allocates along the way (strings, records, lists) that has no check of its own.
+[[noreturn]] inline void out_of_host_memory(const char* operation) {
+  fail(operation, CL_OUT_OF_HOST_MEMORY, "could not allocate host memory for clbuf's bookkeeping");
+}
+
 /// Turns the return code of an OpenCL C call into an Error naming the call.
 inline void check(cl_int code, const char* operation, const char* call) {
   if (code != CL_SUCCESS) fail(operation, code, std::string(call) + " failed");
@@ -1280,6 +1287,7 @@ class DeviceBuffer {
 #include <cstdint>
 #include <cstdlib>
 #include <mutex>
+#include <new>
 #include <string>
 #include <vector>
 
@@ -1654,12 +1662,14 @@ inline Selection select_device(const std::string& selector_text, const std::stri
 /// Every device of every OpenCL platform, numbered as the `P:D` selector counts them.
 /// Empty when no OpenCL platform is installed.
 /// @throws Error when an OpenCL query fails. Wraps clGetPlatformIDs, clGetDeviceIDs.
-inline std::vector<DeviceInfo> list_devices() {
+inline std::vector<DeviceInfo> list_devices() try {
   std::vector<DeviceInfo> infos;
   for (detail::DeviceEntry& entry : detail::enumerate_devices("list_devices")) {
     infos.push_back(std::move(entry.info));
   }
   return infos;
+} catch (const std::bad_alloc&) {
+  detail::out_of_host_memory("list_devices");
 }
 
 /// One device of a SelectionReport: picked, or why not.
@@ -1707,7 +1717,7 @@ struct SelectionReport {
 /// logic as BufferManager's constructor, so the report never disagrees with the choice. Never
 /// throws for a selector that matches nothing or for a missing platform: `problem` says so.
 /// @throws Error when an OpenCL query fails. Wraps clGetPlatformIDs, clGetDeviceIDs.
-inline SelectionReport explain_selection(const std::string& selector = std::string()) {
+inline SelectionReport explain_selection(const std::string& selector = std::string()) try {
   SelectionReport report;
   report.selector = detail::effective_selector(selector, report.origin);
   const std::vector<detail::DeviceEntry> entries = detail::enumerate_devices("explain_selection");
@@ -1725,6 +1735,8 @@ inline SelectionReport explain_selection(const std::string& selector = std::stri
   }
   if (report.picked() == nullptr) report.problem = "no device matches " + quoted;
   return report;
+} catch (const std::bad_alloc&) {
+  detail::out_of_host_memory("explain_selection");
 }
 
 }  // namespace clbuf
@@ -5082,6 +5094,7 @@ class MappedView {
 
 #include <cstddef>
 #include <memory>
+#include <new>
 #include <string>
 #include <utility>
 #include <vector>
@@ -5122,16 +5135,22 @@ class BufferManager {
 
   /// As BufferManager(selector), with `options` (memory model, staging, pool; options.hpp).
   /// @throws Error CL_INVALID_VALUE for options out of range, else as BufferManager().
-  BufferManager(const std::string& selector, const Options& options)
-      : device_(selector, options, "BufferManager"), pool_(make_pool()), engine_(device_) {}
+  BufferManager(const std::string& selector, const Options& options) try
+      : device_(selector, options, "BufferManager"), pool_(make_pool()), engine_(device_) {
+  } catch (const std::bad_alloc&) {
+    detail::out_of_host_memory("BufferManager");
+  }
 
   /// Adopts an application's context and in-order queue (shares them; does not copy).
   /// @throws Error CL_INVALID_CONTEXT if the queue is not of the context,
   ///         CL_INVALID_COMMAND_QUEUE if either is null or the queue is out-of-order.
-  BufferManager(cl::Context context, cl::CommandQueue queue, const Options& options = Options())
+  BufferManager(cl::Context context, cl::CommandQueue queue, const Options& options = Options()) try
       : device_(std::move(context), std::move(queue), options, "BufferManager"),
         pool_(make_pool()),
-        engine_(device_) {}
+        engine_(device_) {
+  } catch (const std::bad_alloc&) {
+    detail::out_of_host_memory("BufferManager");
+  }
 
   BufferManager(const BufferManager&) = delete;
   BufferManager& operator=(const BufferManager&) = delete;
@@ -5175,11 +5194,13 @@ class BufferManager {
   /// @{
 
   /// Bytes, operations and time per direction, and the pool's counters.
-  TransferStats stats() const {
+  TransferStats stats() const try {
     TransferStats stats;
     engine_.telemetry().fill(stats);
     stats.pool = pool_->stats();
     return stats;
+  } catch (const std::bad_alloc&) {
+    detail::out_of_host_memory("stats");
   }
   /// Sets the transfer counters of stats() back to zero (the pool's counters stay).
   void reset_stats() noexcept { engine_.telemetry().reset(); }
@@ -5195,22 +5216,26 @@ class BufferManager {
   /// @throws Error CL_INVALID_VALUE when count * sizeof(T) overflows, CL_INVALID_BUFFER_SIZE
   ///         beyond the device's max allocation.
   template <class T>
-  [[nodiscard]] DeviceBuffer<T> allocate(std::size_t count) {
+  [[nodiscard]] DeviceBuffer<T> allocate(std::size_t count) try {
     const char* op = "allocate";
     auto entry = gate_.enter(op);
     return new_buffer<T>(op, count, {count});
+  } catch (const std::bad_alloc&) {
+    detail::out_of_host_memory("allocate");
   }
 
   /// Pinned host memory for `count` elements (contents unspecified), for the fastest transfers.
   /// Wraps clCreateBuffer(CL_MEM_ALLOC_HOST_PTR) and clEnqueueMapBuffer.
   template <class T>
-  [[nodiscard]] PinnedBuffer<T> allocate_pinned(std::size_t count) {
+  [[nodiscard]] PinnedBuffer<T> allocate_pinned(std::size_t count) try {
     const char* op = "allocate_pinned";
     auto entry = gate_.enter(op);
     const std::size_t bytes = bytes_of<T>(op, count);
     if (bytes == 0) return PinnedBuffer<T>();
     return PinnedBuffer<T>(
         detail::PinnedBlock(device_.context(), device_.queue().handle(), bytes, op), count);
+  } catch (const std::bad_alloc&) {
+    detail::out_of_host_memory("allocate_pinned");
   }
   /// @}
 
@@ -5221,42 +5246,58 @@ class BufferManager {
   /// @throws Error CL_INVALID_VALUE for a null `data` with count > 0 or an overflowing size,
   ///         CL_INVALID_BUFFER_SIZE beyond the device's max allocation.
   template <class T>
-  [[nodiscard]] DeviceBuffer<T> upload(const T* data, std::size_t count) {
+  [[nodiscard]] DeviceBuffer<T> upload(const T* data, std::size_t count) try {
     return upload_new(data, count, {count}, detail::HostMemory::pageable);
+  } catch (const std::bad_alloc&) {
+    detail::out_of_host_memory("upload");
   }
   /// As upload(data.data(), data.size()).
   template <class T>
-  [[nodiscard]] DeviceBuffer<T> upload(const std::vector<T>& data) {
+  [[nodiscard]] DeviceBuffer<T> upload(const std::vector<T>& data) try {
     return upload_new(data.data(), data.size(), {data.size()}, detail::HostMemory::pageable);
+  } catch (const std::bad_alloc&) {
+    detail::out_of_host_memory("upload");
   }
   /// As upload(data), recording `shape`, whose product must equal data.size().
   /// @throws Error CL_INVALID_VALUE when the shape does not match.
   template <class T>
-  [[nodiscard]] DeviceBuffer<T> upload(const std::vector<T>& data, std::vector<std::size_t> shape) {
+  [[nodiscard]] DeviceBuffer<T> upload(const std::vector<T>& data,
+                                       std::vector<std::size_t> shape) try {
     return upload_new(data.data(), data.size(), std::move(shape), detail::HostMemory::pageable);
+  } catch (const std::bad_alloc&) {
+    detail::out_of_host_memory("upload");
   }
   /// Copies pinned memory into new device memory, by DMA with no staging copy.
   template <class T>
-  [[nodiscard]] DeviceBuffer<T> upload(const PinnedBuffer<T>& data) {
+  [[nodiscard]] DeviceBuffer<T> upload(const PinnedBuffer<T>& data) try {
     return upload_new(data.data(), data.size(), {data.size()}, detail::HostMemory::pinned);
+  } catch (const std::bad_alloc&) {
+    detail::out_of_host_memory("upload");
   }
 
   /// Copies `count` elements from `data` into `dst` starting at element `dst_offset`. Wraps
   /// clEnqueueWriteBuffer. @throws Error CL_INVALID_VALUE past the end of `dst` or for a null
   /// `data` with count > 0; CL_INVALID_OPERATION when `data` is `dst`'s own mapped memory.
   template <class T>
-  void upload(DeviceBuffer<T>& dst, const T* data, std::size_t count, std::size_t dst_offset = 0) {
+  void upload(DeviceBuffer<T>& dst, const T* data, std::size_t count,
+              std::size_t dst_offset = 0) try {
     upload_into(dst, data, count, dst_offset, detail::HostMemory::pageable);
+  } catch (const std::bad_alloc&) {
+    detail::out_of_host_memory("upload");
   }
   /// As upload(dst, data.data(), data.size(), dst_offset).
   template <class T>
-  void upload(DeviceBuffer<T>& dst, const std::vector<T>& data, std::size_t dst_offset = 0) {
+  void upload(DeviceBuffer<T>& dst, const std::vector<T>& data, std::size_t dst_offset = 0) try {
     upload_into(dst, data.data(), data.size(), dst_offset, detail::HostMemory::pageable);
+  } catch (const std::bad_alloc&) {
+    detail::out_of_host_memory("upload");
   }
   /// As upload(dst, data.data(), data.size(), dst_offset), by DMA with no staging copy.
   template <class T>
-  void upload(DeviceBuffer<T>& dst, const PinnedBuffer<T>& data, std::size_t dst_offset = 0) {
+  void upload(DeviceBuffer<T>& dst, const PinnedBuffer<T>& data, std::size_t dst_offset = 0) try {
     upload_into(dst, data.data(), data.size(), dst_offset, detail::HostMemory::pinned);
+  } catch (const std::bad_alloc&) {
+    detail::out_of_host_memory("upload");
   }
 
   /// Starts copying `data` (which the Future owns until the copy completes) into new device
@@ -5267,17 +5308,21 @@ class BufferManager {
   /// @throws Error CL_INVALID_CONTEXT for an event of another context.
   template <class T>
   Future<DeviceBuffer<T>> upload_async(std::vector<T> data,
-                                       const std::vector<cl::Event>& after = {}) {
+                                       const std::vector<cl::Event>& after = {}) try {
     const auto host = detail::shared_vector("upload_async", std::move(data));
     return start_upload(host->data(), host->size(), host, after);
+  } catch (const std::bad_alloc&) {
+    detail::out_of_host_memory("upload_async");
   }
   /// As upload_async(std::vector), without a copy of `data`, which the caller keeps alive and
   /// unchanged until the Future has completed.
   /// @throws Error CL_INVALID_VALUE for a null `data` with count > 0.
   template <class T>
   Future<DeviceBuffer<T>> upload_async(const T* data, std::size_t count,
-                                       const std::vector<cl::Event>& after = {}) {
+                                       const std::vector<cl::Event>& after = {}) try {
     return start_upload(data, count, nullptr, after);
+  } catch (const std::bad_alloc&) {
+    detail::out_of_host_memory("upload_async");
   }
 
   /// Starts copying `data` (which the Future owns until the copy completes) into `dst` from
@@ -5288,16 +5333,21 @@ class BufferManager {
   ///         another context.
   template <class T>
   Future<void> upload_async(DeviceBuffer<T>& dst, std::vector<T> data, std::size_t dst_offset = 0,
-                            const std::vector<cl::Event>& after = {}) {
+                            const std::vector<cl::Event>& after = {}) try {
     const auto host = detail::shared_vector("upload_async", std::move(data));
     return start_upload_into(dst, host->data(), host->size(), dst_offset, host, after);
+  } catch (const std::bad_alloc&) {
+    detail::out_of_host_memory("upload_async");
   }
   /// As upload_async(dst, std::vector), without a copy of `data`, which the caller keeps alive
   /// and unchanged until the Future has completed.
   template <class T>
   Future<void> upload_async(DeviceBuffer<T>& dst, const T* data, std::size_t count,
-                            std::size_t dst_offset = 0, const std::vector<cl::Event>& after = {}) {
+                            std::size_t dst_offset = 0,
+                            const std::vector<cl::Event>& after = {}) try {
     return start_upload_into(dst, data, count, dst_offset, nullptr, after);
+  } catch (const std::bad_alloc&) {
+    detail::out_of_host_memory("upload_async");
   }
   /// @}
 
@@ -5307,7 +5357,7 @@ class BufferManager {
   /// The whole buffer, as the element type and count that were uploaded (blocking).
   /// @throws Error CL_OUT_OF_HOST_MEMORY when the vector cannot be allocated.
   template <class T>
-  [[nodiscard]] std::vector<T> download(const DeviceBuffer<T>& buffer) {
+  [[nodiscard]] std::vector<T> download(const DeviceBuffer<T>& buffer) try {
     const char* op = "download";
     auto entry = gate_.enter(op);
     check(op, buffer);
@@ -5317,6 +5367,8 @@ class BufferManager {
                  ? detail::new_vector<T>(op, buffer.size())
                  : detail::new_vector<T>(op, static_cast<const T*>(from), buffer.size());
     });
+  } catch (const std::bad_alloc&) {
+    detail::out_of_host_memory("download");
   }
 
   /// Reads `count` elements starting at element `src_offset` of `buffer` into `out`
@@ -5325,22 +5377,27 @@ class BufferManager {
   ///         CL_INVALID_OPERATION when `out` is `buffer`'s own mapped memory.
   template <class T>
   void download(const DeviceBuffer<T>& buffer, T* out, std::size_t count,
-                std::size_t src_offset = 0) {
+                std::size_t src_offset = 0) try {
     const char* op = "download";
     auto entry = gate_.enter(op);
     check_read(op, buffer, out, count, src_offset);
     engine_.read(op, buffer.memory_, src_offset * sizeof(T), out, count * sizeof(T),
                  detail::HostMemory::pageable);
+  } catch (const std::bad_alloc&) {
+    detail::out_of_host_memory("download");
   }
 
   /// Reads out.size() elements starting at element `src_offset` into pinned memory, by DMA.
   template <class T>
-  void download(const DeviceBuffer<T>& buffer, PinnedBuffer<T>& out, std::size_t src_offset = 0) {
+  void download(const DeviceBuffer<T>& buffer, PinnedBuffer<T>& out,
+                std::size_t src_offset = 0) try {
     const char* op = "download";
     auto entry = gate_.enter(op);
     check_read(op, buffer, out.data(), out.size(), src_offset);
     engine_.read(op, buffer.memory_, src_offset * sizeof(T), out.data(), out.size_bytes(),
                  detail::HostMemory::pinned);
+  } catch (const std::bad_alloc&) {
+    detail::out_of_host_memory("download");
   }
 
   /// Starts reading the whole buffer, after the commands of `after`, into a vector the Future
@@ -5349,7 +5406,7 @@ class BufferManager {
   /// @throws Error CL_INVALID_CONTEXT for an event of another context.
   template <class T>
   Future<std::vector<T>> download_async(const DeviceBuffer<T>& buffer,
-                                        const std::vector<cl::Event>& after = {}) {
+                                        const std::vector<cl::Event>& after = {}) try {
     const char* op = "download_async";
     auto entry = gate_.enter(op);
     check(op, buffer);
@@ -5362,6 +5419,8 @@ class BufferManager {
     buffer.fence(pool_.get(), start.event);
     // Moving the vector into the Future keeps its heap block, which the device writes into.
     return future<std::vector<T>>(op, std::move(start), std::move(out));
+  } catch (const std::bad_alloc&) {
+    detail::out_of_host_memory("download_async");
   }
 
   /// Starts reading `count` elements at element `src_offset` into `out`, which the caller keeps
@@ -5370,7 +5429,7 @@ class BufferManager {
   template <class T>
   Future<void> download_async(const DeviceBuffer<T>& buffer, T* out, std::size_t count,
                               std::size_t src_offset = 0,
-                              const std::vector<cl::Event>& after = {}) {
+                              const std::vector<cl::Event>& after = {}) try {
     const char* op = "download_async";
     auto entry = gate_.enter(op);
     check_read(op, buffer, out, count, src_offset);
@@ -5379,6 +5438,8 @@ class BufferManager {
         engine_.read_async(op, buffer.memory_, src_offset * sizeof(T), out, count * sizeof(T));
     buffer.fence(pool_.get(), start.event);
     return future<void>(op, std::move(start), {});
+  } catch (const std::bad_alloc&) {
+    detail::out_of_host_memory("download_async");
   }
   /// @}
 
@@ -5388,7 +5449,7 @@ class BufferManager {
   /// Copies all of `src` into `dst`; returns when done. Wraps clEnqueueCopyBuffer.
   /// @throws Error CL_INVALID_VALUE when the sizes differ, CL_MEM_COPY_OVERLAP for one buffer.
   template <class T>
-  void copy(const DeviceBuffer<T>& src, DeviceBuffer<T>& dst) {
+  void copy(const DeviceBuffer<T>& src, DeviceBuffer<T>& dst) try {
     const char* op = "copy";
     auto entry = gate_.enter(op);
     check(op, src);
@@ -5396,6 +5457,8 @@ class BufferManager {
     detail::check_same_size(op, src.size(), dst.size());
     check_apart(op, src, 0, dst, 0, src.size_bytes());  // a buffer onto itself overlaps
     engine_.copy(op, src.memory_, 0, dst.memory_, 0, src.size_bytes());
+  } catch (const std::bad_alloc&) {
+    detail::out_of_host_memory("copy");
   }
 
   /// Copies `size_bytes` bytes from `src` at `src_offset_bytes` to `dst` at `dst_offset_bytes`;
@@ -5404,11 +5467,13 @@ class BufferManager {
   ///         overlapping ranges of one buffer.
   template <class T, class U>
   void copy_bytes(const DeviceBuffer<T>& src, DeviceBuffer<U>& dst, std::size_t size_bytes,
-                  std::size_t src_offset_bytes = 0, std::size_t dst_offset_bytes = 0) {
+                  std::size_t src_offset_bytes = 0, std::size_t dst_offset_bytes = 0) try {
     const char* op = "copy_bytes";
     auto entry = gate_.enter(op);
     check_copy(op, src, dst, size_bytes, src_offset_bytes, dst_offset_bytes);
     engine_.copy(op, src.memory_, src_offset_bytes, dst.memory_, dst_offset_bytes, size_bytes);
+  } catch (const std::bad_alloc&) {
+    detail::out_of_host_memory("copy_bytes");
   }
 
   /// As copy_bytes(), after the commands of `after`, but returns at once; the Future completes
@@ -5417,7 +5482,7 @@ class BufferManager {
   Future<void> copy_bytes_async(const DeviceBuffer<T>& src, DeviceBuffer<U>& dst,
                                 std::size_t size_bytes, std::size_t src_offset_bytes = 0,
                                 std::size_t dst_offset_bytes = 0,
-                                const std::vector<cl::Event>& after = {}) {
+                                const std::vector<cl::Event>& after = {}) try {
     const char* op = "copy_bytes_async";
     auto entry = gate_.enter(op);
     check_copy(op, src, dst, size_bytes, src_offset_bytes, dst_offset_bytes);
@@ -5428,6 +5493,8 @@ class BufferManager {
     src.fence(pool_.get(), start.event);
     dst.fence(pool_.get(), start.event);
     return future<void>(op, std::move(start), {});
+  } catch (const std::bad_alloc&) {
+    detail::out_of_host_memory("copy_bytes_async");
   }
   /// @}
 
@@ -5449,13 +5516,16 @@ class BufferManager {
   /// Sets `count` elements of `buffer` starting at element `offset` to `value` (blocking).
   /// @throws Error CL_INVALID_VALUE for a range past the end of `buffer`.
   template <class T>
-  void fill(DeviceBuffer<T>& buffer, const T& value, std::size_t count, std::size_t offset = 0) {
+  void fill(DeviceBuffer<T>& buffer, const T& value, std::size_t count,
+            std::size_t offset = 0) try {
     const char* op = "fill";
     auto entry = gate_.enter(op);
     check(op, buffer);
     detail::check_range(op, "write", count, offset, buffer.size(), sizeof(T));
     if (count == 0) return;
     engine_.fill(op, buffer.memory_, offset * sizeof(T), &value, sizeof(T), count);
+  } catch (const std::bad_alloc&) {
+    detail::out_of_host_memory("fill");
   }
 
   /// As fill(buffer, value), after the commands of `after`, returning at once (`value` may be
@@ -5469,7 +5539,7 @@ class BufferManager {
   /// As fill(buffer, value, count, offset), returning at once.
   template <class T>
   Future<void> fill_async(DeviceBuffer<T>& buffer, const T& value, std::size_t count,
-                          std::size_t offset = 0, const std::vector<cl::Event>& after = {}) {
+                          std::size_t offset = 0, const std::vector<cl::Event>& after = {}) try {
     const char* op = "fill_async";
     auto entry = gate_.enter(op);
     check(op, buffer);
@@ -5479,6 +5549,8 @@ class BufferManager {
         engine_.fill_async(op, buffer.memory_, offset * sizeof(T), &value, sizeof(T), count);
     buffer.fence(pool_.get(), start.event);
     return future<void>(op, std::move(start), {});
+  } catch (const std::bad_alloc&) {
+    detail::out_of_host_memory("fill_async");
   }
   /// @}
 
@@ -5491,10 +5563,13 @@ class BufferManager {
   /// @throws Error CL_INVALID_VALUE when the box leaves either array, an array does not fit in
   ///         `count` elements or in `dst`, a size overflows, or `data` is null with count > 0.
   template <class T>
-  void upload_rect(DeviceBuffer<T>& dst, const T* data, std::size_t count, const Region& region) {
+  void upload_rect(DeviceBuffer<T>& dst, const T* data, std::size_t count,
+                   const Region& region) try {
     auto entry = gate_.enter("upload_rect");
     transfer_rect("upload_rect", true, dst, const_cast<T*>(data), count, region, nullptr);
     engine_.settle("upload_rect");
+  } catch (const std::bad_alloc&) {
+    detail::out_of_host_memory("upload_rect");
   }
   /// As upload_rect(dst, data.data(), data.size(), region).
   template <class T>
@@ -5506,11 +5581,14 @@ class BufferManager {
   /// and unchanged until the Future has completed. Wraps clEnqueueWriteBufferRect, non-blocking.
   template <class T>
   Future<void> upload_rect_async(DeviceBuffer<T>& dst, const T* data, std::size_t count,
-                                 const Region& region, const std::vector<cl::Event>& after = {}) {
+                                 const Region& region,
+                                 const std::vector<cl::Event>& after = {}) try {
     const char* op = "upload_rect_async";
     auto entry = gate_.enter(op);
     return future<void>(
         op, transfer_rect(op, true, dst, const_cast<T*>(data), count, region, &after), {});
+  } catch (const std::bad_alloc&) {
+    detail::out_of_host_memory("upload_rect_async");
   }
   /// As upload_rect_async(dst, data.data(), data.size(), region, after).
   template <class T>
@@ -5524,10 +5602,13 @@ class BufferManager {
   /// the box are left as they were. Wraps clEnqueueReadBufferRect.
   /// @throws Error CL_INVALID_VALUE as upload_rect().
   template <class T>
-  void download_rect(const DeviceBuffer<T>& src, T* out, std::size_t count, const Region& region) {
+  void download_rect(const DeviceBuffer<T>& src, T* out, std::size_t count,
+                     const Region& region) try {
     auto entry = gate_.enter("download_rect");
     transfer_rect("download_rect", false, src, out, count, region, nullptr);
     engine_.settle("download_rect");
+  } catch (const std::bad_alloc&) {
+    detail::out_of_host_memory("download_rect");
   }
   /// As download_rect(src, out.data(), out.size(), region).
   template <class T>
@@ -5539,10 +5620,13 @@ class BufferManager {
   /// until the Future has completed. Wraps clEnqueueReadBufferRect, non-blocking.
   template <class T>
   Future<void> download_rect_async(const DeviceBuffer<T>& src, T* out, std::size_t count,
-                                   const Region& region, const std::vector<cl::Event>& after = {}) {
+                                   const Region& region,
+                                   const std::vector<cl::Event>& after = {}) try {
     const char* op = "download_rect_async";
     auto entry = gate_.enter(op);
     return future<void>(op, transfer_rect(op, false, src, out, count, region, &after), {});
+  } catch (const std::bad_alloc&) {
+    detail::out_of_host_memory("download_rect_async");
   }
   /// As download_rect_async(src, out.data(), out.size(), region, after).
   template <class T>
@@ -5560,19 +5644,23 @@ class BufferManager {
   ///         extents on both sides the test is exact; with different extents any overlap of the
   ///         two byte spans counts.
   template <class T>
-  void copy_rect(const DeviceBuffer<T>& src, DeviceBuffer<T>& dst, const Region& region) {
+  void copy_rect(const DeviceBuffer<T>& src, DeviceBuffer<T>& dst, const Region& region) try {
     auto entry = gate_.enter("copy_rect");
     copy_box("copy_rect", src, dst, region, nullptr);
     engine_.settle("copy_rect");
+  } catch (const std::bad_alloc&) {
+    detail::out_of_host_memory("copy_rect");
   }
 
   /// As copy_rect(), after the commands of `after`, returning at once.
   template <class T>
   Future<void> copy_rect_async(const DeviceBuffer<T>& src, DeviceBuffer<T>& dst,
-                               const Region& region, const std::vector<cl::Event>& after = {}) {
+                               const Region& region, const std::vector<cl::Event>& after = {}) try {
     const char* op = "copy_rect_async";
     auto entry = gate_.enter(op);
     return future<void>(op, copy_box(op, src, dst, region, &after), {});
+  } catch (const std::bad_alloc&) {
+    detail::out_of_host_memory("copy_rect_async");
   }
   /// @}
 
@@ -5588,7 +5676,7 @@ class BufferManager {
   ///         another context, CL_INVALID_VALUE when count * sizeof(T) overflows or exceeds the
   ///         buffer's CL_MEM_SIZE.
   template <class T>
-  [[nodiscard]] DeviceBuffer<T> adopt(cl::Buffer buffer, std::size_t count) {
+  [[nodiscard]] DeviceBuffer<T> adopt(cl::Buffer buffer, std::size_t count) try {
     const char* op = "adopt";
     auto entry = gate_.enter(op);
     const detail::MemoryFacts facts = detail::memory_facts(op, buffer());
@@ -5607,6 +5695,8 @@ class BufferManager {
       adopted.root_offset_ = facts.offset;
     }
     return adopted;
+  } catch (const std::bad_alloc&) {
+    detail::out_of_host_memory("adopt");
   }
 
   /// A DeviceBuffer of `count` elements starting at element `offset` (any offset) of `parent`,
@@ -5618,7 +5708,7 @@ class BufferManager {
   /// @throws Error CL_INVALID_VALUE past the end of `parent`.
   template <class T>
   [[nodiscard]] DeviceBuffer<T> view(DeviceBuffer<T>& parent, std::size_t offset,
-                                     std::size_t count) {
+                                     std::size_t count) try {
     const char* op = "view";
     auto entry = gate_.enter(op);
     check(op, parent);
@@ -5637,6 +5727,8 @@ class BufferManager {
     result.native_view_ = std::move(native);
     result.access_ = parent.access_;
     return result;
+  } catch (const std::bad_alloc&) {
+    detail::out_of_host_memory("view");
   }
 
   /// Maps all of `buffer` for the host (blocking); see MappedView. Zero-copy where the device
@@ -5651,7 +5743,7 @@ class BufferManager {
   ///         moved-from buffer, CL_INVALID_CONTEXT for one of another context.
   template <class T>
   [[nodiscard]] MappedView<T> map(DeviceBuffer<T>& buffer, MapMode mode, std::size_t offset,
-                                  std::size_t count) {
+                                  std::size_t count) try {
     const char* op = "map";
     auto entry = gate_.enter(op);
     check(op, buffer);
@@ -5666,6 +5758,8 @@ class BufferManager {
     view.lease_->add_mapping(op, mapped, count * sizeof(T));  // on failure the view unmaps
     engine_.settle(op);
     return view;
+  } catch (const std::bad_alloc&) {
+    detail::out_of_host_memory("map");
   }
   /// @}
 
@@ -5680,11 +5774,13 @@ class BufferManager {
   /// @throws Error CL_INVALID_VALUE when the sizes differ, CL_INVALID_CONTEXT when `src` is not
   ///         of `source` or `dst` not of this manager, CL_MEM_COPY_OVERLAP for one buffer.
   template <class T>
-  void copy_from(BufferManager& source, const DeviceBuffer<T>& src, DeviceBuffer<T>& dst) {
+  void copy_from(BufferManager& source, const DeviceBuffer<T>& src, DeviceBuffer<T>& dst) try {
     const char* op = "copy_from";
     auto entries = enter_both(op, source);
     check_copy_from(op, source, src, dst);
     copy_from_now(op, source, src, dst);
+  } catch (const std::bad_alloc&) {
+    detail::out_of_host_memory("copy_from");
   }
 
   /// As copy_from(), returning at once: the copy runs after the work queued on both managers
@@ -5694,7 +5790,7 @@ class BufferManager {
   /// @throws Error as copy_from(); a failure during the copy surfaces at wait() / get().
   template <class T>
   Future<void> copy_from_async(BufferManager& source, const DeviceBuffer<T>& src,
-                               DeviceBuffer<T>& dst) {
+                               DeviceBuffer<T>& dst) try {
     const char* op = "copy_from_async";
     auto entries = enter_both(op, source);
     check_copy_from(op, source, src, dst);
@@ -5723,6 +5819,8 @@ class BufferManager {
     Future<void> result = future<void>(op, std::move(start), {});
     theirs.flush(op);
     return result;
+  } catch (const std::bad_alloc&) {
+    detail::out_of_host_memory("copy_from_async");
   }
   /// @}
 
@@ -5732,11 +5830,13 @@ class BufferManager {
   /// Waits for everything queued. Wraps clFinish.
   /// @throws Error as clFinish fails, or with the code of a buffered upload that failed on the
   ///         device since the last synchronising call (README "Errors").
-  void finish() {
+  void finish() try {
     const char* op = "finish";
     auto entry = gate_.enter(op);
     device_.queue().finish(op);
     engine_.settle(op);
+  } catch (const std::bad_alloc&) {
+    detail::out_of_host_memory("finish");
   }
 
   /// finish(), then releases the queue, the context, the staging chunks and the pool's cached
@@ -5744,7 +5844,7 @@ class BufferManager {
   /// Error (code CL_SUCCESS). Buffers stay valid; their memory is freed when they are.
   /// @throws Error if the final clFinish fails, or a buffered upload failed that no call has
   ///         reported yet (the manager is released all the same).
-  void cleanup() {
+  void cleanup() try {
     cl_int err = CL_SUCCESS;
     cl_int buffered = CL_SUCCESS;
     std::string what;
@@ -5758,6 +5858,8 @@ class BufferManager {
     });
     detail::check(err, "cleanup", "clFinish");
     if (buffered != CL_SUCCESS) detail::fail("cleanup", buffered, what);
+  } catch (const std::bad_alloc&) {
+    detail::out_of_host_memory("cleanup");
   }
   /// @}
 

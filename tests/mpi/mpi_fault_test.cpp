@@ -1,8 +1,9 @@
 // SPDX-License-Identifier: MIT
 // clbuf::mpi's OpenCL kernels under fault injection (tests/fault/fault_hook.hpp), on every rank at
 // once: HaloExchange's pack kernel and allreduce's device reduction, when the program does not
-// build, when a launch is refused and when a kernel fails as it runs; and a staged receive whose
-// chunk write fails part-way, whose sender must still complete. Every failure is a
+// build, when a launch is refused and when a kernel fails as it runs; a staged receive whose
+// chunk write fails part-way, whose sender must still complete; and a staged send whose chunk read
+// fails part-way, whose receiver must not wait for the rest. Every failure is a
 // clbuf::Error naming the call, no rank is left waiting, the data is exact or unchanged, and the
 // next call (faults off) works. Run under mpiexec on 2 and 3 ranks (label mpi).
 #include "../fault/fault_hook.hpp"
@@ -187,6 +188,63 @@ TEST_F(MpiFault, AStagedReceiveThatFailsPartWayLetsTheSenderComplete) {
       comm.recv(next, 0, 4);
       EXPECT_EQ(data, manager_->download(next)) << "on the device: " << on_device;
       EXPECT_LE(comm.peak_pinned_bytes(), 2 * 2 * options.chunk_bytes) << "the receive budget";
+    }
+  }
+}
+
+// A staged send whose chunk read fails part-way (the first read, before the header has left, or
+// the third; refused by the driver or failing on the device): the sender gets a clbuf::Error
+// naming the read, and the receiver is not left waiting for chunks that never come: they arrive
+// empty and its receive fails naming the sender, whether it receives staged or straight into its
+// buffer. The pinned budgets stay whole and the next message between the pair arrives exactly.
+TEST_F(MpiFault, AStagedSendThatFailsPartWayIsAnErrorOnBothRanks) {
+  struct Case {
+    long read;  // which clEnqueueReadBuffer of the send fails
+    bool on_device;
+  };
+  const std::size_t chunk = 64 << 10;
+  const std::size_t n = 8 * chunk / sizeof(float);  // eight chunks
+  std::vector<float> data(n);
+  for (std::size_t i = 0; i < n; ++i) data[i] = static_cast<float>(i % 1000) + 0.25f;
+  int rank = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  for (const bool receiver_staged : {true, false}) {
+    clbuf::mpi::Options options;
+    options.chunk_bytes = chunk;
+    options.depth = 2;
+    if (rank == 0 || receiver_staged) options.path = clbuf::mpi::Path::staged;
+    clbuf::mpi::Communicator comm(*manager_, MPI_COMM_WORLD, options);
+    for (const Case c : {Case{1, false}, Case{3, false}, Case{1, true}, Case{3, true}}) {
+      const std::string where = "read " + std::to_string(c.read) +
+                                (c.on_device ? " failing on the device" : " refused") +
+                                (receiver_staged ? ", staged receiver" : ", straight receiver");
+      if (rank == 0) {
+        const clbuf::DeviceBuffer<float> out = manager_->upload(data);
+        manager_->finish();
+        state().arm(clbuf_fault::EnqueueReadBuffer, c.read, /*keep_failing=*/false, c.on_device);
+        try {
+          comm.send(out, 1, 3);
+          ADD_FAILURE() << "send did not throw (" << where << ")";
+        } catch (const clbuf::Error& e) {
+          EXPECT_NE(std::string(e.what()).find("clEnqueueReadBuffer"), std::string::npos)
+              << where << ": " << e.what();
+        }
+        state().disarm();
+        comm.send(out, 1, 4);
+        EXPECT_LE(comm.peak_pinned_bytes(), 2 * 2 * chunk) << "the send budget; " << where;
+      } else if (rank == 1) {
+        clbuf::DeviceBuffer<float> in = manager_->allocate<float>(n);
+        try {
+          comm.recv(in, 0, 3);
+          ADD_FAILURE() << "recv did not throw (" << where << ")";
+        } catch (const clbuf::Error& e) {
+          EXPECT_NE(std::string(e.what()).find("rank 0 (tag 3) failed part-way"), std::string::npos)
+              << where << ": " << e.what();
+        }
+        clbuf::DeviceBuffer<float> next = manager_->allocate<float>(n);
+        comm.recv(next, 0, 4);
+        EXPECT_EQ(data, manager_->download(next)) << where;
+      }
     }
   }
 }

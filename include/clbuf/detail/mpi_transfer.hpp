@@ -13,7 +13,9 @@
 //              overlaps MPI's transfer of chunk k; a Communicator uses at most 2 x depth chunks
 //              per direction, however many messages are in flight.
 // The receiver checks the header against its buffer before any byte lands there; a mismatch
-// drains the sender's chunks (so the sender never hangs) and is a clbuf::Error.
+// drains the sender's chunks (so the sender never hangs) and is a clbuf::Error. A staged
+// transfer that fails part-way still finishes the message, so the peer never hangs either: a
+// receive drains the rest, a send sends the rest empty (the receive then fails too).
 #ifndef CLBUF_DETAIL_MPI_TRANSFER_HPP
 #define CLBUF_DETAIL_MPI_TRANSFER_HPP
 
@@ -29,6 +31,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <exception>
 #include <memory>
 #include <new>
 #include <string>
@@ -290,6 +293,25 @@ class Stream : public Transfer {
     return flag != 0;
   }
 
+  /// After a failure: each slot goes idle once MPI is done with its chunk and its DMA has
+  /// ended (completed or failed), and is given back; true when none is left.
+  bool settle_slots() {
+    for (Slot& slot : slots_) {
+      if (slot.state == Slot::messaging && test(slot.request)) slot.state = Slot::idle;
+      if (slot.state == Slot::copying) {
+        cl_int status = CL_COMPLETE;
+        if (CLBUF_CL(clGetEventInfo)(slot.copy(), CL_EVENT_COMMAND_EXECUTION_STATUS, sizeof(status),
+                                     &status, nullptr) != CL_SUCCESS ||
+            status <= CL_COMPLETE) {
+          slot.copy = cl::Event();
+          slot.state = Slot::idle;
+        }
+      }
+    }
+    release_idle_slots();
+    return slots_.empty();
+  }
+
   /// Gives the idle slots back, so that other transfers may use them.
   void release_idle_slots() noexcept {
     for (Slot& slot : slots_) {
@@ -320,6 +342,9 @@ class Stream : public Transfer {
   std::vector<Slot> slots_;            // staged chunks
   void* mapped_ = nullptr;
   int peer_ = MPI_PROC_NULL;
+  // A staged transfer that failed part-way and finishes the message before it rethrows this: a
+  // receive drains the rest into scratch_, a send sends the rest empty.
+  std::exception_ptr failure_;
 };
 
 class SendStream final : public Stream {
@@ -347,9 +372,14 @@ class SendStream final : public Stream {
     header_.chunk_bytes = chunks_.chunk;
     route_ = core.route(span_);
     char* base = nullptr;
+    std::exception_ptr failure;  // a staged chunk's first read: the header still goes
     if (route_ == Route::staged) {
       slots_.reserve(core.options().depth);
-      fill_slots();
+      try {
+        fill_slots();
+      } catch (...) {
+        failure = std::current_exception();
+      }
     } else {
       base = host_bytes(CL_MAP_READ);
     }
@@ -359,6 +389,7 @@ class SendStream final : public Stream {
     check_mpi((staged ? MPI_Issend : MPI_Isend)(&header_, static_cast<int>(header_bytes), MPI_BYTE,
                                                 dest, tag, comm, &header_request_),
               operation, staged ? "MPI_Issend" : "MPI_Isend");
+    if (failure && !send_rest_empty(failure)) std::rethrow_exception(failure);
     if (base == nullptr) return;
     requests_.assign(chunks_.count, MPI_REQUEST_NULL);
     for (std::size_t k = 0; k < chunks_.count; ++k) {
@@ -406,14 +437,50 @@ class SendStream final : public Stream {
     }
   }
 
+  /// After `failure` on the staged path (a chunk's read refused or failing on the device, a
+  /// chunk's send refused): the chunks not yet sent go as empty messages, which tell the
+  /// receiver that the send failed (it then fails too, instead of waiting for them); the
+  /// transfer ends, rethrowing `failure`, once MPI and the DMA are done with every slot. False
+  /// when the empty sends cannot be posted (the failure is reported at once).
+  bool send_rest_empty(std::exception_ptr failure) noexcept {
+    if (failure_) return false;
+    try {
+      requests_.assign(chunks_.count - sent_, MPI_REQUEST_NULL);
+    } catch (...) {
+      return false;
+    }
+    for (MPI_Request& request : requests_) {
+      if (MPI_Isend(nullptr, 0, MPI_BYTE, peer_, static_cast<int>(header_.stream), core_.wire(),
+                    &request) != MPI_SUCCESS) {
+        return false;
+      }
+    }
+    sent_ = next_ = chunks_.count;
+    failure_ = std::move(failure);
+    return true;
+  }
+
   bool advance() override {
     if (peer_ == MPI_PROC_NULL) return true;
     const bool header_sent = test(header_request_);
+    if (failure_) {
+      if (!settle_slots() || !header_sent || !requests_done()) return false;
+      std::rethrow_exception(std::exchange(failure_, nullptr));
+    }
     if (route_ != Route::staged || chunks_.count == 0) {
       if (!header_sent || !requests_done()) return false;
       unmap();
       return true;
     }
+    try {
+      return advance_staged(header_sent);
+    } catch (...) {
+      if (!send_rest_empty(std::current_exception())) throw;
+      return false;
+    }
+  }
+
+  bool advance_staged(bool header_sent) {
     // Chunks go out in order (they all carry the stream's tag, and MPI matches in order), even
     // when the reads are seen complete out of order.
     for (bool sent = true; sent;) {
@@ -494,7 +561,7 @@ class RecvStream final : public Stream {
     if (peer_ == MPI_PROC_NULL) return true;
     if (draining()) return false;
     if (route_ != Route::staged) {
-      if (!requests_done()) return false;
+      if (!chunks_done()) return false;
       unmap();
       return true;
     }
@@ -514,10 +581,12 @@ class RecvStream final : public Stream {
     while (slots_.size() < core_.options().depth && next_ < chunks_.count) {
       if (held_ == MPI_MESSAGE_NULL) {
         int arrived = 0;
+        MPI_Status status;
         check_mpi(MPI_Improbe(peer_, static_cast<int>(header_.stream), core_.wire(), &arrived,
-                              &held_, MPI_STATUS_IGNORE),
+                              &held_, &status),
                   operation_, "MPI_Improbe");
         if (!arrived) break;
+        check_chunk(status, next_);
       }
       PinnedBlock block = core_.acquire_slot(direction_, operation_);
       if (block.data() == nullptr) break;
@@ -576,12 +645,40 @@ class RecvStream final : public Stream {
     }
     char* base = host_bytes(CL_MAP_WRITE_INVALIDATE_REGION);
     requests_.assign(chunks_.count, MPI_REQUEST_NULL);
+    statuses_.resize(chunks_.count);
     for (std::size_t k = 0; k < chunks_.count; ++k) {
       check_mpi(MPI_Irecv(base + chunks_.offset(k), chunks_.length(k), MPI_BYTE, peer_,
                           static_cast<int>(header_.stream), core_.wire(), &requests_[k]),
                 operation_, "MPI_Irecv");
     }
     return true;
+  }
+
+  /// Every chunk posted straight into the buffer has arrived, each whole (check_chunk).
+  bool chunks_done() {
+    if (requests_.empty()) return true;
+    int flag = 0;
+    check_mpi(MPI_Testall(static_cast<int>(requests_.size()), requests_.data(), &flag,
+                          statuses_.empty() ? MPI_STATUSES_IGNORE : statuses_.data()),
+              operation_, "MPI_Testall");
+    for (std::size_t k = 0; flag != 0 && k < statuses_.size(); ++k) check_chunk(statuses_[k], k);
+    return flag != 0;
+  }
+
+  /// A chunk that arrives empty means that the sender failed part-way and sent the rest of its
+  /// chunks empty (SendStream::send_rest_empty): the receive fails too (code CL_SUCCESS, as for
+  /// MPI's failures: nothing failed in OpenCL here) rather than writing a partial message.
+  void check_chunk(const MPI_Status& status, std::size_t chunk) {
+    int bytes = 0;
+    check_mpi(MPI_Get_count(&status, MPI_BYTE, &bytes), operation_, "MPI_Get_count");
+    if (bytes == chunks_.length(chunk)) return;
+    fail(operation_, CL_SUCCESS,
+         "rank " + std::to_string(peer_) + " (tag " + std::to_string(tag_) +
+             ") failed part-way through sending " + std::to_string(chunks_.bytes) +
+             " bytes: chunk " + std::to_string(chunk) + " of " + std::to_string(chunks_.count) +
+             " (bytes " + std::to_string(chunks_.offset(chunk)) +
+             " on) came empty, so the receiving buffer does not hold the message (the sender's "
+             "error says why)");
   }
 
   /// Path::whole: once a message has arrived (MPI_Improbe), its size is checked against the
@@ -667,21 +764,7 @@ class RecvStream final : public Stream {
   /// chunk has landed and its write ended).
   bool draining() {
     if (problem_.empty() && !failure_) return false;
-    if (failure_) {
-      for (Slot& slot : slots_) {
-        if (slot.state == Slot::messaging && test(slot.request)) slot.state = Slot::idle;
-        if (slot.state == Slot::copying) {
-          cl_int status = CL_COMPLETE;
-          if (CLBUF_CL(clGetEventInfo)(slot.copy(), CL_EVENT_COMMAND_EXECUTION_STATUS,
-                                       sizeof(status), &status, nullptr) != CL_SUCCESS ||
-              status <= CL_COMPLETE) {
-            slot.copy = cl::Event();
-            slot.state = Slot::idle;
-          }
-        }
-      }
-      release_idle_slots();
-    }
+    if (failure_) settle_slots();
     while (test(requests_[0])) {
       if (next_ == chunks_.count) {
         if (!failure_) fail(operation_, CL_INVALID_VALUE, problem_);
@@ -698,8 +781,8 @@ class RecvStream final : public Stream {
   MPI_Comm comm_ = MPI_COMM_NULL;  // Path::whole
   bool received_ = false;
   MPI_Message held_ = MPI_MESSAGE_NULL;  // an arrived chunk waiting for a slot
+  std::vector<MPI_Status> statuses_;     // of requests_, the chunks received straight
   std::string problem_;                  // a rejected message being drained into scratch_
-  std::exception_ptr failure_;           // a failed staged receive being drained into scratch_
   int tag_ = MPI_ANY_TAG;
 };
 
