@@ -148,6 +148,16 @@ struct Trial {
     std::copy(a.begin(), a.begin() + 10, big_viewed.begin() + 1);
     for (Data* each : {&out, &out2, &out3, &mapped, &mapped2, &rect, &rect2})
       each->assign(large, 0);
+    b8_filled.assign(small, 7u);  // b8 after fill(7), fill(9, count 10, offset 5)
+    std::fill(b8_filled.begin() + 5, b8_filled.begin() + 15, 9u);
+    b8_final = b8_filled;            // after the rect uploads of a's box (10 x 3 of a 20 x 5 array)
+    rect_expected.assign(large, 0);  // the rect downloads of that box
+    b0_final = a_copied;             // b0 after copy_rect(b8, b0, box)
+    for (std::size_t y = 0; y < 3; ++y) {
+      for (std::size_t x = 0; x < 10; ++x) {
+        b8_final[y * 20 + x] = rect_expected[y * 20 + x] = b0_final[y * 20 + x] = a[y * 20 + x];
+      }
+    }
     a_async = a;
     a_async2 = a;
     shape = {10, 10};
@@ -220,6 +230,17 @@ struct Trial {
       m->upload(*adopted, a);
     });
     add("stats", [this] { (void)m->stats(); });
+    add(
+        "BufferManager(context, queue)",
+        [this] {
+          third.emplace(m->context(), adopted_queue, options);
+          (void)third->queue();
+          b10.emplace(third->upload(a));
+        },
+        [this] {
+          const cl::Context context = m->context();
+          adopted_queue = cl::CommandQueue(context, context.getInfo<CL_CONTEXT_DEVICES>().at(0));
+        });
     add("a second BufferManager", [this] {
       second.emplace("", options);
       b9.emplace(second->allocate<std::uint32_t>(large));
@@ -227,18 +248,20 @@ struct Trial {
     add("copy_from", [this] { second->copy_from(*m, *b5, *b9); });
     add("copy_from_async", [this] { second->copy_from_async(*m, *b1, *b9).get(); });
     add("finish", [this] { m->finish(); });
-    add("cleanup", [this] { second->cleanup(); });
+    add("cleanup", [this] { third->cleanup(); });
   }
 
-  Data a, big, a_copied, big_viewed, a_async, a_async2;
+  Data a, big, a_copied, big_viewed, a_async, a_async2, b8_filled, b8_final, rect_expected,
+      b0_final;
   Data got0, out, out2, out3, mapped, mapped2, got3, rect, rect2;  // what the calls returned
   std::size_t devices = 0;
   bool picked = false;
   std::vector<std::size_t> shape;
   clbuf::Region box;
   clbuf::Options options;
-  std::optional<clbuf::BufferManager> m, second;
-  Buffer b0, b1, b2, b3, b4, b5, b6, b7, b8, b9, adopted;
+  cl::CommandQueue adopted_queue;
+  std::optional<clbuf::BufferManager> m, second, third;
+  Buffer b0, b1, b2, b3, b4, b5, b6, b7, b8, b9, b10, adopted;
   std::optional<clbuf::PinnedBuffer<std::uint32_t>> pinned, pinned_out;
   std::vector<const char*> names;
   std::vector<std::function<void()>> steps, setups;  // setups: unarmed, before their step
@@ -320,8 +343,26 @@ struct Trial {
       return "b6 changed";
     }
     if (completed("copy_bytes_async") && !holds(b7, big, large)) return "b7 differs";
+    if (completed("fill_async(count, offset)") && failed < step("upload_rect(vector)") &&
+        !holds(b8, b8_filled, small)) {
+      return "b8 after the fills differs";
+    }
+    if (completed("upload_rect_async(T*)") && !holds(b8, b8_final, small)) {
+      return "b8 after the rect uploads differs";
+    }
+    if (completed("download_rect_async(vector)") && differs(rect_expected, rect, large)) {
+      return "download_rect(vector) differs";
+    }
+    if (completed("download_rect_async(T*)") && differs(rect_expected, rect2, large)) {
+      return "download_rect(T*) differs";
+    }
+    if (completed("copy_rect_async") && !holds(b0, b0_final, small)) return "copy_rect differs";
+    if (completed("adopt") && !holds(adopted, a, small)) return "the adopted buffer differs";
+    if (b10 && !completed("cleanup") && differs(a, third->download(*b10), small)) {
+      return "the adopting manager's buffer differs";
+    }
     if (b9 && completed("copy_from") && failed != step("copy_from_async") &&
-        !completed("cleanup") && differs(big, second->download(*b9), large)) {
+        differs(big, second->download(*b9), large)) {
       return "b9 differs";
     }
     return "";
@@ -330,6 +371,8 @@ struct Trial {
   void reset() {
     b9.reset();
     second.reset();
+    b10.reset();
+    third.reset();
     for (Buffer* buffer : {&b0, &b1, &b2, &b3, &b4, &b5, &b6, &b7, &b8, &adopted}) buffer->reset();
     pinned.reset();
     pinned_out.reset();
@@ -364,9 +407,10 @@ long trial(MemoryModel model, std::uint32_t seed, long fail_at, Tally& tally) {
     t.run(model);
   } catch (const clbuf::Error& error) {
     g_armed = false;
-    if (error.code() != CL_OUT_OF_HOST_MEMORY) {
-      outcome = "clbuf::Error with code " + std::to_string(error.code()) + " (not " +
-                "CL_OUT_OF_HOST_MEMORY): " + error.what();
+    if (error.code() != CL_OUT_OF_HOST_MEMORY || g_fired.load() == 0) {
+      outcome = "clbuf::Error with code " + std::to_string(error.code()) + " after " +
+                std::to_string(g_fired.load()) + " failed allocations (expected " +
+                "CL_OUT_OF_HOST_MEMORY after one): " + error.what();
     }
     ++tally.errors;
   } catch (const std::bad_alloc&) {

@@ -661,13 +661,25 @@ class RecvStream final : public Stream {
     check_mpi(MPI_Testall(static_cast<int>(requests_.size()), requests_.data(), &flag,
                           statuses_.empty() ? MPI_STATUSES_IGNORE : statuses_.data()),
               operation_, "MPI_Testall");
-    for (std::size_t k = 0; flag != 0 && k < statuses_.size(); ++k) check_chunk(statuses_[k], k);
-    return flag != 0;
+    if (flag == 0) return false;
+    try {
+      for (std::size_t k = 0; k < statuses_.size(); ++k) check_chunk(statuses_[k], k);
+    } catch (...) {
+      // The buffer goes back to the device before the failure is reported (the Stream may live
+      // on in the Core after the caller has seen the error and reused or dropped the buffer).
+      try {
+        unmap();
+      } catch (...) {  // NOLINT(bugprone-empty-catch): the sender's failure is the one reported
+      }
+      throw;
+    }
+    return true;
   }
 
   /// A chunk that arrives empty means that the sender failed part-way and sent the rest of its
   /// chunks empty (SendStream::send_rest_empty): the receive fails too (code CL_SUCCESS, as for
-  /// MPI's failures: nothing failed in OpenCL here) rather than writing a partial message.
+  /// MPI's failures: nothing failed in OpenCL here). The chunks before it have landed; the
+  /// rest of the buffer is unchanged (undefined where it was mapped to be overwritten).
   void check_chunk(const MPI_Status& status, std::size_t chunk) {
     int bytes = 0;
     check_mpi(MPI_Get_count(&status, MPI_BYTE, &bytes), operation_, "MPI_Get_count");
