@@ -5194,13 +5194,11 @@ class BufferManager {
   /// @{
 
   /// Bytes, operations and time per direction, and the pool's counters.
-  TransferStats stats() const try {
+  TransferStats stats() const {
     TransferStats stats;
     engine_.telemetry().fill(stats);
     stats.pool = pool_->stats();
     return stats;
-  } catch (const std::bad_alloc&) {
-    detail::out_of_host_memory("stats");
   }
   /// Sets the transfer counters of stats() back to zero (the pool's counters stay).
   void reset_stats() noexcept { engine_.telemetry().reset(); }
@@ -5227,15 +5225,13 @@ class BufferManager {
   /// Pinned host memory for `count` elements (contents unspecified), for the fastest transfers.
   /// Wraps clCreateBuffer(CL_MEM_ALLOC_HOST_PTR) and clEnqueueMapBuffer.
   template <class T>
-  [[nodiscard]] PinnedBuffer<T> allocate_pinned(std::size_t count) try {
+  [[nodiscard]] PinnedBuffer<T> allocate_pinned(std::size_t count) {
     const char* op = "allocate_pinned";
     auto entry = gate_.enter(op);
     const std::size_t bytes = bytes_of<T>(op, count);
     if (bytes == 0) return PinnedBuffer<T>();
     return PinnedBuffer<T>(
         detail::PinnedBlock(device_.context(), device_.queue().handle(), bytes, op), count);
-  } catch (const std::bad_alloc&) {
-    detail::out_of_host_memory("allocate_pinned");
   }
   /// @}
 
@@ -5261,11 +5257,8 @@ class BufferManager {
   /// As upload(data), recording `shape`, whose product must equal data.size().
   /// @throws Error CL_INVALID_VALUE when the shape does not match.
   template <class T>
-  [[nodiscard]] DeviceBuffer<T> upload(const std::vector<T>& data,
-                                       std::vector<std::size_t> shape) try {
+  [[nodiscard]] DeviceBuffer<T> upload(const std::vector<T>& data, std::vector<std::size_t> shape) {
     return upload_new(data.data(), data.size(), std::move(shape), detail::HostMemory::pageable);
-  } catch (const std::bad_alloc&) {
-    detail::out_of_host_memory("upload");
   }
   /// Copies pinned memory into new device memory, by DMA with no staging copy.
   template <class T>
@@ -5279,11 +5272,8 @@ class BufferManager {
   /// clEnqueueWriteBuffer. @throws Error CL_INVALID_VALUE past the end of `dst` or for a null
   /// `data` with count > 0; CL_INVALID_OPERATION when `data` is `dst`'s own mapped memory.
   template <class T>
-  void upload(DeviceBuffer<T>& dst, const T* data, std::size_t count,
-              std::size_t dst_offset = 0) try {
+  void upload(DeviceBuffer<T>& dst, const T* data, std::size_t count, std::size_t dst_offset = 0) {
     upload_into(dst, data, count, dst_offset, detail::HostMemory::pageable);
-  } catch (const std::bad_alloc&) {
-    detail::out_of_host_memory("upload");
   }
   /// As upload(dst, data.data(), data.size(), dst_offset).
   template <class T>
@@ -5294,10 +5284,8 @@ class BufferManager {
   }
   /// As upload(dst, data.data(), data.size(), dst_offset), by DMA with no staging copy.
   template <class T>
-  void upload(DeviceBuffer<T>& dst, const PinnedBuffer<T>& data, std::size_t dst_offset = 0) try {
+  void upload(DeviceBuffer<T>& dst, const PinnedBuffer<T>& data, std::size_t dst_offset = 0) {
     upload_into(dst, data.data(), data.size(), dst_offset, detail::HostMemory::pinned);
-  } catch (const std::bad_alloc&) {
-    detail::out_of_host_memory("upload");
   }
 
   /// Starts copying `data` (which the Future owns until the copy completes) into new device
@@ -5333,21 +5321,16 @@ class BufferManager {
   ///         another context.
   template <class T>
   Future<void> upload_async(DeviceBuffer<T>& dst, std::vector<T> data, std::size_t dst_offset = 0,
-                            const std::vector<cl::Event>& after = {}) try {
+                            const std::vector<cl::Event>& after = {}) {
     const auto host = detail::shared_vector("upload_async", std::move(data));
     return start_upload_into(dst, host->data(), host->size(), dst_offset, host, after);
-  } catch (const std::bad_alloc&) {
-    detail::out_of_host_memory("upload_async");
   }
   /// As upload_async(dst, std::vector), without a copy of `data`, which the caller keeps alive
   /// and unchanged until the Future has completed.
   template <class T>
   Future<void> upload_async(DeviceBuffer<T>& dst, const T* data, std::size_t count,
-                            std::size_t dst_offset = 0,
-                            const std::vector<cl::Event>& after = {}) try {
+                            std::size_t dst_offset = 0, const std::vector<cl::Event>& after = {}) {
     return start_upload_into(dst, data, count, dst_offset, nullptr, after);
-  } catch (const std::bad_alloc&) {
-    detail::out_of_host_memory("upload_async");
   }
   /// @}
 
@@ -5357,7 +5340,7 @@ class BufferManager {
   /// The whole buffer, as the element type and count that were uploaded (blocking).
   /// @throws Error CL_OUT_OF_HOST_MEMORY when the vector cannot be allocated.
   template <class T>
-  [[nodiscard]] std::vector<T> download(const DeviceBuffer<T>& buffer) try {
+  [[nodiscard]] std::vector<T> download(const DeviceBuffer<T>& buffer) {
     const char* op = "download";
     auto entry = gate_.enter(op);
     check(op, buffer);
@@ -5367,8 +5350,6 @@ class BufferManager {
                  ? detail::new_vector<T>(op, buffer.size())
                  : detail::new_vector<T>(op, static_cast<const T*>(from), buffer.size());
     });
-  } catch (const std::bad_alloc&) {
-    detail::out_of_host_memory("download");
   }
 
   /// Reads `count` elements starting at element `src_offset` of `buffer` into `out`
@@ -5389,15 +5370,12 @@ class BufferManager {
 
   /// Reads out.size() elements starting at element `src_offset` into pinned memory, by DMA.
   template <class T>
-  void download(const DeviceBuffer<T>& buffer, PinnedBuffer<T>& out,
-                std::size_t src_offset = 0) try {
+  void download(const DeviceBuffer<T>& buffer, PinnedBuffer<T>& out, std::size_t src_offset = 0) {
     const char* op = "download";
     auto entry = gate_.enter(op);
     check_read(op, buffer, out.data(), out.size(), src_offset);
     engine_.read(op, buffer.memory_, src_offset * sizeof(T), out.data(), out.size_bytes(),
                  detail::HostMemory::pinned);
-  } catch (const std::bad_alloc&) {
-    detail::out_of_host_memory("download");
   }
 
   /// Starts reading the whole buffer, after the commands of `after`, into a vector the Future
@@ -5449,7 +5427,7 @@ class BufferManager {
   /// Copies all of `src` into `dst`; returns when done. Wraps clEnqueueCopyBuffer.
   /// @throws Error CL_INVALID_VALUE when the sizes differ, CL_MEM_COPY_OVERLAP for one buffer.
   template <class T>
-  void copy(const DeviceBuffer<T>& src, DeviceBuffer<T>& dst) try {
+  void copy(const DeviceBuffer<T>& src, DeviceBuffer<T>& dst) {
     const char* op = "copy";
     auto entry = gate_.enter(op);
     check(op, src);
@@ -5457,8 +5435,6 @@ class BufferManager {
     detail::check_same_size(op, src.size(), dst.size());
     check_apart(op, src, 0, dst, 0, src.size_bytes());  // a buffer onto itself overlaps
     engine_.copy(op, src.memory_, 0, dst.memory_, 0, src.size_bytes());
-  } catch (const std::bad_alloc&) {
-    detail::out_of_host_memory("copy");
   }
 
   /// Copies `size_bytes` bytes from `src` at `src_offset_bytes` to `dst` at `dst_offset_bytes`;
@@ -5467,13 +5443,11 @@ class BufferManager {
   ///         overlapping ranges of one buffer.
   template <class T, class U>
   void copy_bytes(const DeviceBuffer<T>& src, DeviceBuffer<U>& dst, std::size_t size_bytes,
-                  std::size_t src_offset_bytes = 0, std::size_t dst_offset_bytes = 0) try {
+                  std::size_t src_offset_bytes = 0, std::size_t dst_offset_bytes = 0) {
     const char* op = "copy_bytes";
     auto entry = gate_.enter(op);
     check_copy(op, src, dst, size_bytes, src_offset_bytes, dst_offset_bytes);
     engine_.copy(op, src.memory_, src_offset_bytes, dst.memory_, dst_offset_bytes, size_bytes);
-  } catch (const std::bad_alloc&) {
-    detail::out_of_host_memory("copy_bytes");
   }
 
   /// As copy_bytes(), after the commands of `after`, but returns at once; the Future completes
@@ -5482,7 +5456,7 @@ class BufferManager {
   Future<void> copy_bytes_async(const DeviceBuffer<T>& src, DeviceBuffer<U>& dst,
                                 std::size_t size_bytes, std::size_t src_offset_bytes = 0,
                                 std::size_t dst_offset_bytes = 0,
-                                const std::vector<cl::Event>& after = {}) try {
+                                const std::vector<cl::Event>& after = {}) {
     const char* op = "copy_bytes_async";
     auto entry = gate_.enter(op);
     check_copy(op, src, dst, size_bytes, src_offset_bytes, dst_offset_bytes);
@@ -5493,8 +5467,6 @@ class BufferManager {
     src.fence(pool_.get(), start.event);
     dst.fence(pool_.get(), start.event);
     return future<void>(op, std::move(start), {});
-  } catch (const std::bad_alloc&) {
-    detail::out_of_host_memory("copy_bytes_async");
   }
   /// @}
 
@@ -5516,16 +5488,13 @@ class BufferManager {
   /// Sets `count` elements of `buffer` starting at element `offset` to `value` (blocking).
   /// @throws Error CL_INVALID_VALUE for a range past the end of `buffer`.
   template <class T>
-  void fill(DeviceBuffer<T>& buffer, const T& value, std::size_t count,
-            std::size_t offset = 0) try {
+  void fill(DeviceBuffer<T>& buffer, const T& value, std::size_t count, std::size_t offset = 0) {
     const char* op = "fill";
     auto entry = gate_.enter(op);
     check(op, buffer);
     detail::check_range(op, "write", count, offset, buffer.size(), sizeof(T));
     if (count == 0) return;
     engine_.fill(op, buffer.memory_, offset * sizeof(T), &value, sizeof(T), count);
-  } catch (const std::bad_alloc&) {
-    detail::out_of_host_memory("fill");
   }
 
   /// As fill(buffer, value), after the commands of `after`, returning at once (`value` may be
@@ -5539,7 +5508,7 @@ class BufferManager {
   /// As fill(buffer, value, count, offset), returning at once.
   template <class T>
   Future<void> fill_async(DeviceBuffer<T>& buffer, const T& value, std::size_t count,
-                          std::size_t offset = 0, const std::vector<cl::Event>& after = {}) try {
+                          std::size_t offset = 0, const std::vector<cl::Event>& after = {}) {
     const char* op = "fill_async";
     auto entry = gate_.enter(op);
     check(op, buffer);
@@ -5549,8 +5518,6 @@ class BufferManager {
         engine_.fill_async(op, buffer.memory_, offset * sizeof(T), &value, sizeof(T), count);
     buffer.fence(pool_.get(), start.event);
     return future<void>(op, std::move(start), {});
-  } catch (const std::bad_alloc&) {
-    detail::out_of_host_memory("fill_async");
   }
   /// @}
 
@@ -5563,13 +5530,10 @@ class BufferManager {
   /// @throws Error CL_INVALID_VALUE when the box leaves either array, an array does not fit in
   ///         `count` elements or in `dst`, a size overflows, or `data` is null with count > 0.
   template <class T>
-  void upload_rect(DeviceBuffer<T>& dst, const T* data, std::size_t count,
-                   const Region& region) try {
+  void upload_rect(DeviceBuffer<T>& dst, const T* data, std::size_t count, const Region& region) {
     auto entry = gate_.enter("upload_rect");
     transfer_rect("upload_rect", true, dst, const_cast<T*>(data), count, region, nullptr);
     engine_.settle("upload_rect");
-  } catch (const std::bad_alloc&) {
-    detail::out_of_host_memory("upload_rect");
   }
   /// As upload_rect(dst, data.data(), data.size(), region).
   template <class T>
@@ -5581,14 +5545,11 @@ class BufferManager {
   /// and unchanged until the Future has completed. Wraps clEnqueueWriteBufferRect, non-blocking.
   template <class T>
   Future<void> upload_rect_async(DeviceBuffer<T>& dst, const T* data, std::size_t count,
-                                 const Region& region,
-                                 const std::vector<cl::Event>& after = {}) try {
+                                 const Region& region, const std::vector<cl::Event>& after = {}) {
     const char* op = "upload_rect_async";
     auto entry = gate_.enter(op);
     return future<void>(
         op, transfer_rect(op, true, dst, const_cast<T*>(data), count, region, &after), {});
-  } catch (const std::bad_alloc&) {
-    detail::out_of_host_memory("upload_rect_async");
   }
   /// As upload_rect_async(dst, data.data(), data.size(), region, after).
   template <class T>
@@ -5602,13 +5563,10 @@ class BufferManager {
   /// the box are left as they were. Wraps clEnqueueReadBufferRect.
   /// @throws Error CL_INVALID_VALUE as upload_rect().
   template <class T>
-  void download_rect(const DeviceBuffer<T>& src, T* out, std::size_t count,
-                     const Region& region) try {
+  void download_rect(const DeviceBuffer<T>& src, T* out, std::size_t count, const Region& region) {
     auto entry = gate_.enter("download_rect");
     transfer_rect("download_rect", false, src, out, count, region, nullptr);
     engine_.settle("download_rect");
-  } catch (const std::bad_alloc&) {
-    detail::out_of_host_memory("download_rect");
   }
   /// As download_rect(src, out.data(), out.size(), region).
   template <class T>
@@ -5620,13 +5578,10 @@ class BufferManager {
   /// until the Future has completed. Wraps clEnqueueReadBufferRect, non-blocking.
   template <class T>
   Future<void> download_rect_async(const DeviceBuffer<T>& src, T* out, std::size_t count,
-                                   const Region& region,
-                                   const std::vector<cl::Event>& after = {}) try {
+                                   const Region& region, const std::vector<cl::Event>& after = {}) {
     const char* op = "download_rect_async";
     auto entry = gate_.enter(op);
     return future<void>(op, transfer_rect(op, false, src, out, count, region, &after), {});
-  } catch (const std::bad_alloc&) {
-    detail::out_of_host_memory("download_rect_async");
   }
   /// As download_rect_async(src, out.data(), out.size(), region, after).
   template <class T>
@@ -5644,23 +5599,19 @@ class BufferManager {
   ///         extents on both sides the test is exact; with different extents any overlap of the
   ///         two byte spans counts.
   template <class T>
-  void copy_rect(const DeviceBuffer<T>& src, DeviceBuffer<T>& dst, const Region& region) try {
+  void copy_rect(const DeviceBuffer<T>& src, DeviceBuffer<T>& dst, const Region& region) {
     auto entry = gate_.enter("copy_rect");
     copy_box("copy_rect", src, dst, region, nullptr);
     engine_.settle("copy_rect");
-  } catch (const std::bad_alloc&) {
-    detail::out_of_host_memory("copy_rect");
   }
 
   /// As copy_rect(), after the commands of `after`, returning at once.
   template <class T>
   Future<void> copy_rect_async(const DeviceBuffer<T>& src, DeviceBuffer<T>& dst,
-                               const Region& region, const std::vector<cl::Event>& after = {}) try {
+                               const Region& region, const std::vector<cl::Event>& after = {}) {
     const char* op = "copy_rect_async";
     auto entry = gate_.enter(op);
     return future<void>(op, copy_box(op, src, dst, region, &after), {});
-  } catch (const std::bad_alloc&) {
-    detail::out_of_host_memory("copy_rect_async");
   }
   /// @}
 
@@ -5774,13 +5725,11 @@ class BufferManager {
   /// @throws Error CL_INVALID_VALUE when the sizes differ, CL_INVALID_CONTEXT when `src` is not
   ///         of `source` or `dst` not of this manager, CL_MEM_COPY_OVERLAP for one buffer.
   template <class T>
-  void copy_from(BufferManager& source, const DeviceBuffer<T>& src, DeviceBuffer<T>& dst) try {
+  void copy_from(BufferManager& source, const DeviceBuffer<T>& src, DeviceBuffer<T>& dst) {
     const char* op = "copy_from";
     auto entries = enter_both(op, source);
     check_copy_from(op, source, src, dst);
     copy_from_now(op, source, src, dst);
-  } catch (const std::bad_alloc&) {
-    detail::out_of_host_memory("copy_from");
   }
 
   /// As copy_from(), returning at once: the copy runs after the work queued on both managers
@@ -5830,13 +5779,11 @@ class BufferManager {
   /// Waits for everything queued. Wraps clFinish.
   /// @throws Error as clFinish fails, or with the code of a buffered upload that failed on the
   ///         device since the last synchronising call (README "Errors").
-  void finish() try {
+  void finish() {
     const char* op = "finish";
     auto entry = gate_.enter(op);
     device_.queue().finish(op);
     engine_.settle(op);
-  } catch (const std::bad_alloc&) {
-    detail::out_of_host_memory("finish");
   }
 
   /// finish(), then releases the queue, the context, the staging chunks and the pool's cached
@@ -5844,7 +5791,7 @@ class BufferManager {
   /// Error (code CL_SUCCESS). Buffers stay valid; their memory is freed when they are.
   /// @throws Error if the final clFinish fails, or a buffered upload failed that no call has
   ///         reported yet (the manager is released all the same).
-  void cleanup() try {
+  void cleanup() {
     cl_int err = CL_SUCCESS;
     cl_int buffered = CL_SUCCESS;
     std::string what;
@@ -5858,8 +5805,6 @@ class BufferManager {
     });
     detail::check(err, "cleanup", "clFinish");
     if (buffered != CL_SUCCESS) detail::fail("cleanup", buffered, what);
-  } catch (const std::bad_alloc&) {
-    detail::out_of_host_memory("cleanup");
   }
   /// @}
 
