@@ -174,6 +174,23 @@ inline State& state() {
 
 inline void CL_CALLBACK buffer_destroyed(cl_mem, void*) { --state().live_buffers; }
 
+/// A command the driver accepts (`enqueue(&its_event)`) and that then fails on the device: its
+/// event reads as failed; a blocking call returns what a driver returns when a command it waited
+/// for failed.
+template <class Enqueue>
+cl_int failing_on_device(cl_bool blocking, cl_event* event, Enqueue enqueue) {
+  cl_event mine = nullptr;
+  const cl_int err = enqueue(&mine);
+  if (err != CL_SUCCESS) return err;
+  state().mark_failed(1, &mine);
+  if (event != nullptr) {
+    *event = mine;
+  } else {
+    ::clReleaseEvent(mine);
+  }
+  return blocking ? CL_EXEC_STATUS_ERROR_FOR_EVENTS_IN_WAIT_LIST : CL_SUCCESS;
+}
+
 inline cl_int clGetPlatformIDs(cl_uint n, cl_platform_id* platforms, cl_uint* count) {
   if (state().hit(GetPlatformIDs)) return CL_OUT_OF_HOST_MEMORY;
   return ::clGetPlatformIDs(n, platforms, count);
@@ -264,16 +281,9 @@ inline cl_int clEnqueueReadBuffer(cl_command_queue q, cl_mem m, cl_bool blocking
                                   cl_event* event) {
   if (state().hit(EnqueueReadBuffer)) {
     if (!state().on_device) return CL_OUT_OF_RESOURCES;
-    cl_event mine = nullptr;
-    const cl_int err = ::clEnqueueReadBuffer(q, m, blocking, offset, size, p, n, wait, &mine);
-    if (err != CL_SUCCESS) return err;
-    state().mark_failed(1, &mine);
-    if (event != nullptr) {
-      *event = mine;
-    } else {
-      ::clReleaseEvent(mine);
-    }
-    return blocking ? CL_EXEC_STATUS_ERROR_FOR_EVENTS_IN_WAIT_LIST : CL_SUCCESS;
+    return failing_on_device(blocking, event, [&](cl_event* mine) {
+      return ::clEnqueueReadBuffer(q, m, blocking, offset, size, p, n, wait, mine);
+    });
   }
   if (blocking) {  // as a driver does when a command it waits for failed: no read, and this code
     for (cl_uint i = 0; i < n; ++i) {
@@ -292,16 +302,9 @@ inline cl_int clEnqueueWriteBuffer(cl_command_queue q, cl_mem m, cl_bool blockin
     return ::clEnqueueWriteBuffer(q, m, blocking, offset, size, p, n, wait, event);
   }
   if (!state().on_device) return CL_MEM_OBJECT_ALLOCATION_FAILURE;
-  cl_event mine = nullptr;
-  const cl_int err = ::clEnqueueWriteBuffer(q, m, blocking, offset, size, p, n, wait, &mine);
-  if (err != CL_SUCCESS) return err;
-  state().mark_failed(1, &mine);
-  if (event != nullptr) {
-    *event = mine;
-  } else {
-    ::clReleaseEvent(mine);
-  }
-  return blocking ? CL_EXEC_STATUS_ERROR_FOR_EVENTS_IN_WAIT_LIST : CL_SUCCESS;
+  return failing_on_device(blocking, event, [&](cl_event* mine) {
+    return ::clEnqueueWriteBuffer(q, m, blocking, offset, size, p, n, wait, mine);
+  });
 }
 inline cl_int clEnqueueCopyBuffer(cl_command_queue q, cl_mem src, cl_mem dst, size_t src_offset,
                                   size_t dst_offset, size_t size, cl_uint n, const cl_event* wait,
@@ -451,16 +454,9 @@ inline cl_int clEnqueueNDRangeKernel(cl_command_queue q, cl_kernel k, cl_uint di
     return ::clEnqueueNDRangeKernel(q, k, dims, offset, global, local, n, wait, event);
   }
   if (!state().on_device) return CL_OUT_OF_RESOURCES;
-  cl_event mine = nullptr;
-  const cl_int err = ::clEnqueueNDRangeKernel(q, k, dims, offset, global, local, n, wait, &mine);
-  if (err != CL_SUCCESS) return err;
-  state().mark_failed(1, &mine);
-  if (event != nullptr) {
-    *event = mine;
-  } else {
-    ::clReleaseEvent(mine);
-  }
-  return CL_SUCCESS;
+  return failing_on_device(CL_FALSE, event, [&](cl_event* mine) {
+    return ::clEnqueueNDRangeKernel(q, k, dims, offset, global, local, n, wait, mine);
+  });
 }
 
 }  // namespace clbuf_fault

@@ -62,16 +62,6 @@ void verify(const std::vector<T>& expected, const std::vector<T>& actual, const 
   verify(expected, actual.data(), actual.size(), what);
 }
 
-clbuf::Options options_for(MemoryModel model) {
-  clbuf::Options options;
-  options.memory = model;
-  options.staging_threshold_bytes = 8192;  // the staged pipeline runs for the large transfers
-  options.staging_chunk_bytes = 4096;
-  options.staging_chunks = 3;
-  options.copy_threads = 1;
-  return options;
-}
-
 constexpr std::size_t small = 100;    // 400 bytes: direct paths
 constexpr std::size_t large = 10000;  // 40,000 bytes: ten staged chunks through three slots
 
@@ -85,9 +75,9 @@ void workload(MemoryModel model, std::unique_ptr<clbuf::BufferManager>& slot, st
     // The adopting constructor (clGetCommandQueueInfo, clGetDeviceInfo, enumeration).
     cl::Context context(CL_DEVICE_TYPE_ALL);
     cl::CommandQueue queue(context, context.getInfo<CL_CONTEXT_DEVICES>().at(0));
-    slot = std::make_unique<clbuf::BufferManager>(context, queue, options_for(model));
+    slot = std::make_unique<clbuf::BufferManager>(context, queue, clbuf_test::fault_options(model));
   } else {
-    slot = std::make_unique<clbuf::BufferManager>("", options_for(model));
+    slot = std::make_unique<clbuf::BufferManager>("", clbuf_test::fault_options(model));
   }
   clbuf::BufferManager& m = *slot;
   if (clbuf::list_devices().empty()) throw SilentEmptyDeviceList("list_devices() is empty");
@@ -159,7 +149,7 @@ void workload(MemoryModel model, std::unique_ptr<clbuf::BufferManager>& slot, st
                                       a.begin() + static_cast<std::ptrdiff_t>(y * 20 + 10)),
            rect.data() + y * 20, 10, "upload_rect_async / copy_rect_async / download_rect_async");
   }
-  clbuf::BufferManager second("", options_for(model));
+  clbuf::BufferManager second("", clbuf_test::fault_options(model));
   auto b7 = second.allocate<std::uint32_t>(large);
   auto f11 = second.copy_from_async(m, b5, b7);  // across contexts: the background thread
   f11.get();
@@ -285,7 +275,7 @@ void trial(MemoryModel model, bool adopt, int site, long n, bool sticky, std::ui
       }
     }
     if (fresh) {
-      clbuf::BufferManager again("", options_for(model));
+      clbuf::BufferManager again("", clbuf_test::fault_options(model));
       round_trip(again, seed + 2);
     }
   } catch (const std::exception& failure) {
@@ -431,7 +421,7 @@ TEST_P(FaultData, FailedCallsChangeNothingOutsideTheirDestination) {
   std::mt19937 rng(clbuf_test::fresh_seed());
   const auto old_data = clbuf_test::random_bytes<std::uint32_t>(rng, total);
   const auto new_data = clbuf_test::random_bytes<std::uint32_t>(rng, total);
-  clbuf::BufferManager m("", options_for(GetParam()));
+  clbuf::BufferManager m("", clbuf_test::fault_options(GetParam()));
   const auto source = m.upload(new_data);
   using Buffer = clbuf::DeviceBuffer<std::uint32_t>;
   using Host = std::vector<std::uint32_t>;
@@ -575,7 +565,7 @@ TEST_F(FaultCodes, FailedAsyncDownloadSurfacesAtWaitAndGet) {
 TEST_F(FaultCodes, FailedEventStatusSurfacesAtGet) {
   for (const MemoryModel model : models_here()) {
     SCOPED_TRACE(clbuf::to_string(model));
-    clbuf::BufferManager m("", options_for(model));
+    clbuf::BufferManager m("", clbuf_test::fault_options(model));
     const auto data = random<std::uint32_t>(1000);
     auto buffer = m.upload(data);
     m.finish();
@@ -593,7 +583,7 @@ TEST_F(FaultCodes, FailedEventStatusSurfacesAtGet) {
 TEST_F(FaultCodes, FutureThatSucceededAsksNoStatus) {
   for (const MemoryModel model : models_here()) {
     SCOPED_TRACE(clbuf::to_string(model));
-    clbuf::BufferManager m("", options_for(model));
+    clbuf::BufferManager m("", clbuf_test::fault_options(model));
     const auto data = random<std::uint32_t>(small);
     auto buffer = m.allocate<std::uint32_t>(small);
     m.finish();
@@ -612,7 +602,7 @@ TEST_F(FaultCodes, FutureThatSucceededAsksNoStatus) {
 }
 
 TEST_F(FaultCodes, FailedStagedChunkIsAnErrorOfTheTransfer) {
-  clbuf::BufferManager staged("", options_for(MemoryModel::discrete));
+  clbuf::BufferManager staged("", clbuf_test::fault_options(MemoryModel::discrete));
   const auto data = random<std::uint32_t>(large);
   auto buffer = staged.upload(data);
   state().arm(clbuf_fault::GetEventInfo, 2, false);
@@ -654,7 +644,7 @@ TEST_F(FaultCodes, FailedBufferedUploadSurfacesAtTheNextSynchronisingCall) {
   };
   for (const Call& call : calls) {
     SCOPED_TRACE(call.name);
-    clbuf::BufferManager m("", options_for(MemoryModel::discrete));
+    clbuf::BufferManager m("", clbuf_test::fault_options(MemoryModel::discrete));
     const auto before = random<std::uint32_t>(small);
     Buffer target = m.upload(before);
     Buffer other = m.upload(random<std::uint32_t>(small));
@@ -675,7 +665,7 @@ TEST_F(FaultCodes, FailedBufferedUploadSurfacesAtTheNextSynchronisingCall) {
 
 // Of many buffered uploads, the first that fails is reported, with how many failed after it.
 TEST_F(FaultCodes, FailedBufferedUploadsAmongManyAreReportedTogether) {
-  clbuf::BufferManager m("", options_for(MemoryModel::discrete));
+  clbuf::BufferManager m("", clbuf_test::fault_options(MemoryModel::discrete));
   std::vector<clbuf::DeviceBuffer<std::uint32_t>> buffers;
   for (int i = 0; i < 10; ++i) buffers.push_back(m.allocate<std::uint32_t>(small));
   state().arm(clbuf_fault::EnqueueWriteBuffer, 3, true, true);  // the 3rd write on
@@ -695,7 +685,7 @@ TEST_F(FaultCodes, FailedBufferedUploadsAmongManyAreReportedTogether) {
 TEST_F(FaultCodes, DownloadAfterBufferedUploadsAsksNoStatus) {
   for (const std::size_t bounce : {clbuf::Options::automatic, std::size_t{0}}) {
     SCOPED_TRACE(bounce);
-    clbuf::Options options = options_for(MemoryModel::discrete);
+    clbuf::Options options = clbuf_test::fault_options(MemoryModel::discrete);
     options.bounce_max_bytes = bounce;
     clbuf::BufferManager m("", options);
     auto buffer = m.allocate<std::uint32_t>(small);
@@ -726,7 +716,7 @@ TEST_F(FaultCodes, DownloadWaitingForAFailedBufferedUploadChangesNoData) {
   for (const std::size_t bounce : {clbuf::Options::automatic, std::size_t{0}})
     for (const int writes : {1, 12}) {
       SCOPED_TRACE(std::to_string(bounce) + ", writes " + std::to_string(writes));
-      clbuf::Options options = options_for(MemoryModel::discrete);
+      clbuf::Options options = clbuf_test::fault_options(MemoryModel::discrete);
       options.bounce_max_bytes = bounce;
       clbuf::BufferManager m("", options);
       auto buffer = m.upload(random<std::uint32_t>(small));

@@ -9,11 +9,6 @@
 // counted, and allocations inside OpenCL calls (the driver's own, made holding its locks) are
 // not, so every allocation failed is clbuf's. Run under ASan+LSan by scripts/sanitize.sh (label
 // fault).
-// gcc 11+ flags the replaced delete's free() of what the replaced new got from malloc, once
-// inlined, as a mismatch: here the pair is malloc and free throughout.
-#if defined(__GNUC__) && !defined(__clang__) && __GNUC__ >= 11
-#pragma GCC diagnostic ignored "-Wmismatched-new-delete"
-#endif
 #define CL_HPP_TARGET_OPENCL_VERSION 120
 #define CL_HPP_MINIMUM_OPENCL_VERSION 120
 #define CL_USE_DEPRECATED_OPENCL_1_2_APIS
@@ -74,18 +69,19 @@ struct Driver<&::clCreateBuffer> {
 #include <vector>
 
 #include "../support/device_test.hpp"
+#include "../support/heap_hook.hpp"
 
-/// The C++ heap of the process. While armed, allocations are counted, and the one numbered
-/// g_fail_at fails (std::bad_alloc; nullptr from the nothrow forms). Every unaligned form is
-/// replaced, each new with malloc and each delete with free: a sanitizer runtime replaces each
-/// form on its own, so one left to it would pair its new with this delete.
+/// The C++ heap of the process (tests/support/heap_hook.hpp). While armed, allocations are
+/// counted, and the one numbered g_fail_at fails (std::bad_alloc; nullptr from the nothrow
+/// forms).
 namespace {
 std::atomic<bool> g_armed{false};
 std::atomic<long> g_count{0};
 std::atomic<long> g_fail_at{0};
 std::atomic<long> g_fired{0};
+}  // namespace
 
-void* heap_new(std::size_t size) noexcept {
+void* clbuf_test_heap_new(std::size_t size) noexcept {
   if (g_armed.load(std::memory_order_relaxed) && heap_fault::in_driver == 0) {
     const long n = g_count.fetch_add(1, std::memory_order_relaxed) + 1;
     if (n == g_fail_at.load(std::memory_order_relaxed)) {
@@ -95,38 +91,10 @@ void* heap_new(std::size_t size) noexcept {
   }
   return std::malloc(size == 0 ? 1 : size);
 }
-}  // namespace
-
-void* operator new(std::size_t size) {
-  if (void* memory = heap_new(size)) return memory;
-  throw std::bad_alloc();
-}
-void* operator new[](std::size_t size) {
-  if (void* memory = heap_new(size)) return memory;
-  throw std::bad_alloc();
-}
-void* operator new(std::size_t size, const std::nothrow_t&) noexcept { return heap_new(size); }
-void* operator new[](std::size_t size, const std::nothrow_t&) noexcept { return heap_new(size); }
-void operator delete(void* memory) noexcept { std::free(memory); }
-void operator delete[](void* memory) noexcept { std::free(memory); }
-void operator delete(void* memory, std::size_t) noexcept { std::free(memory); }
-void operator delete[](void* memory, std::size_t) noexcept { std::free(memory); }
-void operator delete(void* memory, const std::nothrow_t&) noexcept { std::free(memory); }
-void operator delete[](void* memory, const std::nothrow_t&) noexcept { std::free(memory); }
 
 namespace {
 
 using clbuf::MemoryModel;
-
-clbuf::Options options_for(MemoryModel model) {
-  clbuf::Options options;
-  options.memory = model;
-  options.staging_threshold_bytes = 8192;  // the staged pipeline runs for the large transfers
-  options.staging_chunk_bytes = 4096;
-  options.staging_chunks = 3;
-  options.copy_threads = 2;
-  return options;
-}
 
 constexpr std::size_t small = 100;    // 400 bytes: direct (or buffered) paths
 constexpr std::size_t large = 10000;  // 40,000 bytes: staged through three slots
@@ -283,7 +251,7 @@ struct Trial {
 
   /// The workload, armed: each step's calls (a step's set-up runs unarmed first).
   void run(MemoryModel model) {
-    options = options_for(model);
+    options = clbuf_test::fault_options(model, 2);
     for (done = 0; done < steps.size(); ++done) {
       if (setups[done]) {
         g_armed = false;

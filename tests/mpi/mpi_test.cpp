@@ -27,36 +27,17 @@
 #include <utility>
 #include <vector>
 
+#include "../support/heap_hook.hpp"
+
 /// Every allocation of the process through operator new (the C++ heap: clbuf's, the tests',
 /// PoCL's compiler; MPI and the ICD loader allocate with malloc), so that a test can count what a
-/// stretch of calls allocates. Every unaligned form is replaced, each new with malloc and each
-/// delete with free: a sanitizer runtime replaces each form on its own, so one left to it would
-/// pair its new with this delete. (The aligned forms stay the runtime's, new and delete alike.)
+/// stretch of calls allocates.
 std::atomic<long long> g_news{0};
 
-namespace {
-void* counted_new(std::size_t size) noexcept {
+void* clbuf_test_heap_new(std::size_t size) noexcept {
   g_news.fetch_add(1, std::memory_order_relaxed);
   return std::malloc(size == 0 ? 1 : size);
 }
-}  // namespace
-
-void* operator new(std::size_t size) {
-  if (void* memory = counted_new(size)) return memory;
-  throw std::bad_alloc();
-}
-void* operator new[](std::size_t size) {
-  if (void* memory = counted_new(size)) return memory;
-  throw std::bad_alloc();
-}
-void* operator new(std::size_t size, const std::nothrow_t&) noexcept { return counted_new(size); }
-void* operator new[](std::size_t size, const std::nothrow_t&) noexcept { return counted_new(size); }
-void operator delete(void* memory) noexcept { std::free(memory); }
-void operator delete[](void* memory) noexcept { std::free(memory); }
-void operator delete(void* memory, std::size_t) noexcept { std::free(memory); }
-void operator delete[](void* memory, std::size_t) noexcept { std::free(memory); }
-void operator delete(void* memory, const std::nothrow_t&) noexcept { std::free(memory); }
-void operator delete[](void* memory, const std::nothrow_t&) noexcept { std::free(memory); }
 
 namespace {
 
@@ -1840,6 +1821,17 @@ TEST_P(MpiHalo, BoxesToOneNeighbourWithOneTagGoInPlanOrder) {
   }
 }
 
+/// To `partner` with tag 3: the first 8 cells of row 0 of a 64 x 64 `field` into row 63, a box
+/// small enough to go straight on a discrete device.
+clbuf::mpi::Neighbour row_start_box(int partner, const clbuf::Extents& field) {
+  clbuf::mpi::Neighbour a;
+  a.rank = partner;
+  a.send_tag = a.recv_tag = 3;
+  a.send_box = clbuf::mpi::Box{{0, 0, 0}, {8, 1, 1}, field};
+  a.recv_box = clbuf::mpi::Box{{0, 63, 0}, {8, 1, 1}, field};
+  return a;
+}
+
 // The same across exchanges and plain sends of one Communicator: a box going straight waits for
 // its read, and a later exchange's send (or an isend) to the same rank with the same tag posted
 // meanwhile overtook it, so the two messages landed swapped, silently. Now every send posts the
@@ -1851,11 +1843,7 @@ TEST_P(MpiHalo, LaterSendsToTheSameRankAndTagDoNotOvertakeAnExchange) {
   clbuf::mpi::Communicator comm(*manager_, MPI_COMM_WORLD, options);
   const int partner = (rank_ ^ 1) < size_ ? rank_ ^ 1 : MPI_PROC_NULL;
   const clbuf::Extents field{64, 64, 1};
-  clbuf::mpi::Neighbour a;  // 8 cells of row 0 -> row 63: straight on a discrete device
-  a.rank = partner;
-  a.send_tag = a.recv_tag = 3;
-  a.send_box = clbuf::mpi::Box{{0, 0, 0}, {8, 1, 1}, field};
-  a.recv_box = clbuf::mpi::Box{{0, 63, 0}, {8, 1, 1}, field};
+  const clbuf::mpi::Neighbour a = row_start_box(partner, field);
   clbuf::mpi::Neighbour b;  // 8 elements at 100 -> 200, the same rank and tag
   b.rank = partner;
   b.send_tag = b.recv_tag = 3;
@@ -1906,11 +1894,7 @@ TEST_P(MpiHalo, ABlockingCallBetweenStartAndFinishLetsTheExchangeSendsLeave) {
   clbuf::mpi::Communicator comm = communicator();
   const int partner = (rank_ ^ 1) < size_ ? rank_ ^ 1 : MPI_PROC_NULL;
   const clbuf::Extents field{64, 64, 1};
-  clbuf::mpi::Neighbour a;  // 8 cells of row 0 -> row 63: straight on a discrete device
-  a.rank = partner;
-  a.send_tag = a.recv_tag = 3;
-  a.send_box = clbuf::mpi::Box{{0, 0, 0}, {8, 1, 1}, field};
-  a.recv_box = clbuf::mpi::Box{{0, 63, 0}, {8, 1, 1}, field};
+  const clbuf::mpi::Neighbour a = row_start_box(partner, field);
   clbuf::mpi::HaloExchange<float> halo(comm, {a});
   for (std::uint32_t call = 0; call < 3; ++call) {  // recv(); irecv().wait(); broadcast()
     std::vector<float> mine = pattern<float>(rank_, 3500 + call, 64 * 64);

@@ -27,6 +27,19 @@
 
 namespace clbuf_test {
 
+/// The fault sweeps' options: `model` forced, and every transfer above 8 KiB staged through
+/// three 4 KiB chunks on `copy_threads` threads, so that a small workload takes the staged
+/// pipeline.
+inline clbuf::Options fault_options(clbuf::MemoryModel model, unsigned copy_threads = 1) {
+  clbuf::Options options;
+  options.memory = model;
+  options.staging_threshold_bytes = 8192;
+  options.staging_chunk_bytes = 4096;
+  options.staging_chunks = 3;
+  options.copy_threads = copy_threads;
+  return options;
+}
+
 /// True in a ThreadSanitizer build. PoCL 3.1 takes its events' locks in two orders when an event
 /// fails (pocl_update_event_failed against an enqueue), which TSan reports as a lock-order
 /// inversion inside the driver, whoever made the event fail: the tests that make events fail on
