@@ -115,7 +115,7 @@ class [[nodiscard]] Request {
   /// Moves every transfer of the Communicator on; true once this one has completed (also for
   /// an empty Request).
   /// @throws Error when the transfer failed (once; afterwards the Request is empty).
-  bool test() {
+  bool test() try {
     if (!active()) return true;
     core_->progress();
     if (transfer_) {
@@ -126,12 +126,14 @@ class [[nodiscard]] Request {
     }
     finish();
     return true;
+  } catch (const std::bad_alloc&) {
+    clbuf::detail::out_of_host_memory("Request::test");
   }
 
   /// Blocks until the transfer has completed.
   /// @throws Error when it failed: a mismatch of count, size or type with the peer's buffer
   ///         (CL_INVALID_VALUE, naming both), an OpenCL failure, or an MPI call's failure.
-  void wait() {
+  void wait() try {
     if (!active()) return;
     if (transfer_) {
       core_->complete(*transfer_);
@@ -139,6 +141,8 @@ class [[nodiscard]] Request {
       core_->complete(eager_);
     }
     finish();
+  } catch (const std::bad_alloc&) {
+    clbuf::detail::out_of_host_memory("Request::wait");
   }
 
  private:
@@ -203,7 +207,7 @@ class [[nodiscard]] Persistent {
   /// Begins a transfer (a message of the buffer's whole contents).
   /// @throws Error CL_INVALID_OPERATION while the last start() has not completed, or for a
   ///         Persistent that was default-constructed or moved from.
-  void start() {
+  void start() try {
     if (!core_) {
       clbuf::detail::fail("Persistent::start", CL_INVALID_OPERATION,
                           "an empty Persistent (default-constructed or moved from)");
@@ -214,6 +218,8 @@ class [[nodiscard]] Persistent {
                           "test() first)");
     }
     current_ = Request::start(core_, operation_, span_, peer_, tag_, send_);
+  } catch (const std::bad_alloc&) {
+    clbuf::detail::out_of_host_memory("Persistent::start");
   }
 
   /// As Request::test() for the transfer started last; true when none is active.
@@ -270,10 +276,13 @@ class Communicator {
   /// @throws Error CL_INVALID_OPERATION before MPI_Init, CL_INVALID_VALUE for MPI_COMM_NULL,
   ///         invalid Options or chunk sizes that differ between ranks (on every rank).
   explicit Communicator(BufferManager& manager, MPI_Comm comm = MPI_COMM_WORLD,
-                        const Options& options = Options())
+                        const Options& options = Options()) try
       : core_(std::make_shared<detail::Core>(manager, comm, options)),
         reducer_(std::make_unique<detail::Reducer>()),
-        packer_(std::make_shared<detail::Packer>()) {}
+        packer_(std::make_shared<detail::Packer>()) {
+  } catch (const std::bad_alloc&) {
+    clbuf::detail::out_of_host_memory("Communicator");
+  }
 
   Communicator(const Communicator&) = delete;
   Communicator& operator=(const Communicator&) = delete;
@@ -306,12 +315,14 @@ class Communicator {
   /// buffer may be changed again.
   /// @throws Error CL_INVALID_VALUE for a rank or tag out of range; as Request::wait().
   template <class T>
-  void send(const DeviceBuffer<T>& buffer, int dest, int tag = 0) {
+  void send(const DeviceBuffer<T>& buffer, int dest, int tag = 0) try {
     const char* op = "send";
     check_buffer(op, buffer, true, false);
     check_rank(op, "destination", dest, false);
     check_tag(op, tag, false);
     blocking(op, span_of(buffer), dest, tag, true);
+  } catch (const std::bad_alloc&) {
+    clbuf::detail::out_of_host_memory("send");
   }
 
   /// Receives into all of `buffer` from `source` (or MPI_ANY_SOURCE) with `tag` (or
@@ -320,19 +331,21 @@ class Communicator {
   /// @throws Error CL_INVALID_VALUE when the message does not (naming both sides); nothing is
   ///         written.
   template <class T>
-  void recv(DeviceBuffer<T>& buffer, int source, int tag = 0) {
+  void recv(DeviceBuffer<T>& buffer, int source, int tag = 0) try {
     const char* op = "recv";
     check_buffer(op, buffer, false, true);
     check_rank(op, "source", source, true);
     check_tag(op, tag, true);
     blocking(op, span_of(buffer), source, tag, false);
+  } catch (const std::bad_alloc&) {
+    clbuf::detail::out_of_host_memory("recv");
   }
 
   /// Sends `out` to `dest` and receives `in` from `source` at once (no deadlock in rings).
   /// @throws Error CL_MEM_COPY_OVERLAP when `out` and `in` share bytes.
   template <class T>
   void sendrecv(const DeviceBuffer<T>& out, int dest, DeviceBuffer<T>& in, int source,
-                int tag = 0) {
+                int tag = 0) try {
     const char* op = "sendrecv";
     check_buffer(op, out, true, false);
     check_buffer(op, in, false, true);
@@ -343,28 +356,34 @@ class Communicator {
     both.push_back(std::move(received));
     both.push_back(std::move(sent));
     wait_all(both);
+  } catch (const std::bad_alloc&) {
+    clbuf::detail::out_of_host_memory("sendrecv");
   }
 
   /// Starts sending `buffer`; the Request completes when it may be changed again.
   template <class T>
-  Request isend(const DeviceBuffer<T>& buffer, int dest, int tag = 0) {
+  Request isend(const DeviceBuffer<T>& buffer, int dest, int tag = 0) try {
     const char* op = "isend";
     check_buffer(op, buffer, true, false);
     check_rank(op, "destination", dest, false);
     check_tag(op, tag, false);
     return Request::start(core_, op, span_of(buffer), dest, tag, true);
+  } catch (const std::bad_alloc&) {
+    clbuf::detail::out_of_host_memory("isend");
   }
 
   /// Starts receiving into `buffer`; the Request completes when the data is in it (on a
   /// discrete device a message of at most 3968 bytes may still be on its way from the manager's
   /// pinned ring then, ahead of every later command on the manager's queue: docs/mpi.md).
   template <class T>
-  Request irecv(DeviceBuffer<T>& buffer, int source, int tag = 0) {
+  Request irecv(DeviceBuffer<T>& buffer, int source, int tag = 0) try {
     const char* op = "irecv";
     check_buffer(op, buffer, false, true);
     check_rank(op, "source", source, true);
     check_tag(op, tag, true);
     return Request::start(core_, op, span_of(buffer), source, tag, false);
+  } catch (const std::bad_alloc&) {
+    clbuf::detail::out_of_host_memory("irecv");
   }
 
   /// A send of all of `buffer` to `dest` with `tag`, checked now and started by
@@ -372,25 +391,29 @@ class Communicator {
   /// Wraps what isend() does; the peer receives with recv(), irecv() or a recv_init().
   /// @throws Error as isend() for a bad buffer, rank or tag.
   template <class T>
-  Persistent send_init(const DeviceBuffer<T>& buffer, int dest, int tag = 0) {
+  Persistent send_init(const DeviceBuffer<T>& buffer, int dest, int tag = 0) try {
     const char* op = "send_init";
     check_buffer(op, buffer, true, false);
     check_rank(op, "destination", dest, false);
     check_tag(op, tag, false);
     return Persistent(core_, "send_init", span_of(buffer), retained_root(buffer), dest, tag, true);
+  } catch (const std::bad_alloc&) {
+    clbuf::detail::out_of_host_memory("send_init");
   }
 
   /// A receive into all of `buffer` from `source` (or MPI_ANY_SOURCE) with `tag` (or
   /// MPI_ANY_TAG), checked now and started by Persistent::start() as often as needed.
   /// @throws Error as irecv() for a bad buffer, rank or tag.
   template <class T>
-  Persistent recv_init(DeviceBuffer<T>& buffer, int source, int tag = 0) {
+  Persistent recv_init(DeviceBuffer<T>& buffer, int source, int tag = 0) try {
     const char* op = "recv_init";
     check_buffer(op, buffer, false, true);
     check_rank(op, "source", source, true);
     check_tag(op, tag, true);
     return Persistent(core_, "recv_init", span_of(buffer), retained_root(buffer), source, tag,
                       false);
+  } catch (const std::bad_alloc&) {
+    clbuf::detail::out_of_host_memory("recv_init");
   }
   /// @}
 
@@ -403,7 +426,7 @@ class Communicator {
 
   /// Copies `buffer` of rank `root` into `buffer` of every rank (binomial tree).
   template <class T>
-  void broadcast(DeviceBuffer<T>& buffer, int root) {
+  void broadcast(DeviceBuffer<T>& buffer, int root) try {
     const char* op = "broadcast";
     std::exception_ptr local;
     try {
@@ -433,6 +456,7 @@ class Communicator {
       mask <<= 1;
     }
     std::vector<std::shared_ptr<detail::Transfer>> sends;
+    sends.reserve(32);  // a rank of a binomial tree sends at most log2(p) < 32 times
     for (mask >>= 1; mask > 0; mask >>= 1) {
       if (relative + mask < p) {
         sends.push_back(track(std::make_shared<detail::SendStream>(
@@ -441,6 +465,8 @@ class Communicator {
       }
     }
     core_->wait_all(sends);
+  } catch (const std::bad_alloc&) {
+    clbuf::detail::out_of_host_memory("broadcast");
   }
 
   /// Reduces `buffer` element-wise over all ranks (sum, min or max), the result on every rank.
@@ -449,7 +475,7 @@ class Communicator {
   /// memory (the buffer's own on a CPU device). Floating-point sums may differ in the last bits
   /// from a sum in another order, but every rank gets the same bits.
   template <class T>
-  void allreduce(DeviceBuffer<T>& buffer, Op reduction = Op::sum) {
+  void allreduce(DeviceBuffer<T>& buffer, Op reduction = Op::sum) try {
     static_assert(
         detail::type_code<T>() >= detail::int8 && detail::type_code<T>() <= detail::float64,
         "clbuf::mpi::allreduce needs an arithmetic T of 8 to 64 bits (not bool)");
@@ -500,6 +526,8 @@ class Communicator {
                span_of(buffer, start_of(in), length_of(in)), left);
     }
     queue.finish(op);
+  } catch (const std::bad_alloc&) {
+    clbuf::detail::out_of_host_memory("allreduce");
   }
 
   /// Starts broadcast(): `buffer` of rank `root` into `buffer` of every rank, by MPI_Ibcast on
@@ -514,8 +542,10 @@ class Communicator {
   ///         (the agreement, unless verify_collectives is false or the path is Path::whole),
   ///         or when MPI or OpenCL fails.
   template <class T>
-  Request ibroadcast(DeviceBuffer<T>& buffer, int root) {
+  Request ibroadcast(DeviceBuffer<T>& buffer, int root) try {
     return start_collective("ibroadcast", buffer, false, root, Op::sum);
+  } catch (const std::bad_alloc&) {
+    clbuf::detail::out_of_host_memory("ibroadcast");
   }
 
   /// Starts allreduce(): `buffer` reduced element-wise over all ranks, by MPI_Iallreduce
@@ -523,17 +553,19 @@ class Communicator {
   /// Request completes when `buffer` holds the result on this rank.
   /// @throws Error as ibroadcast().
   template <class T>
-  Request iallreduce(DeviceBuffer<T>& buffer, Op reduction = Op::sum) {
+  Request iallreduce(DeviceBuffer<T>& buffer, Op reduction = Op::sum) try {
     static_assert(
         detail::type_code<T>() >= detail::int8 && detail::type_code<T>() <= detail::float64,
         "clbuf::mpi::iallreduce needs an arithmetic T of 8 to 64 bits (not bool)");
     return start_collective("iallreduce", buffer, true, -1, reduction);
+  } catch (const std::bad_alloc&) {
+    clbuf::detail::out_of_host_memory("iallreduce");
   }
 
   /// Rank i receives elements [i * mine.size(), (i + 1) * mine.size()) of the root's `all`;
   /// `all` is read on the root only and must hold mine.size() * size() elements there.
   template <class T>
-  void scatter(const DeviceBuffer<T>& all, DeviceBuffer<T>& mine, int root) {
+  void scatter(const DeviceBuffer<T>& all, DeviceBuffer<T>& mine, int root) try {
     const char* op = "scatter";
     std::exception_ptr local;
     try {
@@ -558,6 +590,7 @@ class Communicator {
       return;
     }
     std::vector<std::shared_ptr<detail::Transfer>> sends;
+    sends.reserve(static_cast<std::size_t>(size()));
     for (int i = 0; i < size(); ++i) {
       if (i == root) continue;
       sends.push_back(track(std::make_shared<detail::SendStream>(
@@ -566,11 +599,13 @@ class Communicator {
     }
     copy_own(op, all, static_cast<std::size_t>(root) * n, mine, 0,
              in_own_slot(all, mine, root) ? 0 : n, sends);
+  } catch (const std::bad_alloc&) {
+    clbuf::detail::out_of_host_memory("scatter");
   }
 
   /// The reverse of scatter(): `all` on the root receives every rank's `mine` in rank order.
   template <class T>
-  void gather(const DeviceBuffer<T>& mine, DeviceBuffer<T>& all, int root) {
+  void gather(const DeviceBuffer<T>& mine, DeviceBuffer<T>& all, int root) try {
     const char* op = "gather";
     std::exception_ptr local;
     try {
@@ -595,6 +630,7 @@ class Communicator {
       return;
     }
     std::vector<std::shared_ptr<detail::Transfer>> receives;
+    receives.reserve(static_cast<std::size_t>(size()));
     for (int i = 0; i < size(); ++i) {
       if (i == root) continue;
       receives.push_back(track(std::make_shared<detail::RecvStream>(
@@ -603,10 +639,12 @@ class Communicator {
     }
     copy_own(op, mine, 0, all, static_cast<std::size_t>(root) * n,
              in_own_slot(all, mine, root) ? 0 : n, receives);
+  } catch (const std::bad_alloc&) {
+    clbuf::detail::out_of_host_memory("gather");
   }
 
   /// MPI_Barrier on the duplicated communicator.
-  void barrier() {
+  void barrier() try {
     core_->launch_collectives(true);
     if (core_->whole()) {  // a plain peer calls MPI_Barrier
       detail::check_mpi(MPI_Barrier(core_->coll()), "barrier", "MPI_Barrier");
@@ -616,6 +654,8 @@ class Communicator {
     MPI_Request request = MPI_REQUEST_NULL;
     detail::check_mpi(MPI_Ibarrier(core_->coll(), &request), "barrier", "MPI_Ibarrier");
     core_->wait_request(request, "barrier", "MPI_Ibarrier");
+  } catch (const std::bad_alloc&) {
+    clbuf::detail::out_of_host_memory("barrier");
   }
   /// @}
 
@@ -836,6 +876,7 @@ class Communicator {
   /// Sends `out` right and receives `in` from the left, both complete on return.
   void exchange(const char* op, detail::Span out, int right, detail::Span in, int left) {
     std::vector<std::shared_ptr<detail::Transfer>> both;
+    both.reserve(2);
     both.push_back(track(std::make_shared<detail::RecvStream>(
         *core_, op, std::move(in), left, 0, core_->coll(), detail::Kind::collective)));
     both.push_back(track(std::make_shared<detail::SendStream>(
@@ -996,7 +1037,7 @@ struct Neighbour {
 ///         failure.
 inline std::vector<Neighbour> cartesian_faces(MPI_Comm cart, const Extents& interior,
                                               std::size_t halo, bool edges_and_corners = false,
-                                              int first_tag = 0) {
+                                              int first_tag = 0) try {
   const char* op = "cartesian_faces";
   const detail::CartesianGrid grid = detail::cartesian_grid(op, cart);
   const std::size_t n[3] = {interior.x, interior.y, interior.z};
@@ -1058,6 +1099,8 @@ inline std::vector<Neighbour> cartesian_faces(MPI_Comm cart, const Extents& inte
     }
   }
   return plan;
+} catch (const std::bad_alloc&) {
+  clbuf::detail::out_of_host_memory("cartesian_faces");
 }
 
 /// A persistent halo exchange of one field, by a plan of Neighbours (or cartesian_faces()).
@@ -1086,7 +1129,7 @@ class HaloExchange : private detail::Deferred {
   /// @throws Error CL_INVALID_VALUE for a rank or tag out of range, or a box that leaves its
   ///         field's extents along an axis (naming the neighbour, the box and the field); as
   ///         BufferManager::allocate().
-  HaloExchange(Communicator& communicator, std::vector<Neighbour> plan)
+  HaloExchange(Communicator& communicator, std::vector<Neighbour> plan) try
       : core_(communicator.core_), packer_(communicator.packer_), plan_(std::move(plan)) {
     const char* op = "HaloExchange";
     for (std::size_t i = 0; i < plan_.size(); ++i) {
@@ -1100,6 +1143,8 @@ class HaloExchange : private detail::Deferred {
     unpacks_.resize(plan_.size());
     straight_sends_.resize(plan_.size());
     straight_recvs_.resize(plan_.size());
+    notices_.resize(plan_.size());
+    notice_requests_.assign(plan_.size(), MPI_REQUEST_NULL);
     BufferManager& manager = core_->manager();
     for (std::size_t i = 0; i < plan_.size(); ++i) {
       const Neighbour& n = plan_[i];
@@ -1117,6 +1162,8 @@ class HaloExchange : private detail::Deferred {
         }
       }
     }
+  } catch (const std::bad_alloc&) {
+    clbuf::detail::out_of_host_memory("HaloExchange");
   }
 
   HaloExchange(const HaloExchange&) = delete;
@@ -1139,9 +1186,12 @@ class HaloExchange : private detail::Deferred {
         sends_(std::move(other.sends_)),
         landed_(std::move(other.landed_)),
         unposted_(std::move(other.unposted_)),
+        notices_(std::move(other.notices_)),
+        notice_requests_(std::move(other.notice_requests_)),
         straight_(other.straight_),
         kernel_may_(other.kernel_may_),
         running_(std::exchange(other.running_, false)),
+        unpack_(other.unpack_),
         deferred_failure_(std::move(other.deferred_failure_)) {
     if (core_) core_->redefer(&other, this);
   }
@@ -1160,7 +1210,7 @@ class HaloExchange : private detail::Deferred {
   /// @throws Error CL_INVALID_VALUE for ranges past the end of `field` or a box whose field
   ///         holds more elements than `field` (naming the neighbour and both sizes; nothing is
   ///         enqueued or sent), CL_INVALID_OPERATION when the last exchange has not finished.
-  void start(DeviceBuffer<T>& field) {
+  void start(DeviceBuffer<T>& field) try {
     const char* op = "HaloExchange::start";
     if (running_) {
       clbuf::detail::fail(op, CL_INVALID_OPERATION, "the last exchange has not finished");
@@ -1189,6 +1239,7 @@ class HaloExchange : private detail::Deferred {
     }
     BufferManager& manager = core_->manager();
     running_ = true;
+    unpack_ = true;
     try {
       field_ = manager.view(field, 0, field.size());
       // A box goes straight (read into the exchange's pinned memory, written from it) where the
@@ -1198,11 +1249,18 @@ class HaloExchange : private detail::Deferred {
       // A kernel may only read and write a field made CL_MEM_READ_WRITE (copies may do both to
       // any buffer): a field made read-only or write-only for kernels is packed by rect copies.
       kernel_may_ = clbuf::detail::kernel_access_bits(access) == 0;
+      // What posting the messages needs from the heap, had before anything is enqueued or
+      // posted (each stream's own memory aside): see the catch below.
       reads_.clear();
       reads_.resize(plan_.size());
       sends_.clear();
       sends_.resize(plan_.size());
+      receives_.reserve(plan_.size());
+      landed_.reserve(plan_.size());
       unposted_.assign(plan_.size(), 0);
+      for (std::size_t i = 0; i < plan_.size(); ++i) {
+        if (plan_[i].rank != MPI_PROC_NULL) unposted_[i] = 1;  // posted by post_sends()
+      }
       // Packed (or read) before the sends are posted: a send reads its pack buffer through the
       // host (the queue finished, mapped, or read into pinned chunks), behind these copies on the
       // queue; a box read straight is sent once its read has completed (post_sends()).
@@ -1235,35 +1293,44 @@ class HaloExchange : private detail::Deferred {
           core.queue().flush(op);
         }
       }
-      for (std::size_t i = 0; i < plan_.size(); ++i) {
-        const Neighbour& n = plan_[i];
-        detail::Span span = !n.recv_box ? Communicator::span_of(field_, n.recv_offset, n.count)
-                            : n.rank == MPI_PROC_NULL ? detail::Span()
-                            : received_straight(i)    ? host_span(straight_recvs_[i])
-                                                      : Communicator::span_of(unpacks_[i]);
-        receives_.push_back(Communicator::start_on(
-            core_, std::make_shared<detail::RecvStream>(
-                       core, op, std::move(span), n.rank, n.recv_tag, core.user(),
-                       detail::Kind::point_to_point, n.recv_box ? &nothing : &before)));
-        landed_.push_back(false);
-      }
-      for (std::size_t i = 0; i < plan_.size(); ++i) {
-        if (plan_[i].rank != MPI_PROC_NULL) unposted_[i] = 1;  // posted by post_sends()
-      }
+      while (receives_.size() < plan_.size()) post_receive(receives_.size(), &before);
       post_sends(false);
     } catch (...) {
+      // The plan is still completed, so that no neighbour waits for this rank: the receives not
+      // posted yet are posted (each as it can be; into the field after clFinish), every send not
+      // posted goes as a notice that this rank failed (the neighbour's exchange then fails
+      // too); then all is waited for.
+      const std::exception_ptr failure = std::current_exception();
+      unpack_ = false;  // the boxes that arrive are not unpacked: a failed start() leaves the field
+      if (receives_.capacity() >= plan_.size() && landed_.capacity() >= plan_.size()) {
+        while (receives_.size() < plan_.size()) {
+          try {
+            post_receive(receives_.size(), nullptr);
+          } catch (...) {
+            receives_.emplace_back();  // reserved: given up on, this receive is never posted
+            landed_.push_back(true);
+          }
+        }
+      }
+      // unposted_ is sized once sends may start (post_sends() clears each as it posts it).
+      const bool sending = unposted_.size() == plan_.size();
+      for (std::size_t i = 0; i < plan_.size(); ++i) {
+        if (!sending || unposted_[i]) send_notice(i);
+      }
       try {
         finish();
       } catch (...) {  // NOLINT(bugprone-empty-catch): the first failure is the one reported
       }
-      throw;
+      std::rethrow_exception(failure);
     }
+  } catch (const std::bad_alloc&) {
+    clbuf::detail::out_of_host_memory("HaloExchange::start");
   }
 
   /// Moves the exchange on, unpacking every box whose message has arrived; true once it has
   /// completed (the field holds the ghost cells), or when none is in flight.
   /// @throws Error as finish() (call finish() afterwards to wait for the rest).
-  bool test() {
+  bool test() try {
     if (!running_) return true;
     post_sends(false);
     bool all = true;
@@ -1285,13 +1352,15 @@ class HaloExchange : private detail::Deferred {
     if (std::any_of(kernels_.begin(), kernels_.end(), running)) return false;
     finish();
     return true;
+  } catch (const std::bad_alloc&) {
+    clbuf::detail::out_of_host_memory("HaloExchange::test");
   }
 
   /// Waits for every message of the exchange and for the unpacks: on return the field holds
   /// the ghost cells.
   /// @throws Error as Request::wait(), or an OpenCL failure of a pack or unpack (the first
   ///         failure; all are waited for).
-  void finish() {
+  void finish() try {
     if (!running_) return;
     std::exception_ptr first;
     const auto attempt = [&first](auto&& step) {
@@ -1309,6 +1378,7 @@ class HaloExchange : private detail::Deferred {
     for (std::size_t i = 0; i < receives_.size(); ++i) attempt([&] { arrived(i, false); });
     for (std::size_t i = 0; i < receives_.size(); ++i) attempt([&] { arrived(i, true); });
     for (Request& request : sends_) attempt([&] { request.wait(); });
+    attempt([&] { wait_notices(); });
     for (const Future<void>& copy : copies_) attempt([&] { copy.wait(); });
     for (const cl::Event& kernel : kernels_) attempt([&] { wait_for_kernel(kernel); });
     receives_.clear();
@@ -1321,6 +1391,8 @@ class HaloExchange : private detail::Deferred {
     field_ = DeviceBuffer<T>();
     running_ = false;
     if (first) std::rethrow_exception(first);
+  } catch (const std::bad_alloc&) {
+    clbuf::detail::out_of_host_memory("HaloExchange::finish");
   }
 
  private:
@@ -1358,6 +1430,45 @@ class HaloExchange : private detail::Deferred {
   /// Neighbour i's box received in this exchange lands in the exchange's pinned memory.
   bool received_straight(std::size_t i) const noexcept {
     return straight_ && !straight_recvs_[i].empty();
+  }
+
+  /// Posts neighbour i's receive (into the field, its unpack buffer or its pinned memory); one
+  /// into the field waits for `before` (see start(); nullptr: clFinish).
+  void post_receive(std::size_t i, const cl::Event* before) {
+    const Neighbour& n = plan_[i];
+    detail::Core& core = *core_;
+    const cl::Event nothing;
+    detail::Span span = !n.recv_box ? Communicator::span_of(field_, n.recv_offset, n.count)
+                        : n.rank == MPI_PROC_NULL ? detail::Span()
+                        : received_straight(i)    ? host_span(straight_recvs_[i])
+                                                  : Communicator::span_of(unpacks_[i]);
+    receives_.push_back(Communicator::start_on(
+        core_, std::make_shared<detail::RecvStream>(
+                   core, "HaloExchange::start", std::move(span), n.rank, n.recv_tag, core.user(),
+                   detail::Kind::point_to_point, n.recv_box ? &nothing : before)));
+    landed_.push_back(false);
+  }
+
+  /// In place of neighbour i's send, which could not be started: a header that tells the
+  /// neighbour's receive that this rank failed (detail::Kind::abort; it fails instead of
+  /// waiting). Allocates nothing; a notice MPI refuses is not sent.
+  void send_notice(std::size_t i) noexcept {
+    if (i < unposted_.size()) unposted_[i] = 0;
+    const Neighbour& n = plan_[i];
+    if (n.rank == MPI_PROC_NULL || notice_requests_[i] != MPI_REQUEST_NULL) return;
+    notices_[i] = detail::Header();
+    notices_[i].kind = static_cast<std::uint32_t>(detail::Kind::abort);
+    MPI_Isend(&notices_[i], static_cast<int>(detail::header_bytes), MPI_BYTE, n.rank, n.send_tag,
+              core_->user(), &notice_requests_[i]);
+  }
+
+  /// Waits for the notices sent (send_notice()), moving the other transfers on meanwhile.
+  void wait_notices() {
+    for (MPI_Request& request : notice_requests_) {
+      if (request != MPI_REQUEST_NULL) {
+        core_->wait_request(request, "HaloExchange::finish", "MPI_Isend");
+      }
+    }
   }
 
   /// Whether `box` may go straight between the field and pinned memory of the exchange's own:
@@ -1433,6 +1544,7 @@ class HaloExchange : private detail::Deferred {
                        core.user(), detail::Kind::point_to_point, straight ? &nothing : nullptr));
       } catch (...) {
         if (!first) first = std::current_exception();
+        send_notice(i);  // the neighbour's receive fails instead of waiting
       }
     }
     if (!deferred) {
@@ -1495,7 +1607,7 @@ class HaloExchange : private detail::Deferred {
     if (!done) return false;
     landed_[i] = true;
     const Neighbour& n = plan_[i];
-    if (n.rank != MPI_PROC_NULL && n.recv_box) {
+    if (unpack_ && n.rank != MPI_PROC_NULL && n.recv_box) {
       const Box& box = *n.recv_box;
       const Region region = detail::unpack_region(box.origin, box.size, box.field);
       BufferManager& manager = core_->manager();
@@ -1526,16 +1638,19 @@ class HaloExchange : private detail::Deferred {
   std::vector<PinnedBuffer<T>> straight_recvs_;
   DeviceBuffer<T> field_;  // a view of the field of the exchange in flight
   // Destroyed before the buffers above: each waits for its transfer or copy.
-  std::vector<Future<void>> copies_;  // packs, then unpacks (device copies or straight writes)
-  std::vector<cl::Event> kernels_;    // packs, then unpacks, by the pack kernel (by_kernel())
-  std::vector<Future<void>> reads_;   // per neighbour: its box read straight, if it is
-  std::vector<Request> receives_;     // per neighbour
-  std::vector<Request> sends_;        // per neighbour (empty until posted)
-  std::vector<bool> landed_;          // receive i has completed (and its unpack is enqueued)
-  std::vector<char> unposted_;        // per neighbour: read straight, its send not yet posted
+  std::vector<Future<void>> copies_;     // packs, then unpacks (device copies or straight writes)
+  std::vector<cl::Event> kernels_;       // packs, then unpacks, by the pack kernel (by_kernel())
+  std::vector<Future<void>> reads_;      // per neighbour: its box read straight, if it is
+  std::vector<Request> receives_;        // per neighbour
+  std::vector<Request> sends_;           // per neighbour (empty until posted)
+  std::vector<bool> landed_;             // receive i has completed (and its unpack is enqueued)
+  std::vector<char> unposted_;           // per neighbour: read straight, its send not yet posted
+  std::vector<detail::Header> notices_;  // per neighbour: sent instead of a failed send
+  std::vector<MPI_Request> notice_requests_;  // per neighbour: its notice's, while in flight
   bool straight_ = false;    // the field in flight lets boxes go straight (the host may access it)
   bool kernel_may_ = false;  // kernels may read and write the field in flight (CL_MEM_READ_WRITE)
   bool running_ = false;
+  bool unpack_ = true;  // false while a failed start() completes the plan (nothing unpacked)
   std::exception_ptr deferred_failure_;  // of sends another send had posted (post_deferred())
 };
 

@@ -93,6 +93,44 @@ TEST_F(MpiFault, PackKernelLaunchRefusedIsAnErrorAndTheExchangeGoesOn) {
   EXPECT_EQ(halo_reference<float>(cart, kInterior, 1, false, 3, true), manager_->download(field));
 }
 
+// A start() that fails on one rank alone (its pack kernel refused) still completes the exchange's
+// messages: it takes its neighbours' boxes without unpacking them (its field is unchanged) and
+// sends each neighbour a notice in place of its own box, so that their finish() throws a
+// clbuf::Error naming it instead of waiting for ever; the next exchange is exact everywhere.
+TEST_F(MpiFault, AStartThatFailsOnOneRankIsAnErrorOnItsNeighboursNotAHang) {
+  Cart cart(2, 3U);
+  clbuf::mpi::Communicator comm = kernel_communicator(cart.comm);
+  clbuf::mpi::HaloExchange<float> halo(comm,
+                                       clbuf::mpi::cartesian_faces(cart.comm, kInterior, 1, false));
+  const std::vector<float> before = halo_reference<float>(cart, kInterior, 1, false, 4, false);
+  clbuf::DeviceBuffer<float> field = manager_->upload(before);
+  const int rank = comm.rank();
+  if (rank == 0) state().arm(clbuf_fault::EnqueueNDRangeKernel, 1, /*keep_failing=*/false);
+  try {
+    halo.start(field);
+    ASSERT_NE(rank, 0) << "start() did not throw on the rank whose launch was refused";
+    halo.finish();
+    ADD_FAILURE() << "finish() did not throw on rank " << rank << ", a neighbour of rank 0";
+  } catch (const clbuf::Error& e) {
+    const std::string what = e.what();
+    if (rank == 0) {
+      EXPECT_EQ(e.code(), CL_OUT_OF_RESOURCES) << what;
+      EXPECT_NE(what.find("clEnqueueNDRangeKernel"), std::string::npos) << what;
+    } else {
+      EXPECT_EQ(e.code(), CL_SUCCESS) << what;
+      EXPECT_NE(what.find("rank 0"), std::string::npos) << what;
+      EXPECT_NE(what.find("failed before it could send"), std::string::npos) << what;
+    }
+  }
+  state().disarm();
+  if (rank == 0) {
+    EXPECT_EQ(before, manager_->download(field)) << "a failed start() wrote into the field";
+  }
+  halo.start(field);
+  halo.finish();
+  EXPECT_EQ(halo_reference<float>(cart, kInterior, 1, false, 4, true), manager_->download(field));
+}
+
 // A kernel that fails as it runs (its event's status negative): finish() waits for every message
 // and throws a clbuf::Error; test() ends as well; the next exchange is exact.
 TEST_F(MpiFault, PackKernelFailingOnTheDeviceIsAnErrorFromFinish) {

@@ -39,6 +39,7 @@ class HostCollective final : public Collective {
         reduction_(reduction),
         agreement_(std::move(agreement)),
         local_(std::move(local)) {
+    core.make_room();  // queue_collective() and track() then need no memory
     if (agreement_) agreement_->start(operation, core.coll(), agree_request_);
   }
 

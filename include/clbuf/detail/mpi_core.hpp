@@ -307,7 +307,7 @@ class Core {
 
   /// Queues a non-blocking collective whose agreement has started (see Collective).
   void queue_collective(std::shared_ptr<Collective> collective) {
-    collectives_.push_back(std::move(collective));
+    collectives_.push_back(std::move(collective));  // make_room() made room for it
   }
 
   /// Launches the queued collectives in order, as far as their agreements have completed
@@ -467,11 +467,27 @@ class Core {
   std::size_t pinned_bytes() const noexcept { return pinned_bytes_; }
   std::size_t peak_pinned_in_use() const noexcept { return peak_in_use_bytes_; }
 
-  /// Starts tracking `transfer`; every wait progresses every tracked transfer, so that two
-  /// requests that depend on each other's peer (a send and a receive) never deadlock.
-  void track(std::shared_ptr<Transfer> transfer) {
-    if (transfer->done()) return;
+  /// Room for one more record of a transfer (track()) and of a collective
+  /// (queue_collective()): every transfer and collective makes it before it posts anything, so
+  /// that recording it afterwards cannot fail for want of memory and leave a message posted that
+  /// nothing moves on. @throws std::bad_alloc
+  void make_room() {
     if (active_.size() >= 64) prune();  // amortised: waits do not prune
+    if (active_.size() == active_.capacity())
+      active_.reserve(std::max<std::size_t>(16, 2 * active_.size()));
+    if (collectives_.size() == collectives_.capacity()) {
+      collectives_.reserve(std::max<std::size_t>(4, 2 * collectives_.size()));
+    }
+  }
+
+  /// Starts tracking `transfer`; every wait progresses every tracked transfer, so that two
+  /// requests that depend on each other's peer (a send and a receive) never deadlock. Does not
+  /// allocate after the transfer's make_room(); without the room (out of host memory), it is
+  /// not tracked, and only its own Request's test() and wait() move it on.
+  void track(std::shared_ptr<Transfer> transfer) noexcept {
+    if (transfer->done()) return;
+    if (active_.size() == active_.capacity()) prune();
+    if (active_.size() == active_.capacity()) return;
     active_.push_back(std::move(transfer));
   }
 

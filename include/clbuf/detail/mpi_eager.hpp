@@ -163,7 +163,7 @@ class Eager final : public Polled {
       core_->track(handed_);  // progressed by every wait, like any chunked transfer
       return advance();
     }
-    if (!arrival.problem.empty()) fail(operation_, CL_INVALID_VALUE, arrival.problem);
+    if (!arrival.problem.empty()) fail(operation_, arrival.code, arrival.problem);
     write_span(*core_, operation_, span_, envelope.get() + header_bytes, nullptr);
     core_->give_envelope(std::move(envelope));
     return true;

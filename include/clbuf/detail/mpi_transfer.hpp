@@ -126,6 +126,7 @@ struct Arrival {
   int tag = MPI_ANY_TAG;
   bool chunked = false;  // the header of a message whose chunks follow
   std::string problem;   // why a well-formed message does not fit the buffer (empty: it fits)
+  cl_int code = CL_INVALID_VALUE;  // the problem's: CL_SUCCESS where the sender gave up
 };
 
 /// Reads the header of an envelope that has arrived (`status`) and checks it against `span`
@@ -165,7 +166,14 @@ inline Arrival inspect(const char* operation, const char* envelope, const MPI_St
          "the message from " + from() + " is " + std::to_string(received) +
              " bytes but its header says " + std::to_string(header_bytes + header.inline_bytes));
   }
-  if (header.kind != static_cast<std::uint32_t>(kind)) {
+  if (header.kind == static_cast<std::uint32_t>(Kind::abort)) {
+    // Not a failure of OpenCL here (CL_SUCCESS, as for MPI's failures): the sender's error says
+    // what failed.
+    arrival.code = CL_SUCCESS;
+    arrival.problem = from() +
+                      " failed before it could send this message, and sent this notice "
+                      "instead (its error says why); the receiving buffer is unchanged";
+  } else if (header.kind != static_cast<std::uint32_t>(kind)) {
     arrival.problem =
         header.kind == static_cast<std::uint32_t>(Kind::collective)
             ? from() + " sent part of a collective where a point-to-point message was expected"
@@ -220,12 +228,14 @@ class Stream : public Transfer {
         queue_(core.queue()),
         direction_(direction),
         given_before_(before != nullptr),
-        before_(before != nullptr ? *before : cl::Event()) {}
+        before_(before != nullptr ? *before : cl::Event()) {
+    core.make_room();  // before the derived class posts anything
+  }
 
   ~Stream() override {
     // Only a failed transfer gets here with MPI still owning memory: that memory is left to MPI
     // (leaked), never freed under it.
-    bool pending = header_request_ != MPI_REQUEST_NULL;
+    bool pending = header_request_ != MPI_REQUEST_NULL || drain_request_ != MPI_REQUEST_NULL;
     for (MPI_Request& request : requests_) pending = pending || request != MPI_REQUEST_NULL;
     for (Slot& slot : slots_) pending = pending || slot.request != MPI_REQUEST_NULL;
     if (pending && !mpi_finalized()) {
@@ -338,8 +348,9 @@ class Stream : public Transfer {
   std::unique_ptr<char[]> envelope_;  // header + inline payload
   std::unique_ptr<char[]> scratch_;   // the chunks of a rejected message land here
   MPI_Request header_request_ = MPI_REQUEST_NULL;
-  std::vector<MPI_Request> requests_;  // zero-copy and mapped chunks
-  std::vector<Slot> slots_;            // staged chunks
+  MPI_Request drain_request_ = MPI_REQUEST_NULL;  // a receive's chunk drained into scratch_
+  std::vector<MPI_Request> requests_;             // zero-copy and mapped chunks
+  std::vector<Slot> slots_;                       // staged chunks
   void* mapped_ = nullptr;
   int peer_ = MPI_PROC_NULL;
   // A staged transfer that failed part-way and finishes the message before it rethrows this: a
@@ -371,6 +382,9 @@ class SendStream final : public Stream {
     chunks_ = chunking(span_.bytes, chunk_for(span_.bytes, core.chunk_bytes()));
     header_.chunk_bytes = chunks_.chunk;
     route_ = core.route(span_);
+    // What finishing the message needs from the heap is had before the header goes: from then
+    // on the peer waits for every chunk, sent whole or (send_rest_empty) empty.
+    requests_.reserve(chunks_.count);
     char* base = nullptr;
     std::exception_ptr failure;  // a staged chunk's first read: the header still goes
     if (route_ == Route::staged) {
@@ -444,11 +458,7 @@ class SendStream final : public Stream {
   /// when the empty sends cannot be posted (the failure is reported at once).
   bool send_rest_empty(std::exception_ptr failure) noexcept {
     if (failure_) return false;
-    try {
-      requests_.assign(chunks_.count - sent_, MPI_REQUEST_NULL);
-    } catch (...) {
-      return false;
-    }
+    requests_.assign(chunks_.count - sent_, MPI_REQUEST_NULL);  // reserved: no allocation
     for (MPI_Request& request : requests_) {
       if (MPI_Isend(nullptr, 0, MPI_BYTE, peer_, static_cast<int>(header_.stream), core_.wire(),
                     &request) != MPI_SUCCESS) {
@@ -629,7 +639,7 @@ class RecvStream final : public Stream {
     tag_ = arrival.tag;
     header_ = arrival.header;
     if (!arrival.problem.empty()) {
-      if (!arrival.chunked) fail(operation_, CL_INVALID_VALUE, arrival.problem);
+      if (!arrival.chunked) fail(operation_, arrival.code, arrival.problem);
       start_drain(std::move(arrival.problem));
       return true;
     }
@@ -639,17 +649,24 @@ class RecvStream final : public Stream {
     }
     chunks_ = chunking(span_.bytes, header_.chunk_bytes);
     route_ = core_.route(span_);
-    if (route_ == Route::staged) {
-      slots_.reserve(core_.options().depth);
-      return true;
-    }
-    char* base = host_bytes(CL_MAP_WRITE_INVALIDATE_REGION);
-    requests_.assign(chunks_.count, MPI_REQUEST_NULL);
-    statuses_.resize(chunks_.count);
-    for (std::size_t k = 0; k < chunks_.count; ++k) {
-      check_mpi(MPI_Irecv(base + chunks_.offset(k), chunks_.length(k), MPI_BYTE, peer_,
-                          static_cast<int>(header_.stream), core_.wire(), &requests_[k]),
-                operation_, "MPI_Irecv");
+    // The header is taken: the sender now waits for every chunk to be received. Whatever fails
+    // from here on (memory, the map) still receives them, into scratch memory, and is reported
+    // once they are in.
+    try {
+      if (route_ == Route::staged) {
+        slots_.reserve(core_.options().depth);
+        return true;
+      }
+      requests_.assign(chunks_.count, MPI_REQUEST_NULL);
+      statuses_.resize(chunks_.count);
+      char* base = host_bytes(CL_MAP_WRITE_INVALIDATE_REGION);
+      for (; next_ < chunks_.count; ++next_) {
+        check_mpi(MPI_Irecv(base + chunks_.offset(next_), chunks_.length(next_), MPI_BYTE, peer_,
+                            static_cast<int>(header_.stream), core_.wire(), &requests_[next_]),
+                  operation_, "MPI_Irecv");
+      }
+    } catch (...) {
+      if (!drain_after(std::current_exception())) throw;
     }
     return true;
   }
@@ -697,6 +714,7 @@ class RecvStream final : public Stream {
   /// buffer before MPI_Imrecv: a message of another size is received into scratch memory (so
   /// that its sender completes) and dropped, and the transfer fails naming both sizes.
   bool probe_whole() {
+    requests_.reserve(1);  // before a message is taken: its sender waits from then on
     int arrived = 0;
     MPI_Message message = MPI_MESSAGE_NULL;
     MPI_Status status;
@@ -714,37 +732,49 @@ class RecvStream final : public Stream {
           std::to_string(bytes) + " bytes but the receiving buffer holds " +
           describe(span_.count, span_.element_size, span_.type) + ", " +
           std::to_string(span_.bytes) + " bytes";
-      const std::size_t size = static_cast<std::size_t>(std::max<MPI_Count>(bytes, 0));
-      scratch_.reset(new (std::nothrow) char[std::max<std::size_t>(size, 1)]);
-      if (scratch_ && size <= static_cast<std::size_t>(INT_MAX)) {
-        check_mpi(MPI_Mrecv(scratch_.get(), static_cast<int>(size), MPI_BYTE, &message,
-                            MPI_STATUS_IGNORE),
-                  operation_, "MPI_Mrecv");
-        scratch_.reset();
-      }
+      drop(message, static_cast<std::size_t>(std::max<MPI_Count>(bytes, 0)));
       fail(operation_, CL_INVALID_VALUE, problem);
     }
     int count = 0;
     const MPI_Datatype type = whole_count(operation_, span_, count);
     route_ = core_.route(span_);
-    char* base = span_.bytes == 0 ? nullptr : host_bytes(CL_MAP_WRITE_INVALIDATE_REGION);
+    char* base = nullptr;
+    try {
+      if (span_.bytes != 0) base = host_bytes(CL_MAP_WRITE_INVALIDATE_REGION);
+    } catch (...) {
+      drop(message, span_.bytes);
+      throw;
+    }
     requests_.assign(1, MPI_REQUEST_NULL);
     check_mpi(MPI_Imrecv(base, count, type, &message, &requests_[0]), operation_, "MPI_Imrecv");
     return true;
   }
 
-  /// After `failure` on the staged path: the chunks already posted land in their slots (and
-  /// go no further), the one that has arrived and those still to come are received into
-  /// scratch memory, as a rejected message's are, and then the transfer rethrows `failure`.
-  /// False when no scratch memory can be had (the failure is reported at once).
+  /// Path::whole: receives a probed message of `size` bytes into scratch memory and drops it, so
+  /// that its sender completes (when scratch memory can be had: else the sender may wait).
+  void drop(MPI_Message& message, std::size_t size) {
+    scratch_.reset(new (std::nothrow) char[std::max<std::size_t>(size, 1)]);
+    if (scratch_ && size <= static_cast<std::size_t>(INT_MAX)) {
+      check_mpi(
+          MPI_Mrecv(scratch_.get(), static_cast<int>(size), MPI_BYTE, &message, MPI_STATUS_IGNORE),
+          operation_, "MPI_Mrecv");
+    }
+    scratch_.reset();
+  }
+
+  /// After `failure` once the header was taken: the chunks already posted land where they were
+  /// posted (in their slots, or straight into the buffer; they go no further), the one that has
+  /// arrived (staged) and those still to come are received into scratch memory, as a rejected
+  /// message's are, and then the transfer rethrows `failure`. Allocates nothing but the scratch
+  /// chunk; false when that cannot be had (the failure is reported at once, and the sender may
+  /// then wait).
   bool drain_after(std::exception_ptr failure) noexcept {
     if (failure_ || !problem_.empty()) return false;
-    scratch_.reset(new (std::nothrow) char[chunks_.chunk]);
+    scratch_.reset(new (std::nothrow) char[std::max<std::size_t>(chunks_.chunk, 1)]);
     if (!scratch_) return false;
     failure_ = std::move(failure);
-    requests_.assign(1, MPI_REQUEST_NULL);
     if (held_ != MPI_MESSAGE_NULL) {
-      if (MPI_Imrecv(scratch_.get(), chunks_.length(next_), MPI_BYTE, &held_, &requests_[0]) !=
+      if (MPI_Imrecv(scratch_.get(), chunks_.length(next_), MPI_BYTE, &held_, &drain_request_) !=
           MPI_SUCCESS) {
         return false;
       }
@@ -760,27 +790,31 @@ class RecvStream final : public Stream {
     chunks_ = chunking(header_.bytes, header_.chunk_bytes);
     scratch_.reset(new (std::nothrow) char[chunks_.chunk]);
     if (!scratch_) fail(operation_, CL_INVALID_VALUE, problem_);  // the sender may then wait
-    requests_.assign(1, MPI_REQUEST_NULL);
     next_ = 0;
     drain_next();
   }
 
   void drain_next() {
     check_mpi(MPI_Irecv(scratch_.get(), chunks_.length(next_), MPI_BYTE, peer_,
-                        static_cast<int>(header_.stream), core_.wire(), &requests_[0]),
+                        static_cast<int>(header_.stream), core_.wire(), &drain_request_),
               operation_, "MPI_Irecv");
     ++next_;
   }
 
   /// True while draining; fails once the last chunk is in (and, after a failure, every slot's
-  /// chunk has landed and its write ended).
+  /// chunk has landed and its write ended, every chunk posted straight has landed and the
+  /// buffer is unmapped).
   bool draining() {
     if (problem_.empty() && !failure_) return false;
     if (failure_) settle_slots();
-    while (test(requests_[0])) {
+    while (test(drain_request_)) {
       if (next_ == chunks_.count) {
         if (!failure_) fail(operation_, CL_INVALID_VALUE, problem_);
-        if (!slots_.empty()) return true;
+        if (!slots_.empty() || !requests_done()) return true;
+        try {
+          unmap();
+        } catch (...) {  // NOLINT(bugprone-empty-catch): the first failure is the one reported
+        }
         std::rethrow_exception(std::exchange(failure_, nullptr));
       }
       drain_next();
