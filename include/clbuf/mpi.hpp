@@ -1145,6 +1145,13 @@ class HaloExchange : private detail::Deferred {
     straight_recvs_.resize(plan_.size());
     notices_.resize(plan_.size());
     notice_requests_.assign(plan_.size(), MPI_REQUEST_NULL);
+    // Each start() sizes these within this capacity, so that it allocates none of them: a
+    // start() that fails still completes its messages (see there), which needs them.
+    reads_.reserve(plan_.size());
+    sends_.reserve(plan_.size());
+    receives_.reserve(plan_.size());
+    landed_.reserve(plan_.size());
+    unposted_.reserve(plan_.size());
     BufferManager& manager = core_->manager();
     for (std::size_t i = 0; i < plan_.size(); ++i) {
       const Neighbour& n = plan_[i];
@@ -1240,27 +1247,24 @@ class HaloExchange : private detail::Deferred {
     BufferManager& manager = core_->manager();
     running_ = true;
     unpack_ = true;
+    // A box goes straight (read into the exchange's pinned memory, written from it) where the
+    // host may read and write the field; else through the pack and unpack buffers.
+    const cl_mem_flags access = clbuf::detail::BufferAccess::access(field);
+    straight_ = clbuf::detail::host_access_bits(access) == 0;
+    // A kernel may only read and write a field made CL_MEM_READ_WRITE (copies may do both to
+    // any buffer): a field made read-only or write-only for kernels is packed by rect copies.
+    kernel_may_ = clbuf::detail::kernel_access_bits(access) == 0;
+    // Within the capacity the constructor reserved: no allocation (see the catch below).
+    reads_.clear();
+    reads_.resize(plan_.size());
+    sends_.clear();
+    sends_.resize(plan_.size());
+    unposted_.assign(plan_.size(), 0);
+    for (std::size_t i = 0; i < plan_.size(); ++i) {
+      if (plan_[i].rank != MPI_PROC_NULL) unposted_[i] = 1;  // posted by post_sends()
+    }
     try {
       field_ = manager.view(field, 0, field.size());
-      // A box goes straight (read into the exchange's pinned memory, written from it) where the
-      // host may read and write the field; else through the pack and unpack buffers.
-      const cl_mem_flags access = clbuf::detail::BufferAccess::access(field);
-      straight_ = clbuf::detail::host_access_bits(access) == 0;
-      // A kernel may only read and write a field made CL_MEM_READ_WRITE (copies may do both to
-      // any buffer): a field made read-only or write-only for kernels is packed by rect copies.
-      kernel_may_ = clbuf::detail::kernel_access_bits(access) == 0;
-      // What posting the messages needs from the heap, had before anything is enqueued or
-      // posted (each stream's own memory aside): see the catch below.
-      reads_.clear();
-      reads_.resize(plan_.size());
-      sends_.clear();
-      sends_.resize(plan_.size());
-      receives_.reserve(plan_.size());
-      landed_.reserve(plan_.size());
-      unposted_.assign(plan_.size(), 0);
-      for (std::size_t i = 0; i < plan_.size(); ++i) {
-        if (plan_[i].rank != MPI_PROC_NULL) unposted_[i] = 1;  // posted by post_sends()
-      }
       // Packed (or read) before the sends are posted: a send reads its pack buffer through the
       // host (the queue finished, mapped, or read into pinned chunks), behind these copies on the
       // queue; a box read straight is sent once its read has completed (post_sends()).
@@ -1293,7 +1297,7 @@ class HaloExchange : private detail::Deferred {
           core.queue().flush(op);
         }
       }
-      while (receives_.size() < plan_.size()) post_receive(receives_.size(), &before);
+      while (receives_.size() < plan_.size()) post_receive(receives_.size(), &before, field_);
       post_sends(false);
     } catch (...) {
       // The plan is still completed, so that no neighbour waits for this rank: the receives not
@@ -1302,20 +1306,16 @@ class HaloExchange : private detail::Deferred {
       // too); then all is waited for.
       const std::exception_ptr failure = std::current_exception();
       unpack_ = false;  // the boxes that arrive are not unpacked: a failed start() leaves the field
-      if (receives_.capacity() >= plan_.size() && landed_.capacity() >= plan_.size()) {
-        while (receives_.size() < plan_.size()) {
-          try {
-            post_receive(receives_.size(), nullptr);
-          } catch (...) {
-            receives_.emplace_back();  // reserved: given up on, this receive is never posted
-            landed_.push_back(true);
-          }
+      while (receives_.size() < plan_.size()) {
+        try {
+          post_receive(receives_.size(), nullptr, field);  // field_ may not have been made
+        } catch (...) {
+          receives_.emplace_back();  // reserved: given up on, this receive is never posted
+          landed_.push_back(true);
         }
       }
-      // unposted_ is sized once sends may start (post_sends() clears each as it posts it).
-      const bool sending = unposted_.size() == plan_.size();
       for (std::size_t i = 0; i < plan_.size(); ++i) {
-        if (!sending || unposted_[i]) send_notice(i);
+        if (unposted_[i]) send_notice(i);  // post_sends() clears each as it posts it
       }
       try {
         finish();
@@ -1432,13 +1432,13 @@ class HaloExchange : private detail::Deferred {
     return straight_ && !straight_recvs_[i].empty();
   }
 
-  /// Posts neighbour i's receive (into the field, its unpack buffer or its pinned memory); one
+  /// Posts neighbour i's receive (into `field`, its unpack buffer or its pinned memory); one
   /// into the field waits for `before` (see start(); nullptr: clFinish).
-  void post_receive(std::size_t i, const cl::Event* before) {
+  void post_receive(std::size_t i, const cl::Event* before, const DeviceBuffer<T>& field) {
     const Neighbour& n = plan_[i];
     detail::Core& core = *core_;
     const cl::Event nothing;
-    detail::Span span = !n.recv_box ? Communicator::span_of(field_, n.recv_offset, n.count)
+    detail::Span span = !n.recv_box ? Communicator::span_of(field, n.recv_offset, n.count)
                         : n.rank == MPI_PROC_NULL ? detail::Span()
                         : received_straight(i)    ? host_span(straight_recvs_[i])
                                                   : Communicator::span_of(unpacks_[i]);
@@ -1451,15 +1451,18 @@ class HaloExchange : private detail::Deferred {
 
   /// In place of neighbour i's send, which could not be started: a header that tells the
   /// neighbour's receive that this rank failed (detail::Kind::abort; it fails instead of
-  /// waiting). Allocates nothing; a notice MPI refuses is not sent.
+  /// waiting); under Path::whole, whose messages are raw bytes, an empty message (a receive of
+  /// a non-empty box takes it as that notice). Allocates nothing; a notice MPI refuses is not
+  /// sent.
   void send_notice(std::size_t i) noexcept {
-    if (i < unposted_.size()) unposted_[i] = 0;
+    unposted_[i] = 0;
     const Neighbour& n = plan_[i];
     if (n.rank == MPI_PROC_NULL || notice_requests_[i] != MPI_REQUEST_NULL) return;
     notices_[i] = detail::Header();
     notices_[i].kind = static_cast<std::uint32_t>(detail::Kind::abort);
-    MPI_Isend(&notices_[i], static_cast<int>(detail::header_bytes), MPI_BYTE, n.rank, n.send_tag,
-              core_->user(), &notice_requests_[i]);
+    const int bytes = core_->whole() ? 0 : static_cast<int>(detail::header_bytes);
+    MPI_Isend(&notices_[i], bytes, MPI_BYTE, n.rank, n.send_tag, core_->user(),
+              &notice_requests_[i]);
   }
 
   /// Waits for the notices sent (send_notice()), moving the other transfers on meanwhile.

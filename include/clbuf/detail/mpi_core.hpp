@@ -482,13 +482,16 @@ class Core {
 
   /// Starts tracking `transfer`; every wait progresses every tracked transfer, so that two
   /// requests that depend on each other's peer (a send and a receive) never deadlock. Does not
-  /// allocate after the transfer's make_room(); without the room (out of host memory), it is
-  /// not tracked, and only its own Request's test() and wait() move it on.
+  /// allocate after the transfer's make_room(); should the room have been taken meanwhile and
+  /// no memory be left, it is not tracked, and only its own Request's test() and wait() move
+  /// it on.
   void track(std::shared_ptr<Transfer> transfer) noexcept {
     if (transfer->done()) return;
     if (active_.size() == active_.capacity()) prune();
-    if (active_.size() == active_.capacity()) return;
-    active_.push_back(std::move(transfer));
+    try {
+      active_.push_back(std::move(transfer));
+    } catch (...) {  // NOLINT(bugprone-empty-catch): see above
+    }
   }
 
   void progress() noexcept {

@@ -369,6 +369,7 @@ class SendStream final : public Stream {
     peer_ = dest;
     if (dest == MPI_PROC_NULL) return;
     core.post_deferred();  // sends an exchange deferred go first (MPI's order)
+    core.make_room();      // those took the room Stream() made
     if (core.whole()) {
       send_whole(dest, tag, comm);
       return;
@@ -731,7 +732,10 @@ class RecvStream final : public Stream {
           "rank " + std::to_string(peer_) + " (tag " + std::to_string(tag_) + ") sent " +
           std::to_string(bytes) + " bytes but the receiving buffer holds " +
           describe(span_.count, span_.element_size, span_.type) + ", " +
-          std::to_string(span_.bytes) + " bytes";
+          std::to_string(span_.bytes) + " bytes" +
+          (bytes == 0 ? " (a clbuf HaloExchange whose start() failed sends an empty message in "
+                        "its box's place under Path::whole: its error says why)"
+                      : "");
       drop(message, static_cast<std::size_t>(std::max<MPI_Count>(bytes, 0)));
       fail(operation_, CL_INVALID_VALUE, problem);
     }
