@@ -111,6 +111,10 @@ struct Trial {
       comm->send(*out_small, MPI_PROC_NULL, 1);
       comm->recv(*in_small, MPI_PROC_NULL, 1);
     });
+    message("send, recv: small, blocking", 5, in_small, [this](int tag) {
+      comm->send(*out_small, 0, tag);  // one envelope: MPI buffers it, so send() returns
+      return clbuf::mpi::Request();
+    });
     message("isend, recv: small", 2, in_small,
             [this](int tag) { return comm->isend(*out_small, 0, tag); });
     message("isend, recv: large", 3, in_big,
