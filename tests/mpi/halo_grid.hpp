@@ -42,14 +42,16 @@ inline void share_seed() {
 /// A Cartesian communicator over MPI_COMM_WORLD (no reordering); `periodic` bit d makes
 /// dimension d periodic. Freed by the destructor.
 struct Cart {
-  Cart(int dimensions, unsigned periodic_mask) : ndims(dimensions) {
+  /// The ranks of `parent` (every rank, or MPI_COMM_SELF: this rank alone) as a grid.
+  Cart(int dimensions, unsigned periodic_mask, MPI_Comm parent = MPI_COMM_WORLD)
+      : ndims(dimensions) {
     int size = 1;
-    MPI_Comm_size(MPI_COMM_WORLD, &size);
+    MPI_Comm_size(parent, &size);
     for (int d = 0; d < ndims; ++d) dims[d] = 0;  // free: MPI_Dims_create chooses
     MPI_Dims_create(size, ndims, dims);
     int periods[3] = {0, 0, 0};
     for (int d = 0; d < ndims; ++d) periods[d] = static_cast<int>((periodic_mask >> d) & 1U);
-    MPI_Cart_create(MPI_COMM_WORLD, ndims, dims, periods, 0, &comm);
+    MPI_Cart_create(parent, ndims, dims, periods, 0, &comm);
     int rank = 0;
     MPI_Comm_rank(comm, &rank);
     MPI_Cart_coords(comm, rank, ndims, coords);

@@ -4,12 +4,12 @@
 // MemoryModel (so on every Path: zero_copy, map, staged). README "Errors": each such failure is a
 // clbuf::Error with CL_OUT_OF_HOST_MEMORY or is absorbed with exact data, never std::bad_alloc;
 // a message a failed call left behind is still received whole or reported, and the Communicator
-// and its manager still work afterwards. The workload runs on one rank, whose messages go to
-// itself, so that a failure cannot leave another process waiting: every message is sent before
-// it is received, and a receive that failed before it took its message is followed by one that
-// takes it (the test finds it with MPI_Iprobe). Allocations inside OpenCL calls are not counted
-// (as tests/fault/heap_fault_test.cpp; MPI allocates with malloc). Run under mpiexec -np 1
-// (label mpi).
+// and its manager still work afterwards. The workload runs on MPI_COMM_SELF, every message to
+// this rank itself, so that a failure cannot leave another process waiting: every message is
+// sent before it is received, and a receive that failed before it took its message is followed
+// by one that takes it (the test finds it with MPI_Iprobe). Allocations inside OpenCL calls are
+// not counted (as tests/fault/heap_fault_test.cpp; MPI allocates with malloc). CTest runs it
+// under mpiexec -np 1 (label mpi); under more ranks each runs the sweep on its own.
 #define CL_HPP_TARGET_OPENCL_VERSION 120
 #define CL_HPP_MINIMUM_OPENCL_VERSION 120
 #define CL_USE_DEPRECATED_OPENCL_1_2_APIS
@@ -95,7 +95,7 @@ Data counting(std::size_t n, std::uint32_t from) {
 /// workload once, in steps; what the completed steps received is checked afterwards. Its data
 /// and buffers are made before allocations are counted.
 struct Trial {
-  explicit Trial(MemoryModel model) : cart(2, 3U) {
+  explicit Trial(MemoryModel model) : cart(2, 3U, MPI_COMM_SELF) {
     options.memory = model;  // host: Path::zero_copy, unified: map, discrete: staged
     options.staging_threshold_bytes = 8192;
     options.staging_chunk_bytes = 4096;
@@ -106,7 +106,7 @@ struct Trial {
     big = counting(large, 1000);
     field_before = halo_grid::halo_reference<std::uint32_t>(cart, kInterior, 1, false, 1, false);
     field_after = halo_grid::halo_reference<std::uint32_t>(cart, kInterior, 1, false, 1, true);
-    add("Communicator", [this] { comm.emplace(*m, MPI_COMM_WORLD, mpi_options); });
+    add("Communicator", [this] { comm.emplace(*m, MPI_COMM_SELF, mpi_options); });
     add("send, recv: MPI_PROC_NULL", [this] {
       comm->send(*out_small, MPI_PROC_NULL, 1);
       comm->recv(*in_small, MPI_PROC_NULL, 1);
@@ -140,7 +140,7 @@ struct Trial {
     add("HaloExchange::finish", [this] { halo->finish(); });
   }
 
-  halo_grid::Cart cart;  // this rank alone, periodic: every face goes to this rank
+  halo_grid::Cart cart;  // MPI_COMM_SELF, periodic: every face goes to this rank
   clbuf::Options options;
   clbuf::mpi::Options mpi_options;
   Data a, big, field_before, field_after;
