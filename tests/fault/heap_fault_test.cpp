@@ -16,24 +16,12 @@
 
 #include <atomic>
 
-/// Every OpenCL call clbuf makes runs marked as the driver's (in_driver), so that its own C++
-/// allocations (PoCL's, which hold driver locks) are not failed: only clbuf's are. Buffers made
-/// are counted until the driver destroys them.
+#include "../support/failing_heap.hpp"
+
+/// Buffers made are counted until the driver destroys them (the leak check).
 namespace heap_fault {
-thread_local int in_driver = 0;
 std::atomic<long> live_buffers{0};
 
-template <auto F>
-struct Driver;
-template <class R, class... A, R (*F)(A...)>
-struct Driver<F> {
-  static R call(A... args) {
-    ++in_driver;
-    const R result = F(args...);
-    --in_driver;
-    return result;
-  }
-};
 inline void CL_CALLBACK buffer_destroyed(cl_mem, void*) { --live_buffers; }
 template <>
 struct Driver<&::clCreateBuffer> {
@@ -49,7 +37,6 @@ struct Driver<&::clCreateBuffer> {
   }
 };
 }  // namespace heap_fault
-#define CLBUF_CL(fn) ::heap_fault::Driver<&::fn>::call
 
 #include <algorithm>
 #include <atomic>
@@ -69,29 +56,6 @@ struct Driver<&::clCreateBuffer> {
 #include <vector>
 
 #include "../support/device_test.hpp"
-#include "../support/heap_hook.hpp"
-
-/// The C++ heap of the process (tests/support/heap_hook.hpp). While armed, allocations are
-/// counted, and the one numbered g_fail_at fails (std::bad_alloc; nullptr from the nothrow
-/// forms).
-namespace {
-std::atomic<bool> g_armed{false};
-std::atomic<long> g_count{0};
-std::atomic<long> g_fail_at{0};
-std::atomic<long> g_fired{0};
-}  // namespace
-
-void* clbuf_test_heap_new(std::size_t size) noexcept {
-  if (g_armed.load(std::memory_order_relaxed) && heap_fault::in_driver == 0) {
-    const long n = g_count.fetch_add(1, std::memory_order_relaxed) + 1;
-    if (n == g_fail_at.load(std::memory_order_relaxed)) {
-      g_fired.fetch_add(1, std::memory_order_relaxed);
-      return nullptr;
-    }
-  }
-  return std::malloc(size == 0 ? 1 : size);
-}
-
 namespace {
 
 using clbuf::MemoryModel;
@@ -254,9 +218,9 @@ struct Trial {
     options = clbuf_test::fault_options(model, 2);
     for (done = 0; done < steps.size(); ++done) {
       if (setups[done]) {
-        g_armed = false;
+        heap_fault::armed = false;
         setups[done]();
-        g_armed = true;
+        heap_fault::armed = true;
       }
       steps[done]();
     }
@@ -366,31 +330,15 @@ struct Tally {
 
 long trial(MemoryModel model, std::uint32_t seed, long fail_at, Tally& tally) {
   Trial t(seed);
-  std::string outcome;
-  g_count = 0;
-  g_fired = 0;
-  g_fail_at = fail_at;
-  g_armed = true;
-  try {
-    t.run(model);
-  } catch (const clbuf::Error& error) {
-    g_armed = false;
-    if (error.code() != CL_OUT_OF_HOST_MEMORY || g_fired.load() == 0) {
-      outcome = "clbuf::Error with code " + std::to_string(error.code()) + " after " +
-                std::to_string(g_fired.load()) + " failed allocations (expected " +
-                "CL_OUT_OF_HOST_MEMORY after one): " + error.what();
-    }
-    ++tally.errors;
-  } catch (const std::bad_alloc&) {
-    g_armed = false;
-    outcome = "std::bad_alloc escaped";
-  } catch (const std::exception& error) {
-    g_armed = false;
-    outcome = std::string("a non-clbuf exception escaped: ") + error.what();
-  }
-  g_armed = false;
-  const long counted = g_count.load();
-  const long fired = g_fired.load();
+  heap_fault::reset(fail_at);
+  const std::string outcome = heap_fault::outcome_of(
+      [&] {
+        heap_fault::armed = true;
+        t.run(model);
+      },
+      tally.errors);
+  const long counted = heap_fault::count.load();
+  const long fired = heap_fault::fired.load();
   const std::string where = std::string(clbuf::to_string(model)) + " allocation #" +
                             std::to_string(fail_at) + " (in \"" + t.step_name() + "\")";
   if (fail_at != 0 && fired == 0) ++tally.not_reached;

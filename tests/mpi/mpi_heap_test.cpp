@@ -15,22 +15,7 @@
 #define CL_USE_DEPRECATED_OPENCL_1_2_APIS
 #include <CL/opencl.hpp>
 
-namespace heap_fault {
-thread_local int in_driver = 0;
-
-template <auto F>
-struct Driver;
-template <class R, class... A, R (*F)(A...)>
-struct Driver<F> {
-  static R call(A... args) {
-    ++in_driver;
-    const R result = F(args...);
-    --in_driver;
-    return result;
-  }
-};
-}  // namespace heap_fault
-#define CLBUF_CL(fn) ::heap_fault::Driver<&::fn>::call
+#include "../support/failing_heap.hpp"
 
 #include <gtest/gtest.h>
 #include <mpi.h>
@@ -54,26 +39,7 @@ struct Driver<F> {
 #include <vector>
 
 #include "../support/device_test.hpp"
-#include "../support/heap_hook.hpp"
 #include "halo_grid.hpp"
-
-namespace {
-std::atomic<bool> g_armed{false};
-std::atomic<long> g_count{0};
-std::atomic<long> g_fail_at{0};
-std::atomic<long> g_fired{0};
-}  // namespace
-
-void* clbuf_test_heap_new(std::size_t size) noexcept {
-  if (g_armed.load(std::memory_order_relaxed) && heap_fault::in_driver == 0) {
-    const long n = g_count.fetch_add(1, std::memory_order_relaxed) + 1;
-    if (n == g_fail_at.load(std::memory_order_relaxed)) {
-      g_fired.fetch_add(1, std::memory_order_relaxed);
-      return nullptr;
-    }
-  }
-  return std::malloc(size == 0 ? 1 : size);
-}
 
 namespace {
 
@@ -169,7 +135,7 @@ struct Trial {
       try {
         comm->recv(*in, 0, tag);
       } catch (...) {
-        g_armed = false;
+        heap_fault::armed = false;
         take_left_message(tag, in->size());
         throw;
       }
@@ -205,9 +171,9 @@ struct Trial {
 
   /// The workload, armed.
   void run() {
-    g_armed = true;
+    heap_fault::armed = true;
     for (done = 0; done < steps.size(); ++done) steps[done]();
-    g_armed = false;
+    heap_fault::armed = false;
   }
 
   const char* step_name() const { return done < names.size() ? names[done] : "(completed)"; }
@@ -266,7 +232,7 @@ struct Trial {
   }
 
   ~Trial() {
-    g_armed = false;
+    heap_fault::armed = false;
     halo.reset();
     persistent.reset();
     comm.reset();
@@ -336,30 +302,10 @@ TEST_P(MpiHeap, EveryAllocationFailingIsAnErrorOrAbsorbed) {
     watchdog.trial(n, name);
     Trial t(model);
     t.prepare();
-    g_count = 0;
-    g_fired = 0;
-    g_fail_at = n;
-    std::string outcome;
-    try {
-      t.run();
-    } catch (const clbuf::Error& error) {
-      g_armed = false;
-      ++errors;
-      if (error.code() != CL_OUT_OF_HOST_MEMORY || g_fired.load() == 0) {
-        outcome = "clbuf::Error with code " + std::to_string(error.code()) + " after " +
-                  std::to_string(g_fired.load()) +
-                  " failed allocations (expected CL_OUT_OF_HOST_MEMORY after one): " + error.what();
-      }
-    } catch (const std::bad_alloc&) {
-      g_armed = false;
-      outcome = "std::bad_alloc escaped";
-    } catch (const std::exception& error) {
-      g_armed = false;
-      outcome = std::string("a non-clbuf exception escaped: ") + error.what();
-    }
-    g_armed = false;
-    if (n == 0) total = g_count.load();
-    if (g_fired.load() != 0 && t.done == t.steps.size()) ++absorbed;
+    heap_fault::reset(n);
+    const std::string outcome = heap_fault::outcome_of([&] { t.run(); }, errors);
+    if (n == 0) total = heap_fault::count.load();
+    if (heap_fault::fired.load() != 0 && t.done == t.steps.size()) ++absorbed;
     const std::string where =
         name + " allocation #" + std::to_string(n) + " (in \"" + t.step_name() + "\")";
     if (!outcome.empty()) problems.push_back(where + ": " + outcome);
