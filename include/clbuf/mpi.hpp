@@ -1122,7 +1122,7 @@ inline std::vector<Neighbour> cartesian_faces(MPI_Comm cart, const Extents& inte
 /// contiguous ranges sent not changed, until finish(). finish() returns when every message has
 /// completed and the field holds every ghost cell.
 template <class T>
-class HaloExchange : private detail::Deferred {
+class HaloExchange final : private detail::Deferred {
  public:
   /// Checks the plan and allocates a pack buffer for every box sent and an unpack buffer for
   /// every box received (none for MPI_PROC_NULL).
