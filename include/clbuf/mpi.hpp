@@ -161,8 +161,8 @@ class [[nodiscard]] Request {
     }
     std::shared_ptr<detail::Transfer> transfer;
     if (send) {
-      transfer = std::make_shared<detail::SendStream>(*core, operation, span, peer, tag,
-                                                      core->user(), detail::Kind::point_to_point);
+      transfer = detail::make_send(*core, operation, span, peer, tag, core->user(),
+                                   detail::Kind::point_to_point);
     } else {
       transfer = std::make_shared<detail::RecvStream>(*core, operation, span, peer, tag,
                                                       core->user(), detail::Kind::point_to_point);
@@ -459,9 +459,9 @@ class Communicator {
     sends.reserve(32);  // a rank of a binomial tree sends at most log2(p) < 32 times
     for (mask >>= 1; mask > 0; mask >>= 1) {
       if (relative + mask < p) {
-        sends.push_back(track(std::make_shared<detail::SendStream>(
-            *core_, op, span_of(buffer), (relative + mask + root) % p, 0, core_->coll(),
-            detail::Kind::collective)));
+        sends.push_back(
+            track(detail::make_send(*core_, op, span_of(buffer), (relative + mask + root) % p, 0,
+                                    core_->coll(), detail::Kind::collective)));
       }
     }
     core_->wait_all(sends);
@@ -593,9 +593,9 @@ class Communicator {
     sends.reserve(static_cast<std::size_t>(size()));
     for (int i = 0; i < size(); ++i) {
       if (i == root) continue;
-      sends.push_back(track(std::make_shared<detail::SendStream>(
-          *core_, op, span_of(all, static_cast<std::size_t>(i) * n, n), i, 0, core_->coll(),
-          detail::Kind::collective)));
+      sends.push_back(
+          track(detail::make_send(*core_, op, span_of(all, static_cast<std::size_t>(i) * n, n), i,
+                                  0, core_->coll(), detail::Kind::collective)));
     }
     copy_own(op, all, static_cast<std::size_t>(root) * n, mine, 0,
              in_own_slot(all, mine, root) ? 0 : n, sends);
@@ -625,8 +625,8 @@ class Communicator {
       return;
     }
     if (rank() != root) {
-      wait_one(std::make_shared<detail::SendStream>(*core_, op, span_of(mine), root, 0,
-                                                    core_->coll(), detail::Kind::collective));
+      wait_one(detail::make_send(*core_, op, span_of(mine), root, 0, core_->coll(),
+                                 detail::Kind::collective));
       return;
     }
     std::vector<std::shared_ptr<detail::Transfer>> receives;
@@ -879,8 +879,8 @@ class Communicator {
     both.reserve(2);
     both.push_back(track(std::make_shared<detail::RecvStream>(
         *core_, op, std::move(in), left, 0, core_->coll(), detail::Kind::collective)));
-    both.push_back(track(std::make_shared<detail::SendStream>(
-        *core_, op, std::move(out), right, 0, core_->coll(), detail::Kind::collective)));
+    both.push_back(track(detail::make_send(*core_, op, std::move(out), right, 0, core_->coll(),
+                                           detail::Kind::collective)));
     core_->wait_all(both);
   }
 
@@ -1143,8 +1143,6 @@ class HaloExchange final : private detail::Deferred {
     unpacks_.resize(plan_.size());
     straight_sends_.resize(plan_.size());
     straight_recvs_.resize(plan_.size());
-    notices_.resize(plan_.size());
-    notice_requests_.assign(plan_.size(), MPI_REQUEST_NULL);
     // Each start() sizes these within this capacity, so that it allocates none of them: a
     // start() that fails still completes its messages (see there), which needs them.
     reads_.reserve(plan_.size());
@@ -1193,8 +1191,6 @@ class HaloExchange final : private detail::Deferred {
         sends_(std::move(other.sends_)),
         landed_(std::move(other.landed_)),
         unposted_(std::move(other.unposted_)),
-        notices_(std::move(other.notices_)),
-        notice_requests_(std::move(other.notice_requests_)),
         straight_(other.straight_),
         kernel_may_(other.kernel_may_),
         running_(std::exchange(other.running_, false)),
@@ -1378,7 +1374,6 @@ class HaloExchange final : private detail::Deferred {
     for (std::size_t i = 0; i < receives_.size(); ++i) attempt([&] { arrived(i, false); });
     for (std::size_t i = 0; i < receives_.size(); ++i) attempt([&] { arrived(i, true); });
     for (Request& request : sends_) attempt([&] { request.wait(); });
-    attempt([&] { wait_notices(); });
     for (const Future<void>& copy : copies_) attempt([&] { copy.wait(); });
     for (const cl::Event& kernel : kernels_) attempt([&] { wait_for_kernel(kernel); });
     receives_.clear();
@@ -1449,29 +1444,11 @@ class HaloExchange final : private detail::Deferred {
     landed_.push_back(false);
   }
 
-  /// In place of neighbour i's send, which could not be started: a header that tells the
-  /// neighbour's receive that this rank failed (detail::Kind::abort; it fails instead of
-  /// waiting); under Path::whole, whose messages are raw bytes, an empty message (a receive of
-  /// a non-empty box takes it as that notice). Allocates nothing; a notice MPI refuses is not
-  /// sent.
+  /// In place of neighbour i's send, which could not be started: detail::send_notice(), which
+  /// tells the neighbour's receive that this rank failed (it fails instead of waiting).
   void send_notice(std::size_t i) noexcept {
     unposted_[i] = 0;
-    const Neighbour& n = plan_[i];
-    if (n.rank == MPI_PROC_NULL || notice_requests_[i] != MPI_REQUEST_NULL) return;
-    notices_[i] = detail::Header();
-    notices_[i].kind = static_cast<std::uint32_t>(detail::Kind::abort);
-    const int bytes = core_->whole() ? 0 : static_cast<int>(detail::header_bytes);
-    MPI_Isend(&notices_[i], bytes, MPI_BYTE, n.rank, n.send_tag, core_->user(),
-              &notice_requests_[i]);
-  }
-
-  /// Waits for the notices sent (send_notice()), moving the other transfers on meanwhile.
-  void wait_notices() {
-    for (MPI_Request& request : notice_requests_) {
-      if (request != MPI_REQUEST_NULL) {
-        core_->wait_request(request, "HaloExchange::finish", "MPI_Isend");
-      }
-    }
+    detail::send_notice(*core_, plan_[i].rank, plan_[i].send_tag, core_->user());
   }
 
   /// Whether `box` may go straight between the field and pinned memory of the exchange's own:
@@ -1503,8 +1480,9 @@ class HaloExchange final : private detail::Deferred {
   /// completed (`block`: waits for each read), from the pinned memory with no further device
   /// command; the others at once (they follow their packs on the queue). MPI matches the
   /// messages of one rank and tag in the order sent, so a send waits for the earlier sends of
-  /// the plan to its rank with its tag. A read that failed is still followed by its send (so
-  /// that the neighbour's exchange completes) and rethrown afterwards, the first failure first.
+  /// the plan to its rank with its tag. A send that cannot go (its read failed, or the send
+  /// failed before it posted) goes as a notice (the neighbour's exchange fails instead of
+  /// waiting, or of taking a box never read), and the first failure is rethrown afterwards.
   void post_sends(bool block) {
     detail::Core& core = *core_;
     core.post_deferred(this);  // earlier exchanges' deferred sends first
@@ -1534,6 +1512,8 @@ class HaloExchange final : private detail::Deferred {
           reads_[i].wait();
         } catch (...) {
           if (!first) first = std::current_exception();
+          send_notice(i);
+          continue;
         }
       }
       unposted_[i] = 0;
@@ -1542,12 +1522,11 @@ class HaloExchange final : private detail::Deferred {
                             : n.send_box ? Communicator::span_of(packs_[i])
                                          : Communicator::span_of(field_, n.send_offset, n.count);
         sends_[i] = Communicator::start_on(
-            core_, std::make_shared<detail::SendStream>(
-                       core, "HaloExchange::start", std::move(span), n.rank, n.send_tag,
-                       core.user(), detail::Kind::point_to_point, straight ? &nothing : nullptr));
-      } catch (...) {
+            core_, detail::make_send(core, "HaloExchange::start", std::move(span), n.rank,
+                                     n.send_tag, core.user(), detail::Kind::point_to_point,
+                                     straight ? &nothing : nullptr));
+      } catch (...) {  // make_send() has sent the notice where nothing was posted
         if (!first) first = std::current_exception();
-        send_notice(i);  // the neighbour's receive fails instead of waiting
       }
     }
     if (!deferred) {
@@ -1641,15 +1620,13 @@ class HaloExchange final : private detail::Deferred {
   std::vector<PinnedBuffer<T>> straight_recvs_;
   DeviceBuffer<T> field_;  // a view of the field of the exchange in flight
   // Destroyed before the buffers above: each waits for its transfer or copy.
-  std::vector<Future<void>> copies_;     // packs, then unpacks (device copies or straight writes)
-  std::vector<cl::Event> kernels_;       // packs, then unpacks, by the pack kernel (by_kernel())
-  std::vector<Future<void>> reads_;      // per neighbour: its box read straight, if it is
-  std::vector<Request> receives_;        // per neighbour
-  std::vector<Request> sends_;           // per neighbour (empty until posted)
-  std::vector<bool> landed_;             // receive i has completed (and its unpack is enqueued)
-  std::vector<char> unposted_;           // per neighbour: read straight, its send not yet posted
-  std::vector<detail::Header> notices_;  // per neighbour: sent instead of a failed send
-  std::vector<MPI_Request> notice_requests_;  // per neighbour: its notice's, while in flight
+  std::vector<Future<void>> copies_;  // packs, then unpacks (device copies or straight writes)
+  std::vector<cl::Event> kernels_;    // packs, then unpacks, by the pack kernel (by_kernel())
+  std::vector<Future<void>> reads_;   // per neighbour: its box read straight, if it is
+  std::vector<Request> receives_;     // per neighbour
+  std::vector<Request> sends_;        // per neighbour (empty until posted)
+  std::vector<bool> landed_;          // receive i has completed (and its unpack is enqueued)
+  std::vector<char> unposted_;        // per neighbour: read straight, its send not yet posted
   bool straight_ = false;    // the field in flight lets boxes go straight (the host may access it)
   bool kernel_may_ = false;  // kernels may read and write the field in flight (CL_MEM_READ_WRITE)
   bool running_ = false;

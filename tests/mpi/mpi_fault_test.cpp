@@ -297,6 +297,146 @@ TEST_F(MpiFault, AStagedSendThatFailsPartWayIsAnErrorOnBothRanks) {
   }
 }
 
+// A send that fails before MPI has any of its message (the read of a small message, or the map
+// of a large one, refused by the driver, or failing on the device) sends a notice in its place:
+// the receive fails naming the sender (code CL_SUCCESS: nothing failed in its own OpenCL) and
+// leaves its buffer unchanged, instead of waiting for ever; under Path::whole, whose messages are
+// raw bytes, the notice is an empty message and the receive fails on its size. The sender gets
+// the clbuf::Error of what failed. The notice is taken by that receive, not left behind: the next
+// message with the same tag arrives exactly. Blocking send and isend alike.
+TEST_F(MpiFault, ASendThatFailsBeforeItPostsIsAnErrorOnTheReceiverNotAHang) {
+  const bool host_blocks = manager_->memory_model() == clbuf::MemoryModel::host;
+  struct Case {
+    const char* name;
+    clbuf::mpi::Path path;
+    std::size_t count;  // floats
+    int site;           // what fails on the sender
+  };
+  // A small message's payload is read by the manager (a CPU device's host block is copied after
+  // clFinish); a large one is mapped, under Path::whole too (a host block: clFinish).
+  const int small_site = host_blocks ? clbuf_fault::Finish : clbuf_fault::EnqueueReadBuffer;
+  const int whole_site = host_blocks ? clbuf_fault::Finish : clbuf_fault::EnqueueMapBuffer;
+  const Case cases[] = {
+      {"small", clbuf::mpi::Path::automatic, 100, small_site},
+      {"large, mapped", clbuf::mpi::Path::map, 3 * 4096, clbuf_fault::EnqueueMapBuffer},
+      {"large, Path::whole", clbuf::mpi::Path::whole, 3 * 4096, whole_site},
+  };
+  int rank = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  for (const Case& c : cases) {
+    clbuf::mpi::Options options;
+    options.chunk_bytes = 4096;
+    options.path = c.path;
+    clbuf::mpi::Communicator comm(*manager_, MPI_COMM_WORLD, options);
+    std::vector<float> data(c.count);
+    for (std::size_t i = 0; i < c.count; ++i) data[i] = static_cast<float>(i % 997) + 0.75f;
+    const std::vector<float> unchanged(c.count, -2.0f);
+    for (const bool async : {false, true}) {
+      for (const bool on_device : {false, true}) {
+        if (on_device && c.site == clbuf_fault::Finish) continue;  // clFinish has no event
+        const std::string where = std::string(c.name) + (async ? ", isend" : ", send") +
+                                  (on_device ? ", failing on the device" : ", refused");
+        if (rank == 0) {
+          const clbuf::DeviceBuffer<float> out = manager_->upload(data);
+          manager_->finish();
+          state().arm(c.site, 1, /*keep_failing=*/false, on_device);
+          try {
+            if (async) {
+              comm.isend(out, 1, 5).wait();
+            } else {
+              comm.send(out, 1, 5);
+            }
+            ADD_FAILURE() << "the send did not throw (" << where << ")";
+          } catch (const clbuf::Error& e) {
+            EXPECT_NE(std::string(e.what()).find(clbuf_fault::site_name(c.site)), std::string::npos)
+                << where << ": " << e.what();
+          }
+          EXPECT_EQ(state().fired, 1) << where;
+          state().disarm();
+          comm.send(out, 1, 5);
+        } else if (rank == 1) {
+          clbuf::DeviceBuffer<float> in = manager_->upload(unchanged);
+          try {
+            if (async) {
+              comm.irecv(in, 0, 5).wait();
+            } else {
+              comm.recv(in, 0, 5);
+            }
+            ADD_FAILURE() << "the receive did not throw (" << where << ")";
+          } catch (const clbuf::Error& e) {
+            const std::string what = e.what();
+            if (c.path == clbuf::mpi::Path::whole) {
+              EXPECT_EQ(e.code(), CL_INVALID_VALUE) << where << ": " << what;
+              EXPECT_NE(what.find("sent 0 bytes"), std::string::npos) << where << ": " << what;
+            } else {
+              EXPECT_EQ(e.code(), CL_SUCCESS) << where << ": " << what;
+              EXPECT_NE(what.find("rank 0 (tag 5) failed before it could send"), std::string::npos)
+                  << where << ": " << what;
+            }
+          }
+          EXPECT_EQ(unchanged, manager_->download(in))
+              << "a notice wrote into the buffer; " << where;
+          comm.recv(in, 0, 5);
+          EXPECT_EQ(data, manager_->download(in)) << "the message after the notice; " << where;
+        }
+      }
+    }
+  }
+}
+
+// A box that goes straight from the field to pinned memory (a discrete device) and whose read
+// fails once queued (its wait fails) is not sent: its neighbour gets a notice in its place, and
+// its exchange fails naming the rank instead of unpacking a box that was never read. The rank
+// whose read failed gets that read's clbuf::Error; the next exchange is exact on every rank.
+// Periodic along x only, so that every box goes to another rank.
+TEST_F(MpiFault, AStraightBoxWhoseReadFailsIsAnErrorOnItsNeighbourNotStaleGhosts) {
+  Cart cart(2, 1U);
+  clbuf::Options device_options;
+  device_options.memory = clbuf::MemoryModel::discrete;
+  clbuf::BufferManager manager("", device_options);
+  clbuf::mpi::Options options;
+  options.halo_direct_max_bytes = SIZE_MAX;  // every box straight
+  options.halo_kernel_max_row_bytes = 0;     // none by the kernel
+  clbuf::mpi::Communicator comm(manager, cart.comm, options);
+  clbuf::mpi::HaloExchange<float> halo(comm,
+                                       clbuf::mpi::cartesian_faces(cart.comm, kInterior, 1, false));
+  clbuf::DeviceBuffer<float> field =
+      manager.upload(halo_reference<float>(cart, kInterior, 1, false, 6, false));
+  manager.finish();
+  const int rank = comm.rank();
+  if (rank == 0) state().arm(clbuf_fault::WaitForEvents, 1, /*keep_failing=*/false);
+  int told = 0;  // this rank's finish() named rank 0's failure
+  try {
+    halo.start(field);
+    halo.finish();
+    EXPECT_NE(rank, 0) << "no error on the rank whose read failed";
+  } catch (const clbuf::Error& e) {
+    const std::string what = e.what();
+    if (rank == 0) {
+      EXPECT_NE(what.find("download_rect_async"), std::string::npos) << what;
+    } else {
+      EXPECT_EQ(e.code(), CL_SUCCESS) << what;
+      EXPECT_NE(what.find("rank 0"), std::string::npos) << what;
+      EXPECT_NE(what.find("failed before it could send"), std::string::npos) << what;
+      told = 1;
+    }
+  }
+  if (rank == 0) {
+    EXPECT_EQ(state().fired, 1);
+  }
+  state().disarm();
+  int neighbours_told = 0;
+  MPI_Allreduce(&told, &neighbours_told, 1, MPI_INT, MPI_SUM, cart.comm);
+  // At least the neighbour of the box that was not read; the other one too where its box had not
+  // gone yet when start() failed (a failed start() sends no more boxes).
+  EXPECT_GE(neighbours_told, 1) << "the neighbour of the box that was not read";
+  clbuf::DeviceBuffer<float> next =
+      manager.upload(halo_reference<float>(cart, kInterior, 1, false, 7, false));
+  halo.start(next);
+  halo.finish();
+  EXPECT_EQ(halo_reference<float>(cart, kInterior, 1, false, 7, true), manager.download(next));
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {

@@ -6,8 +6,9 @@
 // a message a failed call left behind is still received whole or reported, and the Communicator
 // and its manager still work afterwards. The workload runs on MPI_COMM_SELF, every message to
 // this rank itself, so that a failure cannot leave another process waiting: every message is
-// sent before it is received, and a receive that failed before it took its message is followed
-// by one that takes it (the test finds it with MPI_Iprobe). Allocations inside OpenCL calls are
+// sent before it is received, and a receive that failed before it took its message, or a send
+// that failed (leaving a notice or the rest of its message), is followed by a receive that takes
+// what was left (the test finds it with MPI_Iprobe). Allocations inside OpenCL calls are
 // not counted (as tests/fault/heap_fault_test.cpp; MPI allocates with malloc). CTest runs it
 // under mpiexec -np 1 (label mpi); under more ranks each runs the sweep on its own.
 #define CL_HPP_TARGET_OPENCL_VERSION 120
@@ -127,11 +128,21 @@ struct Trial {
 
   /// A message to this rank: `start(tag)` sends it, then a blocking recv into `in` takes it.
   /// When the receive fails before it took the message (MPI_Iprobe still finds it), one made
-  /// unarmed takes it, so that the send completes.
+  /// unarmed takes it, so that the send completes; when the send fails, one made unarmed takes
+  /// what it left: the notice a send sends in its message's place when it fails before posting
+  /// (the receive this rank would have posted fails on it), or the rest of a message.
   template <class Start>
   void message(const char* name, int tag, Buffer& in, Start start) {
     add(name, [this, tag, &in, start] {
-      clbuf::mpi::Request sent = start(tag);
+      std::optional<clbuf::mpi::Request> started;
+      try {
+        started.emplace(start(tag));
+      } catch (...) {
+        heap_fault::armed = false;
+        take_left_message(tag, in->size());
+        throw;
+      }
+      clbuf::mpi::Request sent = std::move(*started);
       try {
         comm->recv(*in, 0, tag);
       } catch (...) {

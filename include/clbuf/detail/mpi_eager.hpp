@@ -67,8 +67,15 @@ class Eager final : public Polled {
     if (send) {
       core.post_deferred();  // sends an exchange deferred go first (MPI's order)
       Header header = header_of(core, span, peer, Kind::point_to_point);
-      post_envelope(core, operation, span, header, nullptr, peer, tag, core.user(), envelope_,
-                    request_);
+      try {
+        post_envelope(core, operation, span, header, nullptr, peer, tag, core.user(), envelope_,
+                      request_);
+      } catch (...) {
+        // The read (or the envelope) failed before MPI had the message: the peer fails, never
+        // waits.
+        if (request_ == MPI_REQUEST_NULL) send_notice(core, peer, tag, core.user());
+        throw;
+      }
       return;
     }
     envelope_ = core.take_envelope();

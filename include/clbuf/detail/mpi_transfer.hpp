@@ -15,7 +15,9 @@
 // The receiver checks the header against its buffer before any byte lands there; a mismatch
 // drains the sender's chunks (so the sender never hangs) and is a clbuf::Error. A staged
 // transfer that fails part-way still finishes the message, so the peer never hangs either: a
-// receive drains the rest, a send sends the rest empty (the receive then fails too).
+// receive drains the rest, a send sends the rest empty (the receive then fails too). A send that
+// fails before it posted anything sends a notice in its place (send_notice()), which the
+// receive takes as the message and fails on.
 #ifndef CLBUF_DETAIL_MPI_TRANSFER_HPP
 #define CLBUF_DETAIL_MPI_TRANSFER_HPP
 
@@ -34,6 +36,7 @@
 #include <exception>
 #include <memory>
 #include <new>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -117,6 +120,28 @@ inline void post_envelope(Core& core, const char* operation, const Span& span, H
   check_mpi(MPI_Isend(envelope.get(), static_cast<int>(header_bytes + span.bytes), MPI_BYTE, dest,
                       tag, comm, &request),
             operation, "MPI_Isend");
+}
+
+/// After a send failed before it posted anything (its read or map refused or failing, no
+/// memory): tells `dest`, in the message's place, that this rank gave up, so that the receive
+/// fails (inspect(): "failed before it could send") instead of waiting for ever. The notice is
+/// a header of kind abort; under Path::whole, whose messages are raw bytes, an empty message
+/// (a non-empty receive then fails on its size). Allocates nothing: the notice is one constant,
+/// and its request is freed at once (MPI completes it in the background). A notice MPI refuses
+/// is not sent.
+inline void send_notice(const Core& core, int dest, int tag, MPI_Comm comm) noexcept {
+  static const Header notice = [] {
+    Header header;
+    header.kind = static_cast<std::uint32_t>(Kind::abort);
+    return header;
+  }();
+  if (dest == MPI_PROC_NULL || mpi_finalized()) return;
+  MPI_Request request = MPI_REQUEST_NULL;
+  const bool whole = core.whole();
+  if (MPI_Isend(whole ? nullptr : &notice, whole ? 0 : static_cast<int>(header_bytes), MPI_BYTE,
+                dest, tag, comm, &request) == MPI_SUCCESS) {
+    MPI_Request_free(&request);
+  }
 }
 
 /// What arrived in an envelope, checked against the receiving span.
@@ -228,9 +253,7 @@ class Stream : public Transfer {
         queue_(core.queue()),
         direction_(direction),
         given_before_(before != nullptr),
-        before_(before != nullptr ? *before : cl::Event()) {
-    core.make_room();  // before the derived class posts anything
-  }
+        before_(before != nullptr ? *before : cl::Event()) {}
 
   ~Stream() override {
     // Only a failed transfer gets here with MPI still owning memory: that memory is left to MPI
@@ -369,27 +392,38 @@ class SendStream final : public Stream {
     peer_ = dest;
     if (dest == MPI_PROC_NULL) return;
     core.post_deferred();  // sends an exchange deferred go first (MPI's order)
-    core.make_room();      // those took the room Stream() made
-    if (core.whole()) {
-      send_whole(dest, tag, comm);
-      return;
+    try {
+      core.make_room();  // after post_deferred(), whose sends take room
+      if (core.whole()) {
+        send_whole(dest, tag, comm);
+      } else {
+        post(dest, tag, comm, kind, before);
+      }
+    } catch (...) {
+      if (nothing_posted()) send_notice(core, dest, tag, comm);  // the peer fails, never waits
+      throw;
     }
-    header_ = header_of(core, span_, dest, kind);
-    if (span_.bytes <= core.inline_max()) {
-      post_envelope(core, operation, span_, header_, before, dest, tag, comm, envelope_,
+  }
+
+ private:
+  /// Posts the header (with the payload when it fits the envelope) and starts the chunks.
+  void post(int dest, int tag, MPI_Comm comm, Kind kind, const cl::Event* before) {
+    header_ = header_of(core_, span_, dest, kind);
+    if (span_.bytes <= core_.inline_max()) {
+      post_envelope(core_, operation_, span_, header_, before, dest, tag, comm, envelope_,
                     header_request_);
       return;
     }
-    chunks_ = chunking(span_.bytes, chunk_for(span_.bytes, core.chunk_bytes()));
+    chunks_ = chunking(span_.bytes, chunk_for(span_.bytes, core_.chunk_bytes()));
     header_.chunk_bytes = chunks_.chunk;
-    route_ = core.route(span_);
+    route_ = core_.route(span_);
     // What finishing the message needs from the heap is had before the header goes: from then
     // on the peer waits for every chunk, sent whole or (send_rest_empty) empty.
     requests_.reserve(chunks_.count);
     char* base = nullptr;
     std::exception_ptr failure;  // a staged chunk's first read: the header still goes
     if (route_ == Route::staged) {
-      slots_.reserve(core.options().depth);
+      slots_.reserve(core_.options().depth);
       try {
         fill_slots();
       } catch (...) {
@@ -403,18 +437,24 @@ class SendStream final : public Stream {
     const bool staged = route_ == Route::staged;
     check_mpi((staged ? MPI_Issend : MPI_Isend)(&header_, static_cast<int>(header_bytes), MPI_BYTE,
                                                 dest, tag, comm, &header_request_),
-              operation, staged ? "MPI_Issend" : "MPI_Isend");
+              operation_, staged ? "MPI_Issend" : "MPI_Isend");
     if (failure && !send_rest_empty(failure)) std::rethrow_exception(failure);
     if (base == nullptr) return;
     requests_.assign(chunks_.count, MPI_REQUEST_NULL);
     for (std::size_t k = 0; k < chunks_.count; ++k) {
       check_mpi(MPI_Isend(base + chunks_.offset(k), chunks_.length(k), MPI_BYTE, dest,
-                          static_cast<int>(header_.stream), core.wire(), &requests_[k]),
-                operation, "MPI_Isend");
+                          static_cast<int>(header_.stream), core_.wire(), &requests_[k]),
+                operation_, "MPI_Isend");
     }
   }
 
- private:
+  /// True while no message of this send is with MPI: a failure then sends a notice instead.
+  bool nothing_posted() const noexcept {
+    return header_request_ == MPI_REQUEST_NULL &&
+           std::all_of(requests_.begin(), requests_.end(),
+                       [](MPI_Request request) { return request == MPI_REQUEST_NULL; });
+  }
+
   /// Path::whole: one MPI message of the raw bytes, in the element's MPI datatype.
   void send_whole(int dest, int tag, MPI_Comm comm) {
     int count = 0;
@@ -522,6 +562,24 @@ class SendStream final : public Stream {
   }
 };
 
+/// A SendStream made on the heap (to be tracked). Its memory is had before it is made, so that
+/// a failure to get it is told to `dest` (send_notice()) as the stream tells its own failures
+/// before it posted anything: whatever this throws, the peer does not wait for the message.
+inline std::shared_ptr<SendStream> make_send(Core& core, const char* operation, Span span, int dest,
+                                             int tag, MPI_Comm comm, Kind kind,
+                                             const cl::Event* before = nullptr) {
+  std::shared_ptr<std::optional<SendStream>> room;
+  try {
+    room = std::make_shared<std::optional<SendStream>>();
+  } catch (...) {
+    core.post_deferred();  // as the stream would have: an exchange's deferred sends go first
+    send_notice(core, dest, tag, comm);
+    throw;
+  }
+  room->emplace(core, operation, std::move(span), dest, tag, comm, kind, before);
+  return std::shared_ptr<SendStream>(room, &**room);  // shares room's ownership
+}
+
 class RecvStream final : public Stream {
  public:
   /// Posts the receive of the header (and of an inline payload). With `before`, the host writes
@@ -529,6 +587,7 @@ class RecvStream final : public Stream {
   RecvStream(Core& core, const char* operation, Span span, int source, int tag, MPI_Comm comm,
              Kind kind, const cl::Event* before = nullptr)
       : Stream(core, operation, std::move(span), 1, before), kind_(kind) {
+    core.make_room();  // before anything is posted
     if (source == MPI_PROC_NULL) {
       received_ = true;
       return;
@@ -550,6 +609,7 @@ class RecvStream final : public Stream {
   /// an Eager receive): receives its chunks or, when the buffer cannot take them, drains them.
   RecvStream(Core& core, const char* operation, Span span, Kind kind, Arrival arrival)
       : Stream(core, operation, std::move(span), 1, nullptr), kind_(kind), received_(true) {
+    core.make_room();            // before anything is posted
     accept(std::move(arrival));  // arrival.chunked: nothing is read from envelope_
   }
 
@@ -733,8 +793,8 @@ class RecvStream final : public Stream {
           std::to_string(bytes) + " bytes but the receiving buffer holds " +
           describe(span_.count, span_.element_size, span_.type) + ", " +
           std::to_string(span_.bytes) + " bytes" +
-          (bytes == 0 ? " (a clbuf HaloExchange whose start() failed sends an empty message in "
-                        "its box's place under Path::whole: its error says why)"
+          (bytes == 0 ? " (under Path::whole a clbuf send that failed before it could send "
+                        "sends an empty message in its place: its error says why)"
                       : "");
       drop(message, static_cast<std::size_t>(std::max<MPI_Count>(bytes, 0)));
       fail(operation_, CL_INVALID_VALUE, problem);
