@@ -342,7 +342,9 @@ class Communicator {
   }
 
   /// Sends `out` to `dest` and receives `in` from `source` at once (no deadlock in rings).
-  /// @throws Error CL_MEM_COPY_OVERLAP when `out` and `in` share bytes.
+  /// Where the receive cannot be started, its send goes as a notice (docs/mpi.md "Errors"), so
+  /// that `dest` does not wait for it.
+  /// @throws Error CL_MEM_COPY_OVERLAP when `out` and `in` share bytes; as send() and recv().
   template <class T>
   void sendrecv(const DeviceBuffer<T>& out, int dest, DeviceBuffer<T>& in, int source,
                 int tag = 0) try {
@@ -350,11 +352,19 @@ class Communicator {
     check_buffer(op, out, true, false);
     check_buffer(op, in, false, true);
     check_apart(op, out, in);
-    Request received = irecv(in, source, tag);
-    Request sent = isend(out, dest, tag);
+    check_rank(op, "destination", dest, false);
+    check_rank(op, "source", source, true);
+    check_tag(op, tag, false);
     std::vector<Request> both;
-    both.push_back(std::move(received));
-    both.push_back(std::move(sent));
+    both.reserve(2);
+    try {
+      both.push_back(irecv(in, source, tag));
+    } catch (...) {
+      core_->post_deferred();  // an exchange's deferred sends go first, as the send's would
+      detail::send_notice(*core_, dest, tag, core_->user());
+      throw;
+    }
+    both.push_back(isend(out, dest, tag));
     wait_all(both);
   } catch (const std::bad_alloc&) {
     clbuf::detail::out_of_host_memory("sendrecv");
