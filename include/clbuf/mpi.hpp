@@ -883,12 +883,19 @@ class Communicator {
     core_->wait(*transfer);
   }
 
-  /// Sends `out` right and receives `in` from the left, both complete on return.
+  /// Sends `out` right and receives `in` from the left, both complete on return. Where the
+  /// receive cannot start, the send goes as a notice (the right neighbour fails, never waits).
   void exchange(const char* op, detail::Span out, int right, detail::Span in, int left) {
     std::vector<std::shared_ptr<detail::Transfer>> both;
-    both.reserve(2);
-    both.push_back(track(std::make_shared<detail::RecvStream>(
-        *core_, op, std::move(in), left, 0, core_->coll(), detail::Kind::collective)));
+    try {
+      both.reserve(2);
+      both.push_back(track(std::make_shared<detail::RecvStream>(
+          *core_, op, std::move(in), left, 0, core_->coll(), detail::Kind::collective)));
+    } catch (...) {
+      core_->post_deferred();  // as the send would have
+      detail::send_notice(*core_, right, 0, core_->coll());
+      throw;
+    }
     both.push_back(track(detail::make_send(*core_, op, std::move(out), right, 0, core_->coll(),
                                            detail::Kind::collective)));
     core_->wait_all(both);
@@ -1320,6 +1327,10 @@ class HaloExchange final : private detail::Deferred {
           landed_.push_back(true);
         }
       }
+      // Earlier exchanges' sends held back for their reads go first: a notice with their tags
+      // must not overtake them (the neighbour would take it for their box, and this exchange's
+      // message for the earlier one's).
+      core_->post_deferred(this);
       for (std::size_t i = 0; i < plan_.size(); ++i) {
         if (unposted_[i]) send_notice(i);  // post_sends() clears each as it posts it
       }

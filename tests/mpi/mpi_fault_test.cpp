@@ -12,8 +12,10 @@
 #include <mpi.h>
 #include <clbuf/mpi.hpp>
 
+#include <chrono>
 #include <cstdint>
 #include <string>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -435,6 +437,78 @@ TEST_F(MpiFault, AStraightBoxWhoseReadFailsIsAnErrorOnItsNeighbourNotStaleGhosts
   halo.start(next);
   halo.finish();
   EXPECT_EQ(halo_reference<float>(cart, kInterior, 1, false, 7, true), manager.download(next));
+}
+
+// A start() that fails before it sends (a straight box's read refused) while an earlier exchange
+// with the same tags still holds its boxes back for their reads: the earlier exchange's boxes go
+// before the failed one's notices, so that each neighbour takes the earlier boxes as the earlier
+// exchange's (exact, no error) and the notices as the failed exchange's (its finish() fails).
+// Before the fix the notices overtook the held-back boxes: the neighbour's earlier exchange failed
+// and the later one took the earlier boxes silently. (Reported by a review, 2026-12-05.)
+TEST_F(MpiFault, AFailedStartsNoticesFollowAnEarlierExchangesHeldBackBoxes) {
+  Cart cart(2, 1U);
+  clbuf::Options device_options;
+  device_options.memory = clbuf::MemoryModel::discrete;  // boxes go straight, after their reads
+  clbuf::BufferManager manager("", device_options);
+  clbuf::mpi::Options options;
+  options.halo_direct_max_bytes = SIZE_MAX;
+  options.halo_kernel_max_row_bytes = 0;
+  clbuf::mpi::Communicator comm(manager, cart.comm, options);
+  const std::vector<clbuf::mpi::Neighbour> plan =
+      clbuf::mpi::cartesian_faces(cart.comm, kInterior, 1, false);
+  clbuf::mpi::HaloExchange<float> earlier(comm, plan);
+  clbuf::mpi::HaloExchange<float> failing(comm, plan);
+  clbuf::DeviceBuffer<float> first =
+      manager.upload(halo_reference<float>(cart, kInterior, 1, false, 8, false));
+  const std::vector<float> second_before =
+      halo_reference<float>(cart, kInterior, 1, false, 9, false);
+  clbuf::DeviceBuffer<float> second = manager.upload(second_before);
+  manager.finish();
+  if (comm.rank() == 0) {
+    // The earlier exchange's reads wait behind a user event that another thread completes.
+    cl_int err = CL_SUCCESS;
+    cl::UserEvent gate(manager.context(), &err);
+    ASSERT_EQ(err, CL_SUCCESS);
+    cl::CommandQueue queue = manager.queue();
+    const std::vector<cl::Event> wait{gate};
+    ASSERT_EQ(queue.enqueueMarkerWithWaitList(&wait), CL_SUCCESS);
+    queue.flush();
+    earlier.start(first);  // its boxes are held back until their reads complete
+    std::thread opener([gate]() mutable {
+      std::this_thread::sleep_for(std::chrono::milliseconds(300));
+      gate.setStatus(CL_COMPLETE);
+    });
+    state().arm(clbuf_fault::EnqueueReadBufferRect, 1, /*keep_failing=*/false);
+    try {
+      failing.start(second);
+      ADD_FAILURE() << "start() did not throw";
+    } catch (const clbuf::Error& e) {
+      EXPECT_NE(std::string(e.what()).find("clEnqueueReadBufferRect"), std::string::npos)
+          << e.what();
+    }
+    state().disarm();
+    opener.join();
+    earlier.finish();
+    EXPECT_EQ(second_before, manager.download(second)) << "a failed start() wrote into the field";
+  } else {
+    earlier.start(first);
+    failing.start(second);
+    earlier.finish();  // the earlier boxes, not a notice
+    try {
+      failing.finish();
+      ADD_FAILURE() << "finish() did not throw on rank " << comm.rank();
+    } catch (const clbuf::Error& e) {
+      EXPECT_EQ(e.code(), CL_SUCCESS) << e.what();
+      EXPECT_NE(std::string(e.what()).find("rank 0"), std::string::npos) << e.what();
+      EXPECT_NE(std::string(e.what()).find("failed before it could send"), std::string::npos)
+          << e.what();
+    }
+  }
+  EXPECT_EQ(halo_reference<float>(cart, kInterior, 1, false, 8, true), manager.download(first))
+      << "the earlier exchange, rank " << comm.rank();
+  failing.start(second);  // the pair works on, exact
+  failing.finish();
+  EXPECT_EQ(halo_reference<float>(cart, kInterior, 1, false, 9, true), manager.download(second));
 }
 
 }  // namespace
