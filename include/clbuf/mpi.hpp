@@ -1160,6 +1160,7 @@ class HaloExchange final : private detail::Deferred {
     unpacks_.resize(plan_.size());
     straight_sends_.resize(plan_.size());
     straight_recvs_.resize(plan_.size());
+    packed_.resize(plan_.size());
     // Each start() sizes these within this capacity, so that it allocates none of them: a
     // start() that fails still completes its messages (see there), which needs them.
     reads_.reserve(plan_.size());
@@ -1204,6 +1205,7 @@ class HaloExchange final : private detail::Deferred {
         copies_(std::move(other.copies_)),
         kernels_(std::move(other.kernels_)),
         reads_(std::move(other.reads_)),
+        packed_(std::move(other.packed_)),
         receives_(std::move(other.receives_)),
         sends_(std::move(other.sends_)),
         landed_(std::move(other.landed_)),
@@ -1275,6 +1277,7 @@ class HaloExchange final : private detail::Deferred {
     unposted_.assign(plan_.size(), 0);
     for (std::size_t i = 0; i < plan_.size(); ++i) {
       if (plan_[i].rank != MPI_PROC_NULL) unposted_[i] = 1;  // posted by post_sends()
+      packed_[i] = cl::Event();
     }
     try {
       field_ = manager.view(field, 0, field.size());
@@ -1293,8 +1296,10 @@ class HaloExchange final : private detail::Deferred {
           kernels_.push_back(packer_->copy(op, core_->queue(), field_.native_root()(),
                                            field_.native_offset_bytes(), packs_[i].native_root()(),
                                            0, region, sizeof(T)));
+          packed_[i] = kernels_.back();
         } else {
           copies_.push_back(manager.copy_rect_async(field_, packs_[i], region));
+          packed_[i] = copies_.back().event();
         }
       }
       detail::Core& core = *core_;
@@ -1545,7 +1550,8 @@ class HaloExchange final : private detail::Deferred {
         sends_[i] = Communicator::start_on(
             core_, detail::make_send(core, "HaloExchange::start", std::move(span), n.rank,
                                      n.send_tag, core.user(), detail::Kind::point_to_point,
-                                     straight ? &nothing : nullptr));
+                                     straight ? &nothing : nullptr,
+                                     packed_[i]() != nullptr ? &packed_[i] : nullptr));
       } catch (...) {  // make_send() has sent the notice where nothing was posted
         if (!first) first = std::current_exception();
       }
@@ -1644,6 +1650,7 @@ class HaloExchange final : private detail::Deferred {
   std::vector<Future<void>> copies_;  // packs, then unpacks (device copies or straight writes)
   std::vector<cl::Event> kernels_;    // packs, then unpacks, by the pack kernel (by_kernel())
   std::vector<Future<void>> reads_;   // per neighbour: its box read straight, if it is
+  std::vector<cl::Event> packed_;     // per neighbour: its box's pack (kernel or copy), if any
   std::vector<Request> receives_;     // per neighbour
   std::vector<Request> sends_;        // per neighbour (empty until posted)
   std::vector<bool> landed_;          // receive i has completed (and its unpack is enqueued)

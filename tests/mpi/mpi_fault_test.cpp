@@ -133,37 +133,64 @@ TEST_F(MpiFault, AStartThatFailsOnOneRankIsAnErrorOnItsNeighboursNotAHang) {
   EXPECT_EQ(halo_reference<float>(cart, kInterior, 1, false, 4, true), manager_->download(field));
 }
 
-// A kernel that fails as it runs (its event's status negative): finish() waits for every message
-// and throws a clbuf::Error; test() ends as well; the next exchange is exact.
-TEST_F(MpiFault, PackKernelFailingOnTheDeviceIsAnErrorFromFinish) {
-  Cart cart(2, 3U);
+// A pack kernel that fails as it runs (its event's status negative): its box is not sent, a notice
+// goes in its place. The rank whose pack failed gets a clbuf::Error with the kernel's status, from
+// start() (a box of one envelope, as here, is read once its pack has ended); the neighbour that
+// got the notice fails naming that rank instead of unpacking a box that was never packed (before
+// the fix it took the box silently), and a rank whose boxes all came is exact. On every rank at
+// once, then on rank 0 alone (periodic along x only, so that every box goes to another rank); no
+// rank waits, and the next exchange is exact.
+TEST_F(MpiFault, PackKernelFailingOnTheDeviceIsAnErrorAndItsBoxIsNotSent) {
+  Cart cart(2, 1U);
   clbuf::mpi::Communicator comm = kernel_communicator(cart.comm);
   clbuf::mpi::HaloExchange<float> halo(comm,
                                        clbuf::mpi::cartesian_faces(cart.comm, kInterior, 1, false));
-  clbuf::DeviceBuffer<float> field =
-      manager_->upload(halo_reference<float>(cart, kInterior, 1, false, 4, false));
-  for (const bool by_test : {false, true}) {
-    state().arm(clbuf_fault::EnqueueNDRangeKernel, 1, false, /*failing_on_device=*/true);
-    halo.start(field);
+  const int rank = comm.rank();
+  std::uint32_t round = 4;
+  for (const bool everywhere : {true, false}) {
+    const std::vector<float> before =
+        halo_reference<float>(cart, kInterior, 1, false, round, false);
+    clbuf::DeviceBuffer<float> field = manager_->upload(before);
+    const bool armed = everywhere || rank == 0;
+    if (armed) state().arm(clbuf_fault::EnqueueNDRangeKernel, 1, false, /*failing_on_device=*/true);
+    int told = 0;  // a neighbour's failure, named
     try {
-      if (by_test) {
-        while (!halo.test()) {
-        }
-      }
+      halo.start(field);
       halo.finish();
-      ADD_FAILURE() << "no error" << (by_test ? " from test()" : " from finish()");
+      // A rank none of whose boxes came from the failed pack completes, exact.
+      EXPECT_FALSE(armed) << "no error on rank " << rank;
+      EXPECT_EQ(halo_reference<float>(cart, kInterior, 1, false, round, true),
+                manager_->download(field))
+          << "rank " << rank;
     } catch (const clbuf::Error& e) {
-      EXPECT_EQ(e.code(), CL_OUT_OF_RESOURCES) << e.what();
-      EXPECT_NE(std::string(e.what()).find("HaloExchange::finish"), std::string::npos) << e.what();
+      const std::string what = e.what();
+      if (armed) {
+        EXPECT_EQ(e.code(), CL_OUT_OF_RESOURCES) << what;
+        EXPECT_NE(what.find("failed on the device"), std::string::npos) << what;
+      } else {
+        EXPECT_EQ(e.code(), CL_SUCCESS) << what;
+        EXPECT_NE(what.find("rank 0"), std::string::npos) << what;
+        EXPECT_NE(what.find("failed before it could send"), std::string::npos) << what;
+        told = 1;
+      }
     }
-    EXPECT_EQ(state().fired, 1);
+    if (armed) {
+      EXPECT_EQ(state().fired, 1);
+    }
     state().disarm();
+    int neighbours_told = 0;
+    MPI_Allreduce(&told, &neighbours_told, 1, MPI_INT, MPI_SUM, cart.comm);
+    if (!everywhere) {
+      EXPECT_GE(neighbours_told, 1) << "the neighbour of the box whose pack failed";
+    }
+    ++round;
   }
   clbuf::DeviceBuffer<float> next =
-      manager_->upload(halo_reference<float>(cart, kInterior, 1, false, 5, false));
+      manager_->upload(halo_reference<float>(cart, kInterior, 1, false, round, false));
   halo.start(next);
   halo.finish();
-  EXPECT_EQ(halo_reference<float>(cart, kInterior, 1, false, 5, true), manager_->download(next));
+  EXPECT_EQ(halo_reference<float>(cart, kInterior, 1, false, round, true),
+            manager_->download(next));
 }
 
 // allreduce on the device: a reduction kernel that does not build is a clbuf::Error naming

@@ -385,10 +385,12 @@ class SendStream final : public Stream {
  public:
   /// Posts the header (with the payload when it fits the envelope) and starts the chunks. With
   /// `before`, the host reads a host block once that event (a null one: nothing) has completed
-  /// instead of after clFinish.
+  /// instead of after clFinish. `source` is the command that filled the bytes (a
+  /// HaloExchange's pack): should it fail on the device, nothing of it is sent (check_source()).
   SendStream(Core& core, const char* operation, Span span, int dest, int tag, MPI_Comm comm,
-             Kind kind, const cl::Event* before = nullptr)
-      : Stream(core, operation, std::move(span), 0, before) {
+             Kind kind, const cl::Event* before = nullptr, const cl::Event* source = nullptr)
+      : Stream(core, operation, std::move(span), 0, before),
+        source_(source != nullptr ? *source : cl::Event()) {
     peer_ = dest;
     if (dest == MPI_PROC_NULL) return;
     core.post_deferred();  // sends an exchange deferred go first (MPI's order)
@@ -408,6 +410,10 @@ class SendStream final : public Stream {
  private:
   /// Posts the header (with the payload when it fits the envelope) and starts the chunks.
   void post(int dest, int tag, MPI_Comm comm, Kind kind, const cl::Event* before) {
+    // The host reads the bytes behind the source's command on the queue (a blocking read or
+    // map): waiting for it first costs nothing, and a failed one is reported before anything
+    // goes. A staged send checks it once its first chunk is read (advance_staged()).
+    if (core_.route(span_) != Route::staged || span_.bytes <= core_.inline_max()) check_source();
     header_ = header_of(core_, span_, dest, kind);
     if (span_.bytes <= core_.inline_max()) {
       post_envelope(core_, operation_, span_, header_, before, dest, tag, comm, envelope_,
@@ -455,8 +461,30 @@ class SendStream final : public Stream {
                        [](MPI_Request request) { return request == MPI_REQUEST_NULL; });
   }
 
+  /// The command that filled the bytes (`source`, if any) has ended, and did not fail.
+  /// @throws Error with the command's status when it failed on the device.
+  void check_source() {
+    if (source_() == nullptr) return;
+    cl_event event = source_();
+    const cl_int waited = CLBUF_CL(clWaitForEvents)(1, &event);
+    cl_int status = CL_COMPLETE;
+    const cl_int asked = CLBUF_CL(clGetEventInfo)(event, CL_EVENT_COMMAND_EXECUTION_STATUS,
+                                                  sizeof(status), &status, nullptr);
+    if (waited == CL_SUCCESS && asked == CL_SUCCESS && status >= 0) {
+      source_ = cl::Event();
+      return;
+    }
+    fail(operation_,
+         status < 0             ? status
+         : waited != CL_SUCCESS ? waited
+                                : asked,
+         "the command that filled this message (a box's pack) failed on the device; its bytes "
+         "are not sent");
+  }
+
   /// Path::whole: one MPI message of the raw bytes, in the element's MPI datatype.
   void send_whole(int dest, int tag, MPI_Comm comm) {
+    check_source();
     int count = 0;
     const MPI_Datatype type = whole_count(operation_, span_, count);
     route_ = core_.route(span_);
@@ -476,6 +504,7 @@ class SendStream final : public Stream {
   }
 
   std::size_t sent_ = 0;  // chunks handed to MPI
+  cl::Event source_;      // the command that filled the bytes, until checked (check_source())
 
   /// Starts reading the next chunks into as many slots as depth and the budget allow. A send
   /// holding no slot whose peer has matched its header (so the peer waits for its chunks) takes
@@ -539,6 +568,7 @@ class SendStream final : public Stream {
       for (Slot& slot : slots_) {
         if (slot.state == Slot::copying && slot.chunk == sent_ &&
             completed(operation_, slot.copy, "a chunk's clEnqueueReadBuffer")) {
+          check_source();  // ended before the read (queue order): no wait
           slot.copy = cl::Event();
           check_mpi(MPI_Isend(slot.block.data(), chunks_.length(slot.chunk), MPI_BYTE, peer_,
                               static_cast<int>(header_.stream), core_.wire(), &slot.request),
@@ -567,7 +597,8 @@ class SendStream final : public Stream {
 /// before it posted anything: whatever this throws, the peer does not wait for the message.
 inline std::shared_ptr<SendStream> make_send(Core& core, const char* operation, Span span, int dest,
                                              int tag, MPI_Comm comm, Kind kind,
-                                             const cl::Event* before = nullptr) {
+                                             const cl::Event* before = nullptr,
+                                             const cl::Event* source = nullptr) {
   std::shared_ptr<std::optional<SendStream>> room;
   try {
     room = std::make_shared<std::optional<SendStream>>();
@@ -576,7 +607,7 @@ inline std::shared_ptr<SendStream> make_send(Core& core, const char* operation, 
     send_notice(core, dest, tag, comm);
     throw;
   }
-  room->emplace(core, operation, std::move(span), dest, tag, comm, kind, before);
+  room->emplace(core, operation, std::move(span), dest, tag, comm, kind, before, source);
   return std::shared_ptr<SendStream>(room, &**room);  // shares room's ownership
 }
 
