@@ -118,7 +118,8 @@ std::vector<T> halo_reference(const Cart& cart, const clbuf::Extents& interior, 
         const bool filled = ghosts == 0 || (exchanged && inside && (ghosts == 1 || edges));
         const std::size_t cell[3] = {static_cast<std::size_t>(g[0]), static_cast<std::size_t>(g[1]),
                                      static_cast<std::size_t>(g[2])};
-        field[at] = filled ? cell_value<T>(cell, global, round) : static_cast<T>(kSentinel);
+        field[at] = filled ? cell_value<T>(cell, global, round)
+                           : static_cast<T>(static_cast<long long>(kSentinel));
       }
     }
   }
