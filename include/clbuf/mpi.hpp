@@ -342,8 +342,7 @@ class Communicator {
   }
 
   /// Sends `out` to `dest` and receives `in` from `source` at once (no deadlock in rings).
-  /// Where the receive cannot be started, its send goes as a notice (docs/mpi.md "Errors"), so
-  /// that `dest` does not wait for it.
+  /// Checks every argument before it starts anything.
   /// @throws Error CL_MEM_COPY_OVERLAP when `out` and `in` share bytes; as send() and recv().
   template <class T>
   void sendrecv(const DeviceBuffer<T>& out, int dest, DeviceBuffer<T>& in, int source,
@@ -355,15 +354,11 @@ class Communicator {
     check_rank(op, "destination", dest, false);
     check_rank(op, "source", source, true);
     check_tag(op, tag, false);
+    // A receive that cannot start sends no notice in its send's place: the peer's own message
+    // to this rank would then wait, or stay to be taken by a later receive (docs/mpi.md).
     std::vector<Request> both;
-    both.reserve(2);
-    try {
-      both.push_back(irecv(in, source, tag));
-    } catch (...) {
-      core_->post_deferred();  // an exchange's deferred sends go first, as the send's would
-      detail::send_notice(*core_, dest, tag, core_->user());
-      throw;
-    }
+    both.reserve(2);  // before anything is posted
+    both.push_back(irecv(in, source, tag));
     both.push_back(isend(out, dest, tag));
     wait_all(both);
   } catch (const std::bad_alloc&) {
@@ -883,19 +878,12 @@ class Communicator {
     core_->wait(*transfer);
   }
 
-  /// Sends `out` right and receives `in` from the left, both complete on return. Where the
-  /// receive cannot start, the send goes as a notice (the right neighbour fails, never waits).
+  /// Sends `out` right and receives `in` from the left, both complete on return.
   void exchange(const char* op, detail::Span out, int right, detail::Span in, int left) {
     std::vector<std::shared_ptr<detail::Transfer>> both;
-    try {
-      both.reserve(2);
-      both.push_back(track(std::make_shared<detail::RecvStream>(
-          *core_, op, std::move(in), left, 0, core_->coll(), detail::Kind::collective)));
-    } catch (...) {
-      core_->post_deferred();  // as the send would have
-      detail::send_notice(*core_, right, 0, core_->coll());
-      throw;
-    }
+    both.reserve(2);
+    both.push_back(track(std::make_shared<detail::RecvStream>(
+        *core_, op, std::move(in), left, 0, core_->coll(), detail::Kind::collective)));
     both.push_back(track(detail::make_send(*core_, op, std::move(out), right, 0, core_->coll(),
                                            detail::Kind::collective)));
     core_->wait_all(both);
