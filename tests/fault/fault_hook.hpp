@@ -12,9 +12,10 @@
 //   - armed `on_device`, a clEnqueueWriteBuffer (or clEnqueueReadBuffer) is accepted and runs,
 //     then reads as failed on the device (its event's status negative; a blocking one returns
 //     CL_EXEC_STATUS_ERROR_FOR_EVENTS_IN_WAIT_LIST): the failure a buffered upload can only
-//     report later. So does a clEnqueueNDRangeKernel (a kernel that fails as it runs). A blocking
-//     clEnqueueReadBuffer whose wait list holds such an event reads nothing and returns
-//     CL_EXEC_STATUS_ERROR_FOR_EVENTS_IN_WAIT_LIST, as OpenCL 1.2 says.
+//     report later. So does a clEnqueueNDRangeKernel (a kernel that fails as it runs), and a
+//     clEnqueueCopyBuffer. A blocking clEnqueueReadBuffer whose wait list holds such an event
+//     reads nothing and returns CL_EXEC_STATUS_ERROR_FOR_EVENTS_IN_WAIT_LIST, as OpenCL 1.2
+//     says; a clEnqueueCopyBuffer whose wait list holds one fails on the device too.
 // Include this file instead of <clbuf/clbuf.hpp>, and before anything that includes clbuf.
 #ifndef CLBUF_TESTS_FAULT_HOOK_HPP
 #define CLBUF_TESTS_FAULT_HOOK_HPP
@@ -309,8 +310,17 @@ inline cl_int clEnqueueWriteBuffer(cl_command_queue q, cl_mem m, cl_bool blockin
 inline cl_int clEnqueueCopyBuffer(cl_command_queue q, cl_mem src, cl_mem dst, size_t src_offset,
                                   size_t dst_offset, size_t size, cl_uint n, const cl_event* wait,
                                   cl_event* event) {
-  if (state().hit(EnqueueCopyBuffer)) return CL_OUT_OF_RESOURCES;
-  return ::clEnqueueCopyBuffer(q, src, dst, src_offset, dst_offset, size, n, wait, event);
+  const auto copy = [&](cl_event* mine) {
+    return ::clEnqueueCopyBuffer(q, src, dst, src_offset, dst_offset, size, n, wait, mine);
+  };
+  if (state().hit(EnqueueCopyBuffer)) {
+    if (!state().on_device) return CL_OUT_OF_RESOURCES;
+    return failing_on_device(CL_FALSE, event, copy);
+  }
+  for (cl_uint i = 0; i < n; ++i) {  // as a driver fails a command whose wait list holds a
+    if (state().event_failed(wait[i])) return failing_on_device(CL_FALSE, event, copy);  // failure
+  }
+  return copy(event);
 }
 inline cl_int clFinish(cl_command_queue q) {
   if (state().hit(Finish)) return CL_OUT_OF_RESOURCES;

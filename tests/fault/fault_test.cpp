@@ -578,6 +578,49 @@ TEST_F(FaultCodes, FailedEventStatusSurfacesAtGet) {
   }
 }
 
+// A box that clEnqueueCopyBufferRect cannot express (a view whose offset splits a row) is copied
+// row by row. A row other than the last that fails on the device fails copy_rect and the
+// Future of copy_rect_async: each row waits for the one before, and the driver (here the hook)
+// fails a command behind a failed one. Before, only the last row's event was looked at, and
+// the copy reported success with a row never copied (a HaloExchange pack then went out as it was).
+TEST_F(FaultCodes, ARectCopyRowByRowReportsAFailedEarlierRow) {
+  for (const MemoryModel model : models_here()) {
+    SCOPED_TRACE(clbuf::to_string(model));
+    clbuf::BufferManager m("", clbuf_test::fault_options(model));
+    const auto data = random<std::uint32_t>(49);
+    auto root = m.upload(data);
+    const auto field = m.view(root, 1, 48);  // rows of 8 from element 1: the box wraps
+    auto target = m.allocate<std::uint32_t>(24);
+    clbuf::Region box;
+    box.size = {8, 3, 1};
+    box.src_extents = {8, 6, 1};
+    box.dst_extents = {8, 3, 1};
+    for (const bool async : {false, true}) {
+      SCOPED_TRACE(async ? "copy_rect_async" : "copy_rect");
+      m.finish();
+      state().arm(clbuf_fault::EnqueueCopyBuffer, 1, false, /*failing_on_device=*/true);
+      try {
+        if (async) {
+          m.copy_rect_async(field, target, box).wait();
+        } else {
+          m.copy_rect(field, target, box);
+        }
+        ADD_FAILURE() << "the failed first row was not reported";
+      } catch (const clbuf::Error& e) {
+        EXPECT_NE(std::string(e.what()).find(async ? "copy_rect_async" : "copy_rect"),
+                  std::string::npos)
+            << e.what();
+      }
+      EXPECT_EQ(state().fired, 1);
+      EXPECT_EQ(state().calls[clbuf_fault::EnqueueCopyBuffer], 3) << "one command a row";
+      state().disarm();
+    }
+    m.copy_rect(field, target, box);  // exact once nothing fails
+    const std::vector<std::uint32_t> expected(data.begin() + 1, data.begin() + 25);
+    EXPECT_TRUE(clbuf_test::same_bytes(expected, m.download(target)));
+  }
+}
+
 // A transfer that succeeded is not asked its status after the wait (a clGetEventInfo costs as
 // much again as a small transfer's wait on NVIDIA's driver): clWaitForEvents would have failed.
 TEST_F(FaultCodes, FutureThatSucceededAsksNoStatus) {

@@ -87,10 +87,13 @@ class Queue {
 
   /// Buffer -> buffer on the device; returns the command's event.
   cl::Event copy(const char* operation, cl_mem src, cl_mem dst, std::size_t src_offset,
-                 std::size_t dst_offset, std::size_t bytes) const {
+                 std::size_t dst_offset, std::size_t bytes,
+                 const cl::Event* after = nullptr) const {
     cl_event event = nullptr;
-    check(CLBUF_CL(clEnqueueCopyBuffer)(queue_(), src, dst, src_offset, dst_offset, bytes, 0,
-                                        nullptr, &event),
+    const cl_event wait = after != nullptr ? (*after)() : nullptr;
+    check(CLBUF_CL(clEnqueueCopyBuffer)(queue_(), src, dst, src_offset, dst_offset, bytes,
+                                        wait != nullptr ? 1 : 0, wait != nullptr ? &wait : nullptr,
+                                        &event),
           operation, "clEnqueueCopyBuffer");
     return cl::Event(event, false);
   }
