@@ -486,8 +486,15 @@ class Communicator {
         "clbuf::mpi::allreduce needs an arithmetic T of 8 to 64 bits (not bool)");
     const char* op = "allreduce";
     std::exception_ptr local;
+    DeviceBuffer<T> incoming;  // the device ring's receiving buffer (below)
     try {
       check_buffer(op, buffer, true, true);
+      // Had before the agreement: a rank that cannot get it rejects the call there, on every
+      // rank, instead of leaving the ring (its neighbours would wait for it for ever).
+      if (!core_->whole() && size() > 1 && !buffer.empty() &&
+          buffer.size_bytes() >= options().device_reduce_bytes) {
+        incoming = manager().allocate<T>(buffer.size() / static_cast<std::size_t>(size()) + 1);
+      }
     } catch (...) {
       local = std::current_exception();
     }
@@ -510,7 +517,6 @@ class Communicator {
     const std::size_t n = buffer.size();
     const auto start_of = [&](std::size_t i) { return i * (n / p) + std::min(i, n % p); };
     const auto length_of = [&](std::size_t i) { return n / p + (i < n % p ? 1 : 0); };
-    DeviceBuffer<T> incoming = manager().allocate<T>(n / p + 1);
     const clbuf::detail::Queue queue(manager().queue());
     const std::size_t r = static_cast<std::size_t>(rank());
     const int right = static_cast<int>((r + 1) % p);

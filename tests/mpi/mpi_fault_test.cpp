@@ -223,6 +223,41 @@ TEST_F(MpiFault, AllreduceKernelThatDoesNotBuildIsAnErrorAndChangesNothing) {
   EXPECT_EQ(sum, manager_->download(buffer));
 }
 
+// allreduce on the device needs a receiving buffer of its own. A rank that cannot get one (its
+// clCreateBuffer refused) rejects the call at the agreement, so that every rank throws (the others
+// "rank 0 rejected its arguments") instead of that rank leaving the ring while its neighbours wait
+// for it for ever (as before the fix). The buffers are unchanged; the next allreduce is exact.
+TEST_F(MpiFault, AllreduceThatCannotGetItsBufferOnOneRankIsAnErrorOnEveryRank) {
+  clbuf::BufferManager manager;  // a pool of its own, empty: the allocation asks the driver
+  clbuf::mpi::Options options;
+  options.device_reduce_bytes = 0;  // every reduction on the device
+  clbuf::mpi::Communicator comm(manager, MPI_COMM_WORLD, options);
+  std::vector<std::int32_t> mine(1000);
+  for (std::size_t i = 0; i < mine.size(); ++i) {
+    mine[i] = static_cast<std::int32_t>(i) * (comm.rank() + 1);
+  }
+  clbuf::DeviceBuffer<std::int32_t> buffer = manager.upload(mine);
+  manager.finish();
+  if (comm.rank() == 0) state().arm(clbuf_fault::CreateBuffer, 1, /*keep_failing=*/true);
+  try {
+    comm.allreduce(buffer);
+    ADD_FAILURE() << "allreduce did not throw on rank " << comm.rank();
+  } catch (const clbuf::Error& e) {
+    const std::string what = e.what();
+    EXPECT_NE(what.find(comm.rank() == 0 ? "clCreateBuffer" : "rank 0 rejected"), std::string::npos)
+        << what;
+  }
+  state().disarm();
+  EXPECT_EQ(mine, manager.download(buffer)) << "a failed allreduce changed the buffer";
+  comm.allreduce(buffer);
+  const int ranks = comm.size();
+  std::vector<std::int32_t> sum(mine.size());
+  for (std::size_t i = 0; i < sum.size(); ++i) {
+    sum[i] = static_cast<std::int32_t>(i) * ranks * (ranks + 1) / 2;
+  }
+  EXPECT_EQ(sum, manager.download(buffer));
+}
+
 // A staged receive whose third chunk's device write fails, refused by the driver or failing on
 // the device: the receiver gets a clbuf::Error naming the write; the rest of the message is still
 // received (and dropped), so the sender's blocking send completes instead of waiting forever; the
