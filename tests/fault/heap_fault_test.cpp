@@ -68,7 +68,7 @@ using Buffer = std::optional<clbuf::DeviceBuffer<std::uint32_t>>;
 
 /// Everything a trial uses, made before allocations are counted; run() calls every public
 /// function of the manager once, in steps, and counts the steps that complete.
-struct Trial {
+struct Trial : heap_fault::Steps {
   explicit Trial(std::uint32_t seed) {
     std::mt19937 rng(seed);
     a = clbuf_test::random_bytes<std::uint32_t>(rng, small);
@@ -195,23 +195,13 @@ struct Trial {
   std::optional<clbuf::BufferManager> m, second, third;
   Buffer b0, b1, b2, b3, b4, b5, b6, b7, b8, b9, b10, adopted;
   std::optional<clbuf::PinnedBuffer<std::uint32_t>> pinned, pinned_out;
-  std::vector<const char*> names;
   std::vector<std::function<void()>> steps, setups;  // setups: unarmed, before their step
-  std::size_t done = 0;                              // steps completed
 
   void add(const char* name, std::function<void()> step, std::function<void()> setup = {}) {
     names.push_back(name);
     steps.push_back(std::move(step));
     setups.push_back(std::move(setup));
   }
-  const char* step_name() const { return done < names.size() ? names[done] : "(completed)"; }
-  std::size_t step(const char* name) const {
-    return static_cast<std::size_t>(
-        std::find_if(names.begin(), names.end(),
-                     [&](const char* n) { return std::strcmp(n, name) == 0; }) -
-        names.begin());
-  }
-  bool completed(const char* name) const { return done > step(name); }
 
   /// The workload, armed: each step's calls (a step's set-up runs unarmed first).
   void run(MemoryModel model) {

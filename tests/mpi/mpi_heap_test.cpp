@@ -61,7 +61,7 @@ Data counting(std::size_t n, std::uint32_t from) {
 /// One trial: a BufferManager and a Communicator on this rank alone, every call of the
 /// workload once, in steps; what the completed steps received is checked afterwards. Its data
 /// and buffers are made before allocations are counted.
-struct Trial {
+struct Trial : heap_fault::Steps {
   explicit Trial(MemoryModel model) : cart(2, 3U, MPI_COMM_SELF) {
     options.memory = model;  // host: Path::zero_copy, unified: map, discrete: staged
     options.staging_threshold_bytes = 8192;
@@ -119,9 +119,7 @@ struct Trial {
   std::optional<clbuf::mpi::HaloExchange<std::uint32_t>> halo;
   Buffer out_small, in_small, out_big, in_big, in_big2, reduce_small, reduce_big, scattered,
       gathered, field;
-  std::vector<const char*> names;
   std::vector<std::function<void()>> steps;
-  std::size_t done = 0;  // steps completed
 
   void add(const char* name, std::function<void()> step) {
     names.push_back(name);
@@ -204,15 +202,6 @@ struct Trial {
     for (done = 0; done < steps.size(); ++done) steps[done]();
     heap_fault::armed = false;
   }
-
-  const char* step_name() const { return done < names.size() ? names[done] : "(completed)"; }
-  std::size_t step(const char* name) const {
-    return static_cast<std::size_t>(
-        std::find_if(names.begin(), names.end(),
-                     [&](const char* n) { return std::strcmp(n, name) == 0; }) -
-        names.begin());
-  }
-  bool completed(const char* name) const { return done > step(name); }
 
   /// Unarmed, after the run: what each completed step received is exact, the buffers no step
   /// writes are unchanged, and the Communicator still moves a message. Returns the first

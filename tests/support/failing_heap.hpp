@@ -9,12 +9,15 @@
 #ifndef CLBUF_TESTS_FAILING_HEAP_HPP
 #define CLBUF_TESTS_FAILING_HEAP_HPP
 
+#include <algorithm>
 #include <atomic>
 #include <cstddef>
 #include <cstdlib>
+#include <cstring>
 #include <exception>
 #include <new>
 #include <string>
+#include <vector>
 
 #include "heap_hook.hpp"
 
@@ -55,6 +58,21 @@ inline void reset(long n) {
   fired = 0;
   fail_at = n;
 }
+
+/// A sweep's workload as named steps, and how far a trial got through them.
+struct Steps {
+  std::vector<const char*> names;
+  std::size_t done = 0;  // steps completed
+
+  const char* step_name() const { return done < names.size() ? names[done] : "(completed)"; }
+  std::size_t step(const char* name) const {
+    return static_cast<std::size_t>(
+        std::find_if(names.begin(), names.end(),
+                     [&](const char* n) { return std::strcmp(n, name) == 0; }) -
+        names.begin());
+  }
+  bool completed(const char* name) const { return done > step(name); }
+};
 
 /// Runs `workload` (which arms the heap, or runs armed) and disarms the heap. Returns "" when it
 /// completed, or when it threw a clbuf::Error with CL_OUT_OF_HOST_MEMORY after an allocation
