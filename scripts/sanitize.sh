@@ -3,8 +3,10 @@
 # The sanitizer stage of CI (.ci/run calls it after the main test command); see README
 # "Reliability". Fails on any report. Which tests a stage runs is chosen by their CTest labels
 # (tests/CMakeLists.txt), never by names here. Stages, each timed:
-#   asan      ASan+UBSan (clang-14, leak detection on): ctest -L 'unit|fault|stress'
-#   tsan      TSan (clang-14), building only what the label needs: ctest -L tsan
+#   asan      ASan+UBSan (clang-14, leak detection on): labels unit, fault and stress
+#   tsan      TSan (clang-14), building only what the label needs: label tsan
+#             (both run the gtest cases up to 40 a process, scripts/run_label.py: one platform
+#             start a batch, not a case)
 #   valgrind  memcheck over label valgrind in the plain build, one process per test executable
 #             (scripts/run_label.py); then the Python module's pytest suite under memcheck
 #             where the plain build has the module
@@ -17,12 +19,14 @@
 #   coverage  line coverage of include/ (gcc, CLBUF_COVERAGE=ON, with the Python module, the
 #             benchmarks and MPI): every ctest label but those that build other projects
 #             (consumer, coexist, packaging, docs), then lcov; fails below coverage_min percent.
-#             Summary: ${CLBUF_SANITIZE_DIR}coverage/coverage.txt (and coverage.info)
+#             With CLBUF_COVERAGE_BUILD=DIR, a CLBUF_COVERAGE=ON build whose whole suite has just
+#             run (.ci/run's), it only counts that run. Summary: DIR/coverage.txt (and .info)
 # Usage: scripts/sanitize.sh [stage...]   (default: all). Environment:
 #   CLBUF_PLAIN_BUILD  the plain build folder (default: build; configured again here, so that it
 #                      sees oclgrind, and its labels' executables built)
 #   CLBUF_SANITIZE_DIR prefix of the sanitizer build folders (default: build-rel-)
 #   CLBUF_FUZZ_SECONDS seconds per fuzz target (default 10); JOBS (default: nproc)
+#   CLBUF_COVERAGE_BUILD  see the coverage stage
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$PWD
@@ -75,6 +79,11 @@ configure() {  # configure DIR FLAGS [CMAKE_ARG...]: a clang-14 build of the tes
 labelled() {  # labelled DIR LABEL [CTEST_ARG...]: the tests of one label; none at all fails
   ctest --test-dir "$1" -L "^$2\$" --no-tests=error --output-on-failure -j"$jobs" "${@:3}"
 }
+batched() {  # batched DIR LABEL: LABEL's gtest cases, up to 40 a process (scripts/run_label.py),
+  # balanced by the plain build's record of each case's time where it has one
+  python3 "$root/scripts/run_label.py" "$1" "$2" --jobs "$jobs" --timeout 1800 --batch 40 \
+    --costs "$plain/Testing/Temporary/CTestCostData.txt" --
+}
 
 asan() {
   local dir=${prefix}asan
@@ -93,8 +102,7 @@ asan() {
   ASAN_OPTIONS="fast_unwind_on_malloc=0:detect_leaks=1:abort_on_error=0:intercept_tls_get_addr=0:use_sigaltstack=0:log_path=$reports/asan" \
   LSAN_OPTIONS="suppressions=$root/scripts/lsan.supp:print_suppressions=0" \
   UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1:log_path=$reports/ubsan" \
-    ctest --test-dir "$dir" -L '^(unit|fault|stress)$' --no-tests=error --output-on-failure \
-      -j"$jobs" --timeout 600 || { no_reports; return 1; }
+    batched "$dir" '(unit|fault|stress)' || { no_reports; return 1; }
   no_reports
 }
 
@@ -103,7 +111,7 @@ tsan() {
   configure "$dir" "-O1 -g -fsanitize=thread" || return 1
   cmake --build "$dir" -j"$jobs" --target clbuf_tests_tsan || return 1
   TSAN_OPTIONS="halt_on_error=1:second_deadlock_stack=1:log_path=$reports/tsan" \
-    labelled "$dir" tsan || { no_reports; return 1; }
+    batched "$dir" tsan || { no_reports; return 1; }
   no_reports
 }
 
@@ -172,20 +180,24 @@ fuzz() {
 }
 
 coverage() {
-  local dir=${prefix}coverage lcov_args hit total
-  # The whole suite's packages (the Python module, MPI, the benchmarks' peers) as .ci/run's.
-  scripts/install-deps.sh --all || return 1
-  cmake -S . -B "$dir" -DCMAKE_BUILD_TYPE=Debug -DCMAKE_CXX_COMPILER=g++ \
-    -DCMAKE_CXX_FLAGS="${CXXFLAGS:-}" -DCLBUF_COVERAGE=ON -DCLBUF_BUILD_PYTHON=ON \
-    -DCLBUF_BUILD_BENCHMARKS=ON -DCLBUF_BUILD_MPI=ON > /dev/null || return 1
-  cmake --build "$dir" -j"$jobs" || return 1
-  # gcov is gcc's own (g++ above); Debian's lcov 1.16 prints "Subroutine ... redefined" noise.
+  local dir=${CLBUF_COVERAGE_BUILD:-${prefix}coverage} lcov_args hit total
+  # gcov is gcc's own (g++ below); Debian's lcov 1.16 prints "Subroutine ... redefined" noise.
   lcov_args=(--gcov-tool gcov --rc lcov_branch_coverage=0 --quiet)
-  lcov "${lcov_args[@]}" --zerocounters --directory "$dir" || return 1  # no earlier run's counts
-  # Every test that runs instrumented code; the labels left out build projects of their own,
-  # which carry no counters.
-  ctest --test-dir "$dir" -LE '^(consumer|coexist|packaging|docs)$' --no-tests=error \
-    --output-on-failure -j"$jobs" || return 1
+  if [ -z "${CLBUF_COVERAGE_BUILD:-}" ]; then
+    # The whole suite's packages (the Python module, MPI, the benchmarks' peers) as .ci/run's.
+    scripts/install-deps.sh --all || return 1
+    cmake -S . -B "$dir" -DCMAKE_CXX_COMPILER=g++ -DCMAKE_CXX_FLAGS="${CXXFLAGS:-}" \
+      -DCLBUF_COVERAGE=ON -DCLBUF_BUILD_PYTHON=ON -DCLBUF_BUILD_BENCHMARKS=ON \
+      -DCLBUF_BUILD_MPI=ON > /dev/null || return 1
+    cmake --build "$dir" -j"$jobs" || return 1
+    lcov "${lcov_args[@]}" --zerocounters --directory "$dir" || return 1  # no earlier counts
+    # Every test that runs instrumented code; the labels left out build projects of their own,
+    # which carry no counters.
+    ctest --test-dir "$dir" -LE '^(consumer|coexist|packaging|docs)$' --no-tests=error \
+      --output-on-failure -j"$jobs" || return 1
+  elif ! grep -q '^CLBUF_COVERAGE:BOOL=ON' "$dir/CMakeCache.txt"; then
+    note "coverage: CLBUF_COVERAGE_BUILD=$dir is not a CLBUF_COVERAGE=ON build"; return 1
+  fi
   lcov "${lcov_args[@]}" --capture --directory "$dir" --output-file "$dir/all.info" \
     2> "$dir/capture.log" || { cat "$dir/capture.log"; return 1; }
   grep -v '^Subroutine .* redefined at' "$dir/capture.log" >&2 || true
