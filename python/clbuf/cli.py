@@ -12,7 +12,6 @@ there is none.
 """
 import argparse
 import importlib.util
-import os
 import re
 import statistics
 import sys
@@ -114,12 +113,14 @@ def path_ranges(bm):
 
 
 def _mpi_line():
-    if hasattr(_clbuf, "_MpiCommunicator"):
-        mpi4py = "mpi4py imports" if importlib.util.find_spec("mpi4py") else (
-            "but mpi4py is not installed (pip install clbuf[mpi], Debian: python3-mpi4py)")
-        return f"clbuf.mpi: built with MPI, {mpi4py}"
-    return ("clbuf.mpi: not built (no MPI when this extension was built: install MPI's "
-            "development files, Debian: libopenmpi-dev, and mpi4py, then reinstall)")
+    from . import mpi
+
+    if not mpi.BUILT:
+        return ("clbuf.mpi: not built (no MPI was found when this extension was built); "
+                f"for it {mpi.HOW_TO_BUILD}")
+    if importlib.util.find_spec("mpi4py") is None:
+        return "clbuf.mpi: built with MPI, but mpi4py is not installed (pip install 'clbuf[mpi]')"
+    return "clbuf.mpi: built with MPI; mpi4py is installed"
 
 
 def info(args, out):
@@ -334,8 +335,8 @@ def write_csv(path, results):
     clbuf_time = {(r["op"], r["bytes"]): r["median_s"] for r in results if r["method"] == "clbuf"}
     with open(path, "w", newline="") as f:
         writer = csv.writer(f)
-        writer.writerow(["op", "bytes", "method", "repetitions", "median_us", "gigabytes_per_second",
-                         "clbuf_ratio"])
+        writer.writerow(["op", "bytes", "method", "repetitions", "median_us",
+                         "gigabytes_per_second", "clbuf_ratio"])
         for r in results:
             writer.writerow([r["op"], r["bytes"], r["method"], r["repetitions"],
                              f"{r['median_s'] * 1e6:.3f}", f"{_bandwidth(r):.6g}",
