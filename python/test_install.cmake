@@ -5,7 +5,8 @@
 # Installs the Python package as a user would, into a fresh folder, and runs python/tests on it
 # with CLBUF_EXPECT_INSTALLED=1 (tests/test_package.py then checks that clbuf was imported from
 # that folder, with its stubs, py.typed and metadata of the version; test_cli.py the command).
-#   cmake: cmake --install BUILD_DIR --component python --prefix WORK/prefix
+#   cmake: cmake --install BUILD_DIR --component python --prefix WORK/prefix; `pip show clbuf`
+#          must find its metadata there
 #   pip:   python3 -m venv --system-site-packages WORK/venv (numpy, pytest and mpi4py from the
 #          system), then WORK/venv/bin/python -m pip install -v --no-build-isolation --no-index
 #          SOURCE_DIR. With MPIEXEC (CMake found MPI), the build must say it built clbuf.mpi,
@@ -58,6 +59,22 @@ execute_process(
   WORKING_DIRECTORY "${WORK}" RESULT_VARIABLE result)
 if(NOT result EQUAL 0)
   message(FATAL_ERROR "pytest failed on the package installed by ${MODE} (${result})")
+endif()
+
+if(MODE STREQUAL "cmake")
+  # pip knows the package CMake installed: its .dist-info names it, its version and its files.
+  execute_process(
+    COMMAND "${CMAKE_COMMAND}" -E env ${environment} "${python}" -m pip show -f clbuf
+    WORKING_DIRECTORY "${WORK}" RESULT_VARIABLE result OUTPUT_VARIABLE shown)
+  file(STRINGS "${SOURCE_DIR}/include/clbuf/version.hpp" version_lines
+       REGEX "#define CLBUF_VERSION_(MAJOR|MINOR|PATCH) ")
+  string(REGEX REPLACE "[^;]*MAJOR ([0-9]+);[^;]*MINOR ([0-9]+);[^;]*PATCH ([0-9]+)" "\\1.\\2.\\3"
+         version "${version_lines}")
+  if(NOT result EQUAL 0 OR NOT shown MATCHES "Name: clbuf\nVersion: ${version}\n"
+     OR NOT shown MATCHES "Location: ${location}\n" OR NOT shown MATCHES "clbuf/_clbuf\\.")
+    message(FATAL_ERROR "pip show clbuf (${result}) does not show the installed package "
+                        "${version} at ${location}:\n${shown}")
+  endif()
 endif()
 
 if(MODE STREQUAL "pip" AND MPIEXEC)
