@@ -120,6 +120,7 @@ def mpi_build(environ=os.environ):
 
 
 def main():
+    """Builds the extension (with clbuf.mpi where mpi_build() finds MPI) and the package."""
     from pybind11.setup_helpers import ParallelCompile, Pybind11Extension, build_ext
     from setuptools import setup
 

@@ -22,7 +22,7 @@ import numpy as np
 import clbuf
 from clbuf import _clbuf
 
-__all__ = ["main", "parse_size", "format_size"]
+__all__ = ["main", "parse_size", "format_size", "format_time"]
 
 # What each path of the engine's rule (include/clbuf/detail/transfer_engine.hpp) does.
 PATHS = {
@@ -71,7 +71,8 @@ def _approximate(nbytes):
     return f"{nbytes} B"
 
 
-def _format_time(seconds):
+def format_time(seconds):
+    """``seconds`` in us, ms or s, as the tables print it: ``3.5 us``, ``43.79 ms``, ``1.018 s``."""
     if seconds < 1e-3:
         return f"{seconds * 1e6:.1f} us"
     if seconds < 1:
@@ -315,11 +316,11 @@ def _table(results, methods):
     keys = sorted({(r["op"], r["bytes"]) for r in results}, key=lambda k: (OPS.index(k[0]), k[1]))
     for op, nbytes in keys:
         ours = by_key[(op, nbytes, "clbuf")]
-        cells = [op, format_size(nbytes), str(ours["repetitions"]), _format_time(ours["median_s"]),
+        cells = [op, format_size(nbytes), str(ours["repetitions"]), format_time(ours["median_s"]),
                  f"{_bandwidth(ours):.2f}"]
         for peer in methods[1:]:
             theirs = by_key[(op, nbytes, peer)]
-            cells += [_format_time(theirs["median_s"]),
+            cells += [format_time(theirs["median_s"]),
                       f"{ours['median_s'] / theirs['median_s']:.2f}x"]
         lines.append(cells)
     widths = [max(len(line[i]) for line in lines) for i in range(len(header))]

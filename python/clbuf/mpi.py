@@ -177,18 +177,23 @@ else:
                     f"without MPI, as no MPI was found when it was built; for clbuf.mpi "
                     f"{HOW_TO_BUILD}", -59)
 
-    class Request:  # noqa: D101
-        pass
+    class Request:
+        """A clbuf.mpi request; this extension has no MPI, so none is ever made."""
 
-    class Persistent:  # noqa: D101
-        pass
+    class Persistent:
+        """A clbuf.mpi persistent request; this extension has no MPI, so none is ever made."""
 
-    class HaloExchange:  # noqa: D101
+    class HaloExchange:
+        """A clbuf.mpi halo exchange; this extension has no MPI: making one raises clbuf.Error
+        saying how to get an extension with it."""
+
         def __init__(self, comm, plan, *, dtype=None):
             _unbuilt("HaloExchange")
 
     def Communicator(bm, comm=None, **options):  # noqa: N802
+        """Raises clbuf.Error: this extension has no MPI; the message says how to get it."""
         _unbuilt("Communicator")
 
     def cartesian_faces(cartcomm, interior, halo, edges_and_corners=False, first_tag=0):
+        """Raises clbuf.Error: this extension has no MPI; the message says how to get it."""
         _unbuilt("cartesian_faces")
