@@ -12,6 +12,7 @@ there is none.
 """
 import argparse
 import importlib.util
+import os
 import re
 import statistics
 import sys
@@ -463,4 +464,8 @@ def main(argv=None):
     except (CommandError, clbuf.Error) as error:
         sys.stdout.flush()
         print(f"clbuf {args.command}: {error}", file=sys.stderr)
+        return 1
+    except BrokenPipeError:
+        # `clbuf info | head`: the reader left; nothing more to say, and no traceback at exit.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 1
