@@ -36,6 +36,7 @@ import pyopencl.array as cl_array
 if sys.path and os.path.abspath(sys.path[0]) == os.path.dirname(os.path.abspath(__file__)):
     del sys.path[0]
 import clbuf  # noqa: E402
+from clbuf.cli import format_time  # noqa: E402
 
 
 def pyopencl_context_for(device_info):
@@ -119,14 +120,6 @@ def measure(functions, make_args, check, repetitions, warmup):
             del result
             times[name].append(elapsed)
     return {name: statistics.median(values) for name, values in times.items()}, times
-
-
-def format_time(seconds):
-    if seconds < 1e-3:
-        return f"{seconds * 1e6:.1f} us"
-    if seconds < 1:
-        return f"{seconds * 1e3:.2f} ms"
-    return f"{seconds:.3f} s"
 
 
 def per_call(function, samples, calls=10, warmup=200):

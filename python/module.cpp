@@ -8,11 +8,16 @@
 //   host_memory.*  pinned numpy arrays (pinned_empty) and mappings (map)
 //   interop.*   pyopencl: int_ptr handles, from_pyopencl, adopt, to_pyopencl, events
 //   mpi.*       clbuf.mpi.Communicator over clbuf::mpi (built where MPI is found)
+//   paths.cpp   the transfer path of each size and the resolved options, for `clbuf info`
 // Every failure is a clbuf.Error (a RuntimeError) with `.code`, the OpenCL error code, and
 // nothing is changed. All OpenCL work, and every check of buffers, ranges and the manager's
 // state, is the library's (clbuf::BufferManager); this extension checks only what Python passes
 // in.
 #include "manager.hpp"
+
+namespace clbuf_python {
+void bind_paths(py::module_& m);  // paths.cpp
+}
 
 #ifdef CLBUF_PYTHON_MPI
 namespace clbuf_python {
@@ -50,6 +55,7 @@ PYBIND11_MODULE(_clbuf, m) {
   bind_futures(m);
   bind_host_memory(m);
   bind_manager(m);
+  bind_paths(m);
 #ifdef CLBUF_PYTHON_MPI
   bind_mpi(m);
 #endif

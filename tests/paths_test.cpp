@@ -375,4 +375,41 @@ TEST_P(LargeBouncePath, ThreadsSplittingAtOnceStayExact) {
 
 CLBUF_INSTANTIATE_MODELS(LargeBouncePath);
 
+// ManagerAccess::path, which `clbuf info` shows (python/paths.cpp), names the engine's route at
+// both sides of every threshold of the default options, for each memory model.
+class DefaultPaths : public clbuf_test::ModelTest {};
+
+TEST_P(DefaultPaths, ManagerAccessNamesTheRouteOnBothSidesOfEachThreshold) {
+  const clbuf::Options& options = paths().options();
+  const std::size_t buffered = options.buffered_upload_max_bytes;
+  const std::size_t staging = options.staging_threshold_bytes;
+  ASSERT_EQ(buffered, std::size_t{64} << 10);
+  ASSERT_EQ(staging, std::size_t{4} << 20);
+  ASSERT_EQ(options.bounce_max_bytes, staging);
+  const auto path = [this](std::size_t bytes, bool write) {
+    return std::string(clbuf::detail::ManagerAccess::path(paths(), bytes, write));
+  };
+  for (std::size_t bytes :
+       {std::size_t{1}, buffered, buffered + 1, staging - 1, staging, std::size_t{1} << 30}) {
+    SCOPED_TRACE(bytes);
+    switch (GetParam()) {
+      case MemoryModel::host:
+        EXPECT_EQ(path(bytes, true), "host_block");
+        EXPECT_EQ(path(bytes, false), "host_block");
+        break;
+      case MemoryModel::unified:
+        EXPECT_EQ(path(bytes, true), "queue");
+        EXPECT_EQ(path(bytes, false), "queue");
+        break;
+      default:
+        EXPECT_EQ(path(bytes, true), bytes >= staging   ? "staged"
+                                     : bytes > buffered ? "queue"
+                                                        : "buffered");
+        EXPECT_EQ(path(bytes, false), bytes >= staging ? "staged" : "bounced");
+    }
+  }
+}
+
+CLBUF_INSTANTIATE_MODELS(DefaultPaths);
+
 }  // namespace

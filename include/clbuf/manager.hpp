@@ -1014,6 +1014,32 @@ struct ManagerAccess {
     manager.engine_.read(operation, unpooled(buffer), offset, out, bytes, HostMemory::pageable);
   }
 
+  /// The path of the manager's blocking upload (`write`) or download of `bytes` of pageable host
+  /// memory to or from a buffer of its pool, as TransferEngine::route() chooses it: "host_block",
+  /// "staged", "buffered", "bounced" or "queue" (for `clbuf info`, python/paths.cpp).
+  static const char* path(const BufferManager& manager, std::size_t bytes, bool write) {
+    // route() asks only whether the memory is a host block: every buffer of a host-backed pool is.
+    static char block;
+    Allocation memory;
+    if (manager.device_.options().memory == MemoryModel::host) memory.host = &block;
+    using Path = TransferEngine::Path;
+    using Use = TransferEngine::Use;
+    switch (manager.engine_.route(memory, bytes, HostMemory::pageable,
+                                  write ? Use::blocking_write : Use::blocking_read)) {
+      case Path::host_block:
+        return "host_block";
+      case Path::staged:
+        return "staged";
+      case Path::buffered:
+        return "buffered";
+      case Path::bounced:
+        return "bounced";
+      case Path::queue:
+        return "queue";
+    }
+    return "unknown";
+  }
+
  private:
   /// `buffer` as memory outside the pool (no host block, no fences of other queues).
   static Allocation unpooled(cl_mem buffer) {

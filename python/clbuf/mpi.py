@@ -12,13 +12,25 @@ Point-to-point (send, recv, sendrecv, isend, irecv, send_init, recv_init), colle
 (HaloExchange with a plan of Neighbours, or cartesian_faces on an mpi4py Cartcomm).
 
 Needs mpi4py and an extension built with MPI (CMake or pip where MPI is found); otherwise
-Communicator() raises clbuf.Error.
+Communicator() raises clbuf.Error saying how to get it (``BUILT`` says which).
 """
 from . import Error
 from . import _clbuf
 
-__all__ = ["Box", "Communicator", "HaloExchange", "Neighbour", "Persistent", "Request",
+__all__ = ["BUILT", "Box", "Communicator", "HaloExchange", "Neighbour", "Persistent", "Request",
            "cartesian_faces", "PROC_NULL", "ANY_SOURCE", "ANY_TAG"]
+
+
+#: Whether this extension was built with MPI (clbuf.mpi works only then).
+BUILT = hasattr(_clbuf, "_MpiCommunicator")
+
+# How to get an extension with MPI, for the error of an extension without it and `clbuf info`.
+HOW_TO_BUILD = (
+    "install MPI's development files and mpi4py (Debian: apt install libopenmpi-dev "
+    "python3-mpi4py; or set MPICC to an MPI compiler wrapper; pip install 'clbuf[mpi]' adds "
+    "mpi4py), then reinstall clbuf: pip install --no-build-isolation --force-reinstall . "
+    "(pip install -v shows 'clbuf: building clbuf.mpi with MPI from ...'); CMake builds it "
+    "where it finds MPI (CLBUF_BUILD_MPI)")
 
 
 def _triple(value):
@@ -95,7 +107,7 @@ def _handle(operation, MPI, comm, what="comm"):  # noqa: N803
     return MPI._handleof(comm)
 
 
-if hasattr(_clbuf, "_MpiCommunicator"):
+if BUILT:
     Request = _clbuf._MpiRequest
     Persistent = _clbuf._MpiPersistent
     HaloExchange = _clbuf._MpiHaloExchange
@@ -162,21 +174,26 @@ else:
 
     def _unbuilt(name):
         raise Error(f"{name}: CL_INVALID_OPERATION (-59): this clbuf extension was built "
-                    "without MPI (CMake builds clbuf.mpi where it finds MPI, CLBUF_BUILD_MPI; pip "
-                    "builds without it)", -59)
+                    f"without MPI, as no MPI was found when it was built; for clbuf.mpi "
+                    f"{HOW_TO_BUILD}", -59)
 
-    class Request:  # noqa: D101
-        pass
+    class Request:
+        """A clbuf.mpi request; this extension has no MPI, so none is ever made."""
 
-    class Persistent:  # noqa: D101
-        pass
+    class Persistent:
+        """A clbuf.mpi persistent request; this extension has no MPI, so none is ever made."""
 
-    class HaloExchange:  # noqa: D101
+    class HaloExchange:
+        """A clbuf.mpi halo exchange; this extension has no MPI: making one raises clbuf.Error
+        saying how to get an extension with it."""
+
         def __init__(self, comm, plan, *, dtype=None):
             _unbuilt("HaloExchange")
 
     def Communicator(bm, comm=None, **options):  # noqa: N802
+        """Raises clbuf.Error: this extension has no MPI; the message says how to get it."""
         _unbuilt("Communicator")
 
     def cartesian_faces(cartcomm, interior, halo, edges_and_corners=False, first_tag=0):
+        """Raises clbuf.Error: this extension has no MPI; the message says how to get it."""
         _unbuilt("cartesian_faces")

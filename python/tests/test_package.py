@@ -3,9 +3,9 @@
 `clbuf._clbuf`, with the Python class Error, type stubs that match the extension, and py.typed.
 
 With CLBUF_EXPECT_INSTALLED=1 (set by the python.cmake_install and python.pip_install tests) the
-package must have been imported from CLBUF_EXPECT_LOCATION, and, installed by pip, its metadata
-must carry the version of include/clbuf/version.hpp (clbuf.__version__, which the extension
-reads from there)."""
+package must have been imported from CLBUF_EXPECT_LOCATION, and its metadata (pip's, or the
+.dist-info cmake --install writes) must carry the version of include/clbuf/version.hpp
+(clbuf.__version__, which the extension reads from there)."""
 import ast
 import importlib.metadata
 import os
@@ -82,7 +82,8 @@ def test_imported_from_the_installation():
     assert location in PACKAGE.parents, (PACKAGE, location)
     extension_file = pathlib.Path(extension.__file__).resolve()
     assert extension_file.parent == PACKAGE
-    if (location / "pyvenv.cfg").is_file():  # installed by pip into a venv
-        assert importlib.metadata.version("clbuf") == clbuf.__version__
-        files = {str(f) for f in importlib.metadata.files("clbuf")}
-        assert {"clbuf/__init__.py", "clbuf/_clbuf.pyi", "clbuf/py.typed"} <= files
+    # pip and cmake --install both install a .dist-info: the version and the files.
+    assert importlib.metadata.version("clbuf") == clbuf.__version__
+    files = {str(f) for f in importlib.metadata.files("clbuf")}
+    assert {"clbuf/__init__.py", "clbuf/_clbuf.pyi", "clbuf/py.typed", "clbuf/cli.py"} <= files
+    assert "mpi4py ; extra == 'mpi'" in importlib.metadata.requires("clbuf")  # setuptools' form

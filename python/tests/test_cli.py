@@ -1,0 +1,213 @@
+# SPDX-License-Identifier: MIT
+"""The clbuf command (python/clbuf/cli.py) as users run it, `python3 -m clbuf` in a child
+process, its output parsed. CTest runs these as python.cli_info, python.cli_bench and
+python.cli_plot (by the test names' prefixes); installed (python.*_install), the command
+`clbuf` the installation put in its bin/ is checked too."""
+import csv
+import os
+import pathlib
+import re
+import subprocess
+import sys
+
+import pytest
+
+import clbuf
+import clbuf._clbuf as extension
+from clbuf.cli import format_size, parse_size
+
+PATHS = {"host_block", "staged", "buffered", "bounced", "queue"}
+
+
+def clbuf_command(*args, cwd, env=None, stderr=subprocess.PIPE):
+    """`python3 -m clbuf ARGS` from `cwd` (so that only the installed package can be imported),
+    with `env` added to this environment."""
+    return subprocess.run([sys.executable, "-m", "clbuf", *args], cwd=cwd, text=True,
+                          stdout=subprocess.PIPE, stderr=stderr, timeout=300,
+                          env={**os.environ, **(env or {})})
+
+
+def expected_path(options, nbytes, direction):
+    """The path rule of include/clbuf/detail/transfer_engine.hpp, written out again here, for
+    pageable host memory and a buffer of the pool."""
+    memory = options["memory"]
+    if memory == "host":
+        return "host_block"
+    if memory == "discrete" and options["staging_threshold_bytes"] != options["never"] \
+            and nbytes >= options["staging_threshold_bytes"]:
+        return "staged"
+    if memory == "discrete":
+        if direction == "upload" and nbytes <= options["buffered_upload_max_bytes"]:
+            return "buffered"
+        if direction == "download" and nbytes <= options["bounce_max_bytes"]:
+            return "bounced"
+    return "queue"
+
+
+def test_info_names_every_device_the_picked_one_and_its_paths(bm, tmp_path):
+    done = clbuf_command("info", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    out = done.stdout
+    devices = clbuf.list_devices()
+    assert f"OpenCL devices ({len(devices)}):" in out
+    for device in devices:
+        assert f"  {device.platform_index}:{device.device_index}  {device.name} (" in out
+    picked = bm.device
+    assert (f"picked: {picked.platform_index}:{picked.device_index} {picked.name} "
+            f"({picked.type}, {picked.platform})") in out
+    assert re.search(rf"^  memory model: +{bm.memory_model} \(", out, re.M)
+    assert re.search(rf"^  global memory: +\S+ \S+ \({picked.global_mem_bytes} bytes\)", out, re.M)
+    assert re.search(rf"^  max allocation: +\S+ \S+ \({picked.max_alloc_bytes} bytes\)", out, re.M)
+    assert bm.explain_selection().splitlines()[0] in out
+
+    # The path table covers 1 B to the largest allocation without a gap; each row is the
+    # engine's rule at both its ends.
+    rows = re.findall(r"^    (\d[\d,]* \w+) - (\d[\d,]* \w+) +(\w+) +(\w+)$", out, re.M)
+    assert rows, out
+    sizes = [(parse_size(first.replace(",", "")), parse_size(last.replace(",", "")), up, down)
+             for first, last, up, down in rows]
+    assert sizes[0][0] == 1 and sizes[-1][1] == picked.max_alloc_bytes
+    options = extension._options(bm)
+    for (first, last, up, down), following in zip(sizes, sizes[1:] + [None]):
+        assert {up, down} <= PATHS
+        if following is not None:
+            assert following[0] == last + 1
+        for nbytes in (first, last):
+            assert up == expected_path(options, nbytes, "upload") == \
+                extension._transfer_path(bm, nbytes, "upload")
+            assert down == expected_path(options, nbytes, "download") == \
+                extension._transfer_path(bm, nbytes, "download")
+        for path in (up, down):
+            assert re.search(rf"^    {path}: \S", out, re.M)
+    if bm.memory_model == "host":
+        assert [row[2:] for row in sizes] == [("host_block", "host_block")]
+
+
+def test_info_honours_clbuf_device(bm, tmp_path):
+    device = bm.device
+    selector = f"{device.platform_index}:{device.device_index}"
+    done = clbuf_command("info", cwd=tmp_path, env={"CLBUF_DEVICE": selector})
+    assert done.returncode == 0, done.stderr
+    assert f'"{selector}" (from CLBUF_DEVICE)' in done.stdout
+    assert f"picked: {selector} {device.name} (" in done.stdout
+
+    done = clbuf_command("info", cwd=tmp_path, env={"CLBUF_DEVICE": "no such device, really"})
+    assert done.returncode == 1
+    assert "nothing picked" in done.stdout
+    assert done.stderr.startswith("clbuf info: no device to use: BufferManager: "
+                                  "CL_DEVICE_NOT_FOUND (-1): ")
+
+
+def test_info_without_a_device_fails_saying_how_to_get_one(tmp_path):
+    # No ICD at all (an empty vendor folder), and PoCL told to offer no device, as the C++
+    # no_device_test does.
+    (tmp_path / "vendors").mkdir()
+    done = clbuf_command("info", cwd=tmp_path,
+                         env={"OCL_ICD_VENDORS": str(tmp_path / "vendors"),
+                              "POCL_DEVICES": "bogus"})
+    assert done.returncode == 1, done.stdout
+    assert done.stderr == ("clbuf info: no OpenCL device: install an OpenCL driver (Debian: "
+                           "pocl-opencl-icd for the CPU) and check with clinfo -l\n")
+    assert "0 device(s)" in done.stdout
+    done = clbuf_command("bench", cwd=tmp_path,
+                         env={"OCL_ICD_VENDORS": str(tmp_path / "vendors"),
+                              "POCL_DEVICES": "bogus"})
+    assert done.returncode == 1 and done.stderr.startswith("clbuf bench: no OpenCL device: ")
+
+
+def _pyopencl_methods():
+    try:
+        import pyopencl  # noqa: F401
+    except ImportError:
+        return []
+    return ["pyopencl Buffer", "pyopencl Array"]
+
+
+def test_bench_table_and_csv(bm, tmp_path):
+    done = clbuf_command("bench", "--sizes", "4,1M", "--repeat", "3", "--csv", "out.csv",
+                         cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert done.stderr == ""  # no progress bar where stderr is not a terminal
+    methods = ["clbuf", *_pyopencl_methods()]
+    with open(tmp_path / "out.csv", newline="") as f:
+        rows = list(csv.DictReader(f))
+    assert {(r["op"], int(r["bytes"]), r["method"]) for r in rows} == {
+        (op, nbytes, method) for op in ("upload", "download", "round_trip")
+        for nbytes in (4, 1 << 20) for method in methods}
+    assert len(rows) == 6 * len(methods)
+    clbuf_us = {(r["op"], r["bytes"]): float(r["median_us"]) for r in rows
+                if r["method"] == "clbuf"}
+    for r in rows:
+        median_us, nbytes = float(r["median_us"]), int(r["bytes"])
+        assert int(r["repetitions"]) == 3 and median_us > 0
+        moved = nbytes * (2 if r["op"] == "round_trip" else 1)
+        assert float(r["gigabytes_per_second"]) == pytest.approx(moved / median_us / 1e3,
+                                                                 rel=1e-3)
+        assert float(r["clbuf_ratio"]) == pytest.approx(
+            clbuf_us[(r["op"], r["bytes"])] / median_us, rel=1e-3)
+
+    lines = done.stdout.splitlines()
+    assert lines[0].startswith(f"device: {bm.device.name} (")
+    header = next(line for line in lines if line.startswith("op "))
+    assert header.split() == ["op", "size", "reps", "clbuf", "GB/s",
+                              *[w for m in methods[1:] for w in (*m.split(), "ratio")]]
+    for r in rows:
+        if r["method"] == "clbuf":
+            continue
+        row = next(line for line in lines
+                   if line.startswith(f"{r['op']} ")
+                   and f" {format_size(int(r['bytes']))} " in line)
+        ratios = re.findall(r"(\d+\.\d\d)x", row)
+        shown = float(ratios[methods.index(r["method"]) - 1])
+        assert shown == pytest.approx(float(r["clbuf_ratio"]), abs=0.0051)
+    assert lines[-1] == "csv: out.csv"
+
+
+def test_bench_rejects_a_size_it_cannot_read(tmp_path):
+    done = clbuf_command("bench", "--sizes", "4,lots", cwd=tmp_path)
+    assert done.returncode == 1
+    assert done.stderr.startswith("clbuf bench: --sizes: 'lots' is not a size")
+
+
+def test_plot_is_a_png_and_a_terminal_sees_progress(bm, tmp_path):
+    pytest.importorskip("matplotlib")
+    import pty
+
+    controller, terminal = pty.openpty()
+    try:
+        done = clbuf_command("bench", "--sizes", "4,1K", "--ops", "round_trip", "--repeat", "2",
+                             "--plot", "bandwidth.png", cwd=tmp_path, stderr=terminal)
+        os.close(terminal)
+        terminal = None
+        shown = b""
+        while True:
+            try:
+                chunk = os.read(controller, 4096)
+            except OSError:  # the terminal is closed and drained
+                break
+            if not chunk:
+                break
+            shown += chunk
+    finally:
+        if terminal is not None:
+            os.close(terminal)
+        os.close(controller)
+    assert done.returncode == 0, shown
+    assert b"\r[" in shown and b"] 2/2 round_trip 1 KiB" in shown
+    png = (tmp_path / "bandwidth.png").read_bytes()
+    assert png[:8] == b"\x89PNG\r\n\x1a\n" and png[12:16] == b"IHDR"
+    assert done.stdout.splitlines()[-1] == "plot: bandwidth.png"
+
+
+@pytest.mark.skipif(os.environ.get("CLBUF_EXPECT_INSTALLED") != "1",
+                    reason="the installed command is checked in python.*_install")
+def test_installed_command(tmp_path):
+    # pip's console script, or the script cmake --install writes: either is in the RECORD.
+    import importlib.metadata
+
+    scripts = [f for f in importlib.metadata.files("clbuf") if f.parts[-2:] == ("bin", "clbuf")]
+    assert len(scripts) == 1, importlib.metadata.files("clbuf")
+    script = pathlib.Path(scripts[0].locate()).resolve()
+    done = subprocess.run([str(script), "--version"], cwd=tmp_path, text=True,
+                          stdout=subprocess.PIPE, timeout=60)
+    assert done.returncode == 0 and done.stdout == f"clbuf {clbuf.__version__}\n"
