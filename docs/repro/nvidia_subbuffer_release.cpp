@@ -6,12 +6,13 @@
 // alarm); the child's exit status or signal is printed.
 //
 //   g++ -O2 -std=c++17 docs/repro/nvidia_subbuffer_release.cpp -lOpenCL -pthread -o release
-//   ./release [VARIANTS]      (letters; default: all)
+//   ./release [VARIANTS [mib]]      (letters; default: all)
 //
 // Unless a variant says otherwise: a 32 MiB buffer written from the host; five sub-buffers of it
 // (CL_MEM_READ_WRITE) at 0, 4096, 12288, 27 MiB and 28672 bytes, 1 to 16 MiB long, all
-// overlapping; each used (a blocking read of its first MiB, checked) while all are alive; then
-// released, then the parent. The variants of the first file (questions of issue 38's brief):
+// overlapping; each used (a blocking read of all its bytes, checked; with `mib`, of its first
+// MiB only) while all are alive; then released, then the parent. The variants of the first file
+// (questions of issue 38's brief):
 //   G  baseline: released in creation order
 //   H  each released right after its own use (clFinish first): one used one alive at a time
 //   R  released in reverse creation order
@@ -40,6 +41,9 @@
 //      blocking read or a kernel (at random), released in reverse creation order (as its
 //      wrappers are destroyed), ten rounds
 //   q  as Q, released in creation order
+//   V  as R, the oldest read again after all the others (use order is not creation order)
+//   D  three sub-buffers: 0 and 2 overlap (0, 8 MiB and 4096, 8 MiB), 1 is disjoint from both
+//      (16 MiB, 8 MiB); released 1 2 0 (1 before the newer 2, which does not overlap it)
 #define CL_TARGET_OPENCL_VERSION 120
 #include <CL/cl.h>
 #include <sys/wait.h>
@@ -115,11 +119,13 @@ cl_mem make_sub(cl_mem parent, std::size_t offset, std::size_t bytes, cl_mem_fla
   return sub;
 }
 
-// Reads the first min(bytes, 1 MiB) of `sub` (by a kernel when `kernel`) and compares them with
-// `expected`; returns 1 on a mismatch.
+bool first_mib_only = false;  // argument "mib": each use reads only the first MiB
+
+// Reads `sub` (all of it, or its first MiB) by a blocking read or a kernel and compares the bytes
+// with `expected`; returns 1 on a mismatch.
 int read_and_check(const Env& env, cl_mem sub, std::size_t bytes, const char* expected,
                    bool kernel) {
-  const std::size_t n = std::min<std::size_t>(bytes, 1 << 20);
+  const std::size_t n = first_mib_only ? std::min<std::size_t>(bytes, 1 << 20) : bytes;
   std::vector<char> got(n);
   if (kernel) {
     cl_mem out = make_buffer(env, n);
@@ -171,6 +177,10 @@ void five(const Env& env, char v, unsigned salt) {
     layout.offsets = {0, 4096};
     layout.sizes = {8 * mib, 8 * mib};
   }
+  if (v == 'D') {
+    layout.offsets = {0, 16 * mib, 4096};
+    layout.sizes = {8 * mib, 8 * mib, 8 * mib};
+  }
   if (v == 'Z') {
     layout.offsets.assign(5, 0);
     layout.sizes = {mib, 2 * mib, 3 * mib, 4 * mib, 5 * mib};
@@ -196,9 +206,11 @@ void five(const Env& env, char v, unsigned salt) {
       subs[i] = nullptr;
     }
   }
+  if (v == 'V') bad += read_and_check(env, subs[0], layout.sizes[0], host.data(), false);
   std::vector<int> release_order;
   for (int i = 0; i < n; ++i) release_order.push_back(i);
-  if (v == 'R' || v == 'W' || v == 'O' || v == 'J' || v == 'm') {
+  if (v == 'D') release_order = {1, 2, 0};
+  if (v == 'V' || v == 'W' || v == 'O' || v == 'J' || v == 'm') {
     std::reverse(release_order.begin(), release_order.end());
   }
   if (v == 'U') release_order = {3, 1, 4, 0, 2};
@@ -331,8 +343,9 @@ void variant(char v, unsigned salt) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  const std::string all = "GHRPFSKNWOULIJMmTZYXQq";
+  const std::string all = "GHRPFSKNWOULIJMmTZYXQqVD";
   const std::string chosen = argc > 1 ? argv[1] : all;
+  first_mib_only = argc > 2 && std::string(argv[2]) == "mib";
   for (char v : chosen) {
     for (unsigned rep = 0; rep < 3; ++rep) {
       std::fflush(stdout);

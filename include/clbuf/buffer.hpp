@@ -92,8 +92,10 @@ class DeviceBuffer {
     if (!native_view_) return memory_.buffer;
     // A view of an adopted sub-buffer: a sub-buffer of the parent, with the adopted one's flags.
     const bool of_sub_buffer = root_() != nullptr && root_() != memory_.buffer();
-    return of_sub_buffer ? native_view_->get(root_(), root_offset_, size_bytes(), access_)
-                         : native_view_->get(memory_.buffer(), memory_.offset, size_bytes(), 0);
+    return of_sub_buffer
+               ? native_view_->get(memory_.buffer, root_(), root_offset_, size_bytes(), access_)
+               : native_view_->get(memory_.buffer, memory_.buffer(), memory_.offset, size_bytes(),
+                                   0);
   }
   /// The OpenCL buffer this buffer's bytes live in: native() for a buffer, the root's (or an
   /// adopted sub-buffer's) for a view. Element 0 is at native_offset_bytes() in it.
