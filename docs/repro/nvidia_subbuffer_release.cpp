@@ -44,6 +44,12 @@
 //   V  as R, the oldest read again after all the others (use order is not creation order)
 //   D  three sub-buffers: 0 and 2 overlap (0, 8 MiB and 4096, 8 MiB), 1 is disjoint from both
 //      (16 MiB, 8 MiB); released 1 2 0 (1 before the newer 2, which does not overlap it)
+//
+// Measured on an H100 (driver 580.159.04, 2026-12-06, with `mib`: each use read the first MiB
+// only; bench/results/h100/2026-12-06-issue38/before/): q SIGSEGV 3 of 3, Q exit 0 3 of 3 (30
+// rounds); every other variant exit 0, also G: reading only the first MiB of the five
+// sub-buffers does not reach the crash (reading all of them does: A and G of the companion).
+// The runs reading whole sub-buffers (the default) are prepared in run_after.sh there.
 #define CL_TARGET_OPENCL_VERSION 120
 #include <CL/cl.h>
 #include <sys/wait.h>
