@@ -21,12 +21,23 @@ int main() try {
   bool ok = manager.download(buffer)[5] == -5.0f;
 
   // 2. A view of elements [1023, 2047), at any offset, usable like any buffer. For a kernel,
-  //    native_root() and native_offset_bytes() / sizeof(float) reach it with no sub-buffer.
+  //    native_root() and native_offset_bytes() / sizeof(float) reach it with no sub-buffer;
+  //    set_view_args() sets both as a kernel's arguments (a buffer and a ulong offset).
   auto middle = manager.view(buffer, 1023, 1024);
   manager.fill(middle, 0.5f);
   ok = ok && manager.download(buffer)[1023] == 0.5f && manager.download(buffer)[2047] == 2047.0f;
   ok = ok && middle.native_root()() == buffer.native()() &&
        middle.native_offset_bytes() == 1023 * sizeof(float);
+  cl::Program program(manager.context(),
+                      "__kernel void twice(__global float* v, ulong at) {"
+                      " v[at + get_global_id(0)] *= 2; }");
+  program.build();
+  cl::Kernel twice(program, "twice");
+  clbuf::set_view_args(twice, 0, middle);
+  manager.queue().enqueueNDRangeKernel(twice, cl::NullRange, cl::NDRange(middle.size()));
+  const std::vector<float> after = manager.download(buffer);
+  ok = ok && after[1022] == 1022.0f && after[1023] == 1.0f && after[2046] == 1.0f &&
+       after[2047] == 2047.0f;
 
   // 3. Raw handles: hand the buffer to OpenCL code, then adopt it back.
   cl::Buffer raw = manager.allocate<float>(256).release();  // yours now; never pooled again

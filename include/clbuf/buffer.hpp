@@ -81,19 +81,24 @@ class DeviceBuffer {
   /// The underlying OpenCL buffer, for kernels; a null buffer when empty(). Pooled memory may
   /// be larger than size_bytes(). Work you enqueue on it on a queue of your own must be finished
   /// before the DeviceBuffer is destroyed: its memory goes back to the pool for reuse.
-  /// For a view, a sub-buffer of exactly its bytes, made on the first call (clCreateSubBuffer)
-  /// and released with the view; clbuf's own operations never use it. NVIDIA's driver (580)
-  /// crashes in clReleaseMemObject when overlapping sub-buffers that were used while alive
-  /// together are released: for overlapping views, pass native_root() and
-  /// native_offset_bytes() to your kernels instead (README "Views").
+  /// For a view, a sub-buffer of exactly its bytes, made on the first call (clCreateSubBuffer);
+  /// clbuf's own operations never use it. It is released with the view, except on NVIDIA, whose
+  /// driver (580) crashes releasing overlapping sub-buffers oldest first: there clbuf keeps it
+  /// until no newer overlapping sub-buffer of the same buffer is left (README "Views"). A copy
+  /// you keep past the view is yours to release. set_view_args() passes a view to a kernel
+  /// with no sub-buffer.
   /// @throws Error CL_MISALIGNED_SUB_BUFFER_OFFSET for a view whose offset is not a multiple of
-  ///         the device's CL_DEVICE_MEM_BASE_ADDR_ALIGN (views themselves take any offset).
+  ///         the device's CL_DEVICE_MEM_BASE_ADDR_ALIGN (views themselves take any offset);
+  ///         CL_INVALID_OPERATION under CLBUF_SUB_BUFFER_RULE=refuse while an overlapping
+  ///         view's sub-buffer is alive.
   const cl::Buffer& native() const {
     if (!native_view_) return memory_.buffer;
     // A view of an adopted sub-buffer: a sub-buffer of the parent, with the adopted one's flags.
     const bool of_sub_buffer = root_() != nullptr && root_() != memory_.buffer();
-    return of_sub_buffer ? native_view_->get(root_(), root_offset_, size_bytes(), access_)
-                         : native_view_->get(memory_.buffer(), memory_.offset, size_bytes(), 0);
+    return of_sub_buffer
+               ? native_view_->get(memory_.buffer, root_(), root_offset_, size_bytes(), access_)
+               : native_view_->get(memory_.buffer, memory_.buffer(), memory_.offset, size_bytes(),
+                                   0);
   }
   /// The OpenCL buffer this buffer's bytes live in: native() for a buffer, the root's (or an
   /// adopted sub-buffer's) for a view. Element 0 is at native_offset_bytes() in it.

@@ -14,6 +14,7 @@
 #include <clbuf/device.hpp>
 #include <clbuf/error.hpp>
 #include <clbuf/future.hpp>
+#include <clbuf/kernel.hpp>
 #include <clbuf/manager.hpp>
 #include <clbuf/options.hpp>
 #include <clbuf/pinned.hpp>

@@ -601,7 +601,8 @@ class BufferManager {
     detail::check_range(op, "view", count, offset, parent.size(), sizeof(T));
     if (count == 0)
       return DeviceBuffer<T>(detail::Allocation(), nullptr, device_.context(), 0, {0});
-    auto native = std::make_shared<detail::NativeView>(device_.base_align_bytes());
+    auto native =
+        std::make_shared<detail::NativeView>(device_.base_align_bytes(), device_.sub_buffer_rule());
     const std::shared_ptr<detail::Lease>& lease = parent.share_memory();
     detail::Allocation memory = parent.memory_;  // the same buffer, retained
     memory.offset += offset * sizeof(T);

@@ -67,6 +67,47 @@ def test_to_pyopencl_arrays_compute_on_clbuf_memory(shared):
     np.testing.assert_array_equal(arr.get(), data * 3)
 
 
+COPY_AT = """
+__kernel void copy_at(__global const uint* in, const unsigned long offset, __global uint* out) {
+  out[get_global_id(0)] = in[offset + get_global_id(0)];
+}
+"""
+
+
+def test_overlapping_views_reach_pyopencl_kernels_with_no_sub_buffer(shared):
+    """The conformance suite's overlapping sub-buffer pattern from Python (issue 38): 16
+    overlapping views, each to a kernel by int_ptr + native_offset_bytes or to_pyopencl(), then
+    dropped oldest first, three rounds. A view hands out its root's cl_mem, never a sub-buffer,
+    so NVIDIA's crash releasing overlapping sub-buffers cannot be reached from Python."""
+    context, queue, bm = shared
+    rng = np.random.default_rng(38)
+    data = rng.integers(0, 2**32, 1 << 14, dtype=np.uint32)
+    buf = bm.upload_to_device(data)
+    program = cl.Program(context, COPY_AT).build()
+    out = cl.Buffer(context, cl.mem_flags.READ_WRITE, data.nbytes)
+    for _ in range(3):
+        views = []
+        for i in range(16):
+            start = int(rng.integers(0, len(data) - 1))
+            stop = int(rng.integers(start + 1, len(data) + 1))
+            view = buf[start:stop]
+            views.append(view)
+            assert view.int_ptr == buf.int_ptr and view.native_offset_bytes == start * 4
+            mem = cl.Buffer.from_int_ptr(view.int_ptr, retain=True)
+            assert mem.get_info(cl.mem_info.ASSOCIATED_MEMOBJECT) is None  # not a sub-buffer
+            if i % 2:
+                arr = view.to_pyopencl()
+                assert arr.base_data.int_ptr == buf.int_ptr and arr.offset == start * 4
+                mem = arr.base_data
+            program.copy_at(queue, (stop - start,), None, mem, np.uint64(start), out)
+            got = np.empty(stop - start, np.uint32)
+            cl.enqueue_copy(queue, got, out)
+            np.testing.assert_array_equal(got, data[start:stop])
+        while views:
+            del views[0]  # oldest first: the order that crashed NVIDIA's driver with sub-buffers
+    np.testing.assert_array_equal(bm.download_from_device(buf), data)
+
+
 def test_adopt_pyopencl_buffers_and_arrays(shared):
     context, queue, bm = shared
     data = np.random.default_rng(2).integers(0, 1000, 50).astype(np.int64)

@@ -94,9 +94,9 @@
 // OpenCL memory objects that clbuf does not allocate from its pool: an application's buffer
 // being adopted (what OpenCL says about it), and the sub-buffer a view hands out from native().
 // clbuf's own commands never address a sub-buffer of its making: a view is its root buffer plus
-// a byte offset (Allocation::offset). NVIDIA's driver crashes in clReleaseMemObject when
-// overlapping sub-buffers that were used while alive together are released (docs/testing.md),
-// and sub-buffers must start at CL_DEVICE_MEM_BASE_ADDR_ALIGN; views have neither limit.
+// a byte offset (Allocation::offset). Sub-buffers must start at CL_DEVICE_MEM_BASE_ADDR_ALIGN,
+// and NVIDIA's driver crashes releasing overlapping ones in the wrong order
+// (detail/sub_buffers.hpp); views have neither limit.
 #ifndef CLBUF_DETAIL_MEMORY_OBJECT_HPP
 #define CLBUF_DETAIL_MEMORY_OBJECT_HPP
 
@@ -997,9 +997,168 @@ struct Lease {
 
 #endif  // CLBUF_DETAIL_POOL_HPP
 // ---- end of clbuf/detail/pool.hpp
+// ---- clbuf/detail/sub_buffers.hpp
+// The sub-buffers clbuf makes for native() of views, and the order they are released in.
+// NVIDIA's driver (580, H100 and H200) crashes in clReleaseMemObject when a sub-buffer is
+// released while a newer sub-buffer that overlaps it, used while both were alive, is still
+// there; releasing overlapping sub-buffers newest first survives, as the OpenCL conformance
+// suite's own sub-buffer test does (docs/repro/nvidia_subbuffer_release.cpp,
+// bench/results/h100/2026-12-06-issue38/). So on NVIDIA clbuf keeps a reference to each sub-buffer
+// it makes and releases it only once no newer overlapping one of the same buffer is left.
+#ifndef CLBUF_DETAIL_SUB_BUFFERS_HPP
+#define CLBUF_DETAIL_SUB_BUFFERS_HPP
 
 #include <cstddef>
+#include <cstdint>
+#include <cstdlib>
 #include <mutex>
+#include <new>
+#include <string>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+namespace clbuf {
+namespace detail {
+
+/// How native() of a view makes and releases its sub-buffer.
+enum class SubBufferRule {
+  with_view,  ///< released with the view (every driver but NVIDIA's)
+  ordered,    ///< kept by clbuf, released newest first among overlapping ones (NVIDIA)
+  refuse      ///< refused while an overlapping one is alive (CLBUF_SUB_BUFFER_RULE=refuse)
+};
+
+/// The rule for a device of platform `platform` (CL_PLATFORM_NAME): `ordered` on NVIDIA's, else
+/// `with_view`; CLBUF_SUB_BUFFER_RULE (`ordered`, `refuse` or `with_view`) overrides it, so
+/// that tests prove each rule on any driver.
+inline SubBufferRule sub_buffer_rule(const std::string& platform) {
+  const char* forced = std::getenv("CLBUF_SUB_BUFFER_RULE");
+  const std::string rule = forced != nullptr ? forced : "";
+  if (rule == "ordered") return SubBufferRule::ordered;
+  if (rule == "refuse") return SubBufferRule::refuse;
+  if (rule == "with_view") return SubBufferRule::with_view;
+  return platform.find("NVIDIA") != std::string::npos ? SubBufferRule::ordered
+                                                      : SubBufferRule::with_view;
+}
+
+/// Every sub-buffer made for native() under `ordered` or `refuse`, per parent buffer, in
+/// creation order. Process-wide: views of one buffer may come from several managers of one
+/// context. Never destroyed: nothing is released at process exit.
+class NativeSubBuffers {
+ public:
+  static NativeSubBuffers& instance() {
+    static NativeSubBuffers* const registry = new NativeSubBuffers();
+    return *registry;
+  }
+
+  /// The sub-buffer of bytes [offset, offset + bytes) of `parent` with `flags`, and its ticket
+  /// for drop() (0 under `with_view`: nothing recorded). Recorded sub-buffers keep a reference
+  /// of clbuf's, and one to `owner` (the buffer the view addresses: an adopted sub-buffer
+  /// outlives the sub-buffers made of its parent for it). Creation and record are one step, so
+  /// the record's order is the driver's. Wraps clCreateSubBuffer.
+  /// @throws Error under `refuse`, before OpenCL is called, while a recorded sub-buffer of
+  ///         `parent` overlaps the bytes; else the driver's code.
+  std::pair<cl::Buffer, std::uint64_t> make(SubBufferRule rule, const cl::Buffer& owner,
+                                            cl_mem parent, std::size_t offset, std::size_t bytes,
+                                            cl_mem_flags flags) try {
+    if (rule == SubBufferRule::with_view) return {create(parent, offset, bytes, flags), 0};
+    std::lock_guard<std::mutex> lock(mutex_);
+    std::vector<Entry>& list = parents_[parent];
+    if (rule == SubBufferRule::refuse) refuse_overlap(list, offset, bytes);
+    list.reserve(list.size() + 1);  // the record cannot fail once the sub-buffer is made
+    cl::Buffer made = create(parent, offset, bytes, flags);
+    list.push_back(Entry{made, owner, offset, offset + bytes, ++last_ticket_, true});
+    return {std::move(made), last_ticket_};
+  } catch (...) {
+    forget_if_empty(parent);
+    throw;
+  }
+
+  /// The view holding `ticket` is gone: releases, newest first, every recorded sub-buffer of
+  /// `parent` whose view is gone and that no newer recorded sub-buffer overlaps.
+  void drop(cl_mem parent, std::uint64_t ticket) noexcept {
+    std::lock_guard<std::mutex> lock(mutex_);
+    const auto found = parents_.find(parent);
+    if (found == parents_.end()) return;
+    std::vector<Entry>& list = found->second;
+    for (Entry& entry : list) {
+      if (entry.ticket == ticket) entry.in_use = false;
+    }
+    for (std::size_t i = list.size(); i-- > 0;) {
+      if (list[i].in_use || overlapped_by_newer(list, i)) continue;
+      list[i].buffer = cl::Buffer();  // the release, under the lock: in this order on every thread
+      list[i].owner = cl::Buffer();
+      list.erase(list.begin() + static_cast<std::ptrdiff_t>(i));
+    }
+    if (list.empty()) parents_.erase(found);
+  }
+
+ private:
+  struct Entry {
+    cl::Buffer buffer;  // clbuf's reference to the sub-buffer
+    cl::Buffer owner;
+    std::size_t begin = 0;
+    std::size_t end = 0;
+    std::uint64_t ticket = 0;
+    bool in_use = true;  // its view is alive
+  };
+
+  NativeSubBuffers() = default;
+
+  static cl::Buffer create(cl_mem parent, std::size_t offset, std::size_t bytes,
+                           cl_mem_flags flags) {
+    const cl_buffer_region area = {offset, bytes};
+    cl_int err = CL_SUCCESS;
+    cl::Buffer made(
+        CLBUF_CL(clCreateSubBuffer)(parent, flags, CL_BUFFER_CREATE_TYPE_REGION, &area, &err),
+        false);
+    check(err, "native", "clCreateSubBuffer");
+    return made;
+  }
+
+  static bool overlapped_by_newer(const std::vector<Entry>& list, std::size_t i) noexcept {
+    for (std::size_t j = i + 1; j < list.size(); ++j) {
+      if (list[j].begin < list[i].end && list[i].begin < list[j].end) return true;
+    }
+    return false;
+  }
+
+  static void refuse_overlap(const std::vector<Entry>& list, std::size_t offset,
+                             std::size_t bytes) {
+    for (const Entry& entry : list) {
+      if (entry.begin < offset + bytes && offset < entry.end) {
+        fail("native", CL_INVALID_OPERATION,
+             "the view's bytes [" + std::to_string(offset) + ", " + std::to_string(offset + bytes) +
+                 ") of its buffer overlap another view's " + "sub-buffer [" +
+                 std::to_string(entry.begin) + ", " + std::to_string(entry.end) +
+                 "), still alive, and NVIDIA's driver crashes releasing overlapping sub-buffers "
+                 "that were used while alive together; pass native_root() and the element "
+                 "offset to your kernel instead (clbuf::set_view_args)");
+      }
+    }
+  }
+
+  void forget_if_empty(cl_mem parent) noexcept {
+    std::lock_guard<std::mutex> lock(mutex_);
+    const auto found = parents_.find(parent);
+    if (found != parents_.end() && found->second.empty()) parents_.erase(found);
+  }
+
+  std::mutex mutex_;
+  std::unordered_map<cl_mem, std::vector<Entry>> parents_;
+  std::uint64_t last_ticket_ = 0;
+};
+
+}  // namespace detail
+}  // namespace clbuf
+
+#endif  // CLBUF_DETAIL_SUB_BUFFERS_HPP
+// ---- end of clbuf/detail/sub_buffers.hpp
+
+#include <cstddef>
+#include <cstdint>
+#include <mutex>
+#include <new>
 #include <string>
 
 namespace clbuf {
@@ -1052,47 +1211,62 @@ inline MemoryFacts memory_facts(const char* operation, cl_mem buffer) {
   return facts;
 }
 
-/// The sub-buffer behind DeviceBuffer::native() of a view, made on the first call and kept
-/// until the view is destroyed. clbuf's own commands never use it.
+/// The sub-buffer behind DeviceBuffer::native() of a view, made on the first call and given up
+/// when the view is destroyed: released then, or, under SubBufferRule::ordered, once no newer
+/// overlapping one is left (detail/sub_buffers.hpp). clbuf's own commands never use it.
 class NativeView {
  public:
-  explicit NativeView(std::size_t base_align_bytes) noexcept : align_(base_align_bytes) {}
+  NativeView(std::size_t base_align_bytes, SubBufferRule rule) noexcept
+      : align_(base_align_bytes), rule_(rule) {}
+  NativeView(const NativeView&) = delete;
+  NativeView& operator=(const NativeView&) = delete;
+  ~NativeView() {
+    buffer_ = cl::Buffer();  // the view's reference first: a recorded sub-buffer goes in drop()
+    if (ticket_ != 0) NativeSubBuffers::instance().drop(parent_, ticket_);
+  }
 
-  /// The sub-buffer of bytes [offset, offset + bytes) of `buffer`, a buffer that is not itself
-  /// a sub-buffer (OpenCL has no sub-buffer of a sub-buffer: a view of an adopted sub-buffer
-  /// asks for one of the parent, with the sub-buffer's `flags`; 0 inherits the buffer's).
-  /// Wraps clCreateSubBuffer.
+  /// The sub-buffer of bytes [offset, offset + bytes) of `parent`, a buffer that is not itself
+  /// a sub-buffer (OpenCL has no sub-buffer of a sub-buffer: a view of an adopted sub-buffer,
+  /// `owner`, asks for one of the parent, with the sub-buffer's `flags`; 0 inherits the
+  /// parent's). Wraps clCreateSubBuffer.
   /// @throws Error CL_MISALIGNED_SUB_BUFFER_OFFSET, before OpenCL is called, when the offset is
-  ///         not a multiple of the device's CL_DEVICE_MEM_BASE_ADDR_ALIGN; else the driver's code.
-  const cl::Buffer& get(cl_mem buffer, std::size_t offset, std::size_t bytes, cl_mem_flags flags) {
-    const char* operation = "native";
+  ///         not a multiple of the device's CL_DEVICE_MEM_BASE_ADDR_ALIGN; under
+  ///         SubBufferRule::refuse CL_INVALID_OPERATION while an overlapping view's sub-buffer is
+  ///         alive; else the driver's code.
+  const cl::Buffer& get(const cl::Buffer& owner, cl_mem parent, std::size_t offset,
+                        std::size_t bytes, cl_mem_flags flags) try {
     std::lock_guard<std::mutex> lock(mutex_);
     if (buffer_() != nullptr) return buffer_;
-    if (offset % align_ != 0) {
-      fail(operation, CL_MISALIGNED_SUB_BUFFER_OFFSET,
-           "the view starts " + std::to_string(offset) +
-               " bytes into its buffer, not a multiple of the device's "
-               "CL_DEVICE_MEM_BASE_ADDR_ALIGN of " +
-               std::to_string(align_) +
-               " bytes, so OpenCL cannot make a sub-buffer of it (clbuf's own operations take "
-               "the view as it is); for a kernel, pass native_root() and native_offset_bytes() / "
-               "sizeof(T) as an element offset, or make the view at a multiple of " +
-               std::to_string(align_) + " bytes");
-    }
-    const cl_buffer_region area = {offset, bytes};
-    cl_int err = CL_SUCCESS;
-    cl::Buffer made(
-        CLBUF_CL(clCreateSubBuffer)(buffer, flags, CL_BUFFER_CREATE_TYPE_REGION, &area, &err),
-        false);
-    check(err, operation, "clCreateSubBuffer");
-    buffer_ = std::move(made);
+    if (offset % align_ != 0) fail_misaligned(offset);
+    auto made = NativeSubBuffers::instance().make(rule_, owner, parent, offset, bytes, flags);
+    buffer_ = std::move(made.first);
+    parent_ = parent;
+    ticket_ = made.second;
     return buffer_;
+  } catch (const std::bad_alloc&) {
+    out_of_host_memory("native");
   }
 
  private:
+  [[noreturn]] void fail_misaligned(std::size_t offset) const {
+    fail("native", CL_MISALIGNED_SUB_BUFFER_OFFSET,
+         "the view starts " + std::to_string(offset) +
+             " bytes into its buffer, not a multiple of the device's "
+             "CL_DEVICE_MEM_BASE_ADDR_ALIGN of " +
+             std::to_string(align_) +
+             " bytes, so OpenCL cannot make a sub-buffer of it (clbuf's own operations take "
+             "the view as it is); for a kernel, pass native_root() and native_offset_bytes() / "
+             "sizeof(T) as an element offset (clbuf::set_view_args), or make the view at a "
+             "multiple of " +
+             std::to_string(align_) + " bytes");
+  }
+
   std::mutex mutex_;
   const std::size_t align_;
+  const SubBufferRule rule_;
   cl::Buffer buffer_;
+  cl_mem parent_ = nullptr;
+  std::uint64_t ticket_ = 0;  // NativeSubBuffers' record of buffer_; 0: none
 };
 
 }  // namespace detail
@@ -1176,19 +1350,24 @@ class DeviceBuffer {
   /// The underlying OpenCL buffer, for kernels; a null buffer when empty(). Pooled memory may
   /// be larger than size_bytes(). Work you enqueue on it on a queue of your own must be finished
   /// before the DeviceBuffer is destroyed: its memory goes back to the pool for reuse.
-  /// For a view, a sub-buffer of exactly its bytes, made on the first call (clCreateSubBuffer)
-  /// and released with the view; clbuf's own operations never use it. NVIDIA's driver (580)
-  /// crashes in clReleaseMemObject when overlapping sub-buffers that were used while alive
-  /// together are released: for overlapping views, pass native_root() and
-  /// native_offset_bytes() to your kernels instead (README "Views").
+  /// For a view, a sub-buffer of exactly its bytes, made on the first call (clCreateSubBuffer);
+  /// clbuf's own operations never use it. It is released with the view, except on NVIDIA, whose
+  /// driver (580) crashes releasing overlapping sub-buffers oldest first: there clbuf keeps it
+  /// until no newer overlapping sub-buffer of the same buffer is left (README "Views"). A copy
+  /// you keep past the view is yours to release. set_view_args() passes a view to a kernel
+  /// with no sub-buffer.
   /// @throws Error CL_MISALIGNED_SUB_BUFFER_OFFSET for a view whose offset is not a multiple of
-  ///         the device's CL_DEVICE_MEM_BASE_ADDR_ALIGN (views themselves take any offset).
+  ///         the device's CL_DEVICE_MEM_BASE_ADDR_ALIGN (views themselves take any offset);
+  ///         CL_INVALID_OPERATION under CLBUF_SUB_BUFFER_RULE=refuse while an overlapping
+  ///         view's sub-buffer is alive.
   const cl::Buffer& native() const {
     if (!native_view_) return memory_.buffer;
     // A view of an adopted sub-buffer: a sub-buffer of the parent, with the adopted one's flags.
     const bool of_sub_buffer = root_() != nullptr && root_() != memory_.buffer();
-    return of_sub_buffer ? native_view_->get(root_(), root_offset_, size_bytes(), access_)
-                         : native_view_->get(memory_.buffer(), memory_.offset, size_bytes(), 0);
+    return of_sub_buffer
+               ? native_view_->get(memory_.buffer, root_(), root_offset_, size_bytes(), access_)
+               : native_view_->get(memory_.buffer, memory_.buffer(), memory_.offset, size_bytes(),
+                                   0);
   }
   /// The OpenCL buffer this buffer's bytes live in: native() for a buffer, the root's (or an
   /// adopted sub-buffer's) for a view. Element 0 is at native_offset_bytes() in it.
@@ -2407,6 +2586,49 @@ class [[nodiscard]] Future {
 
 #endif  // CLBUF_FUTURE_HPP
 // ---- end of clbuf/future.hpp
+// ---- clbuf/kernel.hpp
+// clbuf::set_view_args: a buffer or a view of one as two kernel arguments (the OpenCL buffer its
+// bytes live in and the element offset), so kernels reach views at any offset with no
+// sub-buffer.
+#ifndef CLBUF_KERNEL_HPP
+#define CLBUF_KERNEL_HPP
+
+#include <cstddef>
+#include <string>
+
+namespace clbuf {
+
+/// Sets argument `index` of `kernel` to the OpenCL buffer `buffer`'s bytes live in
+/// (native_root()) and argument `index + 1` to the element offset of its first element there
+/// (native_offset_bytes() / sizeof(T), a `cl_ulong`), for a kernel that takes
+/// `__global T* data, ulong offset` and reads `data[offset + i]`. Works for a view at any
+/// offset and for a whole buffer (offset 0), on every driver, with no sub-buffer; an empty
+/// buffer passes a null buffer. Wraps clSetKernelArg (twice).
+/// @throws Error CL_INVALID_MEM_OBJECT for a moved-from or default-constructed buffer; the
+///         driver's code naming the argument, e.g. CL_INVALID_ARG_SIZE when argument `index + 1`
+///         is not a `ulong`, CL_INVALID_ARG_INDEX past the kernel's arguments.
+template <class T>
+void set_view_args(const cl::Kernel& kernel, cl_uint index, const DeviceBuffer<T>& buffer) {
+  const char* op = "set_view_args";
+  if (!buffer.valid()) detail::fail_invalid_buffer(op);
+  const cl_mem memory = buffer.native_root()();
+  const cl_ulong offset = buffer.native_offset_bytes() / sizeof(T);
+  const auto set = [&](cl_uint at, std::size_t size, const void* value, const char* what) {
+    const cl_int err = CLBUF_CL(clSetKernelArg)(kernel(), at, size, value);
+    if (err != CL_SUCCESS) {
+      detail::fail(op, err,
+                   "argument " + std::to_string(at) + " (" + what + ", " + std::to_string(size) +
+                       " bytes) of the kernel");
+    }
+  };
+  set(index, sizeof(cl_mem), &memory, "the buffer, native_root()");
+  set(index + 1, sizeof(cl_ulong), &offset, "the element offset, a ulong");
+}
+
+}  // namespace clbuf
+
+#endif  // CLBUF_KERNEL_HPP
+// ---- end of clbuf/kernel.hpp
 // ---- clbuf/manager.hpp
 // clbuf::BufferManager: owns a context and an in-order queue on one device, and moves typed data
 // between host memory and device memory. This file is the typed facade: each call enters the
@@ -2953,6 +3175,8 @@ class DeviceContext {
   const Queue& queue() const noexcept { return queue_; }
   /// CL_DEVICE_MEM_BASE_ADDR_ALIGN in bytes: where sub-buffers may start.
   std::size_t base_align_bytes() const noexcept { return base_align_bytes_; }
+  /// How native() of a view makes and releases its sub-buffer (NVIDIA's driver needs an order).
+  SubBufferRule sub_buffer_rule() const noexcept { return sub_buffer_rule_; }
   /// The device speaks OpenCL 1.2 or later: clEnqueueFillBuffer, markers and barriers with
   /// wait lists.
   bool opencl_1_2() const noexcept { return opencl_1_2_; }
@@ -3036,6 +3260,7 @@ class DeviceContext {
     const cl_uint align_bits =
         device_value<cl_uint>(device, CL_DEVICE_MEM_BASE_ADDR_ALIGN, operation);
     base_align_bytes_ = std::max<std::size_t>(1, align_bits / 8);
+    sub_buffer_rule_ = detail::sub_buffer_rule(info_.platform);
     // "OpenCL 1.0 ..." and "OpenCL 1.1 ..." devices have no clEnqueueFillBuffer.
     const std::string version = device_string(device, CL_DEVICE_VERSION, operation);
     opencl_1_2_ = version.rfind("OpenCL 1.0", 0) != 0 && version.rfind("OpenCL 1.1", 0) != 0;
@@ -3057,6 +3282,7 @@ class DeviceContext {
   DeviceInfo info_;
   std::string reason_;
   std::size_t base_align_bytes_ = 1;
+  SubBufferRule sub_buffer_rule_ = SubBufferRule::with_view;
   bool opencl_1_2_ = true;
   mutable std::mutex side_mutex_;
   mutable Queue side_;  // side_queue(), under side_mutex_
@@ -5672,7 +5898,8 @@ class BufferManager {
     detail::check_range(op, "view", count, offset, parent.size(), sizeof(T));
     if (count == 0)
       return DeviceBuffer<T>(detail::Allocation(), nullptr, device_.context(), 0, {0});
-    auto native = std::make_shared<detail::NativeView>(device_.base_align_bytes());
+    auto native =
+        std::make_shared<detail::NativeView>(device_.base_align_bytes(), device_.sub_buffer_rule());
     const std::shared_ptr<detail::Lease>& lease = parent.share_memory();
     detail::Allocation memory = parent.memory_;  // the same buffer, retained
     memory.offset += offset * sizeof(T);

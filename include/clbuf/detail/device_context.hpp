@@ -7,6 +7,7 @@
 #define CLBUF_DETAIL_DEVICE_CONTEXT_HPP
 
 #include <clbuf/detail/queue.hpp>
+#include <clbuf/detail/sub_buffers.hpp>
 #include <clbuf/device.hpp>
 #include <clbuf/error.hpp>
 #include <clbuf/options.hpp>
@@ -99,6 +100,8 @@ class DeviceContext {
   const Queue& queue() const noexcept { return queue_; }
   /// CL_DEVICE_MEM_BASE_ADDR_ALIGN in bytes: where sub-buffers may start.
   std::size_t base_align_bytes() const noexcept { return base_align_bytes_; }
+  /// How native() of a view makes and releases its sub-buffer (NVIDIA's driver needs an order).
+  SubBufferRule sub_buffer_rule() const noexcept { return sub_buffer_rule_; }
   /// The device speaks OpenCL 1.2 or later: clEnqueueFillBuffer, markers and barriers with
   /// wait lists.
   bool opencl_1_2() const noexcept { return opencl_1_2_; }
@@ -182,6 +185,7 @@ class DeviceContext {
     const cl_uint align_bits =
         device_value<cl_uint>(device, CL_DEVICE_MEM_BASE_ADDR_ALIGN, operation);
     base_align_bytes_ = std::max<std::size_t>(1, align_bits / 8);
+    sub_buffer_rule_ = detail::sub_buffer_rule(info_.platform);
     // "OpenCL 1.0 ..." and "OpenCL 1.1 ..." devices have no clEnqueueFillBuffer.
     const std::string version = device_string(device, CL_DEVICE_VERSION, operation);
     opencl_1_2_ = version.rfind("OpenCL 1.0", 0) != 0 && version.rfind("OpenCL 1.1", 0) != 0;
@@ -203,6 +207,7 @@ class DeviceContext {
   DeviceInfo info_;
   std::string reason_;
   std::size_t base_align_bytes_ = 1;
+  SubBufferRule sub_buffer_rule_ = SubBufferRule::with_view;
   bool opencl_1_2_ = true;
   mutable std::mutex side_mutex_;
   mutable Queue side_;  // side_queue(), under side_mutex_

@@ -2,17 +2,20 @@
 // OpenCL memory objects that clbuf does not allocate from its pool: an application's buffer
 // being adopted (what OpenCL says about it), and the sub-buffer a view hands out from native().
 // clbuf's own commands never address a sub-buffer of its making: a view is its root buffer plus
-// a byte offset (Allocation::offset). NVIDIA's driver crashes in clReleaseMemObject when
-// overlapping sub-buffers that were used while alive together are released (docs/testing.md),
-// and sub-buffers must start at CL_DEVICE_MEM_BASE_ADDR_ALIGN; views have neither limit.
+// a byte offset (Allocation::offset). Sub-buffers must start at CL_DEVICE_MEM_BASE_ADDR_ALIGN,
+// and NVIDIA's driver crashes releasing overlapping ones in the wrong order
+// (detail/sub_buffers.hpp); views have neither limit.
 #ifndef CLBUF_DETAIL_MEMORY_OBJECT_HPP
 #define CLBUF_DETAIL_MEMORY_OBJECT_HPP
 
 #include <clbuf/detail/pool.hpp>
+#include <clbuf/detail/sub_buffers.hpp>
 #include <clbuf/error.hpp>
 
 #include <cstddef>
+#include <cstdint>
 #include <mutex>
+#include <new>
 #include <string>
 
 namespace clbuf {
@@ -65,47 +68,62 @@ inline MemoryFacts memory_facts(const char* operation, cl_mem buffer) {
   return facts;
 }
 
-/// The sub-buffer behind DeviceBuffer::native() of a view, made on the first call and kept
-/// until the view is destroyed. clbuf's own commands never use it.
+/// The sub-buffer behind DeviceBuffer::native() of a view, made on the first call and given up
+/// when the view is destroyed: released then, or, under SubBufferRule::ordered, once no newer
+/// overlapping one is left (detail/sub_buffers.hpp). clbuf's own commands never use it.
 class NativeView {
  public:
-  explicit NativeView(std::size_t base_align_bytes) noexcept : align_(base_align_bytes) {}
+  NativeView(std::size_t base_align_bytes, SubBufferRule rule) noexcept
+      : align_(base_align_bytes), rule_(rule) {}
+  NativeView(const NativeView&) = delete;
+  NativeView& operator=(const NativeView&) = delete;
+  ~NativeView() {
+    buffer_ = cl::Buffer();  // the view's reference first: a recorded sub-buffer goes in drop()
+    if (ticket_ != 0) NativeSubBuffers::instance().drop(parent_, ticket_);
+  }
 
-  /// The sub-buffer of bytes [offset, offset + bytes) of `buffer`, a buffer that is not itself
-  /// a sub-buffer (OpenCL has no sub-buffer of a sub-buffer: a view of an adopted sub-buffer
-  /// asks for one of the parent, with the sub-buffer's `flags`; 0 inherits the buffer's).
-  /// Wraps clCreateSubBuffer.
+  /// The sub-buffer of bytes [offset, offset + bytes) of `parent`, a buffer that is not itself
+  /// a sub-buffer (OpenCL has no sub-buffer of a sub-buffer: a view of an adopted sub-buffer,
+  /// `owner`, asks for one of the parent, with the sub-buffer's `flags`; 0 inherits the
+  /// parent's). Wraps clCreateSubBuffer.
   /// @throws Error CL_MISALIGNED_SUB_BUFFER_OFFSET, before OpenCL is called, when the offset is
-  ///         not a multiple of the device's CL_DEVICE_MEM_BASE_ADDR_ALIGN; else the driver's code.
-  const cl::Buffer& get(cl_mem buffer, std::size_t offset, std::size_t bytes, cl_mem_flags flags) {
-    const char* operation = "native";
+  ///         not a multiple of the device's CL_DEVICE_MEM_BASE_ADDR_ALIGN; under
+  ///         SubBufferRule::refuse CL_INVALID_OPERATION while an overlapping view's sub-buffer is
+  ///         alive; else the driver's code.
+  const cl::Buffer& get(const cl::Buffer& owner, cl_mem parent, std::size_t offset,
+                        std::size_t bytes, cl_mem_flags flags) try {
     std::lock_guard<std::mutex> lock(mutex_);
     if (buffer_() != nullptr) return buffer_;
-    if (offset % align_ != 0) {
-      fail(operation, CL_MISALIGNED_SUB_BUFFER_OFFSET,
-           "the view starts " + std::to_string(offset) +
-               " bytes into its buffer, not a multiple of the device's "
-               "CL_DEVICE_MEM_BASE_ADDR_ALIGN of " +
-               std::to_string(align_) +
-               " bytes, so OpenCL cannot make a sub-buffer of it (clbuf's own operations take "
-               "the view as it is); for a kernel, pass native_root() and native_offset_bytes() / "
-               "sizeof(T) as an element offset, or make the view at a multiple of " +
-               std::to_string(align_) + " bytes");
-    }
-    const cl_buffer_region area = {offset, bytes};
-    cl_int err = CL_SUCCESS;
-    cl::Buffer made(
-        CLBUF_CL(clCreateSubBuffer)(buffer, flags, CL_BUFFER_CREATE_TYPE_REGION, &area, &err),
-        false);
-    check(err, operation, "clCreateSubBuffer");
-    buffer_ = std::move(made);
+    if (offset % align_ != 0) fail_misaligned(offset);
+    auto made = NativeSubBuffers::instance().make(rule_, owner, parent, offset, bytes, flags);
+    buffer_ = std::move(made.first);
+    parent_ = parent;
+    ticket_ = made.second;
     return buffer_;
+  } catch (const std::bad_alloc&) {
+    out_of_host_memory("native");
   }
 
  private:
+  [[noreturn]] void fail_misaligned(std::size_t offset) const {
+    fail("native", CL_MISALIGNED_SUB_BUFFER_OFFSET,
+         "the view starts " + std::to_string(offset) +
+             " bytes into its buffer, not a multiple of the device's "
+             "CL_DEVICE_MEM_BASE_ADDR_ALIGN of " +
+             std::to_string(align_) +
+             " bytes, so OpenCL cannot make a sub-buffer of it (clbuf's own operations take "
+             "the view as it is); for a kernel, pass native_root() and native_offset_bytes() / "
+             "sizeof(T) as an element offset (clbuf::set_view_args), or make the view at a "
+             "multiple of " +
+             std::to_string(align_) + " bytes");
+  }
+
   std::mutex mutex_;
   const std::size_t align_;
+  const SubBufferRule rule_;
   cl::Buffer buffer_;
+  cl_mem parent_ = nullptr;
+  std::uint64_t ticket_ = 0;  // NativeSubBuffers' record of buffer_; 0: none
 };
 
 }  // namespace detail
