@@ -1977,6 +1977,19 @@ class Queue {
     check(CLBUF_CL(clWaitForEvents)(1, &handle), operation, "clWaitForEvents");
   }
 
+  /// Blocks until `event`'s command has ended; its own error (a negative execution status) when
+  /// it failed, else the wait's code (clWaitForEvents says only that some event failed).
+  static cl_int wait_code(cl_event event) noexcept {
+    cl_int err = CLBUF_CL(clWaitForEvents)(1, &event);
+    cl_int status = CL_COMPLETE;
+    if (CLBUF_CL(clGetEventInfo)(event, CL_EVENT_COMMAND_EXECUTION_STATUS, sizeof(status), &status,
+                                 nullptr) == CL_SUCCESS &&
+        status < 0) {
+      err = status;
+    }
+    return err;
+  }
+
   /// Blocks until every one of `events` (of one context) has completed.
   static void wait(const char* operation, const std::vector<cl_event>& events) {
     if (events.empty()) return;
@@ -3483,9 +3496,9 @@ class BufferedWrites {
         continue;
       }
       // Full: wait for the oldest write (the ring's first bytes to be freed).
-      const cl_event oldest = pending_.front().event();
-      const cl_int err = CLBUF_CL(clWaitForEvents)(1, &oldest);
-      // The oldest write failed (or the wait did): recorded for settle(), the bytes freed.
+      const cl_int err = Queue::wait_code(pending_.front().event());
+      // The oldest write failed (or the wait did): recorded for settle() with the write's own
+      // code, as reap() records it, the bytes freed.
       if (err != CL_SUCCESS) record(pending_.front(), err);
       pending_.pop_front();
     }
@@ -3905,7 +3918,8 @@ class Stager {
       cl_event event = nullptr;
       if (job.to_device) {
         copy_streaming(slot.host, job.host + offset, length);
-        if (!ready && !(ready = ok(wait_for(job.after), "the work queued before", job))) break;
+        if (!ready && !(ready = ok(Queue::wait_code(job.after), "the work queued before", job)))
+          break;
         if (!ok(CLBUF_CL(clEnqueueWriteBuffer)(queue, job.memory, CL_FALSE,
                                                job.memory_offset + offset, length, slot.host, 0,
                                                nullptr, &event),
@@ -3915,7 +3929,8 @@ class Stager {
         slot.busy = cl::Event(event, false);
         if (!ok(CLBUF_CL(clFlush)(queue), "clFlush", job)) break;
       } else {
-        if (!ready && !(ready = ok(wait_for(job.after), "the work queued before", job))) break;
+        if (!ready && !(ready = ok(Queue::wait_code(job.after), "the work queued before", job)))
+          break;
         if (!ok(CLBUF_CL(clEnqueueReadBuffer)(queue, job.memory, CL_FALSE,
                                               job.memory_offset + offset, length, slot.host, 0,
                                               nullptr, &event),
@@ -3934,21 +3949,9 @@ class Stager {
   /// Waits for the slot's last DMA; false (and the job marked failed) if it failed.
   bool settle(Slot& slot, Job& job) noexcept {
     if (slot.busy() == nullptr) return true;
-    const cl_int err = wait_for(slot.busy());
+    const cl_int err = Queue::wait_code(slot.busy());
     slot.busy = cl::Event();
     return ok(err, "a chunk's DMA", job);
-  }
-
-  /// Waits for `event`; its error if it (or the wait) failed, else CL_SUCCESS.
-  static cl_int wait_for(cl_event event) noexcept {
-    cl_int err = CLBUF_CL(clWaitForEvents)(1, &event);
-    cl_int status = CL_COMPLETE;
-    if (CLBUF_CL(clGetEventInfo)(event, CL_EVENT_COMMAND_EXECUTION_STATUS, sizeof(status), &status,
-                                 nullptr) == CL_SUCCESS &&
-        status < 0) {
-      err = status;
-    }
-    return err;
   }
 
   bool ok(cl_int err, const char* call, Job& job) noexcept {
