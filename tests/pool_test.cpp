@@ -1,5 +1,8 @@
 // SPDX-License-Identifier: MIT
-// The device-memory pool: reuse, bins, the limit, trimming, and its end with the manager.
+// The device-memory pool: reuse, bins and block sizes on every memory model, the limit, trimming,
+// and its end with the manager.
+#include <cstddef>
+#include <cstdint>
 #include <vector>
 
 #include "support/device_test.hpp"
@@ -96,5 +99,53 @@ TEST_F(PoolTest, PooledBufferMayBeLargerButSizeIsExact) {
   EXPECT_CLBUF_ERROR(manager().download(buffer, std::vector<std::uint8_t>(5001).data(), 5001),
                      CL_INVALID_VALUE, "5001 bytes", "5000-byte buffer");
 }
+
+// The pool's blocks on every memory model (on the host model they are host memory clbuf
+// allocates itself, which no driver bounds-checks): a buffer's block (the CL_MEM_SIZE of its
+// OpenCL buffer, and what cached_bytes counts once it is back) is its size's bin, never less than
+// the size; the smallest and the largest request of that bin both reuse it whole, and a request of
+// the next bin never gets it: a new, larger block.
+class PoolBlocks : public clbuf_test::ModelTest {
+ protected:
+  /// Uploads `bytes` random bytes, checks the block and the bytes, and frees it (back to the pool).
+  void round_trip(std::size_t bytes, std::size_t block) {
+    const auto data = random<std::uint8_t>(bytes);
+    const auto buffer = paths().upload(data);
+    EXPECT_EQ(buffer.native().getInfo<CL_MEM_SIZE>(), block) << "the block of " << bytes;
+    EXPECT_TRUE(clbuf_test::same_bytes(data, paths().download(buffer)));
+  }
+};
+
+TEST_P(PoolBlocks, EveryBlockIsItsBinAndReuseStaysInTheBin) {
+  const std::uint64_t max = paths().device().max_alloc_bytes;
+  for (std::size_t bytes : {std::size_t{1}, std::size_t{64}, std::size_t{65}, std::size_t{4095},
+                            std::size_t{4096}, std::size_t{4097}, std::size_t{4608},
+                            std::size_t{4609}, std::size_t{65537}, (std::size_t{1} << 20) + 3}) {
+    SCOPED_TRACE(bytes);
+    paths().trim_pool();
+    const std::size_t bin = MemoryPool::bin_size(bytes, max);
+    ASSERT_GE(bin, bytes);
+    std::size_t smallest = bytes;  // the smallest request of this bin
+    while (smallest > 1 && MemoryPool::bin_size(smallest - 1, max) == bin) --smallest;
+    const auto before = paths().stats().pool;
+    round_trip(bytes, bin);
+    EXPECT_EQ(paths().stats().pool.cached_bytes, bin) << "the block came back whole";
+    round_trip(smallest, bin);
+    round_trip(bin, bin);
+    const auto reused = paths().stats().pool;
+    EXPECT_EQ(reused.misses - before.misses, 1u) << "one block for the whole bin";
+    EXPECT_EQ(reused.hits - before.hits, 2u);
+    const std::size_t next = MemoryPool::bin_size(bin + 1, max);
+    ASSERT_GT(next, bin);
+    round_trip(bin + 1, next);
+    const auto after = paths().stats().pool;
+    EXPECT_EQ(after.misses - reused.misses, 1u)
+        << "a request of the next bin reused a smaller block";
+    EXPECT_EQ(after.hits, reused.hits);
+    EXPECT_EQ(after.cached_bytes, bin + next);
+  }
+}
+
+CLBUF_INSTANTIATE_MODELS(PoolBlocks);
 
 }  // namespace
