@@ -508,6 +508,76 @@ TEST_P(Mpi, EveryForcedPathCarriesTheSameBytes) {
   }
 }
 
+/// The one path of MessagePaths that counted a message between `before` and `after`, by name;
+/// else what they counted instead.
+std::string message_path(const clbuf::mpi::MessagePaths& before,
+                         const clbuf::mpi::MessagePaths& after) {
+  const std::pair<const char*, std::uint64_t> paths[] = {
+      {"inline_payload", after.inline_payload - before.inline_payload},
+      {"zero_copy", after.zero_copy - before.zero_copy},
+      {"map", after.map - before.map},
+      {"staged", after.staged - before.staged}};
+  std::string taken;
+  std::uint64_t total = 0;
+  for (const auto& path : paths) {
+    if (path.second == 0) continue;
+    total += path.second;
+    taken +=
+        (taken.empty() ? "" : " ") + std::string(path.first) + " " + std::to_string(path.second);
+  }
+  if (total == 1) return taken.substr(0, taken.find(' '));
+  return "paths: " + (taken.empty() ? std::string("none") : taken);
+}
+
+// Which path each message takes (Communicator::stats()), one byte below, at and above the
+// envelope's bound (3968 bytes): inline up to it, then by the memory model of the rank that moves
+// the bytes (zero copy on a host block, mapped on unified memory, staged on a discrete device) or
+// as Options::path forces; sent and received counted apart, on Requests, blocking calls and
+// sendrecv alike, the bytes exact.
+TEST_P(Mpi, EachMessageTakesItsPathAroundTheEnvelopeBound) {
+  using clbuf::mpi::Path;
+  const std::size_t bound = 3968;
+  const clbuf::MemoryModel model = manager_->memory_model();
+  const int right = (rank_ + 1) % size_;
+  const int left = (rank_ + size_ - 1) % size_;
+  std::uint32_t key = 1600;
+  for (Path path : {Path::automatic, Path::zero_copy, Path::map, Path::staged}) {
+    SCOPED_TRACE("path " + std::to_string(static_cast<int>(path)));
+    clbuf::mpi::Options options;
+    options.chunk_bytes = 16 << 10;
+    options.path = path;
+    clbuf::mpi::Communicator comm(*manager_, MPI_COMM_WORLD, options);
+    const std::string chunked =
+        path == Path::map || (path == Path::zero_copy && model != clbuf::MemoryModel::host) ? "map"
+        : path == Path::staged                  ? "staged"
+        : model == clbuf::MemoryModel::host     ? "zero_copy"
+        : model == clbuf::MemoryModel::discrete ? "staged"
+                                                : "map";
+    for (std::size_t bytes : {bound - 1, bound, bound + 1}) {
+      SCOPED_TRACE(std::to_string(bytes) + " bytes");
+      const std::string expected = bytes <= bound ? "inline_payload" : chunked;
+      const clbuf::DeviceBuffer<std::uint8_t> out =
+          upload(pattern<std::uint8_t>(rank_, key, bytes));
+      clbuf::DeviceBuffer<std::uint8_t> in = manager_->allocate<std::uint8_t>(bytes);
+      clbuf::mpi::MessageStats before = comm.stats();
+      clbuf::mpi::Request receive = comm.irecv(in, left, 3);
+      comm.send(out, right, 3);
+      receive.wait();
+      clbuf::mpi::MessageStats after = comm.stats();
+      EXPECT_EQ(message_path(before.sent, after.sent), expected) << "send";
+      EXPECT_EQ(message_path(before.received, after.received), expected) << "irecv";
+      EXPECT_TRUE(same(pattern<std::uint8_t>(left, key, bytes), manager_->download(in)));
+      before = after;
+      comm.sendrecv(out, right, in, left, 4);
+      after = comm.stats();
+      EXPECT_EQ(message_path(before.sent, after.sent), expected) << "sendrecv's send";
+      EXPECT_EQ(message_path(before.received, after.received), expected) << "sendrecv's receive";
+      EXPECT_TRUE(same(pattern<std::uint8_t>(left, key, bytes), manager_->download(in)));
+      ++key;
+    }
+  }
+}
+
 TEST_P(Mpi, ProcNullMovesNothing) {
   clbuf::mpi::Communicator comm = communicator();
   std::vector<int> data = pattern<int>(rank_, 700, 100);
