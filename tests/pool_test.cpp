@@ -117,32 +117,43 @@ class PoolBlocks : public clbuf_test::ModelTest {
 };
 
 TEST_P(PoolBlocks, EveryBlockIsItsBinAndReuseStaysInTheBin) {
+  // The bins, written out: 64 B, powers of two to 4 KiB, then eighths of the power of two below.
+  struct Bin {
+    std::size_t bytes;     // a request
+    std::size_t bin;       // its block
+    std::size_t smallest;  // the smallest request of that bin
+    std::size_t next;      // the block of one byte more than the bin
+  };
+  const Bin bins[] = {{1, 64, 1, 128},
+                      {64, 64, 1, 128},
+                      {65, 128, 65, 256},
+                      {4095, 4096, 2049, 4608},
+                      {4096, 4096, 2049, 4608},
+                      {4097, 4608, 4097, 5120},
+                      {4608, 4608, 4097, 5120},
+                      {4609, 5120, 4609, 5632},
+                      {65537, 73728, 65537, 81920},
+                      {(1 << 20) + 3, 1179648, (1 << 20) + 1, 1310720}};
   const std::uint64_t max = paths().device().max_alloc_bytes;
-  for (std::size_t bytes : {std::size_t{1}, std::size_t{64}, std::size_t{65}, std::size_t{4095},
-                            std::size_t{4096}, std::size_t{4097}, std::size_t{4608},
-                            std::size_t{4609}, std::size_t{65537}, (std::size_t{1} << 20) + 3}) {
-    SCOPED_TRACE(bytes);
+  for (const Bin& b : bins) {
+    SCOPED_TRACE(b.bytes);
+    ASSERT_GE(max, b.next);
+    EXPECT_EQ(MemoryPool::bin_size(b.bytes, max), b.bin);
     paths().trim_pool();
-    const std::size_t bin = MemoryPool::bin_size(bytes, max);
-    ASSERT_GE(bin, bytes);
-    std::size_t smallest = bytes;  // the smallest request of this bin
-    while (smallest > 1 && MemoryPool::bin_size(smallest - 1, max) == bin) --smallest;
     const auto before = paths().stats().pool;
-    round_trip(bytes, bin);
-    EXPECT_EQ(paths().stats().pool.cached_bytes, bin) << "the block came back whole";
-    round_trip(smallest, bin);
-    round_trip(bin, bin);
+    round_trip(b.bytes, b.bin);
+    EXPECT_EQ(paths().stats().pool.cached_bytes, b.bin) << "the block came back whole";
+    round_trip(b.smallest, b.bin);
+    round_trip(b.bin, b.bin);
     const auto reused = paths().stats().pool;
     EXPECT_EQ(reused.misses - before.misses, 1u) << "one block for the whole bin";
     EXPECT_EQ(reused.hits - before.hits, 2u);
-    const std::size_t next = MemoryPool::bin_size(bin + 1, max);
-    ASSERT_GT(next, bin);
-    round_trip(bin + 1, next);
+    round_trip(b.bin + 1, b.next);
     const auto after = paths().stats().pool;
     EXPECT_EQ(after.misses - reused.misses, 1u)
         << "a request of the next bin reused a smaller block";
     EXPECT_EQ(after.hits, reused.hits);
-    EXPECT_EQ(after.cached_bytes, bin + next);
+    EXPECT_EQ(after.cached_bytes, b.bin + b.next);
   }
 }
 
