@@ -1053,46 +1053,49 @@ TEST_P(Mpi, SmallRequestsMoveAssignAndDestroyLikeAnyOther) {
 
 // A message that fits the envelope is posted and completed without a transfer object: once the
 // Communicator's envelopes are cached, windows of isend/irecv, blocking send/recv and persistent
-// requests allocate nothing on the C++ heap (this binary counts operator new), on every path.
+// requests allocate nothing on the C++ heap (this binary counts operator new), on every path,
+// for 400 bytes and for the envelope's bound itself (3968 bytes).
 TEST_P(Mpi, SmallMessagesAllocateNothingOnceWarm) {
   clbuf::mpi::Communicator comm = communicator();
   const int right = (rank_ + 1) % size_;
   const int left = (rank_ + size_ - 1) % size_;
   constexpr int window = 8;
-  const std::size_t count = 100;  // 400 bytes
-  const clbuf::DeviceBuffer<std::int32_t> out = upload(pattern<std::int32_t>(rank_, 1730, count));
-  std::vector<clbuf::DeviceBuffer<std::int32_t>> in;
-  for (int w = 0; w < window; ++w) in.push_back(manager_->allocate<std::int32_t>(count));
-  clbuf::mpi::Persistent send = comm.send_init(out, right, 16);
-  clbuf::mpi::Persistent recv = comm.recv_init(in[0], left, 16);
-  std::vector<clbuf::mpi::Request> requests;
-  requests.reserve(2 * window);
-  const auto round = [&] {
-    for (int w = 0; w < window; ++w) {
-      requests.push_back(comm.irecv(in[static_cast<std::size_t>(w)], left, 17));
+  for (const std::size_t count : {std::size_t{100}, std::size_t{3968 / 4}}) {
+    SCOPED_TRACE(std::to_string(count * 4) + " bytes");
+    const clbuf::DeviceBuffer<std::int32_t> out = upload(pattern<std::int32_t>(rank_, 1730, count));
+    std::vector<clbuf::DeviceBuffer<std::int32_t>> in;
+    for (int w = 0; w < window; ++w) in.push_back(manager_->allocate<std::int32_t>(count));
+    clbuf::mpi::Persistent send = comm.send_init(out, right, 16);
+    clbuf::mpi::Persistent recv = comm.recv_init(in[0], left, 16);
+    std::vector<clbuf::mpi::Request> requests;
+    requests.reserve(2 * window);
+    const auto round = [&] {
+      for (int w = 0; w < window; ++w) {
+        requests.push_back(comm.irecv(in[static_cast<std::size_t>(w)], left, 17));
+      }
+      for (int w = 0; w < window; ++w) requests.push_back(comm.isend(out, right, 17));
+      clbuf::mpi::wait_all(requests);
+      requests.clear();
+      if (rank_ == 0) {  // a ring of blocking calls: rank 0 starts it
+        comm.send(out, right, 18);
+        comm.recv(in[1], left, 18);
+      } else {
+        comm.recv(in[1], left, 18);
+        comm.send(out, right, 18);
+      }
+      recv.start();
+      send.start();
+      recv.wait();
+      send.wait();
+    };
+    round();  // fills the envelope cache
+    const long long news = g_news.load();
+    for (int i = 0; i < 20; ++i) round();
+    EXPECT_EQ(g_news.load() - news, 0)
+        << "operator new calls in 20 rounds of " << 2 * window + 4 << " small messages a rank";
+    for (const auto& buffer : in) {
+      EXPECT_TRUE(same(pattern<std::int32_t>(left, 1730, count), manager_->download(buffer)));
     }
-    for (int w = 0; w < window; ++w) requests.push_back(comm.isend(out, right, 17));
-    clbuf::mpi::wait_all(requests);
-    requests.clear();
-    if (rank_ == 0) {  // a ring of blocking calls: rank 0 starts it
-      comm.send(out, right, 18);
-      comm.recv(in[1], left, 18);
-    } else {
-      comm.recv(in[1], left, 18);
-      comm.send(out, right, 18);
-    }
-    recv.start();
-    send.start();
-    recv.wait();
-    send.wait();
-  };
-  round();  // fills the envelope cache
-  const long long news = g_news.load();
-  for (int i = 0; i < 20; ++i) round();
-  EXPECT_EQ(g_news.load() - news, 0)
-      << "operator new calls in 20 rounds of " << 2 * window + 4 << " small messages a rank";
-  for (const auto& buffer : in) {
-    EXPECT_TRUE(same(pattern<std::int32_t>(left, 1730, count), manager_->download(buffer)));
   }
 }
 
