@@ -28,6 +28,7 @@
 #include <vector>
 
 #include "../support/heap_hook.hpp"
+#include "../support/path_count.hpp"
 
 /// Every allocation of the process through operator new (the C++ heap: clbuf's, the tests',
 /// PoCL's compiler; MPI and the ICD loader allocate with malloc), so that a test can count what a
@@ -512,21 +513,10 @@ TEST_P(Mpi, EveryForcedPathCarriesTheSameBytes) {
 /// else what they counted instead.
 std::string message_path(const clbuf::mpi::MessagePaths& before,
                          const clbuf::mpi::MessagePaths& after) {
-  const std::pair<const char*, std::uint64_t> paths[] = {
-      {"inline_payload", after.inline_payload - before.inline_payload},
-      {"zero_copy", after.zero_copy - before.zero_copy},
-      {"map", after.map - before.map},
-      {"staged", after.staged - before.staged}};
-  std::string taken;
-  std::uint64_t total = 0;
-  for (const auto& path : paths) {
-    if (path.second == 0) continue;
-    total += path.second;
-    taken +=
-        (taken.empty() ? "" : " ") + std::string(path.first) + " " + std::to_string(path.second);
-  }
-  if (total == 1) return taken.substr(0, taken.find(' '));
-  return "paths: " + (taken.empty() ? std::string("none") : taken);
+  return clbuf_test::one_path({{"inline_payload", after.inline_payload - before.inline_payload},
+                               {"zero_copy", after.zero_copy - before.zero_copy},
+                               {"map", after.map - before.map},
+                               {"staged", after.staged - before.staged}});
 }
 
 // Which path each message takes (Communicator::stats()), one byte below, at and above the

@@ -25,6 +25,8 @@
 #include <utility>
 #include <vector>
 
+#include "path_count.hpp"
+
 namespace clbuf_test {
 
 /// The fault sweeps' options: `model` forced, and every transfer above 8 KiB staged through
@@ -245,21 +247,13 @@ inline std::string code_text(cl_int code) {
 /// "direct"), from the stats of its direction counted over that transfer alone; when they hold
 /// other than one operation on one path, what they hold instead (so a comparison fails with it).
 inline std::string path_taken(const clbuf::DirectionStats& stats) {
-  const std::pair<const char*, std::uint64_t> paths[] = {
-      {"host_copy", stats.paths.host_copy}, {"staged", stats.paths.staged},
-      {"buffered", stats.paths.buffered},   {"bounced", stats.paths.bounced},
-      {"relayed", stats.paths.relayed},     {"direct", stats.paths.direct}};
-  std::string taken;
-  std::uint64_t total = 0;
-  for (const auto& path : paths) {
-    if (path.second == 0) continue;
-    total += path.second;
-    taken +=
-        (taken.empty() ? "" : " ") + std::string(path.first) + " " + std::to_string(path.second);
-  }
-  if (stats.operations == 1 && total == 1) return taken.substr(0, taken.find(' '));
-  return std::to_string(stats.operations) +
-         " operations, paths: " + (taken.empty() ? "none" : taken);
+  const std::string path = one_path({{"host_copy", stats.paths.host_copy},
+                                     {"staged", stats.paths.staged},
+                                     {"buffered", stats.paths.buffered},
+                                     {"bounced", stats.paths.bounced},
+                                     {"relayed", stats.paths.relayed},
+                                     {"direct", stats.paths.direct}});
+  return stats.operations == 1 ? path : std::to_string(stats.operations) + " operations, " + path;
 }
 
 /// Sets (or with nullptr unsets) an environment variable for one scope, then restores it.
