@@ -760,8 +760,10 @@ void bind_manager(py::module_& m) {
                              "large transfers are staged through pinned memory).")
       .def("stats", checked("stats", &Manager::stats),
            "The transfers so far: a dict with 'summary' (one line of text), 'upload', "
-           "'download' and 'copy' (each a dict of operations, bytes, nanoseconds and "
-           "gigabytes_per_second) and 'pool' (hits, misses, released, trims, retries, "
+           "'download' and 'copy' (each a dict of operations, bytes, nanoseconds, "
+           "gigabytes_per_second and paths: the operations by the path they took, host_copy, "
+           "staged, buffered, bounced, relayed, direct) and 'pool' (hits, misses, released, "
+           "trims, retries, "
            "cached_buffers, cached_bytes, limit_bytes). Still answers after cleanup().")
       .def("reset_stats", checked("reset_stats", &Manager::reset_stats),
            "Sets the transfer counters of stats() to 0.")

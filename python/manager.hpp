@@ -9,11 +9,19 @@
 namespace clbuf_python {
 
 inline py::dict to_dict(const clbuf::DirectionStats& d) {
+  py::dict paths;
+  paths["host_copy"] = d.paths.host_copy;
+  paths["staged"] = d.paths.staged;
+  paths["buffered"] = d.paths.buffered;
+  paths["bounced"] = d.paths.bounced;
+  paths["relayed"] = d.paths.relayed;
+  paths["direct"] = d.paths.direct;
   py::dict out;
   out["operations"] = d.operations;
   out["bytes"] = d.bytes;
   out["nanoseconds"] = d.nanoseconds;
   out["gigabytes_per_second"] = d.gigabytes_per_second();
+  out["paths"] = paths;
   return out;
 }
 

@@ -20,8 +20,8 @@ void bind_paths(py::module_& m) {
       },
       py::arg("manager"), py::arg("nbytes"), py::arg("direction"),
       "The path of a blocking upload_to_device (direction 'upload') or download_from_device "
-      "('download') of `nbytes` bytes of a numpy array: 'host_block', 'staged', 'buffered', "
-      "'bounced' or 'queue'.");
+      "('download') of `nbytes` bytes of a numpy array: 'host_copy', 'staged', 'buffered', "
+      "'bounced' or 'direct' (as stats()' paths name them).");
   m.def(
       "_options",
       [](Self<Manager> self) {

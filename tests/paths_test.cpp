@@ -394,16 +394,16 @@ TEST_P(DefaultPaths, ManagerAccessNamesTheRouteOnBothSidesOfEachThreshold) {
     SCOPED_TRACE(bytes);
     switch (GetParam()) {
       case MemoryModel::host:
-        EXPECT_EQ(path(bytes, true), "host_block");
-        EXPECT_EQ(path(bytes, false), "host_block");
+        EXPECT_EQ(path(bytes, true), "host_copy");
+        EXPECT_EQ(path(bytes, false), "host_copy");
         break;
       case MemoryModel::unified:
-        EXPECT_EQ(path(bytes, true), "queue");
-        EXPECT_EQ(path(bytes, false), "queue");
+        EXPECT_EQ(path(bytes, true), "direct");
+        EXPECT_EQ(path(bytes, false), "direct");
         break;
       default:
         EXPECT_EQ(path(bytes, true), bytes >= staging   ? "staged"
-                                     : bytes > buffered ? "queue"
+                                     : bytes > buffered ? "direct"
                                                         : "buffered");
         EXPECT_EQ(path(bytes, false), bytes >= staging ? "staged" : "bounced");
     }
@@ -411,5 +411,180 @@ TEST_P(DefaultPaths, ManagerAccessNamesTheRouteOnBothSidesOfEachThreshold) {
 }
 
 CLBUF_INSTANTIATE_MODELS(DefaultPaths);
+// Which path each transfer takes (stats().upload.paths, .download.paths, .copy.paths) one byte
+// below, at and one byte above every threshold of Options (buffered_upload_max_bytes,
+// bounce_max_bytes, staging_threshold_bytes) and the host model's bound on copying at once, on
+// each memory model, with the bytes exact on every path. The expected path is the route rule
+// (transfer_engine.hpp, docs/design.md "Transfer paths") written out again, so that a rule that
+// moves (a threshold off by one byte, a condition dropped) fails here.
+class PathBoundaries : public clbuf_test::ModelTest {
+ protected:
+  static constexpr std::size_t buffered_max = 4 << 10;
+  static constexpr std::size_t bounce_max = 16 << 10;
+  static constexpr std::size_t threshold = 64 << 10;
+  void configure(clbuf::Options& options) override {
+    options.buffered_upload_max_bytes = buffered_max;
+    options.bounce_max_bytes = bounce_max;
+    options.staging_threshold_bytes = threshold;
+    options.staging_chunk_bytes = 16 << 10;
+  }
+
+  /// Each threshold, one byte below it and one above.
+  static std::vector<std::size_t> boundaries() {
+    std::vector<std::size_t> sizes;
+    for (std::size_t bound : {buffered_max, bounce_max, threshold}) {
+      for (std::size_t bytes : {bound - 1, bound, bound + 1}) sizes.push_back(bytes);
+    }
+    return sizes;
+  }
+
+  /// The path of a blocking upload (`to_device`) or download of `bytes` of pageable memory.
+  std::string blocking(bool to_device, std::size_t bytes) const {
+    if (GetParam() == MemoryModel::host) return "host_copy";
+    if (GetParam() == MemoryModel::unified) return "direct";
+    if (bytes >= threshold) return "staged";
+    if (to_device) return bytes <= buffered_max ? "buffered" : "direct";
+    return bytes <= bounce_max ? "bounced" : "direct";
+  }
+
+  /// The path of a started transfer of `bytes`: staged on a discrete device from the threshold,
+  /// else one command (on the host model too: the host cannot copy before earlier work is done).
+  std::string started(std::size_t bytes) const {
+    return GetParam() == MemoryModel::discrete && bytes >= threshold ? "staged" : "direct";
+  }
+
+  /// The path of the one transfer `run` makes, from `direction` of stats() counted over it alone.
+  template <class Run>
+  std::string path_of(clbuf::DirectionStats clbuf::TransferStats::*direction, Run run) {
+    paths().reset_stats();
+    run();
+    return clbuf_test::path_taken(paths().stats().*direction);
+  }
+};
+
+TEST_P(PathBoundaries, BlockingTransfersTakeTheirPathAtEveryThreshold) {
+  using clbuf::TransferStats;
+  for (std::size_t bytes : boundaries()) {
+    SCOPED_TRACE(bytes);
+    const auto data = random<std::uint8_t>(bytes);
+    clbuf::DeviceBuffer<std::uint8_t> fresh;
+    EXPECT_EQ(path_of(&TransferStats::upload, [&] { fresh = paths().upload(data); }),
+              blocking(true, bytes))
+        << "upload into a new buffer";
+    std::vector<std::uint8_t> whole;
+    EXPECT_EQ(path_of(&TransferStats::download, [&] { whole = paths().download(fresh); }),
+              blocking(false, bytes))
+        << "download into a new vector";
+    EXPECT_TRUE(same_bytes(data, whole));
+
+    // Into and out of a buffer at byte 1, the bytes around untouched.
+    auto around = random<std::uint8_t>(bytes + 2);
+    auto buffer = paths().upload(around);
+    const auto window = random<std::uint8_t>(bytes);
+    EXPECT_EQ(path_of(&TransferStats::upload, [&] { paths().upload(buffer, window, 1); }),
+              blocking(true, bytes))
+        << "upload at an offset";
+    auto out = clbuf_test::sentinels<std::uint8_t>(bytes + 2);
+    EXPECT_EQ(path_of(&TransferStats::download,
+                      [&] { paths().download(buffer, out.data() + 1, bytes, 1); }),
+              blocking(false, bytes))
+        << "download at an offset";
+    EXPECT_TRUE(same_bytes(window.data(), out.data() + 1, bytes));
+    EXPECT_TRUE(clbuf_test::all_sentinel(out.data(), 1));
+    EXPECT_TRUE(clbuf_test::all_sentinel(out.data() + bytes + 1, 1));
+    std::memcpy(around.data() + 1, window.data(), bytes);
+    EXPECT_TRUE(same_bytes(around, paths().download(buffer)));
+  }
+}
+
+TEST_P(PathBoundaries, StartedTransfersAreStagedFromTheThresholdElseOneCommand) {
+  using clbuf::TransferStats;
+  for (std::size_t bytes : boundaries()) {
+    SCOPED_TRACE(bytes);
+    auto around = random<std::uint8_t>(bytes + 2);
+    auto buffer = paths().upload(around);
+    const auto window = random<std::uint8_t>(bytes);
+    EXPECT_EQ(
+        path_of(&TransferStats::upload, [&] { paths().upload_async(buffer, window, 1).wait(); }),
+        started(bytes));
+    auto out = clbuf_test::sentinels<std::uint8_t>(bytes + 2);
+    EXPECT_EQ(path_of(&TransferStats::download,
+                      [&] { paths().download_async(buffer, out.data() + 1, bytes, 1).wait(); }),
+              started(bytes));
+    EXPECT_TRUE(same_bytes(window.data(), out.data() + 1, bytes));
+    EXPECT_TRUE(clbuf_test::all_sentinel(out.data(), 1));
+    EXPECT_TRUE(clbuf_test::all_sentinel(out.data() + bytes + 1, 1));
+  }
+}
+
+// PinnedBuffers are reached by DMA: never staged, buffered or bounced, whatever their size.
+TEST_P(PathBoundaries, PinnedMemoryIsOneCommandAtEveryThreshold) {
+  using clbuf::TransferStats;
+  const std::string path = GetParam() == MemoryModel::host ? "host_copy" : "direct";
+  for (std::size_t bytes : boundaries()) {
+    SCOPED_TRACE(bytes);
+    auto pinned = paths().allocate_pinned<std::uint8_t>(bytes);
+    const auto data = random<std::uint8_t>(bytes);
+    std::memcpy(pinned.data(), data.data(), bytes);
+    auto buffer = paths().upload(random<std::uint8_t>(bytes + 2));
+    EXPECT_EQ(path_of(&TransferStats::upload, [&] { paths().upload(buffer, pinned, 1); }), path);
+    auto out = paths().allocate_pinned<std::uint8_t>(bytes);
+    EXPECT_EQ(path_of(&TransferStats::download, [&] { paths().download(buffer, out, 1); }), path);
+    EXPECT_TRUE(same_bytes(data.data(), out.data(), bytes));
+  }
+}
+
+// On the host model a started upload into a fresh buffer below the huge-page size is copied at
+// once (no command); from that size on, and on the other models, it is a started transfer.
+TEST_P(PathBoundaries, StartedUploadsIntoFreshHostBlocksAreCopiedAtOnceBelowTheHugePageSize) {
+  const std::size_t huge = clbuf::detail::huge_page_bytes;
+  for (std::size_t bytes : {huge - 1, huge, huge + 1}) {
+    SCOPED_TRACE(bytes);
+    paths().trim_pool();  // a new buffer is then a fresh one
+    const auto data = random<std::uint8_t>(bytes);
+    clbuf::DeviceBuffer<std::uint8_t> buffer;
+    const std::string expected =
+        GetParam() == MemoryModel::host ? (bytes < huge ? "host_copy" : "direct") : started(bytes);
+    EXPECT_EQ(
+        path_of(&clbuf::TransferStats::upload, [&] { buffer = paths().upload_async(data).get(); }),
+        expected);
+    EXPECT_TRUE(same_bytes(data, paths().download(buffer)));
+  }
+}
+
+// Copies, fills and rectangles are one command (or a run of them) whatever their size, or one
+// host copy between a CPU device's own blocks when blocking.
+TEST_P(PathBoundaries, CopiesFillsAndRectsAreCommandsOrHostCopies) {
+  using clbuf::TransferStats;
+  const std::string blocking_path = GetParam() == MemoryModel::host ? "host_copy" : "direct";
+  const std::size_t count = threshold + 1;
+  const auto data = random<std::uint8_t>(count);
+  const auto src = paths().upload(data);
+  auto dst = paths().upload(random<std::uint8_t>(count));
+  EXPECT_EQ(path_of(&TransferStats::copy, [&] { paths().copy(src, dst); }), blocking_path);
+  EXPECT_EQ(path_of(&TransferStats::copy,
+                    [&] { paths().copy_bytes_async(src, dst, count, 0, 0).wait(); }),
+            "direct");
+  EXPECT_TRUE(same_bytes(data, paths().download(dst)));
+  EXPECT_EQ(path_of(&TransferStats::upload, [&] { paths().fill(dst, std::uint8_t{0x3c}); }),
+            blocking_path);
+  EXPECT_EQ(
+      path_of(&TransferStats::upload, [&] { paths().fill_async(dst, std::uint8_t{0x5d}).wait(); }),
+      "direct");
+  EXPECT_TRUE(same_bytes(std::vector<std::uint8_t>(count, 0x5d), paths().download(dst)));
+  clbuf::Region box;
+  box.size = {64, 8, 1};
+  box.src_extents = {256, 8, 1};
+  box.dst_extents = {256, 8, 1};
+  const auto host = random<std::uint8_t>(256 * 8);
+  EXPECT_EQ(path_of(&TransferStats::upload, [&] { paths().upload_rect(dst, host, box); }),
+            "direct");
+  std::vector<std::uint8_t> out(256 * 8);
+  EXPECT_EQ(path_of(&TransferStats::download, [&] { paths().download_rect(dst, out, box); }),
+            "direct");
+  EXPECT_EQ(path_of(&TransferStats::copy, [&] { paths().copy_rect(src, dst, box); }), "direct");
+}
+
+CLBUF_INSTANTIATE_MODELS(PathBoundaries);
 
 }  // namespace

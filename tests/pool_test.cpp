@@ -1,5 +1,8 @@
 // SPDX-License-Identifier: MIT
-// The device-memory pool: reuse, bins, the limit, trimming, and its end with the manager.
+// The device-memory pool: reuse, bins and block sizes on every memory model, the limit, trimming,
+// and its end with the manager.
+#include <cstddef>
+#include <cstdint>
 #include <vector>
 
 #include "support/device_test.hpp"
@@ -96,5 +99,64 @@ TEST_F(PoolTest, PooledBufferMayBeLargerButSizeIsExact) {
   EXPECT_CLBUF_ERROR(manager().download(buffer, std::vector<std::uint8_t>(5001).data(), 5001),
                      CL_INVALID_VALUE, "5001 bytes", "5000-byte buffer");
 }
+
+// The pool's blocks on every memory model (on the host model they are host memory clbuf
+// allocates itself, which no driver bounds-checks): a buffer's block (the CL_MEM_SIZE of its
+// OpenCL buffer, and what cached_bytes counts once it is back) is its size's bin, never less than
+// the size; the smallest and the largest request of that bin both reuse it whole, and a request of
+// the next bin never gets it: a new, larger block.
+class PoolBlocks : public clbuf_test::ModelTest {
+ protected:
+  /// Uploads `bytes` random bytes, checks the block and the bytes, and frees it (back to the pool).
+  void round_trip(std::size_t bytes, std::size_t block) {
+    const auto data = random<std::uint8_t>(bytes);
+    const auto buffer = paths().upload(data);
+    EXPECT_EQ(buffer.native().getInfo<CL_MEM_SIZE>(), block) << "the block of " << bytes;
+    EXPECT_TRUE(clbuf_test::same_bytes(data, paths().download(buffer)));
+  }
+};
+
+TEST_P(PoolBlocks, EveryBlockIsItsBinAndReuseStaysInTheBin) {
+  // The bins, written out: 64 B, powers of two to 4 KiB, then eighths of the power of two below.
+  struct Bin {
+    std::size_t bytes;     // a request
+    std::size_t bin;       // its block
+    std::size_t smallest;  // the smallest request of that bin
+    std::size_t next;      // the block of one byte more than the bin
+  };
+  const Bin bins[] = {{1, 64, 1, 128},
+                      {64, 64, 1, 128},
+                      {65, 128, 65, 256},
+                      {4095, 4096, 2049, 4608},
+                      {4096, 4096, 2049, 4608},
+                      {4097, 4608, 4097, 5120},
+                      {4608, 4608, 4097, 5120},
+                      {4609, 5120, 4609, 5632},
+                      {65537, 73728, 65537, 81920},
+                      {(1 << 20) + 3, 1179648, (1 << 20) + 1, 1310720}};
+  const std::uint64_t max = paths().device().max_alloc_bytes;
+  for (const Bin& b : bins) {
+    SCOPED_TRACE(b.bytes);
+    ASSERT_GE(max, b.next);
+    EXPECT_EQ(MemoryPool::bin_size(b.bytes, max), b.bin);
+    paths().trim_pool();
+    const auto before = paths().stats().pool;
+    round_trip(b.bytes, b.bin);
+    EXPECT_EQ(paths().stats().pool.cached_bytes, b.bin) << "the block came back whole";
+    round_trip(b.smallest, b.bin);
+    round_trip(b.bin, b.bin);
+    const auto reused = paths().stats().pool;
+    EXPECT_EQ(reused.misses - before.misses, 1u) << "one block for the whole bin";
+    EXPECT_EQ(reused.hits - before.hits, 2u);
+    round_trip(b.bin + 1, b.next);
+    const auto after = paths().stats().pool;
+    EXPECT_EQ(after.misses - reused.misses, 1u)
+        << "a request of the next bin reused a smaller block";
+    EXPECT_EQ(after.hits, reused.hits);
+    EXPECT_EQ(after.cached_bytes, b.bin + b.next);
+  }
+}
+
+CLBUF_INSTANTIATE_MODELS(PoolBlocks);
 
 }  // namespace

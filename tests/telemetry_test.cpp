@@ -1,5 +1,6 @@
 // SPDX-License-Identifier: MIT
-// Transfer telemetry: bytes and operations per direction, and the one-line summary.
+// Transfer telemetry: bytes, operations and paths per direction, and the one-line summary (the
+// path at every threshold: paths_test.cpp, PathBoundaries).
 #include "support/device_test.hpp"
 
 namespace {
@@ -54,6 +55,42 @@ TEST_F(TelemetryTest, ZeroSizedWorkAndFailedChecksCountNothing) {
   EXPECT_EQ(stats.upload.bytes, 0u);
   EXPECT_EQ(stats.download.operations, 0u);
   EXPECT_EQ(stats.copy.operations, 0u);
+}
+
+// Every counted operation counts on exactly one path: a direction's paths add up to its
+// operations, and reset_stats() zeroes them with the rest.
+TEST_F(TelemetryTest, PathsAddUpToTheOperationsAndResetWithThem) {
+  const auto sum = [](const clbuf::PathStats& p) {
+    return p.host_copy + p.staged + p.buffered + p.bounced + p.relayed + p.direct;
+  };
+  manager().reset_stats();
+  const auto data = random<float>(3000);
+  auto a = manager().upload(data);
+  auto b = manager().allocate<float>(3000);
+  manager().upload(b, data.data(), 100, 7);
+  manager().upload_async(b, data).wait();
+  static_cast<void>(manager().download(a));
+  static_cast<void>(manager().download_async(a).get());
+  manager().copy(a, b);
+  manager().copy_bytes_async(a, b, 400, 4, 8).wait();
+  manager().fill(b, 2.5f);
+  manager().fill_async(b, 1.5f).wait();
+  auto pinned = manager().allocate_pinned<float>(3000);
+  manager().download(a, pinned);
+  manager().upload(b, pinned);
+  const auto stats = manager().stats();
+  for (const clbuf::DirectionStats* d : {&stats.upload, &stats.download, &stats.copy}) {
+    EXPECT_GT(d->operations, 0u);
+    EXPECT_EQ(sum(d->paths), d->operations);
+  }
+  EXPECT_EQ(stats.upload.operations, 6u);
+  EXPECT_EQ(stats.download.operations, 3u);
+  EXPECT_EQ(stats.copy.operations, 2u);
+  manager().reset_stats();
+  const auto zero = manager().stats();
+  for (const clbuf::DirectionStats* d : {&zero.upload, &zero.download, &zero.copy}) {
+    EXPECT_EQ(sum(d->paths), 0u);
+  }
 }
 
 TEST_F(TelemetryTest, SummaryNamesEveryDirectionAndThePool) {

@@ -10,6 +10,7 @@
 #include <memory>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "support/device_test.hpp"
@@ -586,5 +587,97 @@ TEST_P(Views, ReleasingAViewKeepsTheRootOutOfThePoolForever) {
 }
 
 CLBUF_INSTANTIATE_MODELS(Views);
+
+// copy_from between managers of two memory models (two contexts), every pair, from a view at an
+// odd byte offset of one root into a view at another odd offset of another root, blocking and
+// started, at sizes inside one pinned chunk and across several: the bytes exact, every byte
+// around both views unchanged, and the path the copy took counted (a memcpy between two host
+// blocks, one command where one side is a host block, else relayed through pinned chunks).
+using ModelPair = std::pair<MemoryModel, MemoryModel>;
+
+class ViewsAcrossModels : public clbuf_test::DeviceTest,
+                          public ::testing::WithParamInterface<ModelPair> {
+ protected:
+  static constexpr std::size_t chunk = 4096;  // the relayed copy's pinned chunks
+
+  void SetUp() override {
+    clbuf_test::DeviceTest::SetUp();
+    if (IsSkipped() || HasFatalFailure()) return;
+    const bool host =
+        GetParam().first == MemoryModel::host || GetParam().second == MemoryModel::host;
+    if (host && manager().device().type != clbuf::DeviceType::cpu) {
+      GTEST_SKIP() << "the host path needs a CPU device";
+    }
+    from_ = make(GetParam().first);
+    to_ = make(GetParam().second);
+  }
+
+  static std::unique_ptr<clbuf::BufferManager> make(MemoryModel model) {
+    clbuf::Options options;
+    options.memory = model;
+    options.staging_chunk_bytes = chunk;
+    return std::make_unique<clbuf::BufferManager>(std::string(), options);
+  }
+
+  /// The path of PathStats a copy between the two models takes.
+  std::string copy_path() const {
+    const int host_sides = (GetParam().first == MemoryModel::host ? 1 : 0) +
+                           (GetParam().second == MemoryModel::host ? 1 : 0);
+    return host_sides == 2 ? "host_copy" : host_sides == 1 ? "direct" : "relayed";
+  }
+
+  std::unique_ptr<clbuf::BufferManager> from_;
+  std::unique_ptr<clbuf::BufferManager> to_;
+};
+
+TEST_P(ViewsAcrossModels, CopyFromAViewAtAnOffsetIntoAViewAtAnOffsetIsExact) {
+  clbuf::BufferManager& a = *from_;
+  clbuf::BufferManager& b = *to_;
+  ASSERT_NE(a.context()(), b.context()());
+  constexpr std::size_t src_at = 13;  // no alignment at all
+  constexpr std::size_t dst_at = 7;
+  for (std::size_t bytes : {std::size_t{1}, std::size_t{1000}, chunk, 6 * chunk + 5}) {
+    for (bool started : {false, true}) {
+      SCOPED_TRACE(std::to_string(bytes) + (started ? " bytes, copy_from_async" : " bytes"));
+      const std::vector<std::uint8_t> src_shadow = random<std::uint8_t>(src_at + bytes + 8);
+      auto src_root = a.upload(src_shadow);
+      const auto src = a.view(src_root, src_at, bytes);
+      std::vector<std::uint8_t> dst_shadow = random<std::uint8_t>(dst_at + bytes + 5);
+      auto dst_root = b.upload(dst_shadow);
+      auto dst = b.view(dst_root, dst_at, bytes);
+      b.reset_stats();
+      if (started) {
+        b.copy_from_async(a, src, dst).wait();
+      } else {
+        b.copy_from(a, src, dst);
+      }
+      EXPECT_EQ(clbuf_test::path_taken(b.stats().copy), copy_path());
+      std::memcpy(dst_shadow.data() + dst_at, src_shadow.data() + src_at, bytes);
+      EXPECT_TRUE(same_bytes(dst_shadow, b.download(dst_root))) << "the view and around it";
+      EXPECT_TRUE(same_bytes(src_shadow, a.download(src_root))) << "the source is unchanged";
+    }
+  }
+}
+
+std::string pair_name(const ::testing::TestParamInfo<ModelPair>& info) {
+  const auto name = [](MemoryModel model) {
+    return model == MemoryModel::host      ? "Host"
+           : model == MemoryModel::unified ? "Unified"
+                                           : "Discrete";
+  };
+  return std::string(name(info.param.first)) + "To" + name(info.param.second);
+}
+
+INSTANTIATE_TEST_SUITE_P(Pairs, ViewsAcrossModels,
+                         ::testing::Values(ModelPair{MemoryModel::discrete, MemoryModel::host},
+                                           ModelPair{MemoryModel::host, MemoryModel::discrete},
+                                           ModelPair{MemoryModel::discrete, MemoryModel::discrete},
+                                           ModelPair{MemoryModel::discrete, MemoryModel::unified},
+                                           ModelPair{MemoryModel::unified, MemoryModel::discrete},
+                                           ModelPair{MemoryModel::unified, MemoryModel::host},
+                                           ModelPair{MemoryModel::host, MemoryModel::unified},
+                                           ModelPair{MemoryModel::unified, MemoryModel::unified},
+                                           ModelPair{MemoryModel::host, MemoryModel::host}),
+                         pair_name);
 
 }  // namespace

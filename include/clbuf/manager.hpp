@@ -1016,8 +1016,9 @@ struct ManagerAccess {
   }
 
   /// The path of the manager's blocking upload (`write`) or download of `bytes` of pageable host
-  /// memory to or from a buffer of its pool, as TransferEngine::route() chooses it: "host_block",
-  /// "staged", "buffered", "bounced" or "queue" (for `clbuf info`, python/paths.cpp).
+  /// memory to or from a buffer of its pool, as TransferEngine::route() chooses it, named as
+  /// stats().paths counts it: "host_copy",
+  /// "staged", "buffered", "bounced" or "direct" (for `clbuf info`, python/paths.cpp).
   static const char* path(const BufferManager& manager, std::size_t bytes, bool write) {
     // route() asks only whether the memory is a host block: every buffer of a host-backed pool is.
     static char block;
@@ -1028,7 +1029,7 @@ struct ManagerAccess {
     switch (manager.engine_.route(memory, bytes, HostMemory::pageable,
                                   write ? Use::blocking_write : Use::blocking_read)) {
       case Path::host_block:
-        return "host_block";
+        return "host_copy";
       case Path::staged:
         return "staged";
       case Path::buffered:
@@ -1036,7 +1037,7 @@ struct ManagerAccess {
       case Path::bounced:
         return "bounced";
       case Path::queue:
-        return "queue";
+        return "direct";
     }
     return "unknown";
   }

@@ -307,6 +307,9 @@ class Communicator {
   std::size_t pinned_bytes() const noexcept { return core_->pinned_bytes(); }
   /// The most pinned staging memory that was ever in use at once (see pinned_bytes()).
   std::size_t peak_pinned_bytes() const noexcept { return core_->peak_pinned_in_use(); }
+  /// The messages sent and received so far by the path each took (MessageStats): inline in the
+  /// envelope, zero copy, mapped or staged.
+  MessageStats stats() const noexcept { return core_->stats(); }
 
   /// @name Point to point
   /// @{

@@ -12,12 +12,38 @@
 
 namespace clbuf {
 
+/// How one direction's operations moved their bytes: each operation counts once, on the path
+/// the manager chose for it (docs/design.md "Transfer paths"), so the six add up to
+/// DirectionStats::operations. Which path a transfer takes follows from the memory model, the
+/// Options thresholds, the host memory (pageable or a PinnedBuffer) and whether the call blocks.
+struct PathStats {
+  /// Copied by the host (memcpy), no OpenCL command: a CPU device's own memory
+  /// (MemoryModel::host) in blocking calls, and small uploads into its fresh buffers.
+  std::uint64_t host_copy = 0;
+  /// Pageable memory through pinned chunks on the copy threads: a discrete device, at least
+  /// Options::staging_threshold_bytes.
+  std::uint64_t staged = 0;
+  /// Blocking uploads that returned once the bytes were in clbuf's pinned ring: a discrete
+  /// device, pageable memory of at most Options::buffered_upload_max_bytes.
+  std::uint64_t buffered = 0;
+  /// Blocking downloads read into a pinned block of clbuf's, then copied out: a discrete device,
+  /// pageable memory of at most Options::bounce_max_bytes, below the staging threshold.
+  std::uint64_t bounced = 0;
+  /// copy_from() between two contexts through two pinned chunks (neither side a CPU device's
+  /// own memory).
+  std::uint64_t relayed = 0;
+  /// OpenCL commands the driver carries out (clEnqueueWriteBuffer, ReadBuffer, CopyBuffer,
+  /// FillBuffer and their rect forms): every other transfer.
+  std::uint64_t direct = 0;
+};
+
 /// One direction's totals. Asynchronous transfers count bytes and operations when they are
 /// started; their time is not counted (it overlaps other work).
 struct DirectionStats {
   std::uint64_t operations = 0;   ///< transfers started (zero-sized ones and rejected ones not)
   std::uint64_t bytes = 0;        ///< bytes moved
   std::uint64_t nanoseconds = 0;  ///< wall time inside blocking calls
+  PathStats paths;                ///< the operations by the path they took
   /// Achieved GB/s (10^9 bytes per second) over the blocking calls, 0 when none was timed.
   double gigabytes_per_second() const noexcept {
     return nanoseconds == 0 ? 0.0 : static_cast<double>(bytes) / static_cast<double>(nanoseconds);

@@ -27,11 +27,11 @@ __all__ = ["main", "parse_size", "format_size", "format_time"]
 
 # What each path of the engine's rule (include/clbuf/detail/transfer_engine.hpp) does.
 PATHS = {
-    "host_block": "memcpy into the buffer's own host memory (a CPU device), no OpenCL command",
+    "host_copy": "memcpy into the buffer's own host memory (a CPU device), no OpenCL command",
     "staged": "pinned chunks, pipelined by the copy threads",
     "buffered": "memcpy into a pinned ring; the write follows in queue order",
     "bounced": "one DMA into a pinned block, then memcpy",
-    "queue": "one clEnqueueWriteBuffer / clEnqueueReadBuffer",
+    "direct": "one clEnqueueWriteBuffer / clEnqueueReadBuffer",
 }
 MEMORY_MODELS = {
     "host": "a CPU device: device memory is host memory, bytes move by memcpy",

@@ -16,7 +16,7 @@ import clbuf
 import clbuf._clbuf as extension
 from clbuf.cli import format_size, parse_size
 
-PATHS = {"host_block", "staged", "buffered", "bounced", "queue"}
+PATHS = {"host_copy", "staged", "buffered", "bounced", "direct"}
 
 
 def clbuf_command(*args, cwd, env=None, stderr=subprocess.PIPE):
@@ -32,7 +32,7 @@ def expected_path(options, nbytes, direction):
     pageable host memory and a buffer of the pool."""
     memory = options["memory"]
     if memory == "host":
-        return "host_block"
+        return "host_copy"
     if memory == "discrete" and options["staging_threshold_bytes"] != options["never"] \
             and nbytes >= options["staging_threshold_bytes"]:
         return "staged"
@@ -41,7 +41,7 @@ def expected_path(options, nbytes, direction):
             return "buffered"
         if direction == "download" and nbytes <= options["bounce_max_bytes"]:
             return "bounced"
-    return "queue"
+    return "direct"
 
 
 def test_info_names_every_device_the_picked_one_and_its_paths(bm, tmp_path):
@@ -80,7 +80,7 @@ def test_info_names_every_device_the_picked_one_and_its_paths(bm, tmp_path):
         for path in (up, down):
             assert re.search(rf"^    {path}: \S", out, re.M)
     if bm.memory_model == "host":
-        assert [row[2:] for row in sizes] == [("host_block", "host_block")]
+        assert [row[2:] for row in sizes] == [("host_copy", "host_copy")]
 
 
 def test_info_honours_clbuf_device(bm, tmp_path):

@@ -548,6 +548,7 @@ def test_upload_async_keeps_a_temporary_array_alive(bm, count):
 # ---- stats and memory model ----------------------------------------------------------------
 
 DIRECTIONS = ("upload", "download", "copy")
+PATHS = ("host_copy", "staged", "buffered", "bounced", "relayed", "direct")
 POOL_KEYS = ("hits", "misses", "released", "trims", "retries", "cached_buffers", "cached_bytes",
              "limit_bytes")
 
@@ -564,7 +565,8 @@ def test_stats_layout_and_fresh_counters(new_manager):
     assert set(stats) == {"summary", "upload", "download", "copy", "pool"}
     for direction in DIRECTIONS:
         assert stats[direction] == {"operations": 0, "bytes": 0, "nanoseconds": 0,
-                                    "gigabytes_per_second": 0.0}
+                                    "gigabytes_per_second": 0.0,
+                                    "paths": {path: 0 for path in PATHS}}
     assert set(stats["pool"]) == set(POOL_KEYS)
     assert stats["pool"]["limit_bytes"] > 0
     summary = stats["summary"]
@@ -593,6 +595,9 @@ def test_stats_count_each_transfer(new_manager):
     for direction in DIRECTIONS:
         assert stats[direction]["nanoseconds"] > 0  # each has a blocking call
         assert stats[direction]["gigabytes_per_second"] > 0
+        # each operation on one path (which: the C++ suite's PathBoundaries)
+        assert set(stats[direction]["paths"]) == set(PATHS)
+        assert sum(stats[direction]["paths"].values()) == stats[direction]["operations"]
     assert "upload 3 ops" in stats["summary"]
     assert "download 2 ops" in stats["summary"]
     assert "copy 1 ops" in stats["summary"]

@@ -2156,6 +2156,19 @@ class Queue {
     check(CLBUF_CL(clWaitForEvents)(1, &handle), operation, "clWaitForEvents");
   }
 
+  /// Blocks until `event`'s command has ended; its own error (a negative execution status) when
+  /// it failed, else the wait's code (clWaitForEvents says only that some event failed).
+  static cl_int wait_code(cl_event event) noexcept {
+    cl_int err = CLBUF_CL(clWaitForEvents)(1, &event);
+    cl_int status = CL_COMPLETE;
+    if (CLBUF_CL(clGetEventInfo)(event, CL_EVENT_COMMAND_EXECUTION_STATUS, sizeof(status), &status,
+                                 nullptr) == CL_SUCCESS &&
+        status < 0) {
+      err = status;
+    }
+    return err;
+  }
+
   /// Blocks until every one of `events` (of one context) has completed.
   static void wait(const char* operation, const std::vector<cl_event>& events) {
     if (events.empty()) return;
@@ -3495,6 +3508,8 @@ class PinnedLease {
 //      never bounce: the driver's pageable write was as fast as a bounce at every size measured;
 //   5. queue: one clEnqueueWriteBuffer / clEnqueueReadBuffer.
 //
+// Each transfer is counted on the path it took (Telemetry, the public PathStats): tests assert
+// the path at every threshold, so a route that moves by one byte shows (tests/paths_test.cpp).
 // Every blocking operation ends with settle(), which reports a buffered write that failed.
 #ifndef CLBUF_DETAIL_TRANSFER_ENGINE_HPP
 #define CLBUF_DETAIL_TRANSFER_ENGINE_HPP
@@ -3707,9 +3722,9 @@ class BufferedWrites {
         continue;
       }
       // Full: wait for the oldest write (the ring's first bytes to be freed).
-      const cl_event oldest = pending_.front().event();
-      const cl_int err = CLBUF_CL(clWaitForEvents)(1, &oldest);
-      // The oldest write failed (or the wait did): recorded for settle(), the bytes freed.
+      const cl_int err = Queue::wait_code(pending_.front().event());
+      // The oldest write failed (or the wait did): recorded for settle() with the write's own
+      // code, as reap() records it, the bytes freed.
       if (err != CL_SUCCESS) record(pending_.front(), err);
       pending_.pop_front();
     }
@@ -4129,7 +4144,8 @@ class Stager {
       cl_event event = nullptr;
       if (job.to_device) {
         copy_streaming(slot.host, job.host + offset, length);
-        if (!ready && !(ready = ok(wait_for(job.after), "the work queued before", job))) break;
+        if (!ready && !(ready = ok(Queue::wait_code(job.after), "the work queued before", job)))
+          break;
         if (!ok(CLBUF_CL(clEnqueueWriteBuffer)(queue, job.memory, CL_FALSE,
                                                job.memory_offset + offset, length, slot.host, 0,
                                                nullptr, &event),
@@ -4139,7 +4155,8 @@ class Stager {
         slot.busy = cl::Event(event, false);
         if (!ok(CLBUF_CL(clFlush)(queue), "clFlush", job)) break;
       } else {
-        if (!ready && !(ready = ok(wait_for(job.after), "the work queued before", job))) break;
+        if (!ready && !(ready = ok(Queue::wait_code(job.after), "the work queued before", job)))
+          break;
         if (!ok(CLBUF_CL(clEnqueueReadBuffer)(queue, job.memory, CL_FALSE,
                                               job.memory_offset + offset, length, slot.host, 0,
                                               nullptr, &event),
@@ -4158,21 +4175,9 @@ class Stager {
   /// Waits for the slot's last DMA; false (and the job marked failed) if it failed.
   bool settle(Slot& slot, Job& job) noexcept {
     if (slot.busy() == nullptr) return true;
-    const cl_int err = wait_for(slot.busy());
+    const cl_int err = Queue::wait_code(slot.busy());
     slot.busy = cl::Event();
     return ok(err, "a chunk's DMA", job);
-  }
-
-  /// Waits for `event`; its error if it (or the wait) failed, else CL_SUCCESS.
-  static cl_int wait_for(cl_event event) noexcept {
-    cl_int err = CLBUF_CL(clWaitForEvents)(1, &event);
-    cl_int status = CL_COMPLETE;
-    if (CLBUF_CL(clGetEventInfo)(event, CL_EVENT_COMMAND_EXECUTION_STATUS, sizeof(status), &status,
-                                 nullptr) == CL_SUCCESS &&
-        status < 0) {
-      err = status;
-    }
-    return err;
   }
 
   bool ok(cl_int err, const char* call, Job& job) noexcept {
@@ -4217,8 +4222,8 @@ class Stager {
 #endif  // CLBUF_DETAIL_STAGING_HPP
 // ---- end of clbuf/detail/staging.hpp
 // ---- clbuf/detail/telemetry.hpp
-// A manager's transfer counters: bytes, operations and time per direction. Cheap enough to stay
-// on: a few relaxed atomic additions and two clock reads per blocking call.
+// A manager's transfer counters: bytes, operations, time and the path taken per direction. Cheap
+// enough to stay on: a few relaxed atomic additions and two clock reads per blocking call.
 #ifndef CLBUF_DETAIL_TELEMETRY_HPP
 #define CLBUF_DETAIL_TELEMETRY_HPP
 
@@ -4234,12 +4239,38 @@ class Stager {
 
 namespace clbuf {
 
+/// How one direction's operations moved their bytes: each operation counts once, on the path
+/// the manager chose for it (docs/design.md "Transfer paths"), so the six add up to
+/// DirectionStats::operations. Which path a transfer takes follows from the memory model, the
+/// Options thresholds, the host memory (pageable or a PinnedBuffer) and whether the call blocks.
+struct PathStats {
+  /// Copied by the host (memcpy), no OpenCL command: a CPU device's own memory
+  /// (MemoryModel::host) in blocking calls, and small uploads into its fresh buffers.
+  std::uint64_t host_copy = 0;
+  /// Pageable memory through pinned chunks on the copy threads: a discrete device, at least
+  /// Options::staging_threshold_bytes.
+  std::uint64_t staged = 0;
+  /// Blocking uploads that returned once the bytes were in clbuf's pinned ring: a discrete
+  /// device, pageable memory of at most Options::buffered_upload_max_bytes.
+  std::uint64_t buffered = 0;
+  /// Blocking downloads read into a pinned block of clbuf's, then copied out: a discrete device,
+  /// pageable memory of at most Options::bounce_max_bytes, below the staging threshold.
+  std::uint64_t bounced = 0;
+  /// copy_from() between two contexts through two pinned chunks (neither side a CPU device's
+  /// own memory).
+  std::uint64_t relayed = 0;
+  /// OpenCL commands the driver carries out (clEnqueueWriteBuffer, ReadBuffer, CopyBuffer,
+  /// FillBuffer and their rect forms): every other transfer.
+  std::uint64_t direct = 0;
+};
+
 /// One direction's totals. Asynchronous transfers count bytes and operations when they are
 /// started; their time is not counted (it overlaps other work).
 struct DirectionStats {
   std::uint64_t operations = 0;   ///< transfers started (zero-sized ones and rejected ones not)
   std::uint64_t bytes = 0;        ///< bytes moved
   std::uint64_t nanoseconds = 0;  ///< wall time inside blocking calls
+  PathStats paths;                ///< the operations by the path they took
   /// Achieved GB/s (10^9 bytes per second) over the blocking calls, 0 when none was timed.
   double gigabytes_per_second() const noexcept {
     return nanoseconds == 0 ? 0.0 : static_cast<double>(bytes) / static_cast<double>(nanoseconds);
@@ -4285,22 +4316,33 @@ namespace clbuf {
 namespace detail {
 
 class Telemetry {
+ public:
+  enum Direction { upload, download, copy };
+  /// The paths of PathStats, in its order.
+  enum Path { host_copy, staged, buffered, bounced, relayed, direct, path_count };
+
+ private:
   struct Counter {
     std::atomic<std::uint64_t> operations{0};
     std::atomic<std::uint64_t> bytes{0};
     std::atomic<std::uint64_t> nanoseconds{0};
+    std::atomic<std::uint64_t> paths[path_count] = {};
+
+    void count(Path path, std::uint64_t moved) noexcept {
+      operations.fetch_add(1, std::memory_order_relaxed);
+      bytes.fetch_add(moved, std::memory_order_relaxed);
+      paths[path].fetch_add(1, std::memory_order_relaxed);
+    }
   };
 
  public:
-  enum Direction { upload, download, copy };
-
-  /// Counts a transfer; time it by keeping the returned Timer alive across the blocking call.
+  /// Counts a transfer on `path`; time it by keeping the returned Timer alive across the
+  /// blocking call.
   class Timer {
    public:
-    Timer(Telemetry& telemetry, Direction direction, std::uint64_t bytes) noexcept
+    Timer(Telemetry& telemetry, Direction direction, Path path, std::uint64_t bytes) noexcept
         : counter_(telemetry.counters_[direction]), start_(std::chrono::steady_clock::now()) {
-      counter_.operations.fetch_add(1, std::memory_order_relaxed);
-      counter_.bytes.fetch_add(bytes, std::memory_order_relaxed);
+      counter_.count(path, bytes);
     }
     Timer(const Timer&) = delete;
     Timer& operator=(const Timer&) = delete;
@@ -4317,17 +4359,23 @@ class Telemetry {
     std::chrono::steady_clock::time_point start_;
   };
 
-  void count_async(Direction direction, std::uint64_t bytes) noexcept {
-    counters_[direction].operations.fetch_add(1, std::memory_order_relaxed);
-    counters_[direction].bytes.fetch_add(bytes, std::memory_order_relaxed);
+  void count_async(Direction direction, Path path, std::uint64_t bytes) noexcept {
+    counters_[direction].count(path, bytes);
   }
 
   void fill(TransferStats& stats) const noexcept {
     DirectionStats* out[] = {&stats.upload, &stats.download, &stats.copy};
     for (int d = 0; d < 3; ++d) {
-      out[d]->operations = counters_[d].operations.load(std::memory_order_relaxed);
-      out[d]->bytes = counters_[d].bytes.load(std::memory_order_relaxed);
-      out[d]->nanoseconds = counters_[d].nanoseconds.load(std::memory_order_relaxed);
+      const Counter& in = counters_[d];
+      out[d]->operations = in.operations.load(std::memory_order_relaxed);
+      out[d]->bytes = in.bytes.load(std::memory_order_relaxed);
+      out[d]->nanoseconds = in.nanoseconds.load(std::memory_order_relaxed);
+      PathStats& paths = out[d]->paths;
+      std::uint64_t* const by_path[path_count] = {&paths.host_copy, &paths.staged,  &paths.buffered,
+                                                  &paths.bounced,   &paths.relayed, &paths.direct};
+      for (int p = 0; p < path_count; ++p) {
+        *by_path[p] = in.paths[p].load(std::memory_order_relaxed);
+      }
     }
   }
 
@@ -4336,6 +4384,7 @@ class Telemetry {
       c.operations.store(0, std::memory_order_relaxed);
       c.bytes.store(0, std::memory_order_relaxed);
       c.nanoseconds.store(0, std::memory_order_relaxed);
+      for (std::atomic<std::uint64_t>& path : c.paths) path.store(0, std::memory_order_relaxed);
     }
   }
 
@@ -4411,8 +4460,9 @@ class TransferEngine {
   void write(const char* operation, const Allocation& memory, std::size_t offset, const void* data,
              std::size_t bytes, HostMemory host) {
     if (bytes == 0) return;
-    Telemetry::Timer timer(telemetry_, Telemetry::upload, bytes);
-    switch (route(memory, bytes, host, Use::blocking_write)) {
+    const Path path = route(memory, bytes, host, Use::blocking_write);
+    Telemetry::Timer timer(telemetry_, Telemetry::upload, counted(path), bytes);
+    switch (path) {
       case Path::host_block:
         queue().finish(operation);
         copier_.copy(memory.host_at(offset), data, bytes);
@@ -4437,7 +4487,7 @@ class TransferEngine {
                    std::size_t bytes, HostMemory host) {
     if (bytes == 0) return;
     if (memory.host != nullptr && memory.fresh) {
-      Telemetry::Timer timer(telemetry_, Telemetry::upload, bytes);
+      Telemetry::Timer timer(telemetry_, Telemetry::upload, Telemetry::host_copy, bytes);
       copier_.copy(memory.host_at(0), data, bytes);
       return;
     }
@@ -4448,8 +4498,9 @@ class TransferEngine {
   void read(const char* operation, const Allocation& memory, std::size_t offset, void* out,
             std::size_t bytes, HostMemory host) {
     if (bytes == 0) return;
-    Telemetry::Timer timer(telemetry_, Telemetry::download, bytes);
-    switch (route(memory, bytes, host, Use::blocking_read)) {
+    const Path path = route(memory, bytes, host, Use::blocking_read);
+    Telemetry::Timer timer(telemetry_, Telemetry::download, counted(path), bytes);
+    switch (path) {
       case Path::host_block:
         queue().finish(operation);
         copier_.copy(out, memory.host_at(offset), bytes);
@@ -4482,7 +4533,7 @@ class TransferEngine {
       read(operation, memory, offset, out.data(), bytes, HostMemory::pageable);
       return out;
     }
-    Telemetry::Timer timer(telemetry_, Telemetry::download, bytes);
+    Telemetry::Timer timer(telemetry_, Telemetry::download, Telemetry::bounced, bytes);
     return read_bounced(operation, memory, offset, bytes, make);  // read_blocking() settled
   }
 
@@ -4495,21 +4546,18 @@ class TransferEngine {
                       const void* data, std::size_t bytes, std::shared_ptr<const void> keep,
                       bool now_if_fresh) {
     if (bytes == 0) return Started();  // zero-sized work counts nothing
-    telemetry_.count_async(Telemetry::upload, bytes);
-    switch (route(memory, bytes, HostMemory::pageable, Use::started)) {
-      case Path::host_block:
-        if (now_if_fresh && memory.fresh && bytes < huge_page_bytes) {
-          std::memcpy(memory.host_at(offset), data, bytes);
-          return Started();
-        }
-        break;
-      case Path::staged:
-        return stager_->submit(true, memory.buffer, memory.at(offset), const_cast<void*>(data),
-                               bytes, operation, std::move(keep), background_);
-      case Path::buffered:  // blocking writes only
-      case Path::bounced:   // blocking reads only
-      case Path::queue:
-        break;
+    const Path path = route(memory, bytes, HostMemory::pageable, Use::started);
+    const bool at_once =
+        path == Path::host_block && now_if_fresh && memory.fresh && bytes < huge_page_bytes;
+    telemetry_.count_async(Telemetry::upload, at_once ? Telemetry::host_copy : started(path),
+                           bytes);
+    if (at_once) {
+      std::memcpy(memory.host_at(offset), data, bytes);
+      return Started();
+    }
+    if (path == Path::staged) {
+      return stager_->submit(true, memory.buffer, memory.at(offset), const_cast<void*>(data), bytes,
+                             operation, std::move(keep), background_);
     }
     return Started{queue().write(operation, memory.buffer(), memory.at(offset), bytes, data, false),
                    nullptr};
@@ -4520,8 +4568,9 @@ class TransferEngine {
   Started read_async(const char* operation, const Allocation& memory, std::size_t offset, void* out,
                      std::size_t bytes) {
     if (bytes == 0) return Started();
-    telemetry_.count_async(Telemetry::download, bytes);
-    if (route(memory, bytes, HostMemory::pageable, Use::started) == Path::staged) {
+    const Path path = route(memory, bytes, HostMemory::pageable, Use::started);
+    telemetry_.count_async(Telemetry::download, started(path), bytes);
+    if (path == Path::staged) {
       return stager_->submit(false, memory.buffer, memory.at(offset), out, bytes, operation,
                              nullptr, background_);
     }
@@ -4533,8 +4582,10 @@ class TransferEngine {
   void copy(const char* operation, const Allocation& src, std::size_t src_offset,
             const Allocation& dst, std::size_t dst_offset, std::size_t bytes) {
     if (bytes == 0) return;
-    Telemetry::Timer timer(telemetry_, Telemetry::copy, bytes);
-    if (src.host != nullptr && dst.host != nullptr) {
+    const bool host_blocks = src.host != nullptr && dst.host != nullptr;
+    Telemetry::Timer timer(telemetry_, Telemetry::copy,
+                           host_blocks ? Telemetry::host_copy : Telemetry::direct, bytes);
+    if (host_blocks) {
       // Both live in host memory, which is this device's memory: one memcpy is the copy.
       queue().finish(operation);
       copier_.copy(dst.host_at(dst_offset), src.host_at(src_offset), bytes);
@@ -4549,7 +4600,7 @@ class TransferEngine {
   cl::Event copy_async(const char* operation, const Allocation& src, std::size_t src_offset,
                        const Allocation& dst, std::size_t dst_offset, std::size_t bytes) {
     if (bytes == 0) return cl::Event();
-    telemetry_.count_async(Telemetry::copy, bytes);
+    telemetry_.count_async(Telemetry::copy, Telemetry::direct, bytes);
     return queue().copy(operation, src.buffer(), dst.buffer(), src.at(src_offset),
                         dst.at(dst_offset), bytes);
   }
@@ -4558,7 +4609,9 @@ class TransferEngine {
   void fill(const char* operation, const Allocation& memory, std::size_t offset,
             const void* pattern, std::size_t size, std::size_t count) {
     const std::size_t bytes = count * size;
-    Telemetry::Timer timer(telemetry_, Telemetry::upload, bytes);
+    Telemetry::Timer timer(telemetry_, Telemetry::upload,
+                           memory.host != nullptr ? Telemetry::host_copy : Telemetry::direct,
+                           bytes);
     if (memory.host != nullptr) {
       queue().finish(operation);
       char* out = memory.host_at(offset);
@@ -4577,7 +4630,7 @@ class TransferEngine {
   Started fill_async(const char* operation, const Allocation& memory, std::size_t offset,
                      const void* pattern, std::size_t size, std::size_t count) {
     if (count == 0) return Started();
-    telemetry_.count_async(Telemetry::upload, count * size);
+    telemetry_.count_async(Telemetry::upload, Telemetry::direct, count * size);
     return Started{fill_commands(operation, memory, offset, pattern, size, count), nullptr};
   }
 
@@ -4618,6 +4671,29 @@ class TransferEngine {
   }
 
  private:
+  /// The path of PathStats a blocking transfer routed to `path` is counted on.
+  static Telemetry::Path counted(Path path) noexcept {
+    switch (path) {
+      case Path::host_block:
+        return Telemetry::host_copy;
+      case Path::staged:
+        return Telemetry::staged;
+      case Path::buffered:
+        return Telemetry::buffered;
+      case Path::bounced:
+        return Telemetry::bounced;
+      case Path::queue:
+        break;
+    }
+    return Telemetry::direct;
+  }
+
+  /// The path of PathStats a started transfer routed to `path` is counted on: staged, else one
+  /// command (a host block too: the host cannot copy before the queue's earlier work is done).
+  static Telemetry::Path started(Path path) noexcept {
+    return path == Path::staged ? Telemetry::staged : Telemetry::direct;
+  }
+
   /// A pinned block of bounce_max_bytes from the engine's cache for one bounced transfer.
   PinnedLease bounce(const char* operation) {
     return PinnedLease(bounce_cache_, device_.context(), queue().handle(),
@@ -4745,7 +4821,12 @@ namespace detail {
 inline void copy_across_contexts(const char* operation, const Queue& source, const Allocation& src,
                                  const cl::Context& context, const Queue& target,
                                  TransferEngine& engine, const Allocation& dst, std::size_t bytes) {
-  Telemetry::Timer timer(engine.telemetry(), Telemetry::copy, bytes);
+  // Counted as a memcpy between two host blocks, one command where one side is a host block,
+  // else relayed through the pinned chunks.
+  const Telemetry::Path path = src.host != nullptr && dst.host != nullptr   ? Telemetry::host_copy
+                               : src.host != nullptr || dst.host != nullptr ? Telemetry::direct
+                                                                            : Telemetry::relayed;
+  Telemetry::Timer timer(engine.telemetry(), Telemetry::copy, path, bytes);
   if (dst.host != nullptr) {  // a CPU device's own memory: read straight into it
     target.finish(operation);
     if (src.host != nullptr) {
@@ -5018,9 +5099,9 @@ inline cl::Event transfer_rect(TransferEngine& engine, const char* operation, bo
   const std::size_t bytes = extent[0] * extent[1] * extent[2];
   std::optional<Telemetry::Timer> timer;  // times blocking calls; started ones are counted
   if (blocking) {
-    timer.emplace(engine.telemetry(), direction, bytes);
+    timer.emplace(engine.telemetry(), direction, Telemetry::direct, bytes);
   } else {
-    engine.telemetry().count_async(direction, bytes);
+    engine.telemetry().count_async(direction, Telemetry::direct, bytes);
   }
   const Queue& queue = engine.queue();
   if (box_fits(end, buffer_origin, extent)) {
@@ -5073,9 +5154,9 @@ inline cl::Event copy_rect(TransferEngine& engine, const char* operation, const 
   const std::size_t bytes = extent[0] * extent[1] * extent[2];
   std::optional<Telemetry::Timer> timer;
   if (blocking) {
-    timer.emplace(engine.telemetry(), Telemetry::copy, bytes);
+    timer.emplace(engine.telemetry(), Telemetry::copy, Telemetry::direct, bytes);
   } else {
-    engine.telemetry().count_async(Telemetry::copy, bytes);
+    engine.telemetry().count_async(Telemetry::copy, Telemetry::direct, bytes);
   }
   cl::Event last;
   const bool same_pitches =
@@ -6313,8 +6394,9 @@ struct ManagerAccess {
   }
 
   /// The path of the manager's blocking upload (`write`) or download of `bytes` of pageable host
-  /// memory to or from a buffer of its pool, as TransferEngine::route() chooses it: "host_block",
-  /// "staged", "buffered", "bounced" or "queue" (for `clbuf info`, python/paths.cpp).
+  /// memory to or from a buffer of its pool, as TransferEngine::route() chooses it, named as
+  /// stats().paths counts it: "host_copy",
+  /// "staged", "buffered", "bounced" or "direct" (for `clbuf info`, python/paths.cpp).
   static const char* path(const BufferManager& manager, std::size_t bytes, bool write) {
     // route() asks only whether the memory is a host block: every buffer of a host-backed pool is.
     static char block;
@@ -6325,7 +6407,7 @@ struct ManagerAccess {
     switch (manager.engine_.route(memory, bytes, HostMemory::pageable,
                                   write ? Use::blocking_write : Use::blocking_read)) {
       case Path::host_block:
-        return "host_block";
+        return "host_copy";
       case Path::staged:
         return "staged";
       case Path::buffered:
@@ -6333,7 +6415,7 @@ struct ManagerAccess {
       case Path::bounced:
         return "bounced";
       case Path::queue:
-        return "queue";
+        return "direct";
     }
     return "unknown";
   }

@@ -331,8 +331,11 @@ inline cl_int clFlush(cl_command_queue q) {
   return ::clFlush(q);
 }
 inline cl_int clWaitForEvents(cl_uint n, const cl_event* events) {
-  const cl_int err = ::clWaitForEvents(n, events);  // the command ends either way
-  if (!state().hit(WaitForEvents)) {
+  // Counted before it waits, so that another thread sees a wait that has begun (a test releasing
+  // a held queue once clbuf waits on it); the command ends either way.
+  const bool fails = state().hit(WaitForEvents);
+  const cl_int err = ::clWaitForEvents(n, events);
+  if (!fails) {
     for (cl_uint i = 0; i < n; ++i) {  // as a driver reports a command that failed
       if (state().event_failed(events[i])) return CL_EXEC_STATUS_ERROR_FOR_EVENTS_IN_WAIT_LIST;
     }

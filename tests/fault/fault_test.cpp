@@ -7,6 +7,8 @@
 // ASan+LSan by scripts/sanitize.sh.
 #include "fault_hook.hpp"  // first: defines CLBUF_CL before clbuf is included
 
+#include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
@@ -16,6 +18,7 @@
 #include <functional>
 #include <iostream>
 #include <memory>
+#include <mutex>
 #include <sstream>
 #include <stdexcept>
 #include <string>
@@ -719,6 +722,83 @@ TEST_F(FaultCodes, FailedBufferedUploadsAmongManyAreReportedTogether) {
                      "7 later buffered uploads failed too");
   state().disarm();
   EXPECT_NO_THROW(m.finish());
+}
+
+// A buffered upload that fails while the ring is full. With the manager's queue held, 16 uploads
+// fill the ring (16 writes of the bound) and the 17th waits for the oldest write; the queue is
+// let go once that wait has begun, so the ring was full for certain. Either the wait finds the
+// oldest write failed (clWaitForEvents reports it: the write's own status is asked for its code),
+// or a write in the middle fails on the device while the ring is full. Either way the next
+// synchronising call reports it, once, with the write's code and the upload named, and every
+// other write lands exactly.
+TEST_F(FaultCodes, FailedBufferedUploadWhileTheRingIsFullIsReportedAndTheOthersLand) {
+  constexpr std::size_t bound = 4096;
+  constexpr std::size_t count = bound / sizeof(std::uint32_t);
+  constexpr std::size_t writes = 20;
+  struct Case {
+    const char* name;
+    int site;
+    long call;
+    bool on_device;
+    std::size_t failed;  // the write that fails
+  };
+  const Case cases[] = {
+      {"the wait for room finds the oldest write failed", clbuf_fault::WaitForEvents, 1, false, 0},
+      {"the fifth write fails on the device", clbuf_fault::EnqueueWriteBuffer, 5, true, 4}};
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.name);
+    clbuf::Options options = clbuf_test::fault_options(MemoryModel::discrete);
+    options.buffered_upload_max_bytes = bound;
+    clbuf::BufferManager m("", options);
+    auto expected = random<std::uint32_t>(count * writes);
+    auto buffer = m.upload(expected);
+    m.finish();
+    std::vector<std::vector<std::uint32_t>> data;
+    for (std::size_t i = 0; i < writes; ++i) data.push_back(random<std::uint32_t>(count));
+    cl::UserEvent gate(m.context());
+    const cl_event held = gate();
+    ASSERT_EQ(::clEnqueueBarrierWithWaitList(m.queue()(), 1, &held, nullptr), CL_SUCCESS);
+    state().arm(c.site, c.call, false, c.on_device);
+    std::atomic<bool> uploaded{false};
+    std::atomic<bool> full{false};
+    std::thread release([&] {
+      while (!uploaded) {
+        std::lock_guard<std::mutex> lock(state().mutex);
+        if (state().calls[clbuf_fault::WaitForEvents] != 0) {
+          full = true;
+          break;
+        }
+      }
+      gate.setStatus(CL_COMPLETE);
+    });
+    try {
+      for (std::size_t i = 0; i < writes; ++i) m.upload(buffer, data[i], i * count);
+    } catch (...) {
+      uploaded = true;
+      release.join();
+      state().disarm();
+      throw;
+    }
+    uploaded = true;
+    release.join();
+    EXPECT_TRUE(full) << "the uploads never waited for room: the ring of 16 was not full";
+    EXPECT_CLBUF_ERROR(m.finish(), CL_OUT_OF_RESOURCES,
+                       "finish: ", "a buffered upload failed on the device",
+                       "upload of " + std::to_string(bound) + " bytes at byte " +
+                           std::to_string(c.failed * bound) + " of its buffer");
+    state().disarm();
+    EXPECT_NO_THROW(m.finish()) << "reported once";
+    const std::vector<std::uint32_t> got = m.download(buffer);
+    for (std::size_t i = 0; i < writes; ++i) {
+      if (i == c.failed) continue;  // its data is not promised
+      std::copy(data[i].begin(), data[i].end(),
+                expected.begin() + static_cast<std::ptrdiff_t>(i * count));
+    }
+    std::copy(got.begin() + static_cast<std::ptrdiff_t>(c.failed * count),
+              got.begin() + static_cast<std::ptrdiff_t>((c.failed + 1) * count),
+              expected.begin() + static_cast<std::ptrdiff_t>(c.failed * count));
+    EXPECT_TRUE(clbuf_test::same_bytes(expected, got));
+  }
 }
 
 // A blocking download waits for the buffered writes before it (its wait list), so when it

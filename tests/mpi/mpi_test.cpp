@@ -28,6 +28,7 @@
 #include <vector>
 
 #include "../support/heap_hook.hpp"
+#include "../support/path_count.hpp"
 
 /// Every allocation of the process through operator new (the C++ heap: clbuf's, the tests',
 /// PoCL's compiler; MPI and the ICD loader allocate with malloc), so that a test can count what a
@@ -508,6 +509,65 @@ TEST_P(Mpi, EveryForcedPathCarriesTheSameBytes) {
   }
 }
 
+/// The one path of MessagePaths that counted a message between `before` and `after`, by name;
+/// else what they counted instead.
+std::string message_path(const clbuf::mpi::MessagePaths& before,
+                         const clbuf::mpi::MessagePaths& after) {
+  return clbuf_test::one_path({{"inline_payload", after.inline_payload - before.inline_payload},
+                               {"zero_copy", after.zero_copy - before.zero_copy},
+                               {"map", after.map - before.map},
+                               {"staged", after.staged - before.staged}});
+}
+
+// Which path each message takes (Communicator::stats()), one byte below, at and above the
+// envelope's bound (3968 bytes): inline up to it, then by the memory model of the rank that moves
+// the bytes (zero copy on a host block, mapped on unified memory, staged on a discrete device) or
+// as Options::path forces; sent and received counted apart, on Requests, blocking calls and
+// sendrecv alike, the bytes exact.
+TEST_P(Mpi, EachMessageTakesItsPathAroundTheEnvelopeBound) {
+  using clbuf::mpi::Path;
+  const std::size_t bound = 3968;
+  const clbuf::MemoryModel model = manager_->memory_model();
+  const int right = (rank_ + 1) % size_;
+  const int left = (rank_ + size_ - 1) % size_;
+  std::uint32_t key = 1600;
+  for (Path path : {Path::automatic, Path::zero_copy, Path::map, Path::staged}) {
+    SCOPED_TRACE("path " + std::to_string(static_cast<int>(path)));
+    clbuf::mpi::Options options;
+    options.chunk_bytes = 16 << 10;
+    options.path = path;
+    clbuf::mpi::Communicator comm(*manager_, MPI_COMM_WORLD, options);
+    const std::string chunked =
+        path == Path::map || (path == Path::zero_copy && model != clbuf::MemoryModel::host) ? "map"
+        : path == Path::staged                  ? "staged"
+        : model == clbuf::MemoryModel::host     ? "zero_copy"
+        : model == clbuf::MemoryModel::discrete ? "staged"
+                                                : "map";
+    for (std::size_t bytes : {bound - 1, bound, bound + 1}) {
+      SCOPED_TRACE(std::to_string(bytes) + " bytes");
+      const std::string expected = bytes <= bound ? "inline_payload" : chunked;
+      const clbuf::DeviceBuffer<std::uint8_t> out =
+          upload(pattern<std::uint8_t>(rank_, key, bytes));
+      clbuf::DeviceBuffer<std::uint8_t> in = manager_->allocate<std::uint8_t>(bytes);
+      clbuf::mpi::MessageStats before = comm.stats();
+      clbuf::mpi::Request receive = comm.irecv(in, left, 3);
+      comm.send(out, right, 3);
+      receive.wait();
+      clbuf::mpi::MessageStats after = comm.stats();
+      EXPECT_EQ(message_path(before.sent, after.sent), expected) << "send";
+      EXPECT_EQ(message_path(before.received, after.received), expected) << "irecv";
+      EXPECT_TRUE(same(pattern<std::uint8_t>(left, key, bytes), manager_->download(in)));
+      before = after;
+      comm.sendrecv(out, right, in, left, 4);
+      after = comm.stats();
+      EXPECT_EQ(message_path(before.sent, after.sent), expected) << "sendrecv's send";
+      EXPECT_EQ(message_path(before.received, after.received), expected) << "sendrecv's receive";
+      EXPECT_TRUE(same(pattern<std::uint8_t>(left, key, bytes), manager_->download(in)));
+      ++key;
+    }
+  }
+}
+
 TEST_P(Mpi, ProcNullMovesNothing) {
   clbuf::mpi::Communicator comm = communicator();
   std::vector<int> data = pattern<int>(rank_, 700, 100);
@@ -983,46 +1043,49 @@ TEST_P(Mpi, SmallRequestsMoveAssignAndDestroyLikeAnyOther) {
 
 // A message that fits the envelope is posted and completed without a transfer object: once the
 // Communicator's envelopes are cached, windows of isend/irecv, blocking send/recv and persistent
-// requests allocate nothing on the C++ heap (this binary counts operator new), on every path.
+// requests allocate nothing on the C++ heap (this binary counts operator new), on every path,
+// for 400 bytes and for the envelope's bound itself (3968 bytes).
 TEST_P(Mpi, SmallMessagesAllocateNothingOnceWarm) {
   clbuf::mpi::Communicator comm = communicator();
   const int right = (rank_ + 1) % size_;
   const int left = (rank_ + size_ - 1) % size_;
   constexpr int window = 8;
-  const std::size_t count = 100;  // 400 bytes
-  const clbuf::DeviceBuffer<std::int32_t> out = upload(pattern<std::int32_t>(rank_, 1730, count));
-  std::vector<clbuf::DeviceBuffer<std::int32_t>> in;
-  for (int w = 0; w < window; ++w) in.push_back(manager_->allocate<std::int32_t>(count));
-  clbuf::mpi::Persistent send = comm.send_init(out, right, 16);
-  clbuf::mpi::Persistent recv = comm.recv_init(in[0], left, 16);
-  std::vector<clbuf::mpi::Request> requests;
-  requests.reserve(2 * window);
-  const auto round = [&] {
-    for (int w = 0; w < window; ++w) {
-      requests.push_back(comm.irecv(in[static_cast<std::size_t>(w)], left, 17));
+  for (const std::size_t count : {std::size_t{100}, std::size_t{3968 / 4}}) {
+    SCOPED_TRACE(std::to_string(count * 4) + " bytes");
+    const clbuf::DeviceBuffer<std::int32_t> out = upload(pattern<std::int32_t>(rank_, 1730, count));
+    std::vector<clbuf::DeviceBuffer<std::int32_t>> in;
+    for (int w = 0; w < window; ++w) in.push_back(manager_->allocate<std::int32_t>(count));
+    clbuf::mpi::Persistent send = comm.send_init(out, right, 16);
+    clbuf::mpi::Persistent recv = comm.recv_init(in[0], left, 16);
+    std::vector<clbuf::mpi::Request> requests;
+    requests.reserve(2 * window);
+    const auto round = [&] {
+      for (int w = 0; w < window; ++w) {
+        requests.push_back(comm.irecv(in[static_cast<std::size_t>(w)], left, 17));
+      }
+      for (int w = 0; w < window; ++w) requests.push_back(comm.isend(out, right, 17));
+      clbuf::mpi::wait_all(requests);
+      requests.clear();
+      if (rank_ == 0) {  // a ring of blocking calls: rank 0 starts it
+        comm.send(out, right, 18);
+        comm.recv(in[1], left, 18);
+      } else {
+        comm.recv(in[1], left, 18);
+        comm.send(out, right, 18);
+      }
+      recv.start();
+      send.start();
+      recv.wait();
+      send.wait();
+    };
+    round();  // fills the envelope cache
+    const long long news = g_news.load();
+    for (int i = 0; i < 20; ++i) round();
+    EXPECT_EQ(g_news.load() - news, 0)
+        << "operator new calls in 20 rounds of " << 2 * window + 4 << " small messages a rank";
+    for (const auto& buffer : in) {
+      EXPECT_TRUE(same(pattern<std::int32_t>(left, 1730, count), manager_->download(buffer)));
     }
-    for (int w = 0; w < window; ++w) requests.push_back(comm.isend(out, right, 17));
-    clbuf::mpi::wait_all(requests);
-    requests.clear();
-    if (rank_ == 0) {  // a ring of blocking calls: rank 0 starts it
-      comm.send(out, right, 18);
-      comm.recv(in[1], left, 18);
-    } else {
-      comm.recv(in[1], left, 18);
-      comm.send(out, right, 18);
-    }
-    recv.start();
-    send.start();
-    recv.wait();
-    send.wait();
-  };
-  round();  // fills the envelope cache
-  const long long news = g_news.load();
-  for (int i = 0; i < 20; ++i) round();
-  EXPECT_EQ(g_news.load() - news, 0)
-      << "operator new calls in 20 rounds of " << 2 * window + 4 << " small messages a rank";
-  for (const auto& buffer : in) {
-    EXPECT_TRUE(same(pattern<std::int32_t>(left, 1730, count), manager_->download(buffer)));
   }
 }
 

@@ -25,6 +25,8 @@
 #include <utility>
 #include <vector>
 
+#include "path_count.hpp"
+
 namespace clbuf_test {
 
 /// The fault sweeps' options: `model` forced, and every transfer above 8 KiB staged through
@@ -239,6 +241,19 @@ inline std::string error_message(const std::function<void()>& statement) {
 /// "<CL_NAME> (<code>)" as messages write it.
 inline std::string code_text(cl_int code) {
   return std::string(clbuf::error_name(code)) + " (" + std::to_string(code) + ")";
+}
+
+/// The path one transfer took, by name ("host_copy", "staged", "buffered", "bounced", "relayed",
+/// "direct"), from the stats of its direction counted over that transfer alone; when they hold
+/// other than one operation on one path, what they hold instead (so a comparison fails with it).
+inline std::string path_taken(const clbuf::DirectionStats& stats) {
+  const std::string path = one_path({{"host_copy", stats.paths.host_copy},
+                                     {"staged", stats.paths.staged},
+                                     {"buffered", stats.paths.buffered},
+                                     {"bounced", stats.paths.bounced},
+                                     {"relayed", stats.paths.relayed},
+                                     {"direct", stats.paths.direct}});
+  return stats.operations == 1 ? path : std::to_string(stats.operations) + " operations, " + path;
 }
 
 /// Sets (or with nullptr unsets) an environment variable for one scope, then restores it.

@@ -211,9 +211,9 @@ class BufferedWrites {
         continue;
       }
       // Full: wait for the oldest write (the ring's first bytes to be freed).
-      const cl_event oldest = pending_.front().event();
-      const cl_int err = CLBUF_CL(clWaitForEvents)(1, &oldest);
-      // The oldest write failed (or the wait did): recorded for settle(), the bytes freed.
+      const cl_int err = Queue::wait_code(pending_.front().event());
+      // The oldest write failed (or the wait did): recorded for settle() with the write's own
+      // code, as reap() records it, the bytes freed.
       if (err != CL_SUCCESS) record(pending_.front(), err);
       pending_.pop_front();
     }

@@ -28,7 +28,12 @@ namespace detail {
 inline void copy_across_contexts(const char* operation, const Queue& source, const Allocation& src,
                                  const cl::Context& context, const Queue& target,
                                  TransferEngine& engine, const Allocation& dst, std::size_t bytes) {
-  Telemetry::Timer timer(engine.telemetry(), Telemetry::copy, bytes);
+  // Counted as a memcpy between two host blocks, one command where one side is a host block,
+  // else relayed through the pinned chunks.
+  const Telemetry::Path path = src.host != nullptr && dst.host != nullptr   ? Telemetry::host_copy
+                               : src.host != nullptr || dst.host != nullptr ? Telemetry::direct
+                                                                            : Telemetry::relayed;
+  Telemetry::Timer timer(engine.telemetry(), Telemetry::copy, path, bytes);
   if (dst.host != nullptr) {  // a CPU device's own memory: read straight into it
     target.finish(operation);
     if (src.host != nullptr) {

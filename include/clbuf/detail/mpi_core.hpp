@@ -344,6 +344,19 @@ class Core {
   std::size_t inline_max() const noexcept { return inline_max_; }
   std::size_t chunk_bytes() const noexcept { return options_.chunk_bytes; }
 
+  /// Counts a message (sent: `direction` 0, received: 1) on `route`, for stats().
+  void count(int direction, Route route) noexcept {
+    MessagePaths& paths = direction == 0 ? stats_.sent : stats_.received;
+    ++(route == Route::zero_copy ? paths.zero_copy
+       : route == Route::map     ? paths.map
+                                 : paths.staged);
+  }
+  /// Counts a message whose payload travels inside its envelope, for stats().
+  void count_inline(int direction) noexcept {
+    ++(direction == 0 ? stats_.sent : stats_.received).inline_payload;
+  }
+  const MessageStats& stats() const noexcept { return stats_; }
+
   Route route(const Span& span) const noexcept {
     switch (options_.path) {
       case Path::zero_copy:
@@ -644,6 +657,7 @@ class Core {
   int size_ = 1;
   int tag_ub_ = 32767;
   std::size_t inline_max_ = 0;
+  MessageStats stats_;
   std::vector<std::uint32_t> streams_;
   std::vector<PinnedBlock> free_slots_;
   std::vector<std::unique_ptr<char[]>> free_envelopes_;

@@ -105,6 +105,7 @@ inline void post_envelope(Core& core, const char* operation, const Span& span, H
                           const cl::Event* before, int dest, int tag, MPI_Comm comm,
                           std::unique_ptr<char[]>& envelope, MPI_Request& request) {
   header.inline_bytes = static_cast<std::uint32_t>(span.bytes);
+  core.count_inline(0);
   envelope = core.take_envelope();
   std::memcpy(envelope.get(), &header, header_bytes);
   char* payload = envelope.get() + header_bytes;
@@ -220,6 +221,7 @@ inline Arrival inspect(const char* operation, const char* envelope, const MPI_St
 /// reported by the manager's next synchronising call (README "Errors").
 inline void write_span(Core& core, const char* operation, const Span& span, const char* payload,
                        const cl::Event* before) {
+  core.count_inline(1);
   if (span.bytes == 0) return;
   if (span.host != nullptr) {
     wait_before(core.queue(), operation, before);
@@ -423,6 +425,7 @@ class SendStream final : public Stream {
     chunks_ = chunking(span_.bytes, chunk_for(span_.bytes, core_.chunk_bytes()));
     header_.chunk_bytes = chunks_.chunk;
     route_ = core_.route(span_);
+    core_.count(direction_, route_);
     // What finishing the message needs from the heap is had before the header goes: from then
     // on the peer waits for every chunk, sent whole or (send_rest_empty) empty.
     requests_.reserve(chunks_.count);
@@ -488,6 +491,7 @@ class SendStream final : public Stream {
     int count = 0;
     const MPI_Datatype type = whole_count(operation_, span_, count);
     route_ = core_.route(span_);
+    core_.count(direction_, route_);
     char* base = span_.bytes == 0 ? nullptr : host_bytes(CL_MAP_READ);
     requests_.assign(1, MPI_REQUEST_NULL);
     check_mpi(MPI_Isend(base, count, type, dest, tag, comm, &requests_[0]), operation_,
@@ -741,6 +745,7 @@ class RecvStream final : public Stream {
     }
     chunks_ = chunking(span_.bytes, header_.chunk_bytes);
     route_ = core_.route(span_);
+    core_.count(direction_, route_);
     // The header is taken: the sender now waits for every chunk to be received. Whatever fails
     // from here on (memory, the map) still receives them, into scratch memory, and is reported
     // once they are in.
@@ -833,6 +838,7 @@ class RecvStream final : public Stream {
     int count = 0;
     const MPI_Datatype type = whole_count(operation_, span_, count);
     route_ = core_.route(span_);
+    core_.count(direction_, route_);
     char* base = nullptr;
     try {
       if (span_.bytes != 0) base = host_bytes(CL_MAP_WRITE_INVALIDATE_REGION);

@@ -68,6 +68,27 @@ struct Options {
   std::size_t halo_kernel_min_rows = 4096;
 };
 
+/// How many messages took each path (Communicator::stats()); a message counts once, when its
+/// path is chosen: a send when it is posted, a receive once its header has arrived and its buffer
+/// took it.
+struct MessagePaths {
+  /// The payload inside the header's envelope (at most 3968 bytes: Open MPI's eager fragment),
+  /// read or written by the manager's own blocking transfer (its TransferStats count it too),
+  /// or copied straight from or into a CPU device's host block.
+  std::uint64_t inline_payload = 0;
+  std::uint64_t zero_copy = 0;  ///< larger: MPI on the buffer's own host block (Path::zero_copy)
+  std::uint64_t map = 0;        ///< larger: the buffer mapped for the host around MPI (Path::map)
+  std::uint64_t staged = 0;     ///< larger: pinned chunks, DMA overlapping MPI (Path::staged)
+};
+
+/// A Communicator's messages by path, sent and received apart: point-to-point messages and the
+/// messages clbuf's collectives and HaloExchange are made of (not MPI's own collectives on host
+/// memory). Under Path::whole each plain MPI message counts as zero_copy or map.
+struct MessageStats {
+  MessagePaths sent;
+  MessagePaths received;
+};
+
 namespace detail {
 
 constexpr std::uint32_t magic = 0x636c6266u;  // "clbf"

@@ -210,6 +210,19 @@ class Queue {
     check(CLBUF_CL(clWaitForEvents)(1, &handle), operation, "clWaitForEvents");
   }
 
+  /// Blocks until `event`'s command has ended; its own error (a negative execution status) when
+  /// it failed, else the wait's code (clWaitForEvents says only that some event failed).
+  static cl_int wait_code(cl_event event) noexcept {
+    cl_int err = CLBUF_CL(clWaitForEvents)(1, &event);
+    cl_int status = CL_COMPLETE;
+    if (CLBUF_CL(clGetEventInfo)(event, CL_EVENT_COMMAND_EXECUTION_STATUS, sizeof(status), &status,
+                                 nullptr) == CL_SUCCESS &&
+        status < 0) {
+      err = status;
+    }
+    return err;
+  }
+
   /// Blocks until every one of `events` (of one context) has completed.
   static void wait(const char* operation, const std::vector<cl_event>& events) {
     if (events.empty()) return;

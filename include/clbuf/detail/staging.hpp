@@ -352,7 +352,8 @@ class Stager {
       cl_event event = nullptr;
       if (job.to_device) {
         copy_streaming(slot.host, job.host + offset, length);
-        if (!ready && !(ready = ok(wait_for(job.after), "the work queued before", job))) break;
+        if (!ready && !(ready = ok(Queue::wait_code(job.after), "the work queued before", job)))
+          break;
         if (!ok(CLBUF_CL(clEnqueueWriteBuffer)(queue, job.memory, CL_FALSE,
                                                job.memory_offset + offset, length, slot.host, 0,
                                                nullptr, &event),
@@ -362,7 +363,8 @@ class Stager {
         slot.busy = cl::Event(event, false);
         if (!ok(CLBUF_CL(clFlush)(queue), "clFlush", job)) break;
       } else {
-        if (!ready && !(ready = ok(wait_for(job.after), "the work queued before", job))) break;
+        if (!ready && !(ready = ok(Queue::wait_code(job.after), "the work queued before", job)))
+          break;
         if (!ok(CLBUF_CL(clEnqueueReadBuffer)(queue, job.memory, CL_FALSE,
                                               job.memory_offset + offset, length, slot.host, 0,
                                               nullptr, &event),
@@ -381,21 +383,9 @@ class Stager {
   /// Waits for the slot's last DMA; false (and the job marked failed) if it failed.
   bool settle(Slot& slot, Job& job) noexcept {
     if (slot.busy() == nullptr) return true;
-    const cl_int err = wait_for(slot.busy());
+    const cl_int err = Queue::wait_code(slot.busy());
     slot.busy = cl::Event();
     return ok(err, "a chunk's DMA", job);
-  }
-
-  /// Waits for `event`; its error if it (or the wait) failed, else CL_SUCCESS.
-  static cl_int wait_for(cl_event event) noexcept {
-    cl_int err = CLBUF_CL(clWaitForEvents)(1, &event);
-    cl_int status = CL_COMPLETE;
-    if (CLBUF_CL(clGetEventInfo)(event, CL_EVENT_COMMAND_EXECUTION_STATUS, sizeof(status), &status,
-                                 nullptr) == CL_SUCCESS &&
-        status < 0) {
-      err = status;
-    }
-    return err;
   }
 
   bool ok(cl_int err, const char* call, Job& job) noexcept {

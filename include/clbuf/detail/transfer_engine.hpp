@@ -21,6 +21,8 @@
 //      never bounce: the driver's pageable write was as fast as a bounce at every size measured;
 //   5. queue: one clEnqueueWriteBuffer / clEnqueueReadBuffer.
 //
+// Each transfer is counted on the path it took (Telemetry, the public PathStats): tests assert
+// the path at every threshold, so a route that moves by one byte shows (tests/paths_test.cpp).
 // Every blocking operation ends with settle(), which reports a buffered write that failed.
 #ifndef CLBUF_DETAIL_TRANSFER_ENGINE_HPP
 #define CLBUF_DETAIL_TRANSFER_ENGINE_HPP
@@ -97,8 +99,9 @@ class TransferEngine {
   void write(const char* operation, const Allocation& memory, std::size_t offset, const void* data,
              std::size_t bytes, HostMemory host) {
     if (bytes == 0) return;
-    Telemetry::Timer timer(telemetry_, Telemetry::upload, bytes);
-    switch (route(memory, bytes, host, Use::blocking_write)) {
+    const Path path = route(memory, bytes, host, Use::blocking_write);
+    Telemetry::Timer timer(telemetry_, Telemetry::upload, counted(path), bytes);
+    switch (path) {
       case Path::host_block:
         queue().finish(operation);
         copier_.copy(memory.host_at(offset), data, bytes);
@@ -123,7 +126,7 @@ class TransferEngine {
                    std::size_t bytes, HostMemory host) {
     if (bytes == 0) return;
     if (memory.host != nullptr && memory.fresh) {
-      Telemetry::Timer timer(telemetry_, Telemetry::upload, bytes);
+      Telemetry::Timer timer(telemetry_, Telemetry::upload, Telemetry::host_copy, bytes);
       copier_.copy(memory.host_at(0), data, bytes);
       return;
     }
@@ -134,8 +137,9 @@ class TransferEngine {
   void read(const char* operation, const Allocation& memory, std::size_t offset, void* out,
             std::size_t bytes, HostMemory host) {
     if (bytes == 0) return;
-    Telemetry::Timer timer(telemetry_, Telemetry::download, bytes);
-    switch (route(memory, bytes, host, Use::blocking_read)) {
+    const Path path = route(memory, bytes, host, Use::blocking_read);
+    Telemetry::Timer timer(telemetry_, Telemetry::download, counted(path), bytes);
+    switch (path) {
       case Path::host_block:
         queue().finish(operation);
         copier_.copy(out, memory.host_at(offset), bytes);
@@ -168,7 +172,7 @@ class TransferEngine {
       read(operation, memory, offset, out.data(), bytes, HostMemory::pageable);
       return out;
     }
-    Telemetry::Timer timer(telemetry_, Telemetry::download, bytes);
+    Telemetry::Timer timer(telemetry_, Telemetry::download, Telemetry::bounced, bytes);
     return read_bounced(operation, memory, offset, bytes, make);  // read_blocking() settled
   }
 
@@ -181,21 +185,18 @@ class TransferEngine {
                       const void* data, std::size_t bytes, std::shared_ptr<const void> keep,
                       bool now_if_fresh) {
     if (bytes == 0) return Started();  // zero-sized work counts nothing
-    telemetry_.count_async(Telemetry::upload, bytes);
-    switch (route(memory, bytes, HostMemory::pageable, Use::started)) {
-      case Path::host_block:
-        if (now_if_fresh && memory.fresh && bytes < huge_page_bytes) {
-          std::memcpy(memory.host_at(offset), data, bytes);
-          return Started();
-        }
-        break;
-      case Path::staged:
-        return stager_->submit(true, memory.buffer, memory.at(offset), const_cast<void*>(data),
-                               bytes, operation, std::move(keep), background_);
-      case Path::buffered:  // blocking writes only
-      case Path::bounced:   // blocking reads only
-      case Path::queue:
-        break;
+    const Path path = route(memory, bytes, HostMemory::pageable, Use::started);
+    const bool at_once =
+        path == Path::host_block && now_if_fresh && memory.fresh && bytes < huge_page_bytes;
+    telemetry_.count_async(Telemetry::upload, at_once ? Telemetry::host_copy : started(path),
+                           bytes);
+    if (at_once) {
+      std::memcpy(memory.host_at(offset), data, bytes);
+      return Started();
+    }
+    if (path == Path::staged) {
+      return stager_->submit(true, memory.buffer, memory.at(offset), const_cast<void*>(data), bytes,
+                             operation, std::move(keep), background_);
     }
     return Started{queue().write(operation, memory.buffer(), memory.at(offset), bytes, data, false),
                    nullptr};
@@ -206,8 +207,9 @@ class TransferEngine {
   Started read_async(const char* operation, const Allocation& memory, std::size_t offset, void* out,
                      std::size_t bytes) {
     if (bytes == 0) return Started();
-    telemetry_.count_async(Telemetry::download, bytes);
-    if (route(memory, bytes, HostMemory::pageable, Use::started) == Path::staged) {
+    const Path path = route(memory, bytes, HostMemory::pageable, Use::started);
+    telemetry_.count_async(Telemetry::download, started(path), bytes);
+    if (path == Path::staged) {
       return stager_->submit(false, memory.buffer, memory.at(offset), out, bytes, operation,
                              nullptr, background_);
     }
@@ -219,8 +221,10 @@ class TransferEngine {
   void copy(const char* operation, const Allocation& src, std::size_t src_offset,
             const Allocation& dst, std::size_t dst_offset, std::size_t bytes) {
     if (bytes == 0) return;
-    Telemetry::Timer timer(telemetry_, Telemetry::copy, bytes);
-    if (src.host != nullptr && dst.host != nullptr) {
+    const bool host_blocks = src.host != nullptr && dst.host != nullptr;
+    Telemetry::Timer timer(telemetry_, Telemetry::copy,
+                           host_blocks ? Telemetry::host_copy : Telemetry::direct, bytes);
+    if (host_blocks) {
       // Both live in host memory, which is this device's memory: one memcpy is the copy.
       queue().finish(operation);
       copier_.copy(dst.host_at(dst_offset), src.host_at(src_offset), bytes);
@@ -235,7 +239,7 @@ class TransferEngine {
   cl::Event copy_async(const char* operation, const Allocation& src, std::size_t src_offset,
                        const Allocation& dst, std::size_t dst_offset, std::size_t bytes) {
     if (bytes == 0) return cl::Event();
-    telemetry_.count_async(Telemetry::copy, bytes);
+    telemetry_.count_async(Telemetry::copy, Telemetry::direct, bytes);
     return queue().copy(operation, src.buffer(), dst.buffer(), src.at(src_offset),
                         dst.at(dst_offset), bytes);
   }
@@ -244,7 +248,9 @@ class TransferEngine {
   void fill(const char* operation, const Allocation& memory, std::size_t offset,
             const void* pattern, std::size_t size, std::size_t count) {
     const std::size_t bytes = count * size;
-    Telemetry::Timer timer(telemetry_, Telemetry::upload, bytes);
+    Telemetry::Timer timer(telemetry_, Telemetry::upload,
+                           memory.host != nullptr ? Telemetry::host_copy : Telemetry::direct,
+                           bytes);
     if (memory.host != nullptr) {
       queue().finish(operation);
       char* out = memory.host_at(offset);
@@ -263,7 +269,7 @@ class TransferEngine {
   Started fill_async(const char* operation, const Allocation& memory, std::size_t offset,
                      const void* pattern, std::size_t size, std::size_t count) {
     if (count == 0) return Started();
-    telemetry_.count_async(Telemetry::upload, count * size);
+    telemetry_.count_async(Telemetry::upload, Telemetry::direct, count * size);
     return Started{fill_commands(operation, memory, offset, pattern, size, count), nullptr};
   }
 
@@ -304,6 +310,29 @@ class TransferEngine {
   }
 
  private:
+  /// The path of PathStats a blocking transfer routed to `path` is counted on.
+  static Telemetry::Path counted(Path path) noexcept {
+    switch (path) {
+      case Path::host_block:
+        return Telemetry::host_copy;
+      case Path::staged:
+        return Telemetry::staged;
+      case Path::buffered:
+        return Telemetry::buffered;
+      case Path::bounced:
+        return Telemetry::bounced;
+      case Path::queue:
+        break;
+    }
+    return Telemetry::direct;
+  }
+
+  /// The path of PathStats a started transfer routed to `path` is counted on: staged, else one
+  /// command (a host block too: the host cannot copy before the queue's earlier work is done).
+  static Telemetry::Path started(Path path) noexcept {
+    return path == Path::staged ? Telemetry::staged : Telemetry::direct;
+  }
+
   /// A pinned block of bounce_max_bytes from the engine's cache for one bounced transfer.
   PinnedLease bounce(const char* operation) {
     return PinnedLease(bounce_cache_, device_.context(), queue().handle(),
