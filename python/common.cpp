@@ -1,9 +1,6 @@
 // SPDX-License-Identifier: MIT
 // The shared parts of the extension (common.hpp).
 #include "common.hpp"
-
-#include <climits>
-
 namespace clbuf_python {
 
 PyObject* error_type = nullptr;
@@ -413,63 +410,6 @@ py::array as_writable_host_array(const char* operation, const py::handle& value,
              "place); pass numpy.ascontiguousarray(...) and use the result");
   }
   return array;
-}
-
-std::string value_bytes(const char* operation, const py::handle& value, const py::dtype& dtype) {
-  if (value.is_none()) {
-    fail(operation, CL_INVALID_VALUE, "value must be a number, not None");
-  }
-  // An integer that an integer dtype cannot hold is refused, never wrapped (300 as int8 would be
-  // 44; numpy 1.x only warns), before numpy casts it. No Python call: the range follows from the
-  // kind and size.
-  const char kind = dtype.kind();
-  const std::size_t bits = 8 * static_cast<std::size_t>(dtype.itemsize());
-  if ((kind == 'i' || kind == 'u') && bits <= 64 && PyIndex_Check(value.ptr()) != 0 &&
-      PyBool_Check(value.ptr()) == 0) {
-    const auto given = py::reinterpret_steal<py::object>(PyNumber_Index(value.ptr()));
-    if (!given) throw py::error_already_set();  // the object's own __index__ failed
-    int overflow = 0;
-    const long long v = PyLong_AsLongLongAndOverflow(given.ptr(), &overflow);
-    bool fits = false;
-    std::string range;
-    if (kind == 'i') {
-      const long long high = bits == 64 ? LLONG_MAX : (1LL << (bits - 1)) - 1;
-      fits = overflow == 0 && v >= -high - 1 && v <= high;
-      range = "[" + std::to_string(-high - 1) + ", " + std::to_string(high) + "]";
-    } else {
-      const unsigned long long high = bits == 64 ? ULLONG_MAX : (1ULL << bits) - 1;
-      if (overflow > 0) {  // above LLONG_MAX: only a 64-bit unsigned may hold it
-        const unsigned long long u = PyLong_AsUnsignedLongLong(given.ptr());
-        fits = PyErr_Occurred() == nullptr && u <= high;
-        PyErr_Clear();
-      } else {
-        fits = overflow == 0 && v >= 0 && static_cast<unsigned long long>(v) <= high;
-      }
-      range = "[0, " + std::to_string(high) + "]";
-    }
-    if (!fits) {
-      fail(operation, CL_INVALID_VALUE,
-           "value " + short_repr(value) + " is out of the range of " + describe_dtype(dtype) + " " +
-               range);
-    }
-  }
-  // numpy.array(value, dtype) through numpy's C API (the same conversion, without a Python call).
-  const auto& api = py::detail::npy_api::get();
-  auto cast = py::reinterpret_steal<py::array>(api.PyArray_FromAny_(
-      value.ptr(), dtype.inc_ref().ptr(), 0, 0,
-      npy_forcecast | npy_ensure_array | npy_c_contiguous | npy_aligned, nullptr));
-  if (!cast) {
-    const std::string why = take_python_error();
-    fail(operation, CL_INVALID_VALUE,
-         "value " + short_repr(value) + " cannot be cast to " + describe_dtype(dtype) + ": " + why);
-  }
-  if (cast.ndim() != 0) {
-    fail(operation, CL_INVALID_VALUE,
-         "value " + short_repr(value) + " must be a single value, not of shape " +
-             describe_shape(std::vector<py::ssize_t>(cast.shape(), cast.shape() + cast.ndim())));
-  }
-  return std::string(static_cast<const char*>(cast.data()),
-                     static_cast<std::size_t>(cast.itemsize()));
 }
 
 std::size_t times(const char* operation, std::size_t count, std::size_t itemsize,

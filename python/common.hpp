@@ -282,9 +282,6 @@ py::array as_contiguous_host_array(const char* operation, const py::handle& valu
 /// (as_host_array() for the object), else clbuf.Error. Never copied.
 py::array as_writable_host_array(const char* operation, const py::handle& value, const char* what);
 
-/// The C++ pattern of `value` cast to `dtype` (numpy's casting rules), itemsize bytes.
-std::string value_bytes(const char* operation, const py::handle& value, const py::dtype& dtype);
-
 /// Element count times itemsize, or clbuf.Error on overflow.
 std::size_t times(const char* operation, std::size_t count, std::size_t itemsize, const char* what);
 

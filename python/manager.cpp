@@ -3,6 +3,7 @@
 #include "manager.hpp"
 
 #include "interop.hpp"
+#include "values.hpp"
 
 #include <array>
 
@@ -696,7 +697,9 @@ void bind_manager(py::module_& m) {
            py::arg("dtype") = py::dtype("float64"),
            "New device memory for an array of `shape` and `dtype`, contents unspecified.")
       .def("fill", checked("fill", &Manager::fill), py::arg("buffer"), py::arg("value"),
-           "Sets every element to `value`, cast to the buffer's dtype.")
+           "Sets every element to `value` (a bool, int, float or complex), stored exactly: "
+           "clbuf.Error where the buffer's dtype cannot hold it (1.7 or 300 for int8, 1e39 for "
+           "float32, 2**53 + 1 for float64).")
       .def("upload_into", checked("upload_into", &Manager::upload_into), py::arg("buffer"),
            py::arg("data"), py::arg("offset") = 0,
            "Copies host data of the buffer's dtype into `buffer` from element `offset`.")

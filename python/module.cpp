@@ -3,6 +3,7 @@
 // clbuf C++ core, one file a concern:
 //   common.*    clbuf.Error, releasing the GIL, objects made by __new__ alone, argument checks
 //   manager.*   clbuf.BufferManager, clbuf.DeviceInfo
+//   values.*    a Python number as one element of a dtype (fill's value), exactly
 //   buffers.*   clbuf.DeviceBuffer
 //   futures.*   clbuf.Future
 //   host_memory.*  pinned numpy arrays (pinned_empty) and mappings (map)
@@ -13,6 +14,7 @@
 // state, is the library's (clbuf::BufferManager); this extension checks only what Python passes
 // in.
 #include "manager.hpp"
+#include "values.hpp"
 
 #ifdef CLBUF_PYTHON_MPI
 namespace clbuf_python {
@@ -63,5 +65,6 @@ PYBIND11_MODULE(_clbuf, m) {
   }
   numpy_max_dims = numpy_major >= 2 ? 64 : 32;
 
+  init_values();
   register_exit_handler();
 }

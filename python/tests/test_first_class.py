@@ -118,9 +118,12 @@ def test_fill_leaves_every_byte_outside_its_range_alone(bm, dtype):
     same(bm.download_from_device(handle), data)
 
 
-def test_fill_casts_the_value_to_the_buffer_dtype(bm):
+def test_fill_takes_only_a_value_the_buffer_dtype_holds(bm):
+    # 2.9 was once truncated to 2 (issue 35); every dtype pair is in test_values.py.
     handle = bm.empty(4, np.int32)
-    bm.fill(handle, 2.9)
+    bm.fill(handle, 2.0)
+    same(bm.download_from_device(handle), np.full(4, 2, np.int32))
+    error(lambda: bm.fill(handle, 2.9), CL_INVALID_VALUE, "fill", "not a whole number")
     same(bm.download_from_device(handle), np.full(4, 2, np.int32))
     error(lambda: bm.fill(handle, "abc"), CL_INVALID_VALUE, "fill", "cannot be cast to int32")
     error(lambda: bm.fill(handle, [1, 2]), CL_INVALID_VALUE, "fill", "single value")
