@@ -1,6 +1,9 @@
 // SPDX-License-Identifier: MIT
 // The shared parts of the extension (common.hpp).
 #include "common.hpp"
+
+#include <climits>
+
 namespace clbuf_python {
 
 PyObject* error_type = nullptr;
@@ -15,6 +18,12 @@ PyObject* error_type = nullptr;
   }
   message += details;
   throw clbuf::Error(code, message);
+}
+
+void show_as(const py::handle& cls, const char* module, const char* name) {
+  cls.attr("__module__") = module;
+  cls.attr("__name__") = name;
+  cls.attr("__qualname__") = name;
 }
 
 /// A type's name without its module ("ndarray", "int"), read from the type object.
@@ -224,6 +233,23 @@ std::size_t as_size(const char* operation, const py::handle& value, const char* 
     fail(operation, CL_INVALID_VALUE, std::string(what) + " " + text_of(number) + " is too large");
   }
   return static_cast<std::size_t>(result);
+}
+
+int as_int(const char* operation, const py::handle& value, const std::string& what) {
+  PyObject* index = PyNumber_Index(value.ptr());
+  if (index == nullptr) {
+    if (PyErr_ExceptionMatches(PyExc_TypeError) == 0) throw py::error_already_set();
+    PyErr_Clear();
+    fail(operation, CL_INVALID_VALUE, what + " must be an integer, not " + type_name(value));
+  }
+  const py::int_ number = py::reinterpret_steal<py::int_>(index);
+  int overflow = 0;
+  const long long result = PyLong_AsLongLongAndOverflow(number.ptr(), &overflow);
+  if (overflow != 0 || result < INT_MIN || result > INT_MAX) {
+    PyErr_Clear();
+    fail(operation, CL_INVALID_VALUE, what + " " + text_of(number) + " is not a C int");
+  }
+  return static_cast<int>(result);
 }
 
 std::size_t numpy_max_dims = 32;

@@ -164,6 +164,142 @@ struct Selector {
   py::handle object;
 };
 
+// ---- Python types in signatures ------------------------------------------------------------
+//
+// pybind11 writes an argument or result of type py::handle or py::object as `handle` or
+// `object` in help() and __doc__. The extension takes most arguments as any object and checks
+// them itself (so that a wrong one is a clbuf.Error naming the call, never pybind11's
+// TypeError), so those are Typed<Name>: any object, shown as the Python type Name::name, the
+// way python/clbuf/_clbuf.pyi writes it (python/tests/test_package.py compares the two).
+
+/// Any Python object, shown in signatures as the type `Name::name`.
+template <class Name>
+class Typed : public py::object {
+ public:
+  Typed() = default;
+  Typed(py::object value) : py::object(std::move(value)) {}  // NOLINT: results convert
+  Typed(py::handle h, borrowed_t tag) : py::object(h, tag) {}
+  Typed(py::handle h, stolen_t tag) : py::object(h, tag) {}
+  /// pybind11 loads any object into it (py::isinstance<Typed<Name>>).
+  static bool check_(py::handle h) { return h.ptr() != nullptr; }
+};
+
+namespace names {
+using py::detail::const_name;
+struct DeviceBuffer {
+  static constexpr auto name = const_name("clbuf.DeviceBuffer");
+};
+struct BufferManager {
+  static constexpr auto name = const_name("clbuf.BufferManager");
+};
+struct HostData {
+  static constexpr auto name =
+      const_name("Union[numpy.ndarray, bytes, bytearray, memoryview, array.array]");
+};
+struct WritableData {
+  static constexpr auto name =
+      const_name("Union[numpy.ndarray, bytearray, memoryview, array.array]");
+};
+struct OptionalWritableData {
+  static constexpr auto name =
+      const_name("Optional[Union[numpy.ndarray, bytearray, memoryview, array.array]]");
+};
+struct Shape {
+  static constexpr auto name = const_name("Union[int, Sequence[int]]");
+};
+struct OptionalShape {
+  static constexpr auto name = const_name("Optional[Union[int, Sequence[int]]]");
+};
+struct DType {
+  static constexpr auto name = const_name("numpy.typing.DTypeLike");
+};
+struct OptionalDType {
+  static constexpr auto name = const_name("Optional[numpy.typing.DTypeLike]");
+};
+struct Int {
+  static constexpr auto name = const_name("int");
+};
+struct Str {
+  static constexpr auto name = const_name("str");
+};
+struct Number {
+  static constexpr auto name =
+      const_name("Union[bool, int, float, complex, numpy.number, numpy.bool_]");
+};
+struct Region {
+  static constexpr auto name = const_name("clbuf.Region");
+};
+struct WaitFor {
+  static constexpr auto name =
+      const_name("Optional[Sequence[Union[clbuf.Future, pyopencl.Event]]]");
+};
+struct FutureResult {
+  static constexpr auto name = const_name(
+      "Optional[Union[clbuf.DeviceBuffer, numpy.ndarray, bytearray, memoryview, array.array]]");
+};
+struct MappedArray {
+  static constexpr auto name = const_name("clbuf.MappedArray");
+};
+struct Dtype {
+  static constexpr auto name = const_name("numpy.dtype");
+};
+struct ShapeTuple {
+  static constexpr auto name = const_name("Tuple[int, ...]");
+};
+struct StrOrInt {
+  static constexpr auto name = const_name("Union[str, int]");
+};
+struct Slice {
+  static constexpr auto name = const_name("slice");
+};
+struct Dict {
+  static constexpr auto name = const_name("Dict[str, Any]");
+};
+struct PyopenclQueue {
+  static constexpr auto name = const_name("pyopencl.CommandQueue");
+};
+struct PyopenclMemory {
+  static constexpr auto name = const_name("Union[pyopencl.Buffer, pyopencl.array.Array]");
+};
+struct PyopenclArray {
+  static constexpr auto name = const_name("pyopencl.array.Array");
+};
+struct PyopenclEvent {
+  static constexpr auto name = const_name("Optional[pyopencl.Event]");
+};
+}  // namespace names
+
+/// The arguments and results of the extension, by the Python type they are.
+using AnyBuffer = Typed<names::DeviceBuffer>;
+using AnyManager = Typed<names::BufferManager>;
+using HostData = Typed<names::HostData>;
+using WritableData = Typed<names::WritableData>;
+using OptionalWritableData = Typed<names::OptionalWritableData>;
+using Shape = Typed<names::Shape>;
+using OptionalShape = Typed<names::OptionalShape>;
+using DType = Typed<names::DType>;
+using OptionalDType = Typed<names::OptionalDType>;
+using Int = Typed<names::Int>;
+using Str = Typed<names::Str>;
+using Number = Typed<names::Number>;
+using RegionArg = Typed<names::Region>;
+using WaitFor = Typed<names::WaitFor>;
+using FutureResult = Typed<names::FutureResult>;
+using MappedArrayResult = Typed<names::MappedArray>;
+using DtypeResult = Typed<names::Dtype>;
+using ShapeTuple = Typed<names::ShapeTuple>;
+using StrOrInt = Typed<names::StrOrInt>;
+using SliceArg = Typed<names::Slice>;
+using Dict = Typed<names::Dict>;
+using PyopenclQueue = Typed<names::PyopenclQueue>;
+using PyopenclMemory = Typed<names::PyopenclMemory>;
+using PyopenclArray = Typed<names::PyopenclArray>;
+using PyopenclEvent = Typed<names::PyopenclEvent>;
+
+/// A class as Python shows it (repr, help, signatures): `module.name`. Set before any method is
+/// bound, since pybind11 writes a class's name into each signature when it binds it.
+void show_as(const py::handle& cls, const char* module, const char* name);
+
 }  // namespace clbuf_python
 
 namespace pybind11 {
@@ -193,6 +329,10 @@ struct type_caster<Self<T>> {
   static handle cast(const Self<T>& self, return_value_policy /*policy*/, handle /*parent*/) {
     return self.object.inc_ref();
   }
+};
+template <class Name>
+struct handle_type_name<clbuf_python::Typed<Name>> {
+  static constexpr auto name = Name::name;
 };
 template <>
 struct type_caster<Selector> {
@@ -245,6 +385,10 @@ void require_numeric(const char* operation, const py::dtype& dtype);
 /// object without __index__, or whose __index__ raises TypeError, is not an integer (clbuf.Error);
 /// any other exception its __index__ raises is the caller's own and propagates.
 std::size_t as_size(const char* operation, const py::handle& value, const char* what);
+
+/// operator.index(value) as a C int (an error code, an MPI rank or tag; negative allowed);
+/// `what` names the argument in messages.
+int as_int(const char* operation, const py::handle& value, const std::string& what);
 
 /// Three element counts (x, y, z) from a sequence of three; `what` names it in messages.
 std::array<std::size_t, 3> counts3(const char* operation, const py::handle& value,

@@ -7,10 +7,12 @@
 namespace clbuf_python {
 
 void bind_futures(py::module_& m) {
-  py::class_<Pending, std::shared_ptr<Pending>>(
+  py::class_<Pending, std::shared_ptr<Pending>> future(
       m, "Future",
-      "An asynchronous operation in flight. The host array it reads or writes must not be "
-      "modified until wait() returns.")
+      "An asynchronous operation in flight, from the *_async() calls. The host array it reads "
+      "or writes must not be modified until wait() returns; dropping a Future waits for it.");
+  show_as(future, "clbuf", "Future");
+  future
       .def("wait", checked("wait", &Pending::wait),
            "Blocks until the operation is done (the GIL is released).")
       .def("ready", checked("ready", &Pending::ready), "True once the operation is done.")
@@ -19,7 +21,7 @@ void bind_futures(py::module_& m) {
            "download_async, None for the others.")
       .def_property_readonly(
           "event",
-          [](Self<Pending> self) {
+          [](Self<Pending> self) -> PyopenclEvent {
             return to_pyopencl_event("Future.event", initialised(self, "event")->event());
           },
           "A pyopencl.Event that completes with the operation, for a pyopencl kernel's "

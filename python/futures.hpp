@@ -63,7 +63,7 @@ class Pending {
   }
 
   /// wait(), then the result; the same object on every call.
-  py::object get() {
+  FutureResult get() {
     wait();
     if (shell_) {
       // An upload, done: take the buffer once (get() does not block any more).

@@ -33,8 +33,11 @@ PYBIND11_MODULE(_clbuf, m) {
                           std::to_string(CLBUF_VERSION_PATCH);
 
   m.def(
-      "error_name", [](cl_int code) { return clbuf::error_name(code); }, py::arg("code"),
-      "The name of an OpenCL error code, e.g. error_name(-30) == 'CL_INVALID_VALUE'.");
+      "error_name",
+      [](const Int& code) { return clbuf::error_name(as_int("error_name", code, "code")); },
+      py::arg("code"),
+      "The name of an OpenCL error code, e.g. error_name(-30) == 'CL_INVALID_VALUE' (clbuf.Error "
+      "has it as .name).");
   py::object error = py::module_::import("clbuf").attr("Error");
   m.attr("Error") = error;
   error_type = error.ptr();  // the module's attribute keeps it alive

@@ -37,6 +37,7 @@ class Error(RuntimeError):
     """
 
     def __init__(self, message: str = "", code: int = 0) -> None:
+        """An error with its whole message and its OpenCL error code."""
         super().__init__(message)
         self.code: int = code
 
@@ -57,6 +58,7 @@ class Region:
 
     def __init__(self, size=(1, 1, 1), src_origin=(0, 0, 0), src_extents=(1, 1, 1),
                  dst_origin=(0, 0, 0), dst_extents=(1, 1, 1)):
+        """A box of ``size`` elements between the two layouts; each argument three counts."""
         self.size = tuple(size)
         self.src_origin = tuple(src_origin)
         self.src_extents = tuple(src_extents)
@@ -84,7 +86,3 @@ from ._clbuf import (  # noqa: E402
     list_devices,
 )
 from ._mapping import MappedArray  # noqa: E402
-
-for _cls in (BufferManager, DeviceBuffer, DeviceInfo, Future):
-    _cls.__module__ = __name__
-del _cls

@@ -13,6 +13,7 @@ states the rule in exact arithmetic (fractions):
   and an int only where the dtype holds it exactly;
 - a complex with an imaginary part other than 0 goes into complex dtypes only."""
 import math
+import re
 import warnings
 from fractions import Fraction
 
@@ -216,3 +217,32 @@ def test_values_the_dtype_holds_are_stored(bm, dtype, value, element):
     bm.upload_into(buf, np.frombuffer(random_bytes(np.dtype(dtype)), dtype))
     bm.fill_async(buf, value).get()
     assert bm.download_from_device(buf).tobytes() == np.full(3, element, dtype).tobytes()
+
+
+# ---- integers: sizes, offsets, shapes, codes -----------------------------------------------
+
+def test_integer_arguments_take_no_float_not_even_a_whole_one(bm):
+    # Every other call that takes a number takes an integer (operator.index): a float, numpy's
+    # included, is refused rather than truncated.
+    data = np.frombuffer(random_bytes(np.dtype(np.float32), 8), np.float32)
+    buf = bm.upload_to_device(data)
+    other = bm.upload_to_device(data)
+    calls = {
+        "error_name": lambda v: clbuf.error_name(v),
+        "copy_device_buffer": lambda v: bm.copy_device_buffer(buf, other, v),
+        "copy_async": lambda v: bm.copy_async(buf, other, 4, src_offset=v),
+        "upload_into": lambda v: bm.upload_into(buf, data[:1], v),
+        "empty": lambda v: bm.empty(v, np.float32),
+        "download_from_device": lambda v: bm.download_from_device(buf, (v, 4)),
+        "pinned_empty": lambda v: bm.pinned_empty((v,), np.uint8),
+        "upload_rect": lambda v: bm.upload_rect(buf, data, clbuf.Region(size=(v, 1, 1))),
+    }
+    for name, call in calls.items():
+        for value in (2.0, np.float32(2.0), np.float64(2.0), 2.5):
+            with pytest.raises(clbuf.Error) as info:
+                call(value)
+            assert info.value.code == CL_INVALID_VALUE, (name, value)
+            assert str(info.value).startswith(f"{name}: CL_INVALID_VALUE (-30): "), info.value
+            assert re.search(r"must be an (integer|int)", str(info.value)), info.value
+    assert bm.download_from_device(other).tobytes() == data.tobytes()
+    assert clbuf.error_name(np.int16(-30)) == "CL_INVALID_VALUE"
