@@ -129,7 +129,8 @@ void bind_buffers(py::module_& m) {
       .def(
           "to_pyopencl",
           [](Self<Handle> self) -> PyopenclArray {
-            return to_pyopencl(initialised(self, "to_pyopencl"));
+            return reported<Handle>("to_pyopencl",
+                                    [&] { return to_pyopencl(initialised(self, "to_pyopencl")); });
           },
           "A pyopencl.array.Array of this buffer's shape and dtype on the same memory (no copy; "
           "a view's: its root buffer at an offset), on the manager's queue. The memory is no "

@@ -20,6 +20,14 @@ PyObject* error_type = nullptr;
   throw clbuf::Error(code, message);
 }
 
+void rethrow_as(const std::string& operation, const clbuf::Error& error) {
+  const std::string message = error.what();
+  const std::size_t end = message.find(": ");
+  if (end != std::string::npos && message.compare(0, end, operation) == 0) throw;
+  throw clbuf::Error(error.code(),
+                     operation + (end == std::string::npos ? ": " + message : message.substr(end)));
+}
+
 void show_as(const py::handle& cls, const char* module, const char* name) {
   cls.attr("__module__") = module;
   cls.attr("__name__") = name;

@@ -77,15 +77,43 @@ void register_exit_handler();
 // gets the object through initialised(): the holder, or clbuf.Error (code 0) saying the object
 // was never initialised. (The shared_ptr also keeps the object alive for the call's length.)
 
+/// A class's Python name (`name`, after "clbuf."), how its objects are made (`made_by`) and the
+/// operation its members' errors name (`scope`; see operation_of()).
 template <class T>
 struct PythonName;
+
+/// The operation an error of T's `member` names: the member itself for BufferManager,
+/// DeviceBuffer and clbuf.mpi.Communicator (scope "": "fill", "to_pyopencl", "send"),
+/// "Class.member" for the others (scope "Future.": "Future.get"), or the call that made the
+/// object for every member (scope "map": the mapping of `with bm.map(buf) as a:`).
+template <class T>
+std::string operation_of(const char* member) {
+  const std::string scope = PythonName<T>::scope;
+  if (scope.empty()) return member;
+  return scope.back() == '.' ? scope + member : scope;
+}
 
 template <class T>
 [[noreturn]] void fail_uninitialised(const char* member) {
   const std::string name = PythonName<T>::name;
-  throw clbuf::Error(CL_SUCCESS, name + "." + member + ": this clbuf." + name +
+  throw clbuf::Error(CL_SUCCESS, operation_of<T>(member) + ": this clbuf." + name +
                                      " was never initialised (made by clbuf." + name +
                                      ".__new__ without __init__); " + PythonName<T>::made_by);
+}
+
+/// Throws `error` again naming `operation`, the call the user made, where it names another
+/// (the library's operation: "copy_bytes" for copy_device_buffer, "queue" for to_pyopencl);
+/// code and details unchanged. Called in a catch block.
+[[noreturn]] void rethrow_as(const std::string& operation, const clbuf::Error& error);
+
+/// call(); a clbuf.Error it throws names operation_of<T>(member).
+template <class T, class F>
+decltype(auto) reported(const char* member, F&& call) {
+  try {
+    return call();
+  } catch (const clbuf::Error& error) {
+    rethrow_as(operation_of<T>(member), error);
+  }
 }
 
 /// pybind11's record of T's Python class, looked up once (pybind11 looks it up by the hash of
@@ -145,18 +173,33 @@ const std::shared_ptr<T>& initialised(const Self<T>& self, const char* member) {
   return self.held;
 }
 
-/// A method as a function of a checked `self`.
+/// A method as a function of a checked `self`, its errors naming operation_of<C>(member).
 template <class C, class R, class... A>
 auto checked(const char* member, R (C::*method)(A...)) {
   return [member, method](Self<C> self, A... args) -> R {
-    return ((*initialised(self, member)).*method)(std::forward<A>(args)...);
+    return reported<C>(member, [&]() -> R {
+      return ((*initialised(self, member)).*method)(std::forward<A>(args)...);
+    });
   };
 }
 template <class C, class R, class... A>
 auto checked(const char* member, R (C::*method)(A...) const) {
   return [member, method](Self<C> self, A... args) -> R {
-    return ((*initialised(self, member)).*method)(std::forward<A>(args)...);
+    return reported<C>(member, [&]() -> R {
+      return ((*initialised(self, member)).*method)(std::forward<A>(args)...);
+    });
   };
+}
+
+/// A wait for an operation already started (Future.wait, Request.test, ...) as a function of a
+/// checked `self`: its errors are that operation's, and name it ("upload_async", "irecv").
+template <class C, class R>
+auto waiting(const char* member, R (C::*method)()) {
+  return [member, method](Self<C> self) -> R { return ((*initialised(self, member)).*method)(); };
+}
+template <class C, class R>
+auto waiting(const char* member, R (C::*method)() const) {
+  return [member, method](Self<C> self) -> R { return ((*initialised(self, member)).*method)(); };
 }
 
 /// BufferManager's `selector` argument, as given; as_selector() reads it.

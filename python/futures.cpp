@@ -13,10 +13,10 @@ void bind_futures(py::module_& m) {
       "or writes must not be modified until wait() returns; dropping a Future waits for it.");
   show_as(future, "clbuf", "Future");
   future
-      .def("wait", checked("wait", &Pending::wait),
+      .def("wait", waiting("wait", &Pending::wait),
            "Blocks until the operation is done (the GIL is released).")
-      .def("ready", checked("ready", &Pending::ready), "True once the operation is done.")
-      .def("get", checked("get", &Pending::get),
+      .def("ready", waiting("ready", &Pending::ready), "True once the operation is done.")
+      .def("get", waiting("get", &Pending::get),
            "wait(), then the result: a DeviceBuffer for upload_async, the array for "
            "download_async, None for the others.")
       .def_property_readonly(

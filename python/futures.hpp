@@ -92,6 +92,7 @@ class Pending {
 template <>
 struct PythonName<Pending> {
   static constexpr const char* name = "Future";
+  static constexpr const char* scope = "Future.";
   static constexpr const char* made_by = "Futures come from the *_async() calls";
 };
 

@@ -111,14 +111,16 @@ void bind_host_memory(py::module_& m) {
       .def(
           "__enter__",
           [](Self<Mapping> self) -> MappedArrayResult {
-            return initialised(self, "__enter__")
-                ->enter(py::reinterpret_borrow<py::object>(self.object));
+            return reported<Mapping>("__enter__", [&] {
+              return initialised(self, "__enter__")
+                  ->enter(py::reinterpret_borrow<py::object>(self.object));
+            });
           },
           "Maps the buffer: a clbuf.MappedArray of its shape and dtype over its bytes.")
       .def(
           "__exit__",
           [](Self<Mapping> self, const py::args&) {
-            initialised(self, "__exit__")->close();
+            reported<Mapping>("__exit__", [&] { initialised(self, "__exit__")->close(); });
             return false;
           },
           "Unmaps the buffer (writing the array back for modes 'w' and 'rw').")

@@ -687,9 +687,11 @@ void bind_manager(py::module_& m) {
             }
             const auto q = queue.attr("int_ptr").cast<std::uintptr_t>();
             const auto c = queue.attr("context").attr("int_ptr").cast<std::uintptr_t>();
-            return std::make_shared<Manager>(
-                cl::Context(reinterpret_cast<cl_context>(c), true),
-                cl::CommandQueue(reinterpret_cast<cl_command_queue>(q), true));
+            return reported<Manager>(op, [&] {
+              return std::make_shared<Manager>(
+                  cl::Context(reinterpret_cast<cl_context>(c), true),
+                  cl::CommandQueue(reinterpret_cast<cl_command_queue>(q), true));
+            });
           },
           py::arg("queue"),
           "A BufferManager on a pyopencl.CommandQueue's context and queue (shared, not "

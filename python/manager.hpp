@@ -108,6 +108,7 @@ class Manager {
 template <>
 struct PythonName<Manager> {
   static constexpr const char* name = "BufferManager";
+  static constexpr const char* scope = "";
   static constexpr const char* made_by = "create one with clbuf.BufferManager(selector)";
 };
 

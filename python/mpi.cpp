@@ -555,7 +555,7 @@ class HaloExchange {
     }
   }
   void start(const AnyBuffer& field) {
-    const char* op = "HaloExchange::start";
+    const char* op = "HaloExchange.start";
     auto h = as_handle(op, field, "field");
     if (field_) fail(op, CL_INVALID_OPERATION, "the last exchange has not finished");
     if (!exchange_ || kind_ != h->dtype.kind() || itemsize_ != h->dtype.itemsize()) {
@@ -630,23 +630,27 @@ class HaloExchange {
 template <>
 struct PythonName<Communicator> {
   static constexpr const char* name = "mpi.Communicator";
+  static constexpr const char* scope = "";
   static constexpr const char* made_by = "create one with clbuf.mpi.Communicator(bm, comm)";
 };
 template <>
 struct PythonName<Request> {
   static constexpr const char* name = "mpi.Request";
+  static constexpr const char* scope = "Request.";
   static constexpr const char* made_by =
       "requests come from isend(), irecv(), ibroadcast() and iallreduce()";
 };
 template <>
 struct PythonName<Persistent> {
   static constexpr const char* name = "mpi.Persistent";
+  static constexpr const char* scope = "Persistent.";
   static constexpr const char* made_by =
       "persistent requests come from send_init() and recv_init()";
 };
 template <>
 struct PythonName<HaloExchange> {
   static constexpr const char* name = "mpi.HaloExchange";
+  static constexpr const char* scope = "HaloExchange.";
   static constexpr const char* made_by = "create one with clbuf.mpi.HaloExchange(comm, plan)";
 };
 
@@ -657,8 +661,8 @@ void bind_mpi(py::module_& m) {
       m, "_MpiRequest",
       "An isend, irecv, ibroadcast or iallreduce in flight; keeps its buffer alive until done.");
   show_as(request, "clbuf.mpi", "Request");
-  request.def("wait", checked("wait", &Request::wait), "Blocks until the transfer has completed.")
-      .def("test", checked("test", &Request::test), "True once the transfer has completed.");
+  request.def("wait", waiting("wait", &Request::wait), "Blocks until the transfer has completed.")
+      .def("test", waiting("test", &Request::test), "True once the transfer has completed.");
   py::class_<Persistent, std::shared_ptr<Persistent>> persistent(
       m, "_MpiPersistent",
       "A send_init or recv_init: the same transfer, started as often as needed.");
@@ -666,9 +670,9 @@ void bind_mpi(py::module_& m) {
   persistent
       .def("start", checked("start", &Persistent::start),
            "Begins one transfer; clbuf.Error while the last one is active.")
-      .def("wait", checked("wait", &Persistent::wait),
+      .def("wait", waiting("wait", &Persistent::wait),
            "Blocks until the transfer started last has completed.")
-      .def("test", checked("test", &Persistent::test),
+      .def("test", waiting("test", &Persistent::test),
            "True once the transfer started last has completed (or none is active).")
       .def_property_readonly("active", checked("active", &Persistent::active),
                              "True while a transfer that was started has not completed.");

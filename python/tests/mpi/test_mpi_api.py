@@ -139,6 +139,7 @@ def test_persistent_start_while_active(world):
     with pytest.raises(clbuf.Error) as info:
         recv.start()
     assert info.value.code == -59 and "started again" in str(info.value)
+    assert str(info.value).startswith("Persistent.start: CL_INVALID_OPERATION (-59): ")
     send.start()
     send.wait()
     recv.wait()
@@ -346,6 +347,7 @@ def test_halo_exchange_errors(world):
     with pytest.raises(clbuf.Error) as info:
         halo.start(field)
     assert info.value.code == -59 and "not finished" in str(info.value)
+    assert str(info.value).startswith("HaloExchange.start: CL_INVALID_OPERATION (-59): ")
     halo.finish()
     assert halo.test()
     got = bm.download_from_device(field)
