@@ -768,6 +768,10 @@ void bind_manager(py::module_& m) {
       .def_property_readonly("queue_int_ptr", checked("queue_int_ptr", &Manager::queue_int_ptr),
                              "The cl_command_queue, as pyopencl.CommandQueue.from_int_ptr() "
                              "takes it.")
+      .def("finish", checked("finish", &Manager::finish),
+           "Waits until the device has done everything queued on this manager's queue "
+           "(clFinish), and raises a small upload's failure not reported yet. A queue of your own "
+           "on this context must wait for it before it reads what clbuf uploaded.")
       .def("cleanup", checked("cleanup", &Manager::cleanup),
            "Waits for queued work, then releases the queue and context. Idempotent; every later "
            "transfer raises clbuf.Error (code 0).")

@@ -86,6 +86,10 @@ class Manager {
   py::array pinned_empty(const Shape& shape, const DType& dtype);
   std::shared_ptr<Handle> adopt(const PyopenclMemory& object);
 
+  void finish() {
+    NoGil release;
+    manager_->finish();
+  }
   void cleanup() {
     NoGil release;
     manager_->cleanup();

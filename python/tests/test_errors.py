@@ -67,6 +67,7 @@ def test_every_call_after_cleanup_names_itself(new_manager):
         "pinned_empty": lambda: bm.pinned_empty(4, np.float32),
         "context_int_ptr": lambda: bm.context_int_ptr,
         "queue_int_ptr": lambda: bm.queue_int_ptr,
+        "finish": bm.finish,
         "map": lambda: bm.map(f32).__enter__(),
         "view": lambda: f32[1:2],  # buf[i:j]
     }
