@@ -86,14 +86,12 @@ std::shared_ptr<Handle> slice(const std::shared_ptr<Handle>& handle, const py::h
 }  // namespace
 
 void bind_buffers(py::module_& m) {
-  py::class_<Handle, std::shared_ptr<Handle>> buffer(
+  python_class<Handle>(
       m, "DeviceBuffer",
       "Device memory holding an array's bytes, with its dtype and shape. Made by "
       "BufferManager.upload_to_device(), empty(), adopt() and the async uploads; buf[i:j] is a "
       "view of rows i to j (the first axis, step 1) sharing its memory. Freed when the last "
-      "reference (views included) goes.");
-  show_as(buffer, "clbuf", "DeviceBuffer");
-  buffer
+      "reference (views included) goes.")
       .def_property_readonly("nbytes", checked("nbytes", &Handle::nbytes),
                              "The bytes the buffer holds (size times dtype.itemsize).")
       .def_property_readonly("size", checked("size", &Handle::size),

@@ -215,8 +215,8 @@ struct Selector {
 // TypeError), so those are Typed<Name>: any object, shown as the Python type Name::name, the
 // way python/clbuf/_clbuf.pyi writes it (python/tests/test_package.py compares the two).
 
-/// Any Python object, shown in signatures as the type `Name::name`.
-template <class Name>
+/// Any Python object, shown in signatures as the Python type `Name` (a string).
+template <const auto& Name>
 class Typed : public py::object {
  public:
   Typed() = default;
@@ -227,121 +227,80 @@ class Typed : public py::object {
   static bool check_(py::handle h) { return h.ptr() != nullptr; }
 };
 
+/// The Python types of the extension's arguments and results, as _clbuf.pyi writes them.
 namespace names {
-using py::detail::const_name;
-struct DeviceBuffer {
-  static constexpr auto name = const_name("clbuf.DeviceBuffer");
-};
-struct BufferManager {
-  static constexpr auto name = const_name("clbuf.BufferManager");
-};
-struct HostData {
-  static constexpr auto name =
-      const_name("Union[numpy.ndarray, bytes, bytearray, memoryview, array.array]");
-};
-struct WritableData {
-  static constexpr auto name =
-      const_name("Union[numpy.ndarray, bytearray, memoryview, array.array]");
-};
-struct OptionalWritableData {
-  static constexpr auto name =
-      const_name("Optional[Union[numpy.ndarray, bytearray, memoryview, array.array]]");
-};
-struct Shape {
-  static constexpr auto name = const_name("Union[int, Sequence[int]]");
-};
-struct OptionalShape {
-  static constexpr auto name = const_name("Optional[Union[int, Sequence[int]]]");
-};
-struct DType {
-  static constexpr auto name = const_name("numpy.typing.DTypeLike");
-};
-struct OptionalDType {
-  static constexpr auto name = const_name("Optional[numpy.typing.DTypeLike]");
-};
-struct Int {
-  static constexpr auto name = const_name("int");
-};
-struct Str {
-  static constexpr auto name = const_name("str");
-};
-struct Number {
-  static constexpr auto name =
-      const_name("Union[bool, int, float, complex, numpy.number, numpy.bool_]");
-};
-struct Region {
-  static constexpr auto name = const_name("clbuf.Region");
-};
-struct WaitFor {
-  static constexpr auto name =
-      const_name("Optional[Sequence[Union[clbuf.Future, pyopencl.Event]]]");
-};
-struct FutureResult {
-  static constexpr auto name = const_name(
-      "Optional[Union[clbuf.DeviceBuffer, numpy.ndarray, bytearray, memoryview, array.array]]");
-};
-struct MappedArray {
-  static constexpr auto name = const_name("clbuf.MappedArray");
-};
-struct Dtype {
-  static constexpr auto name = const_name("numpy.dtype");
-};
-struct ShapeTuple {
-  static constexpr auto name = const_name("Tuple[int, ...]");
-};
-struct StrOrInt {
-  static constexpr auto name = const_name("Union[str, int]");
-};
-struct Slice {
-  static constexpr auto name = const_name("slice");
-};
-struct Dict {
-  static constexpr auto name = const_name("Dict[str, Any]");
-};
-struct PyopenclQueue {
-  static constexpr auto name = const_name("pyopencl.CommandQueue");
-};
-struct PyopenclMemory {
-  static constexpr auto name = const_name("Union[pyopencl.Buffer, pyopencl.array.Array]");
-};
-struct PyopenclArray {
-  static constexpr auto name = const_name("pyopencl.array.Array");
-};
-struct PyopenclEvent {
-  static constexpr auto name = const_name("Optional[pyopencl.Event]");
-};
+inline constexpr char device_buffer[] = "clbuf.DeviceBuffer";
+inline constexpr char buffer_manager[] = "clbuf.BufferManager";
+inline constexpr char host_data[] =
+    "Union[numpy.ndarray, bytes, bytearray, memoryview, array.array]";
+inline constexpr char writable_data[] = "Union[numpy.ndarray, bytearray, memoryview, array.array]";
+inline constexpr char optional_writable_data[] =
+    "Optional[Union[numpy.ndarray, bytearray, memoryview, array.array]]";
+inline constexpr char shape[] = "Union[int, Sequence[int]]";
+inline constexpr char optional_shape[] = "Optional[Union[int, Sequence[int]]]";
+inline constexpr char dtype_like[] = "numpy.typing.DTypeLike";
+inline constexpr char optional_dtype_like[] = "Optional[numpy.typing.DTypeLike]";
+inline constexpr char integer[] = "int";
+inline constexpr char str[] = "str";
+inline constexpr char number[] = "Union[bool, int, float, complex, numpy.number, numpy.bool_]";
+inline constexpr char region[] = "clbuf.Region";
+inline constexpr char wait_for[] = "Optional[Sequence[Union[clbuf.Future, pyopencl.Event]]]";
+inline constexpr char future_result[] =
+    "Optional[Union[clbuf.DeviceBuffer, numpy.ndarray, bytearray, memoryview, array.array]]";
+inline constexpr char mapped_array[] = "clbuf.MappedArray";
+inline constexpr char dtype[] = "numpy.dtype";
+inline constexpr char shape_tuple[] = "Tuple[int, ...]";
+inline constexpr char str_or_int[] = "Union[str, int]";
+inline constexpr char slice[] = "slice";
+inline constexpr char dict[] = "Dict[str, Any]";
+inline constexpr char pyopencl_queue[] = "pyopencl.CommandQueue";
+inline constexpr char pyopencl_memory[] = "Union[pyopencl.Buffer, pyopencl.array.Array]";
+inline constexpr char pyopencl_array[] = "pyopencl.array.Array";
+inline constexpr char pyopencl_event[] = "Optional[pyopencl.Event]";
 }  // namespace names
 
 /// The arguments and results of the extension, by the Python type they are.
-using AnyBuffer = Typed<names::DeviceBuffer>;
-using AnyManager = Typed<names::BufferManager>;
-using HostData = Typed<names::HostData>;
-using WritableData = Typed<names::WritableData>;
-using OptionalWritableData = Typed<names::OptionalWritableData>;
-using Shape = Typed<names::Shape>;
-using OptionalShape = Typed<names::OptionalShape>;
-using DType = Typed<names::DType>;
-using OptionalDType = Typed<names::OptionalDType>;
-using Int = Typed<names::Int>;
-using Str = Typed<names::Str>;
-using Number = Typed<names::Number>;
-using RegionArg = Typed<names::Region>;
-using WaitFor = Typed<names::WaitFor>;
-using FutureResult = Typed<names::FutureResult>;
-using MappedArrayResult = Typed<names::MappedArray>;
-using DtypeResult = Typed<names::Dtype>;
-using ShapeTuple = Typed<names::ShapeTuple>;
-using StrOrInt = Typed<names::StrOrInt>;
-using SliceArg = Typed<names::Slice>;
-using Dict = Typed<names::Dict>;
-using PyopenclQueue = Typed<names::PyopenclQueue>;
-using PyopenclMemory = Typed<names::PyopenclMemory>;
-using PyopenclArray = Typed<names::PyopenclArray>;
-using PyopenclEvent = Typed<names::PyopenclEvent>;
+using AnyBuffer = Typed<names::device_buffer>;
+using AnyManager = Typed<names::buffer_manager>;
+using HostData = Typed<names::host_data>;
+using WritableData = Typed<names::writable_data>;
+using OptionalWritableData = Typed<names::optional_writable_data>;
+using Shape = Typed<names::shape>;
+using OptionalShape = Typed<names::optional_shape>;
+using DType = Typed<names::dtype_like>;
+using OptionalDType = Typed<names::optional_dtype_like>;
+using Int = Typed<names::integer>;
+using Str = Typed<names::str>;
+using Number = Typed<names::number>;
+using RegionArg = Typed<names::region>;
+using WaitFor = Typed<names::wait_for>;
+using FutureResult = Typed<names::future_result>;
+using MappedArrayResult = Typed<names::mapped_array>;
+using DtypeResult = Typed<names::dtype>;
+using ShapeTuple = Typed<names::shape_tuple>;
+using StrOrInt = Typed<names::str_or_int>;
+using SliceArg = Typed<names::slice>;
+using Dict = Typed<names::dict>;
+using PyopenclQueue = Typed<names::pyopencl_queue>;
+using PyopenclMemory = Typed<names::pyopencl_memory>;
+using PyopenclArray = Typed<names::pyopencl_array>;
+using PyopenclEvent = Typed<names::pyopencl_event>;
 
-/// A class as Python shows it (repr, help, signatures): `module.name`. Set before any method is
-/// bound, since pybind11 writes a class's name into each signature when it binds it.
+/// A class as Python shows it (repr, help, signatures): `module.name`.
 void show_as(const py::handle& cls, const char* module, const char* name);
+
+/// T's Python class, registered in `m` as `attribute` and shown as clbuf.<PythonName<T>::name>
+/// ("clbuf.DeviceBuffer", "clbuf.mpi.Request" for the attribute _MpiRequest): named so before
+/// any method is bound, since pybind11 writes a class's name into each signature it binds.
+template <class T>
+py::class_<T, std::shared_ptr<T>> python_class(py::module_& m, const char* attribute,
+                                               const char* doc) {
+  py::class_<T, std::shared_ptr<T>> cls(m, attribute, doc);
+  const std::string shown = std::string("clbuf.") + PythonName<T>::name;
+  const std::size_t dot = shown.rfind('.');
+  show_as(cls, shown.substr(0, dot).c_str(), shown.substr(dot + 1).c_str());
+  return cls;
+}
 
 }  // namespace clbuf_python
 
@@ -373,9 +332,9 @@ struct type_caster<Self<T>> {
     return self.object.inc_ref();
   }
 };
-template <class Name>
+template <const auto& Name>
 struct handle_type_name<clbuf_python::Typed<Name>> {
-  static constexpr auto name = Name::name;
+  static constexpr auto name = const_name(Name);
 };
 template <>
 struct type_caster<Selector> {

@@ -7,12 +7,10 @@
 namespace clbuf_python {
 
 void bind_futures(py::module_& m) {
-  py::class_<Pending, std::shared_ptr<Pending>> future(
+  python_class<Pending>(
       m, "Future",
       "An asynchronous operation in flight, from the *_async() calls. The host array it reads "
-      "or writes must not be modified until wait() returns; dropping a Future waits for it.");
-  show_as(future, "clbuf", "Future");
-  future
+      "or writes must not be modified until wait() returns; dropping a Future waits for it.")
       .def("wait", waiting("wait", &Pending::wait),
            "Blocks until the operation is done (the GIL is released).")
       .def("ready", waiting("ready", &Pending::ready), "True once the operation is done.")

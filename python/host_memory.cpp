@@ -99,15 +99,12 @@ void Mapping::close() {
 }
 
 void bind_host_memory(py::module_& m) {
-  py::class_<PinnedMemory, std::shared_ptr<PinnedMemory>> pinned(
-      m, "_PinnedMemory", "The pinned block of a BufferManager.pinned_empty() array.");
-  show_as(pinned, "clbuf", "_PinnedMemory");
-  py::class_<Mapping, std::shared_ptr<Mapping>> mapping(
+  python_class<PinnedMemory>(m, "_PinnedMemory",
+                             "The pinned block of a BufferManager.pinned_empty() array.");
+  python_class<Mapping>(
       m, "_Mapping",
       "What BufferManager.map() returns: `with bm.map(buf, mode) as a:` maps the buffer at "
-      "entry and unmaps it (writes it back) at exit.");
-  show_as(mapping, "clbuf", "_Mapping");
-  mapping
+      "entry and unmaps it (writes it back) at exit.")
       .def(
           "__enter__",
           [](Self<Mapping> self) -> MappedArrayResult {

@@ -592,12 +592,11 @@ void bind_manager(py::module_& m) {
   // `self` as a Self<T> and gets the object through initialised() or checked(); repr() answers
   // all the same. Every class is held by a std::shared_ptr for that (see held_object()).
   using Info = clbuf::DeviceInfo;
-  py::class_<Info, std::shared_ptr<Info>> info(
+  python_class<Info>(
       m, "DeviceInfo",
       "What clbuf knows of one OpenCL device: bm.device, and each item of list_devices(). Its "
-      "fields are attributes, and items too (info[\"name\"]).");
-  show_as(info, "clbuf", "DeviceInfo");
-  info.def_property_readonly(
+      "fields are attributes, and items too (info[\"name\"]).")
+      .def_property_readonly(
           "name", [](Self<Info> self) { return initialised(self, "name")->name; },
           "The device's name (CL_DEVICE_NAME).")
       .def_property_readonly(
@@ -663,13 +662,11 @@ void bind_manager(py::module_& m) {
       "the default rule), one line for the selector and one per device.");
 
   const auto none = py::none();
-  py::class_<Manager, std::shared_ptr<Manager>> manager(
+  python_class<Manager>(
       m, "BufferManager",
       "Moves numpy arrays (and any object with the buffer protocol) to and from one OpenCL "
       "device: uploads, downloads, copies, fills, rectangles, maps, pinned arrays, their async "
-      "forms, and pyopencl interop. A context manager: leaving `with` calls cleanup().");
-  show_as(manager, "clbuf", "BufferManager");
-  manager
+      "forms, and pyopencl interop. A context manager: leaving `with` calls cleanup().")
       .def(py::init([](Selector selector) {
              return std::make_shared<Manager>(as_selector(selector.object, "BufferManager"));
            }),

@@ -12,49 +12,28 @@ namespace clbuf_python {
 namespace {
 
 namespace names {
-using py::detail::const_name;
-struct OptionalDeviceBuffer {
-  static constexpr auto name = const_name("Optional[clbuf.DeviceBuffer]");
-};
-struct OptionalComm {
-  static constexpr auto name = const_name("Optional[mpi4py.MPI.Comm]");
-};
-struct OptionalInt {
-  static constexpr auto name = const_name("Optional[int]");
-};
-struct OptionalStr {
-  static constexpr auto name = const_name("Optional[str]");
-};
-struct OptionalBool {
-  static constexpr auto name = const_name("Optional[bool]");
-};
-struct Communicator {
-  static constexpr auto name = const_name("clbuf.mpi.Communicator");
-};
-struct Plan {
-  static constexpr auto name = const_name("Sequence[clbuf.mpi.Neighbour]");
-};
-struct Ints {
-  static constexpr auto name = const_name("Sequence[int]");
-};
-struct Faces {
-  static constexpr auto name = const_name("List[Tuple[Any, ...]]");
-};
-struct Constants {
-  static constexpr auto name = const_name("Dict[str, int]");
-};
+constexpr char optional_device_buffer[] = "Optional[clbuf.DeviceBuffer]";
+constexpr char optional_comm[] = "Optional[mpi4py.MPI.Comm]";
+constexpr char optional_int[] = "Optional[int]";
+constexpr char optional_str[] = "Optional[str]";
+constexpr char optional_bool[] = "Optional[bool]";
+constexpr char communicator[] = "clbuf.mpi.Communicator";
+constexpr char plan[] = "Sequence[clbuf.mpi.Neighbour]";
+constexpr char ints[] = "Sequence[int]";
+constexpr char faces[] = "List[Tuple[Any, ...]]";
+constexpr char constants[] = "Dict[str, int]";
 }  // namespace names
 
-using OptionalBuffer = Typed<names::OptionalDeviceBuffer>;
-using OptionalComm = Typed<names::OptionalComm>;
-using OptionalInt = Typed<names::OptionalInt>;
-using OptionalStr = Typed<names::OptionalStr>;
-using OptionalBool = Typed<names::OptionalBool>;
-using AnyCommunicator = Typed<names::Communicator>;
-using Plan = Typed<names::Plan>;
-using Ints = Typed<names::Ints>;
-using Faces = Typed<names::Faces>;
-using Constants = Typed<names::Constants>;
+using OptionalBuffer = Typed<names::optional_device_buffer>;
+using OptionalComm = Typed<names::optional_comm>;
+using OptionalInt = Typed<names::optional_int>;
+using OptionalStr = Typed<names::optional_str>;
+using OptionalBool = Typed<names::optional_bool>;
+using AnyCommunicator = Typed<names::communicator>;
+using Plan = Typed<names::plan>;
+using Ints = Typed<names::ints>;
+using Faces = Typed<names::faces>;
+using Constants = Typed<names::constants>;
 
 class Communicator;
 
@@ -657,17 +636,14 @@ struct PythonName<HaloExchange> {
 void bind_mpi(py::module_& m) {
   // Registered as the extension's private _Mpi* classes, shown as clbuf.mpi's (python/clbuf/
   // mpi.py exports them under those names).
-  py::class_<Request, std::shared_ptr<Request>> request(
+  python_class<Request>(
       m, "_MpiRequest",
-      "An isend, irecv, ibroadcast or iallreduce in flight; keeps its buffer alive until done.");
-  show_as(request, "clbuf.mpi", "Request");
-  request.def("wait", waiting("wait", &Request::wait), "Blocks until the transfer has completed.")
+      "An isend, irecv, ibroadcast or iallreduce in flight; keeps its buffer alive until done.")
+      .def("wait", waiting("wait", &Request::wait), "Blocks until the transfer has completed.")
       .def("test", waiting("test", &Request::test), "True once the transfer has completed.");
-  py::class_<Persistent, std::shared_ptr<Persistent>> persistent(
+  python_class<Persistent>(
       m, "_MpiPersistent",
-      "A send_init or recv_init: the same transfer, started as often as needed.");
-  show_as(persistent, "clbuf.mpi", "Persistent");
-  persistent
+      "A send_init or recv_init: the same transfer, started as often as needed.")
       .def("start", checked("start", &Persistent::start),
            "Begins one transfer; clbuf.Error while the last one is active.")
       .def("wait", waiting("wait", &Persistent::wait),
@@ -676,14 +652,12 @@ void bind_mpi(py::module_& m) {
            "True once the transfer started last has completed (or none is active).")
       .def_property_readonly("active", checked("active", &Persistent::active),
                              "True while a transfer that was started has not completed.");
-  py::class_<Communicator, std::shared_ptr<Communicator>> communicator(
+  python_class<Communicator>(
       m, "_MpiCommunicator",
       "DeviceBuffers between MPI ranks: the C++ clbuf::mpi::Communicator for a BufferManager on "
       "an mpi4py communicator. Point to point (send, recv, sendrecv, isend, irecv, send_init, "
       "recv_init), collectives (broadcast, ibroadcast, allreduce, iallreduce, scatter, gather, "
-      "barrier); HaloExchange takes one.");
-  show_as(communicator, "clbuf.mpi", "Communicator");
-  communicator
+      "barrier); HaloExchange takes one.")
       .def(py::init([](const AnyManager& bm, const OptionalComm& comm,
                        const OptionalInt& chunk_bytes, const OptionalInt& depth,
                        const OptionalStr& path, const OptionalInt& device_reduce_bytes,
@@ -757,12 +731,11 @@ void bind_mpi(py::module_& m) {
            "The root's `all` gets every rank's `mine`, in rank order (None on the other ranks).")
       .def("barrier", checked("barrier", &Communicator::barrier),
            "Returns once every rank has called it.");
-  py::class_<HaloExchange, std::shared_ptr<HaloExchange>> halo(
+  python_class<HaloExchange>(
       m, "_MpiHaloExchange",
       "A persistent halo exchange of one field: each Neighbour of `plan` sends its range or box "
-      "of the field to its rank and receives its ghost cells from it.");
-  show_as(halo, "clbuf.mpi", "HaloExchange");
-  halo.def(py::init([](const AnyCommunicator& comm, const Plan& plan, const OptionalDType& dtype) {
+      "of the field to its rank and receives its ghost cells from it.")
+      .def(py::init([](const AnyCommunicator& comm, const Plan& plan, const OptionalDType& dtype) {
              const char* op = "HaloExchange";
              if (!py::isinstance<Communicator>(comm)) {
                fail(op, CL_INVALID_VALUE,
