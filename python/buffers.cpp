@@ -86,19 +86,26 @@ std::shared_ptr<Handle> slice(const std::shared_ptr<Handle>& handle, const py::h
 }  // namespace
 
 void bind_buffers(py::module_& m) {
-  py::class_<Handle, std::shared_ptr<Handle>>(
+  python_class<Handle>(
       m, "DeviceBuffer",
       "Device memory holding an array's bytes, with its dtype and shape. Made by "
       "BufferManager.upload_to_device(), empty(), adopt() and the async uploads; buf[i:j] is a "
       "view of rows i to j (the first axis, step 1) sharing its memory. Freed when the last "
       "reference (views included) goes.")
-      .def_property_readonly("nbytes", checked("nbytes", &Handle::nbytes))
-      .def_property_readonly("size", checked("size", &Handle::size))
-      .def_property_readonly("dtype",
-                             [](Self<Handle> self) { return initialised(self, "dtype")->dtype; })
+      .def_property_readonly("nbytes", checked("nbytes", &Handle::nbytes),
+                             "The bytes the buffer holds (size times dtype.itemsize).")
+      .def_property_readonly("size", checked("size", &Handle::size),
+                             "The number of elements (nbytes / dtype.itemsize).")
+      .def_property_readonly(
+          "dtype",
+          [](Self<Handle> self) -> DtypeResult { return initialised(self, "dtype")->dtype; },
+          "The numpy dtype of the elements, as uploaded (or given to empty() and adopt()).")
       .def_property_readonly(
           "shape",
-          [](Self<Handle> self) { return py::tuple(py::cast(initialised(self, "shape")->shape)); })
+          [](Self<Handle> self) -> ShapeTuple {
+            return py::tuple(py::cast(initialised(self, "shape")->shape));
+          },
+          "The numpy shape of the elements, a tuple of ints; a view's first axis is its rows.")
       .def_property_readonly(
           "is_view",
           [](Self<Handle> self) { return initialised(self, "is_view")->memory.is_view(); },
@@ -119,20 +126,29 @@ void bind_buffers(py::module_& m) {
           "The byte offset of element 0 in the cl_mem of int_ptr (0 unless a view).")
       .def(
           "to_pyopencl",
-          [](Self<Handle> self) { return to_pyopencl(initialised(self, "to_pyopencl")); },
+          [](Self<Handle> self) -> PyopenclArray {
+            return reported<Handle>("to_pyopencl",
+                                    [&] { return to_pyopencl(initialised(self, "to_pyopencl")); });
+          },
           "A pyopencl.array.Array of this buffer's shape and dtype on the same memory (no copy; "
           "a view's: its root buffer at an offset), on the manager's queue. The memory is no "
           "longer pooled by clbuf: it lives as long as either side uses it.")
-      .def("__getitem__",
-           [](Self<Handle> self, const py::handle& key) {
-             return to_python(slice(initialised(self, "__getitem__"), key));
-           })
-      .def("__len__",
-           [](Self<Handle> self) -> py::ssize_t {
-             const std::shared_ptr<Handle> h = initialised(self, "__len__");
-             if (h->shape.empty()) throw py::type_error("len() of a 0-d DeviceBuffer");
-             return h->shape[0];
-           })
+      .def(
+          "__getitem__",
+          [](Self<Handle> self, const SliceArg& key) -> AnyBuffer {
+            return to_python(slice(initialised(self, "__getitem__"), key));
+          },
+          py::arg("key"),
+          "buf[i:j]: a view of rows i to j of the first axis (step 1; negative bounds count "
+          "from the end; out of range is a clbuf.Error, never clamped), sharing the memory.")
+      .def(
+          "__len__",
+          [](Self<Handle> self) -> py::ssize_t {
+            const std::shared_ptr<Handle> h = initialised(self, "__len__");
+            if (h->shape.empty()) throw py::type_error("len() of a 0-d DeviceBuffer");
+            return h->shape[0];
+          },
+          "The length of the first axis (TypeError for a 0-d buffer).")
       .def("__repr__", [](Self<Handle> self) -> std::string {
         const std::shared_ptr<Handle>& h = self.held;
         if (!h) return "<clbuf.DeviceBuffer (never initialised)>";

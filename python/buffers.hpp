@@ -47,6 +47,7 @@ struct Handle {
 template <>
 struct PythonName<Handle> {
   static constexpr const char* name = "DeviceBuffer";
+  static constexpr const char* scope = "";
   static constexpr const char* made_by =
       "DeviceBuffers come from upload_to_device(), upload_async(), empty() and adopt()";
 };
@@ -54,6 +55,7 @@ struct PythonName<Handle> {
 template <>
 struct PythonName<clbuf::DeviceInfo> {
   static constexpr const char* name = "DeviceInfo";
+  static constexpr const char* scope = "DeviceInfo.";
   static constexpr const char* made_by =
       "DeviceInfos come from BufferManager.device and list_devices()";
 };

@@ -20,6 +20,20 @@ PyObject* error_type = nullptr;
   throw clbuf::Error(code, message);
 }
 
+void rethrow_as(const std::string& operation, const clbuf::Error& error) {
+  const std::string message = error.what();
+  const std::size_t end = message.find(": ");
+  if (end != std::string::npos && message.compare(0, end, operation) == 0) throw;
+  throw clbuf::Error(error.code(),
+                     operation + (end == std::string::npos ? ": " + message : message.substr(end)));
+}
+
+void show_as(const py::handle& cls, const char* module, const char* name) {
+  cls.attr("__module__") = module;
+  cls.attr("__name__") = name;
+  cls.attr("__qualname__") = name;
+}
+
 /// A type's name without its module ("ndarray", "int"), read from the type object.
 std::string name_of(const PyTypeObject* type) {
   const char* name = type->tp_name;
@@ -229,6 +243,23 @@ std::size_t as_size(const char* operation, const py::handle& value, const char* 
   return static_cast<std::size_t>(result);
 }
 
+int as_int(const char* operation, const py::handle& value, const std::string& what) {
+  PyObject* index = PyNumber_Index(value.ptr());
+  if (index == nullptr) {
+    if (PyErr_ExceptionMatches(PyExc_TypeError) == 0) throw py::error_already_set();
+    PyErr_Clear();
+    fail(operation, CL_INVALID_VALUE, what + " must be an integer, not " + type_name(value));
+  }
+  const py::int_ number = py::reinterpret_steal<py::int_>(index);
+  int overflow = 0;
+  const long long result = PyLong_AsLongLongAndOverflow(number.ptr(), &overflow);
+  if (overflow != 0 || result < INT_MIN || result > INT_MAX) {
+    PyErr_Clear();
+    fail(operation, CL_INVALID_VALUE, what + " " + text_of(number) + " is not a C int");
+  }
+  return static_cast<int>(result);
+}
+
 std::size_t numpy_max_dims = 32;
 
 /// At most the first `limit` characters of repr(value), for messages.
@@ -413,63 +444,6 @@ py::array as_writable_host_array(const char* operation, const py::handle& value,
              "place); pass numpy.ascontiguousarray(...) and use the result");
   }
   return array;
-}
-
-std::string value_bytes(const char* operation, const py::handle& value, const py::dtype& dtype) {
-  if (value.is_none()) {
-    fail(operation, CL_INVALID_VALUE, "value must be a number, not None");
-  }
-  // An integer that an integer dtype cannot hold is refused, never wrapped (300 as int8 would be
-  // 44; numpy 1.x only warns), before numpy casts it. No Python call: the range follows from the
-  // kind and size.
-  const char kind = dtype.kind();
-  const std::size_t bits = 8 * static_cast<std::size_t>(dtype.itemsize());
-  if ((kind == 'i' || kind == 'u') && bits <= 64 && PyIndex_Check(value.ptr()) != 0 &&
-      PyBool_Check(value.ptr()) == 0) {
-    const auto given = py::reinterpret_steal<py::object>(PyNumber_Index(value.ptr()));
-    if (!given) throw py::error_already_set();  // the object's own __index__ failed
-    int overflow = 0;
-    const long long v = PyLong_AsLongLongAndOverflow(given.ptr(), &overflow);
-    bool fits = false;
-    std::string range;
-    if (kind == 'i') {
-      const long long high = bits == 64 ? LLONG_MAX : (1LL << (bits - 1)) - 1;
-      fits = overflow == 0 && v >= -high - 1 && v <= high;
-      range = "[" + std::to_string(-high - 1) + ", " + std::to_string(high) + "]";
-    } else {
-      const unsigned long long high = bits == 64 ? ULLONG_MAX : (1ULL << bits) - 1;
-      if (overflow > 0) {  // above LLONG_MAX: only a 64-bit unsigned may hold it
-        const unsigned long long u = PyLong_AsUnsignedLongLong(given.ptr());
-        fits = PyErr_Occurred() == nullptr && u <= high;
-        PyErr_Clear();
-      } else {
-        fits = overflow == 0 && v >= 0 && static_cast<unsigned long long>(v) <= high;
-      }
-      range = "[0, " + std::to_string(high) + "]";
-    }
-    if (!fits) {
-      fail(operation, CL_INVALID_VALUE,
-           "value " + short_repr(value) + " is out of the range of " + describe_dtype(dtype) + " " +
-               range);
-    }
-  }
-  // numpy.array(value, dtype) through numpy's C API (the same conversion, without a Python call).
-  const auto& api = py::detail::npy_api::get();
-  auto cast = py::reinterpret_steal<py::array>(api.PyArray_FromAny_(
-      value.ptr(), dtype.inc_ref().ptr(), 0, 0,
-      npy_forcecast | npy_ensure_array | npy_c_contiguous | npy_aligned, nullptr));
-  if (!cast) {
-    const std::string why = take_python_error();
-    fail(operation, CL_INVALID_VALUE,
-         "value " + short_repr(value) + " cannot be cast to " + describe_dtype(dtype) + ": " + why);
-  }
-  if (cast.ndim() != 0) {
-    fail(operation, CL_INVALID_VALUE,
-         "value " + short_repr(value) + " must be a single value, not of shape " +
-             describe_shape(std::vector<py::ssize_t>(cast.shape(), cast.shape() + cast.ndim())));
-  }
-  return std::string(static_cast<const char*>(cast.data()),
-                     static_cast<std::size_t>(cast.itemsize()));
 }
 
 std::size_t times(const char* operation, std::size_t count, std::size_t itemsize,

@@ -77,15 +77,43 @@ void register_exit_handler();
 // gets the object through initialised(): the holder, or clbuf.Error (code 0) saying the object
 // was never initialised. (The shared_ptr also keeps the object alive for the call's length.)
 
+/// A class's Python name (`name`, after "clbuf."), how its objects are made (`made_by`) and the
+/// operation its members' errors name (`scope`; see operation_of()).
 template <class T>
 struct PythonName;
+
+/// The operation an error of T's `member` names: the member itself for BufferManager,
+/// DeviceBuffer and clbuf.mpi.Communicator (scope "": "fill", "to_pyopencl", "send"),
+/// "Class.member" for the others (scope "Future.": "Future.get"), or the call that made the
+/// object for every member (scope "map": the mapping of `with bm.map(buf) as a:`).
+template <class T>
+std::string operation_of(const char* member) {
+  const std::string scope = PythonName<T>::scope;
+  if (scope.empty()) return member;
+  return scope.back() == '.' ? scope + member : scope;
+}
 
 template <class T>
 [[noreturn]] void fail_uninitialised(const char* member) {
   const std::string name = PythonName<T>::name;
-  throw clbuf::Error(CL_SUCCESS, name + "." + member + ": this clbuf." + name +
+  throw clbuf::Error(CL_SUCCESS, operation_of<T>(member) + ": this clbuf." + name +
                                      " was never initialised (made by clbuf." + name +
                                      ".__new__ without __init__); " + PythonName<T>::made_by);
+}
+
+/// Throws `error` again naming `operation`, the call the user made, where it names another
+/// (the library's operation: "copy_bytes" for copy_device_buffer, "queue" for to_pyopencl);
+/// code and details unchanged. Called in a catch block.
+[[noreturn]] void rethrow_as(const std::string& operation, const clbuf::Error& error);
+
+/// call(); a clbuf.Error it throws names operation_of<T>(member).
+template <class T, class F>
+decltype(auto) reported(const char* member, F&& call) {
+  try {
+    return call();
+  } catch (const clbuf::Error& error) {
+    rethrow_as(operation_of<T>(member), error);
+  }
 }
 
 /// pybind11's record of T's Python class, looked up once (pybind11 looks it up by the hash of
@@ -145,24 +173,134 @@ const std::shared_ptr<T>& initialised(const Self<T>& self, const char* member) {
   return self.held;
 }
 
-/// A method as a function of a checked `self`.
+/// A method as a function of a checked `self`, its errors naming operation_of<C>(member).
 template <class C, class R, class... A>
 auto checked(const char* member, R (C::*method)(A...)) {
   return [member, method](Self<C> self, A... args) -> R {
-    return ((*initialised(self, member)).*method)(std::forward<A>(args)...);
+    return reported<C>(member, [&]() -> R {
+      return ((*initialised(self, member)).*method)(std::forward<A>(args)...);
+    });
   };
 }
 template <class C, class R, class... A>
 auto checked(const char* member, R (C::*method)(A...) const) {
   return [member, method](Self<C> self, A... args) -> R {
-    return ((*initialised(self, member)).*method)(std::forward<A>(args)...);
+    return reported<C>(member, [&]() -> R {
+      return ((*initialised(self, member)).*method)(std::forward<A>(args)...);
+    });
   };
+}
+
+/// A wait for an operation already started (Future.wait, Request.test, ...) as a function of a
+/// checked `self`: its errors are that operation's, and name it ("upload_async", "irecv").
+template <class C, class R>
+auto waiting(const char* member, R (C::*method)()) {
+  return [member, method](Self<C> self) -> R { return ((*initialised(self, member)).*method)(); };
+}
+template <class C, class R>
+auto waiting(const char* member, R (C::*method)() const) {
+  return [member, method](Self<C> self) -> R { return ((*initialised(self, member)).*method)(); };
 }
 
 /// BufferManager's `selector` argument, as given; as_selector() reads it.
 struct Selector {
   py::handle object;
 };
+
+// ---- Python types in signatures ------------------------------------------------------------
+//
+// pybind11 writes an argument or result of type py::handle or py::object as `handle` or
+// `object` in help() and __doc__. The extension takes most arguments as any object and checks
+// them itself (so that a wrong one is a clbuf.Error naming the call, never pybind11's
+// TypeError), so those are Typed<Name>: any object, shown as the Python type Name::name, the
+// way python/clbuf/_clbuf.pyi writes it (python/tests/test_package.py compares the two).
+
+/// Any Python object, shown in signatures as the Python type `Name` (a string).
+template <const auto& Name>
+class Typed : public py::object {
+ public:
+  Typed() = default;
+  Typed(py::object value) : py::object(std::move(value)) {}  // NOLINT: results convert
+  Typed(py::handle h, borrowed_t tag) : py::object(h, tag) {}
+  Typed(py::handle h, stolen_t tag) : py::object(h, tag) {}
+  /// pybind11 loads any object into it (py::isinstance<Typed<Name>>).
+  static bool check_(py::handle h) { return h.ptr() != nullptr; }
+};
+
+/// The Python types of the extension's arguments and results, as _clbuf.pyi writes them.
+namespace names {
+inline constexpr char device_buffer[] = "clbuf.DeviceBuffer";
+inline constexpr char buffer_manager[] = "clbuf.BufferManager";
+inline constexpr char host_data[] =
+    "Union[numpy.ndarray, bytes, bytearray, memoryview, array.array]";
+inline constexpr char writable_data[] = "Union[numpy.ndarray, bytearray, memoryview, array.array]";
+inline constexpr char optional_writable_data[] =
+    "Optional[Union[numpy.ndarray, bytearray, memoryview, array.array]]";
+inline constexpr char shape[] = "Union[int, Sequence[int]]";
+inline constexpr char optional_shape[] = "Optional[Union[int, Sequence[int]]]";
+inline constexpr char dtype_like[] = "numpy.typing.DTypeLike";
+inline constexpr char optional_dtype_like[] = "Optional[numpy.typing.DTypeLike]";
+inline constexpr char integer[] = "int";
+inline constexpr char str[] = "str";
+inline constexpr char number[] = "Union[bool, int, float, complex, numpy.number, numpy.bool_]";
+inline constexpr char region[] = "clbuf.Region";
+inline constexpr char wait_for[] = "Optional[Sequence[Union[clbuf.Future, pyopencl.Event]]]";
+inline constexpr char future_result[] =
+    "Optional[Union[clbuf.DeviceBuffer, numpy.ndarray, bytearray, memoryview, array.array]]";
+inline constexpr char mapped_array[] = "clbuf.MappedArray";
+inline constexpr char dtype[] = "numpy.dtype";
+inline constexpr char shape_tuple[] = "Tuple[int, ...]";
+inline constexpr char str_or_int[] = "Union[str, int]";
+inline constexpr char slice[] = "slice";
+inline constexpr char dict[] = "Dict[str, Any]";
+inline constexpr char pyopencl_queue[] = "pyopencl.CommandQueue";
+inline constexpr char pyopencl_memory[] = "Union[pyopencl.Buffer, pyopencl.array.Array]";
+inline constexpr char pyopencl_array[] = "pyopencl.array.Array";
+inline constexpr char pyopencl_event[] = "Optional[pyopencl.Event]";
+}  // namespace names
+
+/// The arguments and results of the extension, by the Python type they are.
+using AnyBuffer = Typed<names::device_buffer>;
+using AnyManager = Typed<names::buffer_manager>;
+using HostData = Typed<names::host_data>;
+using WritableData = Typed<names::writable_data>;
+using OptionalWritableData = Typed<names::optional_writable_data>;
+using Shape = Typed<names::shape>;
+using OptionalShape = Typed<names::optional_shape>;
+using DType = Typed<names::dtype_like>;
+using OptionalDType = Typed<names::optional_dtype_like>;
+using Int = Typed<names::integer>;
+using Str = Typed<names::str>;
+using Number = Typed<names::number>;
+using RegionArg = Typed<names::region>;
+using WaitFor = Typed<names::wait_for>;
+using FutureResult = Typed<names::future_result>;
+using MappedArrayResult = Typed<names::mapped_array>;
+using DtypeResult = Typed<names::dtype>;
+using ShapeTuple = Typed<names::shape_tuple>;
+using StrOrInt = Typed<names::str_or_int>;
+using SliceArg = Typed<names::slice>;
+using Dict = Typed<names::dict>;
+using PyopenclQueue = Typed<names::pyopencl_queue>;
+using PyopenclMemory = Typed<names::pyopencl_memory>;
+using PyopenclArray = Typed<names::pyopencl_array>;
+using PyopenclEvent = Typed<names::pyopencl_event>;
+
+/// A class as Python shows it (repr, help, signatures): `module.name`.
+void show_as(const py::handle& cls, const char* module, const char* name);
+
+/// T's Python class, registered in `m` as `attribute` and shown as clbuf.<PythonName<T>::name>
+/// ("clbuf.DeviceBuffer", "clbuf.mpi.Request" for the attribute _MpiRequest): named so before
+/// any method is bound, since pybind11 writes a class's name into each signature it binds.
+template <class T>
+py::class_<T, std::shared_ptr<T>> python_class(py::module_& m, const char* attribute,
+                                               const char* doc) {
+  py::class_<T, std::shared_ptr<T>> cls(m, attribute, doc);
+  const std::string shown = std::string("clbuf.") + PythonName<T>::name;
+  const std::size_t dot = shown.rfind('.');
+  show_as(cls, shown.substr(0, dot).c_str(), shown.substr(dot + 1).c_str());
+  return cls;
+}
 
 }  // namespace clbuf_python
 
@@ -193,6 +331,10 @@ struct type_caster<Self<T>> {
   static handle cast(const Self<T>& self, return_value_policy /*policy*/, handle /*parent*/) {
     return self.object.inc_ref();
   }
+};
+template <const auto& Name>
+struct handle_type_name<clbuf_python::Typed<Name>> {
+  static constexpr auto name = const_name(Name);
 };
 template <>
 struct type_caster<Selector> {
@@ -246,6 +388,10 @@ void require_numeric(const char* operation, const py::dtype& dtype);
 /// any other exception its __index__ raises is the caller's own and propagates.
 std::size_t as_size(const char* operation, const py::handle& value, const char* what);
 
+/// operator.index(value) as a C int (an error code, an MPI rank or tag; negative allowed);
+/// `what` names the argument in messages.
+int as_int(const char* operation, const py::handle& value, const std::string& what);
+
 /// Three element counts (x, y, z) from a sequence of three; `what` names it in messages.
 std::array<std::size_t, 3> counts3(const char* operation, const py::handle& value,
                                    const std::string& what);
@@ -281,9 +427,6 @@ py::array as_contiguous_host_array(const char* operation, const py::handle& valu
 /// A host array the device writes into: writable, C-contiguous and aligned, of a numeric dtype
 /// (as_host_array() for the object), else clbuf.Error. Never copied.
 py::array as_writable_host_array(const char* operation, const py::handle& value, const char* what);
-
-/// The C++ pattern of `value` cast to `dtype` (numpy's casting rules), itemsize bytes.
-std::string value_bytes(const char* operation, const py::handle& value, const py::dtype& dtype);
 
 /// Element count times itemsize, or clbuf.Error on overflow.
 std::size_t times(const char* operation, std::size_t count, std::size_t itemsize, const char* what);

@@ -7,19 +7,19 @@
 namespace clbuf_python {
 
 void bind_futures(py::module_& m) {
-  py::class_<Pending, std::shared_ptr<Pending>>(
+  python_class<Pending>(
       m, "Future",
-      "An asynchronous operation in flight. The host array it reads or writes must not be "
-      "modified until wait() returns.")
-      .def("wait", checked("wait", &Pending::wait),
+      "An asynchronous operation in flight, from the *_async() calls. The host array it reads "
+      "or writes must not be modified until wait() returns; dropping a Future waits for it.")
+      .def("wait", waiting("wait", &Pending::wait),
            "Blocks until the operation is done (the GIL is released).")
-      .def("ready", checked("ready", &Pending::ready), "True once the operation is done.")
-      .def("get", checked("get", &Pending::get),
+      .def("ready", waiting("ready", &Pending::ready), "True once the operation is done.")
+      .def("get", waiting("get", &Pending::get),
            "wait(), then the result: a DeviceBuffer for upload_async, the array for "
            "download_async, None for the others.")
       .def_property_readonly(
           "event",
-          [](Self<Pending> self) {
+          [](Self<Pending> self) -> PyopenclEvent {
             return to_pyopencl_event("Future.event", initialised(self, "event")->event());
           },
           "A pyopencl.Event that completes with the operation, for a pyopencl kernel's "

@@ -63,7 +63,7 @@ class Pending {
   }
 
   /// wait(), then the result; the same object on every call.
-  py::object get() {
+  FutureResult get() {
     wait();
     if (shell_) {
       // An upload, done: take the buffer once (get() does not block any more).
@@ -92,6 +92,7 @@ class Pending {
 template <>
 struct PythonName<Pending> {
   static constexpr const char* name = "Future";
+  static constexpr const char* scope = "Future.";
   static constexpr const char* made_by = "Futures come from the *_async() calls";
 };
 

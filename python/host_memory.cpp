@@ -99,25 +99,34 @@ void Mapping::close() {
 }
 
 void bind_host_memory(py::module_& m) {
-  py::class_<PinnedMemory, std::shared_ptr<PinnedMemory>>(
-      m, "_PinnedMemory", "The pinned block of a BufferManager.pinned_empty() array.");
-  py::class_<Mapping, std::shared_ptr<Mapping>>(
-      m, "_Mapping", "The context manager of BufferManager.map(): `with bm.map(buf, mode) as a:`.")
-      .def("__enter__",
-           [](Self<Mapping> self) {
-             return initialised(self, "__enter__")
-                 ->enter(py::reinterpret_borrow<py::object>(self.object));
-           })
-      .def("__exit__",
-           [](Self<Mapping> self, const py::args&) {
-             initialised(self, "__exit__")->close();
-             return false;
-           })
+  python_class<PinnedMemory>(m, "_PinnedMemory",
+                             "The pinned block of a BufferManager.pinned_empty() array.");
+  python_class<Mapping>(
+      m, "_Mapping",
+      "What BufferManager.map() returns: `with bm.map(buf, mode) as a:` maps the buffer at "
+      "entry and unmaps it (writes it back) at exit.")
+      .def(
+          "__enter__",
+          [](Self<Mapping> self) -> MappedArrayResult {
+            return reported<Mapping>("__enter__", [&] {
+              return initialised(self, "__enter__")
+                  ->enter(py::reinterpret_borrow<py::object>(self.object));
+            });
+          },
+          "Maps the buffer: a clbuf.MappedArray of its shape and dtype over its bytes.")
+      .def(
+          "__exit__",
+          [](Self<Mapping> self, const py::args&) {
+            reported<Mapping>("__exit__", [&] { initialised(self, "__exit__")->close(); });
+            return false;
+          },
+          "Unmaps the buffer (writing the array back for modes 'w' and 'rw').")
       .def("close", checked("close", &Mapping::close), "Unmaps now; idempotent.")
-      .def_property_readonly("closed", checked("closed", &Mapping::closed))
+      .def_property_readonly("closed", checked("closed", &Mapping::closed),
+                             "True once unmapped: the array then raises clbuf.Error on use.")
       .def_property_readonly("zero_copy", checked("zero_copy", &Mapping::zero_copy),
                              "True when the array is the device's own memory (no copy).")
-      .def_property_readonly("mode", checked("mode", &Mapping::mode));
+      .def_property_readonly("mode", checked("mode", &Mapping::mode), "'r', 'w' or 'rw'.");
 }
 
 }  // namespace clbuf_python

@@ -61,12 +61,14 @@ class Mapping {
 template <>
 struct PythonName<Mapping> {
   static constexpr const char* name = "_Mapping";
+  static constexpr const char* scope = "map";
   static constexpr const char* made_by = "mappings come from BufferManager.map()";
 };
 
 template <>
 struct PythonName<PinnedMemory> {
   static constexpr const char* name = "_PinnedMemory";
+  static constexpr const char* scope = "pinned_empty";
   static constexpr const char* made_by = "pinned memory comes from BufferManager.pinned_empty()";
 };
 

@@ -3,6 +3,7 @@
 #include "manager.hpp"
 
 #include "interop.hpp"
+#include "values.hpp"
 
 #include <array>
 
@@ -234,7 +235,7 @@ std::shared_ptr<Handle> Manager::handle_for(const py::array& array) const {
                     std::vector<py::ssize_t>(array.shape(), array.shape() + array.ndim()));
 }
 
-py::object Manager::upload_to_device(const py::handle& data) {
+AnyBuffer Manager::upload_to_device(const HostData& data) {
   const py::array array = as_contiguous_host_array("upload_to_device", data, "data");
   auto handle = handle_for(array);
   const auto* bytes = static_cast<const std::uint8_t*>(array.data());
@@ -323,8 +324,9 @@ py::array Manager::out_array(const char* operation, const Handle& handle, const 
   return array;
 }
 
-py::object Manager::download_from_device(const py::handle& device_buffer, const py::handle& shape,
-                                         const py::handle& dtype, const py::handle& out) {
+WritableData Manager::download_from_device(const AnyBuffer& device_buffer,
+                                           const OptionalShape& shape, const OptionalDType& dtype,
+                                           const OptionalWritableData& out) {
   const char* op = "download_from_device";
   const std::shared_ptr<Handle> handle = as_handle(op, device_buffer, "device_buffer");
   if (!out.is_none()) {
@@ -348,12 +350,12 @@ py::object Manager::download_from_device(const py::handle& device_buffer, const 
     NoGil release;
     manager_->download(handle->memory, bytes, count, 0);
   }
-  return std::move(result);
+  return WritableData(std::move(result));
 }
 
-void Manager::copy_device_buffer(const py::handle& source_buffer, const py::handle& dest_buffer,
-                                 const py::handle& size_bytes, const py::handle& src_offset,
-                                 const py::handle& dst_offset) {
+void Manager::copy_device_buffer(const AnyBuffer& source_buffer, const AnyBuffer& dest_buffer,
+                                 const Int& size_bytes, const Int& src_offset,
+                                 const Int& dst_offset) {
   const char* op = "copy_device_buffer";
   const std::shared_ptr<Handle> source = as_handle(op, source_buffer, "source_buffer");
   const std::shared_ptr<Handle> dest = as_handle(op, dest_buffer, "dest_buffer");
@@ -366,7 +368,7 @@ void Manager::copy_device_buffer(const py::handle& source_buffer, const py::hand
   manager_->copy_bytes(source->memory, dest->memory, bytes, src_at, dst_at);
 }
 
-py::object Manager::empty(const py::handle& shape, const py::handle& dtype) {
+AnyBuffer Manager::empty(const Shape& shape, const DType& dtype) {
   const char* op = "empty";
   const py::dtype type = as_dtype(op, dtype);
   std::vector<py::ssize_t> extents = as_shape(op, shape);
@@ -379,7 +381,7 @@ py::object Manager::empty(const py::handle& shape, const py::handle& dtype) {
   return to_python(handle);
 }
 
-void Manager::fill(const py::handle& buffer, const py::handle& value) {
+void Manager::fill(const AnyBuffer& buffer, const Number& value) {
   const char* op = "fill";
   const std::shared_ptr<Handle> handle = as_handle(op, buffer, "buffer");
   const FillPlan plan =
@@ -388,8 +390,7 @@ void Manager::fill(const py::handle& buffer, const py::handle& value) {
   (void)fill_pattern(*manager_, *handle, plan, false, {});
 }
 
-void Manager::upload_into(const py::handle& buffer, const py::handle& data,
-                          const py::handle& offset) {
+void Manager::upload_into(const AnyBuffer& buffer, const HostData& data, const Int& offset) {
   const char* op = "upload_into";
   const std::shared_ptr<Handle> handle = as_handle(op, buffer, "buffer");
   const py::array array = as_contiguous_host_array(op, data, "data");
@@ -405,8 +406,7 @@ void Manager::upload_into(const py::handle& buffer, const py::handle& data,
   }
 }
 
-void Manager::upload_rect(const py::handle& buffer, const py::handle& array,
-                          const py::handle& region) {
+void Manager::upload_rect(const AnyBuffer& buffer, const HostData& array, const RegionArg& region) {
   const char* op = "upload_rect";
   const std::shared_ptr<Handle> handle = as_handle(op, buffer, "buffer");
   const py::array host = as_contiguous_host_array(op, array, "array");
@@ -417,8 +417,8 @@ void Manager::upload_rect(const py::handle& buffer, const py::handle& array,
   manager_->upload_rect(handle->memory, bytes, static_cast<std::size_t>(host.nbytes()), box);
 }
 
-void Manager::download_rect(const py::handle& buffer, const py::handle& array,
-                            const py::handle& region) {
+void Manager::download_rect(const AnyBuffer& buffer, const WritableData& array,
+                            const RegionArg& region) {
   const char* op = "download_rect";
   const std::shared_ptr<Handle> handle = as_handle(op, buffer, "buffer");
   py::array host = as_writable_host_array(op, array, "array");
@@ -429,8 +429,7 @@ void Manager::download_rect(const py::handle& buffer, const py::handle& array,
   manager_->download_rect(handle->memory, bytes, static_cast<std::size_t>(host.nbytes()), box);
 }
 
-void Manager::copy_rect(const py::handle& source, const py::handle& dest,
-                        const py::handle& region) {
+void Manager::copy_rect(const AnyBuffer& source, const AnyBuffer& dest, const RegionArg& region) {
   const char* op = "copy_rect";
   const std::shared_ptr<Handle> src = as_handle(op, source, "source");
   const std::shared_ptr<Handle> dst = as_handle(op, dest, "dest");
@@ -444,7 +443,7 @@ void Manager::copy_rect(const py::handle& source, const py::handle& dest,
   manager_->copy_rect(src->memory, dst->memory, box);
 }
 
-std::shared_ptr<Pending> Manager::upload_async(const py::handle& data, const py::handle& wait_for) {
+std::shared_ptr<Pending> Manager::upload_async(const HostData& data, const WaitFor& wait_for) {
   const char* op = "upload_async";
   const py::array array = as_contiguous_host_array(op, data, "data");
   const std::vector<cl::Event> after = as_events(op, wait_for);
@@ -460,10 +459,11 @@ std::shared_ptr<Pending> Manager::upload_async(const py::handle& data, const py:
   return std::make_shared<Pending>(std::move(future), std::move(handle), array);
 }
 
-std::shared_ptr<Pending> Manager::download_async(const py::handle& device_buffer,
-                                                 const py::handle& shape, const py::handle& dtype,
-                                                 const py::handle& out,
-                                                 const py::handle& wait_for) {
+std::shared_ptr<Pending> Manager::download_async(const AnyBuffer& device_buffer,
+                                                 const OptionalShape& shape,
+                                                 const OptionalDType& dtype,
+                                                 const OptionalWritableData& out,
+                                                 const WaitFor& wait_for) {
   const char* op = "download_async";
   const std::shared_ptr<Handle> handle = as_handle(op, device_buffer, "device_buffer");
   py::array array = out.is_none() ? new_array(op, *handle, shape, dtype)
@@ -483,8 +483,8 @@ std::shared_ptr<Pending> Manager::download_async(const py::handle& device_buffer
                                    py::make_tuple(result, array, py::cast(handle)));
 }
 
-std::shared_ptr<Pending> Manager::fill_async(const py::handle& buffer, const py::handle& value,
-                                             const py::handle& wait_for) {
+std::shared_ptr<Pending> Manager::fill_async(const AnyBuffer& buffer, const Number& value,
+                                             const WaitFor& wait_for) {
   const char* op = "fill_async";
   const std::shared_ptr<Handle> handle = as_handle(op, buffer, "buffer");
   const FillPlan plan =
@@ -498,10 +498,8 @@ std::shared_ptr<Pending> Manager::fill_async(const py::handle& buffer, const py:
   return std::make_shared<Pending>(std::move(future), py::none(), py::cast(handle));
 }
 
-std::shared_ptr<Pending> Manager::upload_into_async(const py::handle& buffer,
-                                                    const py::handle& data,
-                                                    const py::handle& offset,
-                                                    const py::handle& wait_for) {
+std::shared_ptr<Pending> Manager::upload_into_async(const AnyBuffer& buffer, const HostData& data,
+                                                    const Int& offset, const WaitFor& wait_for) {
   const char* op = "upload_into_async";
   const std::shared_ptr<Handle> handle = as_handle(op, buffer, "buffer");
   const py::array array = as_contiguous_host_array(op, data, "data");
@@ -519,9 +517,10 @@ std::shared_ptr<Pending> Manager::upload_into_async(const py::handle& buffer,
                                    py::make_tuple(array, py::cast(handle)));
 }
 
-std::shared_ptr<Pending> Manager::copy_async(
-    const py::handle& source_buffer, const py::handle& dest_buffer, const py::handle& size_bytes,
-    const py::handle& src_offset, const py::handle& dst_offset, const py::handle& wait_for) {
+std::shared_ptr<Pending> Manager::copy_async(const AnyBuffer& source_buffer,
+                                             const AnyBuffer& dest_buffer, const Int& size_bytes,
+                                             const Int& src_offset, const Int& dst_offset,
+                                             const WaitFor& wait_for) {
   const char* op = "copy_async";
   const std::shared_ptr<Handle> source = as_handle(op, source_buffer, "source_buffer");
   const std::shared_ptr<Handle> dest = as_handle(op, dest_buffer, "dest_buffer");
@@ -538,17 +537,17 @@ std::shared_ptr<Pending> Manager::copy_async(
                                    py::make_tuple(py::cast(source), py::cast(dest)));
 }
 
-std::shared_ptr<Mapping> Manager::map(const py::handle& buffer, const py::handle& mode) {
+std::shared_ptr<Mapping> Manager::map(const AnyBuffer& buffer, const Str& mode) {
   const char* op = "map";
   std::shared_ptr<Handle> handle = as_handle(op, buffer, "buffer");
   return std::make_shared<Mapping>(std::move(handle), manager_, as_map_mode(op, mode));
 }
 
-py::array Manager::pinned_empty(const py::handle& shape, const py::handle& dtype) {
+py::array Manager::pinned_empty(const Shape& shape, const DType& dtype) {
   return clbuf_python::pinned_empty(*manager_, shape, dtype);
 }
 
-std::shared_ptr<Handle> Manager::adopt(const py::handle& object) {
+std::shared_ptr<Handle> Manager::adopt(const PyopenclMemory& object) {
   const char* op = "adopt";
   const py::module_ cl = import_pyopencl(op);
   const py::module_ arrays = import_pyopencl(op, "pyopencl.array");
@@ -593,47 +592,59 @@ void bind_manager(py::module_& m) {
   // `self` as a Self<T> and gets the object through initialised() or checked(); repr() answers
   // all the same. Every class is held by a std::shared_ptr for that (see held_object()).
   using Info = clbuf::DeviceInfo;
-  py::class_<Info, std::shared_ptr<Info>>(m, "DeviceInfo", "What clbuf knows of one OpenCL device.")
-      .def_property_readonly("name",
-                             [](Self<Info> self) { return initialised(self, "name")->name; })
+  python_class<Info>(
+      m, "DeviceInfo",
+      "What clbuf knows of one OpenCL device: bm.device, and each item of list_devices(). Its "
+      "fields are attributes, and items too (info[\"name\"]).")
       .def_property_readonly(
-          "platform", [](Self<Info> self) { return initialised(self, "platform")->platform; })
+          "name", [](Self<Info> self) { return initialised(self, "name")->name; },
+          "The device's name (CL_DEVICE_NAME).")
       .def_property_readonly(
-          "type", [](Self<Info> self) { return clbuf::to_string(initialised(self, "type")->type); })
+          "platform", [](Self<Info> self) { return initialised(self, "platform")->platform; },
+          "The name of the device's OpenCL platform (CL_PLATFORM_NAME).")
+      .def_property_readonly(
+          "type", [](Self<Info> self) { return clbuf::to_string(initialised(self, "type")->type); },
+          "'gpu', 'cpu', 'accelerator' or 'other'.")
       .def_property_readonly(
           "global_mem_bytes",
-          [](Self<Info> self) { return initialised(self, "global_mem_bytes")->global_mem_bytes; })
+          [](Self<Info> self) { return initialised(self, "global_mem_bytes")->global_mem_bytes; },
+          "The device's memory in bytes (CL_DEVICE_GLOBAL_MEM_SIZE).")
       .def_property_readonly(
           "max_alloc_bytes",
-          [](Self<Info> self) { return initialised(self, "max_alloc_bytes")->max_alloc_bytes; })
+          [](Self<Info> self) { return initialised(self, "max_alloc_bytes")->max_alloc_bytes; },
+          "The largest buffer the device allocates, in bytes (CL_DEVICE_MAX_MEM_ALLOC_SIZE).")
       .def_property_readonly(
           "platform_index",
-          [](Self<Info> self) { return initialised(self, "platform_index")->platform_index; })
+          [](Self<Info> self) { return initialised(self, "platform_index")->platform_index; },
+          "P of the 'P:D' selector: the platform's place among the OpenCL platforms.")
       .def_property_readonly(
           "device_index",
-          [](Self<Info> self) { return initialised(self, "device_index")->device_index; })
-      .def("__getitem__",
-           [](Self<Info> self, const py::handle& key) -> py::object {
-             initialised(self, "__getitem__");
-             // The fields only: any other key (an attribute such as "__class__" included) is a
-             // KeyError, as in a dict.
-             static const char* const fields[] = {
-                 "name",           "platform",    "type", "global_mem_bytes", "max_alloc_bytes",
-                 "platform_index", "device_index"};
-             if (py::isinstance<py::str>(key)) {
-               for (const char* field : fields) {
-                 if (py::str(field).equal(key)) return self.object.attr(field);
-               }
-             }
-             PyErr_SetObject(PyExc_KeyError, key.ptr());
-             throw py::error_already_set();
-           })
+          [](Self<Info> self) { return initialised(self, "device_index")->device_index; },
+          "D of the 'P:D' selector: the device's place among its platform's devices.")
+      .def(
+          "__getitem__",
+          [](Self<Info> self, const Str& key) -> StrOrInt {
+            initialised(self, "__getitem__");
+            // The fields only: any other key (an attribute such as "__class__" included) is a
+            // KeyError, as in a dict.
+            static const char* const fields[] = {
+                "name",           "platform",    "type", "global_mem_bytes", "max_alloc_bytes",
+                "platform_index", "device_index"};
+            if (py::isinstance<py::str>(key)) {
+              for (const char* field : fields) {
+                if (py::str(field).equal(key)) return py::object(self.object.attr(field));
+              }
+            }
+            PyErr_SetObject(PyExc_KeyError, key.ptr());
+            throw py::error_already_set();
+          },
+          py::arg("key"), "The field `key` (info[\"name\"] is info.name); KeyError for any other.")
       .def("__repr__", [](Self<Info> self) -> std::string {
-        const std::shared_ptr<Info>& info = self.held;
-        if (!info) return "<clbuf.DeviceInfo (never initialised)>";
-        return "<clbuf.DeviceInfo [" + std::to_string(info->platform_index) + ":" +
-               std::to_string(info->device_index) + "] " + info->name + " (" +
-               clbuf::to_string(info->type) + ", " + info->platform + ")>";
+        const std::shared_ptr<Info>& held = self.held;
+        if (!held) return "<clbuf.DeviceInfo (never initialised)>";
+        return "<clbuf.DeviceInfo [" + std::to_string(held->platform_index) + ":" +
+               std::to_string(held->device_index) + "] " + held->name + " (" +
+               clbuf::to_string(held->type) + ", " + held->platform + ")>";
       });
 
   m.def("list_devices", &clbuf::list_devices,
@@ -651,8 +662,11 @@ void bind_manager(py::module_& m) {
       "the default rule), one line for the selector and one per device.");
 
   const auto none = py::none();
-  py::class_<Manager, std::shared_ptr<Manager>>(
-      m, "BufferManager", "Manages buffer transfers between host arrays and one OpenCL device.")
+  python_class<Manager>(
+      m, "BufferManager",
+      "Moves numpy arrays (and any object with the buffer protocol) to and from one OpenCL "
+      "device: uploads, downloads, copies, fills, rectangles, maps, pinned arrays, their async "
+      "forms, and pyopencl interop. A context manager: leaving `with` calls cleanup().")
       .def(py::init([](Selector selector) {
              return std::make_shared<Manager>(as_selector(selector.object, "BufferManager"));
            }),
@@ -661,7 +675,7 @@ void bind_manager(py::module_& m) {
            "name), else CLBUF_DEVICE, else the first GPU, else the first CPU device.")
       .def_static(
           "from_pyopencl",
-          [](const py::handle& queue) {
+          [](const PyopenclQueue& queue) {
             const char* op = "from_pyopencl";
             const py::module_ cl = import_pyopencl(op);
             if (!py::isinstance(queue, cl.attr("CommandQueue"))) {
@@ -670,9 +684,11 @@ void bind_manager(py::module_& m) {
             }
             const auto q = queue.attr("int_ptr").cast<std::uintptr_t>();
             const auto c = queue.attr("context").attr("int_ptr").cast<std::uintptr_t>();
-            return std::make_shared<Manager>(
-                cl::Context(reinterpret_cast<cl_context>(c), true),
-                cl::CommandQueue(reinterpret_cast<cl_command_queue>(q), true));
+            return reported<Manager>(op, [&] {
+              return std::make_shared<Manager>(
+                  cl::Context(reinterpret_cast<cl_context>(c), true),
+                  cl::CommandQueue(reinterpret_cast<cl_command_queue>(q), true));
+            });
           },
           py::arg("queue"),
           "A BufferManager on a pyopencl.CommandQueue's context and queue (shared, not "
@@ -696,7 +712,9 @@ void bind_manager(py::module_& m) {
            py::arg("dtype") = py::dtype("float64"),
            "New device memory for an array of `shape` and `dtype`, contents unspecified.")
       .def("fill", checked("fill", &Manager::fill), py::arg("buffer"), py::arg("value"),
-           "Sets every element to `value`, cast to the buffer's dtype.")
+           "Sets every element to `value` (a bool, int, float or complex), stored exactly: "
+           "clbuf.Error where the buffer's dtype cannot hold it (1.7 or 300 for int8, 1e39 for "
+           "float32, 2**53 + 1 for float64).")
       .def("upload_into", checked("upload_into", &Manager::upload_into), py::arg("buffer"),
            py::arg("data"), py::arg("offset") = 0,
            "Copies host data of the buffer's dtype into `buffer` from element `offset`.")
@@ -747,13 +765,20 @@ void bind_manager(py::module_& m) {
       .def_property_readonly("queue_int_ptr", checked("queue_int_ptr", &Manager::queue_int_ptr),
                              "The cl_command_queue, as pyopencl.CommandQueue.from_int_ptr() "
                              "takes it.")
+      .def("finish", checked("finish", &Manager::finish),
+           "Waits until the device has done everything queued on this manager's queue "
+           "(clFinish), and raises a small upload's failure not reported yet. A queue of your own "
+           "on this context must wait for it before it reads what clbuf uploaded.")
       .def("cleanup", checked("cleanup", &Manager::cleanup),
            "Waits for queued work, then releases the queue and context. Idempotent; every later "
            "transfer raises clbuf.Error (code 0).")
       .def_property_readonly("device", checked("device", &Manager::device),
-                             py::return_value_policy::copy)
+                             py::return_value_policy::copy,
+                             "The device this manager transfers to and from, a DeviceInfo.")
       .def_property_readonly("selection_reason",
-                             checked("selection_reason", &Manager::selection_reason))
+                             checked("selection_reason", &Manager::selection_reason),
+                             "Why this device was picked, one line (explain_selection() has "
+                             "every device's).")
       .def_property_readonly("memory_model", checked("memory_model", &Manager::memory_model),
                              "The transfer paths in use: 'host' (a CPU device; bytes move by "
                              "memcpy), 'unified' (shares host memory) or 'discrete' (own memory; "
@@ -767,15 +792,20 @@ void bind_manager(py::module_& m) {
            "cached_buffers, cached_bytes, limit_bytes). Still answers after cleanup().")
       .def("reset_stats", checked("reset_stats", &Manager::reset_stats),
            "Sets the transfer counters of stats() to 0.")
-      .def("__enter__",
-           [](Self<Manager> self) {
-             initialised(self, "__enter__");
-             return py::reinterpret_borrow<py::object>(self.object);
-           })
-      .def("__exit__", [](Self<Manager> self, const py::args&) {
-        initialised(self, "__exit__")->cleanup();
-        return false;
-      });
+      .def(
+          "__enter__",
+          [](Self<Manager> self) -> AnyManager {
+            initialised(self, "__enter__");
+            return py::reinterpret_borrow<py::object>(self.object);
+          },
+          "The manager itself, for `with clbuf.BufferManager() as bm:`.")
+      .def(
+          "__exit__",
+          [](Self<Manager> self, const py::args&) {
+            initialised(self, "__exit__")->cleanup();
+            return false;
+          },
+          "Calls cleanup(); an exception raised in the block propagates.");
 }
 
 }  // namespace clbuf_python

@@ -60,42 +60,44 @@ class Manager {
   const clbuf::DeviceInfo& device() const noexcept { return manager_->device(); }
   const std::string& selection_reason() const noexcept { return manager_->selection_reason(); }
   std::string memory_model() const { return clbuf::to_string(manager_->memory_model()); }
-  py::dict stats() const { return to_dict(manager_->stats()); }
+  Dict stats() const { return to_dict(manager_->stats()); }
   void reset_stats() noexcept { manager_->reset_stats(); }
   std::string explain_selection() const;
   std::uintptr_t context_int_ptr() const;
   std::uintptr_t queue_int_ptr() const;
 
-  py::object upload_to_device(const py::handle& data);
-  py::object download_from_device(const py::handle& device_buffer, const py::handle& shape,
-                                  const py::handle& dtype, const py::handle& out);
-  void copy_device_buffer(const py::handle& source_buffer, const py::handle& dest_buffer,
-                          const py::handle& size_bytes, const py::handle& src_offset,
-                          const py::handle& dst_offset);
-  py::object empty(const py::handle& shape, const py::handle& dtype);
-  void fill(const py::handle& buffer, const py::handle& value);
-  void upload_into(const py::handle& buffer, const py::handle& data, const py::handle& offset);
-  void upload_rect(const py::handle& buffer, const py::handle& array, const py::handle& region);
-  void download_rect(const py::handle& buffer, const py::handle& array, const py::handle& region);
-  void copy_rect(const py::handle& source, const py::handle& dest, const py::handle& region);
+  AnyBuffer upload_to_device(const HostData& data);
+  WritableData download_from_device(const AnyBuffer& device_buffer, const OptionalShape& shape,
+                                    const OptionalDType& dtype, const OptionalWritableData& out);
+  void copy_device_buffer(const AnyBuffer& source_buffer, const AnyBuffer& dest_buffer,
+                          const Int& size_bytes, const Int& src_offset, const Int& dst_offset);
+  AnyBuffer empty(const Shape& shape, const DType& dtype);
+  void fill(const AnyBuffer& buffer, const Number& value);
+  void upload_into(const AnyBuffer& buffer, const HostData& data, const Int& offset);
+  void upload_rect(const AnyBuffer& buffer, const HostData& array, const RegionArg& region);
+  void download_rect(const AnyBuffer& buffer, const WritableData& array, const RegionArg& region);
+  void copy_rect(const AnyBuffer& source, const AnyBuffer& dest, const RegionArg& region);
 
-  std::shared_ptr<Pending> upload_async(const py::handle& data, const py::handle& wait_for);
-  std::shared_ptr<Pending> download_async(const py::handle& device_buffer, const py::handle& shape,
-                                          const py::handle& dtype, const py::handle& out,
-                                          const py::handle& wait_for);
-  std::shared_ptr<Pending> fill_async(const py::handle& buffer, const py::handle& value,
-                                      const py::handle& wait_for);
-  std::shared_ptr<Pending> upload_into_async(const py::handle& buffer, const py::handle& data,
-                                             const py::handle& offset, const py::handle& wait_for);
-  std::shared_ptr<Pending> copy_async(const py::handle& source_buffer,
-                                      const py::handle& dest_buffer, const py::handle& size_bytes,
-                                      const py::handle& src_offset, const py::handle& dst_offset,
-                                      const py::handle& wait_for);
+  std::shared_ptr<Pending> upload_async(const HostData& data, const WaitFor& wait_for);
+  std::shared_ptr<Pending> download_async(const AnyBuffer& device_buffer,
+                                          const OptionalShape& shape, const OptionalDType& dtype,
+                                          const OptionalWritableData& out, const WaitFor& wait_for);
+  std::shared_ptr<Pending> fill_async(const AnyBuffer& buffer, const Number& value,
+                                      const WaitFor& wait_for);
+  std::shared_ptr<Pending> upload_into_async(const AnyBuffer& buffer, const HostData& data,
+                                             const Int& offset, const WaitFor& wait_for);
+  std::shared_ptr<Pending> copy_async(const AnyBuffer& source_buffer, const AnyBuffer& dest_buffer,
+                                      const Int& size_bytes, const Int& src_offset,
+                                      const Int& dst_offset, const WaitFor& wait_for);
 
-  std::shared_ptr<Mapping> map(const py::handle& buffer, const py::handle& mode);
-  py::array pinned_empty(const py::handle& shape, const py::handle& dtype);
-  std::shared_ptr<Handle> adopt(const py::handle& object);
+  std::shared_ptr<Mapping> map(const AnyBuffer& buffer, const Str& mode);
+  py::array pinned_empty(const Shape& shape, const DType& dtype);
+  std::shared_ptr<Handle> adopt(const PyopenclMemory& object);
 
+  void finish() {
+    NoGil release;
+    manager_->finish();
+  }
   void cleanup() {
     NoGil release;
     manager_->cleanup();
@@ -118,6 +120,7 @@ class Manager {
 template <>
 struct PythonName<Manager> {
   static constexpr const char* name = "BufferManager";
+  static constexpr const char* scope = "";
   static constexpr const char* made_by = "create one with clbuf.BufferManager(selector)";
 };
 

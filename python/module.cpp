@@ -3,6 +3,7 @@
 // clbuf C++ core, one file a concern:
 //   common.*    clbuf.Error, releasing the GIL, objects made by __new__ alone, argument checks
 //   manager.*   clbuf.BufferManager, clbuf.DeviceInfo
+//   values.*    a Python number as one element of a dtype (fill's value), exactly
 //   buffers.*   clbuf.DeviceBuffer
 //   futures.*   clbuf.Future
 //   host_memory.*  pinned numpy arrays (pinned_empty) and mappings (map)
@@ -14,6 +15,7 @@
 // state, is the library's (clbuf::BufferManager); this extension checks only what Python passes
 // in.
 #include "manager.hpp"
+#include "values.hpp"
 
 namespace clbuf_python {
 void bind_paths(py::module_& m);  // paths.cpp
@@ -36,8 +38,11 @@ PYBIND11_MODULE(_clbuf, m) {
                           std::to_string(CLBUF_VERSION_PATCH);
 
   m.def(
-      "error_name", [](cl_int code) { return clbuf::error_name(code); }, py::arg("code"),
-      "The name of an OpenCL error code, e.g. error_name(-30) == 'CL_INVALID_VALUE'.");
+      "error_name",
+      [](const Int& code) { return clbuf::error_name(as_int("error_name", code, "code")); },
+      py::arg("code"),
+      "The name of an OpenCL error code, e.g. error_name(-30) == 'CL_INVALID_VALUE' (clbuf.Error "
+      "has it as .name).");
   py::object error = py::module_::import("clbuf").attr("Error");
   m.attr("Error") = error;
   error_type = error.ptr();  // the module's attribute keeps it alive
@@ -69,5 +74,6 @@ PYBIND11_MODULE(_clbuf, m) {
   }
   numpy_max_dims = numpy_major >= 2 ? 64 : 32;
 
+  init_values();
   register_exit_handler();
 }

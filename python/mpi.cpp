@@ -8,10 +8,32 @@
 
 #include "manager.hpp"
 
-#include <climits>
-
 namespace clbuf_python {
 namespace {
+
+namespace names {
+constexpr char optional_device_buffer[] = "Optional[clbuf.DeviceBuffer]";
+constexpr char optional_comm[] = "Optional[mpi4py.MPI.Comm]";
+constexpr char optional_int[] = "Optional[int]";
+constexpr char optional_str[] = "Optional[str]";
+constexpr char optional_bool[] = "Optional[bool]";
+constexpr char communicator[] = "clbuf.mpi.Communicator";
+constexpr char plan[] = "Sequence[clbuf.mpi.Neighbour]";
+constexpr char ints[] = "Sequence[int]";
+constexpr char faces[] = "List[Tuple[Any, ...]]";
+constexpr char constants[] = "Dict[str, int]";
+}  // namespace names
+
+using OptionalBuffer = Typed<names::optional_device_buffer>;
+using OptionalComm = Typed<names::optional_comm>;
+using OptionalInt = Typed<names::optional_int>;
+using OptionalStr = Typed<names::optional_str>;
+using OptionalBool = Typed<names::optional_bool>;
+using AnyCommunicator = Typed<names::communicator>;
+using Plan = Typed<names::plan>;
+using Ints = Typed<names::ints>;
+using Faces = Typed<names::faces>;
+using Constants = Typed<names::constants>;
 
 class Communicator;
 
@@ -95,24 +117,6 @@ void allreduce_as(clbuf::mpi::Communicator& comm, Handle& handle, clbuf::mpi::Op
   clbuf::DeviceBuffer<T> alias = typed_alias<T>("allreduce", *handle.manager, handle.memory);
   if (!alias.valid()) alias = handle.manager->allocate<T>(0);
   comm.allreduce(alias, op);
-}
-
-/// operator.index(value) as a C int (a rank or tag; negative allowed: MPI_PROC_NULL).
-int as_int(const char* operation, const py::handle& value, const std::string& what) {
-  PyObject* index = PyNumber_Index(value.ptr());
-  if (index == nullptr) {
-    if (PyErr_ExceptionMatches(PyExc_TypeError) == 0) throw py::error_already_set();
-    PyErr_Clear();
-    fail(operation, CL_INVALID_VALUE, what + " must be an integer, not " + type_name(value));
-  }
-  const py::int_ number = py::reinterpret_steal<py::int_>(index);
-  int overflow = 0;
-  const long long result = PyLong_AsLongLongAndOverflow(number.ptr(), &overflow);
-  if (overflow != 0 || result < INT_MIN || result > INT_MAX) {
-    PyErr_Clear();
-    fail(operation, CL_INVALID_VALUE, what + " " + text_of(number) + " is not a C int");
-  }
-  return static_cast<int>(result);
 }
 
 /// getattr(object, name); clbuf.Error saying `object` (`what`) must be a `kind` when it has none.
@@ -279,7 +283,7 @@ class Communicator : public std::enable_shared_from_this<Communicator> {
   clbuf::mpi::Communicator& cpp() const noexcept { return *comm_; }
   int rank() const { return comm_->rank(); }
   int size() const { return comm_->size(); }
-  py::dict options() const {
+  Dict options() const {
     const clbuf::mpi::Options& o = comm_->options();
     py::dict out;
     out["chunk_bytes"] = o.chunk_bytes;
@@ -289,7 +293,7 @@ class Communicator : public std::enable_shared_from_this<Communicator> {
     out["verify_collectives"] = o.verify_collectives;
     return out;
   }
-  void send(const py::handle& buffer, const py::handle& dest_arg, const py::handle& tag_arg) {
+  void send(const AnyBuffer& buffer, const Int& dest_arg, const Int& tag_arg) {
     const int dest = as_int("send", dest_arg, "dest");
     const int tag = as_int("send", tag_arg, "tag");
     auto h = as_handle("send", buffer, "buffer");
@@ -298,7 +302,7 @@ class Communicator : public std::enable_shared_from_this<Communicator> {
       comm_->send(memory, dest, tag);
     });
   }
-  void recv(const py::handle& buffer, const py::handle& source_arg, const py::handle& tag_arg) {
+  void recv(const AnyBuffer& buffer, const Int& source_arg, const Int& tag_arg) {
     const int source = as_int("recv", source_arg, "source");
     const int tag = as_int("recv", tag_arg, "tag");
     auto h = as_handle("recv", buffer, "buffer");
@@ -307,8 +311,8 @@ class Communicator : public std::enable_shared_from_this<Communicator> {
       comm_->recv(memory, source, tag);
     });
   }
-  void sendrecv(const py::handle& out, const py::handle& dest_arg, const py::handle& in,
-                const py::handle& source_arg, const py::handle& tag_arg) {
+  void sendrecv(const AnyBuffer& out, const Int& dest_arg, const AnyBuffer& in,
+                const Int& source_arg, const Int& tag_arg) {
     const int dest = as_int("sendrecv", dest_arg, "dest");
     const int source = as_int("sendrecv", source_arg, "source");
     const int tag = as_int("sendrecv", tag_arg, "tag");
@@ -327,8 +331,7 @@ class Communicator : public std::enable_shared_from_this<Communicator> {
       comm_->sendrecv(sent, dest, received, source, tag);
     });
   }
-  std::shared_ptr<Request> isend(const py::handle& buffer, const py::handle& dest_arg,
-                                 const py::handle& tag_arg) {
+  std::shared_ptr<Request> isend(const AnyBuffer& buffer, const Int& dest_arg, const Int& tag_arg) {
     const int dest = as_int("isend", dest_arg, "dest");
     const int tag = as_int("isend", tag_arg, "tag");
     auto h = as_handle("isend", buffer, "buffer");
@@ -339,8 +342,8 @@ class Communicator : public std::enable_shared_from_this<Communicator> {
     });
     return std::make_shared<Request>(std::move(request), h);
   }
-  std::shared_ptr<Request> irecv(const py::handle& buffer, const py::handle& source_arg,
-                                 const py::handle& tag_arg) {
+  std::shared_ptr<Request> irecv(const AnyBuffer& buffer, const Int& source_arg,
+                                 const Int& tag_arg) {
     const int source = as_int("irecv", source_arg, "source");
     const int tag = as_int("irecv", tag_arg, "tag");
     auto h = as_handle("irecv", buffer, "buffer");
@@ -351,8 +354,8 @@ class Communicator : public std::enable_shared_from_this<Communicator> {
     });
     return std::make_shared<Request>(std::move(request), h);
   }
-  std::shared_ptr<Persistent> send_init(const py::handle& buffer, const py::handle& dest_arg,
-                                        const py::handle& tag_arg) {
+  std::shared_ptr<Persistent> send_init(const AnyBuffer& buffer, const Int& dest_arg,
+                                        const Int& tag_arg) {
     const int dest = as_int("send_init", dest_arg, "dest");
     const int tag = as_int("send_init", tag_arg, "tag");
     auto h = as_handle("send_init", buffer, "buffer");
@@ -361,8 +364,8 @@ class Communicator : public std::enable_shared_from_this<Communicator> {
           [&](const auto& memory) { made.emplace(comm_->send_init(memory, dest, tag)); });
     return std::make_shared<Persistent>(std::move(*made), h, shared_from_this());
   }
-  std::shared_ptr<Persistent> recv_init(const py::handle& buffer, const py::handle& source_arg,
-                                        const py::handle& tag_arg) {
+  std::shared_ptr<Persistent> recv_init(const AnyBuffer& buffer, const Int& source_arg,
+                                        const Int& tag_arg) {
     const int source = as_int("recv_init", source_arg, "source");
     const int tag = as_int("recv_init", tag_arg, "tag");
     auto h = as_handle("recv_init", buffer, "buffer");
@@ -371,13 +374,13 @@ class Communicator : public std::enable_shared_from_this<Communicator> {
           [&](auto& memory) { made.emplace(comm_->recv_init(memory, source, tag)); });
     return std::make_shared<Persistent>(std::move(*made), h, shared_from_this());
   }
-  void broadcast(const py::handle& buffer, const py::handle& root_arg) {
+  void broadcast(const AnyBuffer& buffer, const Int& root_arg) {
     const int root = as_int("broadcast", root_arg, "root");
     auto h = as_handle("broadcast", buffer, "buffer");
     NoGil release;
     comm_->broadcast(h->memory, root);
   }
-  std::shared_ptr<Request> ibroadcast(const py::handle& buffer, const py::handle& root_arg) {
+  std::shared_ptr<Request> ibroadcast(const AnyBuffer& buffer, const Int& root_arg) {
     const int root = as_int("ibroadcast", root_arg, "root");
     auto h = as_handle("ibroadcast", buffer, "buffer");
     clbuf::mpi::Request request;
@@ -387,7 +390,7 @@ class Communicator : public std::enable_shared_from_this<Communicator> {
     }
     return std::make_shared<Request>(std::move(request), h);
   }
-  void allreduce(const py::handle& buffer, const py::handle& op) {
+  void allreduce(const AnyBuffer& buffer, const Str& op) {
     auto h = as_handle("allreduce", buffer, "buffer");
     const clbuf::mpi::Op reduction = as_op("allreduce", op);
     by_dtype("allreduce", h->dtype, "allreduce", [&](auto tag) {
@@ -396,7 +399,7 @@ class Communicator : public std::enable_shared_from_this<Communicator> {
       allreduce_as<T>(*comm_, *h, reduction);
     });
   }
-  std::shared_ptr<Request> iallreduce(const py::handle& buffer, const py::handle& op) {
+  std::shared_ptr<Request> iallreduce(const AnyBuffer& buffer, const Str& op) {
     const char* name = "iallreduce";
     auto h = as_handle(name, buffer, "buffer");
     const clbuf::mpi::Op reduction = as_op(name, op);
@@ -415,11 +418,11 @@ class Communicator : public std::enable_shared_from_this<Communicator> {
       return std::make_shared<Request>(std::move(request), h, alias);
     });
   }
-  void scatter(const py::handle& all, const py::handle& mine, const py::handle& root_arg) {
+  void scatter(const OptionalBuffer& all, const AnyBuffer& mine, const Int& root_arg) {
     const int root = as_int("scatter", root_arg, "root");
     scatter_gather("scatter", all, mine, root, true);
   }
-  void gather(const py::handle& mine, const py::handle& all, const py::handle& root_arg) {
+  void gather(const AnyBuffer& mine, const OptionalBuffer& all, const Int& root_arg) {
     const int root = as_int("gather", root_arg, "root");
     scatter_gather("gather", all, mine, root, false);
   }
@@ -520,7 +523,7 @@ class TypedHalo final : public AnyHalo {
 class HaloExchange {
  public:
   HaloExchange(std::shared_ptr<Communicator> comm, std::vector<clbuf::mpi::Neighbour> plan,
-               const py::handle& dtype)
+               const OptionalDType& dtype)
       : comm_(std::move(comm)), plan_(std::move(plan)) {
     if (!dtype.is_none()) build(as_dtype("HaloExchange", dtype));
   }
@@ -530,8 +533,8 @@ class HaloExchange {
       exchange_.reset();
     }
   }
-  void start(const py::handle& field) {
-    const char* op = "HaloExchange::start";
+  void start(const AnyBuffer& field) {
+    const char* op = "HaloExchange.start";
     auto h = as_handle(op, field, "field");
     if (field_) fail(op, CL_INVALID_OPERATION, "the last exchange has not finished");
     if (!exchange_ || kind_ != h->dtype.kind() || itemsize_ != h->dtype.itemsize()) {
@@ -606,104 +609,146 @@ class HaloExchange {
 template <>
 struct PythonName<Communicator> {
   static constexpr const char* name = "mpi.Communicator";
+  static constexpr const char* scope = "";
   static constexpr const char* made_by = "create one with clbuf.mpi.Communicator(bm, comm)";
 };
 template <>
 struct PythonName<Request> {
   static constexpr const char* name = "mpi.Request";
+  static constexpr const char* scope = "Request.";
   static constexpr const char* made_by =
       "requests come from isend(), irecv(), ibroadcast() and iallreduce()";
 };
 template <>
 struct PythonName<Persistent> {
   static constexpr const char* name = "mpi.Persistent";
+  static constexpr const char* scope = "Persistent.";
   static constexpr const char* made_by =
       "persistent requests come from send_init() and recv_init()";
 };
 template <>
 struct PythonName<HaloExchange> {
   static constexpr const char* name = "mpi.HaloExchange";
+  static constexpr const char* scope = "HaloExchange.";
   static constexpr const char* made_by = "create one with clbuf.mpi.HaloExchange(comm, plan)";
 };
 
 void bind_mpi(py::module_& m) {
-  py::class_<Request, std::shared_ptr<Request>>(
-      m, "_MpiRequest", "An isend, irecv, ibroadcast or iallreduce in flight (clbuf.mpi).")
-      .def("wait", checked("wait", &Request::wait), "Blocks until the transfer has completed.")
-      .def("test", checked("test", &Request::test), "True once the transfer has completed.");
-  py::class_<Persistent, std::shared_ptr<Persistent>>(
-      m, "_MpiPersistent", "A send_init or recv_init, started as often as needed (clbuf.mpi).")
+  // Registered as the extension's private _Mpi* classes, shown as clbuf.mpi's (python/clbuf/
+  // mpi.py exports them under those names).
+  python_class<Request>(
+      m, "_MpiRequest",
+      "An isend, irecv, ibroadcast or iallreduce in flight; keeps its buffer alive until done.")
+      .def("wait", waiting("wait", &Request::wait), "Blocks until the transfer has completed.")
+      .def("test", waiting("test", &Request::test), "True once the transfer has completed.");
+  python_class<Persistent>(
+      m, "_MpiPersistent",
+      "A send_init or recv_init: the same transfer, started as often as needed.")
       .def("start", checked("start", &Persistent::start),
            "Begins one transfer; clbuf.Error while the last one is active.")
-      .def("wait", checked("wait", &Persistent::wait),
+      .def("wait", waiting("wait", &Persistent::wait),
            "Blocks until the transfer started last has completed.")
-      .def("test", checked("test", &Persistent::test),
+      .def("test", waiting("test", &Persistent::test),
            "True once the transfer started last has completed (or none is active).")
       .def_property_readonly("active", checked("active", &Persistent::active),
-                             "A transfer was started and has not completed yet.");
-  py::class_<Communicator, std::shared_ptr<Communicator>>(
-      m, "_MpiCommunicator", "clbuf.mpi.Communicator: DeviceBuffers between MPI ranks.")
-      .def(
-          py::init([](const py::handle& bm, std::uintptr_t comm, const py::handle& chunk_bytes,
-                      const py::handle& depth, const py::handle& path,
-                      const py::handle& device_reduce_bytes, const py::handle& verify_collectives) {
-            if (!py::isinstance<Manager>(bm)) {
-              fail("Communicator", CL_INVALID_VALUE,
-                   "bm must be a clbuf.BufferManager, not " + type_name(bm));
-            }
-            std::shared_ptr<Manager> manager = held_object<Manager>(bm);
-            if (!manager) fail_uninitialised<Manager>("Communicator");
-            const clbuf::mpi::Options options =
-                as_options(chunk_bytes, depth, path, device_reduce_bytes, verify_collectives);
-            return std::make_shared<Communicator>(std::move(manager), comm, options);
-          }),
-          py::arg("bm"), py::arg("comm"), py::kw_only(), py::arg("chunk_bytes") = py::none(),
-          py::arg("depth") = py::none(), py::arg("path") = py::none(),
-          py::arg("device_reduce_bytes") = py::none(), py::arg("verify_collectives") = py::none())
-      .def_property_readonly("rank", checked("rank", &Communicator::rank))
-      .def_property_readonly("size", checked("size", &Communicator::size))
-      .def_property_readonly("options", checked("options", &Communicator::options))
+                             "True while a transfer that was started has not completed.");
+  python_class<Communicator>(
+      m, "_MpiCommunicator",
+      "DeviceBuffers between MPI ranks: the C++ clbuf::mpi::Communicator for a BufferManager on "
+      "an mpi4py communicator. Point to point (send, recv, sendrecv, isend, irecv, send_init, "
+      "recv_init), collectives (broadcast, ibroadcast, allreduce, iallreduce, scatter, gather, "
+      "barrier); HaloExchange takes one.")
+      .def(py::init([](const AnyManager& bm, const OptionalComm& comm,
+                       const OptionalInt& chunk_bytes, const OptionalInt& depth,
+                       const OptionalStr& path, const OptionalInt& device_reduce_bytes,
+                       const OptionalBool& verify_collectives) {
+             const char* op = "Communicator";
+             if (!py::isinstance<Manager>(bm)) {
+               fail(op, CL_INVALID_VALUE, "bm must be a clbuf.BufferManager, not " + type_name(bm));
+             }
+             std::shared_ptr<Manager> manager = held_object<Manager>(bm);
+             if (!manager) fail_uninitialised<Manager>(op);
+             const clbuf::mpi::Options options =
+                 as_options(chunk_bytes, depth, path, device_reduce_bytes, verify_collectives);
+             // comm's MPI_Comm, once clbuf.mpi has checked that comm is an mpi4py communicator
+             // of the MPI library this extension was built with.
+             const auto handle = py::module_::import("clbuf.mpi")
+                                     .attr("_comm_handle")(op, comm)
+                                     .cast<std::uintptr_t>();
+             return std::make_shared<Communicator>(std::move(manager), handle, options);
+           }),
+           py::arg("bm"), py::arg("comm") = py::none(), py::kw_only(),
+           py::arg("chunk_bytes") = py::none(), py::arg("depth") = py::none(),
+           py::arg("path") = py::none(), py::arg("device_reduce_bytes") = py::none(),
+           py::arg("verify_collectives") = py::none(),
+           "A communicator for `bm` on the mpi4py communicator `comm` (None: MPI.COMM_WORLD), "
+           "duplicated; collective over `comm` (local with path='whole'). The keywords are the "
+           "C++ clbuf::mpi::Options (None: the default): chunk_bytes, depth, path ('automatic', "
+           "'zero_copy', 'map', 'staged', or 'whole': plain MPI messages for peers without "
+           "clbuf), device_reduce_bytes, verify_collectives.")
+      .def_property_readonly("rank", checked("rank", &Communicator::rank),
+                             "This rank's number in the communicator.")
+      .def_property_readonly("size", checked("size", &Communicator::size),
+                             "The number of ranks in the communicator.")
+      .def_property_readonly("options", checked("options", &Communicator::options),
+                             "The options in use, a dict of chunk_bytes, depth, path, "
+                             "device_reduce_bytes and verify_collectives.")
       .def("send", checked("send", &Communicator::send), py::arg("buffer"), py::arg("dest"),
-           py::arg("tag") = 0)
+           py::arg("tag") = 0, "Sends the whole buffer to rank `dest`; returns when it is sent.")
       .def("recv", checked("recv", &Communicator::recv), py::arg("buffer"), py::arg("source"),
-           py::arg("tag") = 0)
+           py::arg("tag") = 0,
+           "Receives a message from rank `source` into the whole buffer (its dtype and size must "
+           "be the sender's).")
       .def("sendrecv", checked("sendrecv", &Communicator::sendrecv), py::arg("out"),
-           py::arg("dest"), py::arg("in_"), py::arg("source"), py::arg("tag") = 0)
+           py::arg("dest"), py::arg("in_"), py::arg("source"), py::arg("tag") = 0,
+           "Sends `out` to `dest` and receives `in_` from `source` at once (no deadlock).")
       .def("isend", checked("isend", &Communicator::isend), py::arg("buffer"), py::arg("dest"),
-           py::arg("tag") = 0)
+           py::arg("tag") = 0, "Starts send(); returns a Request.")
       .def("irecv", checked("irecv", &Communicator::irecv), py::arg("buffer"), py::arg("source"),
-           py::arg("tag") = 0)
+           py::arg("tag") = 0, "Starts recv(); returns a Request.")
       .def("send_init", checked("send_init", &Communicator::send_init), py::arg("buffer"),
-           py::arg("dest"), py::arg("tag") = 0)
+           py::arg("dest"), py::arg("tag") = 0,
+           "A persistent send of the buffer to `dest`, started by its start().")
       .def("recv_init", checked("recv_init", &Communicator::recv_init), py::arg("buffer"),
-           py::arg("source"), py::arg("tag") = 0)
+           py::arg("source"), py::arg("tag") = 0,
+           "A persistent receive into the buffer from `source`, started by its start().")
       .def("broadcast", checked("broadcast", &Communicator::broadcast), py::arg("buffer"),
-           py::arg("root"))
+           py::arg("root"), "Every rank's buffer gets the root's (collective).")
       .def("ibroadcast", checked("ibroadcast", &Communicator::ibroadcast), py::arg("buffer"),
-           py::arg("root"))
+           py::arg("root"), "Starts broadcast(); returns a Request.")
       .def("allreduce", checked("allreduce", &Communicator::allreduce), py::arg("buffer"),
-           py::arg("op") = "sum")
+           py::arg("op") = "sum",
+           "Every rank's buffer becomes the elementwise 'sum', 'min' or 'max' over the ranks "
+           "(int8-int64, uint8-uint64, float32, float64; collective).")
       .def("iallreduce", checked("iallreduce", &Communicator::iallreduce), py::arg("buffer"),
-           py::arg("op") = "sum")
+           py::arg("op") = "sum", "Starts allreduce(); returns a Request.")
       .def("scatter", checked("scatter", &Communicator::scatter), py::arg("all"), py::arg("mine"),
-           py::arg("root"))
+           py::arg("root"),
+           "Rank r's `mine` gets part r of the root's `all` (size * len(mine) elements; None on "
+           "the other ranks).")
       .def("gather", checked("gather", &Communicator::gather), py::arg("mine"), py::arg("all"),
-           py::arg("root"))
-      .def("barrier", checked("barrier", &Communicator::barrier));
-  py::class_<HaloExchange, std::shared_ptr<HaloExchange>>(
-      m, "_MpiHaloExchange", "clbuf.mpi.HaloExchange: a persistent halo exchange of one field.")
-      .def(py::init([](const py::handle& comm, const py::handle& plan, const py::handle& dtype) {
+           py::arg("root"),
+           "The root's `all` gets every rank's `mine`, in rank order (None on the other ranks).")
+      .def("barrier", checked("barrier", &Communicator::barrier),
+           "Returns once every rank has called it.");
+  python_class<HaloExchange>(
+      m, "_MpiHaloExchange",
+      "A persistent halo exchange of one field: each Neighbour of `plan` sends its range or box "
+      "of the field to its rank and receives its ghost cells from it.")
+      .def(py::init([](const AnyCommunicator& comm, const Plan& plan, const OptionalDType& dtype) {
              const char* op = "HaloExchange";
              if (!py::isinstance<Communicator>(comm)) {
                fail(op, CL_INVALID_VALUE,
                     "comm must be a clbuf.mpi.Communicator, not " + type_name(comm));
              }
-             std::shared_ptr<Communicator> communicator = held_object<Communicator>(comm);
-             if (!communicator) fail_uninitialised<Communicator>(op);
-             return std::make_shared<HaloExchange>(std::move(communicator), as_plan(op, plan),
-                                                   dtype);
+             std::shared_ptr<Communicator> held = held_object<Communicator>(comm);
+             if (!held) fail_uninitialised<Communicator>(op);
+             return std::make_shared<HaloExchange>(std::move(held), as_plan(op, plan), dtype);
            }),
-           py::arg("comm"), py::arg("plan"), py::kw_only(), py::arg("dtype") = py::none())
+           py::arg("comm"), py::arg("plan"), py::kw_only(), py::arg("dtype") = py::none(),
+           "An exchange of `plan` (a list of clbuf.mpi.Neighbour, e.g. from cartesian_faces()) "
+           "on `comm`; with `dtype`, checked and its pack buffers made now, else at the first "
+           "start().")
       .def("start", checked("start", &HaloExchange::start), py::arg("field"),
            "Packs and sends the boxes and ranges sent, posts the receives; returns.")
       .def("test", checked("test", &HaloExchange::test),
@@ -712,20 +757,21 @@ void bind_mpi(py::module_& m) {
       .def("finish", checked("finish", &HaloExchange::finish),
            "Blocks until the field holds every ghost cell.")
       .def_property_readonly("active", checked("active", &HaloExchange::active),
-                             "An exchange was started and has not finished.");
+                             "True while an exchange that was started has not finished.");
   m.def(
       "_mpi_cartesian_faces",
-      [](std::uintptr_t cart, const py::handle& interior, const py::handle& halo,
-         bool edges_and_corners, int first_tag) {
+      [](std::uintptr_t cart, const Ints& interior, const Int& halo_width, bool edges_and_corners,
+         const Int& first_tag) -> Faces {
         const char* op = "cartesian_faces";
         const auto n = counts3(op, interior, "interior");
-        const std::size_t width = as_size(op, halo, "halo");
+        const std::size_t width = as_size(op, halo_width, "halo");
+        const int tag = as_int(op, first_tag, "first_tag");
         std::vector<clbuf::mpi::Neighbour> plan;
         {
           NoGil release;
           plan = clbuf::mpi::cartesian_faces(reinterpret_cast<MPI_Comm>(cart),
                                              clbuf::Extents{n[0], n[1], n[2]}, width,
-                                             edges_and_corners, first_tag);
+                                             edges_and_corners, tag);
         }
         py::list out;
         for (const clbuf::mpi::Neighbour& neighbour : plan) {
@@ -733,17 +779,23 @@ void bind_mpi(py::module_& m) {
                                     neighbour.count, neighbour.send_tag, neighbour.recv_tag,
                                     box_tuple(neighbour.send_box), box_tuple(neighbour.recv_box)));
         }
-        return out;
+        return Faces(std::move(out));
       },
       py::arg("cart"), py::arg("interior"), py::arg("halo"), py::arg("edges_and_corners"),
-      py::arg("first_tag"));
-  m.def("_mpi_constants", [] {
-    py::dict out;
-    out["PROC_NULL"] = MPI_PROC_NULL;
-    out["ANY_SOURCE"] = MPI_ANY_SOURCE;
-    out["ANY_TAG"] = MPI_ANY_TAG;
-    return out;
-  });
+      py::arg("first_tag"),
+      "clbuf.mpi.cartesian_faces()'s plan as tuples (rank, send_offset, recv_offset, count, "
+      "send_tag, recv_tag, send_box, recv_box); a box is None or (origin, size, field).");
+  m.def(
+      "_mpi_constants",
+      []() -> Constants {
+        py::dict out;
+        out["PROC_NULL"] = MPI_PROC_NULL;
+        out["ANY_SOURCE"] = MPI_ANY_SOURCE;
+        out["ANY_TAG"] = MPI_ANY_TAG;
+        return Constants(std::move(out));
+      },
+      "MPI_PROC_NULL, MPI_ANY_SOURCE and MPI_ANY_TAG of the MPI library this extension was built "
+      "with.");
 }
 
 }  // namespace clbuf_python

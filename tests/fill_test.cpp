@@ -5,6 +5,7 @@
 #include <array>
 #include <cstdint>
 #include <cstring>
+#include <type_traits>
 #include <vector>
 
 #include "support/device_test.hpp"
@@ -111,5 +112,73 @@ TEST_P(Fill, AfterCleanupThrows) {
 }
 
 CLBUF_INSTANTIATE_MODELS(Fill);
+
+// A value of another type than the buffer's elements (fill(ints, 1.7) would store 1) does not
+// compile, in each form of fill and fill_async and with the element type named: whether a call
+// compiles, asked of the compiler.
+template <class Buffer, class Value, class = void>
+struct CanFill : std::false_type {};
+template <class Buffer, class Value>
+struct CanFill<Buffer, Value,
+               std::void_t<decltype(std::declval<clbuf::BufferManager&>().fill(
+                   std::declval<Buffer&>(), std::declval<const Value&>()))>> : std::true_type {};
+template <class Buffer, class Value, class = void>
+struct CanFillRange : std::false_type {};
+template <class Buffer, class Value>
+struct CanFillRange<
+    Buffer, Value,
+    std::void_t<decltype(std::declval<clbuf::BufferManager&>().fill(
+        std::declval<Buffer&>(), std::declval<const Value&>(), std::size_t{1}, std::size_t{0}))>>
+    : std::true_type {};
+template <class Buffer, class Value, class = void>
+struct CanFillAsync : std::false_type {};
+template <class Buffer, class Value>
+struct CanFillAsync<Buffer, Value,
+                    std::void_t<decltype(std::declval<clbuf::BufferManager&>().fill_async(
+                        std::declval<Buffer&>(), std::declval<const Value&>()))>> : std::true_type {
+};
+template <class Buffer, class Value, class = void>
+struct CanFillAsyncRange : std::false_type {};
+template <class Buffer, class Value>
+struct CanFillAsyncRange<Buffer, Value,
+                         std::void_t<decltype(std::declval<clbuf::BufferManager&>().fill_async(
+                             std::declval<Buffer&>(), std::declval<const Value&>(), std::size_t{1},
+                             std::size_t{0}, std::vector<cl::Event>{}))>> : std::true_type {};
+template <class Element, class Buffer, class Value, class = void>
+struct CanFillNamingTheElement : std::false_type {};
+template <class Element, class Buffer, class Value>
+struct CanFillNamingTheElement<
+    Element, Buffer, Value,
+    std::void_t<decltype(std::declval<clbuf::BufferManager&>().template fill<Element>(
+        std::declval<Buffer&>(), std::declval<const Value&>()))>> : std::true_type {};
+
+template <class Element, class Value>
+constexpr bool compiles() {
+  using Buffer = clbuf::DeviceBuffer<Element>;
+  constexpr bool all = CanFill<Buffer, Value>::value && CanFillRange<Buffer, Value>::value &&
+                       CanFillAsync<Buffer, Value>::value &&
+                       CanFillAsyncRange<Buffer, Value>::value &&
+                       CanFillNamingTheElement<Element, Buffer, Value>::value;
+  constexpr bool any = CanFill<Buffer, Value>::value || CanFillRange<Buffer, Value>::value ||
+                       CanFillAsync<Buffer, Value>::value ||
+                       CanFillAsyncRange<Buffer, Value>::value ||
+                       CanFillNamingTheElement<Element, Buffer, Value>::value;
+  static_assert(all == any, "the forms of fill disagree");
+  return all;
+}
+
+TEST(FillValueType, AValueOfAnotherTypeThanTheElementsDoesNotCompile) {
+  static_assert(compiles<int, int>());
+  static_assert(compiles<float, float>());
+  static_assert(compiles<Rgb, Rgb>());
+  static_assert(!compiles<int, double>());           // fill(ints, 1.7): 1
+  static_assert(!compiles<std::int8_t, int>());      // fill(int8s, 300): 44
+  static_assert(!compiles<std::uint8_t, double>());  // fill(uint8s, -1.0)
+  static_assert(!compiles<float, double>());
+  static_assert(!compiles<float, int>());
+  static_assert(!compiles<std::int64_t, std::uint64_t>());
+  static_assert(!compiles<double, long double>());
+  SUCCEED();
+}
 
 }  // namespace

@@ -33,10 +33,15 @@ class Error(RuntimeError):
 
     ``code`` is the OpenCL error code (0 for misuse OpenCL has no code for, such as using a
     cleaned-up BufferManager); ``name`` is its name, e.g. ``"CL_INVALID_VALUE"``; ``str(error)``
-    is the whole message, ``"<operation>: <CL_NAME> (<code>): <details>"``.
+    is the whole message, ``"<operation>: <CL_NAME> (<code>): <details>"``, or for code 0
+    ``"<operation>: <details>"``. The operation is the call that was made: the method's name
+    (``"fill"``, ``"to_pyopencl"``, ``"send"``) or, for the methods of Future, DeviceInfo and
+    clbuf.mpi's Request, Persistent and HaloExchange, ``"Class.method"``; wait(), get() and
+    test() raise the failure of the operation they wait for, named as that operation.
     """
 
     def __init__(self, message: str = "", code: int = 0) -> None:
+        """An error with its whole message and its OpenCL error code."""
         super().__init__(message)
         self.code: int = code
 
@@ -57,6 +62,7 @@ class Region:
 
     def __init__(self, size=(1, 1, 1), src_origin=(0, 0, 0), src_extents=(1, 1, 1),
                  dst_origin=(0, 0, 0), dst_extents=(1, 1, 1)):
+        """A box of ``size`` elements between the two layouts; each argument three counts."""
         self.size = tuple(size)
         self.src_origin = tuple(src_origin)
         self.src_extents = tuple(src_extents)
@@ -84,7 +90,3 @@ from ._clbuf import (  # noqa: E402
     list_devices,
 )
 from ._mapping import MappedArray  # noqa: E402
-
-for _cls in (BufferManager, DeviceBuffer, DeviceInfo, Future):
-    _cls.__module__ = __name__
-del _cls

@@ -76,7 +76,8 @@ def _guarded(name):
         return method(self, *args, **kwargs)
 
     guarded.__name__ = name
-    guarded.__doc__ = method.__doc__
+    guarded.__doc__ = method.__doc__ or (
+        f"numpy.ndarray.{name} of the mapped array; clbuf.Error once the mapping is closed.")
     return guarded
 
 

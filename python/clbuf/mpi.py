@@ -48,6 +48,7 @@ class Box:
     __slots__ = ("origin", "size", "field")
 
     def __init__(self, origin=(0, 0, 0), size=(1, 1, 1), field=(1, 1, 1)):
+        """A box of ``size`` elements at ``origin`` of a field laid out as ``field``."""
         self.origin = _triple(origin)
         self.size = _triple(size)
         self.field = _triple(field)
@@ -72,6 +73,7 @@ class Neighbour:
 
     def __init__(self, rank, send_offset=0, recv_offset=0, count=0, send_tag=0, recv_tag=0,
                  send_box=None, recv_box=None):
+        """The neighbour ``rank``, its ranges (or boxes) of the field and its tags."""
         self.rank = rank
         self.send_offset = send_offset
         self.recv_offset = recv_offset
@@ -108,6 +110,7 @@ def _handle(operation, MPI, comm, what="comm"):  # noqa: N803
 
 
 if BUILT:
+    Communicator = _clbuf._MpiCommunicator
     Request = _clbuf._MpiRequest
     Persistent = _clbuf._MpiPersistent
     HaloExchange = _clbuf._MpiHaloExchange
@@ -127,22 +130,16 @@ if BUILT:
                         f"ANY_SOURCE, ANY_TAG {theirs} differ from clbuf's {ours}: mpi4py and "
                         "clbuf were built against different MPI libraries", -59)
 
-    def Communicator(bm, comm=None, *, chunk_bytes=None, depth=None, path=None,  # noqa: N802
-                     device_reduce_bytes=None, verify_collectives=None):
-        """A clbuf.mpi communicator for ``bm`` on the mpi4py communicator ``comm``
-        (default ``MPI.COMM_WORLD``): duplicated, collective over ``comm`` (local with
-        ``path="whole"``). The keywords are the C++ ``clbuf::mpi::Options`` (None: the
-        default): ``chunk_bytes``, ``depth``, ``path`` ("automatic", "zero_copy", "map",
-        "staged", "whole": plain MPI messages for peers without clbuf),
-        ``device_reduce_bytes``, ``verify_collectives``."""
-        MPI = _mpi4py("Communicator")  # noqa: N806
+    def _comm_handle(operation, comm):
+        """The MPI_Comm of the mpi4py communicator ``comm`` (None: ``MPI.COMM_WORLD``) as an int,
+        for Communicator(); clbuf.Error where mpi4py is missing, ``comm`` is not an mpi4py
+        communicator, or mpi4py's MPI library is not this extension's."""
+        MPI = _mpi4py(operation)  # noqa: N806
         if comm is None:
             comm = MPI.COMM_WORLD
-        handle = _handle("Communicator", MPI, comm)
+        handle = _handle(operation, MPI, comm)
         _check_constants(MPI)
-        return _clbuf._MpiCommunicator(
-            bm, handle, chunk_bytes=chunk_bytes, depth=depth, path=path,
-            device_reduce_bytes=device_reduce_bytes, verify_collectives=verify_collectives)
+        return handle
 
     def cartesian_faces(cartcomm, interior, halo, edges_and_corners=False, first_tag=0):
         """The HaloExchange plan (a list of Neighbour) of the local block of a grid decomposed
@@ -177,23 +174,30 @@ else:
                     f"without MPI, as no MPI was found when it was built; for clbuf.mpi "
                     f"{HOW_TO_BUILD}", -59)
 
+    class Communicator:
+        """DeviceBuffers between MPI ranks. This extension was built without MPI: making one
+        raises clbuf.Error saying how to get an extension with it."""
+
+        def __init__(self, bm, comm=None, *, chunk_bytes=None, depth=None, path=None,
+                     device_reduce_bytes=None, verify_collectives=None):
+            """Raises clbuf.Error: this extension was built without MPI."""
+            _unbuilt("Communicator")
+
     class Request:
-        """A clbuf.mpi request; this extension has no MPI, so none is ever made."""
+        """An isend, irecv, ibroadcast or iallreduce in flight (none without MPI)."""
 
     class Persistent:
-        """A clbuf.mpi persistent request; this extension has no MPI, so none is ever made."""
+        """A send_init or recv_init (none without MPI)."""
 
     class HaloExchange:
-        """A clbuf.mpi halo exchange; this extension has no MPI: making one raises clbuf.Error
-        saying how to get an extension with it."""
+        """A persistent halo exchange of one field. This extension was built without MPI:
+        making one raises clbuf.Error."""
 
         def __init__(self, comm, plan, *, dtype=None):
+            """Raises clbuf.Error: this extension was built without MPI."""
             _unbuilt("HaloExchange")
 
-    def Communicator(bm, comm=None, **options):  # noqa: N802
-        """Raises clbuf.Error: this extension has no MPI; the message says how to get it."""
-        _unbuilt("Communicator")
-
     def cartesian_faces(cartcomm, interior, halo, edges_and_corners=False, first_tag=0):
-        """Raises clbuf.Error: this extension has no MPI; the message says how to get it."""
+        """The HaloExchange plan of a Cartesian grid's local block. This extension was built
+        without MPI: raises clbuf.Error."""
         _unbuilt("cartesian_faces")

@@ -118,9 +118,12 @@ def test_fill_leaves_every_byte_outside_its_range_alone(bm, dtype):
     same(bm.download_from_device(handle), data)
 
 
-def test_fill_casts_the_value_to_the_buffer_dtype(bm):
+def test_fill_takes_only_a_value_the_buffer_dtype_holds(bm):
+    # 2.9 was once truncated to 2 (issue 35); every dtype pair is in test_values.py.
     handle = bm.empty(4, np.int32)
-    bm.fill(handle, 2.9)
+    bm.fill(handle, 2.0)
+    same(bm.download_from_device(handle), np.full(4, 2, np.int32))
+    error(lambda: bm.fill(handle, 2.9), CL_INVALID_VALUE, "fill", "not a whole number")
     same(bm.download_from_device(handle), np.full(4, 2, np.int32))
     error(lambda: bm.fill(handle, "abc"), CL_INVALID_VALUE, "fill", "cannot be cast to int32")
     error(lambda: bm.fill(handle, [1, 2]), CL_INVALID_VALUE, "fill", "single value")
@@ -194,7 +197,9 @@ def test_copy_device_buffer_with_offsets(bm):
     assert bm.copy_async(hs, hd, 3, src_offset=0, dst_offset=0).get() is None
     expected[:3] = src[:3]
     same(bm.download_from_device(hd), expected)
-    error(lambda: bm.copy_device_buffer(hs, hd, 10, 60, 0), CL_INVALID_VALUE, "copy_bytes")
+    # the library's check, named as the call made (it was "copy_bytes: ..." before issue 35)
+    error(lambda: bm.copy_device_buffer(hs, hd, 10, 60, 0), CL_INVALID_VALUE,
+          "copy_device_buffer: CL_INVALID_VALUE (-30): read of 10 bytes at offset 60 past the end")
     error(lambda: bm.copy_device_buffer(hs, hs, 10, 0, 5), CL_MEM_COPY_OVERLAP)
 
 

@@ -131,6 +131,10 @@ def test_every_method_of_an_uninitialised_object_raises(bm, class_name):
     for outcome in outcomes:
         assert outcome.get("is_clbuf_error"), outcome
         assert outcome["code"] == CL_SUCCESS, outcome
+        # "<operation>: <details>" (code 0 has no CL name), the operation the user called
+        operation = outcome["name"] if class_name in ("BufferManager", "DeviceBuffer") \
+            else f"{class_name}.{outcome['name']}"
+        assert outcome["message"].startswith(f"{operation}: this clbuf."), outcome
         assert f"clbuf.{class_name}" in outcome["message"], outcome
         assert "never initialised" in outcome["message"], outcome
     # repr() never raises: it says what the object is

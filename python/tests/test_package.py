@@ -61,9 +61,12 @@ def test_stubs_name_every_public_member_of_the_extension_and_nothing_else():
     mpi = {n for n in stubbed if n.startswith(("_Mpi", "_mpi_"))}
     runtime_mpi = {n for n in dir(extension) if n.startswith(("_Mpi", "_mpi_"))}
     assert runtime_mpi in (set(), mpi)
-    assert set(stubbed) - mpi - {"_Shape", "_DType", "_HostData", "_WaitFor"} == runtime
+    # private classes a public call returns (map()'s _Mapping, pinned_empty()'s base): stubbed
+    private = {n for n in stubbed if n.startswith("_") and n != "__version__"} - mpi
+    assert private <= set(dir(extension))
+    assert set(stubbed) - mpi - private == runtime
     for name, members in stubbed.items():
-        if members is None or name not in runtime | runtime_mpi:
+        if members is None or name not in runtime | runtime_mpi | private:
             continue
         cls = getattr(extension, name)
         own = {n for n in vars(cls) if n not in ("__module__", "__doc__")}

@@ -230,3 +230,18 @@ def test_an_event_of_wait_for_that_fails_is_a_clbuf_error_and_the_process_lives(
         assert caught.value.code < 0, (name, str(caught.value))
     same = bm.download_from_device(bm.upload_to_device(data))
     assert np.array_equal(same, data)
+
+
+def test_a_queue_of_your_own_reads_an_upload_after_finish(new_manager):
+    # A manager of clbuf's own and pyopencl's queue on its context: bm.finish() makes the upload
+    # visible to that queue (on a GPU a small upload returns before its write has run).
+    bm = new_manager()
+    context = cl.Context.from_int_ptr(bm.context_int_ptr)
+    queue = cl.CommandQueue(context)
+    data = np.random.default_rng(5).random(1000).astype(np.float32)
+    buf = bm.upload_to_device(data)
+    bm.finish()
+    mem = cl.Buffer.from_int_ptr(buf.int_ptr, retain=True)
+    cl.Program(context, DOUBLE).build().twice(queue, (1000,), None, mem, np.uint64(0))
+    queue.finish()
+    np.testing.assert_array_equal(bm.download_from_device(buf), data * 2)

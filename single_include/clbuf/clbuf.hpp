@@ -5409,6 +5409,7 @@ class MappedView {
 #include <memory>
 #include <new>
 #include <string>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -5832,6 +5833,22 @@ class BufferManager {
     buffer.fence(pool_.get(), start.event);
     return future<void>(op, std::move(start), {});
   }
+
+  /// A value of another type than the buffer's elements does not compile, even with the
+  /// element type given (`fill<int>(ints, 1.7)` would store 1): convert it where the reader
+  /// sees it, `fill(ints, static_cast<int>(v))`.
+  template <class T, class V, std::enable_if_t<!std::is_same_v<T, V>, int> = 0>
+  void fill(DeviceBuffer<T>& buffer, const V& value) = delete;
+  template <class T, class V, std::enable_if_t<!std::is_same_v<T, V>, int> = 0>
+  void fill(DeviceBuffer<T>& buffer, const V& value, std::size_t count,
+            std::size_t offset = 0) = delete;
+  template <class T, class V, std::enable_if_t<!std::is_same_v<T, V>, int> = 0>
+  Future<void> fill_async(DeviceBuffer<T>& buffer, const V& value,
+                          const std::vector<cl::Event>& after = {}) = delete;
+  template <class T, class V, std::enable_if_t<!std::is_same_v<T, V>, int> = 0>
+  Future<void> fill_async(DeviceBuffer<T>& buffer, const V& value, std::size_t count,
+                          std::size_t offset = 0,
+                          const std::vector<cl::Event>& after = {}) = delete;
   /// @}
 
   /// @name Rectangular regions

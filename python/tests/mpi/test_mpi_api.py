@@ -139,6 +139,7 @@ def test_persistent_start_while_active(world):
     with pytest.raises(clbuf.Error) as info:
         recv.start()
     assert info.value.code == -59 and "started again" in str(info.value)
+    assert str(info.value).startswith("Persistent.start: CL_INVALID_OPERATION (-59): ")
     send.start()
     send.wait()
     recv.wait()
@@ -346,6 +347,7 @@ def test_halo_exchange_errors(world):
     with pytest.raises(clbuf.Error) as info:
         halo.start(field)
     assert info.value.code == -59 and "not finished" in str(info.value)
+    assert str(info.value).startswith("HaloExchange.start: CL_INVALID_OPERATION (-59): ")
     halo.finish()
     assert halo.test()
     got = bm.download_from_device(field)
@@ -412,3 +414,35 @@ def test_path_whole_talks_to_plain_mpi4py(world):
         world_comm.Recv(got, source=0, tag=21)
         np.testing.assert_array_equal(got, data)
     world_comm.Barrier()
+
+
+def test_ranks_tags_and_counts_take_no_float(world):
+    # Issue 35: every number clbuf.mpi takes is an integer (operator.index); a float, numpy's
+    # too, is refused (it was truncated where pybind11 converted it: first_tag), and the error
+    # names the call. Each call below fails on every rank before it sends anything.
+    bm, comm = world
+    buf = bm.upload_to_device(np.arange(4, dtype=np.float32))
+    cart = MPI.COMM_WORLD.Create_cart([MPI.COMM_WORLD.Get_size()], periods=[True])
+    try:
+        calls = {
+            "send": lambda v: comm.send(buf, v),
+            "recv": lambda v: comm.recv(buf, 0, tag=v),
+            "isend": lambda v: comm.isend(buf, v),
+            "broadcast": lambda v: comm.broadcast(buf, v),
+            "scatter": lambda v: comm.scatter(None, buf, v),
+            "cartesian_faces": lambda v: clbuf.mpi.cartesian_faces(cart, 6, 1, first_tag=v),
+            "HaloExchange": lambda v: clbuf.mpi.HaloExchange(
+                comm, [clbuf.mpi.Neighbour(v, count=1)]),
+            "Communicator": lambda v: clbuf.mpi.Communicator(bm, MPI.COMM_WORLD, depth=v),
+        }
+        for name, call in calls.items():
+            for value in (1.0, np.float32(1.0), np.float64(1.5)):
+                with pytest.raises(clbuf.Error) as info:
+                    call(value)
+                assert info.value.code == -30, str(info.value)
+                assert str(info.value).startswith(f"{name}: CL_INVALID_VALUE (-30): "), \
+                    str(info.value)
+                assert "must be an integer" in str(info.value), str(info.value)
+    finally:
+        cart.Free()
+    comm.barrier()

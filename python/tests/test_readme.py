@@ -1,0 +1,30 @@
+# SPDX-License-Identifier: MIT
+"""The Python code of python/README.md runs as written (issue 35): a first round trip, and
+pyopencl both ways where pyopencl imports. The MPI example needs mpiexec: test_mpi_api.py runs
+the same exchange."""
+import pathlib
+import re
+
+import pytest
+
+README = pathlib.Path(__file__).resolve().parent.parent / "README.md"
+BLOCKS = re.findall(r"```python\n(.*?)```", README.read_text(), re.S)
+
+
+def _block(marker):
+    found = [block for block in BLOCKS if marker in block]
+    assert len(found) == 1, (marker, len(found))
+    return found[0]
+
+
+def test_the_first_round_trip_runs(bm):
+    exec(compile(_block("bm.fill(out[500:], 0.5)"), str(README), "exec"), {})
+
+
+def test_pyopencl_both_ways_runs(bm):
+    pytest.importorskip("pyopencl")
+    exec(compile(_block("BufferManager.from_pyopencl(queue)"), str(README), "exec"), {})
+
+
+def test_every_python_block_is_run_or_named_here():
+    assert len(BLOCKS) == 3 and sum("mpi4py" in block for block in BLOCKS) == 1
