@@ -48,8 +48,9 @@ class KernelTest : public clbuf_test::DeviceTest {
     {
       const ScopedEnv env("CLBUF_SUB_BUFFER_RULE", rule_.c_str());
       clbuf_test::DeviceTest::SetUp();
+      if (IsSkipped() || HasFatalFailure()) return;
+      effective_ = clbuf::detail::sub_buffer_rule(manager().device().platform);
     }
-    if (IsSkipped() || HasFatalFailure()) return;
     align_ = cl_device().getInfo<CL_DEVICE_MEM_BASE_ADDR_ALIGN>() / 8 / sizeof(std::uint32_t);
     program_ = cl::Program(manager().context(), kKernels);
     program_.build();
@@ -66,6 +67,7 @@ class KernelTest : public clbuf_test::DeviceTest {
   }
 
   std::string rule_;       // CLBUF_SUB_BUFFER_RULE as the manager was made
+  clbuf::detail::SubBufferRule effective_ = clbuf::detail::SubBufferRule::with_view;  // its rule
   std::size_t align_ = 1;  // CL_DEVICE_MEM_BASE_ADDR_ALIGN in elements
   cl::Program program_;
 };
@@ -74,7 +76,15 @@ class KernelTest : public clbuf_test::DeviceTest {
 /// and `refuse` forced.
 class ConformancePattern : public KernelTest, public ::testing::WithParamInterface<const char*> {
  protected:
-  void SetUp() override { set_up(GetParam()); }
+  void SetUp() override {
+    set_up(GetParam());
+    if (!IsSkipped() && !HasFatalFailure() &&
+        manager().device().platform.find("NVIDIA") != std::string::npos &&
+        effective_ != clbuf::detail::SubBufferRule::refuse) {
+      GTEST_SKIP() << "forced here, this rule crashes NVIDIA's driver (the crash clbuf refuses "
+                      "to reach: bench/results/h100/2026-12-06-issue38/)";
+    }
+  }
 
   /// One round of test_sub_buffers_overlapping: kViews views of `root` (whose contents are
   /// `shadow`) at random offsets and sizes, multiples of the base alignment, each passed to a
@@ -119,7 +129,8 @@ class ConformancePattern : public KernelTest, public ::testing::WithParamInterfa
       copy.setArg(1, out.native());
       return true;
     } catch (const clbuf::Error& error) {
-      EXPECT_EQ(rule_, "refuse") << "only the refuse rule refuses: " << error.what();
+      EXPECT_EQ(effective_, clbuf::detail::SubBufferRule::refuse)
+          << "only the refuse rule (forced, or NVIDIA's own) refuses: " << error.what();
       EXPECT_EQ(error.code(), CL_INVALID_OPERATION) << error.what();
       EXPECT_TRUE(clbuf_test::has_fragments(
           error.what(), {"native: " + code_text(CL_INVALID_OPERATION), "overlap another view's",
@@ -226,7 +237,21 @@ class SubBufferOrder : public KernelTest {
   void add(char name, std::size_t offset, std::size_t count) {
     if (!root_.valid()) root_ = manager().upload(random<std::uint32_t>(8 * align_));
     views_.push_back(manager().view(root_, offset * align_, count * align_));
-    watched_.watch(views_.back().native(), name);
+    const cl::Buffer& sub_buffer = views_.back().native();
+    if (!late_callbacks()) watched_.watch(sub_buffer, name);
+  }
+  /// NVIDIA's driver runs destructor callbacks late, not when the last reference goes (seen on
+  /// the H100: none had run when the test looked, and one ran after the fixture was gone), so
+  /// there sub-buffers are not watched and the release order is proven on PoCL.
+  bool late_callbacks() {
+    return manager().device().platform.find("NVIDIA") != std::string::npos;
+  }
+  /// set_up(rule), then a skip where destructor callbacks run late.
+  void set_up_watched(const char* rule) {
+    set_up(rule);
+    if (!IsSkipped() && !HasFatalFailure() && late_callbacks()) {
+      GTEST_SKIP() << "this driver runs destructor callbacks late: the order is proven on PoCL";
+    }
   }
   /// Destroys view `i` (in the order added).
   void destroy(std::size_t i) { views_.at(i) = clbuf::DeviceBuffer<std::uint32_t>(); }
@@ -249,7 +274,7 @@ class SubBufferOrder : public KernelTest {
 
 class OrderedSubBuffers : public SubBufferOrder {
  protected:
-  void SetUp() override { set_up("ordered"); }
+  void SetUp() override { set_up_watched("ordered"); }
 };
 
 // NVIDIA's rule: a sub-buffer whose view is gone waits for every newer one that overlaps it, so
@@ -311,7 +336,7 @@ TEST_F(OrderedSubBuffers, AnAdoptedSubBufferOutlivesTheSubBuffersOfItsViews) {
 
 class SubBuffersWithTheirViews : public SubBufferOrder {
  protected:
-  void SetUp() override { set_up("with_view"); }
+  void SetUp() override { set_up_watched("with_view"); }
 };
 
 // Every other driver's rule, as before issue 38: each sub-buffer goes with its view. (Made and
@@ -322,7 +347,7 @@ TEST_F(SubBuffersWithTheirViews, EachSubBufferIsReleasedWithItsView) {
 
 class RefusedSubBuffers : public SubBufferOrder {
  protected:
-  void SetUp() override { set_up("refuse"); }
+  void SetUp() override { set_up_watched("refuse"); }
 };
 
 // The refuse rule: native() of a view is an error while an overlapping view's sub-buffer is
@@ -345,31 +370,38 @@ TEST_F(RefusedSubBuffers, NativeOfAnOverlappingViewIsAClearError) {
   EXPECT_EQ(watched_.seen(), "ab");
 }
 
-// The driver's own rule, as the GPU run confirms: NVIDIA's order on NVIDIA's platform, release
-// with the view elsewhere (sub-buffers made and released without use: safe on every driver).
+// The driver's own rule, as the GPU run confirms: on NVIDIA's platform native() of a view that
+// overlaps a live sub-buffer is refused (an error, not the driver's crash); elsewhere each
+// sub-buffer is released with its view.
 class DriversOwnSubBufferRule : public SubBufferOrder {
  protected:
   void SetUp() override { set_up(""); }
 };
 
-TEST_F(DriversOwnSubBufferRule, IsNvidiasOrderOnNvidiaAndReleaseWithTheViewElsewhere) {
-  const bool nvidia = manager().device().platform.find("NVIDIA") != std::string::npos;
-  EXPECT_EQ(three_overlapping_destroyed_a_c_b(), nvidia ? "cba" : "acb")
-      << manager().device().platform;
+TEST_F(DriversOwnSubBufferRule, RefusesOverlapOnNvidiaAndReleasesWithTheViewElsewhere) {
+  if (manager().device().platform.find("NVIDIA") == std::string::npos) {
+    EXPECT_EQ(three_overlapping_destroyed_a_c_b(), "acb") << manager().device().platform;
+    return;
+  }
+  add('a', 0, 4);
+  EXPECT_CLBUF_ERROR(add('b', 1, 4), CL_INVALID_OPERATION, "NVIDIA's driver crashes");
+  destroy(0);
+  EXPECT_NO_THROW(add('c', 2, 4)) << "a's sub-buffer went with a: c overlaps nothing alive";
+  EXPECT_CLBUF_ERROR(views_.at(1).native(), CL_INVALID_OPERATION, "overlap another view's");
 }
 
 // The rule by platform name, and CLBUF_SUB_BUFFER_RULE over it.
-TEST(SubBufferRule, IsOrderedOnNvidiasPlatformUnlessTheEnvironmentSaysOtherwise) {
+TEST(SubBufferRule, IsRefuseOnNvidiasPlatformUnlessTheEnvironmentSaysOtherwise) {
   using clbuf::detail::sub_buffer_rule;
   using clbuf::detail::SubBufferRule;
   {
     const ScopedEnv unset("CLBUF_SUB_BUFFER_RULE", nullptr);
-    EXPECT_EQ(sub_buffer_rule("NVIDIA CUDA"), SubBufferRule::ordered);
+    EXPECT_EQ(sub_buffer_rule("NVIDIA CUDA"), SubBufferRule::refuse);
     EXPECT_EQ(sub_buffer_rule("Portable Computing Language"), SubBufferRule::with_view);
     EXPECT_EQ(sub_buffer_rule("Oclgrind"), SubBufferRule::with_view);
   }
   const ScopedEnv bogus("CLBUF_SUB_BUFFER_RULE", "sideways");
-  EXPECT_EQ(sub_buffer_rule("NVIDIA CUDA"), SubBufferRule::ordered) << "unknown values: ignored";
+  EXPECT_EQ(sub_buffer_rule("NVIDIA CUDA"), SubBufferRule::refuse) << "unknown values: ignored";
   const ScopedEnv ordered("CLBUF_SUB_BUFFER_RULE", "ordered");
   EXPECT_EQ(sub_buffer_rule("Portable Computing Language"), SubBufferRule::ordered);
   const ScopedEnv refuse("CLBUF_SUB_BUFFER_RULE", "refuse");

@@ -82,15 +82,15 @@ class DeviceBuffer {
   /// be larger than size_bytes(). Work you enqueue on it on a queue of your own must be finished
   /// before the DeviceBuffer is destroyed: its memory goes back to the pool for reuse.
   /// For a view, a sub-buffer of exactly its bytes, made on the first call (clCreateSubBuffer);
-  /// clbuf's own operations never use it. It is released with the view, except on NVIDIA, whose
-  /// driver (580) crashes releasing overlapping sub-buffers oldest first: there clbuf keeps it
-  /// until no newer overlapping sub-buffer of the same buffer is left (README "Views"). A copy
-  /// you keep past the view is yours to release. set_view_args() passes a view to a kernel
+  /// clbuf's own operations never use it. It is released with the view. On NVIDIA, whose driver
+  /// (580) crashes releasing overlapping sub-buffers used together, a view that overlaps a live
+  /// sub-buffer is refused (README "Views"). A copy you keep past the view is yours to release. set_view_args() passes a view to a kernel
   /// with no sub-buffer.
   /// @throws Error CL_MISALIGNED_SUB_BUFFER_OFFSET for a view whose offset is not a multiple of
   ///         the device's CL_DEVICE_MEM_BASE_ADDR_ALIGN (views themselves take any offset);
-  ///         CL_INVALID_OPERATION under CLBUF_SUB_BUFFER_RULE=refuse while an overlapping
-  ///         view's sub-buffer is alive.
+  ///         CL_INVALID_OPERATION on NVIDIA's driver (or under CLBUF_SUB_BUFFER_RULE=refuse)
+  ///         while an overlapping view's sub-buffer is alive: that driver crashes releasing
+  ///         overlapping sub-buffers used together.
   const cl::Buffer& native() const {
     if (!native_view_) return memory_.buffer;
     // A view of an adopted sub-buffer: a sub-buffer of the parent, with the adopted one's flags.

@@ -1,11 +1,11 @@
 // SPDX-License-Identifier: MIT
 // The sub-buffers clbuf makes for native() of views, and the order they are released in.
-// NVIDIA's driver (580, H100 and H200) crashes in clReleaseMemObject when a sub-buffer is
-// released while a newer sub-buffer that overlaps it, used while both were alive, is still
-// there; releasing overlapping sub-buffers newest first survives, as the OpenCL conformance
-// suite's own sub-buffer test does (docs/repro/nvidia_subbuffer_release.cpp,
-// bench/results/h100/2026-12-06-issue38/). So on NVIDIA clbuf keeps a reference to each sub-buffer
-// it makes and releases it only once no newer overlapping one of the same buffer is left.
+// NVIDIA's driver (580, H100 and H200) crashes in clReleaseMemObject when overlapping
+// sub-buffers that were used while alive together are released; releasing them newest first
+// did not save it (the conformance suite's pattern crashed 10 of 10 times under `ordered`:
+// bench/results/h100/2026-12-06-issue38/after/). So on NVIDIA native() of a view refuses, before
+// the driver is called, while an overlapping sub-buffer clbuf made is alive: an error, never a
+// crash; set_view_args() passes such a view to a kernel with no sub-buffer.
 #ifndef CLBUF_DETAIL_SUB_BUFFERS_HPP
 #define CLBUF_DETAIL_SUB_BUFFERS_HPP
 
@@ -27,11 +27,11 @@ namespace detail {
 /// How native() of a view makes and releases its sub-buffer.
 enum class SubBufferRule {
   with_view,  ///< released with the view (every driver but NVIDIA's)
-  ordered,    ///< kept by clbuf, released newest first among overlapping ones (NVIDIA)
-  refuse      ///< refused while an overlapping one is alive (CLBUF_SUB_BUFFER_RULE=refuse)
+  ordered,    ///< kept by clbuf, released newest first among overlapping ones (forced only)
+  refuse      ///< refused while an overlapping one is alive (NVIDIA)
 };
 
-/// The rule for a device of platform `platform` (CL_PLATFORM_NAME): `ordered` on NVIDIA's, else
+/// The rule for a device of platform `platform` (CL_PLATFORM_NAME): `refuse` on NVIDIA's, else
 /// `with_view`; CLBUF_SUB_BUFFER_RULE (`ordered`, `refuse` or `with_view`) overrides it, so
 /// that tests prove each rule on any driver.
 inline SubBufferRule sub_buffer_rule(const std::string& platform) {
@@ -40,7 +40,7 @@ inline SubBufferRule sub_buffer_rule(const std::string& platform) {
   if (rule == "ordered") return SubBufferRule::ordered;
   if (rule == "refuse") return SubBufferRule::refuse;
   if (rule == "with_view") return SubBufferRule::with_view;
-  return platform.find("NVIDIA") != std::string::npos ? SubBufferRule::ordered
+  return platform.find("NVIDIA") != std::string::npos ? SubBufferRule::refuse
                                                       : SubBufferRule::with_view;
 }
 
