@@ -36,6 +36,26 @@ def labelled_tests(build_dir, label):
     return json.loads(listing).get("tests", [])
 
 
+VERDICTS = ("PASS_REGULAR_EXPRESSION", "FAIL_REGULAR_EXPRESSION", "WILL_FAIL")
+
+
+def verdict(key, code, output):
+    """CTest's verdict on a test run alone: PASS_REGULAR_EXPRESSION (any matches: passed, whatever
+    the exit status), FAIL_REGULAR_EXPRESSION (any matches: failed), WILL_FAIL (inverted)."""
+    properties = dict(key[4]) if len(key) > 4 else {}
+    if code == "timeout":
+        return code
+    passing = properties.get("PASS_REGULAR_EXPRESSION")
+    if passing:
+        code = 0 if any(re.search(p, output) for p in passing) else "no PASS_REGULAR_EXPRESSION"
+    failing = properties.get("FAIL_REGULAR_EXPRESSION")
+    if failing and any(re.search(p, output) for p in failing):
+        code = "FAIL_REGULAR_EXPRESSION"
+    if properties.get("WILL_FAIL") in (True, "ON", "TRUE", "1", 1):
+        code = "passed, but WILL_FAIL" if code == 0 else 0
+    return code
+
+
 def read_costs(path):
     """CTest's own record of each test's seconds (Testing/Temporary/CTestCostData.txt)."""
     costs = {}
@@ -67,8 +87,11 @@ def batches(tests, size, costs, jobs):
         rest = tuple(arg for arg in command if not arg.startswith("--gtest_filter="))
         environment = tuple(properties.get("ENVIRONMENT", []))
         directory = properties.get("WORKING_DIRECTORY")
+        # A test that is not a gtest case runs alone and keeps CTest's verdict properties.
+        verdict = tuple((name, tuple(properties[name]) if isinstance(properties[name], list)
+                         else properties[name]) for name in VERDICTS if name in properties)
         key = (rest, environment, directory) if filters else (tuple(command), environment,
-                                                              directory, test["name"])
+                                                              directory, test["name"], verdict)
         group = groups.setdefault(key, [])
         cost = costs.get(test["name"], 1.0)
         group.extend((f[len("--gtest_filter="):], cost) for f in filters)
@@ -106,6 +129,7 @@ def run(key, cases, tool, timeout):
                                 stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                                 errors="replace")
         code, output = result.returncode, result.stdout
+        code = verdict(key, code, output)
     except subprocess.TimeoutExpired as expired:
         code = "timeout"
         output = expired.stdout if isinstance(expired.stdout, str) else ""
