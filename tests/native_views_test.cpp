@@ -66,7 +66,7 @@ class KernelTest : public clbuf_test::DeviceTest {
     return got;
   }
 
-  std::string rule_;       // CLBUF_SUB_BUFFER_RULE as the manager was made
+  std::string rule_;  // CLBUF_SUB_BUFFER_RULE as the manager was made
   clbuf::detail::SubBufferRule effective_ = clbuf::detail::SubBufferRule::with_view;  // its rule
   std::size_t align_ = 1;  // CL_DEVICE_MEM_BASE_ADDR_ALIGN in elements
   cl::Program program_;
@@ -243,9 +243,7 @@ class SubBufferOrder : public KernelTest {
   /// NVIDIA's driver runs destructor callbacks late, not when the last reference goes (seen on
   /// the H100: none had run when the test looked, and one ran after the fixture was gone), so
   /// there sub-buffers are not watched and the release order is proven on PoCL.
-  bool late_callbacks() {
-    return manager().device().platform.find("NVIDIA") != std::string::npos;
-  }
+  bool late_callbacks() { return manager().device().platform.find("NVIDIA") != std::string::npos; }
   /// set_up(rule), then a skip where destructor callbacks run late.
   void set_up_watched(const char* rule) {
     set_up(rule);

@@ -999,12 +999,12 @@ struct Lease {
 // ---- end of clbuf/detail/pool.hpp
 // ---- clbuf/detail/sub_buffers.hpp
 // The sub-buffers clbuf makes for native() of views, and the order they are released in.
-// NVIDIA's driver (580, H100 and H200) crashes in clReleaseMemObject when a sub-buffer is
-// released while a newer sub-buffer that overlaps it, used while both were alive, is still
-// there; releasing overlapping sub-buffers newest first survives, as the OpenCL conformance
-// suite's own sub-buffer test does (docs/repro/nvidia_subbuffer_release.cpp,
-// bench/results/h100/2026-12-06-issue38/). So on NVIDIA clbuf keeps a reference to each sub-buffer
-// it makes and releases it only once no newer overlapping one of the same buffer is left.
+// NVIDIA's driver (580, H100 and H200) crashes in clReleaseMemObject when overlapping
+// sub-buffers that were used while alive together are released; releasing them newest first
+// did not save it (the conformance suite's pattern crashed 10 of 10 times under `ordered`:
+// bench/results/h100/2026-12-06-issue38/after/). So on NVIDIA native() of a view refuses, before
+// the driver is called, while an overlapping sub-buffer clbuf made is alive: an error, never a
+// crash; set_view_args() passes such a view to a kernel with no sub-buffer.
 #ifndef CLBUF_DETAIL_SUB_BUFFERS_HPP
 #define CLBUF_DETAIL_SUB_BUFFERS_HPP
 
@@ -1024,11 +1024,11 @@ namespace detail {
 /// How native() of a view makes and releases its sub-buffer.
 enum class SubBufferRule {
   with_view,  ///< released with the view (every driver but NVIDIA's)
-  ordered,    ///< kept by clbuf, released newest first among overlapping ones (NVIDIA)
-  refuse      ///< refused while an overlapping one is alive (CLBUF_SUB_BUFFER_RULE=refuse)
+  ordered,    ///< kept by clbuf, released newest first among overlapping ones (forced only)
+  refuse      ///< refused while an overlapping one is alive (NVIDIA)
 };
 
-/// The rule for a device of platform `platform` (CL_PLATFORM_NAME): `ordered` on NVIDIA's, else
+/// The rule for a device of platform `platform` (CL_PLATFORM_NAME): `refuse` on NVIDIA's, else
 /// `with_view`; CLBUF_SUB_BUFFER_RULE (`ordered`, `refuse` or `with_view`) overrides it, so
 /// that tests prove each rule on any driver.
 inline SubBufferRule sub_buffer_rule(const std::string& platform) {
@@ -1037,7 +1037,7 @@ inline SubBufferRule sub_buffer_rule(const std::string& platform) {
   if (rule == "ordered") return SubBufferRule::ordered;
   if (rule == "refuse") return SubBufferRule::refuse;
   if (rule == "with_view") return SubBufferRule::with_view;
-  return platform.find("NVIDIA") != std::string::npos ? SubBufferRule::ordered
+  return platform.find("NVIDIA") != std::string::npos ? SubBufferRule::refuse
                                                       : SubBufferRule::with_view;
 }
 
@@ -1351,15 +1351,15 @@ class DeviceBuffer {
   /// be larger than size_bytes(). Work you enqueue on it on a queue of your own must be finished
   /// before the DeviceBuffer is destroyed: its memory goes back to the pool for reuse.
   /// For a view, a sub-buffer of exactly its bytes, made on the first call (clCreateSubBuffer);
-  /// clbuf's own operations never use it. It is released with the view, except on NVIDIA, whose
-  /// driver (580) crashes releasing overlapping sub-buffers oldest first: there clbuf keeps it
-  /// until no newer overlapping sub-buffer of the same buffer is left (README "Views"). A copy
-  /// you keep past the view is yours to release. set_view_args() passes a view to a kernel
+  /// clbuf's own operations never use it. It is released with the view. On NVIDIA, whose driver
+  /// (580) crashes releasing overlapping sub-buffers used together, a view that overlaps a live
+  /// sub-buffer is refused (README "Views"). A copy you keep past the view is yours to release. set_view_args() passes a view to a kernel
   /// with no sub-buffer.
   /// @throws Error CL_MISALIGNED_SUB_BUFFER_OFFSET for a view whose offset is not a multiple of
   ///         the device's CL_DEVICE_MEM_BASE_ADDR_ALIGN (views themselves take any offset);
-  ///         CL_INVALID_OPERATION under CLBUF_SUB_BUFFER_RULE=refuse while an overlapping
-  ///         view's sub-buffer is alive.
+  ///         CL_INVALID_OPERATION on NVIDIA's driver (or under CLBUF_SUB_BUFFER_RULE=refuse)
+  ///         while an overlapping view's sub-buffer is alive: that driver crashes releasing
+  ///         overlapping sub-buffers used together.
   const cl::Buffer& native() const {
     if (!native_view_) return memory_.buffer;
     // A view of an adopted sub-buffer: a sub-buffer of the parent, with the adopted one's flags.
