@@ -1353,8 +1353,8 @@ class DeviceBuffer {
   /// For a view, a sub-buffer of exactly its bytes, made on the first call (clCreateSubBuffer);
   /// clbuf's own operations never use it. It is released with the view. On NVIDIA, whose driver
   /// (580) crashes releasing overlapping sub-buffers used together, a view that overlaps a live
-  /// sub-buffer is refused (README "Views"). A copy you keep past the view is yours to release. set_view_args() passes a view to a kernel
-  /// with no sub-buffer.
+  /// sub-buffer is refused (README "Views"). A copy you keep past the view is yours to release.
+  /// set_view_args() passes a view to a kernel with no sub-buffer.
   /// @throws Error CL_MISALIGNED_SUB_BUFFER_OFFSET for a view whose offset is not a multiple of
   ///         the device's CL_DEVICE_MEM_BASE_ADDR_ALIGN (views themselves take any offset);
   ///         CL_INVALID_OPERATION on NVIDIA's driver (or under CLBUF_SUB_BUFFER_RULE=refuse)
