@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: MIT
 # Issue 38: the `refuse` rule as NVIDIA's own, on the GPU.
 set -uo pipefail
 out=${1:?}
