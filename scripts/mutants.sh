@@ -128,9 +128,9 @@ mutant python-non-contiguous-input python/common.cpp \
   'if ((flags & npy_c_contiguous) != 0 && (flags & npy_aligned) != 0) return array;' \
   'if ((flags & npy_aligned) != 0) return array;' clbuf_python \
   'pytest|python/tests/test_module.py|non_contiguous_input'
-mutant python-integer-range python/common.cpp \
+mutant python-integer-range python/values.cpp \
   'v >= -high - 1 && v <= high;' 'v >= -high && v <= high;' clbuf_python \
-  'pytest|python/tests/test_hostile.py|fill_refuses_integers'
+  'pytest|python/tests/test_values.py|values_the_dtype_holds_are_stored'
 
 # ---- Running them
 if [ "${1:-}" = "--list" ]; then
