@@ -1041,22 +1041,9 @@ struct ManagerAccess {
     static char block;
     Allocation memory;
     if (manager.device_.options().memory == MemoryModel::host) memory.host = &block;
-    using Path = TransferEngine::Path;
     using Use = TransferEngine::Use;
-    switch (manager.engine_.route(memory, bytes, HostMemory::pageable,
-                                  write ? Use::blocking_write : Use::blocking_read)) {
-      case Path::host_block:
-        return "host_copy";
-      case Path::staged:
-        return "staged";
-      case Path::buffered:
-        return "buffered";
-      case Path::bounced:
-        return "bounced";
-      case Path::queue:
-        return "direct";
-    }
-    return "unknown";
+    return Telemetry::name(TransferEngine::counted(manager.engine_.route(
+        memory, bytes, HostMemory::pageable, write ? Use::blocking_write : Use::blocking_read)));
   }
 
  private:

@@ -4320,6 +4320,12 @@ class Telemetry {
   enum Direction { upload, download, copy };
   /// The paths of PathStats, in its order.
   enum Path { host_copy, staged, buffered, bounced, relayed, direct, path_count };
+  /// The name of `path` as PathStats' member.
+  static const char* name(Path path) noexcept {
+    static const char* const names[path_count] = {"host_copy", "staged",  "buffered",
+                                                  "bounced",   "relayed", "direct"};
+    return path < path_count ? names[path] : "unknown";
+  }
 
  private:
   struct Counter {
@@ -4670,7 +4676,6 @@ class TransferEngine {
     if (buffered_) buffered_->close();
   }
 
- private:
   /// The path of PathStats a blocking transfer routed to `path` is counted on.
   static Telemetry::Path counted(Path path) noexcept {
     switch (path) {
@@ -4688,6 +4693,7 @@ class TransferEngine {
     return Telemetry::direct;
   }
 
+ private:
   /// The path of PathStats a started transfer routed to `path` is counted on: staged, else one
   /// command (a host block too: the host cannot copy before the queue's earlier work is done).
   static Telemetry::Path started(Path path) noexcept {
@@ -6419,22 +6425,9 @@ struct ManagerAccess {
     static char block;
     Allocation memory;
     if (manager.device_.options().memory == MemoryModel::host) memory.host = &block;
-    using Path = TransferEngine::Path;
     using Use = TransferEngine::Use;
-    switch (manager.engine_.route(memory, bytes, HostMemory::pageable,
-                                  write ? Use::blocking_write : Use::blocking_read)) {
-      case Path::host_block:
-        return "host_copy";
-      case Path::staged:
-        return "staged";
-      case Path::buffered:
-        return "buffered";
-      case Path::bounced:
-        return "bounced";
-      case Path::queue:
-        return "direct";
-    }
-    return "unknown";
+    return Telemetry::name(TransferEngine::counted(manager.engine_.route(
+        memory, bytes, HostMemory::pageable, write ? Use::blocking_write : Use::blocking_read)));
   }
 
  private:

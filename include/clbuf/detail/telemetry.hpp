@@ -18,6 +18,12 @@ class Telemetry {
   enum Direction { upload, download, copy };
   /// The paths of PathStats, in its order.
   enum Path { host_copy, staged, buffered, bounced, relayed, direct, path_count };
+  /// The name of `path` as PathStats' member.
+  static const char* name(Path path) noexcept {
+    static const char* const names[path_count] = {"host_copy", "staged",  "buffered",
+                                                  "bounced",   "relayed", "direct"};
+    return path < path_count ? names[path] : "unknown";
+  }
 
  private:
   struct Counter {

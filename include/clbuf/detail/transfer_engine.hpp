@@ -309,7 +309,6 @@ class TransferEngine {
     if (buffered_) buffered_->close();
   }
 
- private:
   /// The path of PathStats a blocking transfer routed to `path` is counted on.
   static Telemetry::Path counted(Path path) noexcept {
     switch (path) {
@@ -327,6 +326,7 @@ class TransferEngine {
     return Telemetry::direct;
   }
 
+ private:
   /// The path of PathStats a started transfer routed to `path` is counted on: staged, else one
   /// command (a host block too: the host cannot copy before the queue's earlier work is done).
   static Telemetry::Path started(Path path) noexcept {
