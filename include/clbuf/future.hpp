@@ -4,6 +4,7 @@
 #define CLBUF_FUTURE_HPP
 
 #include <clbuf/detail/async.hpp>
+#include <clbuf/detail/event.hpp>
 #include <clbuf/error.hpp>
 
 #include <memory>
@@ -126,13 +127,7 @@ class [[nodiscard]] Future {
         host_(std::move(host)),
         outcome_(std::move(outcome)) {}
 
-  cl_int status_of_event() const {
-    cl_int status = CL_COMPLETE;
-    detail::check(CLBUF_CL(clGetEventInfo)(event_(), CL_EVENT_COMMAND_EXECUTION_STATUS,
-                                           sizeof(status), &status, nullptr),
-                  operation_, "clGetEventInfo");
-    return status;
-  }
+  cl_int status_of_event() const { return detail::checked_event_status(operation_, event_()); }
 
   void wait_quietly() noexcept {
     if (event_() == nullptr) return;

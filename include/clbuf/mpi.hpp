@@ -16,6 +16,7 @@
 #include <clbuf/buffer.hpp>
 #include <clbuf/detail/buffer_access.hpp>
 #include <clbuf/detail/checks.hpp>
+#include <clbuf/detail/event.hpp>
 #include <clbuf/detail/mpi_collective.hpp>
 #include <clbuf/detail/mpi_core.hpp>
 #include <clbuf/detail/mpi_eager.hpp>
@@ -1363,10 +1364,7 @@ class HaloExchange final : private detail::Deferred {
     // A kernel still queued or running; a failed query or command counts as ended (finish()
     // reports it).
     const auto running = [](const cl::Event& kernel) {
-      cl_int status = CL_COMPLETE;
-      return CLBUF_CL(clGetEventInfo)(kernel(), CL_EVENT_COMMAND_EXECUTION_STATUS, sizeof(status),
-                                      &status, nullptr) == CL_SUCCESS &&
-             status > CL_COMPLETE;
+      return clbuf::detail::event_status(kernel()).running();
     };
     if (std::any_of(kernels_.begin(), kernels_.end(), running)) return false;
     finish();
@@ -1432,16 +1430,8 @@ class HaloExchange final : private detail::Deferred {
 
   /// Waits for a pack or unpack by the kernel; throws its failure.
   static void wait_for_kernel(const cl::Event& kernel) {
-    cl_event handle = kernel();
-    const cl_int waited = CLBUF_CL(clWaitForEvents)(1, &handle);
-    cl_int status = CL_COMPLETE;
-    const cl_int asked = CLBUF_CL(clGetEventInfo)(handle, CL_EVENT_COMMAND_EXECUTION_STATUS,
-                                                  sizeof(status), &status, nullptr);
     // The command's own failure first, else the wait's or the query's.
-    const cl_int err = asked == CL_SUCCESS && status < 0 ? status
-                       : waited != CL_SUCCESS            ? waited
-                                                         : asked;
-    clbuf::detail::check(err, "HaloExchange::finish",
+    clbuf::detail::check(clbuf::detail::wait_for_event(kernel()).error(), "HaloExchange::finish",
                          "the pack kernel of a halo box (clEnqueueNDRangeKernel)");
   }
 

@@ -110,126 +110,13 @@
 #ifndef CLBUF_DETAIL_POOL_HPP
 #define CLBUF_DETAIL_POOL_HPP
 
-// ---- clbuf/detail/host_memory.hpp
-// Host memory clbuf allocates itself: aligned blocks that ask for huge pages (fresh 4 KiB pages
-// are slow to touch), vectors grown without a slow first touch, and a parallel memcpy.
-#ifndef CLBUF_DETAIL_HOST_MEMORY_HPP
-#define CLBUF_DETAIL_HOST_MEMORY_HPP
+// ---- clbuf/detail/event.hpp
+// How a command stands, asked of its event: the one place clbuf queries
+// CL_EVENT_COMMAND_EXECUTION_STATUS. The query itself may be refused; each caller decides what
+// that means for it (keep the event, count the command as ended, or report the refusal).
+#ifndef CLBUF_DETAIL_EVENT_HPP
+#define CLBUF_DETAIL_EVENT_HPP
 
-// ---- clbuf/detail/worker_pool.hpp
-// The worker threads behind clbuf's large host copies and staged transfers: one job at a time
-// runs on the calling thread and on up to `limit - 1` helpers, each taking work from state the
-// job shares (a chunk counter), so a job completes correctly with however many threads the host
-// lets clbuf start, even none.
-#ifndef CLBUF_DETAIL_WORKER_POOL_HPP
-#define CLBUF_DETAIL_WORKER_POOL_HPP
-
-#include <algorithm>
-#include <condition_variable>
-#include <cstdint>
-#include <mutex>
-#include <thread>
-#include <vector>
-
-namespace clbuf {
-namespace detail {
-
-class WorkerPool {
- public:
-  /// At most `limit` threads take part in a job, the calling thread included.
-  explicit WorkerPool(unsigned limit) noexcept : limit_(std::max(limit, 1u)) {}
-
-  WorkerPool(const WorkerPool&) = delete;
-  WorkerPool& operator=(const WorkerPool&) = delete;
-
-  ~WorkerPool() {
-    {
-      std::lock_guard<std::mutex> lock(mutex_);
-      stop_ = true;
-    }
-    start_.notify_all();
-    for (std::thread& worker : workers_) worker.join();
-  }
-
-  unsigned limit() const noexcept { return limit_; }
-
-  /// Calls `task(i)` once for each participant i (0 on the calling thread), at most `wanted`
-  /// participants, and returns when all have returned. `task` must not throw and must complete
-  /// the job whatever the number of participants. Returns the number that took part.
-  template <class Task>
-  unsigned run(unsigned wanted, Task& task) noexcept {
-    std::lock_guard<std::mutex> serial(serial_);  // one job at a time
-    const unsigned helpers = start_helpers(std::clamp(wanted, 1u, limit_) - 1);
-    if (helpers == 0) {
-      task(0u);
-      return 1;
-    }
-    {
-      std::lock_guard<std::mutex> lock(mutex_);
-      task_ = &task;
-      call_ = [](void* job, unsigned index) { (*static_cast<Task*>(job))(index); };
-      active_ = helpers;
-      pending_ = helpers;
-      ++generation_;
-    }
-    start_.notify_all();
-    task(0u);
-    std::unique_lock<std::mutex> lock(mutex_);
-    done_.wait(lock, [this] { return pending_ == 0; });
-    task_ = nullptr;
-    return helpers + 1;
-  }
-
- private:
-  /// Starts helpers up to `count`; returns how many exist. A host that refuses a thread (a
-  /// thread limit, no address space for a stack) leaves fewer, and the jobs run on those.
-  unsigned start_helpers(unsigned count) noexcept {
-    while (workers_.size() < count) {
-      const unsigned index = static_cast<unsigned>(workers_.size()) + 1;
-      try {
-        workers_.emplace_back([this, index] { loop(index); });
-      } catch (...) {  // std::system_error or std::bad_alloc: run with the threads there are
-        break;
-      }
-    }
-    return std::min(count, static_cast<unsigned>(workers_.size()));
-  }
-
-  void loop(unsigned index) noexcept {
-    std::uint64_t seen = 0;
-    for (;;) {
-      std::unique_lock<std::mutex> lock(mutex_);
-      start_.wait(lock, [&] { return stop_ || generation_ != seen; });
-      if (stop_) return;
-      seen = generation_;
-      if (index > active_) continue;  // not needed for this job
-      void* task = task_;
-      void (*call)(void*, unsigned) = call_;
-      lock.unlock();
-      call(task, index);
-      lock.lock();
-      if (--pending_ == 0) done_.notify_one();
-    }
-  }
-
-  const unsigned limit_;
-  std::mutex serial_;
-  std::mutex mutex_;  // guards everything below
-  std::condition_variable start_, done_;
-  std::vector<std::thread> workers_;
-  void* task_ = nullptr;
-  void (*call_)(void*, unsigned) = nullptr;
-  unsigned active_ = 0;   // helpers 1..active_ take part in the current job
-  unsigned pending_ = 0;  // helpers not yet done with it
-  std::uint64_t generation_ = 0;
-  bool stop_ = false;
-};
-
-}  // namespace detail
-}  // namespace clbuf
-
-#endif  // CLBUF_DETAIL_WORKER_POOL_HPP
-// ---- end of clbuf/detail/worker_pool.hpp
 // ---- clbuf/error.hpp
 // clbuf::Error, the table of OpenCL error names, and the factories every failure goes through,
 // so that the same failure always reads the same:
@@ -478,6 +365,183 @@ inline std::string describe_bytes(std::size_t count, std::size_t element_size,
 
 #endif  // CLBUF_ERROR_HPP
 // ---- end of clbuf/error.hpp
+
+namespace clbuf {
+namespace detail {
+
+/// A command's execution status as clGetEventInfo reported it.
+struct EventStatus {
+  cl_int query = CL_SUCCESS;    // clGetEventInfo's own code: `status` is known only on success
+  cl_int status = CL_COMPLETE;  // CL_QUEUED .. CL_COMPLETE, or the command's (negative) error
+
+  bool known() const noexcept { return query == CL_SUCCESS; }
+  /// Known to have failed on the device.
+  bool failed() const noexcept { return known() && status < 0; }
+  /// Known to have ended: completed or failed.
+  bool ended() const noexcept { return known() && status <= CL_COMPLETE; }
+  /// Known to be queued, submitted or running.
+  bool running() const noexcept { return known() && status > CL_COMPLETE; }
+};
+
+/// Asks how the command of `event` stands (clGetEventInfo, CL_EVENT_COMMAND_EXECUTION_STATUS).
+inline EventStatus event_status(cl_event event) noexcept {
+  EventStatus asked;
+  asked.query = CLBUF_CL(clGetEventInfo)(event, CL_EVENT_COMMAND_EXECUTION_STATUS,
+                                         sizeof(asked.status), &asked.status, nullptr);
+  return asked;
+}
+
+/// The status of the command of `event`; a refused query is an Error of `operation`.
+inline cl_int checked_event_status(const char* operation, cl_event event) {
+  const EventStatus asked = event_status(event);
+  check(asked.query, operation, "clGetEventInfo");
+  return asked.status;
+}
+
+/// How a command ended once waited for: clWaitForEvents's code, and its status asked afterwards.
+struct EventEnd {
+  cl_int waited = CL_SUCCESS;
+  EventStatus asked;
+
+  /// The command's own failure first, else the wait's, else the query's; CL_SUCCESS when none.
+  cl_int error() const noexcept {
+    return asked.failed() ? asked.status : waited != CL_SUCCESS ? waited : asked.query;
+  }
+};
+
+/// Blocks until the command of `event` has ended, then asks how.
+inline EventEnd wait_for_event(cl_event event) noexcept {
+  EventEnd end;
+  end.waited = CLBUF_CL(clWaitForEvents)(1, &event);
+  end.asked = event_status(event);
+  return end;
+}
+
+}  // namespace detail
+}  // namespace clbuf
+
+#endif  // CLBUF_DETAIL_EVENT_HPP
+// ---- end of clbuf/detail/event.hpp
+// ---- clbuf/detail/host_memory.hpp
+// Host memory clbuf allocates itself: aligned blocks that ask for huge pages (fresh 4 KiB pages
+// are slow to touch), vectors grown without a slow first touch, and a parallel memcpy.
+#ifndef CLBUF_DETAIL_HOST_MEMORY_HPP
+#define CLBUF_DETAIL_HOST_MEMORY_HPP
+
+// ---- clbuf/detail/worker_pool.hpp
+// The worker threads behind clbuf's large host copies and staged transfers: one job at a time
+// runs on the calling thread and on up to `limit - 1` helpers, each taking work from state the
+// job shares (a chunk counter), so a job completes correctly with however many threads the host
+// lets clbuf start, even none.
+#ifndef CLBUF_DETAIL_WORKER_POOL_HPP
+#define CLBUF_DETAIL_WORKER_POOL_HPP
+
+#include <algorithm>
+#include <condition_variable>
+#include <cstdint>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+namespace clbuf {
+namespace detail {
+
+class WorkerPool {
+ public:
+  /// At most `limit` threads take part in a job, the calling thread included.
+  explicit WorkerPool(unsigned limit) noexcept : limit_(std::max(limit, 1u)) {}
+
+  WorkerPool(const WorkerPool&) = delete;
+  WorkerPool& operator=(const WorkerPool&) = delete;
+
+  ~WorkerPool() {
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      stop_ = true;
+    }
+    start_.notify_all();
+    for (std::thread& worker : workers_) worker.join();
+  }
+
+  unsigned limit() const noexcept { return limit_; }
+
+  /// Calls `task(i)` once for each participant i (0 on the calling thread), at most `wanted`
+  /// participants, and returns when all have returned. `task` must not throw and must complete
+  /// the job whatever the number of participants. Returns the number that took part.
+  template <class Task>
+  unsigned run(unsigned wanted, Task& task) noexcept {
+    std::lock_guard<std::mutex> serial(serial_);  // one job at a time
+    const unsigned helpers = start_helpers(std::clamp(wanted, 1u, limit_) - 1);
+    if (helpers == 0) {
+      task(0u);
+      return 1;
+    }
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      task_ = &task;
+      call_ = [](void* job, unsigned index) { (*static_cast<Task*>(job))(index); };
+      active_ = helpers;
+      pending_ = helpers;
+      ++generation_;
+    }
+    start_.notify_all();
+    task(0u);
+    std::unique_lock<std::mutex> lock(mutex_);
+    done_.wait(lock, [this] { return pending_ == 0; });
+    task_ = nullptr;
+    return helpers + 1;
+  }
+
+ private:
+  /// Starts helpers up to `count`; returns how many exist. A host that refuses a thread (a
+  /// thread limit, no address space for a stack) leaves fewer, and the jobs run on those.
+  unsigned start_helpers(unsigned count) noexcept {
+    while (workers_.size() < count) {
+      const unsigned index = static_cast<unsigned>(workers_.size()) + 1;
+      try {
+        workers_.emplace_back([this, index] { loop(index); });
+      } catch (...) {  // std::system_error or std::bad_alloc: run with the threads there are
+        break;
+      }
+    }
+    return std::min(count, static_cast<unsigned>(workers_.size()));
+  }
+
+  void loop(unsigned index) noexcept {
+    std::uint64_t seen = 0;
+    for (;;) {
+      std::unique_lock<std::mutex> lock(mutex_);
+      start_.wait(lock, [&] { return stop_ || generation_ != seen; });
+      if (stop_) return;
+      seen = generation_;
+      if (index > active_) continue;  // not needed for this job
+      void* task = task_;
+      void (*call)(void*, unsigned) = call_;
+      lock.unlock();
+      call(task, index);
+      lock.lock();
+      if (--pending_ == 0) done_.notify_one();
+    }
+  }
+
+  const unsigned limit_;
+  std::mutex serial_;
+  std::mutex mutex_;  // guards everything below
+  std::condition_variable start_, done_;
+  std::vector<std::thread> workers_;
+  void* task_ = nullptr;
+  void (*call_)(void*, unsigned) = nullptr;
+  unsigned active_ = 0;   // helpers 1..active_ take part in the current job
+  unsigned pending_ = 0;  // helpers not yet done with it
+  std::uint64_t generation_ = 0;
+  bool stop_ = false;
+};
+
+}  // namespace detail
+}  // namespace clbuf
+
+#endif  // CLBUF_DETAIL_WORKER_POOL_HPP
+// ---- end of clbuf/detail/worker_pool.hpp
 
 #include <algorithm>
 #include <atomic>
@@ -733,16 +797,10 @@ class Fences {
 
  private:
   void prune() noexcept {
+    // An event that cannot be queried is kept: never reuse early.
     events_.erase(
         std::remove_if(events_.begin(), events_.end(),
-                       [](const cl::Event& event) {
-                         cl_int status = CL_COMPLETE;
-                         const cl_int err =
-                             CLBUF_CL(clGetEventInfo)(event(), CL_EVENT_COMMAND_EXECUTION_STATUS,
-                                                      sizeof(status), &status, nullptr);
-                         // An event that cannot be queried is kept: never reuse early.
-                         return err == CL_SUCCESS && (status == CL_COMPLETE || status < 0);
-                       }),
+                       [](const cl::Event& event) { return event_status(event()).ended(); }),
         events_.end());
   }
 
@@ -2158,15 +2216,10 @@ class Queue {
 
   /// Blocks until `event`'s command has ended; its own error (a negative execution status) when
   /// it failed, else the wait's code (clWaitForEvents says only that some event failed).
+  /// A status that cannot be asked leaves the wait's code.
   static cl_int wait_code(cl_event event) noexcept {
-    cl_int err = CLBUF_CL(clWaitForEvents)(1, &event);
-    cl_int status = CL_COMPLETE;
-    if (CLBUF_CL(clGetEventInfo)(event, CL_EVENT_COMMAND_EXECUTION_STATUS, sizeof(status), &status,
-                                 nullptr) == CL_SUCCESS &&
-        status < 0) {
-      err = status;
-    }
-    return err;
+    const EventEnd end = wait_for_event(event);
+    return end.asked.failed() ? end.asked.status : end.waited;
   }
 
   /// Blocks until every one of `events` (of one context) has completed.
@@ -2201,12 +2254,7 @@ class KeptEvents {
 
  private:
   /// Completed or failed; one that cannot be asked is kept.
-  static bool ended(const cl::Event& event) noexcept {
-    cl_int status = CL_QUEUED;
-    return CLBUF_CL(clGetEventInfo)(event(), CL_EVENT_COMMAND_EXECUTION_STATUS, sizeof(status),
-                                    &status, nullptr) == CL_SUCCESS &&
-           status <= CL_COMPLETE;
-  }
+  static bool ended(const cl::Event& event) noexcept { return event_status(event()).ended(); }
 
   std::mutex mutex_;
   std::vector<cl::Event> events_;
@@ -2573,13 +2621,7 @@ class [[nodiscard]] Future {
         host_(std::move(host)),
         outcome_(std::move(outcome)) {}
 
-  cl_int status_of_event() const {
-    cl_int status = CL_COMPLETE;
-    detail::check(CLBUF_CL(clGetEventInfo)(event_(), CL_EVENT_COMMAND_EXECUTION_STATUS,
-                                           sizeof(status), &status, nullptr),
-                  operation_, "clGetEventInfo");
-    return status;
-  }
+  cl_int status_of_event() const { return detail::checked_event_status(operation_, event_()); }
 
   void wait_quietly() noexcept {
     if (event_() == nullptr) return;
@@ -3754,10 +3796,9 @@ class BufferedWrites {
   void reap() noexcept {
     while (!pending_.empty()) {
       Pending& front = pending_.front();
-      cl_int status = CL_QUEUED;
-      const cl_int err = CLBUF_CL(clGetEventInfo)(front.event(), CL_EVENT_COMMAND_EXECUTION_STATUS,
-                                                  sizeof(status), &status, nullptr);
-      if (err != CL_SUCCESS) status = err;  // its fate unknown: reported as failed
+      const EventStatus asked = event_status(front.event());
+      // Its fate unknown (the query refused): reported as failed, with the query's code.
+      const cl_int status = asked.known() ? asked.status : asked.query;
       if (status > CL_COMPLETE) return;
       if (status < 0) record(front, status);
       pending_.pop_front();

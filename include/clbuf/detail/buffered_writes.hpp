@@ -20,6 +20,7 @@
 #define CLBUF_DETAIL_BUFFERED_WRITES_HPP
 
 #include <clbuf/detail/device_context.hpp>
+#include <clbuf/detail/event.hpp>
 #include <clbuf/detail/pinned_block.hpp>
 #include <clbuf/detail/queue.hpp>
 #include <clbuf/error.hpp>
@@ -243,10 +244,9 @@ class BufferedWrites {
   void reap() noexcept {
     while (!pending_.empty()) {
       Pending& front = pending_.front();
-      cl_int status = CL_QUEUED;
-      const cl_int err = CLBUF_CL(clGetEventInfo)(front.event(), CL_EVENT_COMMAND_EXECUTION_STATUS,
-                                                  sizeof(status), &status, nullptr);
-      if (err != CL_SUCCESS) status = err;  // its fate unknown: reported as failed
+      const EventStatus asked = event_status(front.event());
+      // Its fate unknown (the query refused): reported as failed, with the query's code.
+      const cl_int status = asked.known() ? asked.status : asked.query;
       if (status > CL_COMPLETE) return;
       if (status < 0) record(front, status);
       pending_.pop_front();

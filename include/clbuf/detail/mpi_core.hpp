@@ -7,6 +7,7 @@
 #define CLBUF_DETAIL_MPI_CORE_HPP
 
 #include <mpi.h>
+#include <clbuf/detail/event.hpp>
 #include <clbuf/detail/mpi_wire.hpp>
 #include <clbuf/detail/pinned_block.hpp>
 #include <clbuf/detail/queue.hpp>
@@ -55,10 +56,7 @@ inline bool mpi_finalized() noexcept {
 
 /// True when the command of `event` has completed; throws when it failed on the device.
 inline bool completed(const char* operation, const cl::Event& event, const char* what) {
-  cl_int status = CL_COMPLETE;
-  clbuf::detail::check(CLBUF_CL(clGetEventInfo)(event(), CL_EVENT_COMMAND_EXECUTION_STATUS,
-                                                sizeof(status), &status, nullptr),
-                       operation, "clGetEventInfo");
+  const cl_int status = clbuf::detail::checked_event_status(operation, event());
   if (status < 0) fail(operation, status, std::string(what) + " failed on the device");
   return status == CL_COMPLETE;
 }

@@ -22,6 +22,7 @@
 #define CLBUF_DETAIL_MPI_TRANSFER_HPP
 
 #include <mpi.h>
+#include <clbuf/detail/event.hpp>
 #include <clbuf/detail/mpi_core.hpp>
 #include <clbuf/detail/mpi_wire.hpp>
 #include <clbuf/detail/pinned_block.hpp>
@@ -333,14 +334,10 @@ class Stream : public Transfer {
   bool settle_slots() {
     for (Slot& slot : slots_) {
       if (slot.state == Slot::messaging && test(slot.request)) slot.state = Slot::idle;
-      if (slot.state == Slot::copying) {
-        cl_int status = CL_COMPLETE;
-        if (CLBUF_CL(clGetEventInfo)(slot.copy(), CL_EVENT_COMMAND_EXECUTION_STATUS, sizeof(status),
-                                     &status, nullptr) != CL_SUCCESS ||
-            status <= CL_COMPLETE) {
-          slot.copy = cl::Event();
-          slot.state = Slot::idle;
-        }
+      // A DMA whose status cannot be asked counts as ended.
+      if (slot.state == Slot::copying && !clbuf::detail::event_status(slot.copy()).running()) {
+        slot.copy = cl::Event();
+        slot.state = Slot::idle;
       }
     }
     release_idle_slots();
@@ -468,19 +465,12 @@ class SendStream final : public Stream {
   /// @throws Error with the command's status when it failed on the device.
   void check_source() {
     if (source_() == nullptr) return;
-    cl_event event = source_();
-    const cl_int waited = CLBUF_CL(clWaitForEvents)(1, &event);
-    cl_int status = CL_COMPLETE;
-    const cl_int asked = CLBUF_CL(clGetEventInfo)(event, CL_EVENT_COMMAND_EXECUTION_STATUS,
-                                                  sizeof(status), &status, nullptr);
-    if (waited == CL_SUCCESS && asked == CL_SUCCESS && status >= 0) {
+    const cl_int err = clbuf::detail::wait_for_event(source_()).error();
+    if (err == CL_SUCCESS) {
       source_ = cl::Event();
       return;
     }
-    fail(operation_,
-         status < 0             ? status
-         : waited != CL_SUCCESS ? waited
-                                : asked,
+    fail(operation_, err,
          "the command that filled this message (a box's pack) failed on the device; its bytes "
          "are not sent");
   }

@@ -8,6 +8,7 @@
 #ifndef CLBUF_DETAIL_POOL_HPP
 #define CLBUF_DETAIL_POOL_HPP
 
+#include <clbuf/detail/event.hpp>
 #include <clbuf/detail/host_memory.hpp>
 #include <clbuf/error.hpp>
 #include <clbuf/pool.hpp>
@@ -48,16 +49,10 @@ class Fences {
 
  private:
   void prune() noexcept {
+    // An event that cannot be queried is kept: never reuse early.
     events_.erase(
         std::remove_if(events_.begin(), events_.end(),
-                       [](const cl::Event& event) {
-                         cl_int status = CL_COMPLETE;
-                         const cl_int err =
-                             CLBUF_CL(clGetEventInfo)(event(), CL_EVENT_COMMAND_EXECUTION_STATUS,
-                                                      sizeof(status), &status, nullptr);
-                         // An event that cannot be queried is kept: never reuse early.
-                         return err == CL_SUCCESS && (status == CL_COMPLETE || status < 0);
-                       }),
+                       [](const cl::Event& event) { return event_status(event()).ended(); }),
         events_.end());
   }
 

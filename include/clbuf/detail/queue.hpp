@@ -5,6 +5,7 @@
 #ifndef CLBUF_DETAIL_QUEUE_HPP
 #define CLBUF_DETAIL_QUEUE_HPP
 
+#include <clbuf/detail/event.hpp>
 #include <clbuf/error.hpp>
 
 #include <algorithm>
@@ -212,15 +213,10 @@ class Queue {
 
   /// Blocks until `event`'s command has ended; its own error (a negative execution status) when
   /// it failed, else the wait's code (clWaitForEvents says only that some event failed).
+  /// A status that cannot be asked leaves the wait's code.
   static cl_int wait_code(cl_event event) noexcept {
-    cl_int err = CLBUF_CL(clWaitForEvents)(1, &event);
-    cl_int status = CL_COMPLETE;
-    if (CLBUF_CL(clGetEventInfo)(event, CL_EVENT_COMMAND_EXECUTION_STATUS, sizeof(status), &status,
-                                 nullptr) == CL_SUCCESS &&
-        status < 0) {
-      err = status;
-    }
-    return err;
+    const EventEnd end = wait_for_event(event);
+    return end.asked.failed() ? end.asked.status : end.waited;
   }
 
   /// Blocks until every one of `events` (of one context) has completed.
@@ -255,12 +251,7 @@ class KeptEvents {
 
  private:
   /// Completed or failed; one that cannot be asked is kept.
-  static bool ended(const cl::Event& event) noexcept {
-    cl_int status = CL_QUEUED;
-    return CLBUF_CL(clGetEventInfo)(event(), CL_EVENT_COMMAND_EXECUTION_STATUS, sizeof(status),
-                                    &status, nullptr) == CL_SUCCESS &&
-           status <= CL_COMPLETE;
-  }
+  static bool ended(const cl::Event& event) noexcept { return event_status(event()).ended(); }
 
   std::mutex mutex_;
   std::vector<cl::Event> events_;

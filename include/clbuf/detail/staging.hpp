@@ -25,6 +25,7 @@
 
 #include <clbuf/detail/async.hpp>
 #include <clbuf/detail/device_context.hpp>
+#include <clbuf/detail/event.hpp>
 #include <clbuf/detail/host_memory.hpp>
 #include <clbuf/detail/pinned_block.hpp>
 #include <clbuf/detail/worker_pool.hpp>
