@@ -8,11 +8,13 @@
 #ifndef CLBUF_DETAIL_MPI_PACK_HPP
 #define CLBUF_DETAIL_MPI_PACK_HPP
 
+#include <clbuf/detail/kernel_cache.hpp>
 #include <clbuf/detail/queue.hpp>
 #include <clbuf/error.hpp>
 #include <clbuf/rect.hpp>
 
 #include <cstddef>
+#include <vector>
 
 namespace clbuf {
 namespace mpi {
@@ -20,10 +22,25 @@ namespace detail {
 
 class Packer {
  public:
+  Packer() = default;
+  Packer(const Packer&) = delete;  // kernels_ points into cache_
+  Packer& operator=(const Packer&) = delete;
+
   /// Whether the kernel is built for `queue`'s device, building it on the first call; false
-  /// (for good) where the device cannot build it: then the caller copies rects instead.
+  /// (for good) where the device cannot build it (or there was no memory to): then the caller
+  /// copies rects instead.
   bool ready(const clbuf::detail::Queue& queue) noexcept {
-    if (state_ == State::unknown) state_ = build(queue) ? State::built : State::failed;
+    if (state_ == State::unknown) {
+      try {
+        kernels_ = &cache_.build(
+            "HaloExchange", queue, 0, source,
+            {"clbuf_box_1", "clbuf_box_2", "clbuf_box_4", "clbuf_box_8", "clbuf_box_16"},
+            "pack kernel");
+        state_ = State::built;
+      } catch (...) {
+        state_ = State::failed;
+      }
+    }
     return state_ == State::built;
   }
 
@@ -50,33 +67,24 @@ class Packer {
     const std::size_t word = all & (~all + 1);  // lowest set bit
     std::size_t k = 0;
     while ((std::size_t{1} << k) < word) ++k;
-    cl_kernel kernel = kernels_[k]();
+    cl_kernel kernel = (*kernels_)[k]();
     const cl_ulong args[6] = {src_start / word, src_row / word, src_slice / word,
                               dst_start / word, dst_row / word, dst_slice / word};
-    set(operation, kernel, 0, sizeof(cl_mem), &src);
-    set(operation, kernel, 4, sizeof(cl_mem), &dst);
+    using clbuf::detail::set_kernel_arg;
+    set_kernel_arg(operation, kernel, 0, sizeof(cl_mem), &src);
+    set_kernel_arg(operation, kernel, 4, sizeof(cl_mem), &dst);
     for (cl_uint a = 0; a < 3; ++a) {
-      set(operation, kernel, 1 + a, sizeof(cl_ulong), &args[a]);
-      set(operation, kernel, 5 + a, sizeof(cl_ulong), &args[3 + a]);
+      set_kernel_arg(operation, kernel, 1 + a, sizeof(cl_ulong), &args[a]);
+      set_kernel_arg(operation, kernel, 5 + a, sizeof(cl_ulong), &args[3 + a]);
     }
     const std::size_t global[3] = {row / word, region.size.y, region.size.z};
-    cl_event event = nullptr;
-    clbuf::detail::check(CLBUF_CL(clEnqueueNDRangeKernel)(queue.get(), kernel, 3, nullptr, global,
-                                                          nullptr, 0, nullptr, &event),
-                         operation, "clEnqueueNDRangeKernel");
-    cl::Event out(event, false);
+    cl::Event out = clbuf::detail::run_kernel(operation, queue, kernel, 3, global);
     queue.flush(operation);
     return out;
   }
 
  private:
   enum class State { unknown, built, failed };
-
-  static void set(const char* operation, cl_kernel kernel, cl_uint index, std::size_t size,
-                  const void* value) {
-    clbuf::detail::check(CLBUF_CL(clSetKernelArg)(kernel, index, size, value), operation,
-                         "clSetKernelArg");
-  }
 
   /// One program of five kernels, one per word: each work-item copies one word of the box.
   static constexpr const char* source =
@@ -92,35 +100,9 @@ class Packer {
       "CLBUF_BOX(clbuf_box_8, ulong)\n"
       "CLBUF_BOX(clbuf_box_16, uint4)\n";
 
-  /// Builds the program and its kernels for `queue`'s device; false at the first failure (the
-  /// objects made until then are never used).
-  bool build(const clbuf::detail::Queue& queue) noexcept {
-    static const char* const names[5] = {"clbuf_box_1", "clbuf_box_2", "clbuf_box_4", "clbuf_box_8",
-                                         "clbuf_box_16"};
-    cl_context context = nullptr;
-    cl_device_id device = nullptr;
-    cl_int err = CLBUF_CL(clGetCommandQueueInfo)(queue.get(), CL_QUEUE_CONTEXT, sizeof(context),
-                                                 &context, nullptr);
-    if (err == CL_SUCCESS) {
-      err = CLBUF_CL(clGetCommandQueueInfo)(queue.get(), CL_QUEUE_DEVICE, sizeof(device), &device,
-                                            nullptr);
-    }
-    const char* text = source;
-    if (err == CL_SUCCESS) {
-      program_ =
-          cl::Program(CLBUF_CL(clCreateProgramWithSource)(context, 1, &text, nullptr, &err), false);
-    }
-    if (err == CL_SUCCESS)
-      err = CLBUF_CL(clBuildProgram)(program_(), 1, &device, "", nullptr, nullptr);
-    for (int k = 0; k < 5 && err == CL_SUCCESS; ++k) {
-      kernels_[k] = cl::Kernel(CLBUF_CL(clCreateKernel)(program_(), names[k], &err), false);
-    }
-    return err == CL_SUCCESS;
-  }
-
   State state_ = State::unknown;
-  cl::Program program_;
-  cl::Kernel kernels_[5];  // word of 1, 2, 4, 8, 16 bytes
+  clbuf::detail::KernelCache<int> cache_;             // the one program (key 0)
+  const std::vector<cl::Kernel>* kernels_ = nullptr;  // word of 1, 2, 4, 8, 16 bytes
 };
 
 }  // namespace detail

@@ -5,15 +5,16 @@
 #ifndef CLBUF_DETAIL_MPI_REDUCE_HPP
 #define CLBUF_DETAIL_MPI_REDUCE_HPP
 
+#include <clbuf/detail/kernel_cache.hpp>
 #include <clbuf/detail/mpi_wire.hpp>
 #include <clbuf/detail/queue.hpp>
 #include <clbuf/error.hpp>
 
 #include <cstddef>
 #include <cstdint>
-#include <map>
 #include <string>
 #include <utility>
+#include <vector>
 
 namespace clbuf {
 namespace mpi {
@@ -29,16 +30,11 @@ class Reducer {
     if (count == 0) return;
     cl_kernel kernel = kernel_for(operation, queue, type, op);
     const cl_ulong offset = acc_offset;
-    clbuf::detail::check(CLBUF_CL(clSetKernelArg)(kernel, 0, sizeof(cl_mem), &acc), operation,
-                         "clSetKernelArg");
-    clbuf::detail::check(CLBUF_CL(clSetKernelArg)(kernel, 1, sizeof(cl_mem), &in), operation,
-                         "clSetKernelArg");
-    clbuf::detail::check(CLBUF_CL(clSetKernelArg)(kernel, 2, sizeof(offset), &offset), operation,
-                         "clSetKernelArg");
+    clbuf::detail::set_kernel_arg(operation, kernel, 0, sizeof(cl_mem), &acc);
+    clbuf::detail::set_kernel_arg(operation, kernel, 1, sizeof(cl_mem), &in);
+    clbuf::detail::set_kernel_arg(operation, kernel, 2, sizeof(offset), &offset);
     const std::size_t global = count;
-    clbuf::detail::check(CLBUF_CL(clEnqueueNDRangeKernel)(queue.get(), kernel, 1, nullptr, &global,
-                                                          nullptr, 0, nullptr, nullptr),
-                         operation, "clEnqueueNDRangeKernel");
+    clbuf::detail::run_kernel(operation, queue, kernel, 1, &global);
     queue.flush(operation);
   }
 
@@ -63,44 +59,15 @@ class Reducer {
   cl_kernel kernel_for(const char* operation, const clbuf::detail::Queue& queue, std::uint32_t type,
                        Op op) {
     const auto key = std::make_pair(type, static_cast<int>(op));
-    const auto found = kernels_.find(key);
-    if (found != kernels_.end()) return found->second.second();
-    cl_context context = nullptr;
-    cl_device_id device = nullptr;
-    clbuf::detail::check(CLBUF_CL(clGetCommandQueueInfo)(queue.get(), CL_QUEUE_CONTEXT,
-                                                         sizeof(context), &context, nullptr),
-                         operation, "clGetCommandQueueInfo");
-    clbuf::detail::check(CLBUF_CL(clGetCommandQueueInfo)(queue.get(), CL_QUEUE_DEVICE,
-                                                         sizeof(device), &device, nullptr),
-                         operation, "clGetCommandQueueInfo");
-    const std::string text = source(type, op);
-    const char* lines = text.c_str();
-    const std::size_t length = text.size();
-    cl_int err = CL_SUCCESS;
-    cl::Program program(CLBUF_CL(clCreateProgramWithSource)(context, 1, &lines, &length, &err),
-                        false);
-    clbuf::detail::check(err, operation, "clCreateProgramWithSource");
-    err = CLBUF_CL(clBuildProgram)(program(), 1, &device, "", nullptr, nullptr);
-    if (err != CL_SUCCESS) {
-      std::size_t size = 0;
-      CLBUF_CL(clGetProgramBuildInfo)(program(), device, CL_PROGRAM_BUILD_LOG, 0, nullptr, &size);
-      std::string log(size, '\0');
-      if (size > 0) {
-        CLBUF_CL(clGetProgramBuildInfo)
-        (program(), device, CL_PROGRAM_BUILD_LOG, size, &log[0], nullptr);
-      }
-      clbuf::detail::fail(operation, err,
-                          std::string("clBuildProgram failed for the ") + type_name(type) + " " +
-                              op_name(op) + " kernel: " + log.c_str());
+    const std::vector<cl::Kernel>* kernels = kernels_.find(key);
+    if (kernels == nullptr) {
+      kernels = &kernels_.build(operation, queue, key, source(type, op), {"clbuf_reduce"},
+                                std::string(type_name(type)) + " " + op_name(op) + " kernel");
     }
-    cl::Kernel kernel(CLBUF_CL(clCreateKernel)(program(), "clbuf_reduce", &err), false);
-    clbuf::detail::check(err, operation, "clCreateKernel");
-    cl_kernel handle = kernel();
-    kernels_.emplace(key, std::make_pair(std::move(program), std::move(kernel)));
-    return handle;
+    return (*kernels)[0]();
   }
 
-  std::map<std::pair<std::uint32_t, int>, std::pair<cl::Program, cl::Kernel>> kernels_;
+  clbuf::detail::KernelCache<std::pair<std::uint32_t, int>> kernels_;
 };
 
 }  // namespace detail
