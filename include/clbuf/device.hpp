@@ -386,14 +386,14 @@ inline Selection select_device(const std::string& selector_text, const std::stri
 /// Every device of every OpenCL platform, numbered as the `P:D` selector counts them.
 /// Empty when no OpenCL platform is installed.
 /// @throws Error when an OpenCL query fails. Wraps clGetPlatformIDs, clGetDeviceIDs.
-inline std::vector<DeviceInfo> list_devices() try {
-  std::vector<DeviceInfo> infos;
-  for (detail::DeviceEntry& entry : detail::enumerate_devices("list_devices")) {
-    infos.push_back(std::move(entry.info));
-  }
-  return infos;
-} catch (const std::bad_alloc&) {
-  detail::out_of_host_memory("list_devices");
+inline std::vector<DeviceInfo> list_devices() {
+  return detail::guard_host_memory("list_devices", [&] {
+    std::vector<DeviceInfo> infos;
+    for (detail::DeviceEntry& entry : detail::enumerate_devices("list_devices")) {
+      infos.push_back(std::move(entry.info));
+    }
+    return infos;
+  });
 }
 
 /// One device of a SelectionReport: picked, or why not.
@@ -441,26 +441,26 @@ struct SelectionReport {
 /// logic as BufferManager's constructor, so the report never disagrees with the choice. Never
 /// throws for a selector that matches nothing or for a missing platform: `problem` says so.
 /// @throws Error when an OpenCL query fails. Wraps clGetPlatformIDs, clGetDeviceIDs.
-inline SelectionReport explain_selection(const std::string& selector = std::string()) try {
-  SelectionReport report;
-  report.selector = detail::effective_selector(selector, report.origin);
-  const std::vector<detail::DeviceEntry> entries = detail::enumerate_devices("explain_selection");
-  if (entries.empty()) {
-    report.problem =
-        "no OpenCL device on any platform; install an OpenCL driver, e.g. Debian's "
-        "pocl-opencl-icd for the CPU, and check with clinfo -l";
+inline SelectionReport explain_selection(const std::string& selector = std::string()) {
+  return detail::guard_host_memory("explain_selection", [&] {
+    SelectionReport report;
+    report.selector = detail::effective_selector(selector, report.origin);
+    const std::vector<detail::DeviceEntry> entries = detail::enumerate_devices("explain_selection");
+    if (entries.empty()) {
+      report.problem =
+          "no OpenCL device on any platform; install an OpenCL driver, e.g. Debian's "
+          "pocl-opencl-icd for the CPU, and check with clinfo -l";
+      return report;
+    }
+    const std::string quoted = detail::quote_selector(report.selector, report.origin);
+    for (detail::Verdict& verdict :
+         detail::judge_devices(entries, detail::parse_selector(report.selector), quoted)) {
+      report.devices.push_back(
+          {entries[verdict.entry].info, verdict.picked, std::move(verdict.reason)});
+    }
+    if (report.picked() == nullptr) report.problem = "no device matches " + quoted;
     return report;
-  }
-  const std::string quoted = detail::quote_selector(report.selector, report.origin);
-  for (detail::Verdict& verdict :
-       detail::judge_devices(entries, detail::parse_selector(report.selector), quoted)) {
-    report.devices.push_back(
-        {entries[verdict.entry].info, verdict.picked, std::move(verdict.reason)});
-  }
-  if (report.picked() == nullptr) report.problem = "no device matches " + quoted;
-  return report;
-} catch (const std::bad_alloc&) {
-  detail::out_of_host_memory("explain_selection");
+  });
 }
 
 }  // namespace clbuf

@@ -10,8 +10,10 @@
 #include <cstddef>
 #include <cstdint>
 #include <limits>
+#include <new>
 #include <stdexcept>
 #include <string>
+#include <utility>
 
 namespace clbuf {
 
@@ -172,6 +174,39 @@ inline std::string error_message(const char* operation, cl_int code, const std::
 /// allocates along the way (strings, records, lists) that has no check of its own.
 [[noreturn]] inline void out_of_host_memory(const char* operation) {
   fail(operation, CL_OUT_OF_HOST_MEMORY, "could not allocate host memory for clbuf's bookkeeping");
+}
+
+/// Rethrows the exception being handled, a std::bad_alloc as out_of_host_memory(operation), or,
+/// with `what`, as fail_host_memory(operation, bytes, what): clbuf's one conversion of
+/// std::bad_alloc. Call it only from a catch handler: a constructor's function-try-block, whose
+/// member initialisers guard_host_memory() cannot wrap.
+[[noreturn]] inline void rethrow_host_memory(const char* operation, std::size_t bytes = 0,
+                                             const char* what = nullptr) {
+  try {
+    throw;
+  } catch (const std::bad_alloc&) {
+    if (what == nullptr) out_of_host_memory(operation);
+    fail_host_memory(operation, bytes, what);
+  }
+}
+
+/// Runs `body` and returns what it returns; a std::bad_alloc from it becomes
+/// fail_host_memory(operation, bytes, what): an allocation clbuf knows, of `bytes` for `what`.
+template <class Body>
+decltype(auto) guard_host_memory(const char* operation, std::size_t bytes, const char* what,
+                                 Body&& body) {
+  try {
+    return std::forward<Body>(body)();
+  } catch (...) {
+    rethrow_host_memory(operation, bytes, what);
+  }
+}
+
+/// Runs `body` and returns what it returns; a std::bad_alloc from it becomes
+/// out_of_host_memory(operation). Every public call that allocates runs in one.
+template <class Body>
+decltype(auto) guard_host_memory(const char* operation, Body&& body) {
+  return guard_host_memory(operation, 0, nullptr, std::forward<Body>(body));
 }
 
 /// Turns the return code of an OpenCL C call into an Error naming the call.

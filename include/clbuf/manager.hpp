@@ -73,8 +73,8 @@ class BufferManager {
   /// @throws Error CL_INVALID_VALUE for options out of range, else as BufferManager().
   BufferManager(const std::string& selector, const Options& options) try
       : device_(selector, options, "BufferManager"), pool_(make_pool()), engine_(device_) {
-  } catch (const std::bad_alloc&) {
-    detail::out_of_host_memory("BufferManager");
+  } catch (...) {
+    detail::rethrow_host_memory("BufferManager");
   }
 
   /// Adopts an application's context and in-order queue (shares them; does not copy).
@@ -84,8 +84,8 @@ class BufferManager {
       : device_(std::move(context), std::move(queue), options, "BufferManager"),
         pool_(make_pool()),
         engine_(device_) {
-  } catch (const std::bad_alloc&) {
-    detail::out_of_host_memory("BufferManager");
+  } catch (...) {
+    detail::rethrow_host_memory("BufferManager");
   }
 
   BufferManager(const BufferManager&) = delete;
@@ -150,12 +150,12 @@ class BufferManager {
   /// @throws Error CL_INVALID_VALUE when count * sizeof(T) overflows, CL_INVALID_BUFFER_SIZE
   ///         beyond the device's max allocation.
   template <class T>
-  [[nodiscard]] DeviceBuffer<T> allocate(std::size_t count) try {
-    const char* op = "allocate";
-    auto entry = gate_.enter(op);
-    return new_buffer<T>(op, count, {count});
-  } catch (const std::bad_alloc&) {
-    detail::out_of_host_memory("allocate");
+  [[nodiscard]] DeviceBuffer<T> allocate(std::size_t count) {
+    return detail::guard_host_memory("allocate", [&] {
+      const char* op = "allocate";
+      auto entry = gate_.enter(op);
+      return new_buffer<T>(op, count, {count});
+    });
   }
 
   /// Pinned host memory for `count` elements (contents unspecified), for the fastest transfers.
@@ -178,17 +178,16 @@ class BufferManager {
   /// @throws Error CL_INVALID_VALUE for a null `data` with count > 0 or an overflowing size,
   ///         CL_INVALID_BUFFER_SIZE beyond the device's max allocation.
   template <class T>
-  [[nodiscard]] DeviceBuffer<T> upload(const T* data, std::size_t count) try {
-    return upload_new(data, count, {count}, detail::HostMemory::pageable);
-  } catch (const std::bad_alloc&) {
-    detail::out_of_host_memory("upload");
+  [[nodiscard]] DeviceBuffer<T> upload(const T* data, std::size_t count) {
+    return detail::guard_host_memory(
+        "upload", [&] { return upload_new(data, count, {count}, detail::HostMemory::pageable); });
   }
   /// As upload(data.data(), data.size()).
   template <class T>
-  [[nodiscard]] DeviceBuffer<T> upload(const std::vector<T>& data) try {
-    return upload_new(data.data(), data.size(), {data.size()}, detail::HostMemory::pageable);
-  } catch (const std::bad_alloc&) {
-    detail::out_of_host_memory("upload");
+  [[nodiscard]] DeviceBuffer<T> upload(const std::vector<T>& data) {
+    return detail::guard_host_memory("upload", [&] {
+      return upload_new(data.data(), data.size(), {data.size()}, detail::HostMemory::pageable);
+    });
   }
   /// As upload(data), recording `shape`, whose product must equal data.size().
   /// @throws Error CL_INVALID_VALUE when the shape does not match.
@@ -198,10 +197,10 @@ class BufferManager {
   }
   /// Copies pinned memory into new device memory, by DMA with no staging copy.
   template <class T>
-  [[nodiscard]] DeviceBuffer<T> upload(const PinnedBuffer<T>& data) try {
-    return upload_new(data.data(), data.size(), {data.size()}, detail::HostMemory::pinned);
-  } catch (const std::bad_alloc&) {
-    detail::out_of_host_memory("upload");
+  [[nodiscard]] DeviceBuffer<T> upload(const PinnedBuffer<T>& data) {
+    return detail::guard_host_memory("upload", [&] {
+      return upload_new(data.data(), data.size(), {data.size()}, detail::HostMemory::pinned);
+    });
   }
 
   /// Copies `count` elements from `data` into `dst` starting at element `dst_offset`. Wraps
@@ -213,10 +212,10 @@ class BufferManager {
   }
   /// As upload(dst, data.data(), data.size(), dst_offset).
   template <class T>
-  void upload(DeviceBuffer<T>& dst, const std::vector<T>& data, std::size_t dst_offset = 0) try {
-    upload_into(dst, data.data(), data.size(), dst_offset, detail::HostMemory::pageable);
-  } catch (const std::bad_alloc&) {
-    detail::out_of_host_memory("upload");
+  void upload(DeviceBuffer<T>& dst, const std::vector<T>& data, std::size_t dst_offset = 0) {
+    detail::guard_host_memory("upload", [&] {
+      upload_into(dst, data.data(), data.size(), dst_offset, detail::HostMemory::pageable);
+    });
   }
   /// As upload(dst, data.data(), data.size(), dst_offset), by DMA with no staging copy.
   template <class T>
@@ -232,21 +231,20 @@ class BufferManager {
   /// @throws Error CL_INVALID_CONTEXT for an event of another context.
   template <class T>
   Future<DeviceBuffer<T>> upload_async(std::vector<T> data,
-                                       const std::vector<cl::Event>& after = {}) try {
-    const auto host = detail::shared_vector("upload_async", std::move(data));
-    return start_upload(host->data(), host->size(), host, after);
-  } catch (const std::bad_alloc&) {
-    detail::out_of_host_memory("upload_async");
+                                       const std::vector<cl::Event>& after = {}) {
+    return detail::guard_host_memory("upload_async", [&] {
+      const auto host = detail::shared_vector("upload_async", std::move(data));
+      return start_upload(host->data(), host->size(), host, after);
+    });
   }
   /// As upload_async(std::vector), without a copy of `data`, which the caller keeps alive and
   /// unchanged until the Future has completed.
   /// @throws Error CL_INVALID_VALUE for a null `data` with count > 0.
   template <class T>
   Future<DeviceBuffer<T>> upload_async(const T* data, std::size_t count,
-                                       const std::vector<cl::Event>& after = {}) try {
-    return start_upload(data, count, nullptr, after);
-  } catch (const std::bad_alloc&) {
-    detail::out_of_host_memory("upload_async");
+                                       const std::vector<cl::Event>& after = {}) {
+    return detail::guard_host_memory("upload_async",
+                                     [&] { return start_upload(data, count, nullptr, after); });
   }
 
   /// Starts copying `data` (which the Future owns until the copy completes) into `dst` from
@@ -294,14 +292,14 @@ class BufferManager {
   ///         CL_INVALID_OPERATION when `out` is `buffer`'s own mapped memory.
   template <class T>
   void download(const DeviceBuffer<T>& buffer, T* out, std::size_t count,
-                std::size_t src_offset = 0) try {
-    const char* op = "download";
-    auto entry = gate_.enter(op);
-    check_read(op, buffer, out, count, src_offset);
-    engine_.read(op, buffer.memory_, src_offset * sizeof(T), out, count * sizeof(T),
-                 detail::HostMemory::pageable);
-  } catch (const std::bad_alloc&) {
-    detail::out_of_host_memory("download");
+                std::size_t src_offset = 0) {
+    detail::guard_host_memory("download", [&] {
+      const char* op = "download";
+      auto entry = gate_.enter(op);
+      check_read(op, buffer, out, count, src_offset);
+      engine_.read(op, buffer.memory_, src_offset * sizeof(T), out, count * sizeof(T),
+                   detail::HostMemory::pageable);
+    });
   }
 
   /// Reads out.size() elements starting at element `src_offset` into pinned memory, by DMA.
@@ -320,21 +318,21 @@ class BufferManager {
   /// @throws Error CL_INVALID_CONTEXT for an event of another context.
   template <class T>
   Future<std::vector<T>> download_async(const DeviceBuffer<T>& buffer,
-                                        const std::vector<cl::Event>& after = {}) try {
-    const char* op = "download_async";
-    auto entry = gate_.enter(op);
-    check(op, buffer);
-    detail::check_host_access(op, buffer.access_, true, false);
-    const std::vector<cl_event> wait = wait_list(op, after);
-    std::vector<T> out = detail::new_vector<T>(op, buffer.size());
-    hold(op, wait);
-    detail::Started start =
-        engine_.read_async(op, buffer.memory_, 0, out.data(), buffer.size_bytes());
-    buffer.fence(pool_.get(), start.event);
-    // Moving the vector into the Future keeps its heap block, which the device writes into.
-    return future<std::vector<T>>(op, std::move(start), std::move(out));
-  } catch (const std::bad_alloc&) {
-    detail::out_of_host_memory("download_async");
+                                        const std::vector<cl::Event>& after = {}) {
+    return detail::guard_host_memory("download_async", [&] {
+      const char* op = "download_async";
+      auto entry = gate_.enter(op);
+      check(op, buffer);
+      detail::check_host_access(op, buffer.access_, true, false);
+      const std::vector<cl_event> wait = wait_list(op, after);
+      std::vector<T> out = detail::new_vector<T>(op, buffer.size());
+      hold(op, wait);
+      detail::Started start =
+          engine_.read_async(op, buffer.memory_, 0, out.data(), buffer.size_bytes());
+      buffer.fence(pool_.get(), start.event);
+      // Moving the vector into the Future keeps its heap block, which the device writes into.
+      return future<std::vector<T>>(op, std::move(start), std::move(out));
+    });
   }
 
   /// Starts reading `count` elements at element `src_offset` into `out`, which the caller keeps
@@ -343,17 +341,17 @@ class BufferManager {
   template <class T>
   Future<void> download_async(const DeviceBuffer<T>& buffer, T* out, std::size_t count,
                               std::size_t src_offset = 0,
-                              const std::vector<cl::Event>& after = {}) try {
-    const char* op = "download_async";
-    auto entry = gate_.enter(op);
-    check_read(op, buffer, out, count, src_offset);
-    hold(op, wait_list(op, after));
-    detail::Started start =
-        engine_.read_async(op, buffer.memory_, src_offset * sizeof(T), out, count * sizeof(T));
-    buffer.fence(pool_.get(), start.event);
-    return future<void>(op, std::move(start), {});
-  } catch (const std::bad_alloc&) {
-    detail::out_of_host_memory("download_async");
+                              const std::vector<cl::Event>& after = {}) {
+    return detail::guard_host_memory("download_async", [&] {
+      const char* op = "download_async";
+      auto entry = gate_.enter(op);
+      check_read(op, buffer, out, count, src_offset);
+      hold(op, wait_list(op, after));
+      detail::Started start =
+          engine_.read_async(op, buffer.memory_, src_offset * sizeof(T), out, count * sizeof(T));
+      buffer.fence(pool_.get(), start.event);
+      return future<void>(op, std::move(start), {});
+    });
   }
   /// @}
 
@@ -579,27 +577,27 @@ class BufferManager {
   ///         another context, CL_INVALID_VALUE when count * sizeof(T) overflows or exceeds the
   ///         buffer's CL_MEM_SIZE.
   template <class T>
-  [[nodiscard]] DeviceBuffer<T> adopt(cl::Buffer buffer, std::size_t count) try {
-    const char* op = "adopt";
-    auto entry = gate_.enter(op);
-    const detail::MemoryFacts facts = detail::memory_facts(op, buffer());
-    if (facts.context != device_.context()()) {
-      detail::fail(op, CL_INVALID_CONTEXT,
-                   "the cl::Buffer belongs to another OpenCL context than this BufferManager's");
-    }
-    detail::check_adopt_capacity(op, count, sizeof(T), facts.size);
-    detail::Allocation memory;
-    memory.buffer = std::move(buffer);
-    memory.capacity = facts.size;
-    DeviceBuffer<T> adopted(std::move(memory), nullptr, device_.context(), count, {count});
-    adopted.access_ = facts.access;
-    if (facts.parent != nullptr) {
-      adopted.root_ = cl::Buffer(facts.parent, true);
-      adopted.root_offset_ = facts.offset;
-    }
-    return adopted;
-  } catch (const std::bad_alloc&) {
-    detail::out_of_host_memory("adopt");
+  [[nodiscard]] DeviceBuffer<T> adopt(cl::Buffer buffer, std::size_t count) {
+    return detail::guard_host_memory("adopt", [&] {
+      const char* op = "adopt";
+      auto entry = gate_.enter(op);
+      const detail::MemoryFacts facts = detail::memory_facts(op, buffer());
+      if (facts.context != device_.context()()) {
+        detail::fail(op, CL_INVALID_CONTEXT,
+                     "the cl::Buffer belongs to another OpenCL context than this BufferManager's");
+      }
+      detail::check_adopt_capacity(op, count, sizeof(T), facts.size);
+      detail::Allocation memory;
+      memory.buffer = std::move(buffer);
+      memory.capacity = facts.size;
+      DeviceBuffer<T> adopted(std::move(memory), nullptr, device_.context(), count, {count});
+      adopted.access_ = facts.access;
+      if (facts.parent != nullptr) {
+        adopted.root_ = cl::Buffer(facts.parent, true);
+        adopted.root_offset_ = facts.offset;
+      }
+      return adopted;
+    });
   }
 
   /// A DeviceBuffer of `count` elements starting at element `offset` (any offset) of `parent`,
@@ -611,28 +609,28 @@ class BufferManager {
   /// @throws Error CL_INVALID_VALUE past the end of `parent`.
   template <class T>
   [[nodiscard]] DeviceBuffer<T> view(DeviceBuffer<T>& parent, std::size_t offset,
-                                     std::size_t count) try {
-    const char* op = "view";
-    auto entry = gate_.enter(op);
-    check(op, parent);
-    detail::check_range(op, "view", count, offset, parent.size(), sizeof(T));
-    if (count == 0)
-      return DeviceBuffer<T>(detail::Allocation(), nullptr, device_.context(), 0, {0});
-    auto native =
-        std::make_shared<detail::NativeView>(device_.base_align_bytes(), device_.sub_buffer_rule());
-    const std::shared_ptr<detail::Lease>& lease = parent.share_memory();
-    detail::Allocation memory = parent.memory_;  // the same buffer, retained
-    memory.offset += offset * sizeof(T);
-    memory.capacity = count * sizeof(T);
-    DeviceBuffer<T> result(std::move(memory), nullptr, device_.context(), count, {count});
-    result.root_ = cl::Buffer(parent.root(), true);
-    result.root_offset_ = parent.root_offset_ + offset * sizeof(T);
-    result.lease_ = lease;
-    result.native_view_ = std::move(native);
-    result.access_ = parent.access_;
-    return result;
-  } catch (const std::bad_alloc&) {
-    detail::out_of_host_memory("view");
+                                     std::size_t count) {
+    return detail::guard_host_memory("view", [&] {
+      const char* op = "view";
+      auto entry = gate_.enter(op);
+      check(op, parent);
+      detail::check_range(op, "view", count, offset, parent.size(), sizeof(T));
+      if (count == 0)
+        return DeviceBuffer<T>(detail::Allocation(), nullptr, device_.context(), 0, {0});
+      auto native = std::make_shared<detail::NativeView>(device_.base_align_bytes(),
+                                                         device_.sub_buffer_rule());
+      const std::shared_ptr<detail::Lease>& lease = parent.share_memory();
+      detail::Allocation memory = parent.memory_;  // the same buffer, retained
+      memory.offset += offset * sizeof(T);
+      memory.capacity = count * sizeof(T);
+      DeviceBuffer<T> result(std::move(memory), nullptr, device_.context(), count, {count});
+      result.root_ = cl::Buffer(parent.root(), true);
+      result.root_offset_ = parent.root_offset_ + offset * sizeof(T);
+      result.lease_ = lease;
+      result.native_view_ = std::move(native);
+      result.access_ = parent.access_;
+      return result;
+    });
   }
 
   /// Maps all of `buffer` for the host (blocking); see MappedView. Zero-copy where the device
@@ -647,23 +645,24 @@ class BufferManager {
   ///         moved-from buffer, CL_INVALID_CONTEXT for one of another context.
   template <class T>
   [[nodiscard]] MappedView<T> map(DeviceBuffer<T>& buffer, MapMode mode, std::size_t offset,
-                                  std::size_t count) try {
-    const char* op = "map";
-    auto entry = gate_.enter(op);
-    check(op, buffer);
-    detail::check_range(op, mode == MapMode::read ? "read" : "write", count, offset, buffer.size(),
-                        sizeof(T));
-    detail::check_host_access(op, buffer.access_, mode != MapMode::write, mode != MapMode::read);
-    if (count == 0) return MappedView<T>();
-    const std::shared_ptr<detail::Lease>& lease = buffer.share_memory();
-    void* mapped = device_.queue().map(op, buffer.memory_.buffer(), detail::map_flags(mode),
-                                       buffer.memory_.at(offset * sizeof(T)), count * sizeof(T));
-    MappedView<T> view(device_.queue().handle(), buffer.memory_.buffer, lease, mapped, count, mode);
-    view.lease_->add_mapping(op, mapped, count * sizeof(T));  // on failure the view unmaps
-    engine_.settle(op);
-    return view;
-  } catch (const std::bad_alloc&) {
-    detail::out_of_host_memory("map");
+                                  std::size_t count) {
+    return detail::guard_host_memory("map", [&] {
+      const char* op = "map";
+      auto entry = gate_.enter(op);
+      check(op, buffer);
+      detail::check_range(op, mode == MapMode::read ? "read" : "write", count, offset,
+                          buffer.size(), sizeof(T));
+      detail::check_host_access(op, buffer.access_, mode != MapMode::write, mode != MapMode::read);
+      if (count == 0) return MappedView<T>();
+      const std::shared_ptr<detail::Lease>& lease = buffer.share_memory();
+      void* mapped = device_.queue().map(op, buffer.memory_.buffer(), detail::map_flags(mode),
+                                         buffer.memory_.at(offset * sizeof(T)), count * sizeof(T));
+      MappedView<T> view(device_.queue().handle(), buffer.memory_.buffer, lease, mapped, count,
+                         mode);
+      view.lease_->add_mapping(op, mapped, count * sizeof(T));  // on failure the view unmaps
+      engine_.settle(op);
+      return view;
+    });
   }
   /// @}
 
@@ -692,37 +691,37 @@ class BufferManager {
   /// @throws Error as copy_from(); a failure during the copy surfaces at wait() / get().
   template <class T>
   Future<void> copy_from_async(BufferManager& source, const DeviceBuffer<T>& src,
-                               DeviceBuffer<T>& dst) try {
-    const char* op = "copy_from_async";
-    auto entries = enter_both(op, source);
-    check_copy_from(op, source, src, dst);
-    if (src.size_bytes() == 0 || !device_.opencl_1_2() || !source.device_.opencl_1_2()) {
-      copy_from_now(op, source, src, dst);  // no markers or barriers before OpenCL 1.2
-      return future<void>(op, detail::Started(), {});
-    }
-    const detail::Queue& theirs = source.device_.queue();
-    detail::Started start;
-    if (source.device_.context()() != device_.context()()) {
-      start = detail::copy_across_contexts_async(op, source.device_, src.memory_, device_, engine_,
-                                                 dst.memory_, src.size_bytes());
-    } else {
-      if (theirs.get() != device_.queue().get()) {
-        const cl::Event before = theirs.marker(op);
-        theirs.flush(op);
-        hold(op, {before()});
+                               DeviceBuffer<T>& dst) {
+    return detail::guard_host_memory("copy_from_async", [&] {
+      const char* op = "copy_from_async";
+      auto entries = enter_both(op, source);
+      check_copy_from(op, source, src, dst);
+      if (src.size_bytes() == 0 || !device_.opencl_1_2() || !source.device_.opencl_1_2()) {
+        copy_from_now(op, source, src, dst);  // no markers or barriers before OpenCL 1.2
+        return future<void>(op, detail::Started(), {});
       }
-      start.event = engine_.copy_async(op, src.memory_, 0, dst.memory_, 0, src.size_bytes());
-      if (theirs.get() != device_.queue().get()) {
-        source.kept_.keep(theirs.barrier(op, {start.event()}));
+      const detail::Queue& theirs = source.device_.queue();
+      detail::Started start;
+      if (source.device_.context()() != device_.context()()) {
+        start = detail::copy_across_contexts_async(op, source.device_, src.memory_, device_,
+                                                   engine_, dst.memory_, src.size_bytes());
+      } else {
+        if (theirs.get() != device_.queue().get()) {
+          const cl::Event before = theirs.marker(op);
+          theirs.flush(op);
+          hold(op, {before()});
+        }
+        start.event = engine_.copy_async(op, src.memory_, 0, dst.memory_, 0, src.size_bytes());
+        if (theirs.get() != device_.queue().get()) {
+          source.kept_.keep(theirs.barrier(op, {start.event()}));
+        }
       }
-    }
-    src.fence(pool_.get(), start.event);
-    dst.fence(pool_.get(), start.event);
-    Future<void> result = future<void>(op, std::move(start), {});
-    theirs.flush(op);
-    return result;
-  } catch (const std::bad_alloc&) {
-    detail::out_of_host_memory("copy_from_async");
+      src.fence(pool_.get(), start.event);
+      dst.fence(pool_.get(), start.event);
+      Future<void> result = future<void>(op, std::move(start), {});
+      theirs.flush(op);
+      return result;
+    });
   }
   /// @}
 

@@ -116,34 +116,34 @@ class [[nodiscard]] Request {
   /// Moves every transfer of the Communicator on; true once this one has completed (also for
   /// an empty Request).
   /// @throws Error when the transfer failed (once; afterwards the Request is empty).
-  bool test() try {
-    if (!active()) return true;
-    core_->progress();
-    if (transfer_) {
-      if (!transfer_->done()) return false;
-    } else {
-      eager_.step();
-      if (!eager_.done()) return false;
-    }
-    finish();
-    return true;
-  } catch (const std::bad_alloc&) {
-    clbuf::detail::out_of_host_memory("Request::test");
+  bool test() {
+    return clbuf::detail::guard_host_memory("Request::test", [&] {
+      if (!active()) return true;
+      core_->progress();
+      if (transfer_) {
+        if (!transfer_->done()) return false;
+      } else {
+        eager_.step();
+        if (!eager_.done()) return false;
+      }
+      finish();
+      return true;
+    });
   }
 
   /// Blocks until the transfer has completed.
   /// @throws Error when it failed: a mismatch of count, size or type with the peer's buffer
   ///         (CL_INVALID_VALUE, naming both), an OpenCL failure, or an MPI call's failure.
-  void wait() try {
-    if (!active()) return;
-    if (transfer_) {
-      core_->complete(*transfer_);
-    } else {
-      core_->complete(eager_);
-    }
-    finish();
-  } catch (const std::bad_alloc&) {
-    clbuf::detail::out_of_host_memory("Request::wait");
+  void wait() {
+    clbuf::detail::guard_host_memory("Request::wait", [&] {
+      if (!active()) return;
+      if (transfer_) {
+        core_->complete(*transfer_);
+      } else {
+        core_->complete(eager_);
+      }
+      finish();
+    });
   }
 
  private:
@@ -208,19 +208,19 @@ class [[nodiscard]] Persistent {
   /// Begins a transfer (a message of the buffer's whole contents).
   /// @throws Error CL_INVALID_OPERATION while the last start() has not completed, or for a
   ///         Persistent that was default-constructed or moved from.
-  void start() try {
-    if (!core_) {
-      clbuf::detail::fail("Persistent::start", CL_INVALID_OPERATION,
-                          "an empty Persistent (default-constructed or moved from)");
-    }
-    if (current_.active()) {
-      clbuf::detail::fail(operation_, CL_INVALID_OPERATION,
-                          "started again before the last transfer completed (call wait() or "
-                          "test() first)");
-    }
-    current_ = Request::start(core_, operation_, span_, peer_, tag_, send_);
-  } catch (const std::bad_alloc&) {
-    clbuf::detail::out_of_host_memory("Persistent::start");
+  void start() {
+    clbuf::detail::guard_host_memory("Persistent::start", [&] {
+      if (!core_) {
+        clbuf::detail::fail("Persistent::start", CL_INVALID_OPERATION,
+                            "an empty Persistent (default-constructed or moved from)");
+      }
+      if (current_.active()) {
+        clbuf::detail::fail(operation_, CL_INVALID_OPERATION,
+                            "started again before the last transfer completed (call wait() or "
+                            "test() first)");
+      }
+      current_ = Request::start(core_, operation_, span_, peer_, tag_, send_);
+    });
   }
 
   /// As Request::test() for the transfer started last; true when none is active.
@@ -281,8 +281,8 @@ class Communicator {
       : core_(std::make_shared<detail::Core>(manager, comm, options)),
         reducer_(std::make_unique<detail::Reducer>()),
         packer_(std::make_shared<detail::Packer>()) {
-  } catch (const std::bad_alloc&) {
-    clbuf::detail::out_of_host_memory("Communicator");
+  } catch (...) {
+    clbuf::detail::rethrow_host_memory("Communicator");
   }
 
   Communicator(const Communicator&) = delete;
@@ -319,14 +319,14 @@ class Communicator {
   /// buffer may be changed again.
   /// @throws Error CL_INVALID_VALUE for a rank or tag out of range; as Request::wait().
   template <class T>
-  void send(const DeviceBuffer<T>& buffer, int dest, int tag = 0) try {
-    const char* op = "send";
-    check_buffer(op, buffer, true, false);
-    check_rank(op, "destination", dest, false);
-    check_tag(op, tag, false);
-    blocking(op, span_of(buffer), dest, tag, true);
-  } catch (const std::bad_alloc&) {
-    clbuf::detail::out_of_host_memory("send");
+  void send(const DeviceBuffer<T>& buffer, int dest, int tag = 0) {
+    clbuf::detail::guard_host_memory("send", [&] {
+      const char* op = "send";
+      check_buffer(op, buffer, true, false);
+      check_rank(op, "destination", dest, false);
+      check_tag(op, tag, false);
+      blocking(op, span_of(buffer), dest, tag, true);
+    });
   }
 
   /// Receives into all of `buffer` from `source` (or MPI_ANY_SOURCE) with `tag` (or
@@ -335,14 +335,14 @@ class Communicator {
   /// @throws Error CL_INVALID_VALUE when the message does not (naming both sides); nothing is
   ///         written.
   template <class T>
-  void recv(DeviceBuffer<T>& buffer, int source, int tag = 0) try {
-    const char* op = "recv";
-    check_buffer(op, buffer, false, true);
-    check_rank(op, "source", source, true);
-    check_tag(op, tag, true);
-    blocking(op, span_of(buffer), source, tag, false);
-  } catch (const std::bad_alloc&) {
-    clbuf::detail::out_of_host_memory("recv");
+  void recv(DeviceBuffer<T>& buffer, int source, int tag = 0) {
+    clbuf::detail::guard_host_memory("recv", [&] {
+      const char* op = "recv";
+      check_buffer(op, buffer, false, true);
+      check_rank(op, "source", source, true);
+      check_tag(op, tag, true);
+      blocking(op, span_of(buffer), source, tag, false);
+    });
   }
 
   /// Sends `out` to `dest` and receives `in` from `source` at once (no deadlock in rings).
@@ -350,49 +350,49 @@ class Communicator {
   /// @throws Error CL_MEM_COPY_OVERLAP when `out` and `in` share bytes; as send() and recv().
   template <class T>
   void sendrecv(const DeviceBuffer<T>& out, int dest, DeviceBuffer<T>& in, int source,
-                int tag = 0) try {
-    const char* op = "sendrecv";
-    check_buffer(op, out, true, false);
-    check_buffer(op, in, false, true);
-    check_apart(op, out, in);
-    check_rank(op, "destination", dest, false);
-    check_rank(op, "source", source, true);
-    check_tag(op, tag, false);
-    // A receive that cannot start sends no notice in its send's place: the peer's own message
-    // to this rank would then wait, or stay to be taken by a later receive (docs/mpi.md).
-    std::vector<Request> both;
-    both.reserve(2);  // before anything is posted
-    both.push_back(irecv(in, source, tag));
-    both.push_back(isend(out, dest, tag));
-    wait_all(both);
-  } catch (const std::bad_alloc&) {
-    clbuf::detail::out_of_host_memory("sendrecv");
+                int tag = 0) {
+    clbuf::detail::guard_host_memory("sendrecv", [&] {
+      const char* op = "sendrecv";
+      check_buffer(op, out, true, false);
+      check_buffer(op, in, false, true);
+      check_apart(op, out, in);
+      check_rank(op, "destination", dest, false);
+      check_rank(op, "source", source, true);
+      check_tag(op, tag, false);
+      // A receive that cannot start sends no notice in its send's place: the peer's own message
+      // to this rank would then wait, or stay to be taken by a later receive (docs/mpi.md).
+      std::vector<Request> both;
+      both.reserve(2);  // before anything is posted
+      both.push_back(irecv(in, source, tag));
+      both.push_back(isend(out, dest, tag));
+      wait_all(both);
+    });
   }
 
   /// Starts sending `buffer`; the Request completes when it may be changed again.
   template <class T>
-  Request isend(const DeviceBuffer<T>& buffer, int dest, int tag = 0) try {
-    const char* op = "isend";
-    check_buffer(op, buffer, true, false);
-    check_rank(op, "destination", dest, false);
-    check_tag(op, tag, false);
-    return Request::start(core_, op, span_of(buffer), dest, tag, true);
-  } catch (const std::bad_alloc&) {
-    clbuf::detail::out_of_host_memory("isend");
+  Request isend(const DeviceBuffer<T>& buffer, int dest, int tag = 0) {
+    return clbuf::detail::guard_host_memory("isend", [&] {
+      const char* op = "isend";
+      check_buffer(op, buffer, true, false);
+      check_rank(op, "destination", dest, false);
+      check_tag(op, tag, false);
+      return Request::start(core_, op, span_of(buffer), dest, tag, true);
+    });
   }
 
   /// Starts receiving into `buffer`; the Request completes when the data is in it (on a
   /// discrete device a message of at most 3968 bytes may still be on its way from the manager's
   /// pinned ring then, ahead of every later command on the manager's queue: docs/mpi.md).
   template <class T>
-  Request irecv(DeviceBuffer<T>& buffer, int source, int tag = 0) try {
-    const char* op = "irecv";
-    check_buffer(op, buffer, false, true);
-    check_rank(op, "source", source, true);
-    check_tag(op, tag, true);
-    return Request::start(core_, op, span_of(buffer), source, tag, false);
-  } catch (const std::bad_alloc&) {
-    clbuf::detail::out_of_host_memory("irecv");
+  Request irecv(DeviceBuffer<T>& buffer, int source, int tag = 0) {
+    return clbuf::detail::guard_host_memory("irecv", [&] {
+      const char* op = "irecv";
+      check_buffer(op, buffer, false, true);
+      check_rank(op, "source", source, true);
+      check_tag(op, tag, true);
+      return Request::start(core_, op, span_of(buffer), source, tag, false);
+    });
   }
 
   /// A send of all of `buffer` to `dest` with `tag`, checked now and started by
@@ -400,29 +400,30 @@ class Communicator {
   /// Wraps what isend() does; the peer receives with recv(), irecv() or a recv_init().
   /// @throws Error as isend() for a bad buffer, rank or tag.
   template <class T>
-  Persistent send_init(const DeviceBuffer<T>& buffer, int dest, int tag = 0) try {
-    const char* op = "send_init";
-    check_buffer(op, buffer, true, false);
-    check_rank(op, "destination", dest, false);
-    check_tag(op, tag, false);
-    return Persistent(core_, "send_init", span_of(buffer), retained_root(buffer), dest, tag, true);
-  } catch (const std::bad_alloc&) {
-    clbuf::detail::out_of_host_memory("send_init");
+  Persistent send_init(const DeviceBuffer<T>& buffer, int dest, int tag = 0) {
+    return clbuf::detail::guard_host_memory("send_init", [&] {
+      const char* op = "send_init";
+      check_buffer(op, buffer, true, false);
+      check_rank(op, "destination", dest, false);
+      check_tag(op, tag, false);
+      return Persistent(core_, "send_init", span_of(buffer), retained_root(buffer), dest, tag,
+                        true);
+    });
   }
 
   /// A receive into all of `buffer` from `source` (or MPI_ANY_SOURCE) with `tag` (or
   /// MPI_ANY_TAG), checked now and started by Persistent::start() as often as needed.
   /// @throws Error as irecv() for a bad buffer, rank or tag.
   template <class T>
-  Persistent recv_init(DeviceBuffer<T>& buffer, int source, int tag = 0) try {
-    const char* op = "recv_init";
-    check_buffer(op, buffer, false, true);
-    check_rank(op, "source", source, true);
-    check_tag(op, tag, true);
-    return Persistent(core_, "recv_init", span_of(buffer), retained_root(buffer), source, tag,
-                      false);
-  } catch (const std::bad_alloc&) {
-    clbuf::detail::out_of_host_memory("recv_init");
+  Persistent recv_init(DeviceBuffer<T>& buffer, int source, int tag = 0) {
+    return clbuf::detail::guard_host_memory("recv_init", [&] {
+      const char* op = "recv_init";
+      check_buffer(op, buffer, false, true);
+      check_rank(op, "source", source, true);
+      check_tag(op, tag, true);
+      return Persistent(core_, "recv_init", span_of(buffer), retained_root(buffer), source, tag,
+                        false);
+    });
   }
   /// @}
 
@@ -435,47 +436,47 @@ class Communicator {
 
   /// Copies `buffer` of rank `root` into `buffer` of every rank (binomial tree).
   template <class T>
-  void broadcast(DeviceBuffer<T>& buffer, int root) try {
-    const char* op = "broadcast";
-    std::exception_ptr local;
-    try {
-      check_buffer(op, buffer, rank() == root, rank() != root);
-      check_rank(op, "root", root, false, false);
-    } catch (...) {
-      local = std::current_exception();
-    }
-    agree<T>(op, local, buffer.size(), root, -1);
-    if (core_->whole()) {
-      on_host(
-          op, buffer, rank() == root, rank() != root, [&](T* data, int count, MPI_Datatype type) {
-            detail::check_mpi(MPI_Bcast(data, count, type, root, core_->coll()), op, "MPI_Bcast");
-          });
-      return;
-    }
-    const int p = size();
-    const int relative = (rank() - root + p) % p;
-    int mask = 1;
-    while (mask < p) {
-      if (relative & mask) {
-        wait_one(std::make_shared<detail::RecvStream>(*core_, op, span_of(buffer),
-                                                      (relative - mask + root) % p, 0,
-                                                      core_->coll(), detail::Kind::collective));
-        break;
+  void broadcast(DeviceBuffer<T>& buffer, int root) {
+    clbuf::detail::guard_host_memory("broadcast", [&] {
+      const char* op = "broadcast";
+      std::exception_ptr local;
+      try {
+        check_buffer(op, buffer, rank() == root, rank() != root);
+        check_rank(op, "root", root, false, false);
+      } catch (...) {
+        local = std::current_exception();
       }
-      mask <<= 1;
-    }
-    std::vector<std::shared_ptr<detail::Transfer>> sends;
-    sends.reserve(32);  // a rank of a binomial tree sends at most log2(p) < 32 times
-    for (mask >>= 1; mask > 0; mask >>= 1) {
-      if (relative + mask < p) {
-        sends.push_back(
-            track(detail::make_send(*core_, op, span_of(buffer), (relative + mask + root) % p, 0,
-                                    core_->coll(), detail::Kind::collective)));
+      agree<T>(op, local, buffer.size(), root, -1);
+      if (core_->whole()) {
+        on_host(
+            op, buffer, rank() == root, rank() != root, [&](T* data, int count, MPI_Datatype type) {
+              detail::check_mpi(MPI_Bcast(data, count, type, root, core_->coll()), op, "MPI_Bcast");
+            });
+        return;
       }
-    }
-    core_->wait_all(sends);
-  } catch (const std::bad_alloc&) {
-    clbuf::detail::out_of_host_memory("broadcast");
+      const int p = size();
+      const int relative = (rank() - root + p) % p;
+      int mask = 1;
+      while (mask < p) {
+        if (relative & mask) {
+          wait_one(std::make_shared<detail::RecvStream>(*core_, op, span_of(buffer),
+                                                        (relative - mask + root) % p, 0,
+                                                        core_->coll(), detail::Kind::collective));
+          break;
+        }
+        mask <<= 1;
+      }
+      std::vector<std::shared_ptr<detail::Transfer>> sends;
+      sends.reserve(32);  // a rank of a binomial tree sends at most log2(p) < 32 times
+      for (mask >>= 1; mask > 0; mask >>= 1) {
+        if (relative + mask < p) {
+          sends.push_back(
+              track(detail::make_send(*core_, op, span_of(buffer), (relative + mask + root) % p, 0,
+                                      core_->coll(), detail::Kind::collective)));
+        }
+      }
+      core_->wait_all(sends);
+    });
   }
 
   /// Reduces `buffer` element-wise over all ranks (sum, min or max), the result on every rank.
@@ -484,65 +485,65 @@ class Communicator {
   /// memory (the buffer's own on a CPU device). Floating-point sums may differ in the last bits
   /// from a sum in another order, but every rank gets the same bits.
   template <class T>
-  void allreduce(DeviceBuffer<T>& buffer, Op reduction = Op::sum) try {
-    static_assert(
-        detail::type_code<T>() >= detail::int8 && detail::type_code<T>() <= detail::float64,
-        "clbuf::mpi::allreduce needs an arithmetic T of 8 to 64 bits (not bool)");
-    const char* op = "allreduce";
-    std::exception_ptr local;
-    DeviceBuffer<T> incoming;  // the device ring's receiving buffer (below)
-    try {
-      check_buffer(op, buffer, true, true);
-      // Had before the agreement: a rank that cannot get it rejects the call there, on every
-      // rank, instead of leaving the ring (its neighbours would wait for it for ever).
-      if (!core_->whole() && size() > 1 && !buffer.empty() &&
-          buffer.size_bytes() >= options().device_reduce_bytes) {
-        incoming = manager().allocate<T>(buffer.size() / static_cast<std::size_t>(size()) + 1);
+  void allreduce(DeviceBuffer<T>& buffer, Op reduction = Op::sum) {
+    clbuf::detail::guard_host_memory("allreduce", [&] {
+      static_assert(
+          detail::type_code<T>() >= detail::int8 && detail::type_code<T>() <= detail::float64,
+          "clbuf::mpi::allreduce needs an arithmetic T of 8 to 64 bits (not bool)");
+      const char* op = "allreduce";
+      std::exception_ptr local;
+      DeviceBuffer<T> incoming;  // the device ring's receiving buffer (below)
+      try {
+        check_buffer(op, buffer, true, true);
+        // Had before the agreement: a rank that cannot get it rejects the call there, on every
+        // rank, instead of leaving the ring (its neighbours would wait for it for ever).
+        if (!core_->whole() && size() > 1 && !buffer.empty() &&
+            buffer.size_bytes() >= options().device_reduce_bytes) {
+          incoming = manager().allocate<T>(buffer.size() / static_cast<std::size_t>(size()) + 1);
+        }
+      } catch (...) {
+        local = std::current_exception();
       }
-    } catch (...) {
-      local = std::current_exception();
-    }
-    agree<T>(op, local, buffer.size(), -1, static_cast<long long>(reduction));
-    const std::uint32_t type = detail::type_code<T>();
-    if (core_->whole()) {  // MPI_Allreduce as a plain peer calls it, even of no element
-      on_host(op, buffer, true, true, [&](T* data, int count, MPI_Datatype mpi_type) {
-        detail::check_mpi(MPI_Allreduce(MPI_IN_PLACE, data, count, mpi_type,
-                                        detail::mpi_op(reduction), core_->coll()),
-                          op, "MPI_Allreduce");
-      });
-      return;
-    }
-    if (size() == 1 || buffer.empty()) return;
-    if (buffer.size_bytes() < options().device_reduce_bytes) {
-      reduce_on_host(op, buffer, type, reduction);
-      return;
-    }
-    const std::size_t p = static_cast<std::size_t>(size());
-    const std::size_t n = buffer.size();
-    const auto start_of = [&](std::size_t i) { return i * (n / p) + std::min(i, n % p); };
-    const auto length_of = [&](std::size_t i) { return n / p + (i < n % p ? 1 : 0); };
-    const clbuf::detail::Queue queue(manager().queue());
-    const std::size_t r = static_cast<std::size_t>(rank());
-    const int right = static_cast<int>((r + 1) % p);
-    const int left = static_cast<int>((r + p - 1) % p);
-    for (std::size_t step = 0; step + 1 < p; ++step) {  // reduce-scatter
-      const std::size_t out = (r + p - step) % p;
-      const std::size_t in = (r + 2 * p - step - 1) % p;
-      exchange(op, span_of(buffer, start_of(out), length_of(out)), right,
-               span_of(incoming, 0, length_of(in)), left);
-      reducer_->reduce(op, queue, type, reduction, buffer.native_root()(),
-                       buffer.native_offset_bytes() / sizeof(T) + start_of(in),
-                       incoming.native_root()(), length_of(in));
-    }
-    for (std::size_t step = 0; step + 1 < p; ++step) {  // allgather
-      const std::size_t out = (r + 1 + p - step) % p;
-      const std::size_t in = (r + p - step) % p;
-      exchange(op, span_of(buffer, start_of(out), length_of(out)), right,
-               span_of(buffer, start_of(in), length_of(in)), left);
-    }
-    queue.finish(op);
-  } catch (const std::bad_alloc&) {
-    clbuf::detail::out_of_host_memory("allreduce");
+      agree<T>(op, local, buffer.size(), -1, static_cast<long long>(reduction));
+      const std::uint32_t type = detail::type_code<T>();
+      if (core_->whole()) {  // MPI_Allreduce as a plain peer calls it, even of no element
+        on_host(op, buffer, true, true, [&](T* data, int count, MPI_Datatype mpi_type) {
+          detail::check_mpi(MPI_Allreduce(MPI_IN_PLACE, data, count, mpi_type,
+                                          detail::mpi_op(reduction), core_->coll()),
+                            op, "MPI_Allreduce");
+        });
+        return;
+      }
+      if (size() == 1 || buffer.empty()) return;
+      if (buffer.size_bytes() < options().device_reduce_bytes) {
+        reduce_on_host(op, buffer, type, reduction);
+        return;
+      }
+      const std::size_t p = static_cast<std::size_t>(size());
+      const std::size_t n = buffer.size();
+      const auto start_of = [&](std::size_t i) { return i * (n / p) + std::min(i, n % p); };
+      const auto length_of = [&](std::size_t i) { return n / p + (i < n % p ? 1 : 0); };
+      const clbuf::detail::Queue queue(manager().queue());
+      const std::size_t r = static_cast<std::size_t>(rank());
+      const int right = static_cast<int>((r + 1) % p);
+      const int left = static_cast<int>((r + p - 1) % p);
+      for (std::size_t step = 0; step + 1 < p; ++step) {  // reduce-scatter
+        const std::size_t out = (r + p - step) % p;
+        const std::size_t in = (r + 2 * p - step - 1) % p;
+        exchange(op, span_of(buffer, start_of(out), length_of(out)), right,
+                 span_of(incoming, 0, length_of(in)), left);
+        reducer_->reduce(op, queue, type, reduction, buffer.native_root()(),
+                         buffer.native_offset_bytes() / sizeof(T) + start_of(in),
+                         incoming.native_root()(), length_of(in));
+      }
+      for (std::size_t step = 0; step + 1 < p; ++step) {  // allgather
+        const std::size_t out = (r + 1 + p - step) % p;
+        const std::size_t in = (r + p - step) % p;
+        exchange(op, span_of(buffer, start_of(out), length_of(out)), right,
+                 span_of(buffer, start_of(in), length_of(in)), left);
+      }
+      queue.finish(op);
+    });
   }
 
   /// Starts broadcast(): `buffer` of rank `root` into `buffer` of every rank, by MPI_Ibcast on
@@ -557,10 +558,9 @@ class Communicator {
   ///         (the agreement, unless verify_collectives is false or the path is Path::whole),
   ///         or when MPI or OpenCL fails.
   template <class T>
-  Request ibroadcast(DeviceBuffer<T>& buffer, int root) try {
-    return start_collective("ibroadcast", buffer, false, root, Op::sum);
-  } catch (const std::bad_alloc&) {
-    clbuf::detail::out_of_host_memory("ibroadcast");
+  Request ibroadcast(DeviceBuffer<T>& buffer, int root) {
+    return clbuf::detail::guard_host_memory(
+        "ibroadcast", [&] { return start_collective("ibroadcast", buffer, false, root, Op::sum); });
   }
 
   /// Starts allreduce(): `buffer` reduced element-wise over all ranks, by MPI_Iallreduce
@@ -568,109 +568,109 @@ class Communicator {
   /// Request completes when `buffer` holds the result on this rank.
   /// @throws Error as ibroadcast().
   template <class T>
-  Request iallreduce(DeviceBuffer<T>& buffer, Op reduction = Op::sum) try {
-    static_assert(
-        detail::type_code<T>() >= detail::int8 && detail::type_code<T>() <= detail::float64,
-        "clbuf::mpi::iallreduce needs an arithmetic T of 8 to 64 bits (not bool)");
-    return start_collective("iallreduce", buffer, true, -1, reduction);
-  } catch (const std::bad_alloc&) {
-    clbuf::detail::out_of_host_memory("iallreduce");
+  Request iallreduce(DeviceBuffer<T>& buffer, Op reduction = Op::sum) {
+    return clbuf::detail::guard_host_memory("iallreduce", [&] {
+      static_assert(
+          detail::type_code<T>() >= detail::int8 && detail::type_code<T>() <= detail::float64,
+          "clbuf::mpi::iallreduce needs an arithmetic T of 8 to 64 bits (not bool)");
+      return start_collective("iallreduce", buffer, true, -1, reduction);
+    });
   }
 
   /// Rank i receives elements [i * mine.size(), (i + 1) * mine.size()) of the root's `all`;
   /// `all` is read on the root only and must hold mine.size() * size() elements there.
   template <class T>
-  void scatter(const DeviceBuffer<T>& all, DeviceBuffer<T>& mine, int root) try {
-    const char* op = "scatter";
-    std::exception_ptr local;
-    try {
-      check_buffer(op, mine, false, rank() != root);
-      check_rank(op, "root", root, false, false);
-      if (rank() == root) {
-        check_whole(op, all, mine.size(), true, false);
-        check_own_slot(op, all, mine, root);
+  void scatter(const DeviceBuffer<T>& all, DeviceBuffer<T>& mine, int root) {
+    clbuf::detail::guard_host_memory("scatter", [&] {
+      const char* op = "scatter";
+      std::exception_ptr local;
+      try {
+        check_buffer(op, mine, false, rank() != root);
+        check_rank(op, "root", root, false, false);
+        if (rank() == root) {
+          check_whole(op, all, mine.size(), true, false);
+          check_own_slot(op, all, mine, root);
+        }
+      } catch (...) {
+        local = std::current_exception();
       }
-    } catch (...) {
-      local = std::current_exception();
-    }
-    agree<T>(op, local, mine.size(), root, -1);
-    const std::size_t n = mine.size();
-    if (core_->whole()) {
-      plain_scatter_gather(op, mine, all, root, true);
-      return;
-    }
-    if (rank() != root) {
-      wait_one(std::make_shared<detail::RecvStream>(*core_, op, span_of(mine), root, 0,
-                                                    core_->coll(), detail::Kind::collective));
-      return;
-    }
-    std::vector<std::shared_ptr<detail::Transfer>> sends;
-    sends.reserve(static_cast<std::size_t>(size()));
-    for (int i = 0; i < size(); ++i) {
-      if (i == root) continue;
-      sends.push_back(
-          track(detail::make_send(*core_, op, span_of(all, static_cast<std::size_t>(i) * n, n), i,
-                                  0, core_->coll(), detail::Kind::collective)));
-    }
-    copy_own(op, all, static_cast<std::size_t>(root) * n, mine, 0,
-             in_own_slot(all, mine, root) ? 0 : n, sends);
-  } catch (const std::bad_alloc&) {
-    clbuf::detail::out_of_host_memory("scatter");
+      agree<T>(op, local, mine.size(), root, -1);
+      const std::size_t n = mine.size();
+      if (core_->whole()) {
+        plain_scatter_gather(op, mine, all, root, true);
+        return;
+      }
+      if (rank() != root) {
+        wait_one(std::make_shared<detail::RecvStream>(*core_, op, span_of(mine), root, 0,
+                                                      core_->coll(), detail::Kind::collective));
+        return;
+      }
+      std::vector<std::shared_ptr<detail::Transfer>> sends;
+      sends.reserve(static_cast<std::size_t>(size()));
+      for (int i = 0; i < size(); ++i) {
+        if (i == root) continue;
+        sends.push_back(
+            track(detail::make_send(*core_, op, span_of(all, static_cast<std::size_t>(i) * n, n), i,
+                                    0, core_->coll(), detail::Kind::collective)));
+      }
+      copy_own(op, all, static_cast<std::size_t>(root) * n, mine, 0,
+               in_own_slot(all, mine, root) ? 0 : n, sends);
+    });
   }
 
   /// The reverse of scatter(): `all` on the root receives every rank's `mine` in rank order.
   template <class T>
-  void gather(const DeviceBuffer<T>& mine, DeviceBuffer<T>& all, int root) try {
-    const char* op = "gather";
-    std::exception_ptr local;
-    try {
-      check_buffer(op, mine, rank() != root, false);
-      check_rank(op, "root", root, false, false);
-      if (rank() == root) {
-        check_whole(op, all, mine.size(), false, true);
-        check_own_slot(op, all, mine, root);
+  void gather(const DeviceBuffer<T>& mine, DeviceBuffer<T>& all, int root) {
+    clbuf::detail::guard_host_memory("gather", [&] {
+      const char* op = "gather";
+      std::exception_ptr local;
+      try {
+        check_buffer(op, mine, rank() != root, false);
+        check_rank(op, "root", root, false, false);
+        if (rank() == root) {
+          check_whole(op, all, mine.size(), false, true);
+          check_own_slot(op, all, mine, root);
+        }
+      } catch (...) {
+        local = std::current_exception();
       }
-    } catch (...) {
-      local = std::current_exception();
-    }
-    agree<T>(op, local, mine.size(), root, -1);
-    const std::size_t n = mine.size();
-    if (core_->whole()) {
-      plain_scatter_gather(op, mine, all, root, false);
-      return;
-    }
-    if (rank() != root) {
-      wait_one(detail::make_send(*core_, op, span_of(mine), root, 0, core_->coll(),
-                                 detail::Kind::collective));
-      return;
-    }
-    std::vector<std::shared_ptr<detail::Transfer>> receives;
-    receives.reserve(static_cast<std::size_t>(size()));
-    for (int i = 0; i < size(); ++i) {
-      if (i == root) continue;
-      receives.push_back(track(std::make_shared<detail::RecvStream>(
-          *core_, op, span_of(all, static_cast<std::size_t>(i) * n, n), i, 0, core_->coll(),
-          detail::Kind::collective)));
-    }
-    copy_own(op, mine, 0, all, static_cast<std::size_t>(root) * n,
-             in_own_slot(all, mine, root) ? 0 : n, receives);
-  } catch (const std::bad_alloc&) {
-    clbuf::detail::out_of_host_memory("gather");
+      agree<T>(op, local, mine.size(), root, -1);
+      const std::size_t n = mine.size();
+      if (core_->whole()) {
+        plain_scatter_gather(op, mine, all, root, false);
+        return;
+      }
+      if (rank() != root) {
+        wait_one(detail::make_send(*core_, op, span_of(mine), root, 0, core_->coll(),
+                                   detail::Kind::collective));
+        return;
+      }
+      std::vector<std::shared_ptr<detail::Transfer>> receives;
+      receives.reserve(static_cast<std::size_t>(size()));
+      for (int i = 0; i < size(); ++i) {
+        if (i == root) continue;
+        receives.push_back(track(std::make_shared<detail::RecvStream>(
+            *core_, op, span_of(all, static_cast<std::size_t>(i) * n, n), i, 0, core_->coll(),
+            detail::Kind::collective)));
+      }
+      copy_own(op, mine, 0, all, static_cast<std::size_t>(root) * n,
+               in_own_slot(all, mine, root) ? 0 : n, receives);
+    });
   }
 
   /// MPI_Barrier on the duplicated communicator.
-  void barrier() try {
-    core_->launch_collectives(true);
-    if (core_->whole()) {  // a plain peer calls MPI_Barrier
-      detail::check_mpi(MPI_Barrier(core_->coll()), "barrier", "MPI_Barrier");
-      return;
-    }
-    // Non-blocking, so that transfers in flight move on while it waits (docs/mpi.md).
-    MPI_Request request = MPI_REQUEST_NULL;
-    detail::check_mpi(MPI_Ibarrier(core_->coll(), &request), "barrier", "MPI_Ibarrier");
-    core_->wait_request(request, "barrier", "MPI_Ibarrier");
-  } catch (const std::bad_alloc&) {
-    clbuf::detail::out_of_host_memory("barrier");
+  void barrier() {
+    clbuf::detail::guard_host_memory("barrier", [&] {
+      core_->launch_collectives(true);
+      if (core_->whole()) {  // a plain peer calls MPI_Barrier
+        detail::check_mpi(MPI_Barrier(core_->coll()), "barrier", "MPI_Barrier");
+        return;
+      }
+      // Non-blocking, so that transfers in flight move on while it waits (docs/mpi.md).
+      MPI_Request request = MPI_REQUEST_NULL;
+      detail::check_mpi(MPI_Ibarrier(core_->coll(), &request), "barrier", "MPI_Ibarrier");
+      core_->wait_request(request, "barrier", "MPI_Ibarrier");
+    });
   }
   /// @}
 
@@ -1052,70 +1052,70 @@ struct Neighbour {
 ///         failure.
 inline std::vector<Neighbour> cartesian_faces(MPI_Comm cart, const Extents& interior,
                                               std::size_t halo, bool edges_and_corners = false,
-                                              int first_tag = 0) try {
-  const char* op = "cartesian_faces";
-  const detail::CartesianGrid grid = detail::cartesian_grid(op, cart);
-  const std::size_t n[3] = {interior.x, interior.y, interior.z};
-  if (halo == 0) clbuf::detail::fail(op, CL_INVALID_VALUE, "the halo width is 0");
-  if (first_tag < 0) {
-    clbuf::detail::fail(op, CL_INVALID_VALUE,
-                        "first_tag " + std::to_string(first_tag) + " is negative");
-  }
-  for (int d = 0; d < 3; ++d) {
-    const char axis = "xyz"[d];
-    if (d < grid.ndims && n[d] < halo) {
+                                              int first_tag = 0) {
+  return clbuf::detail::guard_host_memory("cartesian_faces", [&] {
+    const char* op = "cartesian_faces";
+    const detail::CartesianGrid grid = detail::cartesian_grid(op, cart);
+    const std::size_t n[3] = {interior.x, interior.y, interior.z};
+    if (halo == 0) clbuf::detail::fail(op, CL_INVALID_VALUE, "the halo width is 0");
+    if (first_tag < 0) {
       clbuf::detail::fail(op, CL_INVALID_VALUE,
-                          std::string("interior of ") + clbuf::detail::describe(interior) +
-                              " elements is narrower than the halo of " + std::to_string(halo) +
-                              " along " + axis);
+                          "first_tag " + std::to_string(first_tag) + " is negative");
     }
-    if (d >= grid.ndims && n[d] != 1) {
-      clbuf::detail::fail(op, CL_INVALID_VALUE,
-                          std::string("interior of ") + clbuf::detail::describe(interior) +
-                              " elements on a communicator of " + std::to_string(grid.ndims) +
-                              " dimensions: its extent along " + axis + " must be 1");
-    }
-  }
-  std::size_t whole[3] = {1, 1, 1};
-  for (int d = 0; d < grid.ndims; ++d) {
-    if (halo > SIZE_MAX / 4 || n[d] > SIZE_MAX - 2 * halo) {
-      clbuf::detail::fail(op, CL_INVALID_VALUE, "the field's extents overflow size_t");
-    }
-    whole[d] = n[d] + 2 * halo;
-  }
-  const Extents field{whole[0], whole[1], whole[2]};
-  std::vector<Neighbour> plan;
-  const int last[3] = {1, grid.ndims > 1 ? 1 : 0, grid.ndims > 2 ? 1 : 0};
-  for (int z = -last[2]; z <= last[2]; ++z) {
-    for (int y = -last[1]; y <= last[1]; ++y) {
-      for (int x = -last[0]; x <= last[0]; ++x) {
-        const int step[3] = {x, y, z};
-        const int moves = (x != 0) + (y != 0) + (z != 0);
-        if (moves == 0 || (moves > 1 && !edges_and_corners)) continue;
-        const int back[3] = {-x, -y, -z};
-        Neighbour neighbour;
-        neighbour.rank = detail::cartesian_neighbour(op, cart, grid, step);
-        neighbour.send_tag = first_tag + detail::direction_code(step);
-        neighbour.recv_tag = first_tag + detail::direction_code(back);
-        Box send{Offset{}, Extents{}, field};
-        Box recv{Offset{}, Extents{}, field};
-        std::size_t* send_origin[3] = {&send.origin.x, &send.origin.y, &send.origin.z};
-        std::size_t* send_size[3] = {&send.size.x, &send.size.y, &send.size.z};
-        std::size_t* recv_origin[3] = {&recv.origin.x, &recv.origin.y, &recv.origin.z};
-        std::size_t* recv_size[3] = {&recv.size.x, &recv.size.y, &recv.size.z};
-        for (int d = 0; d < grid.ndims; ++d) {
-          detail::halo_span(step[d], n[d], halo, true, *send_origin[d], *send_size[d]);
-          detail::halo_span(step[d], n[d], halo, false, *recv_origin[d], *recv_size[d]);
-        }
-        neighbour.send_box = send;
-        neighbour.recv_box = recv;
-        plan.push_back(neighbour);
+    for (int d = 0; d < 3; ++d) {
+      const char axis = "xyz"[d];
+      if (d < grid.ndims && n[d] < halo) {
+        clbuf::detail::fail(op, CL_INVALID_VALUE,
+                            std::string("interior of ") + clbuf::detail::describe(interior) +
+                                " elements is narrower than the halo of " + std::to_string(halo) +
+                                " along " + axis);
+      }
+      if (d >= grid.ndims && n[d] != 1) {
+        clbuf::detail::fail(op, CL_INVALID_VALUE,
+                            std::string("interior of ") + clbuf::detail::describe(interior) +
+                                " elements on a communicator of " + std::to_string(grid.ndims) +
+                                " dimensions: its extent along " + axis + " must be 1");
       }
     }
-  }
-  return plan;
-} catch (const std::bad_alloc&) {
-  clbuf::detail::out_of_host_memory("cartesian_faces");
+    std::size_t whole[3] = {1, 1, 1};
+    for (int d = 0; d < grid.ndims; ++d) {
+      if (halo > SIZE_MAX / 4 || n[d] > SIZE_MAX - 2 * halo) {
+        clbuf::detail::fail(op, CL_INVALID_VALUE, "the field's extents overflow size_t");
+      }
+      whole[d] = n[d] + 2 * halo;
+    }
+    const Extents field{whole[0], whole[1], whole[2]};
+    std::vector<Neighbour> plan;
+    const int last[3] = {1, grid.ndims > 1 ? 1 : 0, grid.ndims > 2 ? 1 : 0};
+    for (int z = -last[2]; z <= last[2]; ++z) {
+      for (int y = -last[1]; y <= last[1]; ++y) {
+        for (int x = -last[0]; x <= last[0]; ++x) {
+          const int step[3] = {x, y, z};
+          const int moves = (x != 0) + (y != 0) + (z != 0);
+          if (moves == 0 || (moves > 1 && !edges_and_corners)) continue;
+          const int back[3] = {-x, -y, -z};
+          Neighbour neighbour;
+          neighbour.rank = detail::cartesian_neighbour(op, cart, grid, step);
+          neighbour.send_tag = first_tag + detail::direction_code(step);
+          neighbour.recv_tag = first_tag + detail::direction_code(back);
+          Box send{Offset{}, Extents{}, field};
+          Box recv{Offset{}, Extents{}, field};
+          std::size_t* send_origin[3] = {&send.origin.x, &send.origin.y, &send.origin.z};
+          std::size_t* send_size[3] = {&send.size.x, &send.size.y, &send.size.z};
+          std::size_t* recv_origin[3] = {&recv.origin.x, &recv.origin.y, &recv.origin.z};
+          std::size_t* recv_size[3] = {&recv.size.x, &recv.size.y, &recv.size.z};
+          for (int d = 0; d < grid.ndims; ++d) {
+            detail::halo_span(step[d], n[d], halo, true, *send_origin[d], *send_size[d]);
+            detail::halo_span(step[d], n[d], halo, false, *recv_origin[d], *recv_size[d]);
+          }
+          neighbour.send_box = send;
+          neighbour.recv_box = recv;
+          plan.push_back(neighbour);
+        }
+      }
+    }
+    return plan;
+  });
 }
 
 /// A persistent halo exchange of one field, by a plan of Neighbours (or cartesian_faces()).
@@ -1183,8 +1183,8 @@ class HaloExchange final : private detail::Deferred {
         }
       }
     }
-  } catch (const std::bad_alloc&) {
-    clbuf::detail::out_of_host_memory("HaloExchange");
+  } catch (...) {
+    clbuf::detail::rethrow_host_memory("HaloExchange");
   }
 
   HaloExchange(const HaloExchange&) = delete;
@@ -1230,185 +1230,186 @@ class HaloExchange final : private detail::Deferred {
   /// @throws Error CL_INVALID_VALUE for ranges past the end of `field` or a box whose field
   ///         holds more elements than `field` (naming the neighbour and both sizes; nothing is
   ///         enqueued or sent), CL_INVALID_OPERATION when the last exchange has not finished.
-  void start(DeviceBuffer<T>& field) try {
-    const char* op = "HaloExchange::start";
-    if (running_) {
-      clbuf::detail::fail(op, CL_INVALID_OPERATION, "the last exchange has not finished");
-    }
-    bool host_reads = false;  // only contiguous ranges reach the field through the host
-    bool host_writes = false;
-    for (const Neighbour& n : plan_) {
-      host_reads = host_reads || !n.send_box;
-      host_writes = host_writes || !n.recv_box;
-    }
-    if (!core_) {
-      clbuf::detail::fail(op, CL_INVALID_OPERATION, "this HaloExchange was moved from");
-    }
-    clbuf::detail::check_buffer(op, field.valid(), field.context(), core_->context());
-    clbuf::detail::check_host_access(op, clbuf::detail::BufferAccess::access(field), host_reads,
-                                     host_writes);
-    for (std::size_t i = 0; i < plan_.size(); ++i) {
-      const Neighbour& n = plan_[i];
-      if (!n.send_box) {
-        clbuf::detail::check_range(op, "read", n.count, n.send_offset, field.size(), sizeof(T));
+  void start(DeviceBuffer<T>& field) {
+    clbuf::detail::guard_host_memory("HaloExchange::start", [&] {
+      const char* op = "HaloExchange::start";
+      if (running_) {
+        clbuf::detail::fail(op, CL_INVALID_OPERATION, "the last exchange has not finished");
       }
-      if (!n.recv_box) {
-        clbuf::detail::check_range(op, "write", n.count, n.recv_offset, field.size(), sizeof(T));
+      bool host_reads = false;  // only contiguous ranges reach the field through the host
+      bool host_writes = false;
+      for (const Neighbour& n : plan_) {
+        host_reads = host_reads || !n.send_box;
+        host_writes = host_writes || !n.recv_box;
       }
-      check_boxes(op, i, field.size());
-    }
-    BufferManager& manager = core_->manager();
-    running_ = true;
-    unpack_ = true;
-    // A box goes straight (read into the exchange's pinned memory, written from it) where the
-    // host may read and write the field; else through the pack and unpack buffers.
-    const cl_mem_flags access = clbuf::detail::BufferAccess::access(field);
-    straight_ = clbuf::detail::host_access_bits(access) == 0;
-    // A kernel may only read and write a field made CL_MEM_READ_WRITE (copies may do both to
-    // any buffer): a field made read-only or write-only for kernels is packed by rect copies.
-    kernel_may_ = clbuf::detail::kernel_access_bits(access) == 0;
-    // Within the capacity the constructor reserved: no allocation (see the catch below).
-    reads_.clear();
-    reads_.resize(plan_.size());
-    sends_.clear();
-    sends_.resize(plan_.size());
-    unposted_.assign(plan_.size(), 0);
-    for (std::size_t i = 0; i < plan_.size(); ++i) {
-      if (plan_[i].rank != MPI_PROC_NULL) unposted_[i] = 1;  // posted by post_sends()
-      packed_[i] = cl::Event();
-    }
-    try {
-      field_ = manager.view(field, 0, field.size());
-      // Packed (or read) before the sends are posted: a send reads its pack buffer through the
-      // host (the queue finished, mapped, or read into pinned chunks), behind these copies on the
-      // queue; a box read straight is sent once its read has completed (post_sends()).
+      if (!core_) {
+        clbuf::detail::fail(op, CL_INVALID_OPERATION, "this HaloExchange was moved from");
+      }
+      clbuf::detail::check_buffer(op, field.valid(), field.context(), core_->context());
+      clbuf::detail::check_host_access(op, clbuf::detail::BufferAccess::access(field), host_reads,
+                                       host_writes);
       for (std::size_t i = 0; i < plan_.size(); ++i) {
         const Neighbour& n = plan_[i];
-        if (n.rank == MPI_PROC_NULL || !n.send_box) continue;
-        const Box& box = *n.send_box;
-        const Region region = detail::pack_region(box.origin, box.size, box.field);
-        if (straight_ && !straight_sends_[i].empty()) {
-          reads_[i] = manager.download_rect_async(field_, straight_sends_[i].data(),
-                                                  straight_sends_[i].size(), region);
-        } else if (by_kernel(box)) {
-          kernels_.push_back(packer_->copy(op, core_->queue(), field_.native_root()(),
-                                           field_.native_offset_bytes(), packs_[i].native_root()(),
-                                           0, region, sizeof(T)));
-          packed_[i] = kernels_.back();
-        } else {
-          copies_.push_back(manager.copy_rect_async(field_, packs_[i], region));
-          packed_[i] = copies_.back().event();
+        if (!n.send_box) {
+          clbuf::detail::check_range(op, "read", n.count, n.send_offset, field.size(), sizeof(T));
         }
-      }
-      detail::Core& core = *core_;
-      // A receive into the field waits for the work queued before start() (one marker), not for
-      // the interior kernels queued after it, as clFinish would on a CPU device; a receive into
-      // an unpack buffer waits for nothing (the last finish() waited for its unpack copy).
-      cl::Event before;
-      const cl::Event nothing;
-      const bool host_block = Communicator::span_of(field_, 0, 0).host != nullptr;
-      for (const Neighbour& n : plan_) {
-        if (host_block && n.rank != MPI_PROC_NULL && !n.recv_box && before() == nullptr) {
-          before = core.queue().marker(op);
-          core.queue().flush(op);
+        if (!n.recv_box) {
+          clbuf::detail::check_range(op, "write", n.count, n.recv_offset, field.size(), sizeof(T));
         }
+        check_boxes(op, i, field.size());
       }
-      while (receives_.size() < plan_.size()) post_receive(receives_.size(), &before, field_);
-      post_sends(false);
-    } catch (...) {
-      // The plan is still completed, so that no neighbour waits for this rank: the receives not
-      // posted yet are posted (each as it can be; into the field after clFinish), every send not
-      // posted goes as a notice that this rank failed (the neighbour's exchange then fails
-      // too); then all is waited for.
-      const std::exception_ptr failure = std::current_exception();
-      unpack_ = false;  // the boxes that arrive are not unpacked: a failed start() leaves the field
-      while (receives_.size() < plan_.size()) {
-        try {
-          post_receive(receives_.size(), nullptr, field);  // field_ may not have been made
-        } catch (...) {
-          receives_.emplace_back();  // reserved: given up on, this receive is never posted
-          landed_.push_back(true);
-        }
-      }
-      // Earlier exchanges' sends held back for their reads go first: a notice with their tags
-      // must not overtake them (the neighbour would take it for their box, and this exchange's
-      // message for the earlier one's).
-      core_->post_deferred(this);
+      BufferManager& manager = core_->manager();
+      running_ = true;
+      unpack_ = true;
+      // A box goes straight (read into the exchange's pinned memory, written from it) where the
+      // host may read and write the field; else through the pack and unpack buffers.
+      const cl_mem_flags access = clbuf::detail::BufferAccess::access(field);
+      straight_ = clbuf::detail::host_access_bits(access) == 0;
+      // A kernel may only read and write a field made CL_MEM_READ_WRITE (copies may do both to
+      // any buffer): a field made read-only or write-only for kernels is packed by rect copies.
+      kernel_may_ = clbuf::detail::kernel_access_bits(access) == 0;
+      // Within the capacity the constructor reserved: no allocation (see the catch below).
+      reads_.clear();
+      reads_.resize(plan_.size());
+      sends_.clear();
+      sends_.resize(plan_.size());
+      unposted_.assign(plan_.size(), 0);
       for (std::size_t i = 0; i < plan_.size(); ++i) {
-        if (unposted_[i]) send_notice(i);  // post_sends() clears each as it posts it
+        if (plan_[i].rank != MPI_PROC_NULL) unposted_[i] = 1;  // posted by post_sends()
+        packed_[i] = cl::Event();
       }
       try {
-        finish();
-      } catch (...) {  // NOLINT(bugprone-empty-catch): the first failure is the one reported
+        field_ = manager.view(field, 0, field.size());
+        // Packed (or read) before the sends are posted: a send reads its pack buffer through the
+        // host (the queue finished, mapped, or read into pinned chunks), behind these copies on the
+        // queue; a box read straight is sent once its read has completed (post_sends()).
+        for (std::size_t i = 0; i < plan_.size(); ++i) {
+          const Neighbour& n = plan_[i];
+          if (n.rank == MPI_PROC_NULL || !n.send_box) continue;
+          const Box& box = *n.send_box;
+          const Region region = detail::pack_region(box.origin, box.size, box.field);
+          if (straight_ && !straight_sends_[i].empty()) {
+            reads_[i] = manager.download_rect_async(field_, straight_sends_[i].data(),
+                                                    straight_sends_[i].size(), region);
+          } else if (by_kernel(box)) {
+            kernels_.push_back(packer_->copy(op, core_->queue(), field_.native_root()(),
+                                             field_.native_offset_bytes(),
+                                             packs_[i].native_root()(), 0, region, sizeof(T)));
+            packed_[i] = kernels_.back();
+          } else {
+            copies_.push_back(manager.copy_rect_async(field_, packs_[i], region));
+            packed_[i] = copies_.back().event();
+          }
+        }
+        detail::Core& core = *core_;
+        // A receive into the field waits for the work queued before start() (one marker), not for
+        // the interior kernels queued after it, as clFinish would on a CPU device; a receive into
+        // an unpack buffer waits for nothing (the last finish() waited for its unpack copy).
+        cl::Event before;
+        const cl::Event nothing;
+        const bool host_block = Communicator::span_of(field_, 0, 0).host != nullptr;
+        for (const Neighbour& n : plan_) {
+          if (host_block && n.rank != MPI_PROC_NULL && !n.recv_box && before() == nullptr) {
+            before = core.queue().marker(op);
+            core.queue().flush(op);
+          }
+        }
+        while (receives_.size() < plan_.size()) post_receive(receives_.size(), &before, field_);
+        post_sends(false);
+      } catch (...) {
+        // The plan is still completed, so that no neighbour waits for this rank: the receives not
+        // posted yet are posted (each as it can be; into the field after clFinish), every send not
+        // posted goes as a notice that this rank failed (the neighbour's exchange then fails
+        // too); then all is waited for.
+        const std::exception_ptr failure = std::current_exception();
+        unpack_ =
+            false;  // the boxes that arrive are not unpacked: a failed start() leaves the field
+        while (receives_.size() < plan_.size()) {
+          try {
+            post_receive(receives_.size(), nullptr, field);  // field_ may not have been made
+          } catch (...) {
+            receives_.emplace_back();  // reserved: given up on, this receive is never posted
+            landed_.push_back(true);
+          }
+        }
+        // Earlier exchanges' sends held back for their reads go first: a notice with their tags
+        // must not overtake them (the neighbour would take it for their box, and this exchange's
+        // message for the earlier one's).
+        core_->post_deferred(this);
+        for (std::size_t i = 0; i < plan_.size(); ++i) {
+          if (unposted_[i]) send_notice(i);  // post_sends() clears each as it posts it
+        }
+        try {
+          finish();
+        } catch (...) {  // NOLINT(bugprone-empty-catch): the first failure is the one reported
+        }
+        std::rethrow_exception(failure);
       }
-      std::rethrow_exception(failure);
-    }
-  } catch (const std::bad_alloc&) {
-    clbuf::detail::out_of_host_memory("HaloExchange::start");
+    });
   }
 
   /// Moves the exchange on, unpacking every box whose message has arrived; true once it has
   /// completed (the field holds the ghost cells), or when none is in flight.
   /// @throws Error as finish() (call finish() afterwards to wait for the rest).
-  bool test() try {
-    if (!running_) return true;
-    post_sends(false);
-    bool all = true;
-    for (std::size_t i = 0; i < receives_.size(); ++i) all = arrived(i, false) && all;
-    for (Request& request : sends_) all = request.test() && all;
-    for (const char unposted : unposted_) all = all && !unposted;
-    if (!all) return false;
-    for (const Future<void>& copy : copies_) {
-      if (!copy.ready()) return false;
-    }
-    // A kernel still queued or running; a failed query or command counts as ended (finish()
-    // reports it).
-    const auto running = [](const cl::Event& kernel) {
-      return clbuf::detail::event_status(kernel()).running();
-    };
-    if (std::any_of(kernels_.begin(), kernels_.end(), running)) return false;
-    finish();
-    return true;
-  } catch (const std::bad_alloc&) {
-    clbuf::detail::out_of_host_memory("HaloExchange::test");
+  bool test() {
+    return clbuf::detail::guard_host_memory("HaloExchange::test", [&] {
+      if (!running_) return true;
+      post_sends(false);
+      bool all = true;
+      for (std::size_t i = 0; i < receives_.size(); ++i) all = arrived(i, false) && all;
+      for (Request& request : sends_) all = request.test() && all;
+      for (const char unposted : unposted_) all = all && !unposted;
+      if (!all) return false;
+      for (const Future<void>& copy : copies_) {
+        if (!copy.ready()) return false;
+      }
+      // A kernel still queued or running; a failed query or command counts as ended (finish()
+      // reports it).
+      const auto running = [](const cl::Event& kernel) {
+        return clbuf::detail::event_status(kernel()).running();
+      };
+      if (std::any_of(kernels_.begin(), kernels_.end(), running)) return false;
+      finish();
+      return true;
+    });
   }
 
   /// Waits for every message of the exchange and for the unpacks: on return the field holds
   /// the ghost cells.
   /// @throws Error as Request::wait(), or an OpenCL failure of a pack or unpack (the first
   ///         failure; all are waited for).
-  void finish() try {
-    if (!running_) return;
-    std::exception_ptr first;
-    const auto attempt = [&first](auto&& step) {
-      try {
-        step();
-      } catch (...) {
-        if (!first) first = std::current_exception();
-      }
-    };
-    // The boxes read straight are sent first (a neighbour's finish() may be waiting for them),
-    // then whatever has arrived is unpacked, so that those copies run while the rest arrive.
-    attempt([&] { post_sends(true); });
-    if (deferred_failure_)
-      attempt([&] { std::rethrow_exception(std::exchange(deferred_failure_, nullptr)); });
-    for (std::size_t i = 0; i < receives_.size(); ++i) attempt([&] { arrived(i, false); });
-    for (std::size_t i = 0; i < receives_.size(); ++i) attempt([&] { arrived(i, true); });
-    for (Request& request : sends_) attempt([&] { request.wait(); });
-    for (const Future<void>& copy : copies_) attempt([&] { copy.wait(); });
-    for (const cl::Event& kernel : kernels_) attempt([&] { wait_for_kernel(kernel); });
-    receives_.clear();
-    sends_.clear();
-    copies_.clear();
-    kernels_.clear();
-    reads_.clear();
-    landed_.clear();
-    unposted_.clear();
-    field_ = DeviceBuffer<T>();
-    running_ = false;
-    if (first) std::rethrow_exception(first);
-  } catch (const std::bad_alloc&) {
-    clbuf::detail::out_of_host_memory("HaloExchange::finish");
+  void finish() {
+    clbuf::detail::guard_host_memory("HaloExchange::finish", [&] {
+      if (!running_) return;
+      std::exception_ptr first;
+      const auto attempt = [&first](auto&& step) {
+        try {
+          step();
+        } catch (...) {
+          if (!first) first = std::current_exception();
+        }
+      };
+      // The boxes read straight are sent first (a neighbour's finish() may be waiting for them),
+      // then whatever has arrived is unpacked, so that those copies run while the rest arrive.
+      attempt([&] { post_sends(true); });
+      if (deferred_failure_)
+        attempt([&] { std::rethrow_exception(std::exchange(deferred_failure_, nullptr)); });
+      for (std::size_t i = 0; i < receives_.size(); ++i) attempt([&] { arrived(i, false); });
+      for (std::size_t i = 0; i < receives_.size(); ++i) attempt([&] { arrived(i, true); });
+      for (Request& request : sends_) attempt([&] { request.wait(); });
+      for (const Future<void>& copy : copies_) attempt([&] { copy.wait(); });
+      for (const cl::Event& kernel : kernels_) attempt([&] { wait_for_kernel(kernel); });
+      receives_.clear();
+      sends_.clear();
+      copies_.clear();
+      kernels_.clear();
+      reads_.clear();
+      landed_.clear();
+      unposted_.clear();
+      field_ = DeviceBuffer<T>();
+      running_ = false;
+      if (first) std::rethrow_exception(first);
+    });
   }
 
  private:

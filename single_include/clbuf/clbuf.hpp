@@ -127,8 +127,10 @@
 #include <cstddef>
 #include <cstdint>
 #include <limits>
+#include <new>
 #include <stdexcept>
 #include <string>
+#include <utility>
 
 namespace clbuf {
 
@@ -289,6 +291,39 @@ inline std::string error_message(const char* operation, cl_int code, const std::
 /// allocates along the way (strings, records, lists) that has no check of its own.
 [[noreturn]] inline void out_of_host_memory(const char* operation) {
   fail(operation, CL_OUT_OF_HOST_MEMORY, "could not allocate host memory for clbuf's bookkeeping");
+}
+
+/// Rethrows the exception being handled, a std::bad_alloc as out_of_host_memory(operation), or,
+/// with `what`, as fail_host_memory(operation, bytes, what): clbuf's one conversion of
+/// std::bad_alloc. Call it only from a catch handler: a constructor's function-try-block, whose
+/// member initialisers guard_host_memory() cannot wrap.
+[[noreturn]] inline void rethrow_host_memory(const char* operation, std::size_t bytes = 0,
+                                             const char* what = nullptr) {
+  try {
+    throw;
+  } catch (const std::bad_alloc&) {
+    if (what == nullptr) out_of_host_memory(operation);
+    fail_host_memory(operation, bytes, what);
+  }
+}
+
+/// Runs `body` and returns what it returns; a std::bad_alloc from it becomes
+/// fail_host_memory(operation, bytes, what): an allocation clbuf knows, of `bytes` for `what`.
+template <class Body>
+decltype(auto) guard_host_memory(const char* operation, std::size_t bytes, const char* what,
+                                 Body&& body) {
+  try {
+    return std::forward<Body>(body)();
+  } catch (...) {
+    rethrow_host_memory(operation, bytes, what);
+  }
+}
+
+/// Runs `body` and returns what it returns; a std::bad_alloc from it becomes
+/// out_of_host_memory(operation). Every public call that allocates runs in one.
+template <class Body>
+decltype(auto) guard_host_memory(const char* operation, Body&& body) {
+  return guard_host_memory(operation, 0, nullptr, std::forward<Body>(body));
 }
 
 /// Turns the return code of an OpenCL C call into an Error naming the call.
@@ -551,7 +586,6 @@ class WorkerPool {
 #include <cstring>
 #include <memory>
 #include <new>
-#include <stdexcept>
 #include <utility>
 #include <vector>
 
@@ -646,15 +680,13 @@ inline void* allocate_host_block(std::size_t bytes) noexcept {
 template <class T, class Fill>
 std::vector<T> downloaded_vector(const char* operation, std::size_t count, Fill fill) {
   std::vector<T> out;
-  try {
+  const char* what = "the downloaded vector";
+  if (count > out.max_size()) fail_host_memory(operation, count * sizeof(T), what);
+  guard_host_memory(operation, count * sizeof(T), what, [&] {
     out.reserve(count);
     advise_huge_pages(out.data(), count * sizeof(T));
     fill(out);
-  } catch (const std::bad_alloc&) {
-    fail_host_memory(operation, count * sizeof(T), "the downloaded vector");
-  } catch (const std::length_error&) {
-    fail_host_memory(operation, count * sizeof(T), "the downloaded vector");
-  }
+  });
   return out;
 }
 
@@ -677,11 +709,8 @@ std::vector<T> new_vector(const char* operation, const T* from, std::size_t coun
 /// @throws Error CL_OUT_OF_HOST_MEMORY, never std::bad_alloc.
 template <class T>
 std::shared_ptr<const std::vector<T>> shared_vector(const char* operation, std::vector<T> data) {
-  try {
-    return std::make_shared<const std::vector<T>>(std::move(data));
-  } catch (const std::bad_alloc&) {
-    fail_host_memory(operation, sizeof(std::vector<T>), "the Future's data");
-  }
+  return guard_host_memory(operation, sizeof(std::vector<T>), "the Future's data",
+                           [&] { return std::make_shared<const std::vector<T>>(std::move(data)); });
 }
 
 /// True when [a, a + bytes) and [b, b + bytes) share a byte.
@@ -1010,11 +1039,9 @@ struct Lease {
   /// @throws Error CL_OUT_OF_HOST_MEMORY when the record cannot be kept.
   void add_mapping(const char* operation, const void* data, std::size_t bytes) {
     std::lock_guard<std::mutex> lock(mappings_mutex_);
-    try {
+    guard_host_memory(operation, sizeof(mappings_[0]), "the record of a mapping", [&] {
       mappings_.emplace_back(reinterpret_cast<std::uintptr_t>(data), bytes);
-    } catch (const std::bad_alloc&) {
-      fail_host_memory(operation, sizeof(mappings_[0]), "the record of a mapping");
-    }
+    });
   }
 
   void remove_mapping(const void* data) noexcept {
@@ -1292,17 +1319,17 @@ class NativeView {
   ///         SubBufferRule::refuse CL_INVALID_OPERATION while an overlapping view's sub-buffer is
   ///         alive; else the driver's code.
   const cl::Buffer& get(const cl::Buffer& owner, cl_mem parent, std::size_t offset,
-                        std::size_t bytes, cl_mem_flags flags) try {
-    std::lock_guard<std::mutex> lock(mutex_);
-    if (buffer_() != nullptr) return buffer_;
-    if (offset % align_ != 0) fail_misaligned(offset);
-    auto made = NativeSubBuffers::instance().make(rule_, owner, parent, offset, bytes, flags);
-    buffer_ = std::move(made.first);
-    parent_ = parent;
-    ticket_ = made.second;
-    return buffer_;
-  } catch (const std::bad_alloc&) {
-    out_of_host_memory("native");
+                        std::size_t bytes, cl_mem_flags flags) {
+    return guard_host_memory("native", [&]() -> const cl::Buffer& {
+      std::lock_guard<std::mutex> lock(mutex_);
+      if (buffer_() != nullptr) return buffer_;
+      if (offset % align_ != 0) fail_misaligned(offset);
+      auto made = NativeSubBuffers::instance().make(rule_, owner, parent, offset, bytes, flags);
+      buffer_ = std::move(made.first);
+      parent_ = parent;
+      ticket_ = made.second;
+      return buffer_;
+    });
   }
 
  private:
@@ -1899,14 +1926,14 @@ inline Selection select_device(const std::string& selector_text, const std::stri
 /// Every device of every OpenCL platform, numbered as the `P:D` selector counts them.
 /// Empty when no OpenCL platform is installed.
 /// @throws Error when an OpenCL query fails. Wraps clGetPlatformIDs, clGetDeviceIDs.
-inline std::vector<DeviceInfo> list_devices() try {
-  std::vector<DeviceInfo> infos;
-  for (detail::DeviceEntry& entry : detail::enumerate_devices("list_devices")) {
-    infos.push_back(std::move(entry.info));
-  }
-  return infos;
-} catch (const std::bad_alloc&) {
-  detail::out_of_host_memory("list_devices");
+inline std::vector<DeviceInfo> list_devices() {
+  return detail::guard_host_memory("list_devices", [&] {
+    std::vector<DeviceInfo> infos;
+    for (detail::DeviceEntry& entry : detail::enumerate_devices("list_devices")) {
+      infos.push_back(std::move(entry.info));
+    }
+    return infos;
+  });
 }
 
 /// One device of a SelectionReport: picked, or why not.
@@ -1954,26 +1981,26 @@ struct SelectionReport {
 /// logic as BufferManager's constructor, so the report never disagrees with the choice. Never
 /// throws for a selector that matches nothing or for a missing platform: `problem` says so.
 /// @throws Error when an OpenCL query fails. Wraps clGetPlatformIDs, clGetDeviceIDs.
-inline SelectionReport explain_selection(const std::string& selector = std::string()) try {
-  SelectionReport report;
-  report.selector = detail::effective_selector(selector, report.origin);
-  const std::vector<detail::DeviceEntry> entries = detail::enumerate_devices("explain_selection");
-  if (entries.empty()) {
-    report.problem =
-        "no OpenCL device on any platform; install an OpenCL driver, e.g. Debian's "
-        "pocl-opencl-icd for the CPU, and check with clinfo -l";
+inline SelectionReport explain_selection(const std::string& selector = std::string()) {
+  return detail::guard_host_memory("explain_selection", [&] {
+    SelectionReport report;
+    report.selector = detail::effective_selector(selector, report.origin);
+    const std::vector<detail::DeviceEntry> entries = detail::enumerate_devices("explain_selection");
+    if (entries.empty()) {
+      report.problem =
+          "no OpenCL device on any platform; install an OpenCL driver, e.g. Debian's "
+          "pocl-opencl-icd for the CPU, and check with clinfo -l";
+      return report;
+    }
+    const std::string quoted = detail::quote_selector(report.selector, report.origin);
+    for (detail::Verdict& verdict :
+         detail::judge_devices(entries, detail::parse_selector(report.selector), quoted)) {
+      report.devices.push_back(
+          {entries[verdict.entry].info, verdict.picked, std::move(verdict.reason)});
+    }
+    if (report.picked() == nullptr) report.problem = "no device matches " + quoted;
     return report;
-  }
-  const std::string quoted = detail::quote_selector(report.selector, report.origin);
-  for (detail::Verdict& verdict :
-       detail::judge_devices(entries, detail::parse_selector(report.selector), quoted)) {
-    report.devices.push_back(
-        {entries[verdict.entry].info, verdict.picked, std::move(verdict.reason)});
-  }
-  if (report.picked() == nullptr) report.problem = "no device matches " + quoted;
-  return report;
-} catch (const std::bad_alloc&) {
-  detail::out_of_host_memory("explain_selection");
+  });
 }
 
 }  // namespace clbuf
@@ -3466,11 +3493,9 @@ class PinnedCache {
         }
       }
     }
-    try {
+    return guard_host_memory(operation, sizeof(PinnedBlock), "a pinned block's record", [&] {
       return std::make_unique<PinnedBlock>(context, queue, bytes, operation);
-    } catch (const std::bad_alloc&) {
-      fail_host_memory(operation, sizeof(PinnedBlock), "a pinned block's record");
-    }
+    });
   }
 
   /// Gives `block` back once nothing uses it any more; freed if the cache is full.
@@ -5498,8 +5523,8 @@ class BufferManager {
   /// @throws Error CL_INVALID_VALUE for options out of range, else as BufferManager().
   BufferManager(const std::string& selector, const Options& options) try
       : device_(selector, options, "BufferManager"), pool_(make_pool()), engine_(device_) {
-  } catch (const std::bad_alloc&) {
-    detail::out_of_host_memory("BufferManager");
+  } catch (...) {
+    detail::rethrow_host_memory("BufferManager");
   }
 
   /// Adopts an application's context and in-order queue (shares them; does not copy).
@@ -5509,8 +5534,8 @@ class BufferManager {
       : device_(std::move(context), std::move(queue), options, "BufferManager"),
         pool_(make_pool()),
         engine_(device_) {
-  } catch (const std::bad_alloc&) {
-    detail::out_of_host_memory("BufferManager");
+  } catch (...) {
+    detail::rethrow_host_memory("BufferManager");
   }
 
   BufferManager(const BufferManager&) = delete;
@@ -5575,12 +5600,12 @@ class BufferManager {
   /// @throws Error CL_INVALID_VALUE when count * sizeof(T) overflows, CL_INVALID_BUFFER_SIZE
   ///         beyond the device's max allocation.
   template <class T>
-  [[nodiscard]] DeviceBuffer<T> allocate(std::size_t count) try {
-    const char* op = "allocate";
-    auto entry = gate_.enter(op);
-    return new_buffer<T>(op, count, {count});
-  } catch (const std::bad_alloc&) {
-    detail::out_of_host_memory("allocate");
+  [[nodiscard]] DeviceBuffer<T> allocate(std::size_t count) {
+    return detail::guard_host_memory("allocate", [&] {
+      const char* op = "allocate";
+      auto entry = gate_.enter(op);
+      return new_buffer<T>(op, count, {count});
+    });
   }
 
   /// Pinned host memory for `count` elements (contents unspecified), for the fastest transfers.
@@ -5603,17 +5628,16 @@ class BufferManager {
   /// @throws Error CL_INVALID_VALUE for a null `data` with count > 0 or an overflowing size,
   ///         CL_INVALID_BUFFER_SIZE beyond the device's max allocation.
   template <class T>
-  [[nodiscard]] DeviceBuffer<T> upload(const T* data, std::size_t count) try {
-    return upload_new(data, count, {count}, detail::HostMemory::pageable);
-  } catch (const std::bad_alloc&) {
-    detail::out_of_host_memory("upload");
+  [[nodiscard]] DeviceBuffer<T> upload(const T* data, std::size_t count) {
+    return detail::guard_host_memory(
+        "upload", [&] { return upload_new(data, count, {count}, detail::HostMemory::pageable); });
   }
   /// As upload(data.data(), data.size()).
   template <class T>
-  [[nodiscard]] DeviceBuffer<T> upload(const std::vector<T>& data) try {
-    return upload_new(data.data(), data.size(), {data.size()}, detail::HostMemory::pageable);
-  } catch (const std::bad_alloc&) {
-    detail::out_of_host_memory("upload");
+  [[nodiscard]] DeviceBuffer<T> upload(const std::vector<T>& data) {
+    return detail::guard_host_memory("upload", [&] {
+      return upload_new(data.data(), data.size(), {data.size()}, detail::HostMemory::pageable);
+    });
   }
   /// As upload(data), recording `shape`, whose product must equal data.size().
   /// @throws Error CL_INVALID_VALUE when the shape does not match.
@@ -5623,10 +5647,10 @@ class BufferManager {
   }
   /// Copies pinned memory into new device memory, by DMA with no staging copy.
   template <class T>
-  [[nodiscard]] DeviceBuffer<T> upload(const PinnedBuffer<T>& data) try {
-    return upload_new(data.data(), data.size(), {data.size()}, detail::HostMemory::pinned);
-  } catch (const std::bad_alloc&) {
-    detail::out_of_host_memory("upload");
+  [[nodiscard]] DeviceBuffer<T> upload(const PinnedBuffer<T>& data) {
+    return detail::guard_host_memory("upload", [&] {
+      return upload_new(data.data(), data.size(), {data.size()}, detail::HostMemory::pinned);
+    });
   }
 
   /// Copies `count` elements from `data` into `dst` starting at element `dst_offset`. Wraps
@@ -5638,10 +5662,10 @@ class BufferManager {
   }
   /// As upload(dst, data.data(), data.size(), dst_offset).
   template <class T>
-  void upload(DeviceBuffer<T>& dst, const std::vector<T>& data, std::size_t dst_offset = 0) try {
-    upload_into(dst, data.data(), data.size(), dst_offset, detail::HostMemory::pageable);
-  } catch (const std::bad_alloc&) {
-    detail::out_of_host_memory("upload");
+  void upload(DeviceBuffer<T>& dst, const std::vector<T>& data, std::size_t dst_offset = 0) {
+    detail::guard_host_memory("upload", [&] {
+      upload_into(dst, data.data(), data.size(), dst_offset, detail::HostMemory::pageable);
+    });
   }
   /// As upload(dst, data.data(), data.size(), dst_offset), by DMA with no staging copy.
   template <class T>
@@ -5657,21 +5681,20 @@ class BufferManager {
   /// @throws Error CL_INVALID_CONTEXT for an event of another context.
   template <class T>
   Future<DeviceBuffer<T>> upload_async(std::vector<T> data,
-                                       const std::vector<cl::Event>& after = {}) try {
-    const auto host = detail::shared_vector("upload_async", std::move(data));
-    return start_upload(host->data(), host->size(), host, after);
-  } catch (const std::bad_alloc&) {
-    detail::out_of_host_memory("upload_async");
+                                       const std::vector<cl::Event>& after = {}) {
+    return detail::guard_host_memory("upload_async", [&] {
+      const auto host = detail::shared_vector("upload_async", std::move(data));
+      return start_upload(host->data(), host->size(), host, after);
+    });
   }
   /// As upload_async(std::vector), without a copy of `data`, which the caller keeps alive and
   /// unchanged until the Future has completed.
   /// @throws Error CL_INVALID_VALUE for a null `data` with count > 0.
   template <class T>
   Future<DeviceBuffer<T>> upload_async(const T* data, std::size_t count,
-                                       const std::vector<cl::Event>& after = {}) try {
-    return start_upload(data, count, nullptr, after);
-  } catch (const std::bad_alloc&) {
-    detail::out_of_host_memory("upload_async");
+                                       const std::vector<cl::Event>& after = {}) {
+    return detail::guard_host_memory("upload_async",
+                                     [&] { return start_upload(data, count, nullptr, after); });
   }
 
   /// Starts copying `data` (which the Future owns until the copy completes) into `dst` from
@@ -5719,14 +5742,14 @@ class BufferManager {
   ///         CL_INVALID_OPERATION when `out` is `buffer`'s own mapped memory.
   template <class T>
   void download(const DeviceBuffer<T>& buffer, T* out, std::size_t count,
-                std::size_t src_offset = 0) try {
-    const char* op = "download";
-    auto entry = gate_.enter(op);
-    check_read(op, buffer, out, count, src_offset);
-    engine_.read(op, buffer.memory_, src_offset * sizeof(T), out, count * sizeof(T),
-                 detail::HostMemory::pageable);
-  } catch (const std::bad_alloc&) {
-    detail::out_of_host_memory("download");
+                std::size_t src_offset = 0) {
+    detail::guard_host_memory("download", [&] {
+      const char* op = "download";
+      auto entry = gate_.enter(op);
+      check_read(op, buffer, out, count, src_offset);
+      engine_.read(op, buffer.memory_, src_offset * sizeof(T), out, count * sizeof(T),
+                   detail::HostMemory::pageable);
+    });
   }
 
   /// Reads out.size() elements starting at element `src_offset` into pinned memory, by DMA.
@@ -5745,21 +5768,21 @@ class BufferManager {
   /// @throws Error CL_INVALID_CONTEXT for an event of another context.
   template <class T>
   Future<std::vector<T>> download_async(const DeviceBuffer<T>& buffer,
-                                        const std::vector<cl::Event>& after = {}) try {
-    const char* op = "download_async";
-    auto entry = gate_.enter(op);
-    check(op, buffer);
-    detail::check_host_access(op, buffer.access_, true, false);
-    const std::vector<cl_event> wait = wait_list(op, after);
-    std::vector<T> out = detail::new_vector<T>(op, buffer.size());
-    hold(op, wait);
-    detail::Started start =
-        engine_.read_async(op, buffer.memory_, 0, out.data(), buffer.size_bytes());
-    buffer.fence(pool_.get(), start.event);
-    // Moving the vector into the Future keeps its heap block, which the device writes into.
-    return future<std::vector<T>>(op, std::move(start), std::move(out));
-  } catch (const std::bad_alloc&) {
-    detail::out_of_host_memory("download_async");
+                                        const std::vector<cl::Event>& after = {}) {
+    return detail::guard_host_memory("download_async", [&] {
+      const char* op = "download_async";
+      auto entry = gate_.enter(op);
+      check(op, buffer);
+      detail::check_host_access(op, buffer.access_, true, false);
+      const std::vector<cl_event> wait = wait_list(op, after);
+      std::vector<T> out = detail::new_vector<T>(op, buffer.size());
+      hold(op, wait);
+      detail::Started start =
+          engine_.read_async(op, buffer.memory_, 0, out.data(), buffer.size_bytes());
+      buffer.fence(pool_.get(), start.event);
+      // Moving the vector into the Future keeps its heap block, which the device writes into.
+      return future<std::vector<T>>(op, std::move(start), std::move(out));
+    });
   }
 
   /// Starts reading `count` elements at element `src_offset` into `out`, which the caller keeps
@@ -5768,17 +5791,17 @@ class BufferManager {
   template <class T>
   Future<void> download_async(const DeviceBuffer<T>& buffer, T* out, std::size_t count,
                               std::size_t src_offset = 0,
-                              const std::vector<cl::Event>& after = {}) try {
-    const char* op = "download_async";
-    auto entry = gate_.enter(op);
-    check_read(op, buffer, out, count, src_offset);
-    hold(op, wait_list(op, after));
-    detail::Started start =
-        engine_.read_async(op, buffer.memory_, src_offset * sizeof(T), out, count * sizeof(T));
-    buffer.fence(pool_.get(), start.event);
-    return future<void>(op, std::move(start), {});
-  } catch (const std::bad_alloc&) {
-    detail::out_of_host_memory("download_async");
+                              const std::vector<cl::Event>& after = {}) {
+    return detail::guard_host_memory("download_async", [&] {
+      const char* op = "download_async";
+      auto entry = gate_.enter(op);
+      check_read(op, buffer, out, count, src_offset);
+      hold(op, wait_list(op, after));
+      detail::Started start =
+          engine_.read_async(op, buffer.memory_, src_offset * sizeof(T), out, count * sizeof(T));
+      buffer.fence(pool_.get(), start.event);
+      return future<void>(op, std::move(start), {});
+    });
   }
   /// @}
 
@@ -6004,27 +6027,27 @@ class BufferManager {
   ///         another context, CL_INVALID_VALUE when count * sizeof(T) overflows or exceeds the
   ///         buffer's CL_MEM_SIZE.
   template <class T>
-  [[nodiscard]] DeviceBuffer<T> adopt(cl::Buffer buffer, std::size_t count) try {
-    const char* op = "adopt";
-    auto entry = gate_.enter(op);
-    const detail::MemoryFacts facts = detail::memory_facts(op, buffer());
-    if (facts.context != device_.context()()) {
-      detail::fail(op, CL_INVALID_CONTEXT,
-                   "the cl::Buffer belongs to another OpenCL context than this BufferManager's");
-    }
-    detail::check_adopt_capacity(op, count, sizeof(T), facts.size);
-    detail::Allocation memory;
-    memory.buffer = std::move(buffer);
-    memory.capacity = facts.size;
-    DeviceBuffer<T> adopted(std::move(memory), nullptr, device_.context(), count, {count});
-    adopted.access_ = facts.access;
-    if (facts.parent != nullptr) {
-      adopted.root_ = cl::Buffer(facts.parent, true);
-      adopted.root_offset_ = facts.offset;
-    }
-    return adopted;
-  } catch (const std::bad_alloc&) {
-    detail::out_of_host_memory("adopt");
+  [[nodiscard]] DeviceBuffer<T> adopt(cl::Buffer buffer, std::size_t count) {
+    return detail::guard_host_memory("adopt", [&] {
+      const char* op = "adopt";
+      auto entry = gate_.enter(op);
+      const detail::MemoryFacts facts = detail::memory_facts(op, buffer());
+      if (facts.context != device_.context()()) {
+        detail::fail(op, CL_INVALID_CONTEXT,
+                     "the cl::Buffer belongs to another OpenCL context than this BufferManager's");
+      }
+      detail::check_adopt_capacity(op, count, sizeof(T), facts.size);
+      detail::Allocation memory;
+      memory.buffer = std::move(buffer);
+      memory.capacity = facts.size;
+      DeviceBuffer<T> adopted(std::move(memory), nullptr, device_.context(), count, {count});
+      adopted.access_ = facts.access;
+      if (facts.parent != nullptr) {
+        adopted.root_ = cl::Buffer(facts.parent, true);
+        adopted.root_offset_ = facts.offset;
+      }
+      return adopted;
+    });
   }
 
   /// A DeviceBuffer of `count` elements starting at element `offset` (any offset) of `parent`,
@@ -6036,28 +6059,28 @@ class BufferManager {
   /// @throws Error CL_INVALID_VALUE past the end of `parent`.
   template <class T>
   [[nodiscard]] DeviceBuffer<T> view(DeviceBuffer<T>& parent, std::size_t offset,
-                                     std::size_t count) try {
-    const char* op = "view";
-    auto entry = gate_.enter(op);
-    check(op, parent);
-    detail::check_range(op, "view", count, offset, parent.size(), sizeof(T));
-    if (count == 0)
-      return DeviceBuffer<T>(detail::Allocation(), nullptr, device_.context(), 0, {0});
-    auto native =
-        std::make_shared<detail::NativeView>(device_.base_align_bytes(), device_.sub_buffer_rule());
-    const std::shared_ptr<detail::Lease>& lease = parent.share_memory();
-    detail::Allocation memory = parent.memory_;  // the same buffer, retained
-    memory.offset += offset * sizeof(T);
-    memory.capacity = count * sizeof(T);
-    DeviceBuffer<T> result(std::move(memory), nullptr, device_.context(), count, {count});
-    result.root_ = cl::Buffer(parent.root(), true);
-    result.root_offset_ = parent.root_offset_ + offset * sizeof(T);
-    result.lease_ = lease;
-    result.native_view_ = std::move(native);
-    result.access_ = parent.access_;
-    return result;
-  } catch (const std::bad_alloc&) {
-    detail::out_of_host_memory("view");
+                                     std::size_t count) {
+    return detail::guard_host_memory("view", [&] {
+      const char* op = "view";
+      auto entry = gate_.enter(op);
+      check(op, parent);
+      detail::check_range(op, "view", count, offset, parent.size(), sizeof(T));
+      if (count == 0)
+        return DeviceBuffer<T>(detail::Allocation(), nullptr, device_.context(), 0, {0});
+      auto native = std::make_shared<detail::NativeView>(device_.base_align_bytes(),
+                                                         device_.sub_buffer_rule());
+      const std::shared_ptr<detail::Lease>& lease = parent.share_memory();
+      detail::Allocation memory = parent.memory_;  // the same buffer, retained
+      memory.offset += offset * sizeof(T);
+      memory.capacity = count * sizeof(T);
+      DeviceBuffer<T> result(std::move(memory), nullptr, device_.context(), count, {count});
+      result.root_ = cl::Buffer(parent.root(), true);
+      result.root_offset_ = parent.root_offset_ + offset * sizeof(T);
+      result.lease_ = lease;
+      result.native_view_ = std::move(native);
+      result.access_ = parent.access_;
+      return result;
+    });
   }
 
   /// Maps all of `buffer` for the host (blocking); see MappedView. Zero-copy where the device
@@ -6072,23 +6095,24 @@ class BufferManager {
   ///         moved-from buffer, CL_INVALID_CONTEXT for one of another context.
   template <class T>
   [[nodiscard]] MappedView<T> map(DeviceBuffer<T>& buffer, MapMode mode, std::size_t offset,
-                                  std::size_t count) try {
-    const char* op = "map";
-    auto entry = gate_.enter(op);
-    check(op, buffer);
-    detail::check_range(op, mode == MapMode::read ? "read" : "write", count, offset, buffer.size(),
-                        sizeof(T));
-    detail::check_host_access(op, buffer.access_, mode != MapMode::write, mode != MapMode::read);
-    if (count == 0) return MappedView<T>();
-    const std::shared_ptr<detail::Lease>& lease = buffer.share_memory();
-    void* mapped = device_.queue().map(op, buffer.memory_.buffer(), detail::map_flags(mode),
-                                       buffer.memory_.at(offset * sizeof(T)), count * sizeof(T));
-    MappedView<T> view(device_.queue().handle(), buffer.memory_.buffer, lease, mapped, count, mode);
-    view.lease_->add_mapping(op, mapped, count * sizeof(T));  // on failure the view unmaps
-    engine_.settle(op);
-    return view;
-  } catch (const std::bad_alloc&) {
-    detail::out_of_host_memory("map");
+                                  std::size_t count) {
+    return detail::guard_host_memory("map", [&] {
+      const char* op = "map";
+      auto entry = gate_.enter(op);
+      check(op, buffer);
+      detail::check_range(op, mode == MapMode::read ? "read" : "write", count, offset,
+                          buffer.size(), sizeof(T));
+      detail::check_host_access(op, buffer.access_, mode != MapMode::write, mode != MapMode::read);
+      if (count == 0) return MappedView<T>();
+      const std::shared_ptr<detail::Lease>& lease = buffer.share_memory();
+      void* mapped = device_.queue().map(op, buffer.memory_.buffer(), detail::map_flags(mode),
+                                         buffer.memory_.at(offset * sizeof(T)), count * sizeof(T));
+      MappedView<T> view(device_.queue().handle(), buffer.memory_.buffer, lease, mapped, count,
+                         mode);
+      view.lease_->add_mapping(op, mapped, count * sizeof(T));  // on failure the view unmaps
+      engine_.settle(op);
+      return view;
+    });
   }
   /// @}
 
@@ -6117,37 +6141,37 @@ class BufferManager {
   /// @throws Error as copy_from(); a failure during the copy surfaces at wait() / get().
   template <class T>
   Future<void> copy_from_async(BufferManager& source, const DeviceBuffer<T>& src,
-                               DeviceBuffer<T>& dst) try {
-    const char* op = "copy_from_async";
-    auto entries = enter_both(op, source);
-    check_copy_from(op, source, src, dst);
-    if (src.size_bytes() == 0 || !device_.opencl_1_2() || !source.device_.opencl_1_2()) {
-      copy_from_now(op, source, src, dst);  // no markers or barriers before OpenCL 1.2
-      return future<void>(op, detail::Started(), {});
-    }
-    const detail::Queue& theirs = source.device_.queue();
-    detail::Started start;
-    if (source.device_.context()() != device_.context()()) {
-      start = detail::copy_across_contexts_async(op, source.device_, src.memory_, device_, engine_,
-                                                 dst.memory_, src.size_bytes());
-    } else {
-      if (theirs.get() != device_.queue().get()) {
-        const cl::Event before = theirs.marker(op);
-        theirs.flush(op);
-        hold(op, {before()});
+                               DeviceBuffer<T>& dst) {
+    return detail::guard_host_memory("copy_from_async", [&] {
+      const char* op = "copy_from_async";
+      auto entries = enter_both(op, source);
+      check_copy_from(op, source, src, dst);
+      if (src.size_bytes() == 0 || !device_.opencl_1_2() || !source.device_.opencl_1_2()) {
+        copy_from_now(op, source, src, dst);  // no markers or barriers before OpenCL 1.2
+        return future<void>(op, detail::Started(), {});
       }
-      start.event = engine_.copy_async(op, src.memory_, 0, dst.memory_, 0, src.size_bytes());
-      if (theirs.get() != device_.queue().get()) {
-        source.kept_.keep(theirs.barrier(op, {start.event()}));
+      const detail::Queue& theirs = source.device_.queue();
+      detail::Started start;
+      if (source.device_.context()() != device_.context()()) {
+        start = detail::copy_across_contexts_async(op, source.device_, src.memory_, device_,
+                                                   engine_, dst.memory_, src.size_bytes());
+      } else {
+        if (theirs.get() != device_.queue().get()) {
+          const cl::Event before = theirs.marker(op);
+          theirs.flush(op);
+          hold(op, {before()});
+        }
+        start.event = engine_.copy_async(op, src.memory_, 0, dst.memory_, 0, src.size_bytes());
+        if (theirs.get() != device_.queue().get()) {
+          source.kept_.keep(theirs.barrier(op, {start.event()}));
+        }
       }
-    }
-    src.fence(pool_.get(), start.event);
-    dst.fence(pool_.get(), start.event);
-    Future<void> result = future<void>(op, std::move(start), {});
-    theirs.flush(op);
-    return result;
-  } catch (const std::bad_alloc&) {
-    detail::out_of_host_memory("copy_from_async");
+      src.fence(pool_.get(), start.event);
+      dst.fence(pool_.get(), start.event);
+      Future<void> result = future<void>(op, std::move(start), {});
+      theirs.flush(op);
+      return result;
+    });
   }
   /// @}
 

@@ -15,7 +15,6 @@
 #include <cstring>
 #include <memory>
 #include <new>
-#include <stdexcept>
 #include <utility>
 #include <vector>
 
@@ -110,15 +109,13 @@ inline void* allocate_host_block(std::size_t bytes) noexcept {
 template <class T, class Fill>
 std::vector<T> downloaded_vector(const char* operation, std::size_t count, Fill fill) {
   std::vector<T> out;
-  try {
+  const char* what = "the downloaded vector";
+  if (count > out.max_size()) fail_host_memory(operation, count * sizeof(T), what);
+  guard_host_memory(operation, count * sizeof(T), what, [&] {
     out.reserve(count);
     advise_huge_pages(out.data(), count * sizeof(T));
     fill(out);
-  } catch (const std::bad_alloc&) {
-    fail_host_memory(operation, count * sizeof(T), "the downloaded vector");
-  } catch (const std::length_error&) {
-    fail_host_memory(operation, count * sizeof(T), "the downloaded vector");
-  }
+  });
   return out;
 }
 
@@ -141,11 +138,8 @@ std::vector<T> new_vector(const char* operation, const T* from, std::size_t coun
 /// @throws Error CL_OUT_OF_HOST_MEMORY, never std::bad_alloc.
 template <class T>
 std::shared_ptr<const std::vector<T>> shared_vector(const char* operation, std::vector<T> data) {
-  try {
-    return std::make_shared<const std::vector<T>>(std::move(data));
-  } catch (const std::bad_alloc&) {
-    fail_host_memory(operation, sizeof(std::vector<T>), "the Future's data");
-  }
+  return guard_host_memory(operation, sizeof(std::vector<T>), "the Future's data",
+                           [&] { return std::make_shared<const std::vector<T>>(std::move(data)); });
 }
 
 /// True when [a, a + bytes) and [b, b + bytes) share a byte.

@@ -91,17 +91,17 @@ class NativeView {
   ///         SubBufferRule::refuse CL_INVALID_OPERATION while an overlapping view's sub-buffer is
   ///         alive; else the driver's code.
   const cl::Buffer& get(const cl::Buffer& owner, cl_mem parent, std::size_t offset,
-                        std::size_t bytes, cl_mem_flags flags) try {
-    std::lock_guard<std::mutex> lock(mutex_);
-    if (buffer_() != nullptr) return buffer_;
-    if (offset % align_ != 0) fail_misaligned(offset);
-    auto made = NativeSubBuffers::instance().make(rule_, owner, parent, offset, bytes, flags);
-    buffer_ = std::move(made.first);
-    parent_ = parent;
-    ticket_ = made.second;
-    return buffer_;
-  } catch (const std::bad_alloc&) {
-    out_of_host_memory("native");
+                        std::size_t bytes, cl_mem_flags flags) {
+    return guard_host_memory("native", [&]() -> const cl::Buffer& {
+      std::lock_guard<std::mutex> lock(mutex_);
+      if (buffer_() != nullptr) return buffer_;
+      if (offset % align_ != 0) fail_misaligned(offset);
+      auto made = NativeSubBuffers::instance().make(rule_, owner, parent, offset, bytes, flags);
+      buffer_ = std::move(made.first);
+      parent_ = parent;
+      ticket_ = made.second;
+      return buffer_;
+    });
   }
 
  private:

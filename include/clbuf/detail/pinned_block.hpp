@@ -118,11 +118,9 @@ class PinnedCache {
         }
       }
     }
-    try {
+    return guard_host_memory(operation, sizeof(PinnedBlock), "a pinned block's record", [&] {
       return std::make_unique<PinnedBlock>(context, queue, bytes, operation);
-    } catch (const std::bad_alloc&) {
-      fail_host_memory(operation, sizeof(PinnedBlock), "a pinned block's record");
-    }
+    });
   }
 
   /// Gives `block` back once nothing uses it any more; freed if the cache is full.

@@ -262,11 +262,9 @@ struct Lease {
   /// @throws Error CL_OUT_OF_HOST_MEMORY when the record cannot be kept.
   void add_mapping(const char* operation, const void* data, std::size_t bytes) {
     std::lock_guard<std::mutex> lock(mappings_mutex_);
-    try {
+    guard_host_memory(operation, sizeof(mappings_[0]), "the record of a mapping", [&] {
       mappings_.emplace_back(reinterpret_cast<std::uintptr_t>(data), bytes);
-    } catch (const std::bad_alloc&) {
-      fail_host_memory(operation, sizeof(mappings_[0]), "the record of a mapping");
-    }
+    });
   }
 
   void remove_mapping(const void* data) noexcept {
