@@ -320,13 +320,7 @@ class Communicator {
   /// @throws Error CL_INVALID_VALUE for a rank or tag out of range; as Request::wait().
   template <class T>
   void send(const DeviceBuffer<T>& buffer, int dest, int tag = 0) {
-    clbuf::detail::guard_host_memory("send", [&] {
-      const char* op = "send";
-      check_buffer(op, buffer, true, false);
-      check_rank(op, "destination", dest, false);
-      check_tag(op, tag, false);
-      blocking(op, span_of(buffer), dest, tag, true);
-    });
+    point_to_point("send", buffer, dest, tag, true, &Communicator::blocking);
   }
 
   /// Receives into all of `buffer` from `source` (or MPI_ANY_SOURCE) with `tag` (or
@@ -336,13 +330,7 @@ class Communicator {
   ///         written.
   template <class T>
   void recv(DeviceBuffer<T>& buffer, int source, int tag = 0) {
-    clbuf::detail::guard_host_memory("recv", [&] {
-      const char* op = "recv";
-      check_buffer(op, buffer, false, true);
-      check_rank(op, "source", source, true);
-      check_tag(op, tag, true);
-      blocking(op, span_of(buffer), source, tag, false);
-    });
+    point_to_point("recv", buffer, source, tag, false, &Communicator::blocking);
   }
 
   /// Sends `out` to `dest` and receives `in` from `source` at once (no deadlock in rings).
@@ -372,13 +360,7 @@ class Communicator {
   /// Starts sending `buffer`; the Request completes when it may be changed again.
   template <class T>
   Request isend(const DeviceBuffer<T>& buffer, int dest, int tag = 0) {
-    return clbuf::detail::guard_host_memory("isend", [&] {
-      const char* op = "isend";
-      check_buffer(op, buffer, true, false);
-      check_rank(op, "destination", dest, false);
-      check_tag(op, tag, false);
-      return Request::start(core_, op, span_of(buffer), dest, tag, true);
-    });
+    return point_to_point("isend", buffer, dest, tag, true, &Communicator::start_request);
   }
 
   /// Starts receiving into `buffer`; the Request completes when the data is in it (on a
@@ -386,13 +368,7 @@ class Communicator {
   /// pinned ring then, ahead of every later command on the manager's queue: docs/mpi.md).
   template <class T>
   Request irecv(DeviceBuffer<T>& buffer, int source, int tag = 0) {
-    return clbuf::detail::guard_host_memory("irecv", [&] {
-      const char* op = "irecv";
-      check_buffer(op, buffer, false, true);
-      check_rank(op, "source", source, true);
-      check_tag(op, tag, true);
-      return Request::start(core_, op, span_of(buffer), source, tag, false);
-    });
+    return point_to_point("irecv", buffer, source, tag, false, &Communicator::start_request);
   }
 
   /// A send of all of `buffer` to `dest` with `tag`, checked now and started by
@@ -401,14 +377,7 @@ class Communicator {
   /// @throws Error as isend() for a bad buffer, rank or tag.
   template <class T>
   Persistent send_init(const DeviceBuffer<T>& buffer, int dest, int tag = 0) {
-    return clbuf::detail::guard_host_memory("send_init", [&] {
-      const char* op = "send_init";
-      check_buffer(op, buffer, true, false);
-      check_rank(op, "destination", dest, false);
-      check_tag(op, tag, false);
-      return Persistent(core_, "send_init", span_of(buffer), retained_root(buffer), dest, tag,
-                        true);
-    });
+    return point_to_point("send_init", buffer, dest, tag, true, &Communicator::persistent);
   }
 
   /// A receive into all of `buffer` from `source` (or MPI_ANY_SOURCE) with `tag` (or
@@ -416,14 +385,7 @@ class Communicator {
   /// @throws Error as irecv() for a bad buffer, rank or tag.
   template <class T>
   Persistent recv_init(DeviceBuffer<T>& buffer, int source, int tag = 0) {
-    return clbuf::detail::guard_host_memory("recv_init", [&] {
-      const char* op = "recv_init";
-      check_buffer(op, buffer, false, true);
-      check_rank(op, "source", source, true);
-      check_tag(op, tag, true);
-      return Persistent(core_, "recv_init", span_of(buffer), retained_root(buffer), source, tag,
-                        false);
-    });
+    return point_to_point("recv_init", buffer, source, tag, false, &Communicator::persistent);
   }
   /// @}
 
@@ -844,10 +806,32 @@ class Communicator {
     return Request(core_, std::move(collective));
   }
 
-  template <class T>
-  static cl::Buffer retained_root(const DeviceBuffer<T>& buffer) {
-    const cl_mem root = clbuf::detail::BufferAccess::memory(buffer).buffer();
-    return root == nullptr ? cl::Buffer() : cl::Buffer(root, true);
+  /// The opening of send, recv, isend, irecv, send_init and recv_init, under
+  /// guard_host_memory(op): `buffer` is of this communicator and the host may read it (`send`)
+  /// or write it (a receive), `peer` a rank (or MPI_PROC_NULL; MPI_ANY_SOURCE for a receive),
+  /// `tag` in range (MPI_ANY_TAG for a receive); then `begin`, a member that takes (op, span of
+  /// the whole buffer, peer, tag, send), begins the message.
+  template <class T, class Begin>
+  auto point_to_point(const char* op, const DeviceBuffer<T>& buffer, int peer, int tag, bool send,
+                      Begin begin) {
+    return clbuf::detail::guard_host_memory(op, [&] {
+      check_buffer(op, buffer, send, !send);
+      check_rank(op, send ? "destination" : "source", peer, !send);
+      check_tag(op, tag, !send);
+      return (this->*begin)(op, span_of(buffer), peer, tag, send);
+    });
+  }
+
+  /// isend() and irecv().
+  Request start_request(const char* op, const detail::Span& span, int peer, int tag, bool send) {
+    return Request::start(core_, op, span, peer, tag, send);
+  }
+
+  /// send_init() and recv_init(): the buffer's OpenCL object is retained, so that span.buffer
+  /// stays valid while the Persistent exists.
+  Persistent persistent(const char* op, const detail::Span& span, int peer, int tag, bool send) {
+    cl::Buffer root = span.buffer == nullptr ? cl::Buffer() : cl::Buffer(span.buffer, true);
+    return Persistent(core_, op, span, std::move(root), peer, tag, send);
   }
 
   /// send() and recv(): the message on the stack and untracked (no allocation, no Request);
