@@ -110,16 +110,16 @@ mutant pool-reuse-by-request "$pool" \
 # clbuf::mpi: the envelope's bound (the path taken; a message of exactly the bound that takes a
 # transfer object, which allocates), the route on a discrete device, the wire's reduction.
 paths_mpi='mpi|2|tests/mpi/mpi_test|Paths/Mpi.EachMessageTakesItsPathAroundTheEnvelopeBound/*'
-mutant mpi-envelope-bound include/clbuf/detail/mpi_core.hpp \
+mutant mpi-envelope-bound include/clbuf/detail/mpi/core.hpp \
   'std::min<std::size_t>(options.chunk_bytes, 3968);' \
   'std::min<std::size_t>(options.chunk_bytes, 3969);' mpi_test "$paths_mpi"
-mutant mpi-small-message-bound include/clbuf/detail/mpi_eager.hpp \
+mutant mpi-small-message-bound include/clbuf/detail/mpi/eager.hpp \
   'span.bytes <= core.inline_max();' 'span.bytes < core.inline_max();' mpi_test \
   'mpi|2|tests/mpi/mpi_test|Paths/Mpi.SmallMessagesAllocateNothingOnceWarm/*'
-mutant mpi-route-discrete include/clbuf/detail/mpi_core.hpp \
+mutant mpi-route-discrete include/clbuf/detail/mpi/core.hpp \
   'MemoryModel::discrete ? Route::staged : Route::map;' \
   'MemoryModel::discrete ? Route::map : Route::map;' mpi_test "$paths_mpi"
-mutant mpi-wire-reduction include/clbuf/detail/mpi_wire.hpp \
+mutant mpi-wire-reduction include/clbuf/detail/mpi/wire.hpp \
   'op == Op::min ? MPI_MIN : MPI_MAX;' 'op == Op::min ? MPI_MAX : MPI_MIN;' mpi_test \
   'mpi|2|tests/mpi/mpi_test|Paths/Mpi.AllreduceSumMinMax/*'
 

@@ -6,7 +6,7 @@
 #define CLBUF_DETAIL_MPI_REDUCE_HPP
 
 #include <clbuf/detail/kernel_cache.hpp>
-#include <clbuf/detail/mpi_wire.hpp>
+#include <clbuf/detail/mpi/wire.hpp>
 #include <clbuf/detail/queue.hpp>
 #include <clbuf/error.hpp>
 

@@ -7,7 +7,7 @@
 #define CLBUF_DETAIL_MPI_HALO_HPP
 
 #include <mpi.h>
-#include <clbuf/detail/mpi_wire.hpp>
+#include <clbuf/detail/mpi/wire.hpp>
 #include <clbuf/error.hpp>
 #include <clbuf/rect.hpp>
 

@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: MIT
 // The streams under clbuf::mpi::Communicator: point-to-point transfers of byte ranges of device
-// memory (on the Core of mpi_core.hpp), progressed in the caller's thread (no hidden threads;
+// memory (on the Core of core.hpp), progressed in the caller's thread (no hidden threads;
 // MPI_THREAD_FUNNELED suffices).
 //
 // A message is a Header on the user's communicator, matched by MPI's own rules (source, tag,
@@ -18,13 +18,13 @@
 // receive drains the rest, a send sends the rest empty (the receive then fails too). A send that
 // fails before it posted anything sends a notice in its place (send_notice()), which the
 // receive takes as the message and fails on.
-#ifndef CLBUF_DETAIL_MPI_TRANSFER_HPP
-#define CLBUF_DETAIL_MPI_TRANSFER_HPP
+#ifndef CLBUF_DETAIL_MPI_STREAMS_HPP
+#define CLBUF_DETAIL_MPI_STREAMS_HPP
 
 #include <mpi.h>
 #include <clbuf/detail/event.hpp>
-#include <clbuf/detail/mpi_core.hpp>
-#include <clbuf/detail/mpi_wire.hpp>
+#include <clbuf/detail/mpi/core.hpp>
+#include <clbuf/detail/mpi/wire.hpp>
 #include <clbuf/detail/pinned_block.hpp>
 #include <clbuf/detail/queue.hpp>
 #include <clbuf/error.hpp>
@@ -927,4 +927,4 @@ class RecvStream final : public Stream {
 }  // namespace mpi
 }  // namespace clbuf
 
-#endif  // CLBUF_DETAIL_MPI_TRANSFER_HPP
+#endif  // CLBUF_DETAIL_MPI_STREAMS_HPP

@@ -2,14 +2,14 @@
 // clbuf::mpi's non-blocking collectives (ibroadcast, iallreduce): MPI_Ibcast and MPI_Iallreduce
 // on host memory (the buffer's own host block on a CPU device, else a host copy read at launch
 // and written back at completion), after a non-blocking agreement of the arguments
-// (MPI_Iallreduce), launched in call order by the Core (mpi_core.hpp's Collective).
+// (MPI_Iallreduce), launched in call order by the Core (core.hpp's Collective).
 #ifndef CLBUF_DETAIL_MPI_COLLECTIVE_HPP
 #define CLBUF_DETAIL_MPI_COLLECTIVE_HPP
 
 #include <mpi.h>
-#include <clbuf/detail/mpi_core.hpp>
-#include <clbuf/detail/mpi_transfer.hpp>
-#include <clbuf/detail/mpi_wire.hpp>
+#include <clbuf/detail/mpi/core.hpp>
+#include <clbuf/detail/mpi/streams.hpp>
+#include <clbuf/detail/mpi/wire.hpp>
 #include <clbuf/detail/queue.hpp>
 #include <clbuf/error.hpp>
 

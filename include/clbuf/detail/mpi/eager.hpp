@@ -5,7 +5,7 @@
 // call's stack) and take the envelope from the Core's cache, so a small message allocates
 // nothing once the cache is warm and is not tracked by the Core as a Transfer: MPI's own request
 // is all that moves it (a receive is polled, below). Its wire format is the Streams' inline message
-// (mpi_transfer.hpp), whose helpers it uses. A receive whose envelope holds the header of a chunked
+// (streams.hpp), whose helpers it uses. A receive whose envelope holds the header of a chunked
 // message (which never fits such a buffer) hands it to a RecvStream, which drains the chunks so
 // that the sender completes; so that this happens while the rank waits in another call, the Core
 // polls every receive in flight (Core::watch).
@@ -13,9 +13,9 @@
 #define CLBUF_DETAIL_MPI_EAGER_HPP
 
 #include <mpi.h>
-#include <clbuf/detail/mpi_core.hpp>
-#include <clbuf/detail/mpi_transfer.hpp>
-#include <clbuf/detail/mpi_wire.hpp>
+#include <clbuf/detail/mpi/core.hpp>
+#include <clbuf/detail/mpi/streams.hpp>
+#include <clbuf/detail/mpi/wire.hpp>
 
 #include <exception>
 #include <memory>

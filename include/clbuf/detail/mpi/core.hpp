@@ -2,13 +2,13 @@
 // clbuf::mpi's shared state: the Core every transfer of one Communicator uses (the manager's
 // queue, the duplicated communicators, the agreed chunk size, stream numbers, the budget and
 // cache of pinned chunks, the tracked transfers and their progress) and the Transfer interface
-// the point-to-point streams (mpi_transfer.hpp) implement. Progress runs in the caller's thread.
+// the point-to-point streams (streams.hpp) implement. Progress runs in the caller's thread.
 #ifndef CLBUF_DETAIL_MPI_CORE_HPP
 #define CLBUF_DETAIL_MPI_CORE_HPP
 
 #include <mpi.h>
 #include <clbuf/detail/event.hpp>
-#include <clbuf/detail/mpi_wire.hpp>
+#include <clbuf/detail/mpi/wire.hpp>
 #include <clbuf/detail/pinned_block.hpp>
 #include <clbuf/detail/queue.hpp>
 #include <clbuf/error.hpp>
@@ -93,7 +93,7 @@ class Transfer {
   std::exception_ptr error_;
 };
 
-/// A small receive without a Transfer object (mpi_eager.hpp's Eager), kept in a Request or on a
+/// A small receive without a Transfer object (eager.hpp's Eager), kept in a Request or on a
 /// blocking call's stack, which every progress() moves on as it does the tracked transfers: a
 /// chunked message that such a receive matched (a mismatch) is drained only once the receive has
 /// looked at its header, and the sender's blocking send waits for that, so a blocking call of
@@ -127,7 +127,7 @@ class Deferred {
   ~Deferred() = default;
 };
 
-/// A non-blocking collective (mpi_collective.hpp): its agreement is under way when it is
+/// A non-blocking collective (collective.hpp): its agreement is under way when it is
 /// queued; launch() completes the agreement and starts its MPI collective. Every rank starts
 /// collectives in the order it called them (MPI's rule), so the Core launches them in order,
 /// and every later collective launches the earlier ones first.
