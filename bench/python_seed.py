@@ -3,7 +3,7 @@
 """clbuf's Python module against pyopencl on the seed's round trip and on large round trips, and
 the per-call overhead of every call against the same round trip in C++.
 
-    PYTHONPATH=build/python /usr/bin/python3 python/bench_seed.py [--quick] [--overhead-only]
+    PYTHONPATH=build/python /usr/bin/python3 bench/python_seed.py [--quick] [--overhead-only]
                                                         [--cpp-bench build/bench/clbuf_bench]
 
 A round trip is: upload a numpy array into new device memory, then download it into a new numpy
