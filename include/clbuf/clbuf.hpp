@@ -12,6 +12,7 @@
 #ifndef CLBUF_DETAIL_CANNOT_COMPILE
 #include <clbuf/buffer.hpp>
 #include <clbuf/device.hpp>
+#include <clbuf/device_info.hpp>
 #include <clbuf/error.hpp>
 #include <clbuf/future.hpp>
 #include <clbuf/kernel.hpp>

@@ -1542,18 +1542,27 @@ class DeviceBuffer {
 // ---- end of clbuf/buffer.hpp
 // ---- clbuf/device.hpp
 // Device discovery and selection: list_devices(), the selector grammar shared by CLBUF_DEVICE
-// and BufferManager(selector), and the GPU-first default.
+// and BufferManager(selector), and the GPU-first default (the workings in detail/selection.hpp).
 #ifndef CLBUF_DEVICE_HPP
 #define CLBUF_DEVICE_HPP
 
-#include <cctype>
+// ---- clbuf/detail/selection.hpp
+// Device discovery and the selector grammar behind list_devices(), explain_selection() and
+// BufferManager(selector): the platforms' devices in P:D order (asked once at a time), a selector
+// parsed (gpu, cpu, accelerator, P:D, part of a name), every device judged against it with the
+// reason, CLBUF_DEVICE's turn, and the one device picked (GPU first by default).
+#ifndef CLBUF_DETAIL_SELECTION_HPP
+#define CLBUF_DETAIL_SELECTION_HPP
+
+// ---- clbuf/device_info.hpp
+// What clbuf knows of one OpenCL device (DeviceInfo) and its kind (DeviceType): the values
+// list_devices(), explain_selection() and BufferManager::device() hand out.
+#ifndef CLBUF_DEVICE_INFO_HPP
+#define CLBUF_DEVICE_INFO_HPP
+
 #include <cstddef>
 #include <cstdint>
-#include <cstdlib>
-#include <mutex>
-#include <new>
 #include <string>
-#include <vector>
 
 namespace clbuf {
 
@@ -1585,6 +1594,20 @@ struct DeviceInfo {
   std::size_t device_index = 0;         ///< within its platform
 };
 
+}  // namespace clbuf
+
+#endif  // CLBUF_DEVICE_INFO_HPP
+// ---- end of clbuf/device_info.hpp
+
+#include <cctype>
+#include <cstddef>
+#include <cstdint>
+#include <cstdlib>
+#include <mutex>
+#include <string>
+#include <vector>
+
+namespace clbuf {
 namespace detail {
 
 struct DeviceEntry {
@@ -1922,6 +1945,17 @@ inline Selection select_device(const std::string& selector_text, const std::stri
 }
 
 }  // namespace detail
+}  // namespace clbuf
+
+#endif  // CLBUF_DETAIL_SELECTION_HPP
+// ---- end of clbuf/detail/selection.hpp
+
+#include <cstddef>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace clbuf {
 
 /// Every device of every OpenCL platform, numbered as the `P:D` selector counts them.
 /// Empty when no OpenCL platform is installed.
