@@ -17,12 +17,12 @@
 #include <clbuf/future.hpp>
 #include <clbuf/kernel.hpp>
 #include <clbuf/manager.hpp>
+#include <clbuf/mapped_view.hpp>
 #include <clbuf/options.hpp>
 #include <clbuf/pinned.hpp>
 #include <clbuf/pool.hpp>
 #include <clbuf/rect.hpp>
 #include <clbuf/telemetry.hpp>
-#include <clbuf/view.hpp>
 #endif
 
 #endif  // CLBUF_CLBUF_HPP

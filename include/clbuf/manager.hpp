@@ -21,11 +21,11 @@
 #include <clbuf/device.hpp>
 #include <clbuf/error.hpp>
 #include <clbuf/future.hpp>
+#include <clbuf/mapped_view.hpp>
 #include <clbuf/options.hpp>
 #include <clbuf/pinned.hpp>
 #include <clbuf/rect.hpp>
 #include <clbuf/telemetry.hpp>
-#include <clbuf/view.hpp>
 
 #include <cstddef>
 #include <memory>

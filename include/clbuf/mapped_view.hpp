@@ -2,8 +2,8 @@
 // clbuf::MappedView<T>: a typed, move-only span over device memory mapped into the host's address
 // space (clEnqueueMapBuffer), unmapped by its destructor. Zero-copy where the device shares host
 // memory (PoCL, integrated GPUs).
-#ifndef CLBUF_VIEW_HPP
-#define CLBUF_VIEW_HPP
+#ifndef CLBUF_MAPPED_VIEW_HPP
+#define CLBUF_MAPPED_VIEW_HPP
 
 #include <clbuf/detail/pinned_block.hpp>
 #include <clbuf/detail/pool.hpp>
@@ -135,4 +135,4 @@ class MappedView {
 
 }  // namespace clbuf
 
-#endif  // CLBUF_VIEW_HPP
+#endif  // CLBUF_MAPPED_VIEW_HPP
