@@ -172,14 +172,13 @@ class Communicator {
   void broadcast(DeviceBuffer<T>& buffer, int root) {
     clbuf::detail::guard_host_memory("broadcast", [&] {
       const char* op = "broadcast";
-      std::exception_ptr local;
-      try {
-        check_buffer(op, buffer, rank() == root, rank() != root);
-        check_rank(op, "root", root, false, false);
-      } catch (...) {
-        local = std::current_exception();
-      }
-      agree<T>(op, local, buffer.size(), root, -1);
+      agree_after<T>(
+          op,
+          [&] {
+            check_buffer(op, buffer, rank() == root, rank() != root);
+            check_rank(op, "root", root, false, false);
+          },
+          buffer.size(), root, -1);
       if (core_->whole()) {
         on_host(
             op, buffer, rank() == root, rank() != root, [&](T* data, int count, MPI_Datatype type) {
@@ -187,28 +186,7 @@ class Communicator {
             });
         return;
       }
-      const int p = size();
-      const int relative = (rank() - root + p) % p;
-      int mask = 1;
-      while (mask < p) {
-        if (relative & mask) {
-          wait_one(std::make_shared<detail::RecvStream>(*core_, op, span_of(buffer),
-                                                        (relative - mask + root) % p, 0,
-                                                        core_->coll(), detail::Kind::collective));
-          break;
-        }
-        mask <<= 1;
-      }
-      std::vector<std::shared_ptr<detail::Transfer>> sends;
-      sends.reserve(32);  // a rank of a binomial tree sends at most log2(p) < 32 times
-      for (mask >>= 1; mask > 0; mask >>= 1) {
-        if (relative + mask < p) {
-          sends.push_back(
-              track(detail::make_send(*core_, op, span_of(buffer), (relative + mask + root) % p, 0,
-                                      core_->coll(), detail::Kind::collective)));
-        }
-      }
-      core_->wait_all(sends);
+      broadcast_tree(op, span_of(buffer), root);
     });
   }
 
@@ -219,63 +197,37 @@ class Communicator {
   /// from a sum in another order, but every rank gets the same bits.
   template <class T>
   void allreduce(DeviceBuffer<T>& buffer, Op reduction = Op::sum) {
+    static_assert(
+        detail::type_code<T>() >= detail::int8 && detail::type_code<T>() <= detail::float64,
+        "clbuf::mpi::allreduce needs an arithmetic T of 8 to 64 bits (not bool)");
     clbuf::detail::guard_host_memory("allreduce", [&] {
-      static_assert(
-          detail::type_code<T>() >= detail::int8 && detail::type_code<T>() <= detail::float64,
-          "clbuf::mpi::allreduce needs an arithmetic T of 8 to 64 bits (not bool)");
       const char* op = "allreduce";
-      std::exception_ptr local;
-      DeviceBuffer<T> incoming;  // the device ring's receiving buffer (below)
-      try {
-        check_buffer(op, buffer, true, true);
-        // Had before the agreement: a rank that cannot get it rejects the call there, on every
-        // rank, instead of leaving the ring (its neighbours would wait for it for ever).
-        if (!core_->whole() && size() > 1 && !buffer.empty() &&
-            buffer.size_bytes() >= options().device_reduce_bytes) {
-          incoming = manager().allocate<T>(buffer.size() / static_cast<std::size_t>(size()) + 1);
-        }
-      } catch (...) {
-        local = std::current_exception();
-      }
-      agree<T>(op, local, buffer.size(), -1, static_cast<long long>(reduction));
-      const std::uint32_t type = detail::type_code<T>();
+      DeviceBuffer<T> incoming;  // the device ring's receiving buffer (reduce_on_device())
+      const bool on_device = !core_->whole() && size() > 1 && !buffer.empty() &&
+                             buffer.size_bytes() >= options().device_reduce_bytes;
+      agree_after<T>(
+          op,
+          [&] {
+            check_buffer(op, buffer, true, true);
+            // Had before the agreement: a rank that cannot get it rejects the call there, on
+            // every rank, instead of leaving the ring (its neighbours would wait for it for ever).
+            if (on_device) {
+              incoming =
+                  manager().allocate<T>(buffer.size() / static_cast<std::size_t>(size()) + 1);
+            }
+          },
+          buffer.size(), -1, static_cast<long long>(reduction));
       if (core_->whole()) {  // MPI_Allreduce as a plain peer calls it, even of no element
         on_host(op, buffer, true, true, [&](T* data, int count, MPI_Datatype mpi_type) {
           detail::check_mpi(MPI_Allreduce(MPI_IN_PLACE, data, count, mpi_type,
                                           detail::mpi_op(reduction), core_->coll()),
                             op, "MPI_Allreduce");
         });
-        return;
+      } else if (on_device) {
+        reduce_on_device(op, buffer, incoming, reduction);
+      } else if (size() > 1 && !buffer.empty()) {
+        reduce_on_host(op, buffer, detail::type_code<T>(), reduction);
       }
-      if (size() == 1 || buffer.empty()) return;
-      if (buffer.size_bytes() < options().device_reduce_bytes) {
-        reduce_on_host(op, buffer, type, reduction);
-        return;
-      }
-      const std::size_t p = static_cast<std::size_t>(size());
-      const std::size_t n = buffer.size();
-      const auto start_of = [&](std::size_t i) { return i * (n / p) + std::min(i, n % p); };
-      const auto length_of = [&](std::size_t i) { return n / p + (i < n % p ? 1 : 0); };
-      const clbuf::detail::Queue queue(manager().queue());
-      const std::size_t r = static_cast<std::size_t>(rank());
-      const int right = static_cast<int>((r + 1) % p);
-      const int left = static_cast<int>((r + p - 1) % p);
-      for (std::size_t step = 0; step + 1 < p; ++step) {  // reduce-scatter
-        const std::size_t out = (r + p - step) % p;
-        const std::size_t in = (r + 2 * p - step - 1) % p;
-        exchange(op, span_of(buffer, start_of(out), length_of(out)), right,
-                 span_of(incoming, 0, length_of(in)), left);
-        reducer_->reduce(op, queue, type, reduction, buffer.native_root()(),
-                         buffer.native_offset_bytes() / sizeof(T) + start_of(in),
-                         incoming.native_root()(), length_of(in));
-      }
-      for (std::size_t step = 0; step + 1 < p; ++step) {  // allgather
-        const std::size_t out = (r + 1 + p - step) % p;
-        const std::size_t in = (r + p - step) % p;
-        exchange(op, span_of(buffer, start_of(out), length_of(out)), right,
-                 span_of(buffer, start_of(in), length_of(in)), left);
-      }
-      queue.finish(op);
     });
   }
 
@@ -302,93 +254,26 @@ class Communicator {
   /// @throws Error as ibroadcast().
   template <class T>
   Request iallreduce(DeviceBuffer<T>& buffer, Op reduction = Op::sum) {
-    return clbuf::detail::guard_host_memory("iallreduce", [&] {
-      static_assert(
-          detail::type_code<T>() >= detail::int8 && detail::type_code<T>() <= detail::float64,
-          "clbuf::mpi::iallreduce needs an arithmetic T of 8 to 64 bits (not bool)");
-      return start_collective("iallreduce", buffer, true, -1, reduction);
-    });
+    static_assert(
+        detail::type_code<T>() >= detail::int8 && detail::type_code<T>() <= detail::float64,
+        "clbuf::mpi::iallreduce needs an arithmetic T of 8 to 64 bits (not bool)");
+    return clbuf::detail::guard_host_memory(
+        "iallreduce", [&] { return start_collective("iallreduce", buffer, true, -1, reduction); });
   }
 
   /// Rank i receives elements [i * mine.size(), (i + 1) * mine.size()) of the root's `all`;
   /// `all` is read on the root only and must hold mine.size() * size() elements there.
   template <class T>
   void scatter(const DeviceBuffer<T>& all, DeviceBuffer<T>& mine, int root) {
-    clbuf::detail::guard_host_memory("scatter", [&] {
-      const char* op = "scatter";
-      std::exception_ptr local;
-      try {
-        check_buffer(op, mine, false, rank() != root);
-        check_rank(op, "root", root, false, false);
-        if (rank() == root) {
-          check_whole(op, all, mine.size(), true, false);
-          check_own_slot(op, all, mine, root);
-        }
-      } catch (...) {
-        local = std::current_exception();
-      }
-      agree<T>(op, local, mine.size(), root, -1);
-      const std::size_t n = mine.size();
-      if (core_->whole()) {
-        plain_scatter_gather(op, mine, all, root, true);
-        return;
-      }
-      if (rank() != root) {
-        wait_one(std::make_shared<detail::RecvStream>(*core_, op, span_of(mine), root, 0,
-                                                      core_->coll(), detail::Kind::collective));
-        return;
-      }
-      std::vector<std::shared_ptr<detail::Transfer>> sends;
-      sends.reserve(static_cast<std::size_t>(size()));
-      for (int i = 0; i < size(); ++i) {
-        if (i == root) continue;
-        sends.push_back(
-            track(detail::make_send(*core_, op, span_of(all, static_cast<std::size_t>(i) * n, n), i,
-                                    0, core_->coll(), detail::Kind::collective)));
-      }
-      copy_own(op, all, static_cast<std::size_t>(root) * n, mine, 0,
-               in_own_slot(all, mine, root) ? 0 : n, sends);
-    });
+    clbuf::detail::guard_host_memory("scatter",
+                                     [&] { scatter_gather<true, T>("scatter", all, mine, root); });
   }
 
   /// The reverse of scatter(): `all` on the root receives every rank's `mine` in rank order.
   template <class T>
   void gather(const DeviceBuffer<T>& mine, DeviceBuffer<T>& all, int root) {
-    clbuf::detail::guard_host_memory("gather", [&] {
-      const char* op = "gather";
-      std::exception_ptr local;
-      try {
-        check_buffer(op, mine, rank() != root, false);
-        check_rank(op, "root", root, false, false);
-        if (rank() == root) {
-          check_whole(op, all, mine.size(), false, true);
-          check_own_slot(op, all, mine, root);
-        }
-      } catch (...) {
-        local = std::current_exception();
-      }
-      agree<T>(op, local, mine.size(), root, -1);
-      const std::size_t n = mine.size();
-      if (core_->whole()) {
-        plain_scatter_gather(op, mine, all, root, false);
-        return;
-      }
-      if (rank() != root) {
-        wait_one(detail::make_send(*core_, op, span_of(mine), root, 0, core_->coll(),
-                                   detail::Kind::collective));
-        return;
-      }
-      std::vector<std::shared_ptr<detail::Transfer>> receives;
-      receives.reserve(static_cast<std::size_t>(size()));
-      for (int i = 0; i < size(); ++i) {
-        if (i == root) continue;
-        receives.push_back(track(std::make_shared<detail::RecvStream>(
-            *core_, op, span_of(all, static_cast<std::size_t>(i) * n, n), i, 0, core_->coll(),
-            detail::Kind::collective)));
-      }
-      copy_own(op, mine, 0, all, static_cast<std::size_t>(root) * n,
-               in_own_slot(all, mine, root) ? 0 : n, receives);
-    });
+    clbuf::detail::guard_host_memory("gather",
+                                     [&] { scatter_gather<false, T>("gather", all, mine, root); });
   }
 
   /// MPI_Barrier on the duplicated communicator.
@@ -544,6 +429,148 @@ class Communicator {
     agreement.check(op);
   }
 
+  /// Runs this rank's `checks` of its arguments, then agree(): a rank whose checks throw rejects
+  /// the call on every rank.
+  template <class T, class Checks>
+  void agree_after(const char* op, Checks&& checks, std::size_t count, long long root,
+                   long long reduction) {
+    std::exception_ptr local;
+    try {
+      checks();
+    } catch (...) {
+      local = std::current_exception();
+    }
+    agree<T>(op, local, count, root, reduction);
+  }
+
+  /// A message of a collective, sent to (`send`) or received from `peer` on the collectives'
+  /// communicator; tracked, so that every wait moves it on.
+  std::shared_ptr<detail::Transfer> collective_message(const char* op, detail::Span span, int peer,
+                                                       bool send) {
+    std::shared_ptr<detail::Transfer> message;
+    if (send) {
+      message = detail::make_send(*core_, op, std::move(span), peer, 0, core_->coll(),
+                                  detail::Kind::collective);
+    } else {
+      message = std::make_shared<detail::RecvStream>(*core_, op, std::move(span), peer, 0,
+                                                     core_->coll(), detail::Kind::collective);
+    }
+    return track(std::move(message));
+  }
+
+  /// broadcast()'s binomial tree: this rank's part of the buffer arrives from its parent (the
+  /// root has none), then goes to each of its children.
+  void broadcast_tree(const char* op, const detail::Span& span, int root) {
+    const int p = size();
+    const int relative = (rank() - root + p) % p;
+    int mask = 1;
+    while (mask < p) {
+      if (relative & mask) {
+        const std::shared_ptr<detail::Transfer> from_parent =
+            collective_message(op, span, (relative - mask + root) % p, false);
+        core_->wait(*from_parent);
+        break;
+      }
+      mask <<= 1;
+    }
+    std::vector<std::shared_ptr<detail::Transfer>> sends;
+    sends.reserve(32);  // a rank of a binomial tree sends at most log2(p) < 32 times
+    for (mask >>= 1; mask > 0; mask >>= 1) {
+      if (relative + mask < p) {
+        sends.push_back(collective_message(op, span, (relative + mask + root) % p, true));
+      }
+    }
+    core_->wait_all(sends);
+  }
+
+  /// allreduce() on the device: a ring of reduce-scatter (each step receives a part into
+  /// `incoming` and reduces it into `buffer` with the Communicator's kernel), then allgather.
+  template <class T>
+  void reduce_on_device(const char* op, DeviceBuffer<T>& buffer, DeviceBuffer<T>& incoming,
+                        Op reduction) {
+    const std::size_t p = static_cast<std::size_t>(size());
+    const std::size_t n = buffer.size();
+    const auto start_of = [&](std::size_t i) { return i * (n / p) + std::min(i, n % p); };
+    const auto length_of = [&](std::size_t i) { return n / p + (i < n % p ? 1 : 0); };
+    const clbuf::detail::Queue queue(manager().queue());
+    const std::size_t r = static_cast<std::size_t>(rank());
+    const int right = static_cast<int>((r + 1) % p);
+    const int left = static_cast<int>((r + p - 1) % p);
+    for (std::size_t step = 0; step + 1 < p; ++step) {  // reduce-scatter
+      const std::size_t out = (r + p - step) % p;
+      const std::size_t in = (r + 2 * p - step - 1) % p;
+      exchange(op, span_of(buffer, start_of(out), length_of(out)), right,
+               span_of(incoming, 0, length_of(in)), left);
+      reducer_->reduce(op, queue, detail::type_code<T>(), reduction, buffer.native_root()(),
+                       buffer.native_offset_bytes() / sizeof(T) + start_of(in),
+                       incoming.native_root()(), length_of(in));
+    }
+    for (std::size_t step = 0; step + 1 < p; ++step) {  // allgather
+      const std::size_t out = (r + 1 + p - step) % p;
+      const std::size_t in = (r + p - step) % p;
+      exchange(op, span_of(buffer, start_of(out), length_of(out)), right,
+               span_of(buffer, start_of(in), length_of(in)), left);
+    }
+    queue.finish(op);
+  }
+
+  /// The root's messages of a scatter (`send`) or gather: every other rank's part of `all`, `n`
+  /// elements from the rank's number times `n`.
+  template <class T>
+  std::vector<std::shared_ptr<detail::Transfer>> root_messages(const char* op,
+                                                               const DeviceBuffer<T>& all,
+                                                               std::size_t n, int root, bool send) {
+    std::vector<std::shared_ptr<detail::Transfer>> parts;
+    parts.reserve(static_cast<std::size_t>(size()));
+    for (int i = 0; i < size(); ++i) {
+      if (i == root) continue;
+      parts.push_back(
+          collective_message(op, span_of(all, static_cast<std::size_t>(i) * n, n), i, send));
+    }
+    return parts;
+  }
+
+  /// scatter() (`Scatter`) and gather(), each the other's mirror: the root's `all` holds every
+  /// rank's part in rank order, `mine` is this rank's. The root's own part is a device copy
+  /// while the messages move (none where `mine` is its slot of `all`).
+  template <bool Scatter, class T>
+  void scatter_gather(const char* op,
+                      std::conditional_t<Scatter, const DeviceBuffer<T>, DeviceBuffer<T>>& all,
+                      std::conditional_t<Scatter, DeviceBuffer<T>, const DeviceBuffer<T>>& mine,
+                      int root) {
+    const bool is_root = rank() == root;
+    agree_after<T>(
+        op,
+        [&] {
+          check_buffer(op, mine, !Scatter && !is_root, Scatter && !is_root);
+          check_rank(op, "root", root, false, false);
+          if (is_root) {
+            check_whole(op, all, mine.size(), Scatter, !Scatter);
+            check_own_slot(op, all, mine, root);
+          }
+        },
+        mine.size(), root, -1);
+    if (core_->whole()) {
+      plain_scatter_gather(op, mine, all, root, Scatter);
+      return;
+    }
+    if (!is_root) {  // a scatter receives its part from the root, a gather sends it there
+      const std::shared_ptr<detail::Transfer> part =
+          collective_message(op, span_of(mine), root, !Scatter);
+      core_->wait(*part);
+      return;
+    }
+    const std::size_t n = mine.size();
+    std::vector<std::shared_ptr<detail::Transfer>> parts = root_messages(op, all, n, root, Scatter);
+    const std::size_t own = in_own_slot(all, mine, root) ? 0 : n;
+    const std::size_t slot = static_cast<std::size_t>(root) * n;
+    if constexpr (Scatter) {
+      copy_own(op, all, slot, mine, 0, own, parts);
+    } else {
+      copy_own(op, mine, 0, all, slot, own, parts);
+    }
+  }
+
   /// ibroadcast() and iallreduce(): checks this rank's arguments, starts the agreement and
   /// queues the collective (see detail::HostCollective).
   template <class T>
@@ -623,10 +650,6 @@ class Communicator {
     }
   }
 
-  Request start(std::shared_ptr<detail::Transfer> transfer) {
-    return start_on(core_, std::move(transfer));
-  }
-
   static Request start_on(const std::shared_ptr<detail::Core>& core,
                           std::shared_ptr<detail::Transfer> transfer) {
     core->track(transfer);
@@ -638,19 +661,12 @@ class Communicator {
     return transfer;
   }
 
-  void wait_one(std::shared_ptr<detail::Transfer> transfer) {
-    core_->track(transfer);
-    core_->wait(*transfer);
-  }
-
   /// Sends `out` right and receives `in` from the left, both complete on return.
   void exchange(const char* op, detail::Span out, int right, detail::Span in, int left) {
     std::vector<std::shared_ptr<detail::Transfer>> both;
     both.reserve(2);
-    both.push_back(track(std::make_shared<detail::RecvStream>(
-        *core_, op, std::move(in), left, 0, core_->coll(), detail::Kind::collective)));
-    both.push_back(track(detail::make_send(*core_, op, std::move(out), right, 0, core_->coll(),
-                                           detail::Kind::collective)));
+    both.push_back(collective_message(op, std::move(in), left, false));
+    both.push_back(collective_message(op, std::move(out), right, true));
     core_->wait_all(both);
   }
 

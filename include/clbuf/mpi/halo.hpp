@@ -94,35 +94,12 @@ inline std::vector<Neighbour> cartesian_faces(MPI_Comm cart, const Extents& inte
   return clbuf::detail::guard_host_memory("cartesian_faces", [&] {
     const char* op = "cartesian_faces";
     const detail::CartesianGrid grid = detail::cartesian_grid(op, cart);
-    const std::size_t n[3] = {interior.x, interior.y, interior.z};
     if (halo == 0) clbuf::detail::fail(op, CL_INVALID_VALUE, "the halo width is 0");
     if (first_tag < 0) {
       clbuf::detail::fail(op, CL_INVALID_VALUE,
                           "first_tag " + std::to_string(first_tag) + " is negative");
     }
-    for (int d = 0; d < 3; ++d) {
-      const char axis = "xyz"[d];
-      if (d < grid.ndims && n[d] < halo) {
-        clbuf::detail::fail(op, CL_INVALID_VALUE,
-                            std::string("interior of ") + clbuf::detail::describe(interior) +
-                                " elements is narrower than the halo of " + std::to_string(halo) +
-                                " along " + axis);
-      }
-      if (d >= grid.ndims && n[d] != 1) {
-        clbuf::detail::fail(op, CL_INVALID_VALUE,
-                            std::string("interior of ") + clbuf::detail::describe(interior) +
-                                " elements on a communicator of " + std::to_string(grid.ndims) +
-                                " dimensions: its extent along " + axis + " must be 1");
-      }
-    }
-    std::size_t whole[3] = {1, 1, 1};
-    for (int d = 0; d < grid.ndims; ++d) {
-      if (halo > SIZE_MAX / 4 || n[d] > SIZE_MAX - 2 * halo) {
-        clbuf::detail::fail(op, CL_INVALID_VALUE, "the field's extents overflow size_t");
-      }
-      whole[d] = n[d] + 2 * halo;
-    }
-    const Extents field{whole[0], whole[1], whole[2]};
+    const Extents field = detail::halo_field(op, grid.ndims, interior, halo);
     std::vector<Neighbour> plan;
     const int last[3] = {1, grid.ndims > 1 ? 1 : 0, grid.ndims > 2 ? 1 : 0};
     for (int z = -last[2]; z <= last[2]; ++z) {
@@ -138,14 +115,8 @@ inline std::vector<Neighbour> cartesian_faces(MPI_Comm cart, const Extents& inte
           neighbour.recv_tag = first_tag + detail::direction_code(back);
           Box send{Offset{}, Extents{}, field};
           Box recv{Offset{}, Extents{}, field};
-          std::size_t* send_origin[3] = {&send.origin.x, &send.origin.y, &send.origin.z};
-          std::size_t* send_size[3] = {&send.size.x, &send.size.y, &send.size.z};
-          std::size_t* recv_origin[3] = {&recv.origin.x, &recv.origin.y, &recv.origin.z};
-          std::size_t* recv_size[3] = {&recv.size.x, &recv.size.y, &recv.size.z};
-          for (int d = 0; d < grid.ndims; ++d) {
-            detail::halo_span(step[d], n[d], halo, true, *send_origin[d], *send_size[d]);
-            detail::halo_span(step[d], n[d], halo, false, *recv_origin[d], *recv_size[d]);
-          }
+          detail::halo_box(step, interior, halo, grid.ndims, true, send.origin, send.size);
+          detail::halo_box(step, interior, halo, grid.ndims, false, recv.origin, recv.size);
           neighbour.send_box = send;
           neighbour.recv_box = recv;
           plan.push_back(neighbour);
@@ -192,35 +163,8 @@ class HaloExchange final : private detail::Deferred {
       communicator.check_tag(op, n.recv_tag, false);
       check_boxes(op, i, SIZE_MAX);
     }
-    packs_.resize(plan_.size());
-    unpacks_.resize(plan_.size());
-    straight_sends_.resize(plan_.size());
-    straight_recvs_.resize(plan_.size());
-    packed_.resize(plan_.size());
-    // Each start() sizes these within this capacity, so that it allocates none of them: a
-    // start() that fails still completes its messages (see there), which needs them.
-    reads_.reserve(plan_.size());
-    sends_.reserve(plan_.size());
-    receives_.reserve(plan_.size());
-    landed_.reserve(plan_.size());
-    unposted_.reserve(plan_.size());
-    BufferManager& manager = core_->manager();
-    for (std::size_t i = 0; i < plan_.size(); ++i) {
-      const Neighbour& n = plan_[i];
-      if (n.rank == MPI_PROC_NULL) continue;
-      if (n.send_box) {
-        packs_[i] = manager.allocate<T>(elements(*n.send_box));
-        if (may_go_straight(*n.send_box)) {
-          straight_sends_[i] = manager.allocate_pinned<T>(elements(*n.send_box));
-        }
-      }
-      if (n.recv_box) {
-        unpacks_[i] = manager.allocate<T>(elements(*n.recv_box));
-        if (may_go_straight(*n.recv_box)) {
-          straight_recvs_[i] = manager.allocate_pinned<T>(elements(*n.recv_box));
-        }
-      }
-    }
+    reserve_state();
+    allocate_boxes();
   } catch (...) {
     clbuf::detail::rethrow_host_memory("HaloExchange");
   }
@@ -271,117 +215,16 @@ class HaloExchange final : private detail::Deferred {
   void start(DeviceBuffer<T>& field) {
     clbuf::detail::guard_host_memory("HaloExchange::start", [&] {
       const char* op = "HaloExchange::start";
-      if (running_) {
-        clbuf::detail::fail(op, CL_INVALID_OPERATION, "the last exchange has not finished");
-      }
-      bool host_reads = false;  // only contiguous ranges reach the field through the host
-      bool host_writes = false;
-      for (const Neighbour& n : plan_) {
-        host_reads = host_reads || !n.send_box;
-        host_writes = host_writes || !n.recv_box;
-      }
-      if (!core_) {
-        clbuf::detail::fail(op, CL_INVALID_OPERATION, "this HaloExchange was moved from");
-      }
-      clbuf::detail::check_buffer(op, field.valid(), field.context(), core_->context());
-      clbuf::detail::check_host_access(op, clbuf::detail::BufferAccess::access(field), host_reads,
-                                       host_writes);
-      for (std::size_t i = 0; i < plan_.size(); ++i) {
-        const Neighbour& n = plan_[i];
-        if (!n.send_box) {
-          clbuf::detail::check_range(op, "read", n.count, n.send_offset, field.size(), sizeof(T));
-        }
-        if (!n.recv_box) {
-          clbuf::detail::check_range(op, "write", n.count, n.recv_offset, field.size(), sizeof(T));
-        }
-        check_boxes(op, i, field.size());
-      }
-      BufferManager& manager = core_->manager();
-      running_ = true;
-      unpack_ = true;
-      // A box goes straight (read into the exchange's pinned memory, written from it) where the
-      // host may read and write the field; else through the pack and unpack buffers.
-      const cl_mem_flags access = clbuf::detail::BufferAccess::access(field);
-      straight_ = clbuf::detail::host_access_bits(access) == 0;
-      // A kernel may only read and write a field made CL_MEM_READ_WRITE (copies may do both to
-      // any buffer): a field made read-only or write-only for kernels is packed by rect copies.
-      kernel_may_ = clbuf::detail::kernel_access_bits(access) == 0;
-      // Within the capacity the constructor reserved: no allocation (see the catch below).
-      reads_.clear();
-      reads_.resize(plan_.size());
-      sends_.clear();
-      sends_.resize(plan_.size());
-      unposted_.assign(plan_.size(), 0);
-      for (std::size_t i = 0; i < plan_.size(); ++i) {
-        if (plan_[i].rank != MPI_PROC_NULL) unposted_[i] = 1;  // posted by post_sends()
-        packed_[i] = cl::Event();
-      }
+      check_start(op, field);
+      prepare(field);
       try {
-        field_ = manager.view(field, 0, field.size());
-        // Packed (or read) before the sends are posted: a send reads its pack buffer through the
-        // host (the queue finished, mapped, or read into pinned chunks), behind these copies on the
-        // queue; a box read straight is sent once its read has completed (post_sends()).
-        for (std::size_t i = 0; i < plan_.size(); ++i) {
-          const Neighbour& n = plan_[i];
-          if (n.rank == MPI_PROC_NULL || !n.send_box) continue;
-          const Box& box = *n.send_box;
-          const Region region = detail::pack_region(box.origin, box.size, box.field);
-          if (straight_ && !straight_sends_[i].empty()) {
-            reads_[i] = manager.download_rect_async(field_, straight_sends_[i].data(),
-                                                    straight_sends_[i].size(), region);
-          } else if (by_kernel(box)) {
-            kernels_.push_back(packer_->copy(op, core_->queue(), field_.native_root()(),
-                                             field_.native_offset_bytes(),
-                                             packs_[i].native_root()(), 0, region, sizeof(T)));
-            packed_[i] = kernels_.back();
-          } else {
-            copies_.push_back(manager.copy_rect_async(field_, packs_[i], region));
-            packed_[i] = copies_.back().event();
-          }
-        }
-        detail::Core& core = *core_;
-        // A receive into the field waits for the work queued before start() (one marker), not for
-        // the interior kernels queued after it, as clFinish would on a CPU device; a receive into
-        // an unpack buffer waits for nothing (the last finish() waited for its unpack copy).
-        cl::Event before;
-        const cl::Event nothing;
-        const bool host_block = Communicator::span_of(field_, 0, 0).host != nullptr;
-        for (const Neighbour& n : plan_) {
-          if (host_block && n.rank != MPI_PROC_NULL && !n.recv_box && before() == nullptr) {
-            before = core.queue().marker(op);
-            core.queue().flush(op);
-          }
-        }
+        field_ = core_->manager().view(field, 0, field.size());
+        pack_sends(op);
+        const cl::Event before = receive_marker(op);
         while (receives_.size() < plan_.size()) post_receive(receives_.size(), &before, field_);
         post_sends(false);
       } catch (...) {
-        // The plan is still completed, so that no neighbour waits for this rank: the receives not
-        // posted yet are posted (each as it can be; into the field after clFinish), every send not
-        // posted goes as a notice that this rank failed (the neighbour's exchange then fails
-        // too); then all is waited for.
-        const std::exception_ptr failure = std::current_exception();
-        unpack_ =
-            false;  // the boxes that arrive are not unpacked: a failed start() leaves the field
-        while (receives_.size() < plan_.size()) {
-          try {
-            post_receive(receives_.size(), nullptr, field);  // field_ may not have been made
-          } catch (...) {
-            receives_.emplace_back();  // reserved: given up on, this receive is never posted
-            landed_.push_back(true);
-          }
-        }
-        // Earlier exchanges' sends held back for their reads go first: a notice with their tags
-        // must not overtake them (the neighbour would take it for their box, and this exchange's
-        // message for the earlier one's).
-        core_->post_deferred(this);
-        for (std::size_t i = 0; i < plan_.size(); ++i) {
-          if (unposted_[i]) send_notice(i);  // post_sends() clears each as it posts it
-        }
-        try {
-          finish();
-        } catch (...) {  // NOLINT(bugprone-empty-catch): the first failure is the one reported
-        }
-        std::rethrow_exception(failure);
+        complete_failed_start(field);
       }
     });
   }
@@ -453,6 +296,170 @@ class HaloExchange final : private detail::Deferred {
  private:
   static std::size_t elements(const Box& box) noexcept {
     return box.size.x * box.size.y * box.size.z;  // within the checked field
+  }
+
+  /// The per-neighbour state, sized once. Each start() sizes reads_, sends_, receives_,
+  /// landed_ and unposted_ within this capacity, so that it allocates none of them: a start()
+  /// that fails still completes its messages (see there), which needs them.
+  void reserve_state() {
+    packs_.resize(plan_.size());
+    unpacks_.resize(plan_.size());
+    straight_sends_.resize(plan_.size());
+    straight_recvs_.resize(plan_.size());
+    packed_.resize(plan_.size());
+    reads_.reserve(plan_.size());
+    sends_.reserve(plan_.size());
+    receives_.reserve(plan_.size());
+    landed_.reserve(plan_.size());
+    unposted_.reserve(plan_.size());
+  }
+
+  /// A pack buffer for every box sent and an unpack buffer for every box received, each with
+  /// pinned memory of its own where it may go straight; none for MPI_PROC_NULL.
+  void allocate_boxes() {
+    BufferManager& manager = core_->manager();
+    const auto allocate = [&](const Box& box, DeviceBuffer<T>& buffer, PinnedBuffer<T>& straight) {
+      buffer = manager.allocate<T>(elements(box));
+      if (may_go_straight(box)) straight = manager.allocate_pinned<T>(elements(box));
+    };
+    for (std::size_t i = 0; i < plan_.size(); ++i) {
+      const Neighbour& n = plan_[i];
+      if (n.rank == MPI_PROC_NULL) continue;
+      if (n.send_box) allocate(*n.send_box, packs_[i], straight_sends_[i]);
+      if (n.recv_box) allocate(*n.recv_box, unpacks_[i], straight_recvs_[i]);
+    }
+  }
+
+  /// start()'s checks, before anything is enqueued or sent: no exchange in flight, not moved
+  /// from, `field` of the Communicator's context, open to the host where contiguous ranges
+  /// reach it through the host, and holding every range and box of the plan.
+  void check_start(const char* op, const DeviceBuffer<T>& field) const {
+    if (running_) {
+      clbuf::detail::fail(op, CL_INVALID_OPERATION, "the last exchange has not finished");
+    }
+    bool host_reads = false;  // only contiguous ranges reach the field through the host
+    bool host_writes = false;
+    for (const Neighbour& n : plan_) {
+      host_reads = host_reads || !n.send_box;
+      host_writes = host_writes || !n.recv_box;
+    }
+    if (!core_) {
+      clbuf::detail::fail(op, CL_INVALID_OPERATION, "this HaloExchange was moved from");
+    }
+    clbuf::detail::check_buffer(op, field.valid(), field.context(), core_->context());
+    clbuf::detail::check_host_access(op, clbuf::detail::BufferAccess::access(field), host_reads,
+                                     host_writes);
+    for (std::size_t i = 0; i < plan_.size(); ++i) {
+      const Neighbour& n = plan_[i];
+      if (!n.send_box) {
+        clbuf::detail::check_range(op, "read", n.count, n.send_offset, field.size(), sizeof(T));
+      }
+      if (!n.recv_box) {
+        clbuf::detail::check_range(op, "write", n.count, n.recv_offset, field.size(), sizeof(T));
+      }
+      check_boxes(op, i, field.size());
+    }
+  }
+
+  /// Marks the exchange on `field` running and resets the state of each neighbour, within the
+  /// capacity reserve_state() reserved: no allocation (a failed start() needs this state).
+  void prepare(const DeviceBuffer<T>& field) {
+    running_ = true;
+    unpack_ = true;
+    // A box goes straight (read into the exchange's pinned memory, written from it) where the
+    // host may read and write the field; else through the pack and unpack buffers.
+    const cl_mem_flags access = clbuf::detail::BufferAccess::access(field);
+    straight_ = clbuf::detail::host_access_bits(access) == 0;
+    // A kernel may only read and write a field made CL_MEM_READ_WRITE (copies may do both to
+    // any buffer): a field made read-only or write-only for kernels is packed by rect copies.
+    kernel_may_ = clbuf::detail::kernel_access_bits(access) == 0;
+    reads_.clear();
+    reads_.resize(plan_.size());
+    sends_.clear();
+    sends_.resize(plan_.size());
+    unposted_.assign(plan_.size(), 0);
+    for (std::size_t i = 0; i < plan_.size(); ++i) {
+      if (plan_[i].rank != MPI_PROC_NULL) unposted_[i] = 1;  // posted by post_sends()
+      packed_[i] = cl::Event();
+    }
+  }
+
+  /// Packs (or reads straight) every box sent, before the sends are posted: a send reads its
+  /// pack buffer through the host (the queue finished, mapped, or read into pinned chunks),
+  /// behind these copies on the queue; a box read straight is sent once its read has completed
+  /// (post_sends()).
+  void pack_sends(const char* op) {
+    for (std::size_t i = 0; i < plan_.size(); ++i) {
+      const Neighbour& n = plan_[i];
+      if (n.rank == MPI_PROC_NULL || !n.send_box) continue;
+      const Box& box = *n.send_box;
+      const Region region = detail::pack_region(box.origin, box.size, box.field);
+      if (straight_ && !straight_sends_[i].empty()) {
+        reads_[i] = core_->manager().download_rect_async(field_, straight_sends_[i].data(),
+                                                         straight_sends_[i].size(), region);
+      } else {
+        packed_[i] = copy_box(op, box, field_, packs_[i], region);
+      }
+    }
+  }
+
+  /// `region` of `box` copied from `src` to `dst` on the manager's queue, by the pack kernel
+  /// (by_kernel()) or a rect copy; kept (kernels_, copies_) until finish(). Returns its event.
+  cl::Event copy_box(const char* op, const Box& box, const DeviceBuffer<T>& src,
+                     DeviceBuffer<T>& dst, const Region& region) {
+    if (by_kernel(box)) {
+      kernels_.push_back(packer_->copy(op, core_->queue(), src.native_root()(),
+                                       src.native_offset_bytes(), dst.native_root()(),
+                                       dst.native_offset_bytes(), region, sizeof(T)));
+      return kernels_.back();
+    }
+    copies_.push_back(core_->manager().copy_rect_async(src, dst, region));
+    return copies_.back().event();
+  }
+
+  /// What a receive into the field waits for: the work queued before start() (one marker, made
+  /// where the field is a host block and a range lands in it), not the interior kernels queued
+  /// after it, as clFinish would on a CPU device. Else nothing: a receive into an unpack buffer
+  /// waits for nothing (the last finish() waited for its unpack copy).
+  cl::Event receive_marker(const char* op) const {
+    const bool host_block = Communicator::span_of(field_, 0, 0).host != nullptr;
+    const bool into_field = std::any_of(plan_.begin(), plan_.end(), [](const Neighbour& n) {
+      return n.rank != MPI_PROC_NULL && !n.recv_box;
+    });
+    if (!host_block || !into_field) return cl::Event();
+    cl::Event before = core_->queue().marker(op);
+    core_->queue().flush(op);
+    return before;
+  }
+
+  /// After a start() that failed part-way, the plan is still completed, so that no neighbour
+  /// waits for this rank: the receives not posted yet are posted (each as it can be; into the
+  /// field after clFinish), every send not posted goes as a notice that this rank failed (the
+  /// neighbour's exchange then fails too); then all is waited for, and the failure rethrown.
+  /// Call it from start()'s catch handler.
+  [[noreturn]] void complete_failed_start(DeviceBuffer<T>& field) {
+    const std::exception_ptr failure = std::current_exception();
+    unpack_ = false;  // the boxes that arrive are not unpacked: a failed start() leaves the field
+    while (receives_.size() < plan_.size()) {
+      try {
+        post_receive(receives_.size(), nullptr, field);  // field_ may not have been made
+      } catch (...) {
+        receives_.emplace_back();  // reserved: given up on, this receive is never posted
+        landed_.push_back(true);
+      }
+    }
+    // Earlier exchanges' sends held back for their reads go first: a notice with their tags
+    // must not overtake them (the neighbour would take it for their box, and this exchange's
+    // message for the earlier one's).
+    core_->post_deferred(this);
+    for (std::size_t i = 0; i < plan_.size(); ++i) {
+      if (unposted_[i]) send_notice(i);  // post_sends() clears each as it posts it
+    }
+    try {
+      finish();
+    } catch (...) {  // NOLINT(bugprone-empty-catch): the first failure is the one reported
+    }
+    std::rethrow_exception(failure);
   }
 
   /// Whether `box` is packed (or unpacked) by the Communicator's kernel rather than a rect copy:
@@ -539,59 +546,85 @@ class HaloExchange final : private detail::Deferred {
     detail::Core& core = *core_;
     core.post_deferred(this);  // earlier exchanges' deferred sends first
     const detail::Core::Posting posting(core);
-    const cl::Event nothing;
     std::exception_ptr first;
     bool deferred = false;
     for (std::size_t i = 0; i < unposted_.size(); ++i) {
       if (!unposted_[i]) continue;
-      const Neighbour& n = plan_[i];
-      const auto same_message = [&n](const Neighbour& earlier) {
-        return earlier.rank == n.rank && earlier.send_tag == n.send_tag;
-      };
-      bool behind = false;
-      for (std::size_t j = 0; j < i && !behind; ++j) {
-        behind = unposted_[j] && same_message(plan_[j]);
+      if (behind(i)) {
+        deferred = true;
+        continue;
       }
-      deferred = deferred || behind;
-      if (behind) continue;
       const bool straight = straight_ && !straight_sends_[i].empty();
-      if (straight) {
-        try {
-          if (!block && !reads_[i].ready()) {
-            deferred = true;
-            continue;
-          }
-          reads_[i].wait();
-        } catch (...) {
-          if (!first) first = std::current_exception();
-          send_notice(i);
-          continue;
-        }
-      }
+      const Read read = straight ? read_of(i, block, first) : Read::done;
+      deferred = deferred || read == Read::pending;
+      if (read != Read::done) continue;
       unposted_[i] = 0;
       try {
-        detail::Span span = straight     ? host_span(straight_sends_[i])
-                            : n.send_box ? Communicator::span_of(packs_[i])
-                                         : Communicator::span_of(field_, n.send_offset, n.count);
-        sends_[i] = Communicator::start_on(
-            core_, detail::make_send(core, "HaloExchange::start", std::move(span), n.rank,
-                                     n.send_tag, core.user(), detail::Kind::point_to_point,
-                                     straight ? &nothing : nullptr,
-                                     packed_[i]() != nullptr ? &packed_[i] : nullptr));
+        post_send(i, straight);
       } catch (...) {  // make_send() has sent the notice where nothing was posted
         if (!first) first = std::current_exception();
       }
     }
-    if (!deferred) {
-      core.undefer(this);
-    } else {
-      try {
-        core.defer(this);
-      } catch (...) {  // no room to keep the record: post them now instead
-        post_deferred();
-      }
-    }
+    keep_deferred(deferred);
     if (first) std::rethrow_exception(first);
+  }
+
+  /// An earlier send of the plan to the same rank with the same tag is not posted yet: MPI
+  /// matches the messages of one rank and tag in the order sent, so send i waits for it.
+  bool behind(std::size_t i) const noexcept {
+    for (std::size_t j = 0; j < i; ++j) {
+      if (unposted_[j] && plan_[j].rank == plan_[i].rank && plan_[j].send_tag == plan_[i].send_tag)
+        return true;
+    }
+    return false;
+  }
+
+  /// Where the straight read of box i stands for its send.
+  enum class Read { done, pending, failed };
+
+  /// Box i's straight read: done (`block`: waited for), still pending, or failed; a failed one
+  /// is kept in `first` (unless an earlier failure is) and its send goes as a notice.
+  Read read_of(std::size_t i, bool block, std::exception_ptr& first) noexcept {
+    try {
+      if (!block && !reads_[i].ready()) return Read::pending;
+      reads_[i].wait();
+      return Read::done;
+    } catch (...) {
+      if (!first) first = std::current_exception();
+      send_notice(i);
+      return Read::failed;
+    }
+  }
+
+  /// Posts neighbour i's send: from the exchange's pinned memory (read straight: no further
+  /// device command), from its pack buffer, or from the field; a packed box's send first checks
+  /// its pack (make_send's `source`).
+  void post_send(std::size_t i, bool straight) {
+    const Neighbour& n = plan_[i];
+    detail::Core& core = *core_;
+    const cl::Event nothing;
+    detail::Span span = straight     ? host_span(straight_sends_[i])
+                        : n.send_box ? Communicator::span_of(packs_[i])
+                                     : Communicator::span_of(field_, n.send_offset, n.count);
+    sends_[i] = Communicator::start_on(
+        core_,
+        detail::make_send(core, "HaloExchange::start", std::move(span), n.rank, n.send_tag,
+                          core.user(), detail::Kind::point_to_point, straight ? &nothing : nullptr,
+                          packed_[i]() != nullptr ? &packed_[i] : nullptr));
+  }
+
+  /// Keeps this exchange among the Core's deferred ones while it holds sends back (`deferred`),
+  /// else takes it out.
+  void keep_deferred(bool deferred) noexcept {
+    if (!deferred) {
+      core_->undefer(this);
+      return;
+    }
+    try {
+      core_->defer(this);
+    } catch (...) {  // no room to keep the record: post them now instead
+      post_deferred();
+    }
   }
 
   /// Core::post_deferred(): another send is about to be posted; this exchange's come first.
@@ -645,16 +678,11 @@ class HaloExchange final : private detail::Deferred {
     if (unpack_ && n.rank != MPI_PROC_NULL && n.recv_box) {
       const Box& box = *n.recv_box;
       const Region region = detail::unpack_region(box.origin, box.size, box.field);
-      BufferManager& manager = core_->manager();
       if (received_straight(i)) {
-        copies_.push_back(manager.upload_rect_async(field_, straight_recvs_[i].data(),
-                                                    straight_recvs_[i].size(), region));
-      } else if (by_kernel(box)) {
-        kernels_.push_back(packer_->copy("HaloExchange::finish", core_->queue(),
-                                         unpacks_[i].native_root()(), 0, field_.native_root()(),
-                                         field_.native_offset_bytes(), region, sizeof(T)));
+        copies_.push_back(core_->manager().upload_rect_async(field_, straight_recvs_[i].data(),
+                                                             straight_recvs_[i].size(), region));
       } else {
-        copies_.push_back(manager.copy_rect_async(unpacks_[i], field_, region));
+        copy_box("HaloExchange::finish", box, unpacks_[i], field_, region);
       }
     }
     return true;

@@ -61,6 +61,19 @@ inline bool completed(const char* operation, const cl::Event& event, const char*
   return status == CL_COMPLETE;
 }
 
+/// One step of a message (a Transfer, an Eager): `advance()` unless it is `done`; a failure is
+/// kept in `error` (an exception_ptr, or an optional of one) and ends the message. Never throws.
+template <class Error, class Advance>
+void step_message(bool& done, Error& error, Advance&& advance) noexcept {
+  if (done) return;
+  try {
+    done = advance();
+  } catch (...) {
+    error = std::current_exception();
+    done = true;
+  }
+}
+
 /// One message in flight. step() moves it on without blocking and records a failure rather than
 /// throwing; the Request that owns it rethrows.
 class Transfer {
@@ -72,13 +85,7 @@ class Transfer {
 
   bool done() const noexcept { return done_; }
   void step() noexcept {
-    if (done_) return;
-    try {
-      done_ = advance();
-    } catch (...) {
-      error_ = std::current_exception();
-      done_ = true;
-    }
+    step_message(done_, error_, [this] { return advance(); });
   }
   void rethrow() {
     if (error_) std::rethrow_exception(std::exchange(error_, nullptr));
@@ -224,77 +231,20 @@ class Core {
   Core(BufferManager& manager, MPI_Comm comm, const Options& options)
       : manager_(manager), options_(options) {
     const char* op = "Communicator";
-    int initialized = 0;
-    MPI_Initialized(&initialized);
-    if (!initialized || mpi_finalized()) {
-      fail(op, CL_INVALID_OPERATION, "MPI is not initialized (call MPI_Init first) or finalized");
-    }
-    if (comm == MPI_COMM_NULL) fail(op, CL_INVALID_VALUE, "the communicator is MPI_COMM_NULL");
-    int inter = 0;
-    check_mpi(MPI_Comm_test_inter(comm, &inter), op, "MPI_Comm_test_inter");
-    if (inter) fail(op, CL_INVALID_VALUE, "an intercommunicator is not supported");
+    check_communicator(op, comm);
     // What this rank alone can reject is only reported after the collective calls below, so
     // that the other ranks are never left waiting in them.
     std::exception_ptr local;
     whole_ = options.path == Path::whole;
     try {
-      model_ = manager.memory_model();
-      context_ = manager.context();  // throws after cleanup()
-      raw_context_ = context_();
-      queue_ = Queue(manager.queue());
-      if (options.chunk_bytes < 4096 || options.chunk_bytes > (std::size_t{1} << 30) ||
-          options.depth < 1 || options.depth > 64) {
-        fail(op, CL_INVALID_VALUE,
-             "Options: chunk_bytes " + std::to_string(options.chunk_bytes) +
-                 " must be in [4096, 1073741824] and depth " + std::to_string(options.depth) +
-                 " in [1, 64]");
-      }
+      bind(op, manager);
     } catch (...) {
       local = std::current_exception();
     }
-    if (whole_) {
-      // Peers without clbuf take part in no MPI call of ours: no duplicate, no agreement, the
-      // user's communicator itself (and its error handler) for every message.
-      if (local) std::rethrow_exception(local);
-      user_ = wire_ = coll_ = comm;
-      MPI_Comm_rank(comm, &rank_);
-      MPI_Comm_size(comm, &size_);
-      void* value = nullptr;
-      int found = 0;
-      MPI_Comm_get_attr(comm, MPI_TAG_UB, &value, &found);
-      if (found && value != nullptr) tag_ub_ = *static_cast<int*>(value);
-      streams_.assign(static_cast<std::size_t>(size_), 0);
-      return;
-    }
-    check_mpi(MPI_Comm_dup(comm, &user_), op, "MPI_Comm_dup");
-    MPI_Comm_set_errhandler(user_, MPI_ERRORS_RETURN);
-    MPI_Comm_dup(user_, &wire_);
-    MPI_Comm_dup(user_, &coll_);
-    MPI_Comm_rank(user_, &rank_);
-    MPI_Comm_size(user_, &size_);
-    void* value = nullptr;
-    int found = 0;
-    MPI_Comm_get_attr(user_, MPI_TAG_UB, &value, &found);
-    if (found && value != nullptr) tag_ub_ = *static_cast<int*>(value);
-    streams_.assign(static_cast<std::size_t>(size_), 0);
-    // Every rank must cut large messages the same way: agree, or fail on every rank alike.
-    const long long chunk =
-        static_cast<long long>(std::min<std::size_t>(options.chunk_bytes, std::size_t{1} << 40));
-    const long long mine[3] = {chunk, -chunk, local ? rank_ : -1};
-    long long all[3] = {0, 0, 0};
-    const int err = MPI_Allreduce(mine, all, 3, MPI_LONG_LONG, MPI_MAX, coll_);
-    if (err != MPI_SUCCESS || local || all[2] >= 0 || all[0] != -all[1]) {
-      free_comms();
-      if (err != MPI_SUCCESS) fail_mpi(op, err, "MPI_Allreduce");
-      if (local) std::rethrow_exception(local);
-      if (all[2] >= 0) {
-        fail(op, CL_INVALID_VALUE,
-             "rank " + std::to_string(all[2]) + " rejected its arguments (its own error says why)");
-      }
-      fail(op, CL_INVALID_VALUE,
-           "Options::chunk_bytes differ between ranks (" + std::to_string(-all[1]) + " to " +
-               std::to_string(all[0]) + "); every rank must cut messages alike");
-    }
+    if (whole_ && local) std::rethrow_exception(local);
+    open_communicators(op, comm);
+    if (whole_) return;
+    agree_on_chunks(op, local);
     // Inline messages stay within shared memory's eager fragment (4 KiB in Open MPI's vader);
     // larger ones go zero copy or through pinned chunks rather than through a host envelope.
     inline_max_ = std::min<std::size_t>(options.chunk_bytes, 3968);
@@ -629,6 +579,78 @@ class Core {
   }
 
  private:
+  /// MPI is running and `comm` an intracommunicator.
+  static void check_communicator(const char* op, MPI_Comm comm) {
+    int initialized = 0;
+    MPI_Initialized(&initialized);
+    if (!initialized || mpi_finalized()) {
+      fail(op, CL_INVALID_OPERATION, "MPI is not initialized (call MPI_Init first) or finalized");
+    }
+    if (comm == MPI_COMM_NULL) fail(op, CL_INVALID_VALUE, "the communicator is MPI_COMM_NULL");
+    int inter = 0;
+    check_mpi(MPI_Comm_test_inter(comm, &inter), op, "MPI_Comm_test_inter");
+    if (inter) fail(op, CL_INVALID_VALUE, "an intercommunicator is not supported");
+  }
+
+  /// What the transfers take from the manager (its memory model, context and queue), and the
+  /// Options checked: this rank's own to reject.
+  void bind(const char* op, BufferManager& manager) {
+    model_ = manager.memory_model();
+    context_ = manager.context();  // throws after cleanup()
+    raw_context_ = context_();
+    queue_ = Queue(manager.queue());
+    if (options_.chunk_bytes < 4096 || options_.chunk_bytes > (std::size_t{1} << 30) ||
+        options_.depth < 1 || options_.depth > 64) {
+      fail(op, CL_INVALID_VALUE,
+           "Options: chunk_bytes " + std::to_string(options_.chunk_bytes) +
+               " must be in [4096, 1073741824] and depth " + std::to_string(options_.depth) +
+               " in [1, 64]");
+    }
+  }
+
+  /// The communicators, then this rank's place in them. Under Path::whole the user's own for
+  /// every message (and its error handler): peers without clbuf take part in no MPI call of
+  /// ours, no duplicate, no agreement. Else three duplicates (errors returned): headers of
+  /// point-to-point messages, chunks, collectives.
+  void open_communicators(const char* op, MPI_Comm comm) {
+    if (whole_) {
+      user_ = wire_ = coll_ = comm;
+    } else {
+      check_mpi(MPI_Comm_dup(comm, &user_), op, "MPI_Comm_dup");
+      MPI_Comm_set_errhandler(user_, MPI_ERRORS_RETURN);
+      MPI_Comm_dup(user_, &wire_);
+      MPI_Comm_dup(user_, &coll_);
+    }
+    MPI_Comm_rank(user_, &rank_);
+    MPI_Comm_size(user_, &size_);
+    void* value = nullptr;
+    int found = 0;
+    MPI_Comm_get_attr(user_, MPI_TAG_UB, &value, &found);
+    if (found && value != nullptr) tag_ub_ = *static_cast<int*>(value);
+    streams_.assign(static_cast<std::size_t>(size_), 0);
+  }
+
+  /// Every rank must cut large messages the same way: the ranks agree on chunk_bytes (and learn
+  /// of a rank's `local` rejection), or fail on every rank alike, the communicators freed.
+  void agree_on_chunks(const char* op, const std::exception_ptr& local) {
+    const long long chunk =
+        static_cast<long long>(std::min<std::size_t>(options_.chunk_bytes, std::size_t{1} << 40));
+    const long long mine[3] = {chunk, -chunk, local ? rank_ : -1};
+    long long all[3] = {0, 0, 0};
+    const int err = MPI_Allreduce(mine, all, 3, MPI_LONG_LONG, MPI_MAX, coll_);
+    if (err == MPI_SUCCESS && !local && all[2] < 0 && all[0] == -all[1]) return;
+    free_comms();
+    if (err != MPI_SUCCESS) fail_mpi(op, err, "MPI_Allreduce");
+    if (local) std::rethrow_exception(local);
+    if (all[2] >= 0) {
+      fail(op, CL_INVALID_VALUE,
+           "rank " + std::to_string(all[2]) + " rejected its arguments (its own error says why)");
+    }
+    fail(op, CL_INVALID_VALUE,
+         "Options::chunk_bytes differ between ranks (" + std::to_string(-all[1]) + " to " +
+             std::to_string(all[0]) + "); every rank must cut messages alike");
+  }
+
   void note_in_use(std::size_t bytes) noexcept {
     in_use_bytes_ += bytes;
     peak_in_use_bytes_ = std::max(peak_in_use_bytes_, in_use_bytes_);

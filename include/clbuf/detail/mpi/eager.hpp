@@ -95,13 +95,7 @@ class Eager final : public Polled {
 
   /// Moves the message on without blocking; records a failure rather than throwing.
   void step() noexcept {
-    if (done_) return;
-    try {
-      done_ = advance();
-    } catch (...) {
-      error_.emplace(std::current_exception());
-      done_ = true;
-    }
+    step_message(done_, error_, [this] { return advance(); });
   }
 
   /// Throws the failure recorded by step(), once.

@@ -12,7 +12,9 @@
 #include <clbuf/rect.hpp>
 
 #include <cstddef>
+#include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace clbuf {
@@ -32,11 +34,9 @@ inline Region pack_region(const Offset& origin, const Extents& size, const Exten
 
 /// The reverse of pack_region(): a contiguous buffer of the box's elements into the box.
 inline Region unpack_region(const Offset& origin, const Extents& size, const Extents& field) {
-  Region region;
-  region.size = size;
-  region.src_extents = size;
-  region.dst_origin = origin;
-  region.dst_extents = field;
+  Region region = pack_region(origin, size, field);
+  std::swap(region.src_origin, region.dst_origin);
+  std::swap(region.src_extents, region.dst_extents);
   return region;
 }
 
@@ -110,6 +110,48 @@ inline void halo_span(int step, std::size_t n, std::size_t h, bool send, std::si
       origin = step < 0 ? 0 : n + h;
     }
   }
+}
+
+/// The extents of the field cartesian_faces() plans: `interior` with `halo` ghost cells on both
+/// sides of each of the first `ndims` axes (1 along the others).
+/// @throws Error CL_INVALID_VALUE for an interior narrower than the halo along a decomposed axis
+///         or wider than 1 along another, or extents that overflow size_t.
+inline Extents halo_field(const char* operation, int ndims, const Extents& interior,
+                          std::size_t halo) {
+  const std::size_t n[3] = {interior.x, interior.y, interior.z};
+  for (int d = 0; d < 3; ++d) {
+    const char axis = "xyz"[d];
+    if (d < ndims && n[d] < halo) {
+      clbuf::detail::fail(operation, CL_INVALID_VALUE,
+                          std::string("interior of ") + clbuf::detail::describe(interior) +
+                              " elements is narrower than the halo of " + std::to_string(halo) +
+                              " along " + axis);
+    }
+    if (d >= ndims && n[d] != 1) {
+      clbuf::detail::fail(operation, CL_INVALID_VALUE,
+                          std::string("interior of ") + clbuf::detail::describe(interior) +
+                              " elements on a communicator of " + std::to_string(ndims) +
+                              " dimensions: its extent along " + axis + " must be 1");
+    }
+  }
+  std::size_t whole[3] = {1, 1, 1};
+  for (int d = 0; d < ndims; ++d) {
+    if (halo > SIZE_MAX / 4 || n[d] > SIZE_MAX - 2 * halo) {
+      clbuf::detail::fail(operation, CL_INVALID_VALUE, "the field's extents overflow size_t");
+    }
+    whole[d] = n[d] + 2 * halo;
+  }
+  return Extents{whole[0], whole[1], whole[2]};
+}
+
+/// The box of a halo field (interior `interior`, `halo` ghost cells along the first `ndims`
+/// axes) sent toward `step` (`send`) or filled from it (!send), halo_span() along each axis.
+inline void halo_box(const int step[3], const Extents& interior, std::size_t halo, int ndims,
+                     bool send, Offset& origin, Extents& size) {
+  const std::size_t n[3] = {interior.x, interior.y, interior.z};
+  std::size_t* origins[3] = {&origin.x, &origin.y, &origin.z};
+  std::size_t* sizes[3] = {&size.x, &size.y, &size.z};
+  for (int d = 0; d < ndims; ++d) halo_span(step[d], n[d], halo, send, *origins[d], *sizes[d]);
 }
 
 /// A direction's number, 0 to 26 ((x + 1) + 3 (y + 1) + 9 (z + 1)); the message sent toward a

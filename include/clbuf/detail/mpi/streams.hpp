@@ -156,6 +156,62 @@ struct Arrival {
   cl_int code = CL_INVALID_VALUE;  // the problem's: CL_SUCCESS where the sender gave up
 };
 
+/// "rank 1 (tag 5)": who sent `arrival`.
+inline std::string sender_of(const Arrival& arrival) {
+  return "rank " + std::to_string(arrival.peer) + " (tag " + std::to_string(arrival.tag) + ")";
+}
+
+/// The header of an envelope of `received` bytes is clbuf::mpi's and its sizes add up (else an
+/// Error: not a message of ours); marks a header whose chunks follow.
+inline void check_header(const char* operation, Arrival& arrival, int received,
+                         std::size_t chunk_bytes) {
+  const Header& header = arrival.header;
+  if (header.magic != magic) {
+    fail(operation, CL_INVALID_VALUE,
+         "the message from " + sender_of(arrival) +
+             " has no clbuf::mpi header; both ends must use clbuf::mpi");
+  }
+  arrival.chunked = header.inline_bytes < header.bytes;
+  if (arrival.chunked && (header.chunk_bytes == 0 || header.chunk_bytes > chunk_bytes)) {
+    fail(operation, CL_INVALID_VALUE,
+         "the message from " + sender_of(arrival) + " is cut in chunks of " +
+             std::to_string(header.chunk_bytes) + " bytes, this rank's are " +
+             std::to_string(chunk_bytes));
+  }
+  if (!arrival.chunked && received != static_cast<int>(header_bytes + header.inline_bytes)) {
+    fail(operation, CL_INVALID_VALUE,
+         "the message from " + sender_of(arrival) + " is " + std::to_string(received) +
+             " bytes but its header says " + std::to_string(header_bytes + header.inline_bytes));
+  }
+}
+
+/// Why a well-formed message (`arrival`) does not fit `span` of a transfer of `kind`, in
+/// arrival.problem (empty: it fits): its sender gave up (a notice), the other kind of message,
+/// or another count, size or type.
+inline void judge(Arrival& arrival, const Span& span, Kind kind) {
+  const Header& header = arrival.header;
+  if (header.kind == static_cast<std::uint32_t>(Kind::abort)) {
+    // Not a failure of OpenCL here (CL_SUCCESS, as for MPI's failures): the sender's error says
+    // what failed.
+    arrival.code = CL_SUCCESS;
+    arrival.problem = sender_of(arrival) +
+                      " failed before it could send this message, and sent this notice "
+                      "instead (its error says why); the receiving buffer is unchanged";
+  } else if (header.kind != static_cast<std::uint32_t>(kind)) {
+    arrival.problem =
+        header.kind == static_cast<std::uint32_t>(Kind::collective)
+            ? sender_of(arrival) +
+                  " sent part of a collective where a point-to-point message was expected"
+            : sender_of(arrival) + " sent a point-to-point message where a collective was expected";
+  } else if (header.bytes != span.bytes || header.element_size != span.element_size ||
+             (header.type != any_type && span.type != any_type && header.type != span.type)) {
+    arrival.problem =
+        std::string(header.bytes > span.bytes ? "MPI_ERR_TRUNCATE: " : "") + sender_of(arrival) +
+        " sent " + describe(header.count, header.element_size, header.type) +
+        " but the receiving buffer holds " + describe(span.count, span.element_size, span.type);
+  }
+}
+
 /// Reads the header of an envelope that has arrived (`status`) and checks it against `span`
 /// before a byte lands there: throws for a message that is not clbuf::mpi's or whose sizes do
 /// not add up; returns a well-formed one that does not fit the buffer with its problem (its
@@ -167,51 +223,14 @@ inline Arrival inspect(const char* operation, const char* envelope, const MPI_St
   MPI_Get_count(&status, MPI_BYTE, &received);
   arrival.peer = status.MPI_SOURCE;
   arrival.tag = status.MPI_TAG;
-  const auto from = [&arrival] {
-    return "rank " + std::to_string(arrival.peer) + " (tag " + std::to_string(arrival.tag) + ")";
-  };
   if (received < static_cast<int>(header_bytes)) {
     fail(operation, CL_INVALID_VALUE,
-         "the message from " + from() + " is " + std::to_string(received) +
+         "the message from " + sender_of(arrival) + " is " + std::to_string(received) +
              " bytes, no clbuf::mpi header; both ends must use clbuf::mpi");
   }
-  Header& header = arrival.header;
-  std::memcpy(&header, envelope, header_bytes);
-  if (header.magic != magic) {
-    fail(operation, CL_INVALID_VALUE,
-         "the message from " + from() + " has no clbuf::mpi header; both ends must use clbuf::mpi");
-  }
-  arrival.chunked = header.inline_bytes < header.bytes;
-  if (arrival.chunked && (header.chunk_bytes == 0 || header.chunk_bytes > chunk_bytes)) {
-    fail(operation, CL_INVALID_VALUE,
-         "the message from " + from() + " is cut in chunks of " +
-             std::to_string(header.chunk_bytes) + " bytes, this rank's are " +
-             std::to_string(chunk_bytes));
-  }
-  if (!arrival.chunked && received != static_cast<int>(header_bytes + header.inline_bytes)) {
-    fail(operation, CL_INVALID_VALUE,
-         "the message from " + from() + " is " + std::to_string(received) +
-             " bytes but its header says " + std::to_string(header_bytes + header.inline_bytes));
-  }
-  if (header.kind == static_cast<std::uint32_t>(Kind::abort)) {
-    // Not a failure of OpenCL here (CL_SUCCESS, as for MPI's failures): the sender's error says
-    // what failed.
-    arrival.code = CL_SUCCESS;
-    arrival.problem = from() +
-                      " failed before it could send this message, and sent this notice "
-                      "instead (its error says why); the receiving buffer is unchanged";
-  } else if (header.kind != static_cast<std::uint32_t>(kind)) {
-    arrival.problem =
-        header.kind == static_cast<std::uint32_t>(Kind::collective)
-            ? from() + " sent part of a collective where a point-to-point message was expected"
-            : from() + " sent a point-to-point message where a collective was expected";
-  } else if (header.bytes != span.bytes || header.element_size != span.element_size ||
-             (header.type != any_type && span.type != any_type && header.type != span.type)) {
-    arrival.problem = std::string(header.bytes > span.bytes ? "MPI_ERR_TRUNCATE: " : "") + from() +
-                      " sent " + describe(header.count, header.element_size, header.type) +
-                      " but the receiving buffer holds " +
-                      describe(span.count, span.element_size, span.type);
-  }
+  std::memcpy(&arrival.header, envelope, header_bytes);
+  check_header(operation, arrival, received, chunk_bytes);
+  judge(arrival, span, kind);
   return arrival;
 }
 
@@ -429,23 +448,39 @@ class SendStream final : public Stream {
     char* base = nullptr;
     std::exception_ptr failure;  // a staged chunk's first read: the header still goes
     if (route_ == Route::staged) {
-      slots_.reserve(core_.options().depth);
-      try {
-        fill_slots();
-      } catch (...) {
-        failure = std::current_exception();
-      }
+      failure = start_reads();
     } else {
       base = host_bytes(CL_MAP_READ);
     }
-    // A staged stream's header is a synchronous send: it completes once the peer has matched
-    // it, which tells fill_slots() that the peer is receiving this message (not a later one).
+    post_header(dest, tag, comm);
+    if (failure && !send_rest_empty(failure)) std::rethrow_exception(failure);
+    if (base != nullptr) post_chunks(base, dest);
+  }
+
+  /// The staged path's first reads into pinned chunks; their failure, if any (the header still
+  /// goes, then the rest of the chunks empty).
+  std::exception_ptr start_reads() {
+    slots_.reserve(core_.options().depth);
+    try {
+      fill_slots();
+    } catch (...) {
+      return std::current_exception();
+    }
+    return nullptr;
+  }
+
+  /// Posts the header of a chunked message. A staged stream's is a synchronous send: it
+  /// completes once the peer has matched it, which tells fill_slots() that the peer is receiving
+  /// this message (not a later one).
+  void post_header(int dest, int tag, MPI_Comm comm) {
     const bool staged = route_ == Route::staged;
     check_mpi((staged ? MPI_Issend : MPI_Isend)(&header_, static_cast<int>(header_bytes), MPI_BYTE,
                                                 dest, tag, comm, &header_request_),
               operation_, staged ? "MPI_Issend" : "MPI_Isend");
-    if (failure && !send_rest_empty(failure)) std::rethrow_exception(failure);
-    if (base == nullptr) return;
+  }
+
+  /// Every chunk of the message at once, from `base` (the host block, or the buffer mapped).
+  void post_chunks(char* base, int dest) {
     requests_.assign(chunks_.count, MPI_REQUEST_NULL);
     for (std::size_t k = 0; k < chunks_.count; ++k) {
       check_mpi(MPI_Isend(base + chunks_.offset(k), chunks_.length(k), MPI_BYTE, dest,
