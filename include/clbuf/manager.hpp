@@ -296,7 +296,7 @@ class BufferManager {
     detail::guard_host_memory("download", [&] {
       const char* op = "download";
       auto entry = gate_.enter(op);
-      check_read(op, buffer, out, count, src_offset);
+      check_host_transfer(op, buffer, out, count, src_offset, false);
       engine_.read(op, buffer.memory_, src_offset * sizeof(T), out, count * sizeof(T),
                    detail::HostMemory::pageable);
     });
@@ -307,7 +307,7 @@ class BufferManager {
   void download(const DeviceBuffer<T>& buffer, PinnedBuffer<T>& out, std::size_t src_offset = 0) {
     const char* op = "download";
     auto entry = gate_.enter(op);
-    check_read(op, buffer, out.data(), out.size(), src_offset);
+    check_host_transfer(op, buffer, out.data(), out.size(), src_offset, false);
     engine_.read(op, buffer.memory_, src_offset * sizeof(T), out.data(), out.size_bytes(),
                  detail::HostMemory::pinned);
   }
@@ -345,7 +345,7 @@ class BufferManager {
     return detail::guard_host_memory("download_async", [&] {
       const char* op = "download_async";
       auto entry = gate_.enter(op);
-      check_read(op, buffer, out, count, src_offset);
+      check_host_transfer(op, buffer, out, count, src_offset, false);
       hold(op, wait_list(op, after));
       detail::Started start =
           engine_.read_async(op, buffer.memory_, src_offset * sizeof(T), out, count * sizeof(T));
@@ -700,26 +700,15 @@ class BufferManager {
         copy_from_now(op, source, src, dst);  // no markers or barriers before OpenCL 1.2
         return future<void>(op, detail::Started(), {});
       }
-      const detail::Queue& theirs = source.device_.queue();
-      detail::Started start;
-      if (source.device_.context()() != device_.context()()) {
-        start = detail::copy_across_contexts_async(op, source.device_, src.memory_, device_,
-                                                   engine_, dst.memory_, src.size_bytes());
-      } else {
-        if (theirs.get() != device_.queue().get()) {
-          const cl::Event before = theirs.marker(op);
-          theirs.flush(op);
-          hold(op, {before()});
-        }
-        start.event = engine_.copy_async(op, src.memory_, 0, dst.memory_, 0, src.size_bytes());
-        if (theirs.get() != device_.queue().get()) {
-          source.kept_.keep(theirs.barrier(op, {start.event()}));
-        }
-      }
+      detail::Started start =
+          source.device_.context()() != device_.context()()
+              ? detail::copy_across_contexts_async(op, source.device_, src.memory_, device_,
+                                                   engine_, dst.memory_, src.size_bytes())
+              : copy_in_context_async(op, source, src, dst);
       src.fence(pool_.get(), start.event);
       dst.fence(pool_.get(), start.event);
       Future<void> result = future<void>(op, std::move(start), {});
-      theirs.flush(op);
+      source.device_.queue().flush(op);
       return result;
     });
   }
@@ -817,15 +806,36 @@ class BufferManager {
     return detail::checked_bytes(operation, count, sizeof(T), device_.info().max_alloc_bytes);
   }
 
-  /// A read of `count` elements at `offset` of `buffer` into host `out` is allowed.
+  /// copy_from_async() within one context: one device copy on this manager's queue, after a
+  /// marker of `source`'s queue and before a barrier on it (where that is another queue).
   template <class T>
-  void check_read(const char* operation, const DeviceBuffer<T>& buffer, const T* out,
-                  std::size_t count, std::size_t offset) const {
+  detail::Started copy_in_context_async(const char* op, BufferManager& source,
+                                        const DeviceBuffer<T>& src, DeviceBuffer<T>& dst) {
+    const detail::Queue& theirs = source.device_.queue();
+    const bool other_queue = theirs.get() != device_.queue().get();
+    if (other_queue) {
+      const cl::Event before = theirs.marker(op);
+      theirs.flush(op);
+      hold(op, {before()});
+    }
+    detail::Started start;
+    start.event = engine_.copy_async(op, src.memory_, 0, dst.memory_, 0, src.size_bytes());
+    if (other_queue) source.kept_.keep(theirs.barrier(op, {start.event()}));
+    return start;
+  }
+
+  /// A read of `count` elements at `offset` of `buffer` into `host` (or, `write`, a write from
+  /// it) is allowed: the range fits, the host may access the buffer that way, and `host` is not
+  /// a MappedView of it.
+  template <class T>
+  void check_host_transfer(const char* operation, const DeviceBuffer<T>& buffer, const T* host,
+                           std::size_t count, std::size_t offset, bool write) const {
     check(operation, buffer);
-    detail::check_host_pointer(operation, out, count);
-    detail::check_range(operation, "read", count, offset, buffer.size(), sizeof(T));
-    detail::check_host_access(operation, buffer.access_, true, false);
-    detail::check_not_mapped(operation, buffer.lease_.get(), out, count, sizeof(T));
+    detail::check_host_pointer(operation, host, count);
+    detail::check_range(operation, write ? "write" : "read", count, offset, buffer.size(),
+                        sizeof(T));
+    detail::check_host_access(operation, buffer.access_, !write, write);
+    detail::check_not_mapped(operation, buffer.lease_.get(), host, count, sizeof(T));
   }
 
   /// Byte ranges of two buffers share no byte of one root buffer.
@@ -958,12 +968,8 @@ class BufferManager {
                    detail::HostMemory host) {
     const char* op = "upload";
     auto entry = gate_.enter(op);
-    check(op, dst);
-    detail::check_host_pointer(op, data, count);
-    detail::check_range(op, "write", count, dst_offset, dst.size(), sizeof(T));
-    detail::check_host_access(op, dst.access_, false, true);
+    check_host_transfer(op, dst, data, count, dst_offset, true);
     if (count == 0) return;
-    detail::check_not_mapped(op, dst.lease_.get(), data, count, sizeof(T));
     engine_.write(op, dst.memory_, dst_offset * sizeof(T), data, count * sizeof(T), host);
   }
 
@@ -991,11 +997,7 @@ class BufferManager {
                                  const std::vector<cl::Event>& after) {
     const char* op = "upload_async";
     auto entry = gate_.enter(op);
-    check(op, dst);
-    detail::check_host_pointer(op, data, count);
-    detail::check_range(op, "write", count, dst_offset, dst.size(), sizeof(T));
-    detail::check_host_access(op, dst.access_, false, true);
-    detail::check_not_mapped(op, dst.lease_.get(), data, count, sizeof(T));
+    check_host_transfer(op, dst, data, count, dst_offset, true);
     hold(op, wait_list(op, after));
     detail::Started start = engine_.write_async(op, dst.memory_, dst_offset * sizeof(T), data,
                                                 count * sizeof(T), host, false);

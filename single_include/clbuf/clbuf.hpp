@@ -134,108 +134,114 @@
 
 namespace clbuf {
 
+namespace detail {
+
+struct ErrorName {
+  cl_int code;
+  const char* name;
+};
+
+/// Every OpenCL error code's name, by literal numbers, not the cl.h macros: the names of every
+/// OpenCL version are known even when the headers are configured for 1.2.
+inline constexpr ErrorName error_names[] = {
+    {0, "CL_SUCCESS"},
+    {-1, "CL_DEVICE_NOT_FOUND"},
+    {-2, "CL_DEVICE_NOT_AVAILABLE"},
+    {-3, "CL_COMPILER_NOT_AVAILABLE"},
+    {-4, "CL_MEM_OBJECT_ALLOCATION_FAILURE"},
+    {-5, "CL_OUT_OF_RESOURCES"},
+    {-6, "CL_OUT_OF_HOST_MEMORY"},
+    {-7, "CL_PROFILING_INFO_NOT_AVAILABLE"},
+    {-8, "CL_MEM_COPY_OVERLAP"},
+    {-9, "CL_IMAGE_FORMAT_MISMATCH"},
+    {-10, "CL_IMAGE_FORMAT_NOT_SUPPORTED"},
+    {-11, "CL_BUILD_PROGRAM_FAILURE"},
+    {-12, "CL_MAP_FAILURE"},
+    {-13, "CL_MISALIGNED_SUB_BUFFER_OFFSET"},
+    {-14, "CL_EXEC_STATUS_ERROR_FOR_EVENTS_IN_WAIT_LIST"},
+    {-15, "CL_COMPILE_PROGRAM_FAILURE"},
+    {-16, "CL_LINKER_NOT_AVAILABLE"},
+    {-17, "CL_LINK_PROGRAM_FAILURE"},
+    {-18, "CL_DEVICE_PARTITION_FAILED"},
+    {-19, "CL_KERNEL_ARG_INFO_NOT_AVAILABLE"},
+    {-30, "CL_INVALID_VALUE"},
+    {-31, "CL_INVALID_DEVICE_TYPE"},
+    {-32, "CL_INVALID_PLATFORM"},
+    {-33, "CL_INVALID_DEVICE"},
+    {-34, "CL_INVALID_CONTEXT"},
+    {-35, "CL_INVALID_QUEUE_PROPERTIES"},
+    {-36, "CL_INVALID_COMMAND_QUEUE"},
+    {-37, "CL_INVALID_HOST_PTR"},
+    {-38, "CL_INVALID_MEM_OBJECT"},
+    {-39, "CL_INVALID_IMAGE_FORMAT_DESCRIPTOR"},
+    {-40, "CL_INVALID_IMAGE_SIZE"},
+    {-41, "CL_INVALID_SAMPLER"},
+    {-42, "CL_INVALID_BINARY"},
+    {-43, "CL_INVALID_BUILD_OPTIONS"},
+    {-44, "CL_INVALID_PROGRAM"},
+    {-45, "CL_INVALID_PROGRAM_EXECUTABLE"},
+    {-46, "CL_INVALID_KERNEL_NAME"},
+    {-47, "CL_INVALID_KERNEL_DEFINITION"},
+    {-48, "CL_INVALID_KERNEL"},
+    {-49, "CL_INVALID_ARG_INDEX"},
+    {-50, "CL_INVALID_ARG_VALUE"},
+    {-51, "CL_INVALID_ARG_SIZE"},
+    {-52, "CL_INVALID_KERNEL_ARGS"},
+    {-53, "CL_INVALID_WORK_DIMENSION"},
+    {-54, "CL_INVALID_WORK_GROUP_SIZE"},
+    {-55, "CL_INVALID_WORK_ITEM_SIZE"},
+    {-56, "CL_INVALID_GLOBAL_OFFSET"},
+    {-57, "CL_INVALID_EVENT_WAIT_LIST"},
+    {-58, "CL_INVALID_EVENT"},
+    {-59, "CL_INVALID_OPERATION"},
+    {-60, "CL_INVALID_GL_OBJECT"},
+    {-61, "CL_INVALID_BUFFER_SIZE"},
+    {-62, "CL_INVALID_MIP_LEVEL"},
+    {-63, "CL_INVALID_GLOBAL_WORK_SIZE"},
+    {-64, "CL_INVALID_PROPERTY"},
+    {-65, "CL_INVALID_IMAGE_DESCRIPTOR"},
+    {-66, "CL_INVALID_COMPILER_OPTIONS"},
+    {-67, "CL_INVALID_LINKER_OPTIONS"},
+    {-68, "CL_INVALID_DEVICE_PARTITION_COUNT"},
+    {-69, "CL_INVALID_PIPE_SIZE"},
+    {-70, "CL_INVALID_DEVICE_QUEUE"},
+    {-71, "CL_INVALID_SPEC_ID"},
+    {-72, "CL_MAX_SIZE_RESTRICTION_EXCEEDED"},
+    {-1000, "CL_INVALID_GL_SHAREGROUP_REFERENCE_KHR"},
+    {-1001, "CL_PLATFORM_NOT_FOUND_KHR"},
+    {-1002, "CL_INVALID_D3D10_DEVICE_KHR"},
+    {-1003, "CL_INVALID_D3D10_RESOURCE_KHR"},
+    {-1004, "CL_D3D10_RESOURCE_ALREADY_ACQUIRED_KHR"},
+    {-1005, "CL_D3D10_RESOURCE_NOT_ACQUIRED_KHR"},
+    {-1006, "CL_INVALID_D3D11_DEVICE_KHR"},
+    {-1007, "CL_INVALID_D3D11_RESOURCE_KHR"},
+    {-1008, "CL_D3D11_RESOURCE_ALREADY_ACQUIRED_KHR"},
+    {-1009, "CL_D3D11_RESOURCE_NOT_ACQUIRED_KHR"},
+    {-1057, "CL_DEVICE_PARTITION_FAILED_EXT"},
+    {-1058, "CL_INVALID_PARTITION_COUNT_EXT"},
+    {-1059, "CL_INVALID_PARTITION_NAME_EXT"},
+    {-1092, "CL_EGL_RESOURCE_NOT_ACQUIRED_KHR"},
+    {-1093, "CL_INVALID_EGL_OBJECT_KHR"},
+    {-1094, "CL_INVALID_ACCELERATOR_INTEL"},
+    {-1095, "CL_INVALID_ACCELERATOR_TYPE_INTEL"},
+    {-1096, "CL_INVALID_ACCELERATOR_DESCRIPTOR_INTEL"},
+    {-1097, "CL_ACCELERATOR_TYPE_NOT_SUPPORTED_INTEL"},
+    {-1098, "CL_INVALID_VA_API_MEDIA_ADAPTER_INTEL"},
+    {-1099, "CL_INVALID_VA_API_MEDIA_SURFACE_INTEL"},
+    {-1100, "CL_VA_API_MEDIA_SURFACE_ALREADY_ACQUIRED_INTEL"},
+    {-1101, "CL_VA_API_MEDIA_SURFACE_NOT_ACQUIRED_INTEL"},
+    {-1143, "CL_COMMAND_TERMINATED_ITSELF_WITH_FAILURE_ARM"},
+    {-1144, "CL_INVALID_COMMAND_BUFFER_KHR"},
+    {-1145, "CL_INVALID_SYNC_POINT_WAIT_LIST_KHR"},
+    {-1146, "CL_INCOMPATIBLE_COMMAND_QUEUE_KHR"},
+};
+
+}  // namespace detail
+
 /// The name of an OpenCL error code, e.g. `error_name(-30)` is "CL_INVALID_VALUE".
 /// Unknown codes give "CL_UNKNOWN_ERROR".
 inline const char* error_name(cl_int code) noexcept {
-  // Literal numbers, not the cl.h macros: the names of every OpenCL version are known even when
-  // the headers are configured for 1.2.
-  struct Entry {
-    cl_int code;
-    const char* name;
-  };
-  static constexpr Entry table[] = {
-      {0, "CL_SUCCESS"},
-      {-1, "CL_DEVICE_NOT_FOUND"},
-      {-2, "CL_DEVICE_NOT_AVAILABLE"},
-      {-3, "CL_COMPILER_NOT_AVAILABLE"},
-      {-4, "CL_MEM_OBJECT_ALLOCATION_FAILURE"},
-      {-5, "CL_OUT_OF_RESOURCES"},
-      {-6, "CL_OUT_OF_HOST_MEMORY"},
-      {-7, "CL_PROFILING_INFO_NOT_AVAILABLE"},
-      {-8, "CL_MEM_COPY_OVERLAP"},
-      {-9, "CL_IMAGE_FORMAT_MISMATCH"},
-      {-10, "CL_IMAGE_FORMAT_NOT_SUPPORTED"},
-      {-11, "CL_BUILD_PROGRAM_FAILURE"},
-      {-12, "CL_MAP_FAILURE"},
-      {-13, "CL_MISALIGNED_SUB_BUFFER_OFFSET"},
-      {-14, "CL_EXEC_STATUS_ERROR_FOR_EVENTS_IN_WAIT_LIST"},
-      {-15, "CL_COMPILE_PROGRAM_FAILURE"},
-      {-16, "CL_LINKER_NOT_AVAILABLE"},
-      {-17, "CL_LINK_PROGRAM_FAILURE"},
-      {-18, "CL_DEVICE_PARTITION_FAILED"},
-      {-19, "CL_KERNEL_ARG_INFO_NOT_AVAILABLE"},
-      {-30, "CL_INVALID_VALUE"},
-      {-31, "CL_INVALID_DEVICE_TYPE"},
-      {-32, "CL_INVALID_PLATFORM"},
-      {-33, "CL_INVALID_DEVICE"},
-      {-34, "CL_INVALID_CONTEXT"},
-      {-35, "CL_INVALID_QUEUE_PROPERTIES"},
-      {-36, "CL_INVALID_COMMAND_QUEUE"},
-      {-37, "CL_INVALID_HOST_PTR"},
-      {-38, "CL_INVALID_MEM_OBJECT"},
-      {-39, "CL_INVALID_IMAGE_FORMAT_DESCRIPTOR"},
-      {-40, "CL_INVALID_IMAGE_SIZE"},
-      {-41, "CL_INVALID_SAMPLER"},
-      {-42, "CL_INVALID_BINARY"},
-      {-43, "CL_INVALID_BUILD_OPTIONS"},
-      {-44, "CL_INVALID_PROGRAM"},
-      {-45, "CL_INVALID_PROGRAM_EXECUTABLE"},
-      {-46, "CL_INVALID_KERNEL_NAME"},
-      {-47, "CL_INVALID_KERNEL_DEFINITION"},
-      {-48, "CL_INVALID_KERNEL"},
-      {-49, "CL_INVALID_ARG_INDEX"},
-      {-50, "CL_INVALID_ARG_VALUE"},
-      {-51, "CL_INVALID_ARG_SIZE"},
-      {-52, "CL_INVALID_KERNEL_ARGS"},
-      {-53, "CL_INVALID_WORK_DIMENSION"},
-      {-54, "CL_INVALID_WORK_GROUP_SIZE"},
-      {-55, "CL_INVALID_WORK_ITEM_SIZE"},
-      {-56, "CL_INVALID_GLOBAL_OFFSET"},
-      {-57, "CL_INVALID_EVENT_WAIT_LIST"},
-      {-58, "CL_INVALID_EVENT"},
-      {-59, "CL_INVALID_OPERATION"},
-      {-60, "CL_INVALID_GL_OBJECT"},
-      {-61, "CL_INVALID_BUFFER_SIZE"},
-      {-62, "CL_INVALID_MIP_LEVEL"},
-      {-63, "CL_INVALID_GLOBAL_WORK_SIZE"},
-      {-64, "CL_INVALID_PROPERTY"},
-      {-65, "CL_INVALID_IMAGE_DESCRIPTOR"},
-      {-66, "CL_INVALID_COMPILER_OPTIONS"},
-      {-67, "CL_INVALID_LINKER_OPTIONS"},
-      {-68, "CL_INVALID_DEVICE_PARTITION_COUNT"},
-      {-69, "CL_INVALID_PIPE_SIZE"},
-      {-70, "CL_INVALID_DEVICE_QUEUE"},
-      {-71, "CL_INVALID_SPEC_ID"},
-      {-72, "CL_MAX_SIZE_RESTRICTION_EXCEEDED"},
-      {-1000, "CL_INVALID_GL_SHAREGROUP_REFERENCE_KHR"},
-      {-1001, "CL_PLATFORM_NOT_FOUND_KHR"},
-      {-1002, "CL_INVALID_D3D10_DEVICE_KHR"},
-      {-1003, "CL_INVALID_D3D10_RESOURCE_KHR"},
-      {-1004, "CL_D3D10_RESOURCE_ALREADY_ACQUIRED_KHR"},
-      {-1005, "CL_D3D10_RESOURCE_NOT_ACQUIRED_KHR"},
-      {-1006, "CL_INVALID_D3D11_DEVICE_KHR"},
-      {-1007, "CL_INVALID_D3D11_RESOURCE_KHR"},
-      {-1008, "CL_D3D11_RESOURCE_ALREADY_ACQUIRED_KHR"},
-      {-1009, "CL_D3D11_RESOURCE_NOT_ACQUIRED_KHR"},
-      {-1057, "CL_DEVICE_PARTITION_FAILED_EXT"},
-      {-1058, "CL_INVALID_PARTITION_COUNT_EXT"},
-      {-1059, "CL_INVALID_PARTITION_NAME_EXT"},
-      {-1092, "CL_EGL_RESOURCE_NOT_ACQUIRED_KHR"},
-      {-1093, "CL_INVALID_EGL_OBJECT_KHR"},
-      {-1094, "CL_INVALID_ACCELERATOR_INTEL"},
-      {-1095, "CL_INVALID_ACCELERATOR_TYPE_INTEL"},
-      {-1096, "CL_INVALID_ACCELERATOR_DESCRIPTOR_INTEL"},
-      {-1097, "CL_ACCELERATOR_TYPE_NOT_SUPPORTED_INTEL"},
-      {-1098, "CL_INVALID_VA_API_MEDIA_ADAPTER_INTEL"},
-      {-1099, "CL_INVALID_VA_API_MEDIA_SURFACE_INTEL"},
-      {-1100, "CL_VA_API_MEDIA_SURFACE_ALREADY_ACQUIRED_INTEL"},
-      {-1101, "CL_VA_API_MEDIA_SURFACE_NOT_ACQUIRED_INTEL"},
-      {-1143, "CL_COMMAND_TERMINATED_ITSELF_WITH_FAILURE_ARM"},
-      {-1144, "CL_INVALID_COMMAND_BUFFER_KHR"},
-      {-1145, "CL_INVALID_SYNC_POINT_WAIT_LIST_KHR"},
-      {-1146, "CL_INCOMPATIBLE_COMMAND_QUEUE_KHR"},
-  };
-  for (const Entry& entry : table) {
+  for (const detail::ErrorName& entry : detail::error_names) {
     if (entry.code == code) return entry.name;
   }
   return "CL_UNKNOWN_ERROR";
@@ -1784,82 +1790,120 @@ struct Verdict {
   std::string reason;
 };
 
+/// "[P:D]": how a verdict names a device.
+inline std::string device_label(const DeviceEntry& entry) {
+  return "[" + std::to_string(entry.info.platform_index) + ":" +
+         std::to_string(entry.info.device_index) + "]";
+}
+
+/// The first entry of `type`, or entries.size().
+inline std::size_t first_of_type(const std::vector<DeviceEntry>& entries, DeviceType type) {
+  for (std::size_t i = 0; i < entries.size(); ++i) {
+    if (entries[i].info.type == type) return i;
+  }
+  return entries.size();
+}
+
+// The judges of judge_devices(), one a kind of selector: each gives every verdict the reason it
+// is not picked, sets `reason` to why its pick is, and returns the pick (entries.size(): none).
+
+/// The default: the first GPU, else the first CPU device, else the first device.
+inline std::size_t judge_by_default(const std::vector<DeviceEntry>& entries,
+                                    std::vector<Verdict>& verdicts, std::string& reason) {
+  const std::size_t gpu = first_of_type(entries, DeviceType::gpu);
+  const std::size_t cpu = first_of_type(entries, DeviceType::cpu);
+  std::size_t pick = entries.size();
+  if (gpu < entries.size()) {
+    pick = gpu;
+    reason = "the first GPU (default: GPU preferred)";
+  } else if (cpu < entries.size()) {
+    pick = cpu;
+    reason = "no GPU found, so the first CPU device (default: GPU preferred, CPU fallback)";
+  } else if (!entries.empty()) {
+    pick = 0;
+    reason = "no GPU or CPU device found, so the first device";
+  }
+  for (std::size_t i = 0; i < entries.size(); ++i) {
+    const DeviceType type = entries[i].info.type;
+    verdicts[i].reason = type == entries[pick].info.type
+                             ? std::string("a later ") + to_string(type) + " device; " +
+                                   device_label(entries[pick]) + " comes first"
+                             : std::string("a ") + to_string(type) + " device; the default takes " +
+                                   (gpu < entries.size() ? "a GPU" : "a CPU device") + " first";
+  }
+  return pick;
+}
+
+/// "gpu", "cpu", "accelerator": the first device of that type.
+inline std::size_t judge_by_type(const std::vector<DeviceEntry>& entries, DeviceType wanted,
+                                 const std::string& quoted, std::vector<Verdict>& verdicts,
+                                 std::string& reason) {
+  const std::size_t pick = first_of_type(entries, wanted);
+  reason = std::string("the first ") + to_string(wanted) + " device, as " + quoted + " asks";
+  for (std::size_t i = 0; i < entries.size(); ++i) {
+    verdicts[i].reason = entries[i].info.type == wanted
+                             ? std::string("a later ") + to_string(wanted) + " device; " +
+                                   device_label(entries[pick]) + " comes first"
+                             : std::string("a ") + to_string(entries[i].info.type) +
+                                   " device, not the " + to_string(wanted) + " device " + quoted +
+                                   " asks for";
+  }
+  return pick;
+}
+
+/// "P:D": that device.
+inline std::size_t judge_by_index(const std::vector<DeviceEntry>& entries, const Selector& selector,
+                                  const std::string& quoted, std::vector<Verdict>& verdicts,
+                                  std::string& reason) {
+  std::size_t pick = entries.size();
+  for (std::size_t i = 0; i < entries.size(); ++i) {
+    if (entries[i].info.platform_index == selector.platform_index &&
+        entries[i].info.device_index == selector.device_index) {
+      pick = i;
+    }
+    verdicts[i].reason = "not platform " + std::to_string(selector.platform_index) + ", device " +
+                         std::to_string(selector.device_index) + " of " + quoted;
+  }
+  reason = "platform " + std::to_string(selector.platform_index) + ", device " +
+           std::to_string(selector.device_index) + ", as " + quoted + " asks";
+  return pick;
+}
+
+/// Part of a name (lower case): the first device whose name contains it.
+inline std::size_t judge_by_name(const std::vector<DeviceEntry>& entries, const std::string& name,
+                                 const std::string& quoted, std::vector<Verdict>& verdicts,
+                                 std::string& reason) {
+  std::size_t pick = entries.size();
+  for (std::size_t i = 0; i < entries.size(); ++i) {
+    const bool match = lower_case(entries[i].info.name).find(name) != std::string::npos;
+    if (match && pick == entries.size()) pick = i;
+    verdicts[i].reason =
+        match ? "its name matches too, but " + device_label(entries[pick]) + " comes first"
+              : "its name does not contain " + quoted;
+  }
+  reason = "the first device whose name contains " + quoted;
+  return pick;
+}
+
 /// Judges every entry by `selector`; at most one verdict is picked. The picked verdict's reason
 /// is the manager's selection_reason(), so the report and the choice never disagree.
 inline std::vector<Verdict> judge_devices(const std::vector<DeviceEntry>& entries,
                                           const Selector& selector, const std::string& quoted) {
   std::vector<Verdict> verdicts(entries.size());
-  auto label = [&](std::size_t i) {
-    return "[" + std::to_string(entries[i].info.platform_index) + ":" +
-           std::to_string(entries[i].info.device_index) + "]";
-  };
-  auto first_of = [&](DeviceType type) {
-    for (std::size_t i = 0; i < entries.size(); ++i) {
-      if (entries[i].info.type == type) return i;
-    }
-    return entries.size();
-  };
   std::size_t pick = entries.size();
   std::string reason;
   switch (selector.kind) {
-    case Selector::Kind::automatic: {
-      const std::size_t gpu = first_of(DeviceType::gpu);
-      const std::size_t cpu = first_of(DeviceType::cpu);
-      if (gpu < entries.size()) {
-        pick = gpu;
-        reason = "the first GPU (default: GPU preferred)";
-      } else if (cpu < entries.size()) {
-        pick = cpu;
-        reason = "no GPU found, so the first CPU device (default: GPU preferred, CPU fallback)";
-      } else if (!entries.empty()) {
-        pick = 0;
-        reason = "no GPU or CPU device found, so the first device";
-      }
-      for (std::size_t i = 0; i < entries.size(); ++i) {
-        const DeviceType type = entries[i].info.type;
-        verdicts[i].reason = type == entries[pick].info.type
-                                 ? std::string("a later ") + to_string(type) + " device; " +
-                                       label(pick) + " comes first"
-                                 : std::string("a ") + to_string(type) +
-                                       " device; the default takes " +
-                                       (gpu < entries.size() ? "a GPU" : "a CPU device") + " first";
-      }
+    case Selector::Kind::automatic:
+      pick = judge_by_default(entries, verdicts, reason);
       break;
-    }
     case Selector::Kind::type:
-      pick = first_of(selector.type);
-      reason =
-          std::string("the first ") + to_string(selector.type) + " device, as " + quoted + " asks";
-      for (std::size_t i = 0; i < entries.size(); ++i) {
-        verdicts[i].reason = entries[i].info.type == selector.type
-                                 ? std::string("a later ") + to_string(selector.type) +
-                                       " device; " + label(pick) + " comes first"
-                                 : std::string("a ") + to_string(entries[i].info.type) +
-                                       " device, not the " + to_string(selector.type) + " device " +
-                                       quoted + " asks for";
-      }
+      pick = judge_by_type(entries, selector.type, quoted, verdicts, reason);
       break;
     case Selector::Kind::index:
-      for (std::size_t i = 0; i < entries.size(); ++i) {
-        if (entries[i].info.platform_index == selector.platform_index &&
-            entries[i].info.device_index == selector.device_index) {
-          pick = i;
-        }
-        verdicts[i].reason = "not platform " + std::to_string(selector.platform_index) +
-                             ", device " + std::to_string(selector.device_index) + " of " + quoted;
-      }
-      reason = "platform " + std::to_string(selector.platform_index) + ", device " +
-               std::to_string(selector.device_index) + ", as " + quoted + " asks";
+      pick = judge_by_index(entries, selector, quoted, verdicts, reason);
       break;
     case Selector::Kind::name:
-      for (std::size_t i = 0; i < entries.size(); ++i) {
-        const bool match =
-            lower_case(entries[i].info.name).find(selector.name) != std::string::npos;
-        if (match && pick == entries.size()) pick = i;
-        verdicts[i].reason = match ? "its name matches too, but " + label(pick) + " comes first"
-                                   : "its name does not contain " + quoted;
-      }
-      reason = "the first device whose name contains " + quoted;
+      pick = judge_by_name(entries, selector.name, quoted, verdicts, reason);
       break;
   }
   for (std::size_t i = 0; i < entries.size(); ++i) verdicts[i].entry = i;
@@ -2181,18 +2225,16 @@ class Queue {
                           std::size_t buffer_slice_pitch, std::size_t host_row_pitch,
                           std::size_t host_slice_pitch, void* host, bool blocking) const {
     cl_event event = nullptr;
-    cl_event* out = blocking ? nullptr : &event;
-    const cl_bool block = blocking ? CL_TRUE : CL_FALSE;
+    const auto enqueue = [&](auto call, const char* name) {
+      check(call(queue_(), buffer, blocking ? CL_TRUE : CL_FALSE, buffer_origin, host_origin,
+                 region, buffer_row_pitch, buffer_slice_pitch, host_row_pitch, host_slice_pitch,
+                 host, 0, nullptr, blocking ? nullptr : &event),
+            operation, name);
+    };
     if (to_device) {
-      check(CLBUF_CL(clEnqueueWriteBufferRect)(
-                queue_(), buffer, block, buffer_origin, host_origin, region, buffer_row_pitch,
-                buffer_slice_pitch, host_row_pitch, host_slice_pitch, host, 0, nullptr, out),
-            operation, "clEnqueueWriteBufferRect");
+      enqueue(CLBUF_CL(clEnqueueWriteBufferRect), "clEnqueueWriteBufferRect");
     } else {
-      check(CLBUF_CL(clEnqueueReadBufferRect)(
-                queue_(), buffer, block, buffer_origin, host_origin, region, buffer_row_pitch,
-                buffer_slice_pitch, host_row_pitch, host_slice_pitch, host, 0, nullptr, out),
-            operation, "clEnqueueReadBufferRect");
+      enqueue(CLBUF_CL(clEnqueueReadBufferRect), "clEnqueueReadBufferRect");
     }
     return cl::Event(event, false);
   }
@@ -3318,6 +3360,15 @@ class DeviceContext {
 
  private:
   void resolve(cl_device_id device, const char* operation) {
+    resolve_memory_model(device, operation);
+    check_pinned_sizes(operation);
+    resolve_automatic_sizes();
+    learn_device(device, operation);
+  }
+
+  /// MemoryModel::automatic made the device's, and MemoryModel::host refused for another than a
+  /// CPU device.
+  void resolve_memory_model(cl_device_id device, const char* operation) {
     if (options_.memory == MemoryModel::automatic) {
       const cl_bool unified =
           device_value<cl_bool>(device, CL_DEVICE_HOST_UNIFIED_MEMORY, operation);
@@ -3331,9 +3382,12 @@ class DeviceContext {
            std::string("MemoryModel::host needs a CPU device; ") + info_.name + " is a " +
                to_string(info_.type) + " (use MemoryModel::automatic)");
     }
-    // Sizes of pinned memory clbuf would allocate: refused here, naming the option, rather than
-    // at the first transfer (or never: a count of chunks in the billions allocates until the
-    // host runs out).
+  }
+
+  /// Sizes of pinned memory clbuf would allocate: refused here, naming the option, rather than
+  /// at the first transfer (or never: a count of chunks in the billions allocates until the host
+  /// runs out).
+  void check_pinned_sizes(const char* operation) const {
     const auto too_large = [&](const char* option, std::size_t value, std::uint64_t limit,
                                const char* why, bool automatic_allowed = false) {
       if ((!automatic_allowed || value != Options::automatic) && value > limit) {
@@ -3357,6 +3411,10 @@ class DeviceContext {
               "the device's max allocation: a bounced download reads into one pinned buffer of "
               "this size",
               true);
+  }
+
+  /// Every `automatic` size made the device's (or the host's), and the sizes bounded by others.
+  void resolve_automatic_sizes() {
     if (options_.copy_threads == 0) {
       options_.copy_threads = std::clamp(std::thread::hardware_concurrency(), 1u, 12u);
     }
@@ -3373,6 +3431,11 @@ class DeviceContext {
       options_.pool_limit_bytes = static_cast<std::size_t>(
           std::min<std::uint64_t>(info_.global_mem_bytes / 4, std::uint64_t{1} << 30));
     }
+  }
+
+  /// The device facts clbuf needs: its base address alignment, whether it is OpenCL 1.2 (which
+  /// gives the main queue a marker buffer of its own).
+  void learn_device(cl_device_id device, const char* operation) {
     const cl_uint align_bits =
         device_value<cl_uint>(device, CL_DEVICE_MEM_BASE_ADDR_ALIGN, operation);
     base_align_bytes_ = std::max<std::size_t>(1, align_bits / 8);
@@ -4244,8 +4307,7 @@ class Stager {
       cl_event event = nullptr;
       if (job.to_device) {
         copy_streaming(slot.host, job.host + offset, length);
-        if (!ready && !(ready = ok(Queue::wait_code(job.after), "the work queued before", job)))
-          break;
+        if (!waited_before(ready, job)) break;
         if (!ok(CLBUF_CL(clEnqueueWriteBuffer)(queue, job.memory, CL_FALSE,
                                                job.memory_offset + offset, length, slot.host, 0,
                                                nullptr, &event),
@@ -4255,8 +4317,7 @@ class Stager {
         slot.busy = cl::Event(event, false);
         if (!ok(CLBUF_CL(clFlush)(queue), "clFlush", job)) break;
       } else {
-        if (!ready && !(ready = ok(Queue::wait_code(job.after), "the work queued before", job)))
-          break;
+        if (!waited_before(ready, job)) break;
         if (!ok(CLBUF_CL(clEnqueueReadBuffer)(queue, job.memory, CL_FALSE,
                                               job.memory_offset + offset, length, slot.host, 0,
                                               nullptr, &event),
@@ -4270,6 +4331,12 @@ class Stager {
     }
     // Every exit, a failure included, waits until none of this worker's slots is in flight.
     for (std::size_t s = 0; s < per_worker; ++s) settle(slots[s], job);
+  }
+
+  /// Waits, once (`ready` remembers it), for the work queued before the call; false (and the job
+  /// marked failed) if it failed.
+  bool waited_before(bool& ready, Job& job) noexcept {
+    return ready || (ready = ok(Queue::wait_code(job.after), "the work queued before", job));
   }
 
   /// Waits for the slot's last DMA; false (and the job marked failed) if it failed.
@@ -4922,34 +4989,13 @@ class TransferEngine {
 namespace clbuf {
 namespace detail {
 
-/// All `bytes` of `src` (read on `source`, whose earlier work has finished) into `dst` of
-/// `context` (written on `target`, in that context; counted and copied by `engine`), blocking.
-inline void copy_across_contexts(const char* operation, const Queue& source, const Allocation& src,
-                                 const cl::Context& context, const Queue& target,
-                                 TransferEngine& engine, const Allocation& dst, std::size_t bytes) {
-  // Counted as a memcpy between two host blocks, one command where one side is a host block,
-  // else relayed through the pinned chunks.
-  const Telemetry::Path path = src.host != nullptr && dst.host != nullptr   ? Telemetry::host_copy
-                               : src.host != nullptr || dst.host != nullptr ? Telemetry::direct
-                                                                            : Telemetry::relayed;
-  Telemetry::Timer timer(engine.telemetry(), Telemetry::copy, path, bytes);
-  if (dst.host != nullptr) {  // a CPU device's own memory: read straight into it
-    target.finish(operation);
-    if (src.host != nullptr) {
-      engine.copier().copy(dst.host_at(0), src.host_at(0), bytes);
-    } else {
-      source.read(operation, src.buffer(), src.at(0), bytes, dst.host_at(0), true);
-    }
-    return;
-  }
-  if (src.host != nullptr) {  // write straight out of a CPU device's own memory
-    target.write(operation, dst.buffer(), dst.at(0), bytes, src.host_at(0), true);
-    return;
-  }
-  // Two pinned chunks of the target's context, kept by the engine from call to call: while one
-  // is written to `dst`, the next is read into the other.
+/// copy_across_contexts() between two buffers without host blocks: two pinned chunks of the
+/// target's context, kept by the engine from call to call; while one is written to `dst`, the
+/// next is read into the other.
+inline void copy_through_pinned(const char* operation, const Queue& source, const Allocation& src,
+                                const cl::Context& context, const Queue& queue,
+                                TransferEngine& engine, const Allocation& dst, std::size_t bytes) {
   const std::size_t chunk = std::max<std::size_t>(engine.options().staging_chunk_bytes, 4096);
-  const Queue& queue = target;
   std::optional<PinnedLease> pinned[2];  // given back after `drain` (declared after them)
   for (std::size_t i = 0; i < 2 && i * chunk < bytes; ++i) {  // one chunk may be all it takes
     pinned[i].emplace(engine.pinned_cache(), context, queue.handle(), chunk, operation);
@@ -4976,6 +5022,64 @@ inline void copy_across_contexts(const char* operation, const Queue& source, con
   }
 }
 
+/// All `bytes` of `src` (read on `source`, whose earlier work has finished) into `dst` of
+/// `context` (written on `target`, in that context; counted and copied by `engine`), blocking.
+inline void copy_across_contexts(const char* operation, const Queue& source, const Allocation& src,
+                                 const cl::Context& context, const Queue& target,
+                                 TransferEngine& engine, const Allocation& dst, std::size_t bytes) {
+  // Counted as a memcpy between two host blocks, one command where one side is a host block,
+  // else relayed through the pinned chunks.
+  const Telemetry::Path path = src.host != nullptr && dst.host != nullptr   ? Telemetry::host_copy
+                               : src.host != nullptr || dst.host != nullptr ? Telemetry::direct
+                                                                            : Telemetry::relayed;
+  Telemetry::Timer timer(engine.telemetry(), Telemetry::copy, path, bytes);
+  if (dst.host != nullptr) {  // a CPU device's own memory: read straight into it
+    target.finish(operation);
+    if (src.host != nullptr) {
+      engine.copier().copy(dst.host_at(0), src.host_at(0), bytes);
+    } else {
+      source.read(operation, src.buffer(), src.at(0), bytes, dst.host_at(0), true);
+    }
+    return;
+  }
+  if (src.host != nullptr) {  // write straight out of a CPU device's own memory
+    target.write(operation, dst.buffer(), dst.at(0), bytes, src.host_at(0), true);
+    return;
+  }
+  copy_through_pinned(operation, source, src, context, target, engine, dst, bytes);
+}
+
+/// What copy_across_contexts_async()'s background copy holds: both buffers, the target's
+/// context, both managers' main and side queues, the markers it waits for, and the user events
+/// that release the barriers holding both queues.
+struct CrossContextJob {
+  Allocation src, dst;  // retain both buffers
+  cl::Context context;
+  Queue source_main, source_side, target_main, target_side;
+  cl::Event source_before, target_before;
+  UserEvent source_done, target_done;
+  std::shared_ptr<Outcome> outcome = std::make_shared<Outcome>();
+
+  /// The copy, on the background thread: once the work queued before the call has finished,
+  /// copy_across_contexts() on the side queues; then both barriers go, the failure (if any) kept
+  /// in `outcome`.
+  void run(const char* operation, std::size_t bytes, TransferEngine& engine) noexcept {
+    try {
+      Queue::wait(operation, source_before);  // one context per clWaitForEvents
+      Queue::wait(operation, target_before);
+      copy_across_contexts(operation, source_side, src, context, target_side, engine, dst, bytes);
+    } catch (const Error& e) {
+      outcome->failed(e);
+    } catch (...) {
+      outcome->failed(operation, CL_OUT_OF_HOST_MEMORY, "a copy ran out of host memory");
+    }
+    source_done.complete();
+    target_done.complete();
+    CLBUF_CL(clFlush)(source_main.get());
+    CLBUF_CL(clFlush)(target_main.get());
+  }
+};
+
 /// copy_from_async between contexts: as copy_across_contexts(), on `engine`'s background thread,
 /// returning at once. Both managers' queues hold their later work behind a barrier until the
 /// copy has ended (async.hpp), and the copy runs on their side queues once the work queued
@@ -4985,15 +5089,7 @@ inline Started copy_across_contexts_async(const char* operation, const DeviceCon
                                           const Allocation& src, const DeviceContext& target,
                                           TransferEngine& engine, const Allocation& dst,
                                           std::size_t bytes) {
-  struct Job {
-    Allocation src, dst;  // retain both buffers
-    cl::Context context;
-    Queue source_main, source_side, target_main, target_side;
-    cl::Event source_before, target_before;
-    UserEvent source_done, target_done;
-    std::shared_ptr<Outcome> outcome = std::make_shared<Outcome>();
-  };
-  auto job = std::make_shared<Job>();
+  auto job = std::make_shared<CrossContextJob>();
   job->src = src;
   job->dst = dst;
   job->context = target.context();
@@ -5004,20 +5100,7 @@ inline Started copy_across_contexts_async(const char* operation, const DeviceCon
   job->source_done = UserEvent(operation, source.context()());
   job->target_done = UserEvent(operation, target.context()());
   std::function<void()> task = [job, operation, bytes, &engine]() noexcept {
-    try {
-      Queue::wait(operation, job->source_before);  // one context per clWaitForEvents
-      Queue::wait(operation, job->target_before);
-      copy_across_contexts(operation, job->source_side, job->src, job->context, job->target_side,
-                           engine, job->dst, bytes);
-    } catch (const Error& e) {
-      job->outcome->failed(e);
-    } catch (...) {
-      job->outcome->failed(operation, CL_OUT_OF_HOST_MEMORY, "a copy ran out of host memory");
-    }
-    job->source_done.complete();
-    job->target_done.complete();
-    CLBUF_CL(clFlush)(job->source_main.get());
-    CLBUF_CL(clFlush)(job->target_main.get());
+    job->run(operation, bytes, engine);
   };
   // Markers, barriers and the place on the background thread together (async.hpp).
   std::lock_guard<std::mutex> submitting(submission_mutex());
@@ -5241,6 +5324,23 @@ inline RectEnd rect_end(const char* operation, const char* side, cl_mem root,
   return end;
 }
 
+/// copy_rect() row by row (`row_bytes` each), each row after the one before (its wait list): a
+/// row that fails on the device fails the rows after it, so the last row's event, which the
+/// caller waits for or hands on, reports any row's failure. Returns that event.
+inline cl::Event copy_rows(TransferEngine& engine, const char* operation, const RectEnd& from,
+                           const RectEnd& to, const Extents& size, std::size_t row_bytes) {
+  cl::Event last;
+  for (std::size_t z = 0; z < size.z; ++z) {
+    for (std::size_t y = 0; y < size.y; ++y) {
+      last = engine.queue().copy(operation, from.root, to.root,
+                                 from.at + z * from.side.slice_pitch + y * from.side.row_pitch,
+                                 to.at + z * to.side.slice_pitch + y * to.side.row_pitch, row_bytes,
+                                 last() != nullptr ? &last : nullptr);
+    }
+  }
+  return last;
+}
+
 /// Copies the box `size` (x in elements of `element_size`) from `from` to `to`, blocking or
 /// started (then the event of its last command returns: the queue is in order, and copied row
 /// by row each row waits for the one before, so that the last fails if any row failed); one
@@ -5271,17 +5371,7 @@ inline cl::Event copy_rect(TransferEngine& engine, const char* operation, const 
       !box_fits(to, dst_origin, extent)) {
     // clEnqueueCopyBufferRect rejects two pitches within one buffer, and a box that wraps in
     // the root's coordinates (a view whose offset is not a whole number of rows or slices).
-    // Copy row by row instead, each row after the one before (its wait list): a row that fails
-    // on the device fails the rows after it, so the last row's event, which the caller waits for
-    // or hands on, reports any row's failure.
-    for (std::size_t z = 0; z < size.z; ++z) {
-      for (std::size_t y = 0; y < size.y; ++y) {
-        last = engine.queue().copy(operation, from.root, to.root,
-                                   from.at + z * from.side.slice_pitch + y * from.side.row_pitch,
-                                   to.at + z * to.side.slice_pitch + y * to.side.row_pitch,
-                                   extent[0], last() != nullptr ? &last : nullptr);
-      }
-    }
+    last = copy_rows(engine, operation, from, to, size, extent[0]);
   } else {
     last = engine.queue().copy_rect(operation, from.root, to.root, src_origin.data(),
                                     dst_origin.data(), extent, from.side.row_pitch,
@@ -5780,7 +5870,7 @@ class BufferManager {
     detail::guard_host_memory("download", [&] {
       const char* op = "download";
       auto entry = gate_.enter(op);
-      check_read(op, buffer, out, count, src_offset);
+      check_host_transfer(op, buffer, out, count, src_offset, false);
       engine_.read(op, buffer.memory_, src_offset * sizeof(T), out, count * sizeof(T),
                    detail::HostMemory::pageable);
     });
@@ -5791,7 +5881,7 @@ class BufferManager {
   void download(const DeviceBuffer<T>& buffer, PinnedBuffer<T>& out, std::size_t src_offset = 0) {
     const char* op = "download";
     auto entry = gate_.enter(op);
-    check_read(op, buffer, out.data(), out.size(), src_offset);
+    check_host_transfer(op, buffer, out.data(), out.size(), src_offset, false);
     engine_.read(op, buffer.memory_, src_offset * sizeof(T), out.data(), out.size_bytes(),
                  detail::HostMemory::pinned);
   }
@@ -5829,7 +5919,7 @@ class BufferManager {
     return detail::guard_host_memory("download_async", [&] {
       const char* op = "download_async";
       auto entry = gate_.enter(op);
-      check_read(op, buffer, out, count, src_offset);
+      check_host_transfer(op, buffer, out, count, src_offset, false);
       hold(op, wait_list(op, after));
       detail::Started start =
           engine_.read_async(op, buffer.memory_, src_offset * sizeof(T), out, count * sizeof(T));
@@ -6184,26 +6274,15 @@ class BufferManager {
         copy_from_now(op, source, src, dst);  // no markers or barriers before OpenCL 1.2
         return future<void>(op, detail::Started(), {});
       }
-      const detail::Queue& theirs = source.device_.queue();
-      detail::Started start;
-      if (source.device_.context()() != device_.context()()) {
-        start = detail::copy_across_contexts_async(op, source.device_, src.memory_, device_,
-                                                   engine_, dst.memory_, src.size_bytes());
-      } else {
-        if (theirs.get() != device_.queue().get()) {
-          const cl::Event before = theirs.marker(op);
-          theirs.flush(op);
-          hold(op, {before()});
-        }
-        start.event = engine_.copy_async(op, src.memory_, 0, dst.memory_, 0, src.size_bytes());
-        if (theirs.get() != device_.queue().get()) {
-          source.kept_.keep(theirs.barrier(op, {start.event()}));
-        }
-      }
+      detail::Started start =
+          source.device_.context()() != device_.context()()
+              ? detail::copy_across_contexts_async(op, source.device_, src.memory_, device_,
+                                                   engine_, dst.memory_, src.size_bytes())
+              : copy_in_context_async(op, source, src, dst);
       src.fence(pool_.get(), start.event);
       dst.fence(pool_.get(), start.event);
       Future<void> result = future<void>(op, std::move(start), {});
-      theirs.flush(op);
+      source.device_.queue().flush(op);
       return result;
     });
   }
@@ -6301,15 +6380,36 @@ class BufferManager {
     return detail::checked_bytes(operation, count, sizeof(T), device_.info().max_alloc_bytes);
   }
 
-  /// A read of `count` elements at `offset` of `buffer` into host `out` is allowed.
+  /// copy_from_async() within one context: one device copy on this manager's queue, after a
+  /// marker of `source`'s queue and before a barrier on it (where that is another queue).
   template <class T>
-  void check_read(const char* operation, const DeviceBuffer<T>& buffer, const T* out,
-                  std::size_t count, std::size_t offset) const {
+  detail::Started copy_in_context_async(const char* op, BufferManager& source,
+                                        const DeviceBuffer<T>& src, DeviceBuffer<T>& dst) {
+    const detail::Queue& theirs = source.device_.queue();
+    const bool other_queue = theirs.get() != device_.queue().get();
+    if (other_queue) {
+      const cl::Event before = theirs.marker(op);
+      theirs.flush(op);
+      hold(op, {before()});
+    }
+    detail::Started start;
+    start.event = engine_.copy_async(op, src.memory_, 0, dst.memory_, 0, src.size_bytes());
+    if (other_queue) source.kept_.keep(theirs.barrier(op, {start.event()}));
+    return start;
+  }
+
+  /// A read of `count` elements at `offset` of `buffer` into `host` (or, `write`, a write from
+  /// it) is allowed: the range fits, the host may access the buffer that way, and `host` is not
+  /// a MappedView of it.
+  template <class T>
+  void check_host_transfer(const char* operation, const DeviceBuffer<T>& buffer, const T* host,
+                           std::size_t count, std::size_t offset, bool write) const {
     check(operation, buffer);
-    detail::check_host_pointer(operation, out, count);
-    detail::check_range(operation, "read", count, offset, buffer.size(), sizeof(T));
-    detail::check_host_access(operation, buffer.access_, true, false);
-    detail::check_not_mapped(operation, buffer.lease_.get(), out, count, sizeof(T));
+    detail::check_host_pointer(operation, host, count);
+    detail::check_range(operation, write ? "write" : "read", count, offset, buffer.size(),
+                        sizeof(T));
+    detail::check_host_access(operation, buffer.access_, !write, write);
+    detail::check_not_mapped(operation, buffer.lease_.get(), host, count, sizeof(T));
   }
 
   /// Byte ranges of two buffers share no byte of one root buffer.
@@ -6442,12 +6542,8 @@ class BufferManager {
                    detail::HostMemory host) {
     const char* op = "upload";
     auto entry = gate_.enter(op);
-    check(op, dst);
-    detail::check_host_pointer(op, data, count);
-    detail::check_range(op, "write", count, dst_offset, dst.size(), sizeof(T));
-    detail::check_host_access(op, dst.access_, false, true);
+    check_host_transfer(op, dst, data, count, dst_offset, true);
     if (count == 0) return;
-    detail::check_not_mapped(op, dst.lease_.get(), data, count, sizeof(T));
     engine_.write(op, dst.memory_, dst_offset * sizeof(T), data, count * sizeof(T), host);
   }
 
@@ -6475,11 +6571,7 @@ class BufferManager {
                                  const std::vector<cl::Event>& after) {
     const char* op = "upload_async";
     auto entry = gate_.enter(op);
-    check(op, dst);
-    detail::check_host_pointer(op, data, count);
-    detail::check_range(op, "write", count, dst_offset, dst.size(), sizeof(T));
-    detail::check_host_access(op, dst.access_, false, true);
-    detail::check_not_mapped(op, dst.lease_.get(), data, count, sizeof(T));
+    check_host_transfer(op, dst, data, count, dst_offset, true);
     hold(op, wait_list(op, after));
     detail::Started start = engine_.write_async(op, dst.memory_, dst_offset * sizeof(T), data,
                                                 count * sizeof(T), host, false);

@@ -23,34 +23,13 @@
 namespace clbuf {
 namespace detail {
 
-/// All `bytes` of `src` (read on `source`, whose earlier work has finished) into `dst` of
-/// `context` (written on `target`, in that context; counted and copied by `engine`), blocking.
-inline void copy_across_contexts(const char* operation, const Queue& source, const Allocation& src,
-                                 const cl::Context& context, const Queue& target,
-                                 TransferEngine& engine, const Allocation& dst, std::size_t bytes) {
-  // Counted as a memcpy between two host blocks, one command where one side is a host block,
-  // else relayed through the pinned chunks.
-  const Telemetry::Path path = src.host != nullptr && dst.host != nullptr   ? Telemetry::host_copy
-                               : src.host != nullptr || dst.host != nullptr ? Telemetry::direct
-                                                                            : Telemetry::relayed;
-  Telemetry::Timer timer(engine.telemetry(), Telemetry::copy, path, bytes);
-  if (dst.host != nullptr) {  // a CPU device's own memory: read straight into it
-    target.finish(operation);
-    if (src.host != nullptr) {
-      engine.copier().copy(dst.host_at(0), src.host_at(0), bytes);
-    } else {
-      source.read(operation, src.buffer(), src.at(0), bytes, dst.host_at(0), true);
-    }
-    return;
-  }
-  if (src.host != nullptr) {  // write straight out of a CPU device's own memory
-    target.write(operation, dst.buffer(), dst.at(0), bytes, src.host_at(0), true);
-    return;
-  }
-  // Two pinned chunks of the target's context, kept by the engine from call to call: while one
-  // is written to `dst`, the next is read into the other.
+/// copy_across_contexts() between two buffers without host blocks: two pinned chunks of the
+/// target's context, kept by the engine from call to call; while one is written to `dst`, the
+/// next is read into the other.
+inline void copy_through_pinned(const char* operation, const Queue& source, const Allocation& src,
+                                const cl::Context& context, const Queue& queue,
+                                TransferEngine& engine, const Allocation& dst, std::size_t bytes) {
   const std::size_t chunk = std::max<std::size_t>(engine.options().staging_chunk_bytes, 4096);
-  const Queue& queue = target;
   std::optional<PinnedLease> pinned[2];  // given back after `drain` (declared after them)
   for (std::size_t i = 0; i < 2 && i * chunk < bytes; ++i) {  // one chunk may be all it takes
     pinned[i].emplace(engine.pinned_cache(), context, queue.handle(), chunk, operation);
@@ -77,6 +56,64 @@ inline void copy_across_contexts(const char* operation, const Queue& source, con
   }
 }
 
+/// All `bytes` of `src` (read on `source`, whose earlier work has finished) into `dst` of
+/// `context` (written on `target`, in that context; counted and copied by `engine`), blocking.
+inline void copy_across_contexts(const char* operation, const Queue& source, const Allocation& src,
+                                 const cl::Context& context, const Queue& target,
+                                 TransferEngine& engine, const Allocation& dst, std::size_t bytes) {
+  // Counted as a memcpy between two host blocks, one command where one side is a host block,
+  // else relayed through the pinned chunks.
+  const Telemetry::Path path = src.host != nullptr && dst.host != nullptr   ? Telemetry::host_copy
+                               : src.host != nullptr || dst.host != nullptr ? Telemetry::direct
+                                                                            : Telemetry::relayed;
+  Telemetry::Timer timer(engine.telemetry(), Telemetry::copy, path, bytes);
+  if (dst.host != nullptr) {  // a CPU device's own memory: read straight into it
+    target.finish(operation);
+    if (src.host != nullptr) {
+      engine.copier().copy(dst.host_at(0), src.host_at(0), bytes);
+    } else {
+      source.read(operation, src.buffer(), src.at(0), bytes, dst.host_at(0), true);
+    }
+    return;
+  }
+  if (src.host != nullptr) {  // write straight out of a CPU device's own memory
+    target.write(operation, dst.buffer(), dst.at(0), bytes, src.host_at(0), true);
+    return;
+  }
+  copy_through_pinned(operation, source, src, context, target, engine, dst, bytes);
+}
+
+/// What copy_across_contexts_async()'s background copy holds: both buffers, the target's
+/// context, both managers' main and side queues, the markers it waits for, and the user events
+/// that release the barriers holding both queues.
+struct CrossContextJob {
+  Allocation src, dst;  // retain both buffers
+  cl::Context context;
+  Queue source_main, source_side, target_main, target_side;
+  cl::Event source_before, target_before;
+  UserEvent source_done, target_done;
+  std::shared_ptr<Outcome> outcome = std::make_shared<Outcome>();
+
+  /// The copy, on the background thread: once the work queued before the call has finished,
+  /// copy_across_contexts() on the side queues; then both barriers go, the failure (if any) kept
+  /// in `outcome`.
+  void run(const char* operation, std::size_t bytes, TransferEngine& engine) noexcept {
+    try {
+      Queue::wait(operation, source_before);  // one context per clWaitForEvents
+      Queue::wait(operation, target_before);
+      copy_across_contexts(operation, source_side, src, context, target_side, engine, dst, bytes);
+    } catch (const Error& e) {
+      outcome->failed(e);
+    } catch (...) {
+      outcome->failed(operation, CL_OUT_OF_HOST_MEMORY, "a copy ran out of host memory");
+    }
+    source_done.complete();
+    target_done.complete();
+    CLBUF_CL(clFlush)(source_main.get());
+    CLBUF_CL(clFlush)(target_main.get());
+  }
+};
+
 /// copy_from_async between contexts: as copy_across_contexts(), on `engine`'s background thread,
 /// returning at once. Both managers' queues hold their later work behind a barrier until the
 /// copy has ended (async.hpp), and the copy runs on their side queues once the work queued
@@ -86,15 +123,7 @@ inline Started copy_across_contexts_async(const char* operation, const DeviceCon
                                           const Allocation& src, const DeviceContext& target,
                                           TransferEngine& engine, const Allocation& dst,
                                           std::size_t bytes) {
-  struct Job {
-    Allocation src, dst;  // retain both buffers
-    cl::Context context;
-    Queue source_main, source_side, target_main, target_side;
-    cl::Event source_before, target_before;
-    UserEvent source_done, target_done;
-    std::shared_ptr<Outcome> outcome = std::make_shared<Outcome>();
-  };
-  auto job = std::make_shared<Job>();
+  auto job = std::make_shared<CrossContextJob>();
   job->src = src;
   job->dst = dst;
   job->context = target.context();
@@ -105,20 +134,7 @@ inline Started copy_across_contexts_async(const char* operation, const DeviceCon
   job->source_done = UserEvent(operation, source.context()());
   job->target_done = UserEvent(operation, target.context()());
   std::function<void()> task = [job, operation, bytes, &engine]() noexcept {
-    try {
-      Queue::wait(operation, job->source_before);  // one context per clWaitForEvents
-      Queue::wait(operation, job->target_before);
-      copy_across_contexts(operation, job->source_side, job->src, job->context, job->target_side,
-                           engine, job->dst, bytes);
-    } catch (const Error& e) {
-      job->outcome->failed(e);
-    } catch (...) {
-      job->outcome->failed(operation, CL_OUT_OF_HOST_MEMORY, "a copy ran out of host memory");
-    }
-    job->source_done.complete();
-    job->target_done.complete();
-    CLBUF_CL(clFlush)(job->source_main.get());
-    CLBUF_CL(clFlush)(job->target_main.get());
+    job->run(operation, bytes, engine);
   };
   // Markers, barriers and the place on the background thread together (async.hpp).
   std::lock_guard<std::mutex> submitting(submission_mutex());

@@ -127,6 +127,15 @@ class DeviceContext {
 
  private:
   void resolve(cl_device_id device, const char* operation) {
+    resolve_memory_model(device, operation);
+    check_pinned_sizes(operation);
+    resolve_automatic_sizes();
+    learn_device(device, operation);
+  }
+
+  /// MemoryModel::automatic made the device's, and MemoryModel::host refused for another than a
+  /// CPU device.
+  void resolve_memory_model(cl_device_id device, const char* operation) {
     if (options_.memory == MemoryModel::automatic) {
       const cl_bool unified =
           device_value<cl_bool>(device, CL_DEVICE_HOST_UNIFIED_MEMORY, operation);
@@ -140,9 +149,12 @@ class DeviceContext {
            std::string("MemoryModel::host needs a CPU device; ") + info_.name + " is a " +
                to_string(info_.type) + " (use MemoryModel::automatic)");
     }
-    // Sizes of pinned memory clbuf would allocate: refused here, naming the option, rather than
-    // at the first transfer (or never: a count of chunks in the billions allocates until the
-    // host runs out).
+  }
+
+  /// Sizes of pinned memory clbuf would allocate: refused here, naming the option, rather than
+  /// at the first transfer (or never: a count of chunks in the billions allocates until the host
+  /// runs out).
+  void check_pinned_sizes(const char* operation) const {
     const auto too_large = [&](const char* option, std::size_t value, std::uint64_t limit,
                                const char* why, bool automatic_allowed = false) {
       if ((!automatic_allowed || value != Options::automatic) && value > limit) {
@@ -166,6 +178,10 @@ class DeviceContext {
               "the device's max allocation: a bounced download reads into one pinned buffer of "
               "this size",
               true);
+  }
+
+  /// Every `automatic` size made the device's (or the host's), and the sizes bounded by others.
+  void resolve_automatic_sizes() {
     if (options_.copy_threads == 0) {
       options_.copy_threads = std::clamp(std::thread::hardware_concurrency(), 1u, 12u);
     }
@@ -182,6 +198,11 @@ class DeviceContext {
       options_.pool_limit_bytes = static_cast<std::size_t>(
           std::min<std::uint64_t>(info_.global_mem_bytes / 4, std::uint64_t{1} << 30));
     }
+  }
+
+  /// The device facts clbuf needs: its base address alignment, whether it is OpenCL 1.2 (which
+  /// gives the main queue a marker buffer of its own).
+  void learn_device(cl_device_id device, const char* operation) {
     const cl_uint align_bits =
         device_value<cl_uint>(device, CL_DEVICE_MEM_BASE_ADDR_ALIGN, operation);
     base_align_bytes_ = std::max<std::size_t>(1, align_bits / 8);

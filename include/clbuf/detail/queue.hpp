@@ -117,18 +117,16 @@ class Queue {
                           std::size_t buffer_slice_pitch, std::size_t host_row_pitch,
                           std::size_t host_slice_pitch, void* host, bool blocking) const {
     cl_event event = nullptr;
-    cl_event* out = blocking ? nullptr : &event;
-    const cl_bool block = blocking ? CL_TRUE : CL_FALSE;
+    const auto enqueue = [&](auto call, const char* name) {
+      check(call(queue_(), buffer, blocking ? CL_TRUE : CL_FALSE, buffer_origin, host_origin,
+                 region, buffer_row_pitch, buffer_slice_pitch, host_row_pitch, host_slice_pitch,
+                 host, 0, nullptr, blocking ? nullptr : &event),
+            operation, name);
+    };
     if (to_device) {
-      check(CLBUF_CL(clEnqueueWriteBufferRect)(
-                queue_(), buffer, block, buffer_origin, host_origin, region, buffer_row_pitch,
-                buffer_slice_pitch, host_row_pitch, host_slice_pitch, host, 0, nullptr, out),
-            operation, "clEnqueueWriteBufferRect");
+      enqueue(CLBUF_CL(clEnqueueWriteBufferRect), "clEnqueueWriteBufferRect");
     } else {
-      check(CLBUF_CL(clEnqueueReadBufferRect)(
-                queue_(), buffer, block, buffer_origin, host_origin, region, buffer_row_pitch,
-                buffer_slice_pitch, host_row_pitch, host_slice_pitch, host, 0, nullptr, out),
-            operation, "clEnqueueReadBufferRect");
+      enqueue(CLBUF_CL(clEnqueueReadBufferRect), "clEnqueueReadBufferRect");
     }
     return cl::Event(event, false);
   }

@@ -100,6 +100,23 @@ inline RectEnd rect_end(const char* operation, const char* side, cl_mem root,
   return end;
 }
 
+/// copy_rect() row by row (`row_bytes` each), each row after the one before (its wait list): a
+/// row that fails on the device fails the rows after it, so the last row's event, which the
+/// caller waits for or hands on, reports any row's failure. Returns that event.
+inline cl::Event copy_rows(TransferEngine& engine, const char* operation, const RectEnd& from,
+                           const RectEnd& to, const Extents& size, std::size_t row_bytes) {
+  cl::Event last;
+  for (std::size_t z = 0; z < size.z; ++z) {
+    for (std::size_t y = 0; y < size.y; ++y) {
+      last = engine.queue().copy(operation, from.root, to.root,
+                                 from.at + z * from.side.slice_pitch + y * from.side.row_pitch,
+                                 to.at + z * to.side.slice_pitch + y * to.side.row_pitch, row_bytes,
+                                 last() != nullptr ? &last : nullptr);
+    }
+  }
+  return last;
+}
+
 /// Copies the box `size` (x in elements of `element_size`) from `from` to `to`, blocking or
 /// started (then the event of its last command returns: the queue is in order, and copied row
 /// by row each row waits for the one before, so that the last fails if any row failed); one
@@ -130,17 +147,7 @@ inline cl::Event copy_rect(TransferEngine& engine, const char* operation, const 
       !box_fits(to, dst_origin, extent)) {
     // clEnqueueCopyBufferRect rejects two pitches within one buffer, and a box that wraps in
     // the root's coordinates (a view whose offset is not a whole number of rows or slices).
-    // Copy row by row instead, each row after the one before (its wait list): a row that fails
-    // on the device fails the rows after it, so the last row's event, which the caller waits for
-    // or hands on, reports any row's failure.
-    for (std::size_t z = 0; z < size.z; ++z) {
-      for (std::size_t y = 0; y < size.y; ++y) {
-        last = engine.queue().copy(operation, from.root, to.root,
-                                   from.at + z * from.side.slice_pitch + y * from.side.row_pitch,
-                                   to.at + z * to.side.slice_pitch + y * to.side.row_pitch,
-                                   extent[0], last() != nullptr ? &last : nullptr);
-      }
-    }
+    last = copy_rows(engine, operation, from, to, size, extent[0]);
   } else {
     last = engine.queue().copy_rect(operation, from.root, to.root, src_origin.data(),
                                     dst_origin.data(), extent, from.side.row_pitch,

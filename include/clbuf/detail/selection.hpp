@@ -194,82 +194,120 @@ struct Verdict {
   std::string reason;
 };
 
+/// "[P:D]": how a verdict names a device.
+inline std::string device_label(const DeviceEntry& entry) {
+  return "[" + std::to_string(entry.info.platform_index) + ":" +
+         std::to_string(entry.info.device_index) + "]";
+}
+
+/// The first entry of `type`, or entries.size().
+inline std::size_t first_of_type(const std::vector<DeviceEntry>& entries, DeviceType type) {
+  for (std::size_t i = 0; i < entries.size(); ++i) {
+    if (entries[i].info.type == type) return i;
+  }
+  return entries.size();
+}
+
+// The judges of judge_devices(), one a kind of selector: each gives every verdict the reason it
+// is not picked, sets `reason` to why its pick is, and returns the pick (entries.size(): none).
+
+/// The default: the first GPU, else the first CPU device, else the first device.
+inline std::size_t judge_by_default(const std::vector<DeviceEntry>& entries,
+                                    std::vector<Verdict>& verdicts, std::string& reason) {
+  const std::size_t gpu = first_of_type(entries, DeviceType::gpu);
+  const std::size_t cpu = first_of_type(entries, DeviceType::cpu);
+  std::size_t pick = entries.size();
+  if (gpu < entries.size()) {
+    pick = gpu;
+    reason = "the first GPU (default: GPU preferred)";
+  } else if (cpu < entries.size()) {
+    pick = cpu;
+    reason = "no GPU found, so the first CPU device (default: GPU preferred, CPU fallback)";
+  } else if (!entries.empty()) {
+    pick = 0;
+    reason = "no GPU or CPU device found, so the first device";
+  }
+  for (std::size_t i = 0; i < entries.size(); ++i) {
+    const DeviceType type = entries[i].info.type;
+    verdicts[i].reason = type == entries[pick].info.type
+                             ? std::string("a later ") + to_string(type) + " device; " +
+                                   device_label(entries[pick]) + " comes first"
+                             : std::string("a ") + to_string(type) + " device; the default takes " +
+                                   (gpu < entries.size() ? "a GPU" : "a CPU device") + " first";
+  }
+  return pick;
+}
+
+/// "gpu", "cpu", "accelerator": the first device of that type.
+inline std::size_t judge_by_type(const std::vector<DeviceEntry>& entries, DeviceType wanted,
+                                 const std::string& quoted, std::vector<Verdict>& verdicts,
+                                 std::string& reason) {
+  const std::size_t pick = first_of_type(entries, wanted);
+  reason = std::string("the first ") + to_string(wanted) + " device, as " + quoted + " asks";
+  for (std::size_t i = 0; i < entries.size(); ++i) {
+    verdicts[i].reason = entries[i].info.type == wanted
+                             ? std::string("a later ") + to_string(wanted) + " device; " +
+                                   device_label(entries[pick]) + " comes first"
+                             : std::string("a ") + to_string(entries[i].info.type) +
+                                   " device, not the " + to_string(wanted) + " device " + quoted +
+                                   " asks for";
+  }
+  return pick;
+}
+
+/// "P:D": that device.
+inline std::size_t judge_by_index(const std::vector<DeviceEntry>& entries, const Selector& selector,
+                                  const std::string& quoted, std::vector<Verdict>& verdicts,
+                                  std::string& reason) {
+  std::size_t pick = entries.size();
+  for (std::size_t i = 0; i < entries.size(); ++i) {
+    if (entries[i].info.platform_index == selector.platform_index &&
+        entries[i].info.device_index == selector.device_index) {
+      pick = i;
+    }
+    verdicts[i].reason = "not platform " + std::to_string(selector.platform_index) + ", device " +
+                         std::to_string(selector.device_index) + " of " + quoted;
+  }
+  reason = "platform " + std::to_string(selector.platform_index) + ", device " +
+           std::to_string(selector.device_index) + ", as " + quoted + " asks";
+  return pick;
+}
+
+/// Part of a name (lower case): the first device whose name contains it.
+inline std::size_t judge_by_name(const std::vector<DeviceEntry>& entries, const std::string& name,
+                                 const std::string& quoted, std::vector<Verdict>& verdicts,
+                                 std::string& reason) {
+  std::size_t pick = entries.size();
+  for (std::size_t i = 0; i < entries.size(); ++i) {
+    const bool match = lower_case(entries[i].info.name).find(name) != std::string::npos;
+    if (match && pick == entries.size()) pick = i;
+    verdicts[i].reason =
+        match ? "its name matches too, but " + device_label(entries[pick]) + " comes first"
+              : "its name does not contain " + quoted;
+  }
+  reason = "the first device whose name contains " + quoted;
+  return pick;
+}
+
 /// Judges every entry by `selector`; at most one verdict is picked. The picked verdict's reason
 /// is the manager's selection_reason(), so the report and the choice never disagree.
 inline std::vector<Verdict> judge_devices(const std::vector<DeviceEntry>& entries,
                                           const Selector& selector, const std::string& quoted) {
   std::vector<Verdict> verdicts(entries.size());
-  auto label = [&](std::size_t i) {
-    return "[" + std::to_string(entries[i].info.platform_index) + ":" +
-           std::to_string(entries[i].info.device_index) + "]";
-  };
-  auto first_of = [&](DeviceType type) {
-    for (std::size_t i = 0; i < entries.size(); ++i) {
-      if (entries[i].info.type == type) return i;
-    }
-    return entries.size();
-  };
   std::size_t pick = entries.size();
   std::string reason;
   switch (selector.kind) {
-    case Selector::Kind::automatic: {
-      const std::size_t gpu = first_of(DeviceType::gpu);
-      const std::size_t cpu = first_of(DeviceType::cpu);
-      if (gpu < entries.size()) {
-        pick = gpu;
-        reason = "the first GPU (default: GPU preferred)";
-      } else if (cpu < entries.size()) {
-        pick = cpu;
-        reason = "no GPU found, so the first CPU device (default: GPU preferred, CPU fallback)";
-      } else if (!entries.empty()) {
-        pick = 0;
-        reason = "no GPU or CPU device found, so the first device";
-      }
-      for (std::size_t i = 0; i < entries.size(); ++i) {
-        const DeviceType type = entries[i].info.type;
-        verdicts[i].reason = type == entries[pick].info.type
-                                 ? std::string("a later ") + to_string(type) + " device; " +
-                                       label(pick) + " comes first"
-                                 : std::string("a ") + to_string(type) +
-                                       " device; the default takes " +
-                                       (gpu < entries.size() ? "a GPU" : "a CPU device") + " first";
-      }
+    case Selector::Kind::automatic:
+      pick = judge_by_default(entries, verdicts, reason);
       break;
-    }
     case Selector::Kind::type:
-      pick = first_of(selector.type);
-      reason =
-          std::string("the first ") + to_string(selector.type) + " device, as " + quoted + " asks";
-      for (std::size_t i = 0; i < entries.size(); ++i) {
-        verdicts[i].reason = entries[i].info.type == selector.type
-                                 ? std::string("a later ") + to_string(selector.type) +
-                                       " device; " + label(pick) + " comes first"
-                                 : std::string("a ") + to_string(entries[i].info.type) +
-                                       " device, not the " + to_string(selector.type) + " device " +
-                                       quoted + " asks for";
-      }
+      pick = judge_by_type(entries, selector.type, quoted, verdicts, reason);
       break;
     case Selector::Kind::index:
-      for (std::size_t i = 0; i < entries.size(); ++i) {
-        if (entries[i].info.platform_index == selector.platform_index &&
-            entries[i].info.device_index == selector.device_index) {
-          pick = i;
-        }
-        verdicts[i].reason = "not platform " + std::to_string(selector.platform_index) +
-                             ", device " + std::to_string(selector.device_index) + " of " + quoted;
-      }
-      reason = "platform " + std::to_string(selector.platform_index) + ", device " +
-               std::to_string(selector.device_index) + ", as " + quoted + " asks";
+      pick = judge_by_index(entries, selector, quoted, verdicts, reason);
       break;
     case Selector::Kind::name:
-      for (std::size_t i = 0; i < entries.size(); ++i) {
-        const bool match =
-            lower_case(entries[i].info.name).find(selector.name) != std::string::npos;
-        if (match && pick == entries.size()) pick = i;
-        verdicts[i].reason = match ? "its name matches too, but " + label(pick) + " comes first"
-                                   : "its name does not contain " + quoted;
-      }
-      reason = "the first device whose name contains " + quoted;
+      pick = judge_by_name(entries, selector.name, quoted, verdicts, reason);
       break;
   }
   for (std::size_t i = 0; i < entries.size(); ++i) verdicts[i].entry = i;

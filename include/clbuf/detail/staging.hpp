@@ -353,8 +353,7 @@ class Stager {
       cl_event event = nullptr;
       if (job.to_device) {
         copy_streaming(slot.host, job.host + offset, length);
-        if (!ready && !(ready = ok(Queue::wait_code(job.after), "the work queued before", job)))
-          break;
+        if (!waited_before(ready, job)) break;
         if (!ok(CLBUF_CL(clEnqueueWriteBuffer)(queue, job.memory, CL_FALSE,
                                                job.memory_offset + offset, length, slot.host, 0,
                                                nullptr, &event),
@@ -364,8 +363,7 @@ class Stager {
         slot.busy = cl::Event(event, false);
         if (!ok(CLBUF_CL(clFlush)(queue), "clFlush", job)) break;
       } else {
-        if (!ready && !(ready = ok(Queue::wait_code(job.after), "the work queued before", job)))
-          break;
+        if (!waited_before(ready, job)) break;
         if (!ok(CLBUF_CL(clEnqueueReadBuffer)(queue, job.memory, CL_FALSE,
                                               job.memory_offset + offset, length, slot.host, 0,
                                               nullptr, &event),
@@ -379,6 +377,12 @@ class Stager {
     }
     // Every exit, a failure included, waits until none of this worker's slots is in flight.
     for (std::size_t s = 0; s < per_worker; ++s) settle(slots[s], job);
+  }
+
+  /// Waits, once (`ready` remembers it), for the work queued before the call; false (and the job
+  /// marked failed) if it failed.
+  bool waited_before(bool& ready, Job& job) noexcept {
+    return ready || (ready = ok(Queue::wait_code(job.after), "the work queued before", job));
   }
 
   /// Waits for the slot's last DMA; false (and the job marked failed) if it failed.
