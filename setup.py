@@ -4,7 +4,7 @@
 The version comes from include/clbuf/version.hpp. The build folder is build-wheel/ (git ignores
 it); every header of include/ is a dependency of the extension, so a changed header rebuilds it.
 
-clbuf.mpi (python/mpi.cpp) is built in wherever MPI is found, looked for as mpi4py looks for it:
+clbuf.mpi (python/src/mpi.cpp) is built in wherever MPI is found, looked for as mpi4py looks for it:
 the compiler wrapper in MPICC, else `mpicc` on PATH, else the one mpi4py was built with
 (mpi4py.get_config()); its flags come from `mpicc -showme:compile` / `-showme:link` (Open MPI)
 or `mpicc -show` (MPICH). CLBUF_BUILD_MPI=OFF builds without it, ON fails without MPI (AUTO,
@@ -19,6 +19,7 @@ import subprocess
 import sys
 
 ROOT = pathlib.Path(__file__).resolve().parent
+SOURCES = ROOT / "python" / "src"  # the extension's C++ (pybind11)
 
 
 def _say(message):
@@ -115,7 +116,7 @@ def mpi_build(environ=os.environ):
     # clbuf::mpi calls MPI's C API: the C++ bindings Open MPI's and MPICH's mpi.h declare for C++
     # (libmpi_cxx, which mpicc does not link) are left out, as mpi4py leaves them out.
     macros = [("CLBUF_PYTHON_MPI", "1"), ("OMPI_SKIP_MPICXX", "1"), ("MPICH_SKIP_MPICXX", "1")]
-    return {"sources": ["python/mpi.cpp"], "define_macros": macros,
+    return {"sources": ["python/src/mpi.cpp"], "define_macros": macros,
             "extra_compile_args": compile_flags, "extra_link_args": link_flags}
 
 
@@ -142,14 +143,14 @@ def main():
         stamp.write_text(configuration)
     extension = Pybind11Extension(
         "clbuf._clbuf",
-        sorted(str(p.relative_to(ROOT)) for p in (ROOT / "python").glob("*.cpp")
+        sorted(str(p.relative_to(ROOT)) for p in SOURCES.glob("*.cpp")
                if p.name != "mpi.cpp") + mpi.get("sources", []),
         include_dirs=["include"],
         libraries=["OpenCL"],
         define_macros=mpi.get("define_macros", []),
         depends=sorted(str(p.relative_to(ROOT))
                        for p in [*(ROOT / "include").rglob("*.hpp"),
-                                 *(ROOT / "python").glob("*.hpp"), stamp]),
+                                 *SOURCES.glob("*.hpp"), stamp]),
         cxx_std=17,
         # No debug information: a quarter of the build time and most of the file's size.
         extra_compile_args=["-g0", *mpi.get("extra_compile_args", [])],

@@ -124,11 +124,11 @@ mutant mpi-wire-reduction include/clbuf/detail/mpi/wire.hpp \
   'mpi|2|tests/mpi/mpi_test|Paths/Mpi.AllreduceSumMinMax/*'
 
 # The Python conversion: a strided array taken as contiguous; int8's lowest value refused.
-mutant python-non-contiguous-input python/common.cpp \
+mutant python-non-contiguous-input python/src/common.cpp \
   'if ((flags & npy_c_contiguous) != 0 && (flags & npy_aligned) != 0) return array;' \
   'if ((flags & npy_aligned) != 0) return array;' clbuf_python \
   'pytest|python/tests/test_module.py|non_contiguous_input'
-mutant python-integer-range python/values.cpp \
+mutant python-integer-range python/src/values.cpp \
   'v >= -high - 1 && v <= high;' 'v >= -high && v <= high;' clbuf_python \
   'pytest|python/tests/test_values.py|values_the_dtype_holds_are_stored'
 

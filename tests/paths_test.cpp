@@ -375,7 +375,7 @@ TEST_P(LargeBouncePath, ThreadsSplittingAtOnceStayExact) {
 
 CLBUF_INSTANTIATE_MODELS(LargeBouncePath);
 
-// ManagerAccess::path, which `clbuf info` shows (python/paths.cpp), names the engine's route at
+// ManagerAccess::path, which `clbuf info` shows (python/src/paths.cpp), names the engine's route at
 // both sides of every threshold of the default options, for each memory model.
 class DefaultPaths : public clbuf_test::ModelTest {};
 

@@ -1036,7 +1036,7 @@ struct ManagerAccess {
   /// The path of the manager's blocking upload (`write`) or download of `bytes` of pageable host
   /// memory to or from a buffer of its pool, as TransferEngine::route() chooses it, named as
   /// stats().paths counts it: "host_copy",
-  /// "staged", "buffered", "bounced" or "direct" (for `clbuf info`, python/paths.cpp).
+  /// "staged", "buffered", "bounced" or "direct" (for `clbuf info`, python/src/paths.cpp).
   static const char* path(const BufferManager& manager, std::size_t bytes, bool write) {
     // route() asks only whether the memory is a host block: every buffer of a host-backed pool is.
     static char block;

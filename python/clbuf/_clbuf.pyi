@@ -1,5 +1,5 @@
 # SPDX-License-Identifier: MIT
-"""Type stubs of the extension module clbuf._clbuf (python/*.cpp).
+"""Type stubs of the extension module clbuf._clbuf (python/src/*.cpp).
 
 Every argument and result is typed here as help() shows it (python/tests/test_help.py compares
 them); pyopencl's and mpi4py's classes are Any here (neither library ships type hints), and
@@ -176,8 +176,8 @@ def list_devices() -> List[DeviceInfo]: ...
 def explain_selection(selector: Optional[str] = None) -> str: ...
 def error_name(code: int) -> str: ...
 
-# clbuf.mpi (python/mpi.cpp, python/clbuf/mpi.py): present where the extension was built with
-# MPI, shown as clbuf.mpi.Request, Persistent, Communicator and HaloExchange.
+# clbuf.mpi (python/src/mpi.cpp, python/clbuf/mpi.py): present where the extension was built
+# with MPI, shown as clbuf.mpi.Request, Persistent, Communicator and HaloExchange.
 
 class _MpiRequest:
     """An isend, irecv, ibroadcast or iallreduce in flight."""

@@ -1,7 +1,7 @@
 # SPDX-License-Identifier: MIT
 """The array of ``with bm.map(buf, mode) as a:`` (clbuf.MappedArray).
 
-The array's memory is owned by its mapping (python/host_memory.hpp): it stays valid as long as
+The array's memory is owned by its mapping (python/src/host_memory.hpp): it stays valid as long as
 the array, so no use of the array can crash. After the ``with`` block the mapping is closed and
 the array refuses every use that goes through it (indexing, arithmetic, numpy functions, every
 method and every attribute that reaches its elements, clbuf's own calls) with clbuf.Error. What

@@ -51,7 +51,7 @@ esac
 def test_open_mpi_wrapper_in_mpicc_gives_the_flags(setup_py, tmp_path, capsys):
     mpicc = wrapper(tmp_path, "ompicc", OPEN_MPI)
     build = setup_py.mpi_build({"MPICC": mpicc, "PATH": str(tmp_path)})
-    assert build == {"sources": ["python/mpi.cpp"],
+    assert build == {"sources": ["python/src/mpi.cpp"],
                      "define_macros": [("CLBUF_PYTHON_MPI", "1"), ("OMPI_SKIP_MPICXX", "1"),
                                        ("MPICH_SKIP_MPICXX", "1")],
                      "extra_compile_args": ["-I/opt/ompi/include", "-pthread"],
@@ -80,7 +80,7 @@ def test_a_broken_mpicc_is_passed_over_for_the_next(setup_py, tmp_path, capsys):
 def test_mpi4py_configuration_comes_last(setup_py, tmp_path, monkeypatch, capsys):
     mpicc = wrapper(tmp_path, "mpi4py-mpicc", OPEN_MPI)
     monkeypatch.setattr(setup_py, "_mpi4py_wrapper", lambda: mpicc)
-    assert setup_py.mpi_build({"PATH": str(tmp_path / "empty")})["sources"] == ["python/mpi.cpp"]
+    assert setup_py.mpi_build({"PATH": str(tmp_path / "empty")})["sources"] == ["python/src/mpi.cpp"]
     assert "(mpi4py.get_config())" in capsys.readouterr().err
 
 
