@@ -107,6 +107,17 @@ mutant pool-block-too-small "$pool" \
 mutant pool-reuse-by-request "$pool" \
   'auto bin = free_.find(capacity);' 'auto bin = free_.find(bytes);' pool_test "$blocks"
 
+# The pinned pool: its size classes, and trimming that stops one block short of the budget (the
+# pool then holds more than its budget under load).
+pinned=include/clbuf/detail/pinned_pool.hpp
+mutant pinned-size-class "$pinned" \
+  'while (size < bytes) size *= 2;' 'while (size <= bytes) size *= 2;' pinned_pool_test \
+  'gtest|tests/pinned_pool_test|PinnedPool*'
+mutant pinned-budget-trim "$pinned" \
+  'while (stats_.allocated_bytes + size > stats_.budget_bytes && !free_.empty()) {' \
+  'while (stats_.allocated_bytes > stats_.budget_bytes && !free_.empty()) {' pinned_pool_test \
+  'gtest|tests/pinned_pool_test|PinnedPool.*'
+
 # clbuf::mpi: the envelope's bound (the path taken; a message of exactly the bound that takes a
 # transfer object, which allocates), the route on a discrete device, the wire's reduction.
 paths_mpi='mpi|2|tests/mpi/mpi_test|Paths/Mpi.EachMessageTakesItsPathAroundTheEnvelopeBound/*'
@@ -116,9 +127,9 @@ mutant mpi-envelope-bound include/clbuf/detail/mpi/core.hpp \
 mutant mpi-small-message-bound include/clbuf/detail/mpi/eager.hpp \
   'span.bytes <= core.inline_max();' 'span.bytes < core.inline_max();' mpi_test \
   'mpi|2|tests/mpi/mpi_test|Paths/Mpi.SmallMessagesAllocateNothingOnceWarm/*'
-mutant mpi-route-discrete include/clbuf/detail/mpi/core.hpp \
-  'MemoryModel::discrete ? Route::staged : Route::map;' \
-  'MemoryModel::discrete ? Route::map : Route::map;' mpi_test "$paths_mpi"
+mutant mpi-route-discrete "$engine" \
+  'MemoryModel::discrete ? Message::staged : Message::map;' \
+  'MemoryModel::discrete ? Message::map : Message::map;' mpi_test "$paths_mpi"
 mutant mpi-wire-reduction include/clbuf/detail/mpi/wire.hpp \
   'op == Op::min ? MPI_MIN : MPI_MAX;' 'op == Op::min ? MPI_MAX : MPI_MIN;' mpi_test \
   'mpi|2|tests/mpi/mpi_test|Paths/Mpi.AllreduceSumMinMax/*'

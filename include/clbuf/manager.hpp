@@ -134,6 +134,7 @@ class BufferManager {
     TransferStats stats;
     engine_.telemetry().fill(stats);
     stats.pool = pool_->stats();
+    stats.pinned = engine_.pinned().stats();
     return stats;
   }
   /// Sets the transfer counters of stats() back to zero (the pool's counters stay).
@@ -166,8 +167,8 @@ class BufferManager {
     auto entry = gate_.enter(op);
     const std::size_t bytes = bytes_of<T>(op, count);
     if (bytes == 0) return PinnedBuffer<T>();
-    return PinnedBuffer<T>(
-        detail::PinnedBlock(device_.context(), device_.queue().handle(), bytes, op), count);
+    return PinnedBuffer<T>(detail::PinnedBlock(device_.context(), device_.queue(), bytes, op),
+                           count);
   }
   /// @}
 
@@ -777,8 +778,8 @@ class BufferManager {
     if (source.device_.context()() == device_.context()()) {
       engine_.copy(op, src.memory_, 0, dst.memory_, 0, src.size_bytes());
     } else {
-      detail::copy_across_contexts(op, source.device_.queue(), src.memory_, device_.context(),
-                                   device_.queue(), engine_, dst.memory_, src.size_bytes());
+      detail::copy_across_contexts(op, source.device_.queue(), src.memory_, device_.queue(),
+                                   engine_, dst.memory_, src.size_bytes());
     }
   }
 
@@ -1022,6 +1023,8 @@ namespace detail {
 /// write is buffered and a read bounces through pinned memory), after the queue's earlier work.
 /// The caller has checked the buffer and the range.
 struct ManagerAccess {
+  /// The manager's transfer engine: its path rule, chunk calls and pinned pool (clbuf::mpi).
+  static TransferEngine& engine(BufferManager& manager) noexcept { return manager.engine_; }
   static void write(BufferManager& manager, const char* operation, cl_mem buffer,
                     std::size_t offset, const void* data, std::size_t bytes) {
     auto entry = manager.gate_.enter(operation);

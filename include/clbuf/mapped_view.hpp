@@ -5,8 +5,8 @@
 #ifndef CLBUF_MAPPED_VIEW_HPP
 #define CLBUF_MAPPED_VIEW_HPP
 
-#include <clbuf/detail/pinned_block.hpp>
 #include <clbuf/detail/pool.hpp>
+#include <clbuf/detail/queue.hpp>
 #include <clbuf/error.hpp>
 
 #include <cstddef>
@@ -78,7 +78,7 @@ class MappedView {
     const std::shared_ptr<detail::Lease> lease = std::move(lease_);
     if (lease) lease->remove_mapping(mapped);
     cl_event event = nullptr;
-    const cl_int err = detail::unmap_with_retry(queue(), buffer(), mapped, &event);
+    const cl_int err = detail::Queue(queue).unmap(buffer(), mapped, &event);
     detail::check(err, "unmap", "clEnqueueUnmapMemObject");
     const cl::Event owned(event, false);
     detail::check(CLBUF_CL(clWaitForEvents)(1, &event), "unmap", "clWaitForEvents");

@@ -64,6 +64,14 @@ struct Options {
   /// Always 0 for a manager that adopts the application's context and queue (other queues of
   /// that context, and other managers on it, would not see the data in order).
   std::size_t buffered_upload_max_bytes = std::size_t{64} << 10;
+  /// Most bytes of pinned host memory clbuf holds for its own use at once, leased and cached
+  /// (TransferStats::pinned): the staging slots, the buffered uploads' ring, bounced downloads,
+  /// copy_from's chunks between contexts and the chunks of every clbuf::mpi Communicator on this
+  /// manager lease from one pool within it. A transfer that finds no room goes without (fewer
+  /// staging slots, the driver's own pageable transfer; an MPI chunk waits for one to come back).
+  /// `automatic`: both staging lanes, the ring, four bounce blocks and 128 MiB for copies and
+  /// clbuf::mpi (193 MiB with the other defaults). 0: no pinned memory at all.
+  std::size_t pinned_budget_bytes = automatic;
   /// Threads for large host copies (the CPU device's memcpy, staged chunks); 0: as many as
   /// the host has, at most 12.
   unsigned copy_threads = 0;

@@ -3,7 +3,7 @@
 #ifndef CLBUF_PINNED_HPP
 #define CLBUF_PINNED_HPP
 
-#include <clbuf/detail/pinned_block.hpp>
+#include <clbuf/detail/pinned_pool.hpp>
 
 #include <cstddef>
 #include <type_traits>

@@ -6,6 +6,7 @@
 
 #include <clbuf/pool.hpp>
 
+#include <cstddef>
 #include <cstdint>
 #include <cstdio>
 #include <string>
@@ -37,6 +38,24 @@ struct PathStats {
   std::uint64_t direct = 0;
 };
 
+/// clbuf's own pinned host memory (detail/pinned_pool.hpp): the staging slots, the buffered
+/// uploads' ring, bounced reads, copy_from's chunks between contexts and clbuf::mpi's chunks, all
+/// leased from one pool per manager within Options::pinned_budget_bytes. PinnedBuffers the
+/// application allocates are not counted.
+struct PinnedStats {
+  std::size_t budget_bytes = 0;     ///< the most bytes the pool may hold (leased plus cached)
+  std::size_t allocated_bytes = 0;  ///< bytes it holds now: in_use_bytes + cached_bytes
+  std::size_t in_use_bytes = 0;     ///< bytes leased now
+  std::size_t cached_bytes = 0;     ///< bytes kept for the next lease
+  std::size_t peak_bytes = 0;       ///< the most allocated_bytes ever held; never over budget
+  std::uint64_t leases = 0;         ///< blocks asked for
+  std::uint64_t reuses = 0;         ///< leases served from the cache
+  std::uint64_t allocations = 0;    ///< blocks made (clCreateBuffer and a map)
+  std::uint64_t refusals = 0;       ///< leases the budget could not hold (the caller went without)
+  std::uint64_t trims = 0;          ///< cached blocks freed to make room for another size
+  std::uint64_t leaked = 0;         ///< blocks left to MPI by failed transfers (no longer counted)
+};
+
 /// One direction's totals. Asynchronous transfers count bytes and operations when they are
 /// started; their time is not counted (it overlaps other work).
 struct DirectionStats {
@@ -56,6 +75,7 @@ struct TransferStats {
   DirectionStats download;  ///< device -> host
   DirectionStats copy;      ///< device -> device
   PoolStats pool;           ///< the buffer pool's counters
+  PinnedStats pinned;       ///< clbuf's own pinned memory
 
   /// One line, e.g. "upload 12 ops 48.0 MiB 9.1 GB/s | download ... | copy ... | pool 10 hits".
   std::string summary() const {

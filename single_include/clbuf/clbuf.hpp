@@ -2297,6 +2297,18 @@ class Queue {
     return mapped;
   }
 
+  /// Unmaps `data` of `buffer`. A mapping holds a reference to its buffer, so a lost unmap would
+  /// leak the buffer, its context and its queue: a failed unmap is retried once after the queue
+  /// has drained. Returns the last code; `event` (may be null) receives the unmap's event.
+  cl_int unmap(cl_mem buffer, void* data, cl_event* event) const noexcept {
+    cl_int err = CLBUF_CL(clEnqueueUnmapMemObject)(queue_(), buffer, data, 0, nullptr, event);
+    if (err != CL_SUCCESS) {
+      CLBUF_CL(clFinish)(queue_());
+      err = CLBUF_CL(clEnqueueUnmapMemObject)(queue_(), buffer, data, 0, nullptr, event);
+    }
+    return err;
+  }
+
   /// clFinish's code, for cleanup(), which must release everything before it reports.
   cl_int finish_code() const noexcept {
     return queue_() != nullptr ? CLBUF_CL(clFinish)(queue_()) : CL_SUCCESS;
@@ -3233,6 +3245,14 @@ struct Options {
   /// Always 0 for a manager that adopts the application's context and queue (other queues of
   /// that context, and other managers on it, would not see the data in order).
   std::size_t buffered_upload_max_bytes = std::size_t{64} << 10;
+  /// Most bytes of pinned host memory clbuf holds for its own use at once, leased and cached
+  /// (TransferStats::pinned): the staging slots, the buffered uploads' ring, bounced downloads,
+  /// copy_from's chunks between contexts and the chunks of every clbuf::mpi Communicator on this
+  /// manager lease from one pool within it. A transfer that finds no room goes without (fewer
+  /// staging slots, the driver's own pageable transfer; an MPI chunk waits for one to come back).
+  /// `automatic`: both staging lanes, the ring, four bounce blocks and 128 MiB for copies and
+  /// clbuf::mpi (193 MiB with the other defaults). 0: no pinned memory at all.
+  std::size_t pinned_budget_bytes = automatic;
   /// Threads for large host copies (the CPU device's memcpy, staged chunks); 0: as many as
   /// the host has, at most 12.
   unsigned copy_threads = 0;
@@ -3427,6 +3447,11 @@ class DeviceContext {
     // The ring holds 16 writes of this size in pinned memory: bounded at 1 MiB a write (16 MiB).
     options_.buffered_upload_max_bytes =
         std::min(options_.buffered_upload_max_bytes, std::size_t{1} << 20);
+    if (options_.pinned_budget_bytes == Options::automatic) {
+      const std::size_t lanes = 2 * options_.staging_chunk_bytes * options_.staging_chunks;
+      options_.pinned_budget_bytes = lanes + 16 * options_.buffered_upload_max_bytes +
+                                     4 * options_.bounce_max_bytes + (std::size_t{128} << 20);
+    }
     if (options_.pool_limit_bytes == Options::automatic) {
       options_.pool_limit_bytes = static_cast<std::size_t>(
           std::min<std::uint64_t>(info_.global_mem_bytes / 4, std::uint64_t{1} << 30));
@@ -3472,45 +3497,137 @@ class DeviceContext {
 
 #endif  // CLBUF_DETAIL_DEVICE_CONTEXT_HPP
 // ---- end of clbuf/detail/device_context.hpp
-// ---- clbuf/detail/pinned_block.hpp
-// A pinned host block: a CL_MEM_ALLOC_HOST_PTR buffer mapped once for the host, the memory the
-// driver moves by DMA at full bus speed. Used by PinnedBuffer, the staging slots, the buffered
-// uploads' ring, the bounced transfers and the copies between contexts (the last two through a
-// PinnedCache, which keeps a few from call to call, and a PinnedLease per transfer); MappedView
-// shares its unmap-with-retry.
-#ifndef CLBUF_DETAIL_PINNED_BLOCK_HPP
-#define CLBUF_DETAIL_PINNED_BLOCK_HPP
+// ---- clbuf/detail/pinned_pool.hpp
+// The one place clbuf makes pinned host memory for its own use: a CL_MEM_ALLOC_HOST_PTR buffer
+// mapped once (PinnedBlock), the memory a driver moves by DMA at full bus speed, and the
+// manager's pool of them (PinnedPool): budgeted, binned by size class, cached between leases and
+// trimmed when a lease would pass the budget (as cub's CachingDeviceAllocator does for device
+// memory). The staging slots, the buffered uploads' ring, the bounced reads, copy_from's chunks
+// between contexts and every clbuf::mpi chunk lease from it. The user's PinnedBuffer holds a
+// PinnedBlock of its own, outside the budget.
+#ifndef CLBUF_DETAIL_PINNED_POOL_HPP
+#define CLBUF_DETAIL_PINNED_POOL_HPP
 
+// ---- clbuf/telemetry.hpp
+// clbuf::TransferStats: a manager's bytes, operations and time per direction, and its pool's
+// counters (the counters themselves: detail/telemetry.hpp).
+#ifndef CLBUF_TELEMETRY_HPP
+#define CLBUF_TELEMETRY_HPP
+
+#include <cstddef>
+#include <cstdint>
+#include <cstdio>
+#include <string>
+
+namespace clbuf {
+
+/// How one direction's operations moved their bytes: each operation counts once, on the path
+/// the manager chose for it (docs/design.md "Transfer paths"), so the six add up to
+/// DirectionStats::operations. Which path a transfer takes follows from the memory model, the
+/// Options thresholds, the host memory (pageable or a PinnedBuffer) and whether the call blocks.
+struct PathStats {
+  /// Copied by the host (memcpy), no OpenCL command: a CPU device's own memory
+  /// (MemoryModel::host) in blocking calls, and small uploads into its fresh buffers.
+  std::uint64_t host_copy = 0;
+  /// Pageable memory through pinned chunks on the copy threads: a discrete device, at least
+  /// Options::staging_threshold_bytes.
+  std::uint64_t staged = 0;
+  /// Blocking uploads that returned once the bytes were in clbuf's pinned ring: a discrete
+  /// device, pageable memory of at most Options::buffered_upload_max_bytes.
+  std::uint64_t buffered = 0;
+  /// Blocking downloads read into a pinned block of clbuf's, then copied out: a discrete device,
+  /// pageable memory of at most Options::bounce_max_bytes, below the staging threshold.
+  std::uint64_t bounced = 0;
+  /// copy_from() between two contexts through two pinned chunks (neither side a CPU device's
+  /// own memory).
+  std::uint64_t relayed = 0;
+  /// OpenCL commands the driver carries out (clEnqueueWriteBuffer, ReadBuffer, CopyBuffer,
+  /// FillBuffer and their rect forms): every other transfer.
+  std::uint64_t direct = 0;
+};
+
+/// clbuf's own pinned host memory (detail/pinned_pool.hpp): the staging slots, the buffered
+/// uploads' ring, bounced reads, copy_from's chunks between contexts and clbuf::mpi's chunks, all
+/// leased from one pool per manager within Options::pinned_budget_bytes. PinnedBuffers the
+/// application allocates are not counted.
+struct PinnedStats {
+  std::size_t budget_bytes = 0;     ///< the most bytes the pool may hold (leased plus cached)
+  std::size_t allocated_bytes = 0;  ///< bytes it holds now: in_use_bytes + cached_bytes
+  std::size_t in_use_bytes = 0;     ///< bytes leased now
+  std::size_t cached_bytes = 0;     ///< bytes kept for the next lease
+  std::size_t peak_bytes = 0;       ///< the most allocated_bytes ever held; never over budget
+  std::uint64_t leases = 0;         ///< blocks asked for
+  std::uint64_t reuses = 0;         ///< leases served from the cache
+  std::uint64_t allocations = 0;    ///< blocks made (clCreateBuffer and a map)
+  std::uint64_t refusals = 0;       ///< leases the budget could not hold (the caller went without)
+  std::uint64_t trims = 0;          ///< cached blocks freed to make room for another size
+  std::uint64_t leaked = 0;         ///< blocks left to MPI by failed transfers (no longer counted)
+};
+
+/// One direction's totals. Asynchronous transfers count bytes and operations when they are
+/// started; their time is not counted (it overlaps other work).
+struct DirectionStats {
+  std::uint64_t operations = 0;   ///< transfers started (zero-sized ones and rejected ones not)
+  std::uint64_t bytes = 0;        ///< bytes moved
+  std::uint64_t nanoseconds = 0;  ///< wall time inside blocking calls
+  PathStats paths;                ///< the operations by the path they took
+  /// Achieved GB/s (10^9 bytes per second) over the blocking calls, 0 when none was timed.
+  double gigabytes_per_second() const noexcept {
+    return nanoseconds == 0 ? 0.0 : static_cast<double>(bytes) / static_cast<double>(nanoseconds);
+  }
+};
+
+/// A snapshot of a BufferManager's transfers and pool.
+struct TransferStats {
+  DirectionStats upload;    ///< host -> device
+  DirectionStats download;  ///< device -> host
+  DirectionStats copy;      ///< device -> device
+  PoolStats pool;           ///< the buffer pool's counters
+  PinnedStats pinned;       ///< clbuf's own pinned memory
+
+  /// One line, e.g. "upload 12 ops 48.0 MiB 9.1 GB/s | download ... | copy ... | pool 10 hits".
+  std::string summary() const {
+    auto part = [](const char* name, const DirectionStats& d) {
+      char text[128];
+      std::snprintf(text, sizeof(text), "%s %llu ops %.1f MiB %.2f GB/s", name,
+                    static_cast<unsigned long long>(d.operations),
+                    static_cast<double>(d.bytes) / 1048576.0, d.gigabytes_per_second());
+      return std::string(text);
+    };
+    char tail[160];
+    std::snprintf(tail, sizeof(tail), " | pool %llu hits %llu misses %.1f MiB cached",
+                  static_cast<unsigned long long>(pool.hits),
+                  static_cast<unsigned long long>(pool.misses),
+                  static_cast<double>(pool.cached_bytes) / 1048576.0);
+    return part("upload", upload) + " | " + part("download", download) + " | " +
+           part("copy", copy) + tail;
+  }
+};
+
+}  // namespace clbuf
+
+#endif  // CLBUF_TELEMETRY_HPP
+// ---- end of clbuf/telemetry.hpp
+
+#include <algorithm>
 #include <cstddef>
 #include <memory>
 #include <mutex>
-#include <new>
 #include <utility>
 #include <vector>
 
 namespace clbuf {
 namespace detail {
 
-/// Unmaps `data` of `buffer`. A mapping holds a reference to its buffer, so a lost unmap would
-/// leak the buffer, its context and its queue: a failed unmap is retried once after the queue
-/// has drained. Returns the last code; `event` (may be null) receives the unmap's event.
-inline cl_int unmap_with_retry(cl_command_queue queue, cl_mem buffer, void* data,
-                               cl_event* event) noexcept {
-  cl_int err = CLBUF_CL(clEnqueueUnmapMemObject)(queue, buffer, data, 0, nullptr, event);
-  if (err != CL_SUCCESS) {
-    CLBUF_CL(clFinish)(queue);
-    err = CLBUF_CL(clEnqueueUnmapMemObject)(queue, buffer, data, 0, nullptr, event);
-  }
-  return err;
-}
-
+/// `bytes` of pinned memory of a context, mapped for reading and writing on a queue, which
+/// unmaps it on destruction.
 class PinnedBlock {
  public:
   PinnedBlock() = default;
 
-  /// `bytes` (> 0) of pinned memory of `context`, mapped for reading and writing on `queue`.
-  /// Wraps clCreateBuffer(CL_MEM_ALLOC_HOST_PTR) and a blocking clEnqueueMapBuffer.
-  PinnedBlock(const cl::Context& context, const cl::CommandQueue& queue, std::size_t bytes,
+  /// `bytes` (> 0) of pinned memory of `context`, mapped on `queue`. Wraps
+  /// clCreateBuffer(CL_MEM_ALLOC_HOST_PTR) and a blocking clEnqueueMapBuffer.
+  PinnedBlock(const cl::Context& context, const Queue& queue, std::size_t bytes,
               const char* operation)
       : queue_(queue), bytes_(bytes) {
     cl_int err = CL_SUCCESS;
@@ -3519,9 +3636,7 @@ class PinnedBlock {
                                             bytes, nullptr, &err),
                    false);
     check(err, operation, "clCreateBuffer(CL_MEM_ALLOC_HOST_PTR)");
-    data_ = CLBUF_CL(clEnqueueMapBuffer)(queue_(), buffer_(), CL_TRUE, CL_MAP_READ | CL_MAP_WRITE,
-                                         0, bytes, 0, nullptr, nullptr, &err);
-    check(err, operation, "clEnqueueMapBuffer");
+    data_ = queue_.map(operation, buffer_(), CL_MAP_READ | CL_MAP_WRITE, 0, bytes);
   }
 
   PinnedBlock(const PinnedBlock&) = delete;
@@ -3535,8 +3650,8 @@ class PinnedBlock {
   /// Unmaps (the unmap is enqueued and flushed, not waited for).
   ~PinnedBlock() {
     if (data_ != nullptr) {
-      unmap_with_retry(queue_(), buffer_(), data_, nullptr);
-      CLBUF_CL(clFlush)(queue_());
+      queue_.unmap(buffer_(), data_, nullptr);
+      CLBUF_CL(clFlush)(queue_.get());
     }
   }
 
@@ -3551,7 +3666,6 @@ class PinnedBlock {
 
   void* data() const noexcept { return data_; }
   std::size_t size() const noexcept { return bytes_; }
-  cl_mem buffer() const noexcept { return buffer_(); }
 
  private:
   void swap(PinnedBlock& other) noexcept {
@@ -3562,93 +3676,208 @@ class PinnedBlock {
   }
 
   cl::Buffer buffer_;
-  cl::CommandQueue queue_;  // the queue it was mapped on, which unmaps it
+  Queue queue_;  // the queue it was mapped on, which unmaps it
   void* data_ = nullptr;
   std::size_t bytes_ = 0;
 };
 
-/// Pinned blocks of one context, kept from one call to the next: allocating and mapping pinned
-/// memory costs about a millisecond on NVIDIA's driver, more than moving a MiB through it. Blocks
-/// are taken and given back by any number of threads; at most `kept` wait in the cache, so what it
-/// holds stays bounded (kept x block bytes); more in use at once are made and freed as needed.
-class PinnedCache {
+/// A manager's pinned memory. take() leases a block of the size class of the bytes asked for
+/// (a power of two from 4 KiB; whole MiB above 64 MiB): a cached block of that class, else a new
+/// one if the bytes made (leased plus cached) stay within the budget once cached blocks of other
+/// classes have been freed; else nothing, and the caller takes its path without pinned memory
+/// (or waits for a lease to come back). Blocks are mapped on the device's side queue, which
+/// nothing holds behind a barrier. Thread-safe; outlives its leases.
+class PinnedPool {
  public:
-  using Held = std::unique_ptr<PinnedBlock>;  // one pointer moves between cache and lease
+  /// A block held for one use; given back on destruction.
+  class Lease {
+   public:
+    Lease() = default;
+    Lease(const Lease&) = delete;
+    Lease& operator=(const Lease&) = delete;
+    Lease(Lease&& other) noexcept
+        : pool_(std::exchange(other.pool_, nullptr)), block_(std::move(other.block_)) {}
+    Lease& operator=(Lease&& other) noexcept {
+      if (this != &other) {
+        reset();
+        pool_ = std::exchange(other.pool_, nullptr);
+        block_ = std::move(other.block_);
+      }
+      return *this;
+    }
+    ~Lease() { reset(); }
 
-  explicit PinnedCache(std::size_t kept) : kept_(kept) {}
+    explicit operator bool() const noexcept { return block_ != nullptr; }
+    /// The block's first byte; null for an empty lease.
+    void* data() const noexcept { return block_ ? block_->data() : nullptr; }
+    /// The block's bytes (its size class, at least the bytes asked for); 0 when empty.
+    std::size_t size() const noexcept { return block_ ? block_->size() : 0; }
 
-  /// A block of exactly `bytes`, from the cache or new (mapped on `queue`).
-  Held take(const cl::Context& context, const cl::CommandQueue& queue, std::size_t bytes,
-            const char* operation) {
+    /// Gives the block back now; the lease is empty afterwards.
+    void reset() noexcept {
+      if (pool_ != nullptr && block_) pool_->give(std::move(block_));
+      block_.reset();
+      pool_ = nullptr;
+    }
+
+    /// Leaves the block to something outside clbuf that may still write it (an MPI request of a
+    /// failed transfer): mapped and allocated for good, no longer counted against the budget.
+    void leak() noexcept {
+      if (pool_ != nullptr && block_) pool_->forget(block_->size());
+      if (block_) block_->leak();
+      block_.reset();
+      pool_ = nullptr;
+    }
+
+   private:
+    friend class PinnedPool;
+    Lease(PinnedPool* pool, std::unique_ptr<PinnedBlock> block) noexcept
+        : pool_(pool), block_(std::move(block)) {}
+    PinnedPool* pool_ = nullptr;
+    std::unique_ptr<PinnedBlock> block_;
+  };
+
+  PinnedPool(const DeviceContext& device, std::size_t budget) : device_(device) {
+    stats_.budget_bytes = budget;
+  }
+  PinnedPool(const PinnedPool&) = delete;
+  PinnedPool& operator=(const PinnedPool&) = delete;
+
+  /// The size class of a lease of `bytes`.
+  static std::size_t size_class(std::size_t bytes) noexcept {
+    constexpr std::size_t large = std::size_t{64} << 20;
+    if (bytes > large) return (bytes + (std::size_t{1} << 20) - 1) & ~((std::size_t{1} << 20) - 1);
+    std::size_t size = 4096;
+    while (size < bytes) size *= 2;
+    return size;
+  }
+
+  /// A block of at least `bytes` (> 0), or an empty lease when the budget cannot hold one.
+  /// @throws Error when OpenCL cannot allocate or map it (nothing is counted then).
+  Lease take(const char* operation, std::size_t bytes) {
+    const std::size_t size = size_class(bytes);
+    std::vector<std::unique_ptr<PinnedBlock>> trimmed;  // freed outside the lock
     {
       std::lock_guard<std::mutex> lock(mutex_);
-      for (auto it = free_.begin(); it != free_.end(); ++it) {
-        if ((*it)->size() == bytes) {
-          Held block = std::move(*it);
-          free_.erase(it);
-          return block;
-        }
+      ++stats_.leases;
+      if (auto cached = take_cached(size)) return Lease(this, std::move(cached));
+      trimmed.reserve(free_.size());
+      if (!make_room(size, trimmed)) {
+        ++stats_.refusals;
+        return Lease();
+      }
+      reserve(size);  // counted before it is made, so that threads at once keep to the budget
+    }
+    trimmed.clear();
+    return Lease(this, make(operation, size));
+  }
+
+  /// A snapshot of the counters.
+  PinnedStats stats() const {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return stats_;
+  }
+
+  /// Frees every cached block and caches none from now on (cleanup(): the side queue goes next;
+  /// leases still out free their blocks when given back).
+  void close() noexcept {
+    std::vector<std::unique_ptr<PinnedBlock>> blocks;
+    std::lock_guard<std::mutex> lock(mutex_);
+    closed_ = true;
+    blocks.swap(free_);
+    for (const auto& block : blocks) release_bytes(block->size(), false);
+  }
+
+ private:
+  std::unique_ptr<PinnedBlock> take_cached(std::size_t size) {
+    for (auto it = free_.begin(); it != free_.end(); ++it) {
+      if ((*it)->size() != size) continue;
+      std::unique_ptr<PinnedBlock> block = std::move(*it);
+      free_.erase(it);
+      stats_.cached_bytes -= size;
+      stats_.in_use_bytes += size;
+      ++stats_.reuses;
+      return block;
+    }
+    return nullptr;
+  }
+
+  /// Frees cached blocks (oldest first) until `size` more bytes fit the budget; false if they
+  /// cannot. Under mutex_.
+  bool make_room(std::size_t size, std::vector<std::unique_ptr<PinnedBlock>>& trimmed) {
+    if (size > stats_.budget_bytes) return false;
+    if (stats_.in_use_bytes + size > stats_.budget_bytes) return false;  // trimming won't help
+    while (stats_.allocated_bytes + size > stats_.budget_bytes && !free_.empty()) {
+      release_bytes(free_.front()->size(), false);
+      ++stats_.trims;
+      trimmed.push_back(std::move(free_.front()));  // reserved by take(): cannot throw
+      free_.erase(free_.begin());
+    }
+    return true;
+  }
+
+  void reserve(std::size_t size) noexcept {
+    stats_.allocated_bytes += size;
+    stats_.in_use_bytes += size;
+    stats_.peak_bytes = std::max(stats_.peak_bytes, stats_.allocated_bytes);
+    ++stats_.allocations;
+  }
+
+  std::unique_ptr<PinnedBlock> make(const char* operation, std::size_t size) {
+    try {
+      return guard_host_memory(operation, sizeof(PinnedBlock), "a pinned block's record", [&] {
+        return std::make_unique<PinnedBlock>(device_.context(), device_.side_queue(operation), size,
+                                             operation);
+      });
+    } catch (...) {
+      std::lock_guard<std::mutex> lock(mutex_);
+      release_bytes(size, true);
+      --stats_.allocations;
+      throw;
+    }
+  }
+
+  /// Takes `size` bytes off the counts (leased ones when `in_use`, else cached ones).
+  void release_bytes(std::size_t size, bool in_use) noexcept {
+    stats_.allocated_bytes -= size;
+    (in_use ? stats_.in_use_bytes : stats_.cached_bytes) -= size;
+  }
+
+  void give(std::unique_ptr<PinnedBlock> block) noexcept {
+    std::unique_ptr<PinnedBlock> dropped;  // unmapped outside the lock
+    std::lock_guard<std::mutex> lock(mutex_);
+    const std::size_t size = block->size();
+    stats_.in_use_bytes -= size;
+    if (!closed_) {
+      try {
+        free_.push_back(std::move(block));
+        stats_.cached_bytes += size;
+        return;
+      } catch (...) {  // NOLINT(bugprone-empty-catch): no room to keep it: freed below
       }
     }
-    return guard_host_memory(operation, sizeof(PinnedBlock), "a pinned block's record", [&] {
-      return std::make_unique<PinnedBlock>(context, queue, bytes, operation);
-    });
+    stats_.allocated_bytes -= size;
+    dropped = std::move(block);
   }
 
-  /// Gives `block` back once nothing uses it any more; freed if the cache is full.
-  void give(Held&& block) noexcept {
-    Held dropped;  // unmapped outside the lock
+  void forget(std::size_t size) noexcept {
     std::lock_guard<std::mutex> lock(mutex_);
-    if (!block) return;
-    if (free_.size() >= kept_) {
-      dropped = std::move(block);
-      return;
-    }
-    try {
-      free_.push_back(std::move(block));
-    } catch (...) {  // NOLINT(bugprone-empty-catch): no room to keep it: freed with `block`
-    }
+    release_bytes(size, true);
+    ++stats_.leaked;
   }
 
-  /// Frees every cached block (their queues must still exist; cleanup() calls it).
-  void clear() noexcept {
-    std::vector<Held> blocks;
-    {
-      std::lock_guard<std::mutex> lock(mutex_);
-      blocks.swap(free_);
-    }
-  }
-
- private:
-  const std::size_t kept_;
-  std::mutex mutex_;
-  std::vector<Held> free_;
-};
-
-/// A block of a PinnedCache held for one transfer: taken at construction, given back on every
-/// way out. The transfer must have finished with it by then (blocking commands, or a drain
-/// declared after the lease, which therefore runs first).
-class PinnedLease {
- public:
-  PinnedLease(PinnedCache& cache, const cl::Context& context, const cl::CommandQueue& queue,
-              std::size_t bytes, const char* operation)
-      : cache_(cache), block_(cache.take(context, queue, bytes, operation)) {}
-  PinnedLease(const PinnedLease&) = delete;
-  PinnedLease& operator=(const PinnedLease&) = delete;
-  ~PinnedLease() { cache_.give(std::move(block_)); }
-
-  void* data() const noexcept { return block_->data(); }
-
- private:
-  PinnedCache& cache_;
-  PinnedCache::Held block_;
+  const DeviceContext& device_;
+  mutable std::mutex mutex_;
+  std::vector<std::unique_ptr<PinnedBlock>> free_;  // cached, oldest first
+  PinnedStats stats_;
+  bool closed_ = false;
 };
 
 }  // namespace detail
 }  // namespace clbuf
 
-#endif  // CLBUF_DETAIL_PINNED_BLOCK_HPP
-// ---- end of clbuf/detail/pinned_block.hpp
+#endif  // CLBUF_DETAIL_PINNED_POOL_HPP
+// ---- end of clbuf/detail/pinned_pool.hpp
 // ---- clbuf/detail/transfer_engine.hpp
 // The transfer engine: moves bytes between host memory and device memory (a pool Allocation
 // plus a byte offset) by the one path rule below, and counts what it moves. Everything under
@@ -3671,6 +3900,8 @@ class PinnedLease {
 //      pinned memory 8; 1 MiB took 196 us against 80 through pinned memory on the H200). Writes
 //      never bounce: the driver's pageable write was as fast as a bounce at every size measured;
 //   5. queue: one clEnqueueWriteBuffer / clEnqueueReadBuffer.
+// A message of clbuf::mpi (route_message()) goes zero copy out of a host block, through pinned
+// chunks to or from a discrete device, else mapped around MPI; its chunks move by chunk_io().
 //
 // Each transfer is counted on the path it took (Telemetry, the public PathStats): tests assert
 // the path at every threshold, so a route that moves by one byte shows (tests/paths_test.cpp).
@@ -3715,9 +3946,13 @@ namespace detail {
 class BufferedWrites {
  public:
   /// Writes of at most `max_bytes` (> 0) through a ring of `slots` x max_bytes pinned bytes,
-  /// allocated at the first write, for `device`, which must outlive this.
-  BufferedWrites(const DeviceContext& device, std::size_t max_bytes, std::size_t slots)
-      : device_(device), max_bytes_(max_bytes), ring_bytes_(round_up(max_bytes) * slots) {}
+  /// leased from `pinned` at the first write, for `device`; both must outlive this.
+  BufferedWrites(const DeviceContext& device, PinnedPool& pinned, std::size_t max_bytes,
+                 std::size_t slots)
+      : device_(device),
+        pinned_(pinned),
+        max_bytes_(max_bytes),
+        ring_bytes_(round_up(max_bytes) * slots) {}
 
   BufferedWrites(const BufferedWrites&) = delete;
   BufferedWrites& operator=(const BufferedWrites&) = delete;
@@ -3727,15 +3962,15 @@ class BufferedWrites {
   /// Copies `bytes` (1 to max_bytes()) of `data` into the ring and enqueues their write into
   /// `buffer` at byte `offset`; returns before the write has run. `operation` must be a string
   /// literal (kept to name the upload if it fails). Wraps clEnqueueWriteBuffer, non-blocking.
+  /// While the pinned pool's budget holds no ring, the write blocks instead.
   /// @throws Error when the ring cannot be made or the write cannot be enqueued (nothing written).
   void write(const char* operation, cl_mem buffer, std::size_t offset, const void* data,
              std::size_t bytes) {
     std::lock_guard<std::mutex> lock(mutex_);
-    if (ring_.data() == nullptr) {
-      // Mapped on the side queue: the manager's queue may be held (by the application's events,
-      // by an asynchronous transfer's barrier), and a buffered upload must not wait for it.
-      ring_ = PinnedBlock(device_.context(), device_.side_queue(operation).handle(), ring_bytes_,
-                          operation);
+    if (!ring_) ring_ = pinned_.take(operation, ring_bytes_);
+    if (!ring_) {
+      device_.queue().write(operation, buffer, offset, bytes, data, true);
+      return;
     }
     const std::size_t at = place(round_up(bytes));
     char* slot = static_cast<char*>(ring_.data()) + at;
@@ -3810,7 +4045,7 @@ class BufferedWrites {
   void close() noexcept {
     std::lock_guard<std::mutex> lock(mutex_);
     pending_.clear();
-    ring_ = PinnedBlock();
+    ring_.reset();
   }
 
  private:
@@ -3944,10 +4179,11 @@ class BufferedWrites {
   }
 
   const DeviceContext& device_;
+  PinnedPool& pinned_;
   const std::size_t max_bytes_;
   const std::size_t ring_bytes_;
   mutable std::mutex mutex_;  // the ring, pending_ and the failure; held across each write
-  PinnedBlock ring_;          // mapped at the first write
+  PinnedPool::Lease ring_;    // leased at the first write
   Fifo pending_;
   std::uint64_t written_ = 0;    // writes enqueued so far
   cl_int failure_ = CL_SUCCESS;  // the first failed write not yet reported
@@ -3960,13 +4196,274 @@ class BufferedWrites {
 
 #endif  // CLBUF_DETAIL_BUFFERED_WRITES_HPP
 // ---- end of clbuf/detail/buffered_writes.hpp
+// ---- clbuf/detail/chunk_io.hpp
+// The transfer engine's chunk calls, for a layer that pipelines chunks of its own (clbuf::mpi's
+// streams, collectives and halo exchanges): byte ranges of a buffer read into or written out of
+// host memory the layer holds (a lease of the manager's pinned pool), mapped, packed or reduced
+// by a kernel, each one command on the manager's queue in order after the work before it.
+// TransferEngine::chunk_io() makes one; it retains the queue, so it keeps working (and failing
+// with OpenCL's own errors) after the manager's cleanup(). The layer makes no OpenCL call itself.
+#ifndef CLBUF_DETAIL_CHUNK_IO_HPP
+#define CLBUF_DETAIL_CHUNK_IO_HPP
+
+// ---- clbuf/detail/kernel_cache.hpp
+// OpenCL C programs clbuf builds for itself (clbuf::mpi's reduction and pack kernels), built for
+// the device of a queue on first use and kept with their kernels, one program a key: the one
+// place clbuf creates, builds and caches programs. A failure keeps nothing, so the next call
+// tries again; a caller that must not retry remembers the failure itself.
+#ifndef CLBUF_DETAIL_KERNEL_CACHE_HPP
+#define CLBUF_DETAIL_KERNEL_CACHE_HPP
+
+#include <cstddef>
+#include <initializer_list>
+#include <map>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace clbuf {
+namespace detail {
+
+/// Sets argument `index` of `kernel`. Wraps clSetKernelArg.
+inline void set_kernel_arg(const char* operation, cl_kernel kernel, cl_uint index, std::size_t size,
+                           const void* value) {
+  check(CLBUF_CL(clSetKernelArg)(kernel, index, size, value), operation, "clSetKernelArg");
+}
+
+/// Enqueues `kernel` on `queue` over `global` (`dimensions` of them; the driver picks the local
+/// size), in order after the work before it; returns its event. Wraps clEnqueueNDRangeKernel.
+inline cl::Event run_kernel(const char* operation, const Queue& queue, cl_kernel kernel,
+                            cl_uint dimensions, const std::size_t* global) {
+  cl_event event = nullptr;
+  check(CLBUF_CL(clEnqueueNDRangeKernel)(queue.get(), kernel, dimensions, nullptr, global, nullptr,
+                                         0, nullptr, &event),
+        operation, "clEnqueueNDRangeKernel");
+  return cl::Event(event, false);
+}
+
+/// Built programs by key, each with the kernels it was asked for.
+template <class Key>
+class KernelCache {
+ public:
+  /// The kernels `names` (in that order) of the program kept for `key`, or null when none is.
+  const std::vector<cl::Kernel>* find(const Key& key) const noexcept {
+    const auto found = programs_.find(key);
+    return found == programs_.end() ? nullptr : &found->second.kernels;
+  }
+
+  /// Builds `source` for the device of `queue`, keeps it for `key` and returns its kernels
+  /// `names` (in that order). Wraps clGetCommandQueueInfo, clCreateProgramWithSource,
+  /// clBuildProgram, clCreateKernel.
+  /// @throws Error of the first call that failed; for clBuildProgram, "clBuildProgram failed for
+  ///         the <what>: <the build log>".
+  const std::vector<cl::Kernel>& build(const char* operation, const Queue& queue, const Key& key,
+                                       const std::string& source,
+                                       std::initializer_list<const char*> names,
+                                       const std::string& what) {
+    Program built;
+    cl_device_id device = nullptr;
+    built.program = compile(operation, queue, source, what, device);
+    for (const char* name : names) {
+      cl_int err = CL_SUCCESS;
+      built.kernels.emplace_back(CLBUF_CL(clCreateKernel)(built.program(), name, &err), false);
+      check(err, operation, "clCreateKernel");
+    }
+    return programs_.insert_or_assign(key, std::move(built)).first->second.kernels;
+  }
+
+ private:
+  struct Program {
+    cl::Program program;
+    std::vector<cl::Kernel> kernels;
+  };
+
+  /// `source` built for the device of `queue` (returned in `device`).
+  static cl::Program compile(const char* operation, const Queue& queue, const std::string& source,
+                             const std::string& what, cl_device_id& device) {
+    cl_context context = nullptr;
+    check(CLBUF_CL(clGetCommandQueueInfo)(queue.get(), CL_QUEUE_CONTEXT, sizeof(context), &context,
+                                          nullptr),
+          operation, "clGetCommandQueueInfo");
+    check(CLBUF_CL(clGetCommandQueueInfo)(queue.get(), CL_QUEUE_DEVICE, sizeof(device), &device,
+                                          nullptr),
+          operation, "clGetCommandQueueInfo");
+    const char* lines = source.c_str();
+    const std::size_t length = source.size();
+    cl_int err = CL_SUCCESS;
+    cl::Program program(CLBUF_CL(clCreateProgramWithSource)(context, 1, &lines, &length, &err),
+                        false);
+    check(err, operation, "clCreateProgramWithSource");
+    err = CLBUF_CL(clBuildProgram)(program(), 1, &device, "", nullptr, nullptr);
+    if (err != CL_SUCCESS) {
+      fail(operation, err, "clBuildProgram failed for the " + what + ": " + log(program, device));
+    }
+    return program;
+  }
+
+  /// The build log of `program` for `device` ("" where it cannot be had).
+  static std::string log(const cl::Program& program, cl_device_id device) {
+    std::size_t size = 0;
+    CLBUF_CL(clGetProgramBuildInfo)(program(), device, CL_PROGRAM_BUILD_LOG, 0, nullptr, &size);
+    std::string text(size, '\0');
+    if (size > 0) {
+      CLBUF_CL(clGetProgramBuildInfo)
+      (program(), device, CL_PROGRAM_BUILD_LOG, size, &text[0], nullptr);
+    }
+    return text.c_str();  // up to the log's own NUL
+  }
+
+  std::map<Key, Program> programs_;
+};
+
+}  // namespace detail
+}  // namespace clbuf
+
+#endif  // CLBUF_DETAIL_KERNEL_CACHE_HPP
+// ---- end of clbuf/detail/kernel_cache.hpp
+
+#include <cstddef>
+#include <initializer_list>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace clbuf {
+namespace detail {
+
+/// Host memory for one chunk: a lease of the manager's pinned pool, or, when its budget holds
+/// none, host memory of clbuf's (the driver then moves it at pageable speed), so that a
+/// pipeline never waits on the budget: its own bounds (chunks in flight) keep it in check.
+class HostChunk {
+ public:
+  HostChunk() = default;
+  HostChunk(PinnedPool& pool, const char* operation, std::size_t bytes)
+      : pinned_(pool.take(operation, bytes)) {
+    if (!pinned_) {
+      pageable_ = guard_host_memory(operation, bytes, "a chunk of host memory",
+                                    [&] { return std::unique_ptr<char[]>(new char[bytes]); });
+    }
+  }
+
+  explicit operator bool() const noexcept { return pinned_ || pageable_; }
+  void* data() const noexcept { return pinned_ ? pinned_.data() : pageable_.get(); }
+  bool pinned() const noexcept { return static_cast<bool>(pinned_); }
+
+  /// Gives the memory back now (to the pool, or frees it).
+  void reset() noexcept {
+    pinned_.reset();
+    pageable_.reset();
+  }
+
+  /// Leaves the memory to something outside clbuf that may still write it (an MPI request of a
+  /// failed transfer): never freed, no longer counted.
+  void leak() noexcept {
+    pinned_.leak();
+    static_cast<void>(pageable_.release());
+  }
+
+ private:
+  PinnedPool::Lease pinned_;
+  std::unique_ptr<char[]> pageable_;
+};
+
+class ChunkIo {
+ public:
+  ChunkIo() = default;
+  ChunkIo(Queue queue, PinnedPool& pinned) noexcept : queue_(std::move(queue)), pinned_(&pinned) {}
+
+  /// Host memory for a chunk of `bytes`: pinned from the manager's pool where its budget allows.
+  HostChunk chunk(const char* operation, std::size_t bytes) const {
+    return HostChunk(*pinned_, operation, bytes);
+  }
+
+  /// `bytes` at byte `offset` of `buffer` -> host `into`. Blocking, or started (flushed) with
+  /// its event returned; `into` stays alive and untouched until the event completes.
+  cl::Event read(const char* operation, cl_mem buffer, std::size_t offset, std::size_t bytes,
+                 void* into, bool blocking) const {
+    cl::Event event = queue_.read(operation, buffer, offset, bytes, into, blocking);
+    if (!blocking) queue_.flush(operation);
+    return event;
+  }
+
+  /// Host `from` -> `bytes` at byte `offset` of `buffer`; as read().
+  cl::Event write(const char* operation, cl_mem buffer, std::size_t offset, std::size_t bytes,
+                  const void* from, bool blocking) const {
+    cl::Event event = queue_.write(operation, buffer, offset, bytes, from, blocking);
+    if (!blocking) queue_.flush(operation);
+    return event;
+  }
+
+  /// Maps `bytes` at `offset` of `buffer` for the host (`flags`), blocking.
+  void* map(const char* operation, cl_mem buffer, cl_map_flags flags, std::size_t offset,
+            std::size_t bytes) const {
+    return queue_.map(operation, buffer, flags, offset, bytes);
+  }
+
+  /// Unmaps `mapped` and waits for the unmap.
+  void unmap(const char* operation, cl_mem buffer, void* mapped) const {
+    cl_event event = nullptr;
+    const cl_int err = queue_.unmap(buffer, mapped, &event);
+    check(err, operation, "clEnqueueUnmapMemObject");
+    Queue::wait(operation, cl::Event(event, false));
+  }
+
+  /// Unmaps `mapped` without waiting or reporting (a destructor's way out).
+  void unmap_quietly(cl_mem buffer, void* mapped) const noexcept {
+    queue_.unmap(buffer, mapped, nullptr);
+  }
+
+  /// A marker of the work queued so far, flushed.
+  cl::Event marker(const char* operation) const {
+    cl::Event marker = queue_.marker(operation);
+    queue_.flush(operation);
+    return marker;
+  }
+  void flush(const char* operation) const { queue_.flush(operation); }
+  void finish(const char* operation) const { queue_.finish(operation); }
+
+  /// Blocks until `event` has completed; throws when it failed.
+  static void wait(const char* operation, const cl::Event& event) { Queue::wait(operation, event); }
+  /// Blocks until `event` has ended, reporting nothing (a destructor's way out).
+  static void wait_quietly(const cl::Event& event) noexcept {
+    if (event() != nullptr) static_cast<void>(wait_for_event(event()));
+  }
+
+  /// The kernels `names` of `source`, built for the queue's device once and kept in `cache`.
+  template <class Key>
+  const std::vector<cl::Kernel>& build(KernelCache<Key>& cache, const char* operation,
+                                       const Key& key, const std::string& source,
+                                       std::initializer_list<const char*> names,
+                                       const std::string& what) const {
+    return cache.build(operation, queue_, key, source, names, what);
+  }
+
+  /// Enqueues `kernel` over `global` (`dimensions` of them), flushed; returns its event.
+  cl::Event run(const char* operation, cl_kernel kernel, cl_uint dimensions,
+                const std::size_t* global) const {
+    cl::Event event = run_kernel(operation, queue_, kernel, dimensions, global);
+    queue_.flush(operation);
+    return event;
+  }
+
+ private:
+  Queue queue_;
+  PinnedPool* pinned_ = nullptr;
+};
+
+}  // namespace detail
+}  // namespace clbuf
+
+#endif  // CLBUF_DETAIL_CHUNK_IO_HPP
+// ---- end of clbuf/detail/chunk_io.hpp
 // ---- clbuf/detail/staging.hpp
 // Pinned staging for large transfers between pageable host memory and a discrete device.
 // Drivers move pageable memory at a fraction of the bus speed (7-17 GB/s against 55 GB/s pinned
 // on an H200), and one host thread copies only ~10 GB/s, so clbuf splits a transfer into chunks
 // that several threads take in turn: each copies its chunk into a pinned slot of its own
 // (CL_MEM_ALLOC_HOST_PTR, mapped once) and enqueues the DMA, so host copies of some chunks
-// overlap the device transfer of others. Pinned memory is bounded: chunk bytes x slots.
+// overlap the device transfer of others. Pinned memory is bounded: chunk bytes x slots, leased
+// from the manager's pinned pool (fewer when its budget holds fewer; none: the driver's own
+// pageable transfer).
 //
 // Staged transfers run in two lanes, one per direction, so that an upload and a download at once
 // (two threads) use the bus's two directions together: each lane has its own queue, pinned
@@ -4004,10 +4501,12 @@ namespace detail {
 
 class Stager {
  public:
-  /// `slots` pinned chunks of `chunk_bytes`, shared out among up to `threads` threads, for
-  /// `device` (OpenCL 1.2: markers and barriers), which must outlive the Stager.
-  Stager(const DeviceContext& device, std::size_t chunk_bytes, std::size_t slots, unsigned threads)
+  /// `slots` pinned chunks of `chunk_bytes` from `pinned`, shared out among up to `threads`
+  /// threads, for `device` (OpenCL 1.2: markers and barriers); both must outlive the Stager.
+  Stager(const DeviceContext& device, PinnedPool& pinned, std::size_t chunk_bytes,
+         std::size_t slots, unsigned threads)
       : device_(device),
+        pinned_(pinned),
         chunk_bytes_(std::max<std::size_t>(chunk_bytes, 4096)),
         slot_count_(std::max<std::size_t>(slots, 2)),
         threads_(static_cast<unsigned>(
@@ -4019,8 +4518,8 @@ class Stager {
   /// Call only once no staged transfer is in flight (the engine drains its Background first).
   ~Stager() {
     for (Lane& lane : lanes_) {
-      lane.slots.clear();  // unmaps every slot
       if (lane.queue != nullptr) CLBUF_CL(clFinish)(lane.queue);
+      lane.slots.clear();  // back to the pool
     }
   }
 
@@ -4072,7 +4571,7 @@ class Stager {
 
  private:
   struct Slot {
-    PinnedBlock block;
+    PinnedPool::Lease block;
     void* host = nullptr;  // block.data()
     cl::Event busy;        // the DMA that last used this slot
   };
@@ -4096,7 +4595,8 @@ class Stager {
     std::size_t bytes = 0;
     std::size_t chunk = 0;  // bytes per chunk for this job, at most a slot
     std::size_t chunks = 0;
-    cl_event after = nullptr;  // the main queue's marker, waited for before any DMA
+    std::size_t per_worker = 0;  // slots each worker uses
+    cl_event after = nullptr;    // the main queue's marker, waited for before any DMA
     std::atomic<std::size_t> next{0};
     std::atomic<bool> failed{false};
     cl_int error = CL_SUCCESS;  // the first failure, under mutex_
@@ -4273,6 +4773,10 @@ class Stager {
            cl_event after, const char* operation) {
     Lane& lane = this->lane(to_device);
     ensure_slots(lane, operation);
+    if (lane.slots.empty()) {  // the pool's budget holds no slot: the driver's pageable transfer
+      unstaged(lane, to_device, memory, offset, host, bytes, after, operation);
+      return;
+    }
     Job job;
     job.lane = &lane;
     job.to_device = to_device;
@@ -4287,14 +4791,31 @@ class Stager {
     // (gpu_run.sh sweep) a 4 MiB upload took 315 us in four 1 MiB chunks, 390-455 in 256 KiB ones.
     job.chunk = chunk_bytes_;
     job.chunks = (bytes + job.chunk - 1) / job.chunk;
+    // Two slots a thread or more, as many threads as the slots the lane holds allow.
+    const std::size_t threads = std::clamp<std::size_t>(
+        lane.slots.size() / 2, 1, std::min<std::size_t>(threads_, job.chunks));
+    job.per_worker = lane.slots.size() / threads;
     auto task = [this, &job](unsigned index) noexcept { work(index, job); };
-    lane.workers->run(static_cast<unsigned>(std::min<std::size_t>(threads_, job.chunks)), task);
+    lane.workers->run(static_cast<unsigned>(threads), task);
     if (job.failed) fail(operation, job.error, job.call + " failed in a staged transfer");
+  }
+
+  /// A transfer of a lane without slots: one blocking command on the lane's queue, after the
+  /// work queued before the call.
+  void unstaged(Lane& lane, bool to_device, cl_mem memory, std::size_t offset, void* host,
+                std::size_t bytes, cl_event after, const char* operation) {
+    if (after != nullptr) check(Queue::wait_code(after), operation, "the work queued before");
+    const Queue queue(cl::CommandQueue(lane.queue, true));
+    if (to_device) {
+      queue.write(operation, memory, offset, bytes, host, true);
+    } else {
+      queue.read(operation, memory, offset, bytes, host, true);
+    }
   }
 
   /// Worker `index` takes chunks until none is left, using its own slots in turn.
   void work(unsigned index, Job& job) noexcept {
-    const std::size_t per_worker = slot_count_ / threads_;
+    const std::size_t per_worker = job.per_worker;
     Slot* slots = &job.lane->slots[index * per_worker];
     cl_command_queue queue = job.lane->queue;
     bool ready = job.after == nullptr;  // whether the work queued before the call has finished
@@ -4357,13 +4878,14 @@ class Stager {
     return false;
   }
 
-  /// The lane's pinned slots and threads, the slots mapped on the lane's queue (the main queue
-  /// may be held by a barrier that waits for this very transfer). On its turn only.
+  /// The lane's pinned slots (as many of slot_count_ as the pool's budget holds, asked for again
+  /// at each transfer until the lane has them all) and threads. On its turn only.
   void ensure_slots(Lane& lane, const char* operation) {
+    lane.slots.reserve(slot_count_);
     while (lane.slots.size() < slot_count_) {
       Slot slot;
-      slot.block = PinnedBlock(device_.context(), cl::CommandQueue(lane.queue, true), chunk_bytes_,
-                               operation);
+      slot.block = pinned_.take(operation, chunk_bytes_);
+      if (!slot.block) break;
       slot.host = slot.block.data();
       lane.slots.push_back(std::move(slot));
     }
@@ -4371,6 +4893,7 @@ class Stager {
   }
 
   const DeviceContext& device_;
+  PinnedPool& pinned_;
   const std::size_t chunk_bytes_;
   const std::size_t slot_count_;
   const unsigned threads_;  // at most slot_count_ / 2: each thread has two slots or more
@@ -4393,87 +4916,6 @@ class Stager {
 // enough to stay on: a few relaxed atomic additions and two clock reads per blocking call.
 #ifndef CLBUF_DETAIL_TELEMETRY_HPP
 #define CLBUF_DETAIL_TELEMETRY_HPP
-
-// ---- clbuf/telemetry.hpp
-// clbuf::TransferStats: a manager's bytes, operations and time per direction, and its pool's
-// counters (the counters themselves: detail/telemetry.hpp).
-#ifndef CLBUF_TELEMETRY_HPP
-#define CLBUF_TELEMETRY_HPP
-
-#include <cstdint>
-#include <cstdio>
-#include <string>
-
-namespace clbuf {
-
-/// How one direction's operations moved their bytes: each operation counts once, on the path
-/// the manager chose for it (docs/design.md "Transfer paths"), so the six add up to
-/// DirectionStats::operations. Which path a transfer takes follows from the memory model, the
-/// Options thresholds, the host memory (pageable or a PinnedBuffer) and whether the call blocks.
-struct PathStats {
-  /// Copied by the host (memcpy), no OpenCL command: a CPU device's own memory
-  /// (MemoryModel::host) in blocking calls, and small uploads into its fresh buffers.
-  std::uint64_t host_copy = 0;
-  /// Pageable memory through pinned chunks on the copy threads: a discrete device, at least
-  /// Options::staging_threshold_bytes.
-  std::uint64_t staged = 0;
-  /// Blocking uploads that returned once the bytes were in clbuf's pinned ring: a discrete
-  /// device, pageable memory of at most Options::buffered_upload_max_bytes.
-  std::uint64_t buffered = 0;
-  /// Blocking downloads read into a pinned block of clbuf's, then copied out: a discrete device,
-  /// pageable memory of at most Options::bounce_max_bytes, below the staging threshold.
-  std::uint64_t bounced = 0;
-  /// copy_from() between two contexts through two pinned chunks (neither side a CPU device's
-  /// own memory).
-  std::uint64_t relayed = 0;
-  /// OpenCL commands the driver carries out (clEnqueueWriteBuffer, ReadBuffer, CopyBuffer,
-  /// FillBuffer and their rect forms): every other transfer.
-  std::uint64_t direct = 0;
-};
-
-/// One direction's totals. Asynchronous transfers count bytes and operations when they are
-/// started; their time is not counted (it overlaps other work).
-struct DirectionStats {
-  std::uint64_t operations = 0;   ///< transfers started (zero-sized ones and rejected ones not)
-  std::uint64_t bytes = 0;        ///< bytes moved
-  std::uint64_t nanoseconds = 0;  ///< wall time inside blocking calls
-  PathStats paths;                ///< the operations by the path they took
-  /// Achieved GB/s (10^9 bytes per second) over the blocking calls, 0 when none was timed.
-  double gigabytes_per_second() const noexcept {
-    return nanoseconds == 0 ? 0.0 : static_cast<double>(bytes) / static_cast<double>(nanoseconds);
-  }
-};
-
-/// A snapshot of a BufferManager's transfers and pool.
-struct TransferStats {
-  DirectionStats upload;    ///< host -> device
-  DirectionStats download;  ///< device -> host
-  DirectionStats copy;      ///< device -> device
-  PoolStats pool;           ///< the buffer pool's counters
-
-  /// One line, e.g. "upload 12 ops 48.0 MiB 9.1 GB/s | download ... | copy ... | pool 10 hits".
-  std::string summary() const {
-    auto part = [](const char* name, const DirectionStats& d) {
-      char text[128];
-      std::snprintf(text, sizeof(text), "%s %llu ops %.1f MiB %.2f GB/s", name,
-                    static_cast<unsigned long long>(d.operations),
-                    static_cast<double>(d.bytes) / 1048576.0, d.gigabytes_per_second());
-      return std::string(text);
-    };
-    char tail[160];
-    std::snprintf(tail, sizeof(tail), " | pool %llu hits %llu misses %.1f MiB cached",
-                  static_cast<unsigned long long>(pool.hits),
-                  static_cast<unsigned long long>(pool.misses),
-                  static_cast<double>(pool.cached_bytes) / 1048576.0);
-    return part("upload", upload) + " | " + part("download", download) + " | " +
-           part("copy", copy) + tail;
-  }
-};
-
-}  // namespace clbuf
-
-#endif  // CLBUF_TELEMETRY_HPP
-// ---- end of clbuf/telemetry.hpp
 
 #include <atomic>
 #include <chrono>
@@ -4590,16 +5032,18 @@ class TransferEngine {
   enum class Path { host_block, staged, buffered, bounced, queue };
 
   explicit TransferEngine(const DeviceContext& device)
-      : device_(device), copier_(device.options().copy_threads) {
+      : device_(device),
+        copier_(device.options().copy_threads),
+        pinned_(device, device.options().pinned_budget_bytes) {
     const Options& options = device.options();
     if (options.memory == MemoryModel::discrete &&
         options.staging_threshold_bytes != Options::never && device.opencl_1_2()) {
-      stager_ = std::make_unique<Stager>(device, options.staging_chunk_bytes,
+      stager_ = std::make_unique<Stager>(device, pinned_, options.staging_chunk_bytes,
                                          options.staging_chunks, options.copy_threads);
     }
     if (options.memory == MemoryModel::discrete && options.buffered_upload_max_bytes != 0) {
-      buffered_ = std::make_unique<BufferedWrites>(device, options.buffered_upload_max_bytes,
-                                                   buffered_ring_slots);
+      buffered_ = std::make_unique<BufferedWrites>(
+          device, pinned_, options.buffered_upload_max_bytes, buffered_ring_slots);
     }
   }
 
@@ -4627,6 +5071,25 @@ class TransferEngine {
     }
     return Path::queue;
   }
+
+  /// How a message's bytes (clbuf::mpi) reach MPI: straight out of a host block, mapped, or
+  /// through pinned chunks (ChunkIo).
+  enum class Message { zero_copy, map, staged };
+
+  /// The path rule for a message of memory that is a host block clbuf allocated (`host_block`)
+  /// or not: `forced` when the layer forces one (zero_copy turns into map where there is no host
+  /// block), else zero copy out of a host block, pinned chunks for a discrete device, and mapped
+  /// otherwise.
+  Message route_message(bool host_block, const Message* forced) const noexcept {
+    if (forced != nullptr) {
+      return *forced == Message::zero_copy && !host_block ? Message::map : *forced;
+    }
+    if (host_block) return Message::zero_copy;
+    return device_.options().memory == MemoryModel::discrete ? Message::staged : Message::map;
+  }
+
+  /// The chunk calls (chunk_io.hpp) on the manager's queue and pinned pool.
+  ChunkIo chunk_io() noexcept { return ChunkIo(queue(), pinned_); }
 
   /// Host `data` -> `memory` at byte `offset`, blocking (`data` may be reused on return; a
   /// buffered write may still be on its way to the device, ahead of every later command).
@@ -4830,17 +5293,17 @@ class TransferEngine {
   /// Buffered writes not yet known to have completed (tests).
   std::size_t buffered_pending() const { return buffered_ ? buffered_->pending() : 0; }
 
-  /// Pinned chunks of this context for copies from other contexts, kept between calls.
-  PinnedCache& pinned_cache() noexcept { return pinned_cache_; }
+  /// clbuf's pinned memory of this context: every pinned block clbuf uses leases from it.
+  PinnedPool& pinned() noexcept { return pinned_; }
+  const PinnedPool& pinned() const noexcept { return pinned_; }
 
   /// Ends the background thread and frees the staging chunks and the cached pinned chunks
   /// (cleanup(), once the queue has finished: every background job has then ended).
   void close() noexcept {
     background_.stop();
     stager_.reset();
-    pinned_cache_.clear();
-    bounce_cache_.clear();
     if (buffered_) buffered_->close();
+    pinned_.close();
   }
 
   /// The path of PathStats a blocking transfer routed to `path` is counted on.
@@ -4865,12 +5328,6 @@ class TransferEngine {
   /// command (a host block too: the host cannot copy before the queue's earlier work is done).
   static Telemetry::Path started(Path path) noexcept {
     return path == Path::staged ? Telemetry::staged : Telemetry::direct;
-  }
-
-  /// A pinned block of bounce_max_bytes from the engine's cache for one bounced transfer.
-  PinnedLease bounce(const char* operation) {
-    return PinnedLease(bounce_cache_, device_.context(), queue().handle(),
-                       options().bounce_max_bytes, operation);
   }
 
   /// Enqueues the commands of a fill; returns the last one's event (the queue is in order).
@@ -4907,13 +5364,19 @@ class TransferEngine {
   }
 
   /// The bounced path of read() and read_new(): `bytes` at `offset` read into a pinned block of
-  /// the engine's (blocking), then `consume(block)`, whose result it returns, before the block
-  /// goes back.
+  /// the pool (blocking), then `consume(block)`, whose result it returns, before the block goes
+  /// back. When the pool's budget holds no block, into a host vector instead (as fast as the
+  /// driver's pageable read, which it is).
   template <class Consume>
   auto read_bounced(const char* operation, const Allocation& memory, std::size_t offset,
                     std::size_t bytes, Consume consume)
       -> decltype(consume(static_cast<const void*>(nullptr))) {
-    const PinnedLease block = bounce(operation);
+    const PinnedPool::Lease block = pinned_.take(operation, options().bounce_max_bytes);
+    if (!block) {
+      std::vector<char> host = new_vector<char>(operation, bytes);
+      read_blocking(operation, memory.buffer(), memory.at(offset), bytes, host.data());
+      return consume(static_cast<const void*>(host.data()));
+    }
     read_blocking(operation, memory.buffer(), memory.at(offset), bytes, block.data());
     return consume(static_cast<const void*>(block.data()));
   }
@@ -4964,12 +5427,11 @@ class TransferEngine {
 
   const DeviceContext& device_;
   ParallelCopier copier_;
+  PinnedPool pinned_;  // before the stager and the ring: they lease from it, so it ends last
   std::unique_ptr<Stager> stager_;            // discrete devices only
   std::unique_ptr<BufferedWrites> buffered_;  // discrete devices only
   Telemetry telemetry_;
-  PinnedCache pinned_cache_{4};  // two copies from other contexts at once, without allocating
-  PinnedCache bounce_cache_{2};  // bounced transfers: two at once without allocating
-  Background background_;        // after stager_: its jobs use the stager, so it ends first
+  Background background_;  // after stager_: its jobs use the stager, so it ends first
 };
 
 }  // namespace detail
@@ -4989,16 +5451,16 @@ class TransferEngine {
 namespace clbuf {
 namespace detail {
 
-/// copy_across_contexts() between two buffers without host blocks: two pinned chunks of the
-/// target's context, kept by the engine from call to call; while one is written to `dst`, the
-/// next is read into the other.
+/// copy_across_contexts() between two buffers without host blocks: two pinned chunks leased from
+/// the target engine's pool (host memory of clbuf's when its budget holds none); while one is
+/// written to `dst`, the next is read into the other.
 inline void copy_through_pinned(const char* operation, const Queue& source, const Allocation& src,
-                                const cl::Context& context, const Queue& queue,
-                                TransferEngine& engine, const Allocation& dst, std::size_t bytes) {
+                                const Queue& queue, TransferEngine& engine, const Allocation& dst,
+                                std::size_t bytes) {
   const std::size_t chunk = std::max<std::size_t>(engine.options().staging_chunk_bytes, 4096);
-  std::optional<PinnedLease> pinned[2];  // given back after `drain` (declared after them)
+  HostChunk chunks[2];  // given back after `drain` (declared after them)
   for (std::size_t i = 0; i < 2 && i * chunk < bytes; ++i) {  // one chunk may be all it takes
-    pinned[i].emplace(engine.pinned_cache(), context, queue.handle(), chunk, operation);
+    chunks[i] = HostChunk(engine.pinned(), operation, chunk);
   }
   // On every way out, nothing may still use the chunks when they are given back.
   struct Drain {
@@ -5010,9 +5472,9 @@ inline void copy_through_pinned(const char* operation, const Queue& source, cons
     const std::size_t n = std::min(chunk, bytes - offset);
     const std::size_t slot = i % 2;
     if (written[slot]() != nullptr) Queue::wait(operation, written[slot]);
-    source.read(operation, src.buffer(), src.at(offset), n, pinned[slot]->data(), true);
+    source.read(operation, src.buffer(), src.at(offset), n, chunks[slot].data(), true);
     written[slot] =
-        queue.write(operation, dst.buffer(), dst.at(offset), n, pinned[slot]->data(), false);
+        queue.write(operation, dst.buffer(), dst.at(offset), n, chunks[slot].data(), false);
     queue.flush(operation);
   }
   // The last writes' own events, not clFinish, which reports no command that failed on the
@@ -5022,11 +5484,11 @@ inline void copy_through_pinned(const char* operation, const Queue& source, cons
   }
 }
 
-/// All `bytes` of `src` (read on `source`, whose earlier work has finished) into `dst` of
-/// `context` (written on `target`, in that context; counted and copied by `engine`), blocking.
+/// All `bytes` of `src` (read on `source`, whose earlier work has finished) into `dst` (written
+/// on `target`, of the other context; counted and copied by `engine`, the target's), blocking.
 inline void copy_across_contexts(const char* operation, const Queue& source, const Allocation& src,
-                                 const cl::Context& context, const Queue& target,
-                                 TransferEngine& engine, const Allocation& dst, std::size_t bytes) {
+                                 const Queue& target, TransferEngine& engine, const Allocation& dst,
+                                 std::size_t bytes) {
   // Counted as a memcpy between two host blocks, one command where one side is a host block,
   // else relayed through the pinned chunks.
   const Telemetry::Path path = src.host != nullptr && dst.host != nullptr   ? Telemetry::host_copy
@@ -5046,7 +5508,7 @@ inline void copy_across_contexts(const char* operation, const Queue& source, con
     target.write(operation, dst.buffer(), dst.at(0), bytes, src.host_at(0), true);
     return;
   }
-  copy_through_pinned(operation, source, src, context, target, engine, dst, bytes);
+  copy_through_pinned(operation, source, src, target, engine, dst, bytes);
 }
 
 /// What copy_across_contexts_async()'s background copy holds: both buffers, the target's
@@ -5054,7 +5516,7 @@ inline void copy_across_contexts(const char* operation, const Queue& source, con
 /// that release the barriers holding both queues.
 struct CrossContextJob {
   Allocation src, dst;  // retain both buffers
-  cl::Context context;
+  cl::Context context;  // retained: either manager may be destroyed meanwhile
   Queue source_main, source_side, target_main, target_side;
   cl::Event source_before, target_before;
   UserEvent source_done, target_done;
@@ -5067,7 +5529,7 @@ struct CrossContextJob {
     try {
       Queue::wait(operation, source_before);  // one context per clWaitForEvents
       Queue::wait(operation, target_before);
-      copy_across_contexts(operation, source_side, src, context, target_side, engine, dst, bytes);
+      copy_across_contexts(operation, source_side, src, target_side, engine, dst, bytes);
     } catch (const Error& e) {
       outcome->failed(e);
     } catch (...) {
@@ -5462,7 +5924,7 @@ class MappedView {
     const std::shared_ptr<detail::Lease> lease = std::move(lease_);
     if (lease) lease->remove_mapping(mapped);
     cl_event event = nullptr;
-    const cl_int err = detail::unmap_with_retry(queue(), buffer(), mapped, &event);
+    const cl_int err = detail::Queue(queue).unmap(buffer(), mapped, &event);
     detail::check(err, "unmap", "clEnqueueUnmapMemObject");
     const cl::Event owned(event, false);
     detail::check(CLBUF_CL(clWaitForEvents)(1, &event), "unmap", "clWaitForEvents");
@@ -5708,6 +6170,7 @@ class BufferManager {
     TransferStats stats;
     engine_.telemetry().fill(stats);
     stats.pool = pool_->stats();
+    stats.pinned = engine_.pinned().stats();
     return stats;
   }
   /// Sets the transfer counters of stats() back to zero (the pool's counters stay).
@@ -5740,8 +6203,8 @@ class BufferManager {
     auto entry = gate_.enter(op);
     const std::size_t bytes = bytes_of<T>(op, count);
     if (bytes == 0) return PinnedBuffer<T>();
-    return PinnedBuffer<T>(
-        detail::PinnedBlock(device_.context(), device_.queue().handle(), bytes, op), count);
+    return PinnedBuffer<T>(detail::PinnedBlock(device_.context(), device_.queue(), bytes, op),
+                           count);
   }
   /// @}
 
@@ -6351,8 +6814,8 @@ class BufferManager {
     if (source.device_.context()() == device_.context()()) {
       engine_.copy(op, src.memory_, 0, dst.memory_, 0, src.size_bytes());
     } else {
-      detail::copy_across_contexts(op, source.device_.queue(), src.memory_, device_.context(),
-                                   device_.queue(), engine_, dst.memory_, src.size_bytes());
+      detail::copy_across_contexts(op, source.device_.queue(), src.memory_, device_.queue(),
+                                   engine_, dst.memory_, src.size_bytes());
     }
   }
 
@@ -6596,6 +7059,8 @@ namespace detail {
 /// write is buffered and a read bounces through pinned memory), after the queue's earlier work.
 /// The caller has checked the buffer and the range.
 struct ManagerAccess {
+  /// The manager's transfer engine: its path rule, chunk calls and pinned pool (clbuf::mpi).
+  static TransferEngine& engine(BufferManager& manager) noexcept { return manager.engine_; }
   static void write(BufferManager& manager, const char* operation, cl_mem buffer,
                     std::size_t offset, const void* data, std::size_t bytes) {
     auto entry = manager.gate_.enter(operation);

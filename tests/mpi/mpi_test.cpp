@@ -262,6 +262,49 @@ TEST_P(Mpi, ManyMessagesInFlight) {
   }
 }
 
+// Three Communicators on one manager whose pinned budget holds five of their chunks, 60 messages
+// in flight across them: the manager's pool never holds more than its budget (a chunk it cannot
+// hold is host memory of clbuf's instead), no transfer waits for the budget, every byte arrives.
+TEST_P(Mpi, SeveralCommunicatorsStayWithinTheManagersPinnedBudget) {
+  const std::size_t chunk = 16 << 10;
+  const std::size_t budget = 5 * chunk;
+  clbuf::Options options;
+  options.memory = rank_ % 2 == 0 ? GetParam().even : GetParam().odd;
+  options.pinned_budget_bytes = budget;
+  clbuf::BufferManager manager("", options);
+  clbuf::mpi::Options mpi_options;
+  mpi_options.chunk_bytes = chunk;
+  mpi_options.path = clbuf::mpi::Path::staged;  // every message through chunks, whatever the model
+  std::vector<clbuf::mpi::Communicator> comms;
+  for (int c = 0; c < 3; ++c) comms.emplace_back(manager, MPI_COMM_WORLD, mpi_options);
+  const int right = (rank_ + 1) % size_;
+  const int left = (rank_ + size_ - 1) % size_;
+  const int messages = 20;
+  const auto count_of = [](int i) { return static_cast<std::size_t>((i * 3571) % 30000 + 5000); };
+  std::vector<clbuf::DeviceBuffer<std::int32_t>> out, in;
+  std::vector<clbuf::mpi::Request> requests;
+  for (int i = 0; i < 3 * messages; ++i) {
+    in.push_back(manager.allocate<std::int32_t>(count_of(i)));
+    requests.push_back(comms[static_cast<std::size_t>(i % 3)].irecv(in.back(), left, i % 2));
+  }
+  for (int i = 0; i < 3 * messages; ++i) {
+    const std::uint32_t key = 900 + static_cast<std::uint32_t>(i);
+    out.push_back(manager.upload(pattern<std::int32_t>(rank_, key, count_of(i))));
+    requests.push_back(comms[static_cast<std::size_t>(i % 3)].isend(out.back(), right, i % 2));
+  }
+  for (std::size_t i = requests.size(); i-- > 0;) requests[i].wait();
+  for (int i = 0; i < 3 * messages; ++i) {
+    const std::uint32_t key = 900 + static_cast<std::uint32_t>(i);
+    EXPECT_TRUE(same(pattern<std::int32_t>(left, key, count_of(i)),
+                     manager.download(in[static_cast<std::size_t>(i)])))
+        << "message " << i;
+  }
+  const clbuf::PinnedStats pinned = manager.stats().pinned;
+  EXPECT_LE(pinned.peak_bytes, budget);
+  EXPECT_GT(pinned.allocations, 0u);
+  for (const clbuf::mpi::Communicator& comm : comms) EXPECT_GT(comm.peak_pinned_bytes(), 0u);
+}
+
 TEST_P(Mpi, TestPollsToCompletion) {
   clbuf::mpi::Communicator comm = communicator(16 << 10);
   const int right = (rank_ + 1) % size_;

@@ -21,7 +21,7 @@
 
 #include <clbuf/detail/device_context.hpp>
 #include <clbuf/detail/event.hpp>
-#include <clbuf/detail/pinned_block.hpp>
+#include <clbuf/detail/pinned_pool.hpp>
 #include <clbuf/detail/queue.hpp>
 #include <clbuf/error.hpp>
 
@@ -41,9 +41,13 @@ namespace detail {
 class BufferedWrites {
  public:
   /// Writes of at most `max_bytes` (> 0) through a ring of `slots` x max_bytes pinned bytes,
-  /// allocated at the first write, for `device`, which must outlive this.
-  BufferedWrites(const DeviceContext& device, std::size_t max_bytes, std::size_t slots)
-      : device_(device), max_bytes_(max_bytes), ring_bytes_(round_up(max_bytes) * slots) {}
+  /// leased from `pinned` at the first write, for `device`; both must outlive this.
+  BufferedWrites(const DeviceContext& device, PinnedPool& pinned, std::size_t max_bytes,
+                 std::size_t slots)
+      : device_(device),
+        pinned_(pinned),
+        max_bytes_(max_bytes),
+        ring_bytes_(round_up(max_bytes) * slots) {}
 
   BufferedWrites(const BufferedWrites&) = delete;
   BufferedWrites& operator=(const BufferedWrites&) = delete;
@@ -53,15 +57,15 @@ class BufferedWrites {
   /// Copies `bytes` (1 to max_bytes()) of `data` into the ring and enqueues their write into
   /// `buffer` at byte `offset`; returns before the write has run. `operation` must be a string
   /// literal (kept to name the upload if it fails). Wraps clEnqueueWriteBuffer, non-blocking.
+  /// While the pinned pool's budget holds no ring, the write blocks instead.
   /// @throws Error when the ring cannot be made or the write cannot be enqueued (nothing written).
   void write(const char* operation, cl_mem buffer, std::size_t offset, const void* data,
              std::size_t bytes) {
     std::lock_guard<std::mutex> lock(mutex_);
-    if (ring_.data() == nullptr) {
-      // Mapped on the side queue: the manager's queue may be held (by the application's events,
-      // by an asynchronous transfer's barrier), and a buffered upload must not wait for it.
-      ring_ = PinnedBlock(device_.context(), device_.side_queue(operation).handle(), ring_bytes_,
-                          operation);
+    if (!ring_) ring_ = pinned_.take(operation, ring_bytes_);
+    if (!ring_) {
+      device_.queue().write(operation, buffer, offset, bytes, data, true);
+      return;
     }
     const std::size_t at = place(round_up(bytes));
     char* slot = static_cast<char*>(ring_.data()) + at;
@@ -136,7 +140,7 @@ class BufferedWrites {
   void close() noexcept {
     std::lock_guard<std::mutex> lock(mutex_);
     pending_.clear();
-    ring_ = PinnedBlock();
+    ring_.reset();
   }
 
  private:
@@ -270,10 +274,11 @@ class BufferedWrites {
   }
 
   const DeviceContext& device_;
+  PinnedPool& pinned_;
   const std::size_t max_bytes_;
   const std::size_t ring_bytes_;
   mutable std::mutex mutex_;  // the ring, pending_ and the failure; held across each write
-  PinnedBlock ring_;          // mapped at the first write
+  PinnedPool::Lease ring_;    // leased at the first write
   Fifo pending_;
   std::uint64_t written_ = 0;    // writes enqueued so far
   cl_int failure_ = CL_SUCCESS;  // the first failed write not yet reported

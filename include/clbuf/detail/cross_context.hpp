@@ -7,7 +7,7 @@
 
 #include <clbuf/detail/async.hpp>
 #include <clbuf/detail/device_context.hpp>
-#include <clbuf/detail/pinned_block.hpp>
+#include <clbuf/detail/pinned_pool.hpp>
 #include <clbuf/detail/pool.hpp>
 #include <clbuf/detail/queue.hpp>
 #include <clbuf/detail/transfer_engine.hpp>
@@ -23,16 +23,16 @@
 namespace clbuf {
 namespace detail {
 
-/// copy_across_contexts() between two buffers without host blocks: two pinned chunks of the
-/// target's context, kept by the engine from call to call; while one is written to `dst`, the
-/// next is read into the other.
+/// copy_across_contexts() between two buffers without host blocks: two pinned chunks leased from
+/// the target engine's pool (host memory of clbuf's when its budget holds none); while one is
+/// written to `dst`, the next is read into the other.
 inline void copy_through_pinned(const char* operation, const Queue& source, const Allocation& src,
-                                const cl::Context& context, const Queue& queue,
-                                TransferEngine& engine, const Allocation& dst, std::size_t bytes) {
+                                const Queue& queue, TransferEngine& engine, const Allocation& dst,
+                                std::size_t bytes) {
   const std::size_t chunk = std::max<std::size_t>(engine.options().staging_chunk_bytes, 4096);
-  std::optional<PinnedLease> pinned[2];  // given back after `drain` (declared after them)
+  HostChunk chunks[2];  // given back after `drain` (declared after them)
   for (std::size_t i = 0; i < 2 && i * chunk < bytes; ++i) {  // one chunk may be all it takes
-    pinned[i].emplace(engine.pinned_cache(), context, queue.handle(), chunk, operation);
+    chunks[i] = HostChunk(engine.pinned(), operation, chunk);
   }
   // On every way out, nothing may still use the chunks when they are given back.
   struct Drain {
@@ -44,9 +44,9 @@ inline void copy_through_pinned(const char* operation, const Queue& source, cons
     const std::size_t n = std::min(chunk, bytes - offset);
     const std::size_t slot = i % 2;
     if (written[slot]() != nullptr) Queue::wait(operation, written[slot]);
-    source.read(operation, src.buffer(), src.at(offset), n, pinned[slot]->data(), true);
+    source.read(operation, src.buffer(), src.at(offset), n, chunks[slot].data(), true);
     written[slot] =
-        queue.write(operation, dst.buffer(), dst.at(offset), n, pinned[slot]->data(), false);
+        queue.write(operation, dst.buffer(), dst.at(offset), n, chunks[slot].data(), false);
     queue.flush(operation);
   }
   // The last writes' own events, not clFinish, which reports no command that failed on the
@@ -56,11 +56,11 @@ inline void copy_through_pinned(const char* operation, const Queue& source, cons
   }
 }
 
-/// All `bytes` of `src` (read on `source`, whose earlier work has finished) into `dst` of
-/// `context` (written on `target`, in that context; counted and copied by `engine`), blocking.
+/// All `bytes` of `src` (read on `source`, whose earlier work has finished) into `dst` (written
+/// on `target`, of the other context; counted and copied by `engine`, the target's), blocking.
 inline void copy_across_contexts(const char* operation, const Queue& source, const Allocation& src,
-                                 const cl::Context& context, const Queue& target,
-                                 TransferEngine& engine, const Allocation& dst, std::size_t bytes) {
+                                 const Queue& target, TransferEngine& engine, const Allocation& dst,
+                                 std::size_t bytes) {
   // Counted as a memcpy between two host blocks, one command where one side is a host block,
   // else relayed through the pinned chunks.
   const Telemetry::Path path = src.host != nullptr && dst.host != nullptr   ? Telemetry::host_copy
@@ -80,7 +80,7 @@ inline void copy_across_contexts(const char* operation, const Queue& source, con
     target.write(operation, dst.buffer(), dst.at(0), bytes, src.host_at(0), true);
     return;
   }
-  copy_through_pinned(operation, source, src, context, target, engine, dst, bytes);
+  copy_through_pinned(operation, source, src, target, engine, dst, bytes);
 }
 
 /// What copy_across_contexts_async()'s background copy holds: both buffers, the target's
@@ -88,7 +88,7 @@ inline void copy_across_contexts(const char* operation, const Queue& source, con
 /// that release the barriers holding both queues.
 struct CrossContextJob {
   Allocation src, dst;  // retain both buffers
-  cl::Context context;
+  cl::Context context;  // retained: either manager may be destroyed meanwhile
   Queue source_main, source_side, target_main, target_side;
   cl::Event source_before, target_before;
   UserEvent source_done, target_done;
@@ -101,7 +101,7 @@ struct CrossContextJob {
     try {
       Queue::wait(operation, source_before);  // one context per clWaitForEvents
       Queue::wait(operation, target_before);
-      copy_across_contexts(operation, source_side, src, context, target_side, engine, dst, bytes);
+      copy_across_contexts(operation, source_side, src, target_side, engine, dst, bytes);
     } catch (const Error& e) {
       outcome->failed(e);
     } catch (...) {

@@ -194,6 +194,11 @@ class DeviceContext {
     // The ring holds 16 writes of this size in pinned memory: bounded at 1 MiB a write (16 MiB).
     options_.buffered_upload_max_bytes =
         std::min(options_.buffered_upload_max_bytes, std::size_t{1} << 20);
+    if (options_.pinned_budget_bytes == Options::automatic) {
+      const std::size_t lanes = 2 * options_.staging_chunk_bytes * options_.staging_chunks;
+      options_.pinned_budget_bytes = lanes + 16 * options_.buffered_upload_max_bytes +
+                                     4 * options_.bounce_max_bytes + (std::size_t{128} << 20);
+    }
     if (options_.pool_limit_bytes == Options::automatic) {
       options_.pool_limit_bytes = static_cast<std::size_t>(
           std::min<std::uint64_t>(info_.global_mem_bytes / 4, std::uint64_t{1} << 30));

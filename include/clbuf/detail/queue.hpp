@@ -189,6 +189,18 @@ class Queue {
     return mapped;
   }
 
+  /// Unmaps `data` of `buffer`. A mapping holds a reference to its buffer, so a lost unmap would
+  /// leak the buffer, its context and its queue: a failed unmap is retried once after the queue
+  /// has drained. Returns the last code; `event` (may be null) receives the unmap's event.
+  cl_int unmap(cl_mem buffer, void* data, cl_event* event) const noexcept {
+    cl_int err = CLBUF_CL(clEnqueueUnmapMemObject)(queue_(), buffer, data, 0, nullptr, event);
+    if (err != CL_SUCCESS) {
+      CLBUF_CL(clFinish)(queue_());
+      err = CLBUF_CL(clEnqueueUnmapMemObject)(queue_(), buffer, data, 0, nullptr, event);
+    }
+    return err;
+  }
+
   /// clFinish's code, for cleanup(), which must release everything before it reports.
   cl_int finish_code() const noexcept {
     return queue_() != nullptr ? CLBUF_CL(clFinish)(queue_()) : CL_SUCCESS;

@@ -4,7 +4,9 @@
 // on an H200), and one host thread copies only ~10 GB/s, so clbuf splits a transfer into chunks
 // that several threads take in turn: each copies its chunk into a pinned slot of its own
 // (CL_MEM_ALLOC_HOST_PTR, mapped once) and enqueues the DMA, so host copies of some chunks
-// overlap the device transfer of others. Pinned memory is bounded: chunk bytes x slots.
+// overlap the device transfer of others. Pinned memory is bounded: chunk bytes x slots, leased
+// from the manager's pinned pool (fewer when its budget holds fewer; none: the driver's own
+// pageable transfer).
 //
 // Staged transfers run in two lanes, one per direction, so that an upload and a download at once
 // (two threads) use the bus's two directions together: each lane has its own queue, pinned
@@ -27,7 +29,7 @@
 #include <clbuf/detail/device_context.hpp>
 #include <clbuf/detail/event.hpp>
 #include <clbuf/detail/host_memory.hpp>
-#include <clbuf/detail/pinned_block.hpp>
+#include <clbuf/detail/pinned_pool.hpp>
 #include <clbuf/detail/worker_pool.hpp>
 #include <clbuf/error.hpp>
 
@@ -50,10 +52,12 @@ namespace detail {
 
 class Stager {
  public:
-  /// `slots` pinned chunks of `chunk_bytes`, shared out among up to `threads` threads, for
-  /// `device` (OpenCL 1.2: markers and barriers), which must outlive the Stager.
-  Stager(const DeviceContext& device, std::size_t chunk_bytes, std::size_t slots, unsigned threads)
+  /// `slots` pinned chunks of `chunk_bytes` from `pinned`, shared out among up to `threads`
+  /// threads, for `device` (OpenCL 1.2: markers and barriers); both must outlive the Stager.
+  Stager(const DeviceContext& device, PinnedPool& pinned, std::size_t chunk_bytes,
+         std::size_t slots, unsigned threads)
       : device_(device),
+        pinned_(pinned),
         chunk_bytes_(std::max<std::size_t>(chunk_bytes, 4096)),
         slot_count_(std::max<std::size_t>(slots, 2)),
         threads_(static_cast<unsigned>(
@@ -65,8 +69,8 @@ class Stager {
   /// Call only once no staged transfer is in flight (the engine drains its Background first).
   ~Stager() {
     for (Lane& lane : lanes_) {
-      lane.slots.clear();  // unmaps every slot
       if (lane.queue != nullptr) CLBUF_CL(clFinish)(lane.queue);
+      lane.slots.clear();  // back to the pool
     }
   }
 
@@ -118,7 +122,7 @@ class Stager {
 
  private:
   struct Slot {
-    PinnedBlock block;
+    PinnedPool::Lease block;
     void* host = nullptr;  // block.data()
     cl::Event busy;        // the DMA that last used this slot
   };
@@ -142,7 +146,8 @@ class Stager {
     std::size_t bytes = 0;
     std::size_t chunk = 0;  // bytes per chunk for this job, at most a slot
     std::size_t chunks = 0;
-    cl_event after = nullptr;  // the main queue's marker, waited for before any DMA
+    std::size_t per_worker = 0;  // slots each worker uses
+    cl_event after = nullptr;    // the main queue's marker, waited for before any DMA
     std::atomic<std::size_t> next{0};
     std::atomic<bool> failed{false};
     cl_int error = CL_SUCCESS;  // the first failure, under mutex_
@@ -319,6 +324,10 @@ class Stager {
            cl_event after, const char* operation) {
     Lane& lane = this->lane(to_device);
     ensure_slots(lane, operation);
+    if (lane.slots.empty()) {  // the pool's budget holds no slot: the driver's pageable transfer
+      unstaged(lane, to_device, memory, offset, host, bytes, after, operation);
+      return;
+    }
     Job job;
     job.lane = &lane;
     job.to_device = to_device;
@@ -333,14 +342,31 @@ class Stager {
     // (gpu_run.sh sweep) a 4 MiB upload took 315 us in four 1 MiB chunks, 390-455 in 256 KiB ones.
     job.chunk = chunk_bytes_;
     job.chunks = (bytes + job.chunk - 1) / job.chunk;
+    // Two slots a thread or more, as many threads as the slots the lane holds allow.
+    const std::size_t threads = std::clamp<std::size_t>(
+        lane.slots.size() / 2, 1, std::min<std::size_t>(threads_, job.chunks));
+    job.per_worker = lane.slots.size() / threads;
     auto task = [this, &job](unsigned index) noexcept { work(index, job); };
-    lane.workers->run(static_cast<unsigned>(std::min<std::size_t>(threads_, job.chunks)), task);
+    lane.workers->run(static_cast<unsigned>(threads), task);
     if (job.failed) fail(operation, job.error, job.call + " failed in a staged transfer");
+  }
+
+  /// A transfer of a lane without slots: one blocking command on the lane's queue, after the
+  /// work queued before the call.
+  void unstaged(Lane& lane, bool to_device, cl_mem memory, std::size_t offset, void* host,
+                std::size_t bytes, cl_event after, const char* operation) {
+    if (after != nullptr) check(Queue::wait_code(after), operation, "the work queued before");
+    const Queue queue(cl::CommandQueue(lane.queue, true));
+    if (to_device) {
+      queue.write(operation, memory, offset, bytes, host, true);
+    } else {
+      queue.read(operation, memory, offset, bytes, host, true);
+    }
   }
 
   /// Worker `index` takes chunks until none is left, using its own slots in turn.
   void work(unsigned index, Job& job) noexcept {
-    const std::size_t per_worker = slot_count_ / threads_;
+    const std::size_t per_worker = job.per_worker;
     Slot* slots = &job.lane->slots[index * per_worker];
     cl_command_queue queue = job.lane->queue;
     bool ready = job.after == nullptr;  // whether the work queued before the call has finished
@@ -403,13 +429,14 @@ class Stager {
     return false;
   }
 
-  /// The lane's pinned slots and threads, the slots mapped on the lane's queue (the main queue
-  /// may be held by a barrier that waits for this very transfer). On its turn only.
+  /// The lane's pinned slots (as many of slot_count_ as the pool's budget holds, asked for again
+  /// at each transfer until the lane has them all) and threads. On its turn only.
   void ensure_slots(Lane& lane, const char* operation) {
+    lane.slots.reserve(slot_count_);
     while (lane.slots.size() < slot_count_) {
       Slot slot;
-      slot.block = PinnedBlock(device_.context(), cl::CommandQueue(lane.queue, true), chunk_bytes_,
-                               operation);
+      slot.block = pinned_.take(operation, chunk_bytes_);
+      if (!slot.block) break;
       slot.host = slot.block.data();
       lane.slots.push_back(std::move(slot));
     }
@@ -417,6 +444,7 @@ class Stager {
   }
 
   const DeviceContext& device_;
+  PinnedPool& pinned_;
   const std::size_t chunk_bytes_;
   const std::size_t slot_count_;
   const unsigned threads_;  // at most slot_count_ / 2: each thread has two slots or more

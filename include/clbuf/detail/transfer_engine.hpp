@@ -20,6 +20,8 @@
 //      pinned memory 8; 1 MiB took 196 us against 80 through pinned memory on the H200). Writes
 //      never bounce: the driver's pageable write was as fast as a bounce at every size measured;
 //   5. queue: one clEnqueueWriteBuffer / clEnqueueReadBuffer.
+// A message of clbuf::mpi (route_message()) goes zero copy out of a host block, through pinned
+// chunks to or from a discrete device, else mapped around MPI; its chunks move by chunk_io().
 //
 // Each transfer is counted on the path it took (Telemetry, the public PathStats): tests assert
 // the path at every threshold, so a route that moves by one byte shows (tests/paths_test.cpp).
@@ -29,9 +31,10 @@
 
 #include <clbuf/detail/async.hpp>
 #include <clbuf/detail/buffered_writes.hpp>
+#include <clbuf/detail/chunk_io.hpp>
 #include <clbuf/detail/device_context.hpp>
 #include <clbuf/detail/host_memory.hpp>
-#include <clbuf/detail/pinned_block.hpp>
+#include <clbuf/detail/pinned_pool.hpp>
 #include <clbuf/detail/pool.hpp>
 #include <clbuf/detail/queue.hpp>
 #include <clbuf/detail/staging.hpp>
@@ -56,16 +59,18 @@ class TransferEngine {
   enum class Path { host_block, staged, buffered, bounced, queue };
 
   explicit TransferEngine(const DeviceContext& device)
-      : device_(device), copier_(device.options().copy_threads) {
+      : device_(device),
+        copier_(device.options().copy_threads),
+        pinned_(device, device.options().pinned_budget_bytes) {
     const Options& options = device.options();
     if (options.memory == MemoryModel::discrete &&
         options.staging_threshold_bytes != Options::never && device.opencl_1_2()) {
-      stager_ = std::make_unique<Stager>(device, options.staging_chunk_bytes,
+      stager_ = std::make_unique<Stager>(device, pinned_, options.staging_chunk_bytes,
                                          options.staging_chunks, options.copy_threads);
     }
     if (options.memory == MemoryModel::discrete && options.buffered_upload_max_bytes != 0) {
-      buffered_ = std::make_unique<BufferedWrites>(device, options.buffered_upload_max_bytes,
-                                                   buffered_ring_slots);
+      buffered_ = std::make_unique<BufferedWrites>(
+          device, pinned_, options.buffered_upload_max_bytes, buffered_ring_slots);
     }
   }
 
@@ -93,6 +98,25 @@ class TransferEngine {
     }
     return Path::queue;
   }
+
+  /// How a message's bytes (clbuf::mpi) reach MPI: straight out of a host block, mapped, or
+  /// through pinned chunks (ChunkIo).
+  enum class Message { zero_copy, map, staged };
+
+  /// The path rule for a message of memory that is a host block clbuf allocated (`host_block`)
+  /// or not: `forced` when the layer forces one (zero_copy turns into map where there is no host
+  /// block), else zero copy out of a host block, pinned chunks for a discrete device, and mapped
+  /// otherwise.
+  Message route_message(bool host_block, const Message* forced) const noexcept {
+    if (forced != nullptr) {
+      return *forced == Message::zero_copy && !host_block ? Message::map : *forced;
+    }
+    if (host_block) return Message::zero_copy;
+    return device_.options().memory == MemoryModel::discrete ? Message::staged : Message::map;
+  }
+
+  /// The chunk calls (chunk_io.hpp) on the manager's queue and pinned pool.
+  ChunkIo chunk_io() noexcept { return ChunkIo(queue(), pinned_); }
 
   /// Host `data` -> `memory` at byte `offset`, blocking (`data` may be reused on return; a
   /// buffered write may still be on its way to the device, ahead of every later command).
@@ -296,17 +320,17 @@ class TransferEngine {
   /// Buffered writes not yet known to have completed (tests).
   std::size_t buffered_pending() const { return buffered_ ? buffered_->pending() : 0; }
 
-  /// Pinned chunks of this context for copies from other contexts, kept between calls.
-  PinnedCache& pinned_cache() noexcept { return pinned_cache_; }
+  /// clbuf's pinned memory of this context: every pinned block clbuf uses leases from it.
+  PinnedPool& pinned() noexcept { return pinned_; }
+  const PinnedPool& pinned() const noexcept { return pinned_; }
 
   /// Ends the background thread and frees the staging chunks and the cached pinned chunks
   /// (cleanup(), once the queue has finished: every background job has then ended).
   void close() noexcept {
     background_.stop();
     stager_.reset();
-    pinned_cache_.clear();
-    bounce_cache_.clear();
     if (buffered_) buffered_->close();
+    pinned_.close();
   }
 
   /// The path of PathStats a blocking transfer routed to `path` is counted on.
@@ -331,12 +355,6 @@ class TransferEngine {
   /// command (a host block too: the host cannot copy before the queue's earlier work is done).
   static Telemetry::Path started(Path path) noexcept {
     return path == Path::staged ? Telemetry::staged : Telemetry::direct;
-  }
-
-  /// A pinned block of bounce_max_bytes from the engine's cache for one bounced transfer.
-  PinnedLease bounce(const char* operation) {
-    return PinnedLease(bounce_cache_, device_.context(), queue().handle(),
-                       options().bounce_max_bytes, operation);
   }
 
   /// Enqueues the commands of a fill; returns the last one's event (the queue is in order).
@@ -373,13 +391,19 @@ class TransferEngine {
   }
 
   /// The bounced path of read() and read_new(): `bytes` at `offset` read into a pinned block of
-  /// the engine's (blocking), then `consume(block)`, whose result it returns, before the block
-  /// goes back.
+  /// the pool (blocking), then `consume(block)`, whose result it returns, before the block goes
+  /// back. When the pool's budget holds no block, into a host vector instead (as fast as the
+  /// driver's pageable read, which it is).
   template <class Consume>
   auto read_bounced(const char* operation, const Allocation& memory, std::size_t offset,
                     std::size_t bytes, Consume consume)
       -> decltype(consume(static_cast<const void*>(nullptr))) {
-    const PinnedLease block = bounce(operation);
+    const PinnedPool::Lease block = pinned_.take(operation, options().bounce_max_bytes);
+    if (!block) {
+      std::vector<char> host = new_vector<char>(operation, bytes);
+      read_blocking(operation, memory.buffer(), memory.at(offset), bytes, host.data());
+      return consume(static_cast<const void*>(host.data()));
+    }
     read_blocking(operation, memory.buffer(), memory.at(offset), bytes, block.data());
     return consume(static_cast<const void*>(block.data()));
   }
@@ -430,12 +454,11 @@ class TransferEngine {
 
   const DeviceContext& device_;
   ParallelCopier copier_;
+  PinnedPool pinned_;  // before the stager and the ring: they lease from it, so it ends last
   std::unique_ptr<Stager> stager_;            // discrete devices only
   std::unique_ptr<BufferedWrites> buffered_;  // discrete devices only
   Telemetry telemetry_;
-  PinnedCache pinned_cache_{4};  // two copies from other contexts at once, without allocating
-  PinnedCache bounce_cache_{2};  // bounced transfers: two at once without allocating
-  Background background_;        // after stager_: its jobs use the stager, so it ends first
+  Background background_;  // after stager_: its jobs use the stager, so it ends first
 };
 
 }  // namespace detail

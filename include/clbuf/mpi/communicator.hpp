@@ -74,10 +74,12 @@ class Communicator {
   BufferManager& manager() const noexcept { return core_->manager(); }
   /// The options it was made with (chunk size, pipeline depth, path, device-reduce threshold).
   const Options& options() const noexcept { return core_->options(); }
-  /// Pinned staging memory allocated now (in use and cached for reuse), and the most that was
-  /// ever in use at once: chunk_bytes x depth per message in flight on the staged path.
+  /// Staging chunks held now (chunk_bytes each, at most 2 x depth a direction, leased from the
+  /// manager's pinned pool, which keeps them for reuse when they come back: its
+  /// TransferStats::pinned, within Options::pinned_budget_bytes; host memory of clbuf's when
+  /// that budget holds no more).
   std::size_t pinned_bytes() const noexcept { return core_->pinned_bytes(); }
-  /// The most pinned staging memory that was ever in use at once (see pinned_bytes()).
+  /// The most bytes of staging chunks ever held at once (see pinned_bytes()).
   std::size_t peak_pinned_bytes() const noexcept { return core_->peak_pinned_in_use(); }
   /// The messages sent and received so far by the path each took (MessageStats): inline in the
   /// envelope, zero copy, mapped or staged.
@@ -492,7 +494,7 @@ class Communicator {
     const std::size_t n = buffer.size();
     const auto start_of = [&](std::size_t i) { return i * (n / p) + std::min(i, n % p); };
     const auto length_of = [&](std::size_t i) { return n / p + (i < n % p ? 1 : 0); };
-    const clbuf::detail::Queue queue(manager().queue());
+    const clbuf::detail::ChunkIo& io = core_->io();
     const std::size_t r = static_cast<std::size_t>(rank());
     const int right = static_cast<int>((r + 1) % p);
     const int left = static_cast<int>((r + p - 1) % p);
@@ -501,7 +503,7 @@ class Communicator {
       const std::size_t in = (r + 2 * p - step - 1) % p;
       exchange(op, span_of(buffer, start_of(out), length_of(out)), right,
                span_of(incoming, 0, length_of(in)), left);
-      reducer_->reduce(op, queue, detail::type_code<T>(), reduction, buffer.native_root()(),
+      reducer_->reduce(op, io, detail::type_code<T>(), reduction, buffer.native_root()(),
                        buffer.native_offset_bytes() / sizeof(T) + start_of(in),
                        incoming.native_root()(), length_of(in));
     }
@@ -511,7 +513,7 @@ class Communicator {
       exchange(op, span_of(buffer, start_of(out), length_of(out)), right,
                span_of(buffer, start_of(in), length_of(in)), left);
     }
-    queue.finish(op);
+    io.finish(op);
   }
 
   /// The root's messages of a scatter (`send`) or gather: every other rank's part of `all`, `n`

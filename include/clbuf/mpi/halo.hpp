@@ -408,7 +408,7 @@ class HaloExchange final : private detail::Deferred {
   cl::Event copy_box(const char* op, const Box& box, const DeviceBuffer<T>& src,
                      DeviceBuffer<T>& dst, const Region& region) {
     if (by_kernel(box)) {
-      kernels_.push_back(packer_->copy(op, core_->queue(), src.native_root()(),
+      kernels_.push_back(packer_->copy(op, core_->io(), src.native_root()(),
                                        src.native_offset_bytes(), dst.native_root()(),
                                        dst.native_offset_bytes(), region, sizeof(T)));
       return kernels_.back();
@@ -427,9 +427,7 @@ class HaloExchange final : private detail::Deferred {
       return n.rank != MPI_PROC_NULL && !n.recv_box;
     });
     if (!host_block || !into_field) return cl::Event();
-    cl::Event before = core_->queue().marker(op);
-    core_->queue().flush(op);
-    return before;
+    return core_->io().marker(op);
   }
 
   /// After a start() that failed part-way, the plan is still completed, so that no neighbour
@@ -471,7 +469,7 @@ class HaloExchange final : private detail::Deferred {
     const std::size_t rows = box.size.y * box.size.z;
     return kernel_may_ && box.size.x * sizeof(T) <= options.halo_kernel_max_row_bytes &&
            rows >= std::max<std::size_t>(options.halo_kernel_min_rows, 2) &&
-           packer_->ready(core_->queue());
+           packer_->ready(core_->io());
   }
 
   /// Waits for a pack or unpack by the kernel; throws its failure.

@@ -10,7 +10,6 @@
 #include <clbuf/detail/mpi/core.hpp>
 #include <clbuf/detail/mpi/streams.hpp>
 #include <clbuf/detail/mpi/wire.hpp>
-#include <clbuf/detail/queue.hpp>
 #include <clbuf/error.hpp>
 
 #include <exception>
@@ -86,7 +85,7 @@ class HostCollective final : public Collective {
     }
     const bool written = reduce_ || core_.rank() != root_;
     if (written && !copy_.empty()) {
-      core_.queue().write(operation_, span_.buffer, span_.offset, span_.bytes, copy_.data(), true);
+      core_.io().write(operation_, span_.buffer, span_.offset, span_.bytes, copy_.data(), true);
     }
     return true;
   }
@@ -95,16 +94,16 @@ class HostCollective final : public Collective {
   void start() {
     int count = 0;
     const MPI_Datatype type = whole_count(operation_, span_, count);
-    const Queue& queue = core_.queue();
+    const ChunkIo& io = core_.io();
     char* data = nullptr;
     if (span_.bytes != 0 && span_.host != nullptr) {
-      queue.finish(operation_);
+      io.finish(operation_);
       data = span_.host + span_.offset;
     } else if (span_.bytes != 0) {
       copy_.resize(span_.bytes);
       data = copy_.data();
       if (reduce_ || core_.rank() == root_) {
-        queue.read(operation_, span_.buffer, span_.offset, span_.bytes, data, true);
+        io.read(operation_, span_.buffer, span_.offset, span_.bytes, data, true);
       }
     }
     if (reduce_) {

@@ -7,10 +7,10 @@
 #define CLBUF_DETAIL_MPI_CORE_HPP
 
 #include <mpi.h>
+#include <clbuf/detail/chunk_io.hpp>
 #include <clbuf/detail/event.hpp>
 #include <clbuf/detail/mpi/wire.hpp>
-#include <clbuf/detail/pinned_block.hpp>
-#include <clbuf/detail/queue.hpp>
+#include <clbuf/detail/transfer_engine.hpp>
 #include <clbuf/error.hpp>
 #include <clbuf/manager.hpp>
 
@@ -31,9 +31,9 @@ namespace clbuf {
 namespace mpi {
 namespace detail {
 
+using clbuf::detail::ChunkIo;
 using clbuf::detail::fail;
-using clbuf::detail::PinnedBlock;
-using clbuf::detail::Queue;
+using clbuf::detail::HostChunk;
 
 /// Bytes of one device buffer a transfer moves, with what the header says about them.
 struct Span {
@@ -46,7 +46,7 @@ struct Span {
   std::uint32_t type = 0;
 };
 
-enum class Route { zero_copy, map, staged };
+using Route = clbuf::detail::TransferEngine::Message;
 
 inline bool mpi_finalized() noexcept {
   int finalized = 0;
@@ -305,21 +305,24 @@ class Core {
   }
   const MessageStats& stats() const noexcept { return stats_; }
 
+  /// How `span`'s bytes reach MPI: the engine's path rule (TransferEngine::route_message), with
+  /// the route Options::path forces, if any.
   Route route(const Span& span) const noexcept {
+    Route forced = Route::staged;
     switch (options_.path) {
       case Path::zero_copy:
-        return span.host != nullptr ? Route::zero_copy : Route::map;
-      case Path::map:
-        return Route::map;
-      case Path::staged:
-        return Route::staged;
       case Path::whole:
-        return span.host != nullptr ? Route::zero_copy : Route::map;
-      case Path::automatic:
+        forced = Route::zero_copy;
         break;
+      case Path::map:
+        forced = Route::map;
+        break;
+      case Path::staged:
+        break;
+      case Path::automatic:
+        return engine_->route_message(span.host != nullptr, nullptr);
     }
-    if (span.host != nullptr) return Route::zero_copy;
-    return model_ == MemoryModel::discrete ? Route::staged : Route::map;
+    return engine_->route_message(span.host != nullptr, &forced);
   }
 
   /// The tag of the next stream of chunks to `dest`.
@@ -330,9 +333,9 @@ class Core {
     return stream;
   }
 
-  /// The manager's queue, retained at construction: transfers enqueue on it without entering
-  /// the manager's gate each time.
-  const Queue& queue() const noexcept { return queue_; }
+  /// The engine's chunk calls on the manager's queue (retained at construction: transfers
+  /// enqueue on it without entering the manager's gate each time) and pinned pool.
+  const ChunkIo& io() const noexcept { return io_; }
 
   /// A host buffer of header_bytes + inline_max() for a header and an inline payload (cached).
   std::unique_ptr<char[]> take_envelope() {
@@ -352,52 +355,38 @@ class Core {
     }
   }
 
-  /// A pinned chunk of chunk_bytes() for sending (0) or receiving (1), cached or new; an empty
-  /// block when that direction already uses its budget of 2 x depth chunks, unless `beyond_budget`.
-  /// Pinned memory in use thus stays at 4 x depth chunks per Communicator however many messages
-  /// are in flight; a transfer without a chunk waits for one. A receive takes a chunk only for a
-  /// chunk that has arrived, so it never waits on a remote rank while it holds one; a send holds
-  /// its chunk until the peer has received it, so a send waiting for a chunk may wait for sends
-  /// whose peer is receiving this one first (MPI allows any order): see send_stalled().
-  PinnedBlock acquire_slot(int direction, const char* operation, bool beyond_budget = false) {
-    if (slots_in_use_[direction] >= 2 * options_.depth && !beyond_budget) return PinnedBlock();
+  /// A chunk of chunk_bytes() for sending (0) or receiving (1): pinned memory of the manager's
+  /// pool (host memory of clbuf's when its budget holds none: ChunkIo::chunk), or an empty one
+  /// when that direction already uses its budget of 2 x depth chunks, unless `beyond_budget`.
+  /// Chunks in use thus stay at 4 x depth per Communicator however many messages are in flight;
+  /// a transfer without a chunk waits for one. A receive takes a chunk only for a chunk that has
+  /// arrived, so it never waits on a remote rank while it holds one; a send holds its chunk until
+  /// the peer has received it, so a send waiting for a chunk may wait for sends whose peer is
+  /// receiving this one first (MPI allows any order): see send_stalled().
+  HostChunk acquire_slot(int direction, const char* operation, bool beyond_budget = false) {
+    if (slots_in_use_[direction] >= 2 * options_.depth && !beyond_budget) return {};
+    HostChunk block = io_.chunk(operation, options_.chunk_bytes);
     if (direction == 0) note_send_moved();
-    PinnedBlock block;
-    if (!free_slots_.empty()) {
-      block = std::move(free_slots_.back());
-      free_slots_.pop_back();
-    } else {
-      block = PinnedBlock(context_, queue_.handle(), options_.chunk_bytes, operation);
-      pinned_bytes_ += block.size();
-    }
     ++slots_in_use_[direction];
-    note_in_use(block.size());
+    note_in_use(options_.chunk_bytes);
     return block;
   }
 
-  /// Back to the cache, which keeps every chunk both directions may use at once.
-  void release_slot(int direction, PinnedBlock&& block) noexcept {
-    if (block.data() == nullptr) return;
+  /// Back to the pool (or freed).
+  void release_slot(int direction, HostChunk&& block) noexcept {
+    if (!block) return;
     if (direction == 0) note_send_moved();
     --slots_in_use_[direction];
-    in_use_bytes_ -= block.size();
-    if (free_slots_.size() < 4 * options_.depth) {
-      try {
-        free_slots_.push_back(std::move(block));
-        return;
-      } catch (...) {  // NOLINT(bugprone-empty-catch): freed below instead
-      }
-    }
-    pinned_bytes_ -= block.size();
-    PinnedBlock dropped(std::move(block));
+    in_use_bytes_ -= options_.chunk_bytes;
+    block.reset();
   }
 
-  /// A chunk left to MPI (a failed transfer's, whose MPI request is still pending): no longer
-  /// counted as in use or allocated, so the budget stays whole.
-  void forget_slot(int direction, std::size_t bytes) noexcept {
+  /// A chunk left to MPI (a failed transfer's, whose MPI request is still pending): leaked, no
+  /// longer counted as in use, so the budgets stay whole.
+  void forget_slot(int direction, HostChunk&& block) noexcept {
     --slots_in_use_[direction];
-    in_use_bytes_ -= bytes;
-    pinned_bytes_ -= bytes;
+    in_use_bytes_ -= options_.chunk_bytes;
+    block.leak();
     if (direction == 0) note_send_moved();
   }
 
@@ -424,8 +413,8 @@ class Core {
   }
   static constexpr std::chrono::milliseconds send_stall{20};
 
-  /// Pinned bytes allocated now (in use and cached), and the most ever in use at once.
-  std::size_t pinned_bytes() const noexcept { return pinned_bytes_; }
+  /// Bytes of chunks held now, and the most ever held at once.
+  std::size_t pinned_bytes() const noexcept { return in_use_bytes_; }
   std::size_t peak_pinned_in_use() const noexcept { return peak_in_use_bytes_; }
 
   /// Room for one more record of a transfer (track()) and of a collective
@@ -598,7 +587,9 @@ class Core {
     model_ = manager.memory_model();
     context_ = manager.context();  // throws after cleanup()
     raw_context_ = context_();
-    queue_ = Queue(manager.queue());
+    clbuf::detail::TransferEngine& engine = clbuf::detail::ManagerAccess::engine(manager);
+    engine_ = &engine;
+    io_ = engine.chunk_io();
     if (options_.chunk_bytes < 4096 || options_.chunk_bytes > (std::size_t{1} << 30) ||
         options_.depth < 1 || options_.depth > 64) {
       fail(op, CL_INVALID_VALUE,
@@ -669,7 +660,8 @@ class Core {
   bool whole_ = false;
   cl::Context context_;
   cl_context raw_context_ = nullptr;
-  Queue queue_;
+  const clbuf::detail::TransferEngine* engine_ = nullptr;  // the manager's: its path rule
+  ChunkIo io_;
   MPI_Comm user_ = MPI_COMM_NULL;  // headers of point-to-point messages (the user's tags)
   MPI_Comm wire_ = MPI_COMM_NULL;  // chunks, tagged by stream
   MPI_Comm coll_ = MPI_COMM_NULL;  // headers of collectives, and their agreement
@@ -679,9 +671,7 @@ class Core {
   std::size_t inline_max_ = 0;
   MessageStats stats_;
   std::vector<std::uint32_t> streams_;
-  std::vector<PinnedBlock> free_slots_;
   std::vector<std::unique_ptr<char[]>> free_envelopes_;
-  std::size_t pinned_bytes_ = 0;
   std::size_t slots_in_use_[2] = {0, 0};  // sending, receiving
   std::uint64_t send_moves_ = 0;          // note_send_moved() calls
   std::uint64_t stall_moves_ = 0;         // send_moves_ when send_stalled() last saw a move

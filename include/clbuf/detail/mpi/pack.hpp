@@ -8,8 +8,8 @@
 #ifndef CLBUF_DETAIL_MPI_PACK_HPP
 #define CLBUF_DETAIL_MPI_PACK_HPP
 
+#include <clbuf/detail/chunk_io.hpp>
 #include <clbuf/detail/kernel_cache.hpp>
-#include <clbuf/detail/queue.hpp>
 #include <clbuf/error.hpp>
 #include <clbuf/rect.hpp>
 
@@ -26,16 +26,16 @@ class Packer {
   Packer(const Packer&) = delete;  // kernels_ points into cache_
   Packer& operator=(const Packer&) = delete;
 
-  /// Whether the kernel is built for `queue`'s device, building it on the first call; false
-  /// (for good) where the device cannot build it (or there was no memory to): then the caller
+  /// Whether the kernel is built for the device of `io`'s queue, building it on the first call;
+  /// false (for good) where the device cannot build it (or there was no memory to): then the caller
   /// copies rects instead.
-  bool ready(const clbuf::detail::Queue& queue) noexcept {
+  bool ready(const clbuf::detail::ChunkIo& io) noexcept {
     if (state_ == State::unknown) {
       try {
-        kernels_ = &cache_.build(
-            "HaloExchange", queue, 0, source,
-            {"clbuf_box_1", "clbuf_box_2", "clbuf_box_4", "clbuf_box_8", "clbuf_box_16"},
-            "pack kernel");
+        kernels_ =
+            &io.build(cache_, "HaloExchange", 0, source,
+                      {"clbuf_box_1", "clbuf_box_2", "clbuf_box_4", "clbuf_box_8", "clbuf_box_16"},
+                      "pack kernel");
         state_ = State::built;
       } catch (...) {
         state_ = State::failed;
@@ -44,12 +44,12 @@ class Packer {
     return state_ == State::built;
   }
 
-  /// Enqueues on `queue` (in order after the work before it) the copy of `region.size`
+  /// Enqueues by `io` (in order after the work before it) the copy of `region.size`
   /// elements of `element_size` bytes from the array at byte `src_offset` of `src` to the one
   /// at byte `dst_offset` of `dst`, laid out as `region` says (checked by the caller); returns
   /// its event. Call only after ready() returned true.
   /// Wraps clSetKernelArg, clEnqueueNDRangeKernel, clFlush.
-  cl::Event copy(const char* operation, const clbuf::detail::Queue& queue, cl_mem src,
+  cl::Event copy(const char* operation, const clbuf::detail::ChunkIo& io, cl_mem src,
                  std::size_t src_offset, cl_mem dst, std::size_t dst_offset, const Region& region,
                  std::size_t element_size) {
     const std::size_t row = region.size.x * element_size;
@@ -78,9 +78,7 @@ class Packer {
       set_kernel_arg(operation, kernel, 5 + a, sizeof(cl_ulong), &args[3 + a]);
     }
     const std::size_t global[3] = {row / word, region.size.y, region.size.z};
-    cl::Event out = clbuf::detail::run_kernel(operation, queue, kernel, 3, global);
-    queue.flush(operation);
-    return out;
+    return io.run(operation, kernel, 3, global);
   }
 
  private:

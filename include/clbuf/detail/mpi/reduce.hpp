@@ -5,9 +5,9 @@
 #ifndef CLBUF_DETAIL_MPI_REDUCE_HPP
 #define CLBUF_DETAIL_MPI_REDUCE_HPP
 
+#include <clbuf/detail/chunk_io.hpp>
 #include <clbuf/detail/kernel_cache.hpp>
 #include <clbuf/detail/mpi/wire.hpp>
-#include <clbuf/detail/queue.hpp>
 #include <clbuf/error.hpp>
 
 #include <cstddef>
@@ -23,19 +23,18 @@ namespace detail {
 class Reducer {
  public:
   /// Enqueues `acc[acc_offset + i] = op(acc[acc_offset + i], in[i])` for i < count (offsets and
-  /// count in elements of the type `type`) on `queue`, in order after the work before it.
+  /// count in elements of the type `type`) by `io`, in order after the work before it.
   /// Wraps clCreateProgramWithSource and clBuildProgram (first use), clEnqueueNDRangeKernel.
-  void reduce(const char* operation, const clbuf::detail::Queue& queue, std::uint32_t type, Op op,
+  void reduce(const char* operation, const clbuf::detail::ChunkIo& io, std::uint32_t type, Op op,
               cl_mem acc, std::size_t acc_offset, cl_mem in, std::size_t count) {
     if (count == 0) return;
-    cl_kernel kernel = kernel_for(operation, queue, type, op);
+    cl_kernel kernel = kernel_for(operation, io, type, op);
     const cl_ulong offset = acc_offset;
     clbuf::detail::set_kernel_arg(operation, kernel, 0, sizeof(cl_mem), &acc);
     clbuf::detail::set_kernel_arg(operation, kernel, 1, sizeof(cl_mem), &in);
     clbuf::detail::set_kernel_arg(operation, kernel, 2, sizeof(offset), &offset);
     const std::size_t global = count;
-    clbuf::detail::run_kernel(operation, queue, kernel, 1, &global);
-    queue.flush(operation);
+    io.run(operation, kernel, 1, &global);
   }
 
  private:
@@ -56,13 +55,13 @@ class Reducer {
     return text;
   }
 
-  cl_kernel kernel_for(const char* operation, const clbuf::detail::Queue& queue, std::uint32_t type,
+  cl_kernel kernel_for(const char* operation, const clbuf::detail::ChunkIo& io, std::uint32_t type,
                        Op op) {
     const auto key = std::make_pair(type, static_cast<int>(op));
     const std::vector<cl::Kernel>* kernels = kernels_.find(key);
     if (kernels == nullptr) {
-      kernels = &kernels_.build(operation, queue, key, source(type, op), {"clbuf_reduce"},
-                                std::string(type_name(type)) + " " + op_name(op) + " kernel");
+      kernels = &io.build(kernels_, operation, key, source(type, op), {"clbuf_reduce"},
+                          std::string(type_name(type)) + " " + op_name(op) + " kernel");
     }
     return (*kernels)[0]();
   }

@@ -25,8 +25,6 @@
 #include <clbuf/detail/event.hpp>
 #include <clbuf/detail/mpi/core.hpp>
 #include <clbuf/detail/mpi/wire.hpp>
-#include <clbuf/detail/pinned_block.hpp>
-#include <clbuf/detail/queue.hpp>
 #include <clbuf/error.hpp>
 
 #include <algorithm>
@@ -78,11 +76,11 @@ inline MPI_Datatype whole_count(const char* operation, const Span& span, int& co
 
 /// Before the host touches a host block: the work queued before the transfer has finished
 /// (clFinish), or, when the caller knows better (`before`), that event (a null one: nothing).
-inline void wait_before(const Queue& queue, const char* operation, const cl::Event* before) {
+inline void wait_before(const ChunkIo& io, const char* operation, const cl::Event* before) {
   if (before == nullptr) {
-    queue.finish(operation);
+    io.finish(operation);
   } else if ((*before)() != nullptr) {
-    Queue::wait(operation, *before);
+    ChunkIo::wait(operation, *before);
   }
 }
 
@@ -112,7 +110,7 @@ inline void post_envelope(Core& core, const char* operation, const Span& span, H
   char* payload = envelope.get() + header_bytes;
   if (span.bytes != 0) {
     if (span.host != nullptr) {
-      wait_before(core.queue(), operation, before);
+      wait_before(core.io(), operation, before);
       std::memcpy(payload, span.host + span.offset, span.bytes);
     } else {
       clbuf::detail::ManagerAccess::read(core.manager(), operation, span.buffer, span.offset,
@@ -244,7 +242,7 @@ inline void write_span(Core& core, const char* operation, const Span& span, cons
   core.count_inline(1);
   if (span.bytes == 0) return;
   if (span.host != nullptr) {
-    wait_before(core.queue(), operation, before);
+    wait_before(core.io(), operation, before);
     std::memcpy(span.host + span.offset, payload, span.bytes);
   } else {
     clbuf::detail::ManagerAccess::write(core.manager(), operation, span.buffer, span.offset,
@@ -255,7 +253,7 @@ inline void write_span(Core& core, const char* operation, const Span& span, cons
 /// A pinned chunk and what it is doing.
 struct Slot {
   enum State { idle, copying, messaging };
-  PinnedBlock block;
+  HostChunk block;
   State state = idle;
   std::size_t chunk = 0;
   cl::Event copy;  // the DMA into or out of the block
@@ -272,7 +270,7 @@ class Stream : public Transfer {
       : Transfer(operation),
         core_(core),
         span_(std::move(span)),
-        queue_(core.queue()),
+        io_(core.io()),
         direction_(direction),
         given_before_(before != nullptr),
         before_(before != nullptr ? *before : cl::Event()) {}
@@ -288,21 +286,16 @@ class Stream : public Transfer {
       static_cast<void>(scratch_.release());
       for (Slot& slot : slots_) {
         if (slot.request == MPI_REQUEST_NULL || slot.block.data() == nullptr) continue;
-        core_.forget_slot(direction_, slot.block.size());
-        slot.block.leak();
+        core_.forget_slot(direction_, std::move(slot.block));
       }
       if (mapped_ != nullptr) mapped_ = nullptr;  // stays mapped
     }
     core_.give_envelope(std::move(envelope_));
     for (Slot& slot : slots_) {
-      if (slot.copy() != nullptr) {
-        cl_event event = slot.copy();
-        CLBUF_CL(clWaitForEvents)(1, &event);
-      }
+      ChunkIo::wait_quietly(slot.copy);
       core_.release_slot(direction_, std::move(slot.block));
     }
-    if (mapped_ != nullptr)
-      clbuf::detail::unmap_with_retry(queue_.get(), span_.buffer, mapped_, nullptr);
+    if (mapped_ != nullptr) io_.unmap_quietly(span_.buffer, mapped_);
   }
 
   /// The buffer's bytes for the host: its host block, or mapped (`flags`) around MPI.
@@ -311,24 +304,19 @@ class Stream : public Transfer {
       wait_before();
       return span_.host + span_.offset;
     }
-    mapped_ = queue_.map(operation_, span_.buffer, flags, span_.offset, span_.bytes);
+    mapped_ = io_.map(operation_, span_.buffer, flags, span_.offset, span_.bytes);
     return static_cast<char*>(mapped_);
   }
 
   /// Before the host touches a host block: the work queued before the transfer has finished
   /// (clFinish, unless the transfer was given what to wait for).
-  void wait_before() { detail::wait_before(queue_, operation_, before()); }
+  void wait_before() { detail::wait_before(io_, operation_, before()); }
   const cl::Event* before() const noexcept { return given_before_ ? &before_ : nullptr; }
 
   /// After MPI is done with mapped memory: unmap and wait for the unmap.
   void unmap() {
     if (mapped_ == nullptr) return;
-    cl_event event = nullptr;
-    const cl_int err = clbuf::detail::unmap_with_retry(queue_.get(), span_.buffer, mapped_, &event);
-    mapped_ = nullptr;
-    clbuf::detail::check(err, operation_, "clEnqueueUnmapMemObject");
-    const cl::Event owned(event, false);
-    Queue::wait(operation_, owned);
+    io_.unmap(operation_, span_.buffer, std::exchange(mapped_, nullptr));
   }
 
   /// Every MPI request of the chunks has completed.
@@ -375,7 +363,7 @@ class Stream : public Transfer {
 
   Core& core_;
   Span span_;
-  const Queue& queue_;   // the Core's, which outlives every transfer
+  const ChunkIo& io_;    // the Core's, which outlives every transfer
   const int direction_;  // 0: sending, 1: receiving (the slot budgets)
   Route route_ = Route::zero_copy;
   Chunking chunks_;
@@ -526,10 +514,9 @@ class SendStream final : public Stream {
   void start_read(Slot& slot) {
     slot.chunk = next_++;
     slot.copy =
-        queue_.read(operation_, span_.buffer, span_.offset + chunks_.offset(slot.chunk),
-                    static_cast<std::size_t>(chunks_.length(slot.chunk)), slot.block.data(), false);
+        io_.read(operation_, span_.buffer, span_.offset + chunks_.offset(slot.chunk),
+                 static_cast<std::size_t>(chunks_.length(slot.chunk)), slot.block.data(), false);
     slot.state = Slot::copying;
-    queue_.flush(operation_);
   }
 
   std::size_t sent_ = 0;  // chunks handed to MPI
@@ -541,9 +528,9 @@ class SendStream final : public Stream {
   /// its receives late, in the order sent, costs no pinned memory beyond the budget.
   void fill_slots(bool matched = false) {
     while (slots_.size() < core_.options().depth && next_ < chunks_.count) {
-      PinnedBlock block = core_.acquire_slot(direction_, operation_,
-                                             slots_.empty() && matched && core_.send_stalled());
-      if (block.data() == nullptr) return;
+      HostChunk block = core_.acquire_slot(direction_, operation_,
+                                           slots_.empty() && matched && core_.send_stalled());
+      if (!block) return;
       slots_.emplace_back();
       slots_.back().block = std::move(block);
       start_read(slots_.back());
@@ -719,8 +706,8 @@ class RecvStream final : public Stream {
         if (!arrived) break;
         check_chunk(status, next_);
       }
-      PinnedBlock block = core_.acquire_slot(direction_, operation_);
-      if (block.data() == nullptr) break;
+      HostChunk block = core_.acquire_slot(direction_, operation_);
+      if (!block) break;
       slots_.emplace_back();
       Slot& slot = slots_.back();
       slot.block = std::move(block);
@@ -732,11 +719,10 @@ class RecvStream final : public Stream {
     }
     for (Slot& slot : slots_) {
       if (slot.state == Slot::messaging && test(slot.request)) {
-        slot.copy = queue_.write(
-            operation_, span_.buffer, span_.offset + chunks_.offset(slot.chunk),
-            static_cast<std::size_t>(chunks_.length(slot.chunk)), slot.block.data(), false);
+        slot.copy = io_.write(operation_, span_.buffer, span_.offset + chunks_.offset(slot.chunk),
+                              static_cast<std::size_t>(chunks_.length(slot.chunk)),
+                              slot.block.data(), false);
         slot.state = Slot::copying;
-        queue_.flush(operation_);
       }
       if (slot.state == Slot::copying &&
           completed(operation_, slot.copy, "a chunk's clEnqueueWriteBuffer")) {

@@ -1,0 +1,284 @@
+// SPDX-License-Identifier: MIT
+// The one place clbuf makes pinned host memory for its own use: a CL_MEM_ALLOC_HOST_PTR buffer
+// mapped once (PinnedBlock), the memory a driver moves by DMA at full bus speed, and the
+// manager's pool of them (PinnedPool): budgeted, binned by size class, cached between leases and
+// trimmed when a lease would pass the budget (as cub's CachingDeviceAllocator does for device
+// memory). The staging slots, the buffered uploads' ring, the bounced reads, copy_from's chunks
+// between contexts and every clbuf::mpi chunk lease from it. The user's PinnedBuffer holds a
+// PinnedBlock of its own, outside the budget.
+#ifndef CLBUF_DETAIL_PINNED_POOL_HPP
+#define CLBUF_DETAIL_PINNED_POOL_HPP
+
+#include <clbuf/detail/device_context.hpp>
+#include <clbuf/detail/queue.hpp>
+#include <clbuf/error.hpp>
+#include <clbuf/telemetry.hpp>
+
+#include <algorithm>
+#include <cstddef>
+#include <memory>
+#include <mutex>
+#include <utility>
+#include <vector>
+
+namespace clbuf {
+namespace detail {
+
+/// `bytes` of pinned memory of a context, mapped for reading and writing on a queue, which
+/// unmaps it on destruction.
+class PinnedBlock {
+ public:
+  PinnedBlock() = default;
+
+  /// `bytes` (> 0) of pinned memory of `context`, mapped on `queue`. Wraps
+  /// clCreateBuffer(CL_MEM_ALLOC_HOST_PTR) and a blocking clEnqueueMapBuffer.
+  PinnedBlock(const cl::Context& context, const Queue& queue, std::size_t bytes,
+              const char* operation)
+      : queue_(queue), bytes_(bytes) {
+    cl_int err = CL_SUCCESS;
+    buffer_ =
+        cl::Buffer(CLBUF_CL(clCreateBuffer)(context(), CL_MEM_READ_WRITE | CL_MEM_ALLOC_HOST_PTR,
+                                            bytes, nullptr, &err),
+                   false);
+    check(err, operation, "clCreateBuffer(CL_MEM_ALLOC_HOST_PTR)");
+    data_ = queue_.map(operation, buffer_(), CL_MAP_READ | CL_MAP_WRITE, 0, bytes);
+  }
+
+  PinnedBlock(const PinnedBlock&) = delete;
+  PinnedBlock& operator=(const PinnedBlock&) = delete;
+  PinnedBlock(PinnedBlock&& other) noexcept { swap(other); }
+  PinnedBlock& operator=(PinnedBlock&& other) noexcept {
+    PinnedBlock(std::move(other)).swap(*this);
+    return *this;
+  }
+
+  /// Unmaps (the unmap is enqueued and flushed, not waited for).
+  ~PinnedBlock() {
+    if (data_ != nullptr) {
+      queue_.unmap(buffer_(), data_, nullptr);
+      CLBUF_CL(clFlush)(queue_.get());
+    }
+  }
+
+  /// Leaves the memory mapped and allocated for good (one more reference on the buffer, no
+  /// unmap), for memory that something outside clbuf may still write (an MPI request of a failed
+  /// transfer); the block is empty afterwards. Allocates nothing, so it cannot fail.
+  void leak() noexcept {
+    if (buffer_() != nullptr) CLBUF_CL(clRetainMemObject)(buffer_());
+    data_ = nullptr;
+    bytes_ = 0;
+  }
+
+  void* data() const noexcept { return data_; }
+  std::size_t size() const noexcept { return bytes_; }
+
+ private:
+  void swap(PinnedBlock& other) noexcept {
+    std::swap(buffer_, other.buffer_);
+    std::swap(queue_, other.queue_);
+    std::swap(data_, other.data_);
+    std::swap(bytes_, other.bytes_);
+  }
+
+  cl::Buffer buffer_;
+  Queue queue_;  // the queue it was mapped on, which unmaps it
+  void* data_ = nullptr;
+  std::size_t bytes_ = 0;
+};
+
+/// A manager's pinned memory. take() leases a block of the size class of the bytes asked for
+/// (a power of two from 4 KiB; whole MiB above 64 MiB): a cached block of that class, else a new
+/// one if the bytes made (leased plus cached) stay within the budget once cached blocks of other
+/// classes have been freed; else nothing, and the caller takes its path without pinned memory
+/// (or waits for a lease to come back). Blocks are mapped on the device's side queue, which
+/// nothing holds behind a barrier. Thread-safe; outlives its leases.
+class PinnedPool {
+ public:
+  /// A block held for one use; given back on destruction.
+  class Lease {
+   public:
+    Lease() = default;
+    Lease(const Lease&) = delete;
+    Lease& operator=(const Lease&) = delete;
+    Lease(Lease&& other) noexcept
+        : pool_(std::exchange(other.pool_, nullptr)), block_(std::move(other.block_)) {}
+    Lease& operator=(Lease&& other) noexcept {
+      if (this != &other) {
+        reset();
+        pool_ = std::exchange(other.pool_, nullptr);
+        block_ = std::move(other.block_);
+      }
+      return *this;
+    }
+    ~Lease() { reset(); }
+
+    explicit operator bool() const noexcept { return block_ != nullptr; }
+    /// The block's first byte; null for an empty lease.
+    void* data() const noexcept { return block_ ? block_->data() : nullptr; }
+    /// The block's bytes (its size class, at least the bytes asked for); 0 when empty.
+    std::size_t size() const noexcept { return block_ ? block_->size() : 0; }
+
+    /// Gives the block back now; the lease is empty afterwards.
+    void reset() noexcept {
+      if (pool_ != nullptr && block_) pool_->give(std::move(block_));
+      block_.reset();
+      pool_ = nullptr;
+    }
+
+    /// Leaves the block to something outside clbuf that may still write it (an MPI request of a
+    /// failed transfer): mapped and allocated for good, no longer counted against the budget.
+    void leak() noexcept {
+      if (pool_ != nullptr && block_) pool_->forget(block_->size());
+      if (block_) block_->leak();
+      block_.reset();
+      pool_ = nullptr;
+    }
+
+   private:
+    friend class PinnedPool;
+    Lease(PinnedPool* pool, std::unique_ptr<PinnedBlock> block) noexcept
+        : pool_(pool), block_(std::move(block)) {}
+    PinnedPool* pool_ = nullptr;
+    std::unique_ptr<PinnedBlock> block_;
+  };
+
+  PinnedPool(const DeviceContext& device, std::size_t budget) : device_(device) {
+    stats_.budget_bytes = budget;
+  }
+  PinnedPool(const PinnedPool&) = delete;
+  PinnedPool& operator=(const PinnedPool&) = delete;
+
+  /// The size class of a lease of `bytes`.
+  static std::size_t size_class(std::size_t bytes) noexcept {
+    constexpr std::size_t large = std::size_t{64} << 20;
+    if (bytes > large) return (bytes + (std::size_t{1} << 20) - 1) & ~((std::size_t{1} << 20) - 1);
+    std::size_t size = 4096;
+    while (size < bytes) size *= 2;
+    return size;
+  }
+
+  /// A block of at least `bytes` (> 0), or an empty lease when the budget cannot hold one.
+  /// @throws Error when OpenCL cannot allocate or map it (nothing is counted then).
+  Lease take(const char* operation, std::size_t bytes) {
+    const std::size_t size = size_class(bytes);
+    std::vector<std::unique_ptr<PinnedBlock>> trimmed;  // freed outside the lock
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      ++stats_.leases;
+      if (auto cached = take_cached(size)) return Lease(this, std::move(cached));
+      trimmed.reserve(free_.size());
+      if (!make_room(size, trimmed)) {
+        ++stats_.refusals;
+        return Lease();
+      }
+      reserve(size);  // counted before it is made, so that threads at once keep to the budget
+    }
+    trimmed.clear();
+    return Lease(this, make(operation, size));
+  }
+
+  /// A snapshot of the counters.
+  PinnedStats stats() const {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return stats_;
+  }
+
+  /// Frees every cached block and caches none from now on (cleanup(): the side queue goes next;
+  /// leases still out free their blocks when given back).
+  void close() noexcept {
+    std::vector<std::unique_ptr<PinnedBlock>> blocks;
+    std::lock_guard<std::mutex> lock(mutex_);
+    closed_ = true;
+    blocks.swap(free_);
+    for (const auto& block : blocks) release_bytes(block->size(), false);
+  }
+
+ private:
+  std::unique_ptr<PinnedBlock> take_cached(std::size_t size) {
+    for (auto it = free_.begin(); it != free_.end(); ++it) {
+      if ((*it)->size() != size) continue;
+      std::unique_ptr<PinnedBlock> block = std::move(*it);
+      free_.erase(it);
+      stats_.cached_bytes -= size;
+      stats_.in_use_bytes += size;
+      ++stats_.reuses;
+      return block;
+    }
+    return nullptr;
+  }
+
+  /// Frees cached blocks (oldest first) until `size` more bytes fit the budget; false if they
+  /// cannot. Under mutex_.
+  bool make_room(std::size_t size, std::vector<std::unique_ptr<PinnedBlock>>& trimmed) {
+    if (size > stats_.budget_bytes) return false;
+    if (stats_.in_use_bytes + size > stats_.budget_bytes) return false;  // trimming won't help
+    while (stats_.allocated_bytes + size > stats_.budget_bytes && !free_.empty()) {
+      release_bytes(free_.front()->size(), false);
+      ++stats_.trims;
+      trimmed.push_back(std::move(free_.front()));  // reserved by take(): cannot throw
+      free_.erase(free_.begin());
+    }
+    return true;
+  }
+
+  void reserve(std::size_t size) noexcept {
+    stats_.allocated_bytes += size;
+    stats_.in_use_bytes += size;
+    stats_.peak_bytes = std::max(stats_.peak_bytes, stats_.allocated_bytes);
+    ++stats_.allocations;
+  }
+
+  std::unique_ptr<PinnedBlock> make(const char* operation, std::size_t size) {
+    try {
+      return guard_host_memory(operation, sizeof(PinnedBlock), "a pinned block's record", [&] {
+        return std::make_unique<PinnedBlock>(device_.context(), device_.side_queue(operation), size,
+                                             operation);
+      });
+    } catch (...) {
+      std::lock_guard<std::mutex> lock(mutex_);
+      release_bytes(size, true);
+      --stats_.allocations;
+      throw;
+    }
+  }
+
+  /// Takes `size` bytes off the counts (leased ones when `in_use`, else cached ones).
+  void release_bytes(std::size_t size, bool in_use) noexcept {
+    stats_.allocated_bytes -= size;
+    (in_use ? stats_.in_use_bytes : stats_.cached_bytes) -= size;
+  }
+
+  void give(std::unique_ptr<PinnedBlock> block) noexcept {
+    std::unique_ptr<PinnedBlock> dropped;  // unmapped outside the lock
+    std::lock_guard<std::mutex> lock(mutex_);
+    const std::size_t size = block->size();
+    stats_.in_use_bytes -= size;
+    if (!closed_) {
+      try {
+        free_.push_back(std::move(block));
+        stats_.cached_bytes += size;
+        return;
+      } catch (...) {  // NOLINT(bugprone-empty-catch): no room to keep it: freed below
+      }
+    }
+    stats_.allocated_bytes -= size;
+    dropped = std::move(block);
+  }
+
+  void forget(std::size_t size) noexcept {
+    std::lock_guard<std::mutex> lock(mutex_);
+    release_bytes(size, true);
+    ++stats_.leaked;
+  }
+
+  const DeviceContext& device_;
+  mutable std::mutex mutex_;
+  std::vector<std::unique_ptr<PinnedBlock>> free_;  // cached, oldest first
+  PinnedStats stats_;
+  bool closed_ = false;
+};
+
+}  // namespace detail
+}  // namespace clbuf
+
+#endif  // CLBUF_DETAIL_PINNED_POOL_HPP
