@@ -789,7 +789,9 @@ void bind_manager(py::module_& m) {
            "gigabytes_per_second and paths: the operations by the path they took, host_copy, "
            "staged, buffered, bounced, relayed, direct) and 'pool' (hits, misses, released, "
            "trims, retries, "
-           "cached_buffers, cached_bytes, limit_bytes). Still answers after cleanup().")
+           "cached_buffers, cached_bytes, limit_bytes) and 'pinned' (clbuf's own pinned memory: "
+           "budget_bytes, allocated_bytes, in_use_bytes, cached_bytes, peak_bytes, leases, "
+           "reuses, allocations, refusals, trims, leaked). Still answers after cleanup().")
       .def("reset_stats", checked("reset_stats", &Manager::reset_stats),
            "Sets the transfer counters of stats() to 0.")
       .def(

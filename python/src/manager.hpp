@@ -35,12 +35,25 @@ inline py::dict to_dict(const clbuf::TransferStats& stats) {
   pool["cached_buffers"] = stats.pool.cached_buffers;
   pool["cached_bytes"] = stats.pool.cached_bytes;
   pool["limit_bytes"] = stats.pool.limit_bytes;
+  py::dict pinned;
+  pinned["budget_bytes"] = stats.pinned.budget_bytes;
+  pinned["allocated_bytes"] = stats.pinned.allocated_bytes;
+  pinned["in_use_bytes"] = stats.pinned.in_use_bytes;
+  pinned["cached_bytes"] = stats.pinned.cached_bytes;
+  pinned["peak_bytes"] = stats.pinned.peak_bytes;
+  pinned["leases"] = stats.pinned.leases;
+  pinned["reuses"] = stats.pinned.reuses;
+  pinned["allocations"] = stats.pinned.allocations;
+  pinned["refusals"] = stats.pinned.refusals;
+  pinned["trims"] = stats.pinned.trims;
+  pinned["leaked"] = stats.pinned.leaked;
   py::dict out;
   out["summary"] = stats.summary();
   out["upload"] = to_dict(stats.upload);
   out["download"] = to_dict(stats.download);
   out["copy"] = to_dict(stats.copy);
   out["pool"] = pool;
+  out["pinned"] = pinned;
   return out;
 }
 

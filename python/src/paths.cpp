@@ -34,6 +34,7 @@ void bind_paths(py::module_& m) {
         out["bounce_max_bytes"] = options.bounce_max_bytes;
         out["buffered_upload_max_bytes"] = options.buffered_upload_max_bytes;
         out["pool_limit_bytes"] = options.pool_limit_bytes;
+        out["pinned_budget_bytes"] = options.pinned_budget_bytes;
         out["copy_threads"] = options.copy_threads;
         out["never"] = clbuf::Options::never;
         return out;

@@ -551,6 +551,8 @@ DIRECTIONS = ("upload", "download", "copy")
 PATHS = ("host_copy", "staged", "buffered", "bounced", "relayed", "direct")
 POOL_KEYS = ("hits", "misses", "released", "trims", "retries", "cached_buffers", "cached_bytes",
              "limit_bytes")
+PINNED_KEYS = ("budget_bytes", "allocated_bytes", "in_use_bytes", "cached_bytes", "peak_bytes",
+               "leases", "reuses", "allocations", "refusals", "trims", "leaked")
 
 
 def test_memory_model(bm):
@@ -562,13 +564,16 @@ def test_memory_model(bm):
 def test_stats_layout_and_fresh_counters(new_manager):
     bm = new_manager()
     stats = bm.stats()
-    assert set(stats) == {"summary", "upload", "download", "copy", "pool"}
+    assert set(stats) == {"summary", "upload", "download", "copy", "pool", "pinned"}
     for direction in DIRECTIONS:
         assert stats[direction] == {"operations": 0, "bytes": 0, "nanoseconds": 0,
                                     "gigabytes_per_second": 0.0,
                                     "paths": {path: 0 for path in PATHS}}
     assert set(stats["pool"]) == set(POOL_KEYS)
     assert stats["pool"]["limit_bytes"] > 0
+    assert set(stats["pinned"]) == set(PINNED_KEYS)
+    assert stats["pinned"]["budget_bytes"] == clbuf._clbuf._options(bm)["pinned_budget_bytes"]
+    assert stats["pinned"]["allocated_bytes"] == 0 and stats["pinned"]["peak_bytes"] == 0
     summary = stats["summary"]
     assert isinstance(summary, str) and "\n" not in summary
     for word in ("upload 0 ops", "download 0 ops", "copy 0 ops", "pool"):

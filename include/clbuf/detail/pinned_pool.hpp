@@ -16,7 +16,6 @@
 
 #include <algorithm>
 #include <cstddef>
-#include <memory>
 #include <mutex>
 #include <utility>
 #include <vector>
@@ -94,7 +93,8 @@ class PinnedBlock {
 /// nothing holds behind a barrier. Thread-safe; outlives its leases.
 class PinnedPool {
  public:
-  /// A block held for one use; given back on destruction.
+  /// A block held for one use; given back on destruction. Holds the block by value: taking and
+  /// giving back a lease allocates nothing on the heap.
   class Lease {
    public:
     Lease() = default;
@@ -112,34 +112,33 @@ class PinnedPool {
     }
     ~Lease() { reset(); }
 
-    explicit operator bool() const noexcept { return block_ != nullptr; }
+    explicit operator bool() const noexcept { return block_.data() != nullptr; }
     /// The block's first byte; null for an empty lease.
-    void* data() const noexcept { return block_ ? block_->data() : nullptr; }
+    void* data() const noexcept { return block_.data(); }
     /// The block's bytes (its size class, at least the bytes asked for); 0 when empty.
-    std::size_t size() const noexcept { return block_ ? block_->size() : 0; }
+    std::size_t size() const noexcept { return block_.size(); }
 
     /// Gives the block back now; the lease is empty afterwards.
     void reset() noexcept {
-      if (pool_ != nullptr && block_) pool_->give(std::move(block_));
-      block_.reset();
+      if (pool_ != nullptr && block_.data() != nullptr) pool_->give(std::move(block_));
+      block_ = PinnedBlock();
       pool_ = nullptr;
     }
 
     /// Leaves the block to something outside clbuf that may still write it (an MPI request of a
     /// failed transfer): mapped and allocated for good, no longer counted against the budget.
     void leak() noexcept {
-      if (pool_ != nullptr && block_) pool_->forget(block_->size());
-      if (block_) block_->leak();
-      block_.reset();
+      if (pool_ != nullptr && block_.data() != nullptr) pool_->forget(block_.size());
+      block_.leak();
+      block_ = PinnedBlock();
       pool_ = nullptr;
     }
 
    private:
     friend class PinnedPool;
-    Lease(PinnedPool* pool, std::unique_ptr<PinnedBlock> block) noexcept
-        : pool_(pool), block_(std::move(block)) {}
+    Lease(PinnedPool* pool, PinnedBlock block) noexcept : pool_(pool), block_(std::move(block)) {}
     PinnedPool* pool_ = nullptr;
-    std::unique_ptr<PinnedBlock> block_;
+    PinnedBlock block_;
   };
 
   PinnedPool(const DeviceContext& device, std::size_t budget) : device_(device) {
@@ -161,19 +160,17 @@ class PinnedPool {
   /// @throws Error when OpenCL cannot allocate or map it (nothing is counted then).
   Lease take(const char* operation, std::size_t bytes) {
     const std::size_t size = size_class(bytes);
-    std::vector<std::unique_ptr<PinnedBlock>> trimmed;  // freed outside the lock
     {
       std::lock_guard<std::mutex> lock(mutex_);
       ++stats_.leases;
-      if (auto cached = take_cached(size)) return Lease(this, std::move(cached));
-      trimmed.reserve(free_.size());
-      if (!make_room(size, trimmed)) {
+      PinnedBlock cached = take_cached(size);
+      if (cached.data() != nullptr) return Lease(this, std::move(cached));
+      if (!make_room(size)) {
         ++stats_.refusals;
         return Lease();
       }
       reserve(size);  // counted before it is made, so that threads at once keep to the budget
     }
-    trimmed.clear();
     return Lease(this, make(operation, size));
   }
 
@@ -186,36 +183,36 @@ class PinnedPool {
   /// Frees every cached block and caches none from now on (cleanup(): the side queue goes next;
   /// leases still out free their blocks when given back).
   void close() noexcept {
-    std::vector<std::unique_ptr<PinnedBlock>> blocks;
+    std::vector<PinnedBlock> blocks;  // unmapped outside the lock
     std::lock_guard<std::mutex> lock(mutex_);
     closed_ = true;
     blocks.swap(free_);
-    for (const auto& block : blocks) release_bytes(block->size(), false);
+    for (const PinnedBlock& block : blocks) release_bytes(block.size(), false);
   }
 
  private:
-  std::unique_ptr<PinnedBlock> take_cached(std::size_t size) {
+  /// A cached block of `size` bytes, or an empty one. Under mutex_.
+  PinnedBlock take_cached(std::size_t size) noexcept {
     for (auto it = free_.begin(); it != free_.end(); ++it) {
-      if ((*it)->size() != size) continue;
-      std::unique_ptr<PinnedBlock> block = std::move(*it);
+      if (it->size() != size) continue;
+      PinnedBlock block = std::move(*it);
       free_.erase(it);
       stats_.cached_bytes -= size;
       stats_.in_use_bytes += size;
       ++stats_.reuses;
       return block;
     }
-    return nullptr;
+    return PinnedBlock();
   }
 
   /// Frees cached blocks (oldest first) until `size` more bytes fit the budget; false if they
-  /// cannot. Under mutex_.
-  bool make_room(std::size_t size, std::vector<std::unique_ptr<PinnedBlock>>& trimmed) {
+  /// cannot. Under mutex_ (a freed block's unmap is enqueued, not waited for).
+  bool make_room(std::size_t size) noexcept {
     if (size > stats_.budget_bytes) return false;
     if (stats_.in_use_bytes + size > stats_.budget_bytes) return false;  // trimming won't help
     while (stats_.allocated_bytes + size > stats_.budget_bytes && !free_.empty()) {
-      release_bytes(free_.front()->size(), false);
+      release_bytes(free_.front().size(), false);
       ++stats_.trims;
-      trimmed.push_back(std::move(free_.front()));  // reserved by take(): cannot throw
       free_.erase(free_.begin());
     }
     return true;
@@ -228,12 +225,10 @@ class PinnedPool {
     ++stats_.allocations;
   }
 
-  std::unique_ptr<PinnedBlock> make(const char* operation, std::size_t size) {
+  /// A new block of `size` bytes, reserved by take(); the reservation undone if it fails.
+  PinnedBlock make(const char* operation, std::size_t size) {
     try {
-      return guard_host_memory(operation, sizeof(PinnedBlock), "a pinned block's record", [&] {
-        return std::make_unique<PinnedBlock>(device_.context(), device_.side_queue(operation), size,
-                                             operation);
-      });
+      return PinnedBlock(device_.context(), device_.side_queue(operation), size, operation);
     } catch (...) {
       std::lock_guard<std::mutex> lock(mutex_);
       release_bytes(size, true);
@@ -248,10 +243,11 @@ class PinnedPool {
     (in_use ? stats_.in_use_bytes : stats_.cached_bytes) -= size;
   }
 
-  void give(std::unique_ptr<PinnedBlock> block) noexcept {
-    std::unique_ptr<PinnedBlock> dropped;  // unmapped outside the lock
+  /// Caches a block given back (frees it once closed, or when the cache cannot grow).
+  void give(PinnedBlock&& block) noexcept {
+    PinnedBlock dropped;  // unmapped outside the lock
     std::lock_guard<std::mutex> lock(mutex_);
-    const std::size_t size = block->size();
+    const std::size_t size = block.size();
     stats_.in_use_bytes -= size;
     if (!closed_) {
       try {
@@ -273,7 +269,7 @@ class PinnedPool {
 
   const DeviceContext& device_;
   mutable std::mutex mutex_;
-  std::vector<std::unique_ptr<PinnedBlock>> free_;  // cached, oldest first
+  std::vector<PinnedBlock> free_;  // cached, oldest first
   PinnedStats stats_;
   bool closed_ = false;
 };

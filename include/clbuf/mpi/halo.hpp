@@ -20,7 +20,6 @@
 #include <clbuf/mpi/communicator.hpp>
 #include <clbuf/mpi/options.hpp>
 #include <clbuf/mpi/requests.hpp>
-#include <clbuf/pinned.hpp>
 #include <clbuf/rect.hpp>
 
 #include <algorithm>
@@ -318,9 +317,12 @@ class HaloExchange final : private detail::Deferred {
   /// pinned memory of its own where it may go straight; none for MPI_PROC_NULL.
   void allocate_boxes() {
     BufferManager& manager = core_->manager();
-    const auto allocate = [&](const Box& box, DeviceBuffer<T>& buffer, PinnedBuffer<T>& straight) {
+    const auto allocate = [&](const Box& box, DeviceBuffer<T>& buffer, HostBox& straight) {
       buffer = manager.allocate<T>(elements(box));
-      if (may_go_straight(box)) straight = manager.allocate_pinned<T>(elements(box));
+      if (may_go_straight(box) && elements(box) != 0) {
+        straight.memory = core_->io().chunk("HaloExchange", elements(box) * sizeof(T));
+        straight.count = elements(box);
+      }
     };
     for (std::size_t i = 0; i < plan_.size(); ++i) {
       const Neighbour& n = plan_[i];
@@ -522,8 +524,18 @@ class HaloExchange final : private detail::Deferred {
            core.route(host) == detail::Route::zero_copy;
   }
 
-  /// A message of the pinned memory `box`, sent or received by MPI on the host (zero copy).
-  static detail::Span host_span(PinnedBuffer<T>& box) {
+  /// A box's host memory on the straight path: a chunk of the manager's pinned pool (host
+  /// memory of clbuf's where its budget holds none), `count` elements.
+  struct HostBox {
+    detail::HostChunk memory;
+    std::size_t count = 0;
+    T* data() const noexcept { return static_cast<T*>(memory.data()); }
+    std::size_t size() const noexcept { return count; }
+    bool empty() const noexcept { return count == 0; }
+  };
+
+  /// A message of the host memory `box`, sent or received by MPI on the host (zero copy).
+  static detail::Span host_span(HostBox& box) {
     detail::Span span;
     span.host = reinterpret_cast<char*>(box.data());
     span.bytes = box.size() * sizeof(T);
@@ -695,8 +707,8 @@ class HaloExchange final : private detail::Deferred {
   std::vector<DeviceBuffer<T>> unpacks_;  // per neighbour: its receive box, contiguous
   // Per neighbour, boxes that may go straight (may_go_straight()): pinned host memory the box is
   // read into at start() and sent from, or received into and written from; else empty.
-  std::vector<PinnedBuffer<T>> straight_sends_;
-  std::vector<PinnedBuffer<T>> straight_recvs_;
+  std::vector<HostBox> straight_sends_;
+  std::vector<HostBox> straight_recvs_;
   DeviceBuffer<T> field_;  // a view of the field of the exchange in flight
   // Destroyed before the buffers above: each waits for its transfer or copy.
   std::vector<Future<void>> copies_;  // packs, then unpacks (device copies or straight writes)

@@ -82,8 +82,8 @@ struct MessagePaths {
 /// messages clbuf's collectives and HaloExchange are made of (not MPI's own collectives on host
 /// memory). Under Path::whole each plain MPI message counts as zero_copy or map.
 struct MessageStats {
-  MessagePaths sent;
-  MessagePaths received;
+  MessagePaths sent;      ///< messages this rank sent
+  MessagePaths received;  ///< messages this rank received
 };
 
 }  // namespace mpi
