@@ -3665,6 +3665,8 @@ class PinnedBlock {
 
   void* data() const noexcept { return data_; }
   std::size_t size() const noexcept { return bytes_; }
+  /// The queue it was mapped on.
+  cl_command_queue queue() const noexcept { return queue_.get(); }
 
  private:
   void swap(PinnedBlock& other) noexcept {
@@ -3684,8 +3686,9 @@ class PinnedBlock {
 /// (a power of two from 4 KiB; whole MiB above 64 MiB): a cached block of that class, else a new
 /// one if the bytes made (leased plus cached) stay within the budget once cached blocks of other
 /// classes have been freed; else nothing, and the caller takes its path without pinned memory
-/// (or waits for a lease to come back). Blocks are mapped on the device's side queue, which
-/// nothing holds behind a barrier. Thread-safe; outlives its leases.
+/// (or waits for a lease to come back). A block is mapped on the queue its user names (the queue
+/// of the commands that read and write it, never one held behind a barrier that the user's own
+/// transfer waits for) and cached for users of that queue. Thread-safe; outlives its leases.
 class PinnedPool {
  public:
   /// A block held for one use; given back on destruction. Holds the block by value: taking and
@@ -3751,14 +3754,15 @@ class PinnedPool {
     return size;
   }
 
-  /// A block of at least `bytes` (> 0), or an empty lease when the budget cannot hold one.
+  /// A block of at least `bytes` (> 0) mapped on `map_on`, or an empty lease when the budget
+  /// cannot hold one.
   /// @throws Error when OpenCL cannot allocate or map it (nothing is counted then).
-  Lease take(const char* operation, std::size_t bytes) {
+  Lease take(const char* operation, std::size_t bytes, const Queue& map_on) {
     const std::size_t size = size_class(bytes);
     {
       std::lock_guard<std::mutex> lock(mutex_);
       ++stats_.leases;
-      PinnedBlock cached = take_cached(size);
+      PinnedBlock cached = take_cached(size, map_on.get());
       if (cached.data() != nullptr) return Lease(this, std::move(cached));
       if (!make_room(size)) {
         ++stats_.refusals;
@@ -3766,7 +3770,7 @@ class PinnedPool {
       }
       reserve(size);  // counted before it is made, so that threads at once keep to the budget
     }
-    return Lease(this, make(operation, size));
+    return Lease(this, make(operation, size, map_on));
   }
 
   /// A snapshot of the counters.
@@ -3775,7 +3779,7 @@ class PinnedPool {
     return stats_;
   }
 
-  /// Frees every cached block and caches none from now on (cleanup(): the side queue goes next;
+  /// Frees every cached block and caches none from now on (cleanup(): the queues go next;
   /// leases still out free their blocks when given back).
   void close() noexcept {
     std::vector<PinnedBlock> blocks;  // unmapped outside the lock
@@ -3786,10 +3790,10 @@ class PinnedPool {
   }
 
  private:
-  /// A cached block of `size` bytes, or an empty one. Under mutex_.
-  PinnedBlock take_cached(std::size_t size) noexcept {
+  /// A cached block of `size` bytes mapped on `queue`, or an empty one. Under mutex_.
+  PinnedBlock take_cached(std::size_t size, cl_command_queue queue) noexcept {
     for (auto it = free_.begin(); it != free_.end(); ++it) {
-      if (it->size() != size) continue;
+      if (it->size() != size || it->queue() != queue) continue;
       PinnedBlock block = std::move(*it);
       free_.erase(it);
       stats_.cached_bytes -= size;
@@ -3821,9 +3825,9 @@ class PinnedPool {
   }
 
   /// A new block of `size` bytes, reserved by take(); the reservation undone if it fails.
-  PinnedBlock make(const char* operation, std::size_t size) {
+  PinnedBlock make(const char* operation, std::size_t size, const Queue& map_on) {
     try {
-      return PinnedBlock(device_.context(), device_.side_queue(operation), size, operation);
+      return PinnedBlock(device_.context(), map_on, size, operation);
     } catch (...) {
       std::lock_guard<std::mutex> lock(mutex_);
       release_bytes(size, true);
@@ -3963,7 +3967,11 @@ class BufferedWrites {
   void write(const char* operation, cl_mem buffer, std::size_t offset, const void* data,
              std::size_t bytes) {
     std::lock_guard<std::mutex> lock(mutex_);
-    if (!ring_) ring_ = pinned_.take(operation, ring_bytes_);
+    if (!ring_) {
+      // Mapped on the side queue: the manager's queue may be held (by the application's events,
+      // by an asynchronous transfer's barrier), and a buffered upload must not wait for it.
+      ring_ = pinned_.take(operation, ring_bytes_, device_.side_queue(operation));
+    }
     if (!ring_) {
       device_.queue().write(operation, buffer, offset, bytes, data, true);
       return;
@@ -4332,8 +4340,9 @@ namespace detail {
 class HostChunk {
  public:
   HostChunk() = default;
-  HostChunk(PinnedPool& pool, const char* operation, std::size_t bytes)
-      : pinned_(pool.take(operation, bytes)) {
+  /// A chunk of `bytes` for commands on `queue`.
+  HostChunk(PinnedPool& pool, const char* operation, std::size_t bytes, const Queue& queue)
+      : pinned_(pool.take(operation, bytes, queue)) {
     if (!pinned_) {
       pageable_ = guard_host_memory(operation, bytes, "a chunk of host memory",
                                     [&] { return std::unique_ptr<char[]>(new char[bytes]); });
@@ -4369,7 +4378,7 @@ class ChunkIo {
 
   /// Host memory for a chunk of `bytes`: pinned from the manager's pool where its budget allows.
   HostChunk chunk(const char* operation, std::size_t bytes) const {
-    return HostChunk(*pinned_, operation, bytes);
+    return HostChunk(*pinned_, operation, bytes, queue_);
   }
 
   /// `bytes` at byte `offset` of `buffer` -> host `into`. Blocking, or started (flushed) with
@@ -4877,10 +4886,13 @@ class Stager {
   /// The lane's pinned slots (as many of slot_count_ as the pool's budget holds, asked for again
   /// at each transfer until the lane has them all) and threads. On its turn only.
   void ensure_slots(Lane& lane, const char* operation) {
+    // Mapped on the lane's queue: the main queue may be held by a barrier that waits for this
+    // very transfer.
+    const Queue queue(cl::CommandQueue(lane.queue, true));
     lane.slots.reserve(slot_count_);
     while (lane.slots.size() < slot_count_) {
       Slot slot;
-      slot.block = pinned_.take(operation, chunk_bytes_);
+      slot.block = pinned_.take(operation, chunk_bytes_, queue);
       if (!slot.block) break;
       slot.host = slot.block.data();
       lane.slots.push_back(std::move(slot));
@@ -5367,7 +5379,7 @@ class TransferEngine {
   auto read_bounced(const char* operation, const Allocation& memory, std::size_t offset,
                     std::size_t bytes, Consume consume)
       -> decltype(consume(static_cast<const void*>(nullptr))) {
-    const PinnedPool::Lease block = pinned_.take(operation, options().bounce_max_bytes);
+    const PinnedPool::Lease block = pinned_.take(operation, options().bounce_max_bytes, queue());
     if (!block) {
       std::vector<char> host = new_vector<char>(operation, bytes);
       read_blocking(operation, memory.buffer(), memory.at(offset), bytes, host.data());
@@ -5456,7 +5468,7 @@ inline void copy_through_pinned(const char* operation, const Queue& source, cons
   const std::size_t chunk = std::max<std::size_t>(engine.options().staging_chunk_bytes, 4096);
   HostChunk chunks[2];  // given back after `drain` (declared after them)
   for (std::size_t i = 0; i < 2 && i * chunk < bytes; ++i) {  // one chunk may be all it takes
-    chunks[i] = HostChunk(engine.pinned(), operation, chunk);
+    chunks[i] = HostChunk(engine.pinned(), operation, chunk, queue);
   }
   // On every way out, nothing may still use the chunks when they are given back.
   struct Drain {

@@ -62,7 +62,11 @@ class BufferedWrites {
   void write(const char* operation, cl_mem buffer, std::size_t offset, const void* data,
              std::size_t bytes) {
     std::lock_guard<std::mutex> lock(mutex_);
-    if (!ring_) ring_ = pinned_.take(operation, ring_bytes_);
+    if (!ring_) {
+      // Mapped on the side queue: the manager's queue may be held (by the application's events,
+      // by an asynchronous transfer's barrier), and a buffered upload must not wait for it.
+      ring_ = pinned_.take(operation, ring_bytes_, device_.side_queue(operation));
+    }
     if (!ring_) {
       device_.queue().write(operation, buffer, offset, bytes, data, true);
       return;

@@ -29,8 +29,9 @@ namespace detail {
 class HostChunk {
  public:
   HostChunk() = default;
-  HostChunk(PinnedPool& pool, const char* operation, std::size_t bytes)
-      : pinned_(pool.take(operation, bytes)) {
+  /// A chunk of `bytes` for commands on `queue`.
+  HostChunk(PinnedPool& pool, const char* operation, std::size_t bytes, const Queue& queue)
+      : pinned_(pool.take(operation, bytes, queue)) {
     if (!pinned_) {
       pageable_ = guard_host_memory(operation, bytes, "a chunk of host memory",
                                     [&] { return std::unique_ptr<char[]>(new char[bytes]); });
@@ -66,7 +67,7 @@ class ChunkIo {
 
   /// Host memory for a chunk of `bytes`: pinned from the manager's pool where its budget allows.
   HostChunk chunk(const char* operation, std::size_t bytes) const {
-    return HostChunk(*pinned_, operation, bytes);
+    return HostChunk(*pinned_, operation, bytes, queue_);
   }
 
   /// `bytes` at byte `offset` of `buffer` -> host `into`. Blocking, or started (flushed) with

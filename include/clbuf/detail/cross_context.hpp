@@ -32,7 +32,7 @@ inline void copy_through_pinned(const char* operation, const Queue& source, cons
   const std::size_t chunk = std::max<std::size_t>(engine.options().staging_chunk_bytes, 4096);
   HostChunk chunks[2];  // given back after `drain` (declared after them)
   for (std::size_t i = 0; i < 2 && i * chunk < bytes; ++i) {  // one chunk may be all it takes
-    chunks[i] = HostChunk(engine.pinned(), operation, chunk);
+    chunks[i] = HostChunk(engine.pinned(), operation, chunk, queue);
   }
   // On every way out, nothing may still use the chunks when they are given back.
   struct Drain {

@@ -70,6 +70,8 @@ class PinnedBlock {
 
   void* data() const noexcept { return data_; }
   std::size_t size() const noexcept { return bytes_; }
+  /// The queue it was mapped on.
+  cl_command_queue queue() const noexcept { return queue_.get(); }
 
  private:
   void swap(PinnedBlock& other) noexcept {
@@ -89,8 +91,9 @@ class PinnedBlock {
 /// (a power of two from 4 KiB; whole MiB above 64 MiB): a cached block of that class, else a new
 /// one if the bytes made (leased plus cached) stay within the budget once cached blocks of other
 /// classes have been freed; else nothing, and the caller takes its path without pinned memory
-/// (or waits for a lease to come back). Blocks are mapped on the device's side queue, which
-/// nothing holds behind a barrier. Thread-safe; outlives its leases.
+/// (or waits for a lease to come back). A block is mapped on the queue its user names (the queue
+/// of the commands that read and write it, never one held behind a barrier that the user's own
+/// transfer waits for) and cached for users of that queue. Thread-safe; outlives its leases.
 class PinnedPool {
  public:
   /// A block held for one use; given back on destruction. Holds the block by value: taking and
@@ -156,14 +159,15 @@ class PinnedPool {
     return size;
   }
 
-  /// A block of at least `bytes` (> 0), or an empty lease when the budget cannot hold one.
+  /// A block of at least `bytes` (> 0) mapped on `map_on`, or an empty lease when the budget
+  /// cannot hold one.
   /// @throws Error when OpenCL cannot allocate or map it (nothing is counted then).
-  Lease take(const char* operation, std::size_t bytes) {
+  Lease take(const char* operation, std::size_t bytes, const Queue& map_on) {
     const std::size_t size = size_class(bytes);
     {
       std::lock_guard<std::mutex> lock(mutex_);
       ++stats_.leases;
-      PinnedBlock cached = take_cached(size);
+      PinnedBlock cached = take_cached(size, map_on.get());
       if (cached.data() != nullptr) return Lease(this, std::move(cached));
       if (!make_room(size)) {
         ++stats_.refusals;
@@ -171,7 +175,7 @@ class PinnedPool {
       }
       reserve(size);  // counted before it is made, so that threads at once keep to the budget
     }
-    return Lease(this, make(operation, size));
+    return Lease(this, make(operation, size, map_on));
   }
 
   /// A snapshot of the counters.
@@ -180,7 +184,7 @@ class PinnedPool {
     return stats_;
   }
 
-  /// Frees every cached block and caches none from now on (cleanup(): the side queue goes next;
+  /// Frees every cached block and caches none from now on (cleanup(): the queues go next;
   /// leases still out free their blocks when given back).
   void close() noexcept {
     std::vector<PinnedBlock> blocks;  // unmapped outside the lock
@@ -191,10 +195,10 @@ class PinnedPool {
   }
 
  private:
-  /// A cached block of `size` bytes, or an empty one. Under mutex_.
-  PinnedBlock take_cached(std::size_t size) noexcept {
+  /// A cached block of `size` bytes mapped on `queue`, or an empty one. Under mutex_.
+  PinnedBlock take_cached(std::size_t size, cl_command_queue queue) noexcept {
     for (auto it = free_.begin(); it != free_.end(); ++it) {
-      if (it->size() != size) continue;
+      if (it->size() != size || it->queue() != queue) continue;
       PinnedBlock block = std::move(*it);
       free_.erase(it);
       stats_.cached_bytes -= size;
@@ -226,9 +230,9 @@ class PinnedPool {
   }
 
   /// A new block of `size` bytes, reserved by take(); the reservation undone if it fails.
-  PinnedBlock make(const char* operation, std::size_t size) {
+  PinnedBlock make(const char* operation, std::size_t size, const Queue& map_on) {
     try {
-      return PinnedBlock(device_.context(), device_.side_queue(operation), size, operation);
+      return PinnedBlock(device_.context(), map_on, size, operation);
     } catch (...) {
       std::lock_guard<std::mutex> lock(mutex_);
       release_bytes(size, true);

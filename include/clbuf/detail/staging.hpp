@@ -432,10 +432,13 @@ class Stager {
   /// The lane's pinned slots (as many of slot_count_ as the pool's budget holds, asked for again
   /// at each transfer until the lane has them all) and threads. On its turn only.
   void ensure_slots(Lane& lane, const char* operation) {
+    // Mapped on the lane's queue: the main queue may be held by a barrier that waits for this
+    // very transfer.
+    const Queue queue(cl::CommandQueue(lane.queue, true));
     lane.slots.reserve(slot_count_);
     while (lane.slots.size() < slot_count_) {
       Slot slot;
-      slot.block = pinned_.take(operation, chunk_bytes_);
+      slot.block = pinned_.take(operation, chunk_bytes_, queue);
       if (!slot.block) break;
       slot.host = slot.block.data();
       lane.slots.push_back(std::move(slot));

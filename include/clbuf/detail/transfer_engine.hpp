@@ -398,7 +398,7 @@ class TransferEngine {
   auto read_bounced(const char* operation, const Allocation& memory, std::size_t offset,
                     std::size_t bytes, Consume consume)
       -> decltype(consume(static_cast<const void*>(nullptr))) {
-    const PinnedPool::Lease block = pinned_.take(operation, options().bounce_max_bytes);
+    const PinnedPool::Lease block = pinned_.take(operation, options().bounce_max_bytes, queue());
     if (!block) {
       std::vector<char> host = new_vector<char>(operation, bytes);
       read_blocking(operation, memory.buffer(), memory.at(offset), bytes, host.data());
