@@ -64,9 +64,9 @@ inline cl::Event transfer_rect(TransferEngine& engine, const char* operation, bo
   const std::size_t bytes = extent[0] * extent[1] * extent[2];
   std::optional<Telemetry::Timer> timer;  // times blocking calls; started ones are counted
   if (blocking) {
-    timer.emplace(engine.telemetry(), direction, Telemetry::direct, bytes);
+    timer.emplace(engine.telemetry(), direction, Telemetry::direct, bytes, operation);
   } else {
-    engine.telemetry().count_async(direction, Telemetry::direct, bytes);
+    engine.telemetry().count_async(direction, Telemetry::direct, bytes, operation);
   }
   const Queue& queue = engine.queue();
   if (box_fits(end, buffer_origin, extent)) {
@@ -136,9 +136,9 @@ inline cl::Event copy_rect(TransferEngine& engine, const char* operation, const 
   const std::size_t bytes = extent[0] * extent[1] * extent[2];
   std::optional<Telemetry::Timer> timer;
   if (blocking) {
-    timer.emplace(engine.telemetry(), Telemetry::copy, Telemetry::direct, bytes);
+    timer.emplace(engine.telemetry(), Telemetry::copy, Telemetry::direct, bytes, operation);
   } else {
-    engine.telemetry().count_async(Telemetry::copy, Telemetry::direct, bytes);
+    engine.telemetry().count_async(Telemetry::copy, Telemetry::direct, bytes, operation);
   }
   cl::Event last;
   const bool same_pitches =
