@@ -3196,6 +3196,7 @@ inline void check_rect_overlap(const char* operation, std::size_t a, const RectS
 #include <atomic>
 #include <cerrno>
 #include <chrono>
+#include <condition_variable>
 #include <cstddef>
 #include <cstdint>
 #include <cstdio>
@@ -3415,6 +3416,23 @@ class TraceFile {
     }
   }
 
+  /// A span is waiting for an event's callback (Tracer::until_complete).
+  void pending() noexcept { pending_.fetch_add(1); }
+  /// That callback has recorded its span.
+  void recorded() noexcept {
+    {
+      std::lock_guard<std::mutex> lock(pending_mutex_);
+      pending_.fetch_sub(1);
+    }
+    drained_.notify_all();
+  }
+  /// Waits, at most `limit`, until no span waits for a callback: once the queue has finished,
+  /// every callback is about to run (cleanup(), a manager's end).
+  void drain(std::chrono::milliseconds limit) noexcept {
+    std::unique_lock<std::mutex> lock(pending_mutex_);
+    drained_.wait_for(lock, limit, [&] { return pending_.load() == 0; });
+  }
+
   /// A number unique in the file, for the ids of spans that may overlap.
   std::uint64_t next_id() noexcept { return next_id_.fetch_add(1); }
 
@@ -3493,6 +3511,9 @@ class TraceFile {
   std::atomic<int> next_tid_{1};
   std::atomic<int> api_threads_{0};
   std::atomic<std::uint64_t> next_id_{1};
+  std::atomic<int> pending_{0};  // spans waiting for their event's callback
+  std::mutex pending_mutex_;
+  std::condition_variable drained_;
 
   static std::uint64_t next_serial() noexcept {
     static std::atomic<std::uint64_t> serial{1};
@@ -3500,18 +3521,29 @@ class TraceFile {
   }
 };
 
-/// The open trace files by path; writes them out at exit and on std::terminate.
+/// The open trace files by path; writes them out at exit and on std::terminate. Never destroyed
+/// (a file's last holder may let it go after static destruction: a driver's callback thread).
 class TraceRegistry {
  public:
   static TraceRegistry& instance() {
-    static TraceRegistry registry;
-    return registry;
+    static TraceRegistry* const registry = new TraceRegistry();  // NOLINT: never freed, on purpose
+    return *registry;
   }
 
+  /// The file of `path`: the one open, else a new one, once a file of that path that is still
+  /// being closed has been (two FILEs must never write one path), waiting at most close_wait.
   std::shared_ptr<TraceFile> open(const std::string& path, const char* operation) {
-    std::lock_guard<std::mutex> lock(mutex_);
-    std::shared_ptr<TraceFile> file = files_[path].lock();
-    if (file) return file;
+    std::unique_lock<std::mutex> lock(mutex_);
+    Entry& entry = files_[path];  // a map's entries stay where they are
+    const auto give_up = std::chrono::steady_clock::now() + close_wait;
+    while (true) {
+      if (std::shared_ptr<TraceFile> file = entry.file.lock()) return file;
+      if (!entry.closing) break;
+      if (closed_.wait_until(lock, give_up) == std::cv_status::timeout) {
+        fail(operation, CL_INVALID_VALUE,
+             "the trace file \"" + path + "\" of an earlier manager is still being closed");
+      }
+    }
     std::FILE* handle = std::fopen(path.c_str(), "w");
     if (handle == nullptr) {
       const int error = errno;
@@ -3519,9 +3551,13 @@ class TraceRegistry {
            "cannot write the trace file \"" + path +
                "\" (CLBUF_TRACE or Options::trace_path): " + std::strerror(error));
     }
-    file.reset(new TraceFile(handle, path));
-    start(*file);
-    files_[path] = file;
+    entry.closing = true;  // until close() has run; others wait for the file below
+    lock.unlock();
+    std::shared_ptr<TraceFile> file = make(path, handle);
+    lock.lock();
+    entry.file = file;
+    lock.unlock();
+    closed_.notify_all();
     return file;
   }
 
@@ -3531,7 +3567,7 @@ class TraceRegistry {
     {
       std::lock_guard<std::mutex> lock(mutex_);
       for (const auto& entry : files_) {
-        if (auto file = entry.second.lock()) open.push_back(std::move(file));
+        if (auto file = entry.second.file.lock()) open.push_back(std::move(file));
       }
     }
     for (const auto& file : open) file->flush();
@@ -3541,9 +3577,50 @@ class TraceRegistry {
   TraceRegistry& operator=(const TraceRegistry&) = delete;
 
  private:
-  TraceRegistry() { previous_ = std::set_terminate(&TraceRegistry::on_terminate); }
-  /// At exit: files still open (a manager never destroyed) get their events.
-  ~TraceRegistry() { flush_all(); }
+  struct Entry {
+    std::weak_ptr<TraceFile> file;
+    bool closing = false;  // a file of this path exists (open, or its last holder closing it)
+  };
+
+  // How long open() waits for a file of its path that is being closed.
+  static constexpr std::chrono::seconds close_wait{5};
+
+  /// Installs the std::terminate handler, and the exit handler (files still open at exit: a
+  /// manager never destroyed, get their events).
+  TraceRegistry() {
+    previous_ = std::set_terminate(&TraceRegistry::on_terminate);
+    std::atexit([] { instance().flush_all(); });
+  }
+
+  /// The file of `path`, writing to `handle`; its deleter is close().
+  std::shared_ptr<TraceFile> make(const std::string& path, std::FILE* handle) {
+    TraceFile* made = nullptr;
+    try {
+      made = new TraceFile(handle, path);
+    } catch (...) {
+      std::fclose(handle);
+      ended(path);
+      throw;
+    }
+    start(*made);
+    // Should the shared_ptr find no memory, it calls the deleter: the file is closed all the same.
+    return std::shared_ptr<TraceFile>(made, [this, path](TraceFile* file) { close(path, file); });
+  }
+
+  /// The deleter of a file: closes it (its last events written), then lets its path be opened.
+  void close(const std::string& path, TraceFile* file) noexcept {
+    delete file;
+    ended(path);
+  }
+
+  /// No file of `path` exists any more: it may be opened again.
+  void ended(const std::string& path) noexcept {
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      files_[path].closing = false;  // the entry exists: open() made it
+    }
+    closed_.notify_all();
+  }
 
   /// The array's opening and its first closing; the clock named for readers of the file.
   static void start(TraceFile& file) {
@@ -3565,7 +3642,8 @@ class TraceRegistry {
   }
 
   std::mutex mutex_;
-  std::map<std::string, std::weak_ptr<TraceFile>> files_;  // under mutex_
+  std::condition_variable closed_;
+  std::map<std::string, Entry> files_;  // under mutex_
   static inline std::terminate_handler previous_ = nullptr;
 };
 
@@ -3584,7 +3662,7 @@ class Tracer {
         started_track_(file_->track(pid_, "started transfers (host's view)")) {}
   Tracer(const Tracer&) = delete;
   Tracer& operator=(const Tracer&) = delete;
-  ~Tracer() { file_->flush(); }
+  ~Tracer() { flush(); }
 
   /// The track named `name` in this manager's process.
   int track(const std::string& name) { return file_->track(pid_, name); }
@@ -3628,6 +3706,7 @@ class Tracer {
       return;  // no memory for the record: the span is lost, never the transfer
     }
     pending->event.id = file_->next_id();
+    file_->pending();
     if (event != nullptr && CLBUF_CL(clSetEventCallback)(event, CL_COMPLETE, &Tracer::completed,
                                                          pending) == CL_SUCCESS) {
       return;
@@ -3641,8 +3720,12 @@ class Tracer {
     file_->record(make_event('C', 0, name, now, now, series));
   }
 
-  /// Writes every thread's buffer out (cleanup()).
-  void flush() noexcept { file_->flush(); }
+  /// Writes every thread's buffer out, once the spans of started transfers are in them (cleanup(),
+  /// after the queue has finished; the manager's end).
+  void flush() noexcept {
+    file_->drain(std::chrono::milliseconds(2000));
+    file_->flush();
+  }
 
   const std::shared_ptr<TraceFile>& file() const noexcept { return file_; }
   int pid() const noexcept { return pid_; }
@@ -3670,6 +3753,7 @@ class Tracer {
     std::unique_ptr<Pending> pending(static_cast<Pending*>(data));
     pending->event.end = trace_now();
     pending->file->record(pending->event);
+    pending->file->recorded();
   }
 
   std::shared_ptr<TraceFile> file_;
