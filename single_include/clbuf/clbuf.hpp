@@ -3271,6 +3271,13 @@ inline void append_json_number(std::string& out, double value) {
   out += text;
 }
 
+/// A time in microseconds to the nanosecond, as a JSON number.
+inline void append_json_time(std::string& out, double microseconds) {
+  char text[40];
+  std::snprintf(text, sizeof(text), "%.3f", microseconds);
+  out += text;
+}
+
 /// The events of a TraceEvent as JSON objects, each followed by ",\n".
 inline void append_trace_event(std::string& out, const TraceEvent& event) {
   const bool pair = event.phase == 'A';
@@ -3282,10 +3289,10 @@ inline void append_trace_event(std::string& out, const TraceEvent& event) {
     append_json_string(out, event.name);
     out += "\",\"pid\":" + std::to_string(event.pid) + ",\"tid\":" + std::to_string(event.tid);
     out += ",\"ts\":";
-    append_json_number(out, half == 0 ? event.begin : event.end);
+    append_json_time(out, half == 0 ? event.begin : event.end);
     if (event.phase == 'X') {
       out += ",\"dur\":";
-      append_json_number(out, std::max(0.0, event.end - event.begin));
+      append_json_time(out, std::max(0.0, event.end - event.begin));
     }
     if (pair) out += ",\"id\":" + std::to_string(event.id);
     out += ",\"args\":{";
