@@ -5210,8 +5210,9 @@ class Stager {
     PinnedPool::Lease block;
     void* host = nullptr;  // block.data()
     cl::Event busy;        // the DMA that last used this slot
-    // When tracing: that DMA's chunk, bytes and when it was enqueued (trace_now()).
+    // When tracing: that DMA's chunk, bytes, copy thread and when it was enqueued (trace_now()).
     std::size_t chunk = 0, length = 0;
+    unsigned worker = 0;
     double enqueued = 0;
   };
 
@@ -5487,7 +5488,7 @@ class Stager {
             "clEnqueueWriteBuffer", job)) {
       return false;
     }
-    enqueued(slot, event, k, length, begin);
+    enqueued(slot, event, k, length, index, begin);
     return ok(CLBUF_CL(clFlush)(job.lane->queue), "clFlush", job);
   }
 
@@ -5504,18 +5505,20 @@ class Stager {
             "clEnqueueReadBuffer", job)) {
       return false;
     }
-    enqueued(slot, event, k, length, begin);
+    enqueued(slot, event, k, length, index, begin);
     if (!settle(slot, job)) return false;
     host_copy(index, job, k, length, [&] { copy_streaming(job.host + offset, slot.host, length); });
     return true;
   }
 
-  /// `slot` is busy with the DMA `event` of chunk `k` (`length` bytes), enqueued at `begin`.
-  void enqueued(Slot& slot, cl_event event, std::size_t k, std::size_t length,
+  /// `slot` is busy with the DMA `event` of chunk `k` (`length` bytes), enqueued by worker
+  /// `index` at `begin`.
+  void enqueued(Slot& slot, cl_event event, std::size_t k, std::size_t length, unsigned index,
                 double begin) noexcept {
     slot.busy = cl::Event(event, false);
     slot.chunk = k;
     slot.length = length;
+    slot.worker = index;
     slot.enqueued = begin;
   }
 
@@ -5551,7 +5554,8 @@ class Stager {
     if (tracer_ != nullptr) {
       tracer_->overlapping(job.lane->dma_track, "chunk DMA (host view)", slot.enqueued, trace_now(),
                            {{"chunk", nullptr, static_cast<double>(slot.chunk)},
-                            {"bytes", nullptr, static_cast<double>(slot.length)}});
+                            {"bytes", nullptr, static_cast<double>(slot.length)},
+                            {"copy thread", nullptr, static_cast<double>(slot.worker)}});
     }
     return ok(err, "a chunk's DMA", job);
   }
