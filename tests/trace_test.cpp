@@ -250,6 +250,33 @@ TEST_F(TraceTest, AStartedUploadsSpanCoversTheTimeItsQueueWasHeld) {
   EXPECT_GT(ends[0]->number_of("ts"), released);
 }
 
+// The rect calls are spans too: a blocking one on its thread's API track, a started one until
+// its last command has completed.
+TEST_F(TraceTest, RectCallsAreSpansToo) {
+  const std::string path = dir_.file("rect.json");
+  {
+    clbuf::BufferManager traced(std::string(), discrete(path));
+    const std::vector<int> data(64 * 64, 3);
+    auto buffer = traced.allocate<int>(data.size());
+    clbuf::Region region;
+    region.size = {16, 8, 1};
+    region.src_extents = {64, 64, 1};
+    region.dst_extents = {64, 64, 1};
+    region.dst_origin = {4, 2, 0};
+    traced.upload_rect(buffer, data, region);
+    traced.upload_rect_async(buffer, data, region).get();
+  }
+  const Trace trace = Trace::read(path);
+  const auto blocking = trace.named("X", "upload_rect");
+  const auto started = trace.named("b", "upload_rect_async");
+  ASSERT_EQ(blocking.size(), 1u);
+  ASSERT_EQ(started.size(), 1u);
+  EXPECT_EQ(trace.named("e", "upload_rect_async").size(), 1u);
+  EXPECT_EQ(arg_number(*blocking[0], "bytes"), 16 * 8 * sizeof(int));
+  EXPECT_EQ(arg_number(*started[0], "bytes"), 16 * 8 * sizeof(int));
+  EXPECT_EQ(arg_text(*started[0], "path"), "direct");
+}
+
 // (d) A path that cannot be written, by the option or by CLBUF_TRACE: the constructor throws a
 // clbuf::Error CL_INVALID_VALUE naming the path and the OS's reason; the option wins over the
 // environment.
