@@ -214,6 +214,18 @@ TEST_F(TraceTest, AStagedUploadShowsItsChunksCopiesAndDmasInterleaved) {
   EXPECT_EQ(copied.size(), 8u);
   EXPECT_EQ(moved.size(), 8u);
   EXPECT_TRUE(interleaved) << "no copy thread began a chunk's copy before its earlier DMA ended";
+  // The counter of DMAs in flight: two at once or more (each thread keeps two slots busy), back
+  // to none at the end.
+  double most = 0, last_ts = 0, last = -1;
+  for (const Json* count : trace.named("C", "in-flight chunks")) {
+    most = std::max(most, arg_number(*count, "chunks"));
+    if (count->number_of("ts") >= last_ts) {
+      last_ts = count->number_of("ts");
+      last = arg_number(*count, "chunks");
+    }
+  }
+  EXPECT_GE(most, 2);
+  EXPECT_EQ(last, 0);
 }
 
 // (c) An upload started while the manager's queue is held (a barrier on a user event, as a long

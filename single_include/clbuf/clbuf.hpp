@@ -5520,6 +5520,16 @@ class Stager {
     slot.length = length;
     slot.worker = index;
     slot.enqueued = begin;
+    if (tracer_ != nullptr) count_in_flight(1);
+  }
+
+  /// The counter "in-flight chunks" (DMAs enqueued and not yet waited for, both lanes) moved by
+  /// `change`; when tracing only. Counted and stamped under one lock, so the values follow the
+  /// timestamps (the last is the count left).
+  void count_in_flight(int change) noexcept {
+    std::lock_guard<std::mutex> lock(in_flight_mutex_);
+    in_flight_ += change;
+    tracer_->counter("in-flight chunks", {{"chunks", nullptr, static_cast<double>(in_flight_)}});
   }
 
   /// Runs `copy`, chunk `k`'s host copy of `length` bytes by worker `index`; when tracing, a span
@@ -5552,6 +5562,7 @@ class Stager {
     const cl_int err = Queue::wait_code(slot.busy());
     slot.busy = cl::Event();
     if (tracer_ != nullptr) {
+      count_in_flight(-1);
       tracer_->overlapping(job.lane->dma_track, "chunk DMA (host view)", slot.enqueued, trace_now(),
                            {{"chunk", nullptr, static_cast<double>(slot.chunk)},
                             {"bytes", nullptr, static_cast<double>(slot.length)},
@@ -5600,6 +5611,8 @@ class Stager {
   const DeviceContext& device_;
   PinnedPool& pinned_;
   Tracer* const tracer_;  // null: not tracing
+  std::mutex in_flight_mutex_;
+  int in_flight_ = 0;  // when tracing, under in_flight_mutex_: DMAs enqueued, not waited for
   const std::size_t chunk_bytes_;
   const std::size_t slot_count_;
   const unsigned threads_;  // at most slot_count_ / 2: each thread has two slots or more
