@@ -352,6 +352,23 @@ TEST_F(TraceTest, AFullBufferIsWrittenBeforeCleanup) {
   EXPECT_EQ(Trace::read(path).named("X", "upload").size(), 4200u);
 }
 
+// Threads that end leave their buffers to the file, which writes them out and lets them go: 100
+// threads, one upload each, lose no span.
+TEST_F(TraceTest, BuffersOfEndedThreadsAreWrittenOut) {
+  const std::string path = dir_.file("threads.json");
+  {
+    clbuf::Options options;
+    options.trace_path = path;
+    clbuf::BufferManager traced(std::string(), options);
+    const std::vector<int> data(16, 7);
+    auto buffer = traced.allocate<int>(data.size());
+    for (int t = 0; t < 100; ++t) std::thread([&] { traced.upload(buffer, data); }).join();
+    // Past 64 buffers a new thread's first event wrote the ended threads' spans out.
+    EXPECT_GE(Trace::read(path).named("X", "upload").size(), 64u);
+  }
+  EXPECT_EQ(Trace::read(path).named("X", "upload").size(), 100u);
+}
+
 // (f) Tracing off: no file is written, the options say so, and stats() count as a traced
 // manager's do.
 TEST_F(TraceTest, TracingOffWritesNothingAndCountsTheSame) {

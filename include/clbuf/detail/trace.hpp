@@ -280,6 +280,12 @@ class TraceFile {
                                 return entry.second->closed;
                               }),
                mine.end());
+    bool many = false;
+    {
+      std::lock_guard<std::mutex> lock(buffers_mutex_);
+      many = buffers_.size() >= buffers_before_flush;
+    }
+    if (many) flush();  // writes out, and drops, the buffers of threads that have ended
     auto buffer = std::make_shared<TraceBuffer>();
     buffer->events.reserve(64);
     {
@@ -289,6 +295,10 @@ class TraceFile {
     mine.emplace_back(serial_, buffer);
     return *buffer;
   }
+
+  // Buffers a file holds before a new thread's first event writes them all out: a program that
+  // starts many short threads keeps at most this many buffers of ended threads.
+  static constexpr std::size_t buffers_before_flush = 64;
 
   void write_metadata(const char* kind, int pid, int tid, const std::string& name) {
     std::string text = "{\"ph\":\"M\",\"name\":\"";
