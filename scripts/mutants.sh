@@ -134,6 +134,16 @@ mutant mpi-wire-reduction include/clbuf/detail/mpi/wire.hpp \
   'op == Op::min ? MPI_MIN : MPI_MAX;' 'op == Op::min ? MPI_MAX : MPI_MIN;' mpi_test \
   'mpi|2|tests/mpi/mpi_test|Paths/Mpi.AllreduceSumMinMax/*'
 
+# Tracing: each staged upload chunk's DMA waited for at once (no copy under a DMA: the pipeline
+# lost, bytes still exact); a started transfer's span ended at its call.
+mutant trace-staging-dma-waited-at-once "$staging" \
+  'return ok(CLBUF_CL(clFlush)(job.lane->queue), "clFlush", job);' \
+  'settle(slot, job); return ok(CLBUF_CL(clFlush)(job.lane->queue), "clFlush", job);' \
+  trace_test 'gtest|tests/trace_test|TraceTest.AStagedUploadShowsItsChunksCopiesAndDmasInterleaved'
+mutant trace-started-span-ends-at-call include/clbuf/detail/telemetry.hpp \
+  'started.tracer->until_complete(event,' 'started.tracer->until_complete(nullptr,' trace_test \
+  'gtest|tests/trace_test|TraceTest.AStartedUploadsSpanCoversTheTimeItsQueueWasHeld'
+
 # The Python conversion: a strided array taken as contiguous; int8's lowest value refused.
 mutant python-non-contiguous-input python/src/common.cpp \
   'if ((flags & npy_c_contiguous) != 0 && (flags & npy_aligned) != 0) return array;' \

@@ -5,6 +5,7 @@
 
 #include <cstddef>
 #include <limits>
+#include <string>
 
 namespace clbuf {
 
@@ -77,6 +78,10 @@ struct Options {
   unsigned copy_threads = 0;
   /// The transfer paths: host (a CPU device), unified or discrete; `automatic` asks the device.
   MemoryModel memory = MemoryModel::automatic;
+  /// A file to write a timeline of this manager's transfers to (Chrome Trace Event Format JSON,
+  /// for https://ui.perfetto.dev; docs/performance.md "Tracing"); empty: CLBUF_TRACE, read when
+  /// the manager is made, else no tracing. Managers tracing to one path share its file.
+  std::string trace_path;
 };
 
 }  // namespace clbuf

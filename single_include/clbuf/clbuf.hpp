@@ -3179,6 +3179,617 @@ inline void check_rect_overlap(const char* operation, std::size_t a, const RectS
 #ifndef CLBUF_DETAIL_DEVICE_CONTEXT_HPP
 #define CLBUF_DETAIL_DEVICE_CONTEXT_HPP
 
+// ---- clbuf/detail/trace.hpp
+// The tracer (CLBUF_TRACE, Options::trace_path): a timeline of a manager's transfers in the Chrome
+// Trace Event Format, which Perfetto and chrome://tracing open (docs/performance.md "Tracing").
+// Managers tracing to one path share one file (TraceFile, a registry by path), each its own pid.
+// Each thread appends to a buffer of its own (its own mutex, uncontended but for a flush), written
+// into the file once it holds buffer_events events and at cleanup(), destruction and exit. The
+// file is rewritten to end in "]}" after every write, so it is valid JSON whenever the program
+// stops: at exit, and on std::terminate (an uncaught exception), whose handler writes the buffers
+// first. Timestamps are std::chrono::steady_clock in microseconds (absolute: two processes on one
+// host line up). When tracing is off the components hold a null Tracer*: one branch per span.
+#ifndef CLBUF_DETAIL_TRACE_HPP
+#define CLBUF_DETAIL_TRACE_HPP
+
+#include <algorithm>
+#include <atomic>
+#include <cerrno>
+#include <chrono>
+#include <condition_variable>
+#include <cstddef>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <exception>
+#include <initializer_list>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace clbuf {
+namespace detail {
+
+/// Now, in microseconds of std::chrono::steady_clock: the trace's clock.
+inline double trace_now() noexcept {
+  return std::chrono::duration<double, std::micro>(
+             std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
+/// `time` in the trace's clock.
+inline double trace_time(std::chrono::steady_clock::time_point time) noexcept {
+  return std::chrono::duration<double, std::micro>(time.time_since_epoch()).count();
+}
+
+/// One argument of an event: a number, or `text` (a string literal) when not null.
+struct TraceArg {
+  const char* key = nullptr;  // null: no argument
+  const char* text = nullptr;
+  double number = 0;
+};
+
+/// One event as a thread's buffer holds it: no allocation but the buffer's own. `name` and every
+/// text are string literals (or outlive the file). Phases: 'X' a complete span, 'A' a span that
+/// may overlap others on its track (written as the async pair "b"/"e" with `id`), 'C' a counter.
+struct TraceEvent {
+  char phase = 'X';
+  const char* name = "";
+  int pid = 0;
+  int tid = 0;
+  double begin = 0;  // microseconds, trace_now()
+  double end = 0;
+  std::uint64_t id = 0;
+  TraceArg args[3];
+};
+
+/// `text` as a JSON string's contents.
+inline void append_json_string(std::string& out, const char* text) {
+  for (const char* c = text; *c != '\0'; ++c) {
+    const unsigned char byte = static_cast<unsigned char>(*c);
+    if (byte == '"' || byte == '\\') {
+      out += '\\';
+      out += *c;
+    } else if (byte < 0x20) {
+      char escaped[8];
+      std::snprintf(escaped, sizeof(escaped), "\\u%04x", byte);
+      out += escaped;
+    } else {
+      out += *c;
+    }
+  }
+}
+
+/// `value` as a JSON number (integers exactly up to 2^53; never NaN or infinity, which JSON lacks).
+inline void append_json_number(std::string& out, double value) {
+  char text[32];
+  std::snprintf(text, sizeof(text), "%.17g", value == value && value - value == 0 ? value : 0.0);
+  out += text;
+}
+
+/// A time in microseconds to the nanosecond, as a JSON number.
+inline void append_json_time(std::string& out, double microseconds) {
+  char text[40];
+  std::snprintf(text, sizeof(text), "%.3f", microseconds);
+  out += text;
+}
+
+/// The events of a TraceEvent as JSON objects, each followed by ",\n".
+inline void append_trace_event(std::string& out, const TraceEvent& event) {
+  const bool pair = event.phase == 'A';
+  const char phases[2] = {pair ? 'b' : event.phase, 'e'};
+  for (int half = 0; half < (pair ? 2 : 1); ++half) {
+    out += "{\"ph\":\"";
+    out += phases[half];
+    out += "\",\"cat\":\"clbuf\",\"name\":\"";
+    append_json_string(out, event.name);
+    out += "\",\"pid\":" + std::to_string(event.pid) + ",\"tid\":" + std::to_string(event.tid);
+    out += ",\"ts\":";
+    append_json_time(out, half == 0 ? event.begin : event.end);
+    if (event.phase == 'X') {
+      out += ",\"dur\":";
+      append_json_time(out, std::max(0.0, event.end - event.begin));
+    }
+    if (pair) out += ",\"id\":" + std::to_string(event.id);
+    out += ",\"args\":{";
+    for (int a = 0; half == 0 && a < 3 && event.args[a].key != nullptr; ++a) {
+      out += a == 0 ? "\"" : ",\"";
+      append_json_string(out, event.args[a].key);
+      out += "\":";
+      if (event.args[a].text == nullptr) {
+        append_json_number(out, event.args[a].number);
+      } else {
+        out += '"';
+        append_json_string(out, event.args[a].text);
+        out += '"';
+      }
+    }
+    out += "}},\n";
+  }
+}
+
+class TraceFile;
+
+/// A thread's events for one file, until the file takes them. Its mutex is taken by the thread
+/// at each event and by the file when it writes them out: uncontended but for that.
+struct TraceBuffer {
+  std::mutex mutex;
+  std::vector<TraceEvent> events;  // under mutex
+  bool closed = false;             // under mutex: the file has ended; events are dropped
+  // The thread's own, no lock: its "API calls" track per process (pid, tid).
+  std::vector<std::pair<int, int>> api_tracks;
+};
+
+/// One trace file, shared by the managers that trace to its path (open()).
+class TraceFile {
+ public:
+  /// Events a thread's buffer holds before the thread writes them into the file.
+  static constexpr std::size_t buffer_events = 4096;
+
+  /// The file of `path`, opened (truncated) by its first manager and shared by the others while
+  /// one holds it. @throws Error CL_INVALID_VALUE naming the path and the OS error when it cannot
+  /// be written (a folder, a missing or read-only folder).
+  static std::shared_ptr<TraceFile> open(const std::string& path, const char* operation);
+
+  TraceFile(const TraceFile&) = delete;
+  TraceFile& operator=(const TraceFile&) = delete;
+  /// Writes every buffer out and closes the file (valid JSON).
+  ~TraceFile() {
+    flush();
+    for (const auto& buffer : buffers_) {
+      std::lock_guard<std::mutex> lock(buffer->mutex);
+      buffer->closed = true;  // its thread drops it at its next new buffer
+    }
+    std::lock_guard<std::mutex> lock(write_mutex_);
+    std::fclose(file_);
+  }
+
+  const std::string& path() const noexcept { return path_; }
+
+  /// A new process (a manager) named `name`: its pid.
+  int process(const std::string& name) {
+    const int pid = next_pid_.fetch_add(1);
+    write_metadata("process_name", pid, 0, name);
+    return pid;
+  }
+
+  /// The track of `pid` named `name` (made at its first use): its tid.
+  int track(int pid, const std::string& name) {
+    {
+      std::lock_guard<std::mutex> lock(tracks_mutex_);
+      const auto found = tracks_.find({pid, name});
+      if (found != tracks_.end()) return found->second;
+    }
+    const int tid = next_tid_.fetch_add(1);
+    write_metadata("thread_name", pid, tid, name);
+    std::lock_guard<std::mutex> lock(tracks_mutex_);
+    return tracks_.emplace(std::make_pair(pid, name), tid).first->second;
+  }
+
+  /// The calling thread's "API calls" track in `pid`.
+  int api_track(int pid) {
+    TraceBuffer& buffer = own_buffer();
+    for (const auto& known : buffer.api_tracks) {
+      if (known.first == pid) return known.second;
+    }
+    const int number = api_threads_.fetch_add(1);
+    const int tid = track(pid, "API calls, thread " + std::to_string(number));
+    buffer.api_tracks.emplace_back(pid, tid);
+    return tid;
+  }
+
+  /// Appends `event` to the calling thread's buffer, which it writes out when full. Never throws:
+  /// an event that finds no memory is dropped.
+  void record(const TraceEvent& event) noexcept {
+    try {
+      TraceBuffer& buffer = own_buffer();
+      std::vector<TraceEvent> full;
+      {
+        std::lock_guard<std::mutex> lock(buffer.mutex);
+        if (buffer.closed) return;
+        buffer.events.push_back(event);
+        if (buffer.events.size() >= buffer_events) full.swap(buffer.events);
+      }
+      if (!full.empty()) write_events(full);
+    } catch (...) {  // NOLINT(bugprone-empty-catch): tracing never fails a transfer
+    }
+  }
+
+  /// Writes every thread's buffer into the file (cleanup(), exit, std::terminate).
+  void flush() noexcept {
+    std::vector<std::shared_ptr<TraceBuffer>> buffers;
+    {
+      std::lock_guard<std::mutex> lock(buffers_mutex_);
+      buffers = buffers_;
+      // Buffers of threads that have ended (the file alone holds them) go once written.
+      buffers_.erase(std::remove_if(buffers_.begin(), buffers_.end(),
+                                    [](const auto& b) { return b.use_count() == 2; }),
+                     buffers_.end());
+    }
+    for (const auto& buffer : buffers) {
+      std::vector<TraceEvent> events;
+      {
+        std::lock_guard<std::mutex> lock(buffer->mutex);
+        events.swap(buffer->events);
+      }
+      try {
+        write_events(events);
+      } catch (...) {  // NOLINT(bugprone-empty-catch): out of memory: those events are lost
+      }
+    }
+  }
+
+  /// A span is waiting for an event's callback (Tracer::until_complete).
+  void pending() noexcept { pending_.fetch_add(1); }
+  /// That callback has recorded its span.
+  void recorded() noexcept {
+    {
+      std::lock_guard<std::mutex> lock(pending_mutex_);
+      pending_.fetch_sub(1);
+    }
+    drained_.notify_all();
+  }
+  /// Waits, at most `limit`, until no span waits for a callback: once the queue has finished,
+  /// every callback is about to run (cleanup(), a manager's end).
+  void drain(std::chrono::milliseconds limit) noexcept {
+    std::unique_lock<std::mutex> lock(pending_mutex_);
+    drained_.wait_for(lock, limit, [&] { return pending_.load() == 0; });
+  }
+
+  /// A number unique in the file, for the ids of spans that may overlap.
+  std::uint64_t next_id() noexcept { return next_id_.fetch_add(1); }
+
+ private:
+  TraceFile(std::FILE* file, std::string path) : file_(file), path_(std::move(path)) {}
+
+  /// The calling thread's buffer for this file (made and registered at its first event).
+  TraceBuffer& own_buffer() {
+    thread_local std::vector<std::pair<std::uint64_t, std::shared_ptr<TraceBuffer>>> mine;
+    for (const auto& entry : mine) {
+      if (entry.first == serial_) return *entry.second;
+    }
+    // Entries of files that have ended are dropped here, so a thread holds few.
+    mine.erase(std::remove_if(mine.begin(), mine.end(),
+                              [](const auto& entry) {
+                                std::lock_guard<std::mutex> lock(entry.second->mutex);
+                                return entry.second->closed;
+                              }),
+               mine.end());
+    bool many = false;
+    {
+      std::lock_guard<std::mutex> lock(buffers_mutex_);
+      many = buffers_.size() >= buffers_before_flush;
+    }
+    if (many) flush();  // writes out, and drops, the buffers of threads that have ended
+    auto buffer = std::make_shared<TraceBuffer>();
+    buffer->events.reserve(64);
+    {
+      std::lock_guard<std::mutex> lock(buffers_mutex_);
+      buffers_.push_back(buffer);
+    }
+    mine.emplace_back(serial_, buffer);
+    return *buffer;
+  }
+
+  // Buffers a file holds before a new thread's first event writes them all out: a program that
+  // starts many short threads keeps at most this many buffers of ended threads.
+  static constexpr std::size_t buffers_before_flush = 64;
+
+  void write_metadata(const char* kind, int pid, int tid, const std::string& name) {
+    std::string text = "{\"ph\":\"M\",\"name\":\"";
+    text += kind;
+    text += "\",\"pid\":" + std::to_string(pid) + ",\"tid\":" + std::to_string(tid);
+    text += ",\"args\":{\"name\":\"";
+    append_json_string(text, name.c_str());
+    text += "\"}},\n";
+    write_text(text);
+  }
+
+  void write_events(const std::vector<TraceEvent>& events) {
+    if (events.empty()) return;
+    std::string text;
+    text.reserve(events.size() * 160);
+    for (const TraceEvent& event : events) append_trace_event(text, event);
+    write_text(text);
+  }
+
+  /// Appends `text` (events, each ending in ",\n") where the closing bracket was, and closes the
+  /// array again, so that the file is valid JSON after each write.
+  void write_text(const std::string& text) {
+    static const char tail[] = "\n]}\n";
+    if (text.size() < 2) return;
+    std::lock_guard<std::mutex> lock(write_mutex_);
+    std::fseek(file_, end_, SEEK_SET);
+    if (any_) std::fwrite(",\n", 1, 2, file_);
+    std::fwrite(text.data(), 1, text.size() - 2, file_);  // without its last ",\n"
+    end_ += static_cast<long>(text.size() - (any_ ? 0 : 2));
+    any_ = true;
+    std::fwrite(tail, 1, sizeof(tail) - 1, file_);
+    std::fflush(file_);
+  }
+
+  friend class TraceRegistry;
+
+  std::FILE* const file_;
+  const std::string path_;
+  const std::uint64_t serial_ = next_serial();
+  long end_ = 0;      // under write_mutex_: where the next events go (the tail follows them)
+  bool any_ = false;  // under write_mutex_: the array holds an event (the next needs a comma)
+  std::mutex write_mutex_;
+  std::mutex buffers_mutex_;
+  std::vector<std::shared_ptr<TraceBuffer>> buffers_;  // every thread's, under buffers_mutex_
+  std::mutex tracks_mutex_;
+  std::map<std::pair<int, std::string>, int> tracks_;  // under tracks_mutex_
+  std::atomic<int> next_pid_{1};
+  std::atomic<int> next_tid_{1};
+  std::atomic<int> api_threads_{0};
+  std::atomic<std::uint64_t> next_id_{1};
+  std::atomic<int> pending_{0};  // spans waiting for their event's callback
+  std::mutex pending_mutex_;
+  std::condition_variable drained_;
+
+  static std::uint64_t next_serial() noexcept {
+    static std::atomic<std::uint64_t> serial{1};
+    return serial.fetch_add(1);
+  }
+};
+
+/// The open trace files by path; writes them out at exit and on std::terminate. Never destroyed
+/// (a file's last holder may let it go after static destruction: a driver's callback thread).
+class TraceRegistry {
+ public:
+  static TraceRegistry& instance() {
+    static TraceRegistry* const registry = new TraceRegistry();  // NOLINT: never freed, on purpose
+    return *registry;
+  }
+
+  /// The file of `path`: the one open, else a new one, once a file of that path that is still
+  /// being closed has been (two FILEs must never write one path), waiting at most close_wait.
+  std::shared_ptr<TraceFile> open(const std::string& path, const char* operation) {
+    std::unique_lock<std::mutex> lock(mutex_);
+    Entry& entry = files_[path];  // a map's entries stay where they are
+    const auto give_up = std::chrono::steady_clock::now() + close_wait;
+    while (true) {
+      if (std::shared_ptr<TraceFile> file = entry.file.lock()) return file;
+      if (!entry.closing) break;
+      if (closed_.wait_until(lock, give_up) == std::cv_status::timeout) {
+        fail(operation, CL_INVALID_VALUE,
+             "the trace file \"" + path + "\" of an earlier manager is still being closed");
+      }
+    }
+    std::FILE* handle = std::fopen(path.c_str(), "w");
+    if (handle == nullptr) {
+      const int error = errno;
+      fail(operation, CL_INVALID_VALUE,
+           "cannot write the trace file \"" + path +
+               "\" (CLBUF_TRACE or Options::trace_path): " + std::strerror(error));
+    }
+    entry.closing = true;  // until close() has run; others wait for the file below
+    lock.unlock();
+    std::shared_ptr<TraceFile> file = make(path, handle);
+    lock.lock();
+    entry.file = file;
+    lock.unlock();
+    closed_.notify_all();
+    return file;
+  }
+
+  /// Writes every open file's buffers out.
+  void flush_all() noexcept {
+    std::vector<std::shared_ptr<TraceFile>> open;
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      for (const auto& entry : files_) {
+        if (auto file = entry.second.file.lock()) open.push_back(std::move(file));
+      }
+    }
+    for (const auto& file : open) file->flush();
+  }
+
+  TraceRegistry(const TraceRegistry&) = delete;
+  TraceRegistry& operator=(const TraceRegistry&) = delete;
+
+ private:
+  struct Entry {
+    std::weak_ptr<TraceFile> file;
+    bool closing = false;  // a file of this path exists (open, or its last holder closing it)
+  };
+
+  // How long open() waits for a file of its path that is being closed.
+  static constexpr std::chrono::seconds close_wait{5};
+
+  /// Installs the std::terminate handler, and the exit handler (files still open at exit: a
+  /// manager never destroyed, get their events).
+  TraceRegistry() {
+    previous_ = std::set_terminate(&TraceRegistry::on_terminate);
+    std::atexit([] { instance().flush_all(); });
+  }
+
+  /// The file of `path`, writing to `handle`; its deleter is close().
+  std::shared_ptr<TraceFile> make(const std::string& path, std::FILE* handle) {
+    TraceFile* made = nullptr;
+    try {
+      made = new TraceFile(handle, path);
+    } catch (...) {
+      std::fclose(handle);
+      ended(path);
+      throw;
+    }
+    start(*made);
+    // Should the shared_ptr find no memory, it calls the deleter: the file is closed all the same.
+    return std::shared_ptr<TraceFile>(made, [this, path](TraceFile* file) { close(path, file); });
+  }
+
+  /// The deleter of a file: closes it (its last events written), then lets its path be opened.
+  void close(const std::string& path, TraceFile* file) noexcept {
+    delete file;
+    ended(path);
+  }
+
+  /// No file of `path` exists any more: it may be opened again.
+  void ended(const std::string& path) noexcept {
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      files_[path].closing = false;  // the entry exists: open() made it
+    }
+    closed_.notify_all();
+  }
+
+  /// The array's opening and its first closing; the clock named for readers of the file.
+  static void start(TraceFile& file) {
+    static const char head[] =
+        "{\"otherData\":{\"clock\":\"std::chrono::steady_clock\",\"unit\":\"us\"},"
+        "\"traceEvents\":[\n";
+    static const char tail[] = "]}\n";
+    std::fwrite(head, 1, sizeof(head) - 1, file.file_);
+    std::fwrite(tail, 1, sizeof(tail) - 1, file.file_);
+    std::fflush(file.file_);
+    file.end_ = static_cast<long>(sizeof(head) - 1);
+  }
+
+  /// The program ends by an uncaught exception: the buffers written, then the handler before.
+  static void on_terminate() {
+    instance().flush_all();
+    if (previous_ != nullptr) previous_();
+    std::abort();
+  }
+
+  std::mutex mutex_;
+  std::condition_variable closed_;
+  std::map<std::string, Entry> files_;  // under mutex_
+  static inline std::terminate_handler previous_ = nullptr;
+};
+
+inline std::shared_ptr<TraceFile> TraceFile::open(const std::string& path, const char* operation) {
+  return TraceRegistry::instance().open(path, operation);
+}
+
+/// A manager's tracer: its process in a trace file, and the calls components record spans by.
+/// Components hold a Tracer* that is null when tracing is off.
+class Tracer {
+ public:
+  /// A process named `process` in the file of `path`. @throws Error as TraceFile::open().
+  Tracer(const std::string& path, const std::string& process, const char* operation)
+      : file_(TraceFile::open(path, operation)),
+        pid_(file_->process(process)),
+        started_track_(file_->track(pid_, "started transfers (host's view)")) {}
+  Tracer(const Tracer&) = delete;
+  Tracer& operator=(const Tracer&) = delete;
+  ~Tracer() { flush(); }
+
+  /// The track named `name` in this manager's process.
+  int track(const std::string& name) { return file_->track(pid_, name); }
+
+  /// A span from `begin` to `end` on the calling thread's "API calls" track.
+  void api_span(const char* name, double begin, double end,
+                std::initializer_list<TraceArg> args) noexcept {
+    try {
+      span(file_->api_track(pid_), name, begin, end, args);
+    } catch (...) {  // NOLINT(bugprone-empty-catch): tracing never fails a transfer
+    }
+  }
+
+  /// The track of started transfers, from their call until their event completes.
+  int started_track() const noexcept { return started_track_; }
+
+  /// A span on track `tid` from `begin` to `end` ('X': spans of one track nest or follow).
+  void span(int tid, const char* name, double begin, double end,
+            std::initializer_list<TraceArg> args) noexcept {
+    file_->record(make_event('X', tid, name, begin, end, args));
+  }
+
+  /// A span that may overlap others of its track (a pair "b"/"e" of its own id).
+  void overlapping(int tid, const char* name, double begin, double end,
+                   std::initializer_list<TraceArg> args) noexcept {
+    TraceEvent e = make_event('A', tid, name, begin, end, args);
+    e.id = file_->next_id();
+    file_->record(e);
+  }
+
+  /// A span from `begin` to when `event` completes (a started transfer: from its call until the
+  /// device has done it, as the host sees it), recorded by the event's callback on a thread of
+  /// the driver's; the record keeps the file open until then. Without an event, or when the
+  /// callback cannot be set, the span ends now.
+  void until_complete(cl_event event, int tid, const char* name, double begin,
+                      std::initializer_list<TraceArg> args) noexcept {
+    Pending* pending = nullptr;
+    try {
+      pending = new Pending{file_, make_event('A', tid, name, begin, begin, args)};
+    } catch (...) {
+      return;  // no memory for the record: the span is lost, never the transfer
+    }
+    pending->event.id = file_->next_id();
+    file_->pending();
+    if (event != nullptr && CLBUF_CL(clSetEventCallback)(event, CL_COMPLETE, &Tracer::completed,
+                                                         pending) == CL_SUCCESS) {
+      return;
+    }
+    completed(nullptr, CL_COMPLETE, pending);
+  }
+
+  /// A counter `name` at now, with up to three series.
+  void counter(const char* name, std::initializer_list<TraceArg> series) noexcept {
+    const double now = trace_now();
+    file_->record(make_event('C', 0, name, now, now, series));
+  }
+
+  /// Writes every thread's buffer out, once the spans of started transfers are in them (cleanup(),
+  /// after the queue has finished; the manager's end).
+  void flush() noexcept {
+    file_->drain(std::chrono::milliseconds(2000));
+    file_->flush();
+  }
+
+  const std::shared_ptr<TraceFile>& file() const noexcept { return file_; }
+  int pid() const noexcept { return pid_; }
+
+ private:
+  TraceEvent make_event(char phase, int tid, const char* name, double begin, double end,
+                        std::initializer_list<TraceArg> args) const noexcept {
+    TraceEvent e;
+    e.phase = phase;
+    e.name = name;
+    e.pid = pid_;
+    e.tid = tid;
+    e.begin = begin;
+    e.end = end;
+    std::copy_n(args.begin(), std::min<std::size_t>(args.size(), 3), e.args);
+    return e;
+  }
+
+  struct Pending {
+    std::shared_ptr<TraceFile> file;
+    TraceEvent event;
+  };
+
+  static void CL_CALLBACK completed(cl_event, cl_int, void* data) {
+    std::unique_ptr<Pending> pending(static_cast<Pending*>(data));
+    pending->event.end = trace_now();
+    pending->file->record(pending->event);
+    pending->file->recorded();
+  }
+
+  std::shared_ptr<TraceFile> file_;
+  int pid_ = 0;
+  int started_track_ = 0;
+};
+
+/// The trace path in force: `option` (Options::trace_path) when set, else CLBUF_TRACE, else "".
+inline std::string trace_path(const std::string& option) {
+  if (!option.empty()) return option;
+  const char* env = std::getenv("CLBUF_TRACE");
+  return env != nullptr ? std::string(env) : std::string();
+}
+
+}  // namespace detail
+}  // namespace clbuf
+
+#endif  // CLBUF_DETAIL_TRACE_HPP
+// ---- end of clbuf/detail/trace.hpp
 // ---- clbuf/options.hpp
 // clbuf::Options: how a BufferManager moves bytes (memory model, pool, staging, copy threads).
 #ifndef CLBUF_OPTIONS_HPP
@@ -3186,6 +3797,7 @@ inline void check_rect_overlap(const char* operation, std::size_t a, const RectS
 
 #include <cstddef>
 #include <limits>
+#include <string>
 
 namespace clbuf {
 
@@ -3258,6 +3870,10 @@ struct Options {
   unsigned copy_threads = 0;
   /// The transfer paths: host (a CPU device), unified or discrete; `automatic` asks the device.
   MemoryModel memory = MemoryModel::automatic;
+  /// A file to write a timeline of this manager's transfers to (Chrome Trace Event Format JSON,
+  /// for https://ui.perfetto.dev; docs/performance.md "Tracing"); empty: CLBUF_TRACE, read when
+  /// the manager is made, else no tracing. Managers tracing to one path share its file.
+  std::string trace_path;
 };
 
 }  // namespace clbuf
@@ -3383,6 +3999,7 @@ class DeviceContext {
     resolve_memory_model(device, operation);
     check_pinned_sizes(operation);
     resolve_automatic_sizes();
+    options_.trace_path = trace_path(options_.trace_path);  // the option wins over CLBUF_TRACE
     learn_device(device, operation);
   }
 
@@ -3763,12 +4380,16 @@ class PinnedPool {
       std::lock_guard<std::mutex> lock(mutex_);
       ++stats_.leases;
       PinnedBlock cached = take_cached(size, map_on.get());
-      if (cached.data() != nullptr) return Lease(this, std::move(cached));
+      if (cached.data() != nullptr) {
+        traced();
+        return Lease(this, std::move(cached));
+      }
       if (!make_room(size)) {
         ++stats_.refusals;
         return Lease();
       }
       reserve(size);  // counted before it is made, so that threads at once keep to the budget
+      traced();
     }
     return Lease(this, make(operation, size, map_on));
   }
@@ -3778,6 +4399,10 @@ class PinnedPool {
     std::lock_guard<std::mutex> lock(mutex_);
     return stats_;
   }
+
+  /// Records the bytes in use and cached as the counter "pinned bytes" of `tracer` at each lease
+  /// and give-back (null: not tracing); set before the first lease.
+  void trace(Tracer* tracer) noexcept { tracer_ = tracer; }
 
   /// Frees every cached block and caches none from now on (cleanup(): the queues go next;
   /// leases still out free their blocks when given back).
@@ -3802,6 +4427,14 @@ class PinnedPool {
       return block;
     }
     return PinnedBlock();
+  }
+
+  /// The counter "pinned bytes" now, when tracing. Under mutex_ (its values are the counts').
+  void traced() noexcept {
+    if (tracer_ == nullptr) return;
+    tracer_->counter("pinned bytes",
+                     {{"in use", nullptr, static_cast<double>(stats_.in_use_bytes)},
+                      {"cached", nullptr, static_cast<double>(stats_.cached_bytes)}});
   }
 
   /// Frees cached blocks (oldest first) until `size` more bytes fit the budget; false if they
@@ -3852,11 +4485,13 @@ class PinnedPool {
       try {
         free_.push_back(std::move(block));
         stats_.cached_bytes += size;
+        traced();
         return;
       } catch (...) {  // NOLINT(bugprone-empty-catch): no room to keep it: freed below
       }
     }
     stats_.allocated_bytes -= size;
+    traced();
     dropped = std::move(block);
   }
 
@@ -3871,6 +4506,7 @@ class PinnedPool {
   std::vector<PinnedBlock> free_;  // cached, oldest first
   PinnedStats stats_;
   bool closed_ = false;
+  Tracer* tracer_ = nullptr;  // the manager's, when it traces
 };
 
 }  // namespace detail
@@ -3946,11 +4582,14 @@ namespace detail {
 class BufferedWrites {
  public:
   /// Writes of at most `max_bytes` (> 0) through a ring of `slots` x max_bytes pinned bytes,
-  /// leased from `pinned` at the first write, for `device`; both must outlive this.
+  /// leased from `pinned` at the first write, for `device`; both must outlive this, as must
+  /// `tracer` (null: not tracing), which gets each write (copy and enqueue) as a span.
   BufferedWrites(const DeviceContext& device, PinnedPool& pinned, std::size_t max_bytes,
-                 std::size_t slots)
+                 std::size_t slots, Tracer* tracer = nullptr)
       : device_(device),
         pinned_(pinned),
+        tracer_(tracer),
+        track_(tracer != nullptr ? tracer->track("buffered writes") : 0),
         max_bytes_(max_bytes),
         ring_bytes_(round_up(max_bytes) * slots) {}
 
@@ -3977,12 +4616,19 @@ class BufferedWrites {
       return;
     }
     const std::size_t at = place(round_up(bytes));
+    const double begin = tracer_ != nullptr ? trace_now() : 0;  // after any wait for room
     char* slot = static_cast<char*>(ring_.data()) + at;
     std::memcpy(slot, data, bytes);
     // One write per call, with its event: the ring's bytes are held until it has completed.
     cl::Event event = device_.queue().write(operation, buffer, offset, bytes, slot, false);
     pending_.push_back(
         Pending{std::move(event), at, at + round_up(bytes), operation, bytes, offset, ++written_});
+    if (tracer_ != nullptr) {  // under mutex_: the track's spans follow one another
+      tracer_->span(track_, "buffered write", begin, trace_now(),
+                    {{"bytes", nullptr, static_cast<double>(bytes)},
+                     {"operation", operation},
+                     {"ring offset", nullptr, static_cast<double>(at)}});
+    }
   }
 
   // Most writes a read waits for in its wait list: a longer list is not free (the ring may hold
@@ -4184,6 +4830,8 @@ class BufferedWrites {
 
   const DeviceContext& device_;
   PinnedPool& pinned_;
+  Tracer* const tracer_;  // null: not tracing
+  const int track_;       // its "buffered writes" track
   const std::size_t max_bytes_;
   const std::size_t ring_bytes_;
   mutable std::mutex mutex_;  // the ring, pending_ and the failure; held across each write
@@ -4507,11 +5155,13 @@ namespace detail {
 class Stager {
  public:
   /// `slots` pinned chunks of `chunk_bytes` from `pinned`, shared out among up to `threads`
-  /// threads, for `device` (OpenCL 1.2: markers and barriers); both must outlive the Stager.
+  /// threads, for `device` (OpenCL 1.2: markers and barriers); both must outlive the Stager, as
+  /// must `tracer` (null: not tracing), which gets each chunk's host copy and DMA as spans.
   Stager(const DeviceContext& device, PinnedPool& pinned, std::size_t chunk_bytes,
-         std::size_t slots, unsigned threads)
+         std::size_t slots, unsigned threads, Tracer* tracer = nullptr)
       : device_(device),
         pinned_(pinned),
+        tracer_(tracer),
         chunk_bytes_(std::max<std::size_t>(chunk_bytes, 4096)),
         slot_count_(std::max<std::size_t>(slots, 2)),
         threads_(static_cast<unsigned>(
@@ -4579,6 +5229,10 @@ class Stager {
     PinnedPool::Lease block;
     void* host = nullptr;  // block.data()
     cl::Event busy;        // the DMA that last used this slot
+    // When tracing: that DMA's chunk, bytes, copy thread and when it was enqueued (trace_now()).
+    std::size_t chunk = 0, length = 0;
+    unsigned worker = 0;
+    double enqueued = 0;
   };
 
   /// Where a transfer waits: its lane, its ticket there, and how far the other lane must have
@@ -4755,6 +5409,8 @@ class Stager {
     std::uint64_t next_ticket = 0;  // under order_
     std::deque<Extent> pending;     // under order_: tickets taken and not yet released, in order
     std::uint64_t serving = 0;      // under turn_mutex_
+    std::vector<int> copy_tracks;   // when tracing: each worker's track, made with the slots
+    int dma_track = 0;
   };
 
   Lane& lane(bool to_device) noexcept { return lanes_[to_device ? 0 : 1]; }
@@ -4822,41 +5478,93 @@ class Stager {
   void work(unsigned index, Job& job) noexcept {
     const std::size_t per_worker = job.per_worker;
     Slot* slots = &job.lane->slots[index * per_worker];
-    cl_command_queue queue = job.lane->queue;
     bool ready = job.after == nullptr;  // whether the work queued before the call has finished
     std::size_t turn = 0;
     for (std::size_t k; !job.failed && (k = job.next.fetch_add(1)) < job.chunks;) {
       Slot& slot = slots[turn++ % per_worker];
       if (!settle(slot, job)) break;
-      const std::size_t offset = k * job.chunk;
-      const std::size_t length = std::min(job.chunk, job.bytes - offset);
-      cl_event event = nullptr;
-      if (job.to_device) {
-        copy_streaming(slot.host, job.host + offset, length);
-        if (!waited_before(ready, job)) break;
-        if (!ok(CLBUF_CL(clEnqueueWriteBuffer)(queue, job.memory, CL_FALSE,
-                                               job.memory_offset + offset, length, slot.host, 0,
-                                               nullptr, &event),
-                "clEnqueueWriteBuffer", job)) {
-          break;
-        }
-        slot.busy = cl::Event(event, false);
-        if (!ok(CLBUF_CL(clFlush)(queue), "clFlush", job)) break;
-      } else {
-        if (!waited_before(ready, job)) break;
-        if (!ok(CLBUF_CL(clEnqueueReadBuffer)(queue, job.memory, CL_FALSE,
-                                              job.memory_offset + offset, length, slot.host, 0,
-                                              nullptr, &event),
-                "clEnqueueReadBuffer", job)) {
-          break;
-        }
-        slot.busy = cl::Event(event, false);
-        if (!settle(slot, job)) break;
-        copy_streaming(job.host + offset, slot.host, length);
+      if (!(job.to_device ? upload_chunk(index, slot, k, ready, job)
+                          : download_chunk(index, slot, k, ready, job))) {
+        break;
       }
     }
     // Every exit, a failure included, waits until none of this worker's slots is in flight.
     for (std::size_t s = 0; s < per_worker; ++s) settle(slots[s], job);
+  }
+
+  /// Chunk `k` of an upload: copied into `slot`, then its DMA enqueued (not waited for); false
+  /// (and the job marked failed) on a failure.
+  bool upload_chunk(unsigned index, Slot& slot, std::size_t k, bool& ready, Job& job) noexcept {
+    const std::size_t offset = k * job.chunk;
+    const std::size_t length = std::min(job.chunk, job.bytes - offset);
+    host_copy(index, job, k, length, [&] { copy_streaming(slot.host, job.host + offset, length); });
+    if (!waited_before(ready, job)) return false;
+    const double begin = tracer_ != nullptr ? trace_now() : 0;
+    cl_event event = nullptr;
+    if (!ok(CLBUF_CL(clEnqueueWriteBuffer)(job.lane->queue, job.memory, CL_FALSE,
+                                           job.memory_offset + offset, length, slot.host, 0,
+                                           nullptr, &event),
+            "clEnqueueWriteBuffer", job)) {
+      return false;
+    }
+    enqueued(slot, event, k, length, index, begin);
+    return ok(CLBUF_CL(clFlush)(job.lane->queue), "clFlush", job);
+  }
+
+  /// Chunk `k` of a download: its DMA into `slot`, waited for, then copied out.
+  bool download_chunk(unsigned index, Slot& slot, std::size_t k, bool& ready, Job& job) noexcept {
+    const std::size_t offset = k * job.chunk;
+    const std::size_t length = std::min(job.chunk, job.bytes - offset);
+    if (!waited_before(ready, job)) return false;
+    const double begin = tracer_ != nullptr ? trace_now() : 0;
+    cl_event event = nullptr;
+    if (!ok(CLBUF_CL(clEnqueueReadBuffer)(job.lane->queue, job.memory, CL_FALSE,
+                                          job.memory_offset + offset, length, slot.host, 0, nullptr,
+                                          &event),
+            "clEnqueueReadBuffer", job)) {
+      return false;
+    }
+    enqueued(slot, event, k, length, index, begin);
+    if (!settle(slot, job)) return false;
+    host_copy(index, job, k, length, [&] { copy_streaming(job.host + offset, slot.host, length); });
+    return true;
+  }
+
+  /// `slot` is busy with the DMA `event` of chunk `k` (`length` bytes), enqueued by worker
+  /// `index` at `begin`.
+  void enqueued(Slot& slot, cl_event event, std::size_t k, std::size_t length, unsigned index,
+                double begin) noexcept {
+    slot.busy = cl::Event(event, false);
+    slot.chunk = k;
+    slot.length = length;
+    slot.worker = index;
+    slot.enqueued = begin;
+    if (tracer_ != nullptr) count_in_flight(1);
+  }
+
+  /// The counter "in-flight chunks" (DMAs enqueued and not yet waited for, both lanes) moved by
+  /// `change`; when tracing only. Counted and stamped under one lock, so the values follow the
+  /// timestamps (the last is the count left).
+  void count_in_flight(int change) noexcept {
+    std::lock_guard<std::mutex> lock(in_flight_mutex_);
+    in_flight_ += change;
+    tracer_->counter("in-flight chunks", {{"chunks", nullptr, static_cast<double>(in_flight_)}});
+  }
+
+  /// Runs `copy`, chunk `k`'s host copy of `length` bytes by worker `index`; when tracing, a span
+  /// on the worker's track.
+  template <class Copy>
+  void host_copy(unsigned index, const Job& job, std::size_t k, std::size_t length,
+                 Copy copy) noexcept {
+    if (tracer_ == nullptr) {
+      copy();
+      return;
+    }
+    const double begin = trace_now();
+    copy();
+    tracer_->span(job.lane->copy_tracks[index], "chunk host copy", begin, trace_now(),
+                  {{"chunk", nullptr, static_cast<double>(k)},
+                   {"bytes", nullptr, static_cast<double>(length)}});
   }
 
   /// Waits, once (`ready` remembers it), for the work queued before the call; false (and the job
@@ -4866,10 +5574,19 @@ class Stager {
   }
 
   /// Waits for the slot's last DMA; false (and the job marked failed) if it failed.
+  /// When tracing, the DMA's span from its enqueue until this wait returned: the host's view of
+  /// the device (it may overlap the other slots' DMAs).
   bool settle(Slot& slot, Job& job) noexcept {
     if (slot.busy() == nullptr) return true;
     const cl_int err = Queue::wait_code(slot.busy());
     slot.busy = cl::Event();
+    if (tracer_ != nullptr) {
+      count_in_flight(-1);
+      tracer_->overlapping(job.lane->dma_track, "chunk DMA (host view)", slot.enqueued, trace_now(),
+                           {{"chunk", nullptr, static_cast<double>(slot.chunk)},
+                            {"bytes", nullptr, static_cast<double>(slot.length)},
+                            {"copy thread", nullptr, static_cast<double>(slot.worker)}});
+    }
     return ok(err, "a chunk's DMA", job);
   }
 
@@ -4898,10 +5615,26 @@ class Stager {
       lane.slots.push_back(std::move(slot));
     }
     if (!lane.workers) lane.workers = std::make_unique<WorkerPool>(threads_);
+    if (tracer_ != nullptr && lane.copy_tracks.empty()) trace_lane(lane);
+  }
+
+  /// The lane's tracks: each worker's host copies, and its DMAs as the host sees them.
+  void trace_lane(Lane& lane) {
+    const std::string direction = &lane == &lanes_[0] ? "uploads" : "downloads";
+    std::vector<int> tracks;  // set whole, or not at all
+    for (unsigned i = 0; i < threads_; ++i) {
+      tracks.push_back(
+          tracer_->track("staging copy thread " + std::to_string(i) + ", " + direction));
+    }
+    lane.dma_track = tracer_->track("device (host's view), " + direction);
+    lane.copy_tracks.swap(tracks);
   }
 
   const DeviceContext& device_;
   PinnedPool& pinned_;
+  Tracer* const tracer_;  // null: not tracing
+  std::mutex in_flight_mutex_;
+  int in_flight_ = 0;  // when tracing, under in_flight_mutex_: DMAs enqueued, not waited for
   const std::size_t chunk_bytes_;
   const std::size_t slot_count_;
   const unsigned threads_;  // at most slot_count_ / 2: each thread has two slots or more
@@ -4921,7 +5654,9 @@ class Stager {
 // ---- end of clbuf/detail/staging.hpp
 // ---- clbuf/detail/telemetry.hpp
 // A manager's transfer counters: bytes, operations, time and the path taken per direction. Cheap
-// enough to stay on: a few relaxed atomic additions and two clock reads per blocking call.
+// enough to stay on: a few relaxed atomic additions and two clock reads per blocking call. Every
+// transfer the engine counts is also a span of the trace when the manager traces (trace.hpp): the
+// counting is the one place each transfer passes, so it is instrumented once, here.
 #ifndef CLBUF_DETAIL_TELEMETRY_HPP
 #define CLBUF_DETAIL_TELEMETRY_HPP
 
@@ -4959,32 +5694,85 @@ class Telemetry {
   };
 
  public:
+  /// The name of `direction`, as the trace's spans give it.
+  static const char* name(Direction direction) noexcept {
+    static const char* const names[3] = {"upload", "download", "copy"};
+    return names[direction];
+  }
+
   /// Counts a transfer on `path`; time it by keeping the returned Timer alive across the
-  /// blocking call.
+  /// blocking call. When tracing, its end records a span named `operation` (a string literal) on
+  /// the calling thread's "API calls" track.
   class Timer {
    public:
-    Timer(Telemetry& telemetry, Direction direction, Path path, std::uint64_t bytes) noexcept
-        : counter_(telemetry.counters_[direction]), start_(std::chrono::steady_clock::now()) {
+    Timer(Telemetry& telemetry, Direction direction, Path path, std::uint64_t bytes,
+          const char* operation) noexcept
+        : counter_(telemetry.counters_[direction]),
+          tracer_(telemetry.tracer_),
+          operation_(operation),
+          direction_(direction),
+          path_(path),
+          bytes_(bytes),
+          start_(std::chrono::steady_clock::now()) {
       counter_.count(path, bytes);
     }
     Timer(const Timer&) = delete;
     Timer& operator=(const Timer&) = delete;
     ~Timer() {
-      const auto elapsed = std::chrono::steady_clock::now() - start_;
+      const auto end = std::chrono::steady_clock::now();
       counter_.nanoseconds.fetch_add(
           static_cast<std::uint64_t>(
-              std::chrono::duration_cast<std::chrono::nanoseconds>(elapsed).count()),
+              std::chrono::duration_cast<std::chrono::nanoseconds>(end - start_).count()),
           std::memory_order_relaxed);
+      if (tracer_ != nullptr) {
+        tracer_->api_span(operation_, trace_time(start_), trace_time(end),
+                          {{"bytes", nullptr, static_cast<double>(bytes_)},
+                           {"path", Telemetry::name(path_)},
+                           {"direction", Telemetry::name(direction_)}});
+      }
     }
 
    private:
     Counter& counter_;
-    std::chrono::steady_clock::time_point start_;
+    Tracer* const tracer_;  // null: not tracing
+    const char* const operation_;
+    const Direction direction_;
+    const Path path_;
+    const std::uint64_t bytes_;
+    const std::chrono::steady_clock::time_point start_;
   };
 
-  void count_async(Direction direction, Path path, std::uint64_t bytes) noexcept {
+  /// A started transfer, counted; traced() records its span once its event is known.
+  struct AsyncSpan {
+    Tracer* tracer = nullptr;  // null: not tracing
+    const char* operation = "";
+    Direction direction = upload;
+    Path path = direct;
+    std::uint64_t bytes = 0;
+    double begin = 0;
+  };
+
+  /// Counts a started transfer (its time is not counted: it overlaps other work).
+  AsyncSpan count_async(Direction direction, Path path, std::uint64_t bytes,
+                        const char* operation) noexcept {
     counters_[direction].count(path, bytes);
+    if (tracer_ == nullptr) return AsyncSpan();
+    return AsyncSpan{tracer_, operation, direction, path, bytes, trace_now()};
   }
+
+  /// When tracing, the span of `started` from its call until `event` (null: none; the span ends
+  /// now) completes, on the manager's "started transfers (host's view)" track.
+  static void traced(const AsyncSpan& started, cl_event event) noexcept {
+    if (started.tracer == nullptr) return;
+    started.tracer->until_complete(event, started.tracer->started_track(), started.operation,
+                                   started.begin,
+                                   {{"bytes", nullptr, static_cast<double>(started.bytes)},
+                                    {"path", Telemetry::name(started.path)},
+                                    {"direction", Telemetry::name(started.direction)}});
+  }
+
+  /// Traces every transfer counted from now on into `tracer` (null: no tracing); set before any.
+  void trace(Tracer* tracer) noexcept { tracer_ = tracer; }
 
   void fill(TransferStats& stats) const noexcept {
     DirectionStats* out[] = {&stats.upload, &stats.download, &stats.copy};
@@ -5013,6 +5801,7 @@ class Telemetry {
 
  private:
   Counter counters_[3];
+  Tracer* tracer_ = nullptr;  // the manager's, when it traces
 };
 
 }  // namespace detail
@@ -5039,19 +5828,28 @@ class TransferEngine {
  public:
   enum class Path { host_block, staged, buffered, bounced, queue };
 
+  /// The engine of `device`; traces to Options::trace_path when it is set (resolved with
+  /// CLBUF_TRACE). @throws Error CL_INVALID_VALUE when the trace file cannot be written.
   explicit TransferEngine(const DeviceContext& device)
       : device_(device),
+        tracer_(device.options().trace_path.empty()
+                    ? nullptr
+                    : std::make_unique<Tracer>(device.options().trace_path,
+                                               "clbuf: " + device.info().name, "BufferManager")),
         copier_(device.options().copy_threads),
         pinned_(device, device.options().pinned_budget_bytes) {
     const Options& options = device.options();
+    pinned_.trace(tracer_.get());
+    telemetry_.trace(tracer_.get());
     if (options.memory == MemoryModel::discrete &&
         options.staging_threshold_bytes != Options::never && device.opencl_1_2()) {
-      stager_ = std::make_unique<Stager>(device, pinned_, options.staging_chunk_bytes,
-                                         options.staging_chunks, options.copy_threads);
+      stager_ =
+          std::make_unique<Stager>(device, pinned_, options.staging_chunk_bytes,
+                                   options.staging_chunks, options.copy_threads, tracer_.get());
     }
     if (options.memory == MemoryModel::discrete && options.buffered_upload_max_bytes != 0) {
       buffered_ = std::make_unique<BufferedWrites>(
-          device, pinned_, options.buffered_upload_max_bytes, buffered_ring_slots);
+          device, pinned_, options.buffered_upload_max_bytes, buffered_ring_slots, tracer_.get());
     }
   }
 
@@ -5105,7 +5903,7 @@ class TransferEngine {
              std::size_t bytes, HostMemory host) {
     if (bytes == 0) return;
     const Path path = route(memory, bytes, host, Use::blocking_write);
-    Telemetry::Timer timer(telemetry_, Telemetry::upload, counted(path), bytes);
+    Telemetry::Timer timer(telemetry_, Telemetry::upload, counted(path), bytes, operation);
     switch (path) {
       case Path::host_block:
         queue().finish(operation);
@@ -5131,7 +5929,7 @@ class TransferEngine {
                    std::size_t bytes, HostMemory host) {
     if (bytes == 0) return;
     if (memory.host != nullptr && memory.fresh) {
-      Telemetry::Timer timer(telemetry_, Telemetry::upload, Telemetry::host_copy, bytes);
+      Telemetry::Timer timer(telemetry_, Telemetry::upload, Telemetry::host_copy, bytes, operation);
       copier_.copy(memory.host_at(0), data, bytes);
       return;
     }
@@ -5143,7 +5941,7 @@ class TransferEngine {
             std::size_t bytes, HostMemory host) {
     if (bytes == 0) return;
     const Path path = route(memory, bytes, host, Use::blocking_read);
-    Telemetry::Timer timer(telemetry_, Telemetry::download, counted(path), bytes);
+    Telemetry::Timer timer(telemetry_, Telemetry::download, counted(path), bytes, operation);
     switch (path) {
       case Path::host_block:
         queue().finish(operation);
@@ -5177,7 +5975,7 @@ class TransferEngine {
       read(operation, memory, offset, out.data(), bytes, HostMemory::pageable);
       return out;
     }
-    Telemetry::Timer timer(telemetry_, Telemetry::download, Telemetry::bounced, bytes);
+    Telemetry::Timer timer(telemetry_, Telemetry::download, Telemetry::bounced, bytes, operation);
     return read_bounced(operation, memory, offset, bytes, make);  // read_blocking() settled
   }
 
@@ -5193,18 +5991,20 @@ class TransferEngine {
     const Path path = route(memory, bytes, HostMemory::pageable, Use::started);
     const bool at_once =
         path == Path::host_block && now_if_fresh && memory.fresh && bytes < huge_page_bytes;
-    telemetry_.count_async(Telemetry::upload, at_once ? Telemetry::host_copy : started(path),
-                           bytes);
+    const Telemetry::AsyncSpan span = telemetry_.count_async(
+        Telemetry::upload, at_once ? Telemetry::host_copy : started(path), bytes, operation);
+    Started start;
     if (at_once) {
       std::memcpy(memory.host_at(offset), data, bytes);
-      return Started();
+    } else if (path == Path::staged) {
+      start = stager_->submit(true, memory.buffer, memory.at(offset), const_cast<void*>(data),
+                              bytes, operation, std::move(keep), background_);
+    } else {
+      start.event =
+          queue().write(operation, memory.buffer(), memory.at(offset), bytes, data, false);
     }
-    if (path == Path::staged) {
-      return stager_->submit(true, memory.buffer, memory.at(offset), const_cast<void*>(data), bytes,
-                             operation, std::move(keep), background_);
-    }
-    return Started{queue().write(operation, memory.buffer(), memory.at(offset), bytes, data, false),
-                   nullptr};
+    Telemetry::traced(span, start.event());
+    return start;
   }
 
   /// Starts reading `bytes` at `offset` into `out` by the path rule; nothing to wait for for
@@ -5213,13 +6013,17 @@ class TransferEngine {
                      std::size_t bytes) {
     if (bytes == 0) return Started();
     const Path path = route(memory, bytes, HostMemory::pageable, Use::started);
-    telemetry_.count_async(Telemetry::download, started(path), bytes);
+    const Telemetry::AsyncSpan span =
+        telemetry_.count_async(Telemetry::download, started(path), bytes, operation);
+    Started start;
     if (path == Path::staged) {
-      return stager_->submit(false, memory.buffer, memory.at(offset), out, bytes, operation,
-                             nullptr, background_);
+      start = stager_->submit(false, memory.buffer, memory.at(offset), out, bytes, operation,
+                              nullptr, background_);
+    } else {
+      start.event = queue().read(operation, memory.buffer(), memory.at(offset), bytes, out, false);
     }
-    return Started{queue().read(operation, memory.buffer(), memory.at(offset), bytes, out, false),
-                   nullptr};
+    Telemetry::traced(span, start.event());
+    return start;
   }
 
   /// Device copy of checked, non-overlapping ranges; returns when done.
@@ -5228,7 +6032,8 @@ class TransferEngine {
     if (bytes == 0) return;
     const bool host_blocks = src.host != nullptr && dst.host != nullptr;
     Telemetry::Timer timer(telemetry_, Telemetry::copy,
-                           host_blocks ? Telemetry::host_copy : Telemetry::direct, bytes);
+                           host_blocks ? Telemetry::host_copy : Telemetry::direct, bytes,
+                           operation);
     if (host_blocks) {
       // Both live in host memory, which is this device's memory: one memcpy is the copy.
       queue().finish(operation);
@@ -5244,9 +6049,12 @@ class TransferEngine {
   cl::Event copy_async(const char* operation, const Allocation& src, std::size_t src_offset,
                        const Allocation& dst, std::size_t dst_offset, std::size_t bytes) {
     if (bytes == 0) return cl::Event();
-    telemetry_.count_async(Telemetry::copy, Telemetry::direct, bytes);
-    return queue().copy(operation, src.buffer(), dst.buffer(), src.at(src_offset),
-                        dst.at(dst_offset), bytes);
+    const Telemetry::AsyncSpan span =
+        telemetry_.count_async(Telemetry::copy, Telemetry::direct, bytes, operation);
+    cl::Event event = queue().copy(operation, src.buffer(), dst.buffer(), src.at(src_offset),
+                                   dst.at(dst_offset), bytes);
+    Telemetry::traced(span, event());
+    return event;
   }
 
   /// Repeats the `size`-byte `pattern` `count` times from byte `offset` of `memory`.
@@ -5254,8 +6062,8 @@ class TransferEngine {
             const void* pattern, std::size_t size, std::size_t count) {
     const std::size_t bytes = count * size;
     Telemetry::Timer timer(telemetry_, Telemetry::upload,
-                           memory.host != nullptr ? Telemetry::host_copy : Telemetry::direct,
-                           bytes);
+                           memory.host != nullptr ? Telemetry::host_copy : Telemetry::direct, bytes,
+                           operation);
     if (memory.host != nullptr) {
       queue().finish(operation);
       char* out = memory.host_at(offset);
@@ -5274,8 +6082,11 @@ class TransferEngine {
   Started fill_async(const char* operation, const Allocation& memory, std::size_t offset,
                      const void* pattern, std::size_t size, std::size_t count) {
     if (count == 0) return Started();
-    telemetry_.count_async(Telemetry::upload, Telemetry::direct, count * size);
-    return Started{fill_commands(operation, memory, offset, pattern, size, count), nullptr};
+    const Telemetry::AsyncSpan span =
+        telemetry_.count_async(Telemetry::upload, Telemetry::direct, count * size, operation);
+    Started start{fill_commands(operation, memory, offset, pattern, size, count), nullptr};
+    Telemetry::traced(span, start.event());
+    return start;
   }
 
   const Queue& queue() const noexcept { return device_.queue(); }
@@ -5312,6 +6123,7 @@ class TransferEngine {
     stager_.reset();
     if (buffered_) buffered_->close();
     pinned_.close();
+    if (tracer_) tracer_->flush();  // the file is whole once cleanup() returns
   }
 
   /// The path of PathStats a blocking transfer routed to `path` is counted on.
@@ -5434,6 +6246,7 @@ class TransferEngine {
   static constexpr std::size_t buffered_ring_slots = 16;
 
   const DeviceContext& device_;
+  std::unique_ptr<Tracer> tracer_;  // null: not tracing; before everything that records into it
   ParallelCopier copier_;
   PinnedPool pinned_;  // before the stager and the ring: they lease from it, so it ends last
   std::unique_ptr<Stager> stager_;            // discrete devices only
@@ -5502,7 +6315,7 @@ inline void copy_across_contexts(const char* operation, const Queue& source, con
   const Telemetry::Path path = src.host != nullptr && dst.host != nullptr   ? Telemetry::host_copy
                                : src.host != nullptr || dst.host != nullptr ? Telemetry::direct
                                                                             : Telemetry::relayed;
-  Telemetry::Timer timer(engine.telemetry(), Telemetry::copy, path, bytes);
+  Telemetry::Timer timer(engine.telemetry(), Telemetry::copy, path, bytes, operation);
   if (dst.host != nullptr) {  // a CPU device's own memory: read straight into it
     target.finish(operation);
     if (src.host != nullptr) {
@@ -5736,6 +6549,30 @@ inline bool box_fits(const RectEnd& end, const std::array<std::size_t, 3>& origi
   return origin[0] + extent[0] <= end.side.row_pitch && origin[1] + extent[1] <= end.rows;
 }
 
+/// Counts a rect transfer of `bytes`: a blocking one timed while this lives (its API span), a
+/// started one traced until the event of its last command completes (started()).
+class RectCount {
+ public:
+  RectCount(TransferEngine& engine, Telemetry::Direction direction, std::size_t bytes,
+            const char* operation, bool blocking) {
+    if (blocking) {
+      timer_.emplace(engine.telemetry(), direction, Telemetry::direct, bytes, operation);
+    } else {
+      span_ = engine.telemetry().count_async(direction, Telemetry::direct, bytes, operation);
+    }
+  }
+
+  /// `last`, the transfer's last event, once its span is set to end when it completes.
+  cl::Event started(cl::Event last) const noexcept {
+    Telemetry::traced(span_, last());
+    return last;
+  }
+
+ private:
+  std::optional<Telemetry::Timer> timer_;
+  Telemetry::AsyncSpan span_;  // a started transfer's; not traced for blocking ones
+};
+
 /// A rectangular write (`to_device`) or read between `memory` (laid out as `device`, extents.y
 /// `rows`) and `host` (laid out as `host_side`). Blocking, or started: then the event of the
 /// last command returns (the queue is in order) and `host` must stay alive until it completes.
@@ -5756,17 +6593,12 @@ inline cl::Event transfer_rect(TransferEngine& engine, const char* operation, bo
   const std::size_t extent[3] = {region.size.x * element_size, region.size.y, region.size.z};
   const Telemetry::Direction direction = to_device ? Telemetry::upload : Telemetry::download;
   const std::size_t bytes = extent[0] * extent[1] * extent[2];
-  std::optional<Telemetry::Timer> timer;  // times blocking calls; started ones are counted
-  if (blocking) {
-    timer.emplace(engine.telemetry(), direction, Telemetry::direct, bytes);
-  } else {
-    engine.telemetry().count_async(direction, Telemetry::direct, bytes);
-  }
+  const RectCount count(engine, direction, bytes, operation, blocking);
   const Queue& queue = engine.queue();
   if (box_fits(end, buffer_origin, extent)) {
-    return queue.transfer_rect(operation, to_device, end.root, buffer_origin.data(), host_offset,
-                               extent, device.row_pitch, device.slice_pitch, host_side.row_pitch,
-                               host_side.slice_pitch, host, blocking);
+    return count.started(queue.transfer_rect(
+        operation, to_device, end.root, buffer_origin.data(), host_offset, extent, device.row_pitch,
+        device.slice_pitch, host_side.row_pitch, host_side.slice_pitch, host, blocking));
   }
   cl::Event last;
   char* const base = static_cast<char*>(host) + host_side.origin_bytes;
@@ -5779,7 +6611,7 @@ inline cl::Event transfer_rect(TransferEngine& engine, const char* operation, bo
     }
   }
   if (blocking) Queue::wait(operation, last);
-  return last;
+  return count.started(last);
 }
 
 /// One checked side of a copy_rect, in its root buffer.
@@ -5828,12 +6660,7 @@ inline cl::Event copy_rect(TransferEngine& engine, const char* operation, const 
   const std::array<std::size_t, 3> dst_origin = origin_in_buffer(to);
   const std::size_t extent[3] = {size.x * element_size, size.y, size.z};
   const std::size_t bytes = extent[0] * extent[1] * extent[2];
-  std::optional<Telemetry::Timer> timer;
-  if (blocking) {
-    timer.emplace(engine.telemetry(), Telemetry::copy, Telemetry::direct, bytes);
-  } else {
-    engine.telemetry().count_async(Telemetry::copy, Telemetry::direct, bytes);
-  }
+  const RectCount count(engine, Telemetry::copy, bytes, operation, blocking);
   cl::Event last;
   const bool same_pitches =
       from.side.row_pitch == to.side.row_pitch && from.side.slice_pitch == to.side.slice_pitch;
@@ -5848,7 +6675,7 @@ inline cl::Event copy_rect(TransferEngine& engine, const char* operation, const 
                                     from.side.slice_pitch, to.side.row_pitch, to.side.slice_pitch);
   }
   if (blocking) Queue::wait(operation, last);
-  return last;
+  return count.started(last);
 }
 
 }  // namespace detail

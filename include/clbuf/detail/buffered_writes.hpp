@@ -23,6 +23,7 @@
 #include <clbuf/detail/event.hpp>
 #include <clbuf/detail/pinned_pool.hpp>
 #include <clbuf/detail/queue.hpp>
+#include <clbuf/detail/trace.hpp>
 #include <clbuf/error.hpp>
 
 #include <algorithm>
@@ -41,11 +42,14 @@ namespace detail {
 class BufferedWrites {
  public:
   /// Writes of at most `max_bytes` (> 0) through a ring of `slots` x max_bytes pinned bytes,
-  /// leased from `pinned` at the first write, for `device`; both must outlive this.
+  /// leased from `pinned` at the first write, for `device`; both must outlive this, as must
+  /// `tracer` (null: not tracing), which gets each write (copy and enqueue) as a span.
   BufferedWrites(const DeviceContext& device, PinnedPool& pinned, std::size_t max_bytes,
-                 std::size_t slots)
+                 std::size_t slots, Tracer* tracer = nullptr)
       : device_(device),
         pinned_(pinned),
+        tracer_(tracer),
+        track_(tracer != nullptr ? tracer->track("buffered writes") : 0),
         max_bytes_(max_bytes),
         ring_bytes_(round_up(max_bytes) * slots) {}
 
@@ -72,12 +76,19 @@ class BufferedWrites {
       return;
     }
     const std::size_t at = place(round_up(bytes));
+    const double begin = tracer_ != nullptr ? trace_now() : 0;  // after any wait for room
     char* slot = static_cast<char*>(ring_.data()) + at;
     std::memcpy(slot, data, bytes);
     // One write per call, with its event: the ring's bytes are held until it has completed.
     cl::Event event = device_.queue().write(operation, buffer, offset, bytes, slot, false);
     pending_.push_back(
         Pending{std::move(event), at, at + round_up(bytes), operation, bytes, offset, ++written_});
+    if (tracer_ != nullptr) {  // under mutex_: the track's spans follow one another
+      tracer_->span(track_, "buffered write", begin, trace_now(),
+                    {{"bytes", nullptr, static_cast<double>(bytes)},
+                     {"operation", operation},
+                     {"ring offset", nullptr, static_cast<double>(at)}});
+    }
   }
 
   // Most writes a read waits for in its wait list: a longer list is not free (the ring may hold
@@ -279,6 +290,8 @@ class BufferedWrites {
 
   const DeviceContext& device_;
   PinnedPool& pinned_;
+  Tracer* const tracer_;  // null: not tracing
+  const int track_;       // its "buffered writes" track
   const std::size_t max_bytes_;
   const std::size_t ring_bytes_;
   mutable std::mutex mutex_;  // the ring, pending_ and the failure; held across each write

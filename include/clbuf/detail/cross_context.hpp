@@ -66,7 +66,7 @@ inline void copy_across_contexts(const char* operation, const Queue& source, con
   const Telemetry::Path path = src.host != nullptr && dst.host != nullptr   ? Telemetry::host_copy
                                : src.host != nullptr || dst.host != nullptr ? Telemetry::direct
                                                                             : Telemetry::relayed;
-  Telemetry::Timer timer(engine.telemetry(), Telemetry::copy, path, bytes);
+  Telemetry::Timer timer(engine.telemetry(), Telemetry::copy, path, bytes, operation);
   if (dst.host != nullptr) {  // a CPU device's own memory: read straight into it
     target.finish(operation);
     if (src.host != nullptr) {

@@ -8,6 +8,7 @@
 
 #include <clbuf/detail/queue.hpp>
 #include <clbuf/detail/sub_buffers.hpp>
+#include <clbuf/detail/trace.hpp>
 #include <clbuf/device.hpp>
 #include <clbuf/error.hpp>
 #include <clbuf/options.hpp>
@@ -130,6 +131,7 @@ class DeviceContext {
     resolve_memory_model(device, operation);
     check_pinned_sizes(operation);
     resolve_automatic_sizes();
+    options_.trace_path = trace_path(options_.trace_path);  // the option wins over CLBUF_TRACE
     learn_device(device, operation);
   }
 

@@ -11,6 +11,7 @@
 
 #include <clbuf/detail/device_context.hpp>
 #include <clbuf/detail/queue.hpp>
+#include <clbuf/detail/trace.hpp>
 #include <clbuf/error.hpp>
 #include <clbuf/telemetry.hpp>
 
@@ -168,12 +169,16 @@ class PinnedPool {
       std::lock_guard<std::mutex> lock(mutex_);
       ++stats_.leases;
       PinnedBlock cached = take_cached(size, map_on.get());
-      if (cached.data() != nullptr) return Lease(this, std::move(cached));
+      if (cached.data() != nullptr) {
+        traced();
+        return Lease(this, std::move(cached));
+      }
       if (!make_room(size)) {
         ++stats_.refusals;
         return Lease();
       }
       reserve(size);  // counted before it is made, so that threads at once keep to the budget
+      traced();
     }
     return Lease(this, make(operation, size, map_on));
   }
@@ -183,6 +188,10 @@ class PinnedPool {
     std::lock_guard<std::mutex> lock(mutex_);
     return stats_;
   }
+
+  /// Records the bytes in use and cached as the counter "pinned bytes" of `tracer` at each lease
+  /// and give-back (null: not tracing); set before the first lease.
+  void trace(Tracer* tracer) noexcept { tracer_ = tracer; }
 
   /// Frees every cached block and caches none from now on (cleanup(): the queues go next;
   /// leases still out free their blocks when given back).
@@ -207,6 +216,14 @@ class PinnedPool {
       return block;
     }
     return PinnedBlock();
+  }
+
+  /// The counter "pinned bytes" now, when tracing. Under mutex_ (its values are the counts').
+  void traced() noexcept {
+    if (tracer_ == nullptr) return;
+    tracer_->counter("pinned bytes",
+                     {{"in use", nullptr, static_cast<double>(stats_.in_use_bytes)},
+                      {"cached", nullptr, static_cast<double>(stats_.cached_bytes)}});
   }
 
   /// Frees cached blocks (oldest first) until `size` more bytes fit the budget; false if they
@@ -257,11 +274,13 @@ class PinnedPool {
       try {
         free_.push_back(std::move(block));
         stats_.cached_bytes += size;
+        traced();
         return;
       } catch (...) {  // NOLINT(bugprone-empty-catch): no room to keep it: freed below
       }
     }
     stats_.allocated_bytes -= size;
+    traced();
     dropped = std::move(block);
   }
 
@@ -276,6 +295,7 @@ class PinnedPool {
   std::vector<PinnedBlock> free_;  // cached, oldest first
   PinnedStats stats_;
   bool closed_ = false;
+  Tracer* tracer_ = nullptr;  // the manager's, when it traces
 };
 
 }  // namespace detail

@@ -42,6 +42,30 @@ inline bool box_fits(const RectEnd& end, const std::array<std::size_t, 3>& origi
   return origin[0] + extent[0] <= end.side.row_pitch && origin[1] + extent[1] <= end.rows;
 }
 
+/// Counts a rect transfer of `bytes`: a blocking one timed while this lives (its API span), a
+/// started one traced until the event of its last command completes (started()).
+class RectCount {
+ public:
+  RectCount(TransferEngine& engine, Telemetry::Direction direction, std::size_t bytes,
+            const char* operation, bool blocking) {
+    if (blocking) {
+      timer_.emplace(engine.telemetry(), direction, Telemetry::direct, bytes, operation);
+    } else {
+      span_ = engine.telemetry().count_async(direction, Telemetry::direct, bytes, operation);
+    }
+  }
+
+  /// `last`, the transfer's last event, once its span is set to end when it completes.
+  cl::Event started(cl::Event last) const noexcept {
+    Telemetry::traced(span_, last());
+    return last;
+  }
+
+ private:
+  std::optional<Telemetry::Timer> timer_;
+  Telemetry::AsyncSpan span_;  // a started transfer's; not traced for blocking ones
+};
+
 /// A rectangular write (`to_device`) or read between `memory` (laid out as `device`, extents.y
 /// `rows`) and `host` (laid out as `host_side`). Blocking, or started: then the event of the
 /// last command returns (the queue is in order) and `host` must stay alive until it completes.
@@ -62,17 +86,12 @@ inline cl::Event transfer_rect(TransferEngine& engine, const char* operation, bo
   const std::size_t extent[3] = {region.size.x * element_size, region.size.y, region.size.z};
   const Telemetry::Direction direction = to_device ? Telemetry::upload : Telemetry::download;
   const std::size_t bytes = extent[0] * extent[1] * extent[2];
-  std::optional<Telemetry::Timer> timer;  // times blocking calls; started ones are counted
-  if (blocking) {
-    timer.emplace(engine.telemetry(), direction, Telemetry::direct, bytes);
-  } else {
-    engine.telemetry().count_async(direction, Telemetry::direct, bytes);
-  }
+  const RectCount count(engine, direction, bytes, operation, blocking);
   const Queue& queue = engine.queue();
   if (box_fits(end, buffer_origin, extent)) {
-    return queue.transfer_rect(operation, to_device, end.root, buffer_origin.data(), host_offset,
-                               extent, device.row_pitch, device.slice_pitch, host_side.row_pitch,
-                               host_side.slice_pitch, host, blocking);
+    return count.started(queue.transfer_rect(
+        operation, to_device, end.root, buffer_origin.data(), host_offset, extent, device.row_pitch,
+        device.slice_pitch, host_side.row_pitch, host_side.slice_pitch, host, blocking));
   }
   cl::Event last;
   char* const base = static_cast<char*>(host) + host_side.origin_bytes;
@@ -85,7 +104,7 @@ inline cl::Event transfer_rect(TransferEngine& engine, const char* operation, bo
     }
   }
   if (blocking) Queue::wait(operation, last);
-  return last;
+  return count.started(last);
 }
 
 /// One checked side of a copy_rect, in its root buffer.
@@ -134,12 +153,7 @@ inline cl::Event copy_rect(TransferEngine& engine, const char* operation, const 
   const std::array<std::size_t, 3> dst_origin = origin_in_buffer(to);
   const std::size_t extent[3] = {size.x * element_size, size.y, size.z};
   const std::size_t bytes = extent[0] * extent[1] * extent[2];
-  std::optional<Telemetry::Timer> timer;
-  if (blocking) {
-    timer.emplace(engine.telemetry(), Telemetry::copy, Telemetry::direct, bytes);
-  } else {
-    engine.telemetry().count_async(Telemetry::copy, Telemetry::direct, bytes);
-  }
+  const RectCount count(engine, Telemetry::copy, bytes, operation, blocking);
   cl::Event last;
   const bool same_pitches =
       from.side.row_pitch == to.side.row_pitch && from.side.slice_pitch == to.side.slice_pitch;
@@ -154,7 +168,7 @@ inline cl::Event copy_rect(TransferEngine& engine, const char* operation, const 
                                     from.side.slice_pitch, to.side.row_pitch, to.side.slice_pitch);
   }
   if (blocking) Queue::wait(operation, last);
-  return last;
+  return count.started(last);
 }
 
 }  // namespace detail

@@ -30,6 +30,7 @@
 #include <clbuf/detail/event.hpp>
 #include <clbuf/detail/host_memory.hpp>
 #include <clbuf/detail/pinned_pool.hpp>
+#include <clbuf/detail/trace.hpp>
 #include <clbuf/detail/worker_pool.hpp>
 #include <clbuf/error.hpp>
 
@@ -53,11 +54,13 @@ namespace detail {
 class Stager {
  public:
   /// `slots` pinned chunks of `chunk_bytes` from `pinned`, shared out among up to `threads`
-  /// threads, for `device` (OpenCL 1.2: markers and barriers); both must outlive the Stager.
+  /// threads, for `device` (OpenCL 1.2: markers and barriers); both must outlive the Stager, as
+  /// must `tracer` (null: not tracing), which gets each chunk's host copy and DMA as spans.
   Stager(const DeviceContext& device, PinnedPool& pinned, std::size_t chunk_bytes,
-         std::size_t slots, unsigned threads)
+         std::size_t slots, unsigned threads, Tracer* tracer = nullptr)
       : device_(device),
         pinned_(pinned),
+        tracer_(tracer),
         chunk_bytes_(std::max<std::size_t>(chunk_bytes, 4096)),
         slot_count_(std::max<std::size_t>(slots, 2)),
         threads_(static_cast<unsigned>(
@@ -125,6 +128,10 @@ class Stager {
     PinnedPool::Lease block;
     void* host = nullptr;  // block.data()
     cl::Event busy;        // the DMA that last used this slot
+    // When tracing: that DMA's chunk, bytes, copy thread and when it was enqueued (trace_now()).
+    std::size_t chunk = 0, length = 0;
+    unsigned worker = 0;
+    double enqueued = 0;
   };
 
   /// Where a transfer waits: its lane, its ticket there, and how far the other lane must have
@@ -301,6 +308,8 @@ class Stager {
     std::uint64_t next_ticket = 0;  // under order_
     std::deque<Extent> pending;     // under order_: tickets taken and not yet released, in order
     std::uint64_t serving = 0;      // under turn_mutex_
+    std::vector<int> copy_tracks;   // when tracing: each worker's track, made with the slots
+    int dma_track = 0;
   };
 
   Lane& lane(bool to_device) noexcept { return lanes_[to_device ? 0 : 1]; }
@@ -368,41 +377,93 @@ class Stager {
   void work(unsigned index, Job& job) noexcept {
     const std::size_t per_worker = job.per_worker;
     Slot* slots = &job.lane->slots[index * per_worker];
-    cl_command_queue queue = job.lane->queue;
     bool ready = job.after == nullptr;  // whether the work queued before the call has finished
     std::size_t turn = 0;
     for (std::size_t k; !job.failed && (k = job.next.fetch_add(1)) < job.chunks;) {
       Slot& slot = slots[turn++ % per_worker];
       if (!settle(slot, job)) break;
-      const std::size_t offset = k * job.chunk;
-      const std::size_t length = std::min(job.chunk, job.bytes - offset);
-      cl_event event = nullptr;
-      if (job.to_device) {
-        copy_streaming(slot.host, job.host + offset, length);
-        if (!waited_before(ready, job)) break;
-        if (!ok(CLBUF_CL(clEnqueueWriteBuffer)(queue, job.memory, CL_FALSE,
-                                               job.memory_offset + offset, length, slot.host, 0,
-                                               nullptr, &event),
-                "clEnqueueWriteBuffer", job)) {
-          break;
-        }
-        slot.busy = cl::Event(event, false);
-        if (!ok(CLBUF_CL(clFlush)(queue), "clFlush", job)) break;
-      } else {
-        if (!waited_before(ready, job)) break;
-        if (!ok(CLBUF_CL(clEnqueueReadBuffer)(queue, job.memory, CL_FALSE,
-                                              job.memory_offset + offset, length, slot.host, 0,
-                                              nullptr, &event),
-                "clEnqueueReadBuffer", job)) {
-          break;
-        }
-        slot.busy = cl::Event(event, false);
-        if (!settle(slot, job)) break;
-        copy_streaming(job.host + offset, slot.host, length);
+      if (!(job.to_device ? upload_chunk(index, slot, k, ready, job)
+                          : download_chunk(index, slot, k, ready, job))) {
+        break;
       }
     }
     // Every exit, a failure included, waits until none of this worker's slots is in flight.
     for (std::size_t s = 0; s < per_worker; ++s) settle(slots[s], job);
+  }
+
+  /// Chunk `k` of an upload: copied into `slot`, then its DMA enqueued (not waited for); false
+  /// (and the job marked failed) on a failure.
+  bool upload_chunk(unsigned index, Slot& slot, std::size_t k, bool& ready, Job& job) noexcept {
+    const std::size_t offset = k * job.chunk;
+    const std::size_t length = std::min(job.chunk, job.bytes - offset);
+    host_copy(index, job, k, length, [&] { copy_streaming(slot.host, job.host + offset, length); });
+    if (!waited_before(ready, job)) return false;
+    const double begin = tracer_ != nullptr ? trace_now() : 0;
+    cl_event event = nullptr;
+    if (!ok(CLBUF_CL(clEnqueueWriteBuffer)(job.lane->queue, job.memory, CL_FALSE,
+                                           job.memory_offset + offset, length, slot.host, 0,
+                                           nullptr, &event),
+            "clEnqueueWriteBuffer", job)) {
+      return false;
+    }
+    enqueued(slot, event, k, length, index, begin);
+    return ok(CLBUF_CL(clFlush)(job.lane->queue), "clFlush", job);
+  }
+
+  /// Chunk `k` of a download: its DMA into `slot`, waited for, then copied out.
+  bool download_chunk(unsigned index, Slot& slot, std::size_t k, bool& ready, Job& job) noexcept {
+    const std::size_t offset = k * job.chunk;
+    const std::size_t length = std::min(job.chunk, job.bytes - offset);
+    if (!waited_before(ready, job)) return false;
+    const double begin = tracer_ != nullptr ? trace_now() : 0;
+    cl_event event = nullptr;
+    if (!ok(CLBUF_CL(clEnqueueReadBuffer)(job.lane->queue, job.memory, CL_FALSE,
+                                          job.memory_offset + offset, length, slot.host, 0, nullptr,
+                                          &event),
+            "clEnqueueReadBuffer", job)) {
+      return false;
+    }
+    enqueued(slot, event, k, length, index, begin);
+    if (!settle(slot, job)) return false;
+    host_copy(index, job, k, length, [&] { copy_streaming(job.host + offset, slot.host, length); });
+    return true;
+  }
+
+  /// `slot` is busy with the DMA `event` of chunk `k` (`length` bytes), enqueued by worker
+  /// `index` at `begin`.
+  void enqueued(Slot& slot, cl_event event, std::size_t k, std::size_t length, unsigned index,
+                double begin) noexcept {
+    slot.busy = cl::Event(event, false);
+    slot.chunk = k;
+    slot.length = length;
+    slot.worker = index;
+    slot.enqueued = begin;
+    if (tracer_ != nullptr) count_in_flight(1);
+  }
+
+  /// The counter "in-flight chunks" (DMAs enqueued and not yet waited for, both lanes) moved by
+  /// `change`; when tracing only. Counted and stamped under one lock, so the values follow the
+  /// timestamps (the last is the count left).
+  void count_in_flight(int change) noexcept {
+    std::lock_guard<std::mutex> lock(in_flight_mutex_);
+    in_flight_ += change;
+    tracer_->counter("in-flight chunks", {{"chunks", nullptr, static_cast<double>(in_flight_)}});
+  }
+
+  /// Runs `copy`, chunk `k`'s host copy of `length` bytes by worker `index`; when tracing, a span
+  /// on the worker's track.
+  template <class Copy>
+  void host_copy(unsigned index, const Job& job, std::size_t k, std::size_t length,
+                 Copy copy) noexcept {
+    if (tracer_ == nullptr) {
+      copy();
+      return;
+    }
+    const double begin = trace_now();
+    copy();
+    tracer_->span(job.lane->copy_tracks[index], "chunk host copy", begin, trace_now(),
+                  {{"chunk", nullptr, static_cast<double>(k)},
+                   {"bytes", nullptr, static_cast<double>(length)}});
   }
 
   /// Waits, once (`ready` remembers it), for the work queued before the call; false (and the job
@@ -412,10 +473,19 @@ class Stager {
   }
 
   /// Waits for the slot's last DMA; false (and the job marked failed) if it failed.
+  /// When tracing, the DMA's span from its enqueue until this wait returned: the host's view of
+  /// the device (it may overlap the other slots' DMAs).
   bool settle(Slot& slot, Job& job) noexcept {
     if (slot.busy() == nullptr) return true;
     const cl_int err = Queue::wait_code(slot.busy());
     slot.busy = cl::Event();
+    if (tracer_ != nullptr) {
+      count_in_flight(-1);
+      tracer_->overlapping(job.lane->dma_track, "chunk DMA (host view)", slot.enqueued, trace_now(),
+                           {{"chunk", nullptr, static_cast<double>(slot.chunk)},
+                            {"bytes", nullptr, static_cast<double>(slot.length)},
+                            {"copy thread", nullptr, static_cast<double>(slot.worker)}});
+    }
     return ok(err, "a chunk's DMA", job);
   }
 
@@ -444,10 +514,26 @@ class Stager {
       lane.slots.push_back(std::move(slot));
     }
     if (!lane.workers) lane.workers = std::make_unique<WorkerPool>(threads_);
+    if (tracer_ != nullptr && lane.copy_tracks.empty()) trace_lane(lane);
+  }
+
+  /// The lane's tracks: each worker's host copies, and its DMAs as the host sees them.
+  void trace_lane(Lane& lane) {
+    const std::string direction = &lane == &lanes_[0] ? "uploads" : "downloads";
+    std::vector<int> tracks;  // set whole, or not at all
+    for (unsigned i = 0; i < threads_; ++i) {
+      tracks.push_back(
+          tracer_->track("staging copy thread " + std::to_string(i) + ", " + direction));
+    }
+    lane.dma_track = tracer_->track("device (host's view), " + direction);
+    lane.copy_tracks.swap(tracks);
   }
 
   const DeviceContext& device_;
   PinnedPool& pinned_;
+  Tracer* const tracer_;  // null: not tracing
+  std::mutex in_flight_mutex_;
+  int in_flight_ = 0;  // when tracing, under in_flight_mutex_: DMAs enqueued, not waited for
   const std::size_t chunk_bytes_;
   const std::size_t slot_count_;
   const unsigned threads_;  // at most slot_count_ / 2: each thread has two slots or more

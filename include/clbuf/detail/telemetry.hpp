@@ -1,9 +1,12 @@
 // SPDX-License-Identifier: MIT
 // A manager's transfer counters: bytes, operations, time and the path taken per direction. Cheap
-// enough to stay on: a few relaxed atomic additions and two clock reads per blocking call.
+// enough to stay on: a few relaxed atomic additions and two clock reads per blocking call. Every
+// transfer the engine counts is also a span of the trace when the manager traces (trace.hpp): the
+// counting is the one place each transfer passes, so it is instrumented once, here.
 #ifndef CLBUF_DETAIL_TELEMETRY_HPP
 #define CLBUF_DETAIL_TELEMETRY_HPP
 
+#include <clbuf/detail/trace.hpp>
 #include <clbuf/telemetry.hpp>
 
 #include <atomic>
@@ -40,32 +43,85 @@ class Telemetry {
   };
 
  public:
+  /// The name of `direction`, as the trace's spans give it.
+  static const char* name(Direction direction) noexcept {
+    static const char* const names[3] = {"upload", "download", "copy"};
+    return names[direction];
+  }
+
   /// Counts a transfer on `path`; time it by keeping the returned Timer alive across the
-  /// blocking call.
+  /// blocking call. When tracing, its end records a span named `operation` (a string literal) on
+  /// the calling thread's "API calls" track.
   class Timer {
    public:
-    Timer(Telemetry& telemetry, Direction direction, Path path, std::uint64_t bytes) noexcept
-        : counter_(telemetry.counters_[direction]), start_(std::chrono::steady_clock::now()) {
+    Timer(Telemetry& telemetry, Direction direction, Path path, std::uint64_t bytes,
+          const char* operation) noexcept
+        : counter_(telemetry.counters_[direction]),
+          tracer_(telemetry.tracer_),
+          operation_(operation),
+          direction_(direction),
+          path_(path),
+          bytes_(bytes),
+          start_(std::chrono::steady_clock::now()) {
       counter_.count(path, bytes);
     }
     Timer(const Timer&) = delete;
     Timer& operator=(const Timer&) = delete;
     ~Timer() {
-      const auto elapsed = std::chrono::steady_clock::now() - start_;
+      const auto end = std::chrono::steady_clock::now();
       counter_.nanoseconds.fetch_add(
           static_cast<std::uint64_t>(
-              std::chrono::duration_cast<std::chrono::nanoseconds>(elapsed).count()),
+              std::chrono::duration_cast<std::chrono::nanoseconds>(end - start_).count()),
           std::memory_order_relaxed);
+      if (tracer_ != nullptr) {
+        tracer_->api_span(operation_, trace_time(start_), trace_time(end),
+                          {{"bytes", nullptr, static_cast<double>(bytes_)},
+                           {"path", Telemetry::name(path_)},
+                           {"direction", Telemetry::name(direction_)}});
+      }
     }
 
    private:
     Counter& counter_;
-    std::chrono::steady_clock::time_point start_;
+    Tracer* const tracer_;  // null: not tracing
+    const char* const operation_;
+    const Direction direction_;
+    const Path path_;
+    const std::uint64_t bytes_;
+    const std::chrono::steady_clock::time_point start_;
   };
 
-  void count_async(Direction direction, Path path, std::uint64_t bytes) noexcept {
+  /// A started transfer, counted; traced() records its span once its event is known.
+  struct AsyncSpan {
+    Tracer* tracer = nullptr;  // null: not tracing
+    const char* operation = "";
+    Direction direction = upload;
+    Path path = direct;
+    std::uint64_t bytes = 0;
+    double begin = 0;
+  };
+
+  /// Counts a started transfer (its time is not counted: it overlaps other work).
+  AsyncSpan count_async(Direction direction, Path path, std::uint64_t bytes,
+                        const char* operation) noexcept {
     counters_[direction].count(path, bytes);
+    if (tracer_ == nullptr) return AsyncSpan();
+    return AsyncSpan{tracer_, operation, direction, path, bytes, trace_now()};
   }
+
+  /// When tracing, the span of `started` from its call until `event` (null: none; the span ends
+  /// now) completes, on the manager's "started transfers (host's view)" track.
+  static void traced(const AsyncSpan& started, cl_event event) noexcept {
+    if (started.tracer == nullptr) return;
+    started.tracer->until_complete(event, started.tracer->started_track(), started.operation,
+                                   started.begin,
+                                   {{"bytes", nullptr, static_cast<double>(started.bytes)},
+                                    {"path", Telemetry::name(started.path)},
+                                    {"direction", Telemetry::name(started.direction)}});
+  }
+
+  /// Traces every transfer counted from now on into `tracer` (null: no tracing); set before any.
+  void trace(Tracer* tracer) noexcept { tracer_ = tracer; }
 
   void fill(TransferStats& stats) const noexcept {
     DirectionStats* out[] = {&stats.upload, &stats.download, &stats.copy};
@@ -94,6 +150,7 @@ class Telemetry {
 
  private:
   Counter counters_[3];
+  Tracer* tracer_ = nullptr;  // the manager's, when it traces
 };
 
 }  // namespace detail

@@ -39,6 +39,7 @@
 #include <clbuf/detail/queue.hpp>
 #include <clbuf/detail/staging.hpp>
 #include <clbuf/detail/telemetry.hpp>
+#include <clbuf/detail/trace.hpp>
 #include <clbuf/options.hpp>
 
 #include <algorithm>
@@ -58,19 +59,28 @@ class TransferEngine {
  public:
   enum class Path { host_block, staged, buffered, bounced, queue };
 
+  /// The engine of `device`; traces to Options::trace_path when it is set (resolved with
+  /// CLBUF_TRACE). @throws Error CL_INVALID_VALUE when the trace file cannot be written.
   explicit TransferEngine(const DeviceContext& device)
       : device_(device),
+        tracer_(device.options().trace_path.empty()
+                    ? nullptr
+                    : std::make_unique<Tracer>(device.options().trace_path,
+                                               "clbuf: " + device.info().name, "BufferManager")),
         copier_(device.options().copy_threads),
         pinned_(device, device.options().pinned_budget_bytes) {
     const Options& options = device.options();
+    pinned_.trace(tracer_.get());
+    telemetry_.trace(tracer_.get());
     if (options.memory == MemoryModel::discrete &&
         options.staging_threshold_bytes != Options::never && device.opencl_1_2()) {
-      stager_ = std::make_unique<Stager>(device, pinned_, options.staging_chunk_bytes,
-                                         options.staging_chunks, options.copy_threads);
+      stager_ =
+          std::make_unique<Stager>(device, pinned_, options.staging_chunk_bytes,
+                                   options.staging_chunks, options.copy_threads, tracer_.get());
     }
     if (options.memory == MemoryModel::discrete && options.buffered_upload_max_bytes != 0) {
       buffered_ = std::make_unique<BufferedWrites>(
-          device, pinned_, options.buffered_upload_max_bytes, buffered_ring_slots);
+          device, pinned_, options.buffered_upload_max_bytes, buffered_ring_slots, tracer_.get());
     }
   }
 
@@ -124,7 +134,7 @@ class TransferEngine {
              std::size_t bytes, HostMemory host) {
     if (bytes == 0) return;
     const Path path = route(memory, bytes, host, Use::blocking_write);
-    Telemetry::Timer timer(telemetry_, Telemetry::upload, counted(path), bytes);
+    Telemetry::Timer timer(telemetry_, Telemetry::upload, counted(path), bytes, operation);
     switch (path) {
       case Path::host_block:
         queue().finish(operation);
@@ -150,7 +160,7 @@ class TransferEngine {
                    std::size_t bytes, HostMemory host) {
     if (bytes == 0) return;
     if (memory.host != nullptr && memory.fresh) {
-      Telemetry::Timer timer(telemetry_, Telemetry::upload, Telemetry::host_copy, bytes);
+      Telemetry::Timer timer(telemetry_, Telemetry::upload, Telemetry::host_copy, bytes, operation);
       copier_.copy(memory.host_at(0), data, bytes);
       return;
     }
@@ -162,7 +172,7 @@ class TransferEngine {
             std::size_t bytes, HostMemory host) {
     if (bytes == 0) return;
     const Path path = route(memory, bytes, host, Use::blocking_read);
-    Telemetry::Timer timer(telemetry_, Telemetry::download, counted(path), bytes);
+    Telemetry::Timer timer(telemetry_, Telemetry::download, counted(path), bytes, operation);
     switch (path) {
       case Path::host_block:
         queue().finish(operation);
@@ -196,7 +206,7 @@ class TransferEngine {
       read(operation, memory, offset, out.data(), bytes, HostMemory::pageable);
       return out;
     }
-    Telemetry::Timer timer(telemetry_, Telemetry::download, Telemetry::bounced, bytes);
+    Telemetry::Timer timer(telemetry_, Telemetry::download, Telemetry::bounced, bytes, operation);
     return read_bounced(operation, memory, offset, bytes, make);  // read_blocking() settled
   }
 
@@ -212,18 +222,20 @@ class TransferEngine {
     const Path path = route(memory, bytes, HostMemory::pageable, Use::started);
     const bool at_once =
         path == Path::host_block && now_if_fresh && memory.fresh && bytes < huge_page_bytes;
-    telemetry_.count_async(Telemetry::upload, at_once ? Telemetry::host_copy : started(path),
-                           bytes);
+    const Telemetry::AsyncSpan span = telemetry_.count_async(
+        Telemetry::upload, at_once ? Telemetry::host_copy : started(path), bytes, operation);
+    Started start;
     if (at_once) {
       std::memcpy(memory.host_at(offset), data, bytes);
-      return Started();
+    } else if (path == Path::staged) {
+      start = stager_->submit(true, memory.buffer, memory.at(offset), const_cast<void*>(data),
+                              bytes, operation, std::move(keep), background_);
+    } else {
+      start.event =
+          queue().write(operation, memory.buffer(), memory.at(offset), bytes, data, false);
     }
-    if (path == Path::staged) {
-      return stager_->submit(true, memory.buffer, memory.at(offset), const_cast<void*>(data), bytes,
-                             operation, std::move(keep), background_);
-    }
-    return Started{queue().write(operation, memory.buffer(), memory.at(offset), bytes, data, false),
-                   nullptr};
+    Telemetry::traced(span, start.event());
+    return start;
   }
 
   /// Starts reading `bytes` at `offset` into `out` by the path rule; nothing to wait for for
@@ -232,13 +244,17 @@ class TransferEngine {
                      std::size_t bytes) {
     if (bytes == 0) return Started();
     const Path path = route(memory, bytes, HostMemory::pageable, Use::started);
-    telemetry_.count_async(Telemetry::download, started(path), bytes);
+    const Telemetry::AsyncSpan span =
+        telemetry_.count_async(Telemetry::download, started(path), bytes, operation);
+    Started start;
     if (path == Path::staged) {
-      return stager_->submit(false, memory.buffer, memory.at(offset), out, bytes, operation,
-                             nullptr, background_);
+      start = stager_->submit(false, memory.buffer, memory.at(offset), out, bytes, operation,
+                              nullptr, background_);
+    } else {
+      start.event = queue().read(operation, memory.buffer(), memory.at(offset), bytes, out, false);
     }
-    return Started{queue().read(operation, memory.buffer(), memory.at(offset), bytes, out, false),
-                   nullptr};
+    Telemetry::traced(span, start.event());
+    return start;
   }
 
   /// Device copy of checked, non-overlapping ranges; returns when done.
@@ -247,7 +263,8 @@ class TransferEngine {
     if (bytes == 0) return;
     const bool host_blocks = src.host != nullptr && dst.host != nullptr;
     Telemetry::Timer timer(telemetry_, Telemetry::copy,
-                           host_blocks ? Telemetry::host_copy : Telemetry::direct, bytes);
+                           host_blocks ? Telemetry::host_copy : Telemetry::direct, bytes,
+                           operation);
     if (host_blocks) {
       // Both live in host memory, which is this device's memory: one memcpy is the copy.
       queue().finish(operation);
@@ -263,9 +280,12 @@ class TransferEngine {
   cl::Event copy_async(const char* operation, const Allocation& src, std::size_t src_offset,
                        const Allocation& dst, std::size_t dst_offset, std::size_t bytes) {
     if (bytes == 0) return cl::Event();
-    telemetry_.count_async(Telemetry::copy, Telemetry::direct, bytes);
-    return queue().copy(operation, src.buffer(), dst.buffer(), src.at(src_offset),
-                        dst.at(dst_offset), bytes);
+    const Telemetry::AsyncSpan span =
+        telemetry_.count_async(Telemetry::copy, Telemetry::direct, bytes, operation);
+    cl::Event event = queue().copy(operation, src.buffer(), dst.buffer(), src.at(src_offset),
+                                   dst.at(dst_offset), bytes);
+    Telemetry::traced(span, event());
+    return event;
   }
 
   /// Repeats the `size`-byte `pattern` `count` times from byte `offset` of `memory`.
@@ -273,8 +293,8 @@ class TransferEngine {
             const void* pattern, std::size_t size, std::size_t count) {
     const std::size_t bytes = count * size;
     Telemetry::Timer timer(telemetry_, Telemetry::upload,
-                           memory.host != nullptr ? Telemetry::host_copy : Telemetry::direct,
-                           bytes);
+                           memory.host != nullptr ? Telemetry::host_copy : Telemetry::direct, bytes,
+                           operation);
     if (memory.host != nullptr) {
       queue().finish(operation);
       char* out = memory.host_at(offset);
@@ -293,8 +313,11 @@ class TransferEngine {
   Started fill_async(const char* operation, const Allocation& memory, std::size_t offset,
                      const void* pattern, std::size_t size, std::size_t count) {
     if (count == 0) return Started();
-    telemetry_.count_async(Telemetry::upload, Telemetry::direct, count * size);
-    return Started{fill_commands(operation, memory, offset, pattern, size, count), nullptr};
+    const Telemetry::AsyncSpan span =
+        telemetry_.count_async(Telemetry::upload, Telemetry::direct, count * size, operation);
+    Started start{fill_commands(operation, memory, offset, pattern, size, count), nullptr};
+    Telemetry::traced(span, start.event());
+    return start;
   }
 
   const Queue& queue() const noexcept { return device_.queue(); }
@@ -331,6 +354,7 @@ class TransferEngine {
     stager_.reset();
     if (buffered_) buffered_->close();
     pinned_.close();
+    if (tracer_) tracer_->flush();  // the file is whole once cleanup() returns
   }
 
   /// The path of PathStats a blocking transfer routed to `path` is counted on.
@@ -453,6 +477,7 @@ class TransferEngine {
   static constexpr std::size_t buffered_ring_slots = 16;
 
   const DeviceContext& device_;
+  std::unique_ptr<Tracer> tracer_;  // null: not tracing; before everything that records into it
   ParallelCopier copier_;
   PinnedPool pinned_;  // before the stager and the ring: they lease from it, so it ends last
   std::unique_ptr<Stager> stager_;            // discrete devices only

@@ -1,0 +1,612 @@
+// SPDX-License-Identifier: MIT
+// The tracer (CLBUF_TRACE, Options::trace_path): a timeline of a manager's transfers in the Chrome
+// Trace Event Format, which Perfetto and chrome://tracing open (docs/performance.md "Tracing").
+// Managers tracing to one path share one file (TraceFile, a registry by path), each its own pid.
+// Each thread appends to a buffer of its own (its own mutex, uncontended but for a flush), written
+// into the file once it holds buffer_events events and at cleanup(), destruction and exit. The
+// file is rewritten to end in "]}" after every write, so it is valid JSON whenever the program
+// stops: at exit, and on std::terminate (an uncaught exception), whose handler writes the buffers
+// first. Timestamps are std::chrono::steady_clock in microseconds (absolute: two processes on one
+// host line up). When tracing is off the components hold a null Tracer*: one branch per span.
+#ifndef CLBUF_DETAIL_TRACE_HPP
+#define CLBUF_DETAIL_TRACE_HPP
+
+#include <clbuf/error.hpp>
+
+#include <algorithm>
+#include <atomic>
+#include <cerrno>
+#include <chrono>
+#include <condition_variable>
+#include <cstddef>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <exception>
+#include <initializer_list>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace clbuf {
+namespace detail {
+
+/// Now, in microseconds of std::chrono::steady_clock: the trace's clock.
+inline double trace_now() noexcept {
+  return std::chrono::duration<double, std::micro>(
+             std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
+/// `time` in the trace's clock.
+inline double trace_time(std::chrono::steady_clock::time_point time) noexcept {
+  return std::chrono::duration<double, std::micro>(time.time_since_epoch()).count();
+}
+
+/// One argument of an event: a number, or `text` (a string literal) when not null.
+struct TraceArg {
+  const char* key = nullptr;  // null: no argument
+  const char* text = nullptr;
+  double number = 0;
+};
+
+/// One event as a thread's buffer holds it: no allocation but the buffer's own. `name` and every
+/// text are string literals (or outlive the file). Phases: 'X' a complete span, 'A' a span that
+/// may overlap others on its track (written as the async pair "b"/"e" with `id`), 'C' a counter.
+struct TraceEvent {
+  char phase = 'X';
+  const char* name = "";
+  int pid = 0;
+  int tid = 0;
+  double begin = 0;  // microseconds, trace_now()
+  double end = 0;
+  std::uint64_t id = 0;
+  TraceArg args[3];
+};
+
+/// `text` as a JSON string's contents.
+inline void append_json_string(std::string& out, const char* text) {
+  for (const char* c = text; *c != '\0'; ++c) {
+    const unsigned char byte = static_cast<unsigned char>(*c);
+    if (byte == '"' || byte == '\\') {
+      out += '\\';
+      out += *c;
+    } else if (byte < 0x20) {
+      char escaped[8];
+      std::snprintf(escaped, sizeof(escaped), "\\u%04x", byte);
+      out += escaped;
+    } else {
+      out += *c;
+    }
+  }
+}
+
+/// `value` as a JSON number (integers exactly up to 2^53; never NaN or infinity, which JSON lacks).
+inline void append_json_number(std::string& out, double value) {
+  char text[32];
+  std::snprintf(text, sizeof(text), "%.17g", value == value && value - value == 0 ? value : 0.0);
+  out += text;
+}
+
+/// A time in microseconds to the nanosecond, as a JSON number.
+inline void append_json_time(std::string& out, double microseconds) {
+  char text[40];
+  std::snprintf(text, sizeof(text), "%.3f", microseconds);
+  out += text;
+}
+
+/// The events of a TraceEvent as JSON objects, each followed by ",\n".
+inline void append_trace_event(std::string& out, const TraceEvent& event) {
+  const bool pair = event.phase == 'A';
+  const char phases[2] = {pair ? 'b' : event.phase, 'e'};
+  for (int half = 0; half < (pair ? 2 : 1); ++half) {
+    out += "{\"ph\":\"";
+    out += phases[half];
+    out += "\",\"cat\":\"clbuf\",\"name\":\"";
+    append_json_string(out, event.name);
+    out += "\",\"pid\":" + std::to_string(event.pid) + ",\"tid\":" + std::to_string(event.tid);
+    out += ",\"ts\":";
+    append_json_time(out, half == 0 ? event.begin : event.end);
+    if (event.phase == 'X') {
+      out += ",\"dur\":";
+      append_json_time(out, std::max(0.0, event.end - event.begin));
+    }
+    if (pair) out += ",\"id\":" + std::to_string(event.id);
+    out += ",\"args\":{";
+    for (int a = 0; half == 0 && a < 3 && event.args[a].key != nullptr; ++a) {
+      out += a == 0 ? "\"" : ",\"";
+      append_json_string(out, event.args[a].key);
+      out += "\":";
+      if (event.args[a].text == nullptr) {
+        append_json_number(out, event.args[a].number);
+      } else {
+        out += '"';
+        append_json_string(out, event.args[a].text);
+        out += '"';
+      }
+    }
+    out += "}},\n";
+  }
+}
+
+class TraceFile;
+
+/// A thread's events for one file, until the file takes them. Its mutex is taken by the thread
+/// at each event and by the file when it writes them out: uncontended but for that.
+struct TraceBuffer {
+  std::mutex mutex;
+  std::vector<TraceEvent> events;  // under mutex
+  bool closed = false;             // under mutex: the file has ended; events are dropped
+  // The thread's own, no lock: its "API calls" track per process (pid, tid).
+  std::vector<std::pair<int, int>> api_tracks;
+};
+
+/// One trace file, shared by the managers that trace to its path (open()).
+class TraceFile {
+ public:
+  /// Events a thread's buffer holds before the thread writes them into the file.
+  static constexpr std::size_t buffer_events = 4096;
+
+  /// The file of `path`, opened (truncated) by its first manager and shared by the others while
+  /// one holds it. @throws Error CL_INVALID_VALUE naming the path and the OS error when it cannot
+  /// be written (a folder, a missing or read-only folder).
+  static std::shared_ptr<TraceFile> open(const std::string& path, const char* operation);
+
+  TraceFile(const TraceFile&) = delete;
+  TraceFile& operator=(const TraceFile&) = delete;
+  /// Writes every buffer out and closes the file (valid JSON).
+  ~TraceFile() {
+    flush();
+    for (const auto& buffer : buffers_) {
+      std::lock_guard<std::mutex> lock(buffer->mutex);
+      buffer->closed = true;  // its thread drops it at its next new buffer
+    }
+    std::lock_guard<std::mutex> lock(write_mutex_);
+    std::fclose(file_);
+  }
+
+  const std::string& path() const noexcept { return path_; }
+
+  /// A new process (a manager) named `name`: its pid.
+  int process(const std::string& name) {
+    const int pid = next_pid_.fetch_add(1);
+    write_metadata("process_name", pid, 0, name);
+    return pid;
+  }
+
+  /// The track of `pid` named `name` (made at its first use): its tid.
+  int track(int pid, const std::string& name) {
+    {
+      std::lock_guard<std::mutex> lock(tracks_mutex_);
+      const auto found = tracks_.find({pid, name});
+      if (found != tracks_.end()) return found->second;
+    }
+    const int tid = next_tid_.fetch_add(1);
+    write_metadata("thread_name", pid, tid, name);
+    std::lock_guard<std::mutex> lock(tracks_mutex_);
+    return tracks_.emplace(std::make_pair(pid, name), tid).first->second;
+  }
+
+  /// The calling thread's "API calls" track in `pid`.
+  int api_track(int pid) {
+    TraceBuffer& buffer = own_buffer();
+    for (const auto& known : buffer.api_tracks) {
+      if (known.first == pid) return known.second;
+    }
+    const int number = api_threads_.fetch_add(1);
+    const int tid = track(pid, "API calls, thread " + std::to_string(number));
+    buffer.api_tracks.emplace_back(pid, tid);
+    return tid;
+  }
+
+  /// Appends `event` to the calling thread's buffer, which it writes out when full. Never throws:
+  /// an event that finds no memory is dropped.
+  void record(const TraceEvent& event) noexcept {
+    try {
+      TraceBuffer& buffer = own_buffer();
+      std::vector<TraceEvent> full;
+      {
+        std::lock_guard<std::mutex> lock(buffer.mutex);
+        if (buffer.closed) return;
+        buffer.events.push_back(event);
+        if (buffer.events.size() >= buffer_events) full.swap(buffer.events);
+      }
+      if (!full.empty()) write_events(full);
+    } catch (...) {  // NOLINT(bugprone-empty-catch): tracing never fails a transfer
+    }
+  }
+
+  /// Writes every thread's buffer into the file (cleanup(), exit, std::terminate).
+  void flush() noexcept {
+    std::vector<std::shared_ptr<TraceBuffer>> buffers;
+    {
+      std::lock_guard<std::mutex> lock(buffers_mutex_);
+      buffers = buffers_;
+      // Buffers of threads that have ended (the file alone holds them) go once written.
+      buffers_.erase(std::remove_if(buffers_.begin(), buffers_.end(),
+                                    [](const auto& b) { return b.use_count() == 2; }),
+                     buffers_.end());
+    }
+    for (const auto& buffer : buffers) {
+      std::vector<TraceEvent> events;
+      {
+        std::lock_guard<std::mutex> lock(buffer->mutex);
+        events.swap(buffer->events);
+      }
+      try {
+        write_events(events);
+      } catch (...) {  // NOLINT(bugprone-empty-catch): out of memory: those events are lost
+      }
+    }
+  }
+
+  /// A span is waiting for an event's callback (Tracer::until_complete).
+  void pending() noexcept { pending_.fetch_add(1); }
+  /// That callback has recorded its span.
+  void recorded() noexcept {
+    {
+      std::lock_guard<std::mutex> lock(pending_mutex_);
+      pending_.fetch_sub(1);
+    }
+    drained_.notify_all();
+  }
+  /// Waits, at most `limit`, until no span waits for a callback: once the queue has finished,
+  /// every callback is about to run (cleanup(), a manager's end).
+  void drain(std::chrono::milliseconds limit) noexcept {
+    std::unique_lock<std::mutex> lock(pending_mutex_);
+    drained_.wait_for(lock, limit, [&] { return pending_.load() == 0; });
+  }
+
+  /// A number unique in the file, for the ids of spans that may overlap.
+  std::uint64_t next_id() noexcept { return next_id_.fetch_add(1); }
+
+ private:
+  TraceFile(std::FILE* file, std::string path) : file_(file), path_(std::move(path)) {}
+
+  /// The calling thread's buffer for this file (made and registered at its first event).
+  TraceBuffer& own_buffer() {
+    thread_local std::vector<std::pair<std::uint64_t, std::shared_ptr<TraceBuffer>>> mine;
+    for (const auto& entry : mine) {
+      if (entry.first == serial_) return *entry.second;
+    }
+    // Entries of files that have ended are dropped here, so a thread holds few.
+    mine.erase(std::remove_if(mine.begin(), mine.end(),
+                              [](const auto& entry) {
+                                std::lock_guard<std::mutex> lock(entry.second->mutex);
+                                return entry.second->closed;
+                              }),
+               mine.end());
+    bool many = false;
+    {
+      std::lock_guard<std::mutex> lock(buffers_mutex_);
+      many = buffers_.size() >= buffers_before_flush;
+    }
+    if (many) flush();  // writes out, and drops, the buffers of threads that have ended
+    auto buffer = std::make_shared<TraceBuffer>();
+    buffer->events.reserve(64);
+    {
+      std::lock_guard<std::mutex> lock(buffers_mutex_);
+      buffers_.push_back(buffer);
+    }
+    mine.emplace_back(serial_, buffer);
+    return *buffer;
+  }
+
+  // Buffers a file holds before a new thread's first event writes them all out: a program that
+  // starts many short threads keeps at most this many buffers of ended threads.
+  static constexpr std::size_t buffers_before_flush = 64;
+
+  void write_metadata(const char* kind, int pid, int tid, const std::string& name) {
+    std::string text = "{\"ph\":\"M\",\"name\":\"";
+    text += kind;
+    text += "\",\"pid\":" + std::to_string(pid) + ",\"tid\":" + std::to_string(tid);
+    text += ",\"args\":{\"name\":\"";
+    append_json_string(text, name.c_str());
+    text += "\"}},\n";
+    write_text(text);
+  }
+
+  void write_events(const std::vector<TraceEvent>& events) {
+    if (events.empty()) return;
+    std::string text;
+    text.reserve(events.size() * 160);
+    for (const TraceEvent& event : events) append_trace_event(text, event);
+    write_text(text);
+  }
+
+  /// Appends `text` (events, each ending in ",\n") where the closing bracket was, and closes the
+  /// array again, so that the file is valid JSON after each write.
+  void write_text(const std::string& text) {
+    static const char tail[] = "\n]}\n";
+    if (text.size() < 2) return;
+    std::lock_guard<std::mutex> lock(write_mutex_);
+    std::fseek(file_, end_, SEEK_SET);
+    if (any_) std::fwrite(",\n", 1, 2, file_);
+    std::fwrite(text.data(), 1, text.size() - 2, file_);  // without its last ",\n"
+    end_ += static_cast<long>(text.size() - (any_ ? 0 : 2));
+    any_ = true;
+    std::fwrite(tail, 1, sizeof(tail) - 1, file_);
+    std::fflush(file_);
+  }
+
+  friend class TraceRegistry;
+
+  std::FILE* const file_;
+  const std::string path_;
+  const std::uint64_t serial_ = next_serial();
+  long end_ = 0;      // under write_mutex_: where the next events go (the tail follows them)
+  bool any_ = false;  // under write_mutex_: the array holds an event (the next needs a comma)
+  std::mutex write_mutex_;
+  std::mutex buffers_mutex_;
+  std::vector<std::shared_ptr<TraceBuffer>> buffers_;  // every thread's, under buffers_mutex_
+  std::mutex tracks_mutex_;
+  std::map<std::pair<int, std::string>, int> tracks_;  // under tracks_mutex_
+  std::atomic<int> next_pid_{1};
+  std::atomic<int> next_tid_{1};
+  std::atomic<int> api_threads_{0};
+  std::atomic<std::uint64_t> next_id_{1};
+  std::atomic<int> pending_{0};  // spans waiting for their event's callback
+  std::mutex pending_mutex_;
+  std::condition_variable drained_;
+
+  static std::uint64_t next_serial() noexcept {
+    static std::atomic<std::uint64_t> serial{1};
+    return serial.fetch_add(1);
+  }
+};
+
+/// The open trace files by path; writes them out at exit and on std::terminate. Never destroyed
+/// (a file's last holder may let it go after static destruction: a driver's callback thread).
+class TraceRegistry {
+ public:
+  static TraceRegistry& instance() {
+    static TraceRegistry* const registry = new TraceRegistry();  // NOLINT: never freed, on purpose
+    return *registry;
+  }
+
+  /// The file of `path`: the one open, else a new one, once a file of that path that is still
+  /// being closed has been (two FILEs must never write one path), waiting at most close_wait.
+  std::shared_ptr<TraceFile> open(const std::string& path, const char* operation) {
+    std::unique_lock<std::mutex> lock(mutex_);
+    Entry& entry = files_[path];  // a map's entries stay where they are
+    const auto give_up = std::chrono::steady_clock::now() + close_wait;
+    while (true) {
+      if (std::shared_ptr<TraceFile> file = entry.file.lock()) return file;
+      if (!entry.closing) break;
+      if (closed_.wait_until(lock, give_up) == std::cv_status::timeout) {
+        fail(operation, CL_INVALID_VALUE,
+             "the trace file \"" + path + "\" of an earlier manager is still being closed");
+      }
+    }
+    std::FILE* handle = std::fopen(path.c_str(), "w");
+    if (handle == nullptr) {
+      const int error = errno;
+      fail(operation, CL_INVALID_VALUE,
+           "cannot write the trace file \"" + path +
+               "\" (CLBUF_TRACE or Options::trace_path): " + std::strerror(error));
+    }
+    entry.closing = true;  // until close() has run; others wait for the file below
+    lock.unlock();
+    std::shared_ptr<TraceFile> file = make(path, handle);
+    lock.lock();
+    entry.file = file;
+    lock.unlock();
+    closed_.notify_all();
+    return file;
+  }
+
+  /// Writes every open file's buffers out.
+  void flush_all() noexcept {
+    std::vector<std::shared_ptr<TraceFile>> open;
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      for (const auto& entry : files_) {
+        if (auto file = entry.second.file.lock()) open.push_back(std::move(file));
+      }
+    }
+    for (const auto& file : open) file->flush();
+  }
+
+  TraceRegistry(const TraceRegistry&) = delete;
+  TraceRegistry& operator=(const TraceRegistry&) = delete;
+
+ private:
+  struct Entry {
+    std::weak_ptr<TraceFile> file;
+    bool closing = false;  // a file of this path exists (open, or its last holder closing it)
+  };
+
+  // How long open() waits for a file of its path that is being closed.
+  static constexpr std::chrono::seconds close_wait{5};
+
+  /// Installs the std::terminate handler, and the exit handler (files still open at exit: a
+  /// manager never destroyed, get their events).
+  TraceRegistry() {
+    previous_ = std::set_terminate(&TraceRegistry::on_terminate);
+    std::atexit([] { instance().flush_all(); });
+  }
+
+  /// The file of `path`, writing to `handle`; its deleter is close().
+  std::shared_ptr<TraceFile> make(const std::string& path, std::FILE* handle) {
+    TraceFile* made = nullptr;
+    try {
+      made = new TraceFile(handle, path);
+    } catch (...) {
+      std::fclose(handle);
+      ended(path);
+      throw;
+    }
+    start(*made);
+    // Should the shared_ptr find no memory, it calls the deleter: the file is closed all the same.
+    return std::shared_ptr<TraceFile>(made, [this, path](TraceFile* file) { close(path, file); });
+  }
+
+  /// The deleter of a file: closes it (its last events written), then lets its path be opened.
+  void close(const std::string& path, TraceFile* file) noexcept {
+    delete file;
+    ended(path);
+  }
+
+  /// No file of `path` exists any more: it may be opened again.
+  void ended(const std::string& path) noexcept {
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      files_[path].closing = false;  // the entry exists: open() made it
+    }
+    closed_.notify_all();
+  }
+
+  /// The array's opening and its first closing; the clock named for readers of the file.
+  static void start(TraceFile& file) {
+    static const char head[] =
+        "{\"otherData\":{\"clock\":\"std::chrono::steady_clock\",\"unit\":\"us\"},"
+        "\"traceEvents\":[\n";
+    static const char tail[] = "]}\n";
+    std::fwrite(head, 1, sizeof(head) - 1, file.file_);
+    std::fwrite(tail, 1, sizeof(tail) - 1, file.file_);
+    std::fflush(file.file_);
+    file.end_ = static_cast<long>(sizeof(head) - 1);
+  }
+
+  /// The program ends by an uncaught exception: the buffers written, then the handler before.
+  static void on_terminate() {
+    instance().flush_all();
+    if (previous_ != nullptr) previous_();
+    std::abort();
+  }
+
+  std::mutex mutex_;
+  std::condition_variable closed_;
+  std::map<std::string, Entry> files_;  // under mutex_
+  static inline std::terminate_handler previous_ = nullptr;
+};
+
+inline std::shared_ptr<TraceFile> TraceFile::open(const std::string& path, const char* operation) {
+  return TraceRegistry::instance().open(path, operation);
+}
+
+/// A manager's tracer: its process in a trace file, and the calls components record spans by.
+/// Components hold a Tracer* that is null when tracing is off.
+class Tracer {
+ public:
+  /// A process named `process` in the file of `path`. @throws Error as TraceFile::open().
+  Tracer(const std::string& path, const std::string& process, const char* operation)
+      : file_(TraceFile::open(path, operation)),
+        pid_(file_->process(process)),
+        started_track_(file_->track(pid_, "started transfers (host's view)")) {}
+  Tracer(const Tracer&) = delete;
+  Tracer& operator=(const Tracer&) = delete;
+  ~Tracer() { flush(); }
+
+  /// The track named `name` in this manager's process.
+  int track(const std::string& name) { return file_->track(pid_, name); }
+
+  /// A span from `begin` to `end` on the calling thread's "API calls" track.
+  void api_span(const char* name, double begin, double end,
+                std::initializer_list<TraceArg> args) noexcept {
+    try {
+      span(file_->api_track(pid_), name, begin, end, args);
+    } catch (...) {  // NOLINT(bugprone-empty-catch): tracing never fails a transfer
+    }
+  }
+
+  /// The track of started transfers, from their call until their event completes.
+  int started_track() const noexcept { return started_track_; }
+
+  /// A span on track `tid` from `begin` to `end` ('X': spans of one track nest or follow).
+  void span(int tid, const char* name, double begin, double end,
+            std::initializer_list<TraceArg> args) noexcept {
+    file_->record(make_event('X', tid, name, begin, end, args));
+  }
+
+  /// A span that may overlap others of its track (a pair "b"/"e" of its own id).
+  void overlapping(int tid, const char* name, double begin, double end,
+                   std::initializer_list<TraceArg> args) noexcept {
+    TraceEvent e = make_event('A', tid, name, begin, end, args);
+    e.id = file_->next_id();
+    file_->record(e);
+  }
+
+  /// A span from `begin` to when `event` completes (a started transfer: from its call until the
+  /// device has done it, as the host sees it), recorded by the event's callback on a thread of
+  /// the driver's; the record keeps the file open until then. Without an event, or when the
+  /// callback cannot be set, the span ends now.
+  void until_complete(cl_event event, int tid, const char* name, double begin,
+                      std::initializer_list<TraceArg> args) noexcept {
+    Pending* pending = nullptr;
+    try {
+      pending = new Pending{file_, make_event('A', tid, name, begin, begin, args)};
+    } catch (...) {
+      return;  // no memory for the record: the span is lost, never the transfer
+    }
+    pending->event.id = file_->next_id();
+    file_->pending();
+    if (event != nullptr && CLBUF_CL(clSetEventCallback)(event, CL_COMPLETE, &Tracer::completed,
+                                                         pending) == CL_SUCCESS) {
+      return;
+    }
+    completed(nullptr, CL_COMPLETE, pending);
+  }
+
+  /// A counter `name` at now, with up to three series.
+  void counter(const char* name, std::initializer_list<TraceArg> series) noexcept {
+    const double now = trace_now();
+    file_->record(make_event('C', 0, name, now, now, series));
+  }
+
+  /// Writes every thread's buffer out, once the spans of started transfers are in them (cleanup(),
+  /// after the queue has finished; the manager's end).
+  void flush() noexcept {
+    file_->drain(std::chrono::milliseconds(2000));
+    file_->flush();
+  }
+
+  const std::shared_ptr<TraceFile>& file() const noexcept { return file_; }
+  int pid() const noexcept { return pid_; }
+
+ private:
+  TraceEvent make_event(char phase, int tid, const char* name, double begin, double end,
+                        std::initializer_list<TraceArg> args) const noexcept {
+    TraceEvent e;
+    e.phase = phase;
+    e.name = name;
+    e.pid = pid_;
+    e.tid = tid;
+    e.begin = begin;
+    e.end = end;
+    std::copy_n(args.begin(), std::min<std::size_t>(args.size(), 3), e.args);
+    return e;
+  }
+
+  struct Pending {
+    std::shared_ptr<TraceFile> file;
+    TraceEvent event;
+  };
+
+  static void CL_CALLBACK completed(cl_event, cl_int, void* data) {
+    std::unique_ptr<Pending> pending(static_cast<Pending*>(data));
+    pending->event.end = trace_now();
+    pending->file->record(pending->event);
+    pending->file->recorded();
+  }
+
+  std::shared_ptr<TraceFile> file_;
+  int pid_ = 0;
+  int started_track_ = 0;
+};
+
+/// The trace path in force: `option` (Options::trace_path) when set, else CLBUF_TRACE, else "".
+inline std::string trace_path(const std::string& option) {
+  if (!option.empty()) return option;
+  const char* env = std::getenv("CLBUF_TRACE");
+  return env != nullptr ? std::string(env) : std::string();
+}
+
+}  // namespace detail
+}  // namespace clbuf
+
+#endif  // CLBUF_DETAIL_TRACE_HPP

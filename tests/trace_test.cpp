@@ -1,0 +1,463 @@
+// SPDX-License-Identifier: MIT
+// Tracing (CLBUF_TRACE, Options::trace_path; detail/trace.hpp): the file is read back as JSON and
+// its events counted. Blocking calls are one API span each with their bytes and path; a staged
+// upload shows its chunks' host copies and DMAs interleaved; a started upload's span covers the
+// time its queue was held; bad paths are a clbuf::Error; four threads trace one manager; the file
+// is whole after cleanup(), destruction and an uncaught exception; tracing off writes nothing.
+#include <stdlib.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <filesystem>
+#include <functional>
+#include <map>
+#include <memory>
+#include <set>
+#include <stdexcept>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "support/device_test.hpp"
+#include "support/json.hpp"
+
+namespace {
+
+using clbuf_test::Json;
+using clbuf_test::JsonReader;
+
+/// A fresh folder (mkdtemp) for the test's trace files, removed with what it holds.
+class TempDir {
+ public:
+  TempDir() {
+    char name[] = "/tmp/clbuf_trace_XXXXXX";
+    if (::mkdtemp(name) == nullptr) throw std::runtime_error("mkdtemp failed");
+    path_ = name;
+  }
+  TempDir(const TempDir&) = delete;
+  TempDir& operator=(const TempDir&) = delete;
+  ~TempDir() {
+    std::error_code ignored;
+    std::filesystem::remove_all(path_, ignored);
+  }
+  const std::string& path() const { return path_; }
+  std::string file(const std::string& name) const { return path_ + "/" + name; }
+  bool empty() const { return std::filesystem::is_empty(path_); }
+
+ private:
+  std::string path_;
+};
+
+/// A trace file read back: its events, and the names of its processes and tracks.
+struct Trace {
+  std::vector<Json> events;
+  std::map<int, std::string> processes;  // pid -> process_name
+  std::map<int, std::string> tracks;     // tid -> thread_name
+
+  /// Reads `path`, in the object form {"traceEvents": [...]} or the array form.
+  static Trace read(const std::string& path) {
+    const Json root = JsonReader::parse_file(path);
+    const Json* list = root.kind == Json::array ? &root : root.find("traceEvents");
+    if (list == nullptr || list->kind != Json::array) throw std::runtime_error("no traceEvents");
+    Trace trace;
+    for (const Json& event : list->items) {
+      if (event.text_of("ph") == "M") {
+        const Json* args = event.find("args");
+        const std::string name = args != nullptr ? args->text_of("name") : "";
+        auto& names = event.text_of("name") == "process_name" ? trace.processes : trace.tracks;
+        names[static_cast<int>(
+            event.number_of(event.text_of("name") == "process_name" ? "pid" : "tid"))] = name;
+      }
+      trace.events.push_back(event);
+    }
+    return trace;
+  }
+
+  /// The events of phase `ph` named `name`.
+  std::vector<const Json*> named(const std::string& ph, const std::string& name) const {
+    std::vector<const Json*> found;
+    for (const Json& event : events) {
+      if (event.text_of("ph") == ph && event.text_of("name") == name) found.push_back(&event);
+    }
+    return found;
+  }
+};
+
+/// An argument of an event (its "args" member), as a number or text.
+double arg_number(const Json& event, const std::string& key) {
+  const Json* args = event.find("args");
+  return args != nullptr ? args->number_of(key) : -1;
+}
+std::string arg_text(const Json& event, const std::string& key) {
+  const Json* args = event.find("args");
+  return args != nullptr ? args->text_of(key) : std::string();
+}
+
+/// Now on the trace's clock (steady_clock, microseconds).
+double now_us() {
+  return std::chrono::duration<double, std::micro>(
+             std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
+class TraceTest : public clbuf_test::DeviceTest {
+ protected:
+  /// Options of a manager forced onto the discrete paths, tracing to `path`.
+  static clbuf::Options discrete(const std::string& path) {
+    clbuf::Options options;
+    options.memory = clbuf::MemoryModel::discrete;
+    options.trace_path = path;
+    return options;
+  }
+
+  TempDir dir_;
+};
+
+// (a) A blocking upload and download on the discrete paths: one API span each, on an "API calls"
+// track of the manager's process, with their bytes, direction and the path stats() counts.
+TEST_F(TraceTest, BlockingTransfersAreOneApiSpanEachWithBytesAndPath) {
+  const std::string path = dir_.file("a.json");
+  {
+    clbuf::BufferManager traced(std::string(), discrete(path));
+    const auto data = random<float>(4096);  // 16 KiB: a buffered upload, a bounced download
+    auto buffer = traced.allocate<float>(data.size());
+    traced.upload(buffer, data);
+    EXPECT_TRUE(clbuf_test::same_bytes(data, traced.download(buffer)));
+    EXPECT_EQ(traced.stats().upload.paths.buffered, 1u);
+    EXPECT_EQ(traced.stats().download.paths.bounced, 1u);
+  }
+  const Trace trace = Trace::read(path);
+  const auto uploads = trace.named("X", "upload");
+  const auto downloads = trace.named("X", "download");
+  ASSERT_EQ(uploads.size(), 1u);
+  ASSERT_EQ(downloads.size(), 1u);
+  EXPECT_EQ(arg_number(*uploads[0], "bytes"), 16384);
+  EXPECT_EQ(arg_text(*uploads[0], "path"), "buffered");
+  EXPECT_EQ(arg_text(*uploads[0], "direction"), "upload");
+  EXPECT_EQ(arg_number(*downloads[0], "bytes"), 16384);
+  EXPECT_EQ(arg_text(*downloads[0], "path"), "bounced");
+  EXPECT_EQ(arg_text(*downloads[0], "direction"), "download");
+  EXPECT_LE(uploads[0]->number_of("ts") + uploads[0]->number_of("dur"),
+            downloads[0]->number_of("ts"));
+  const int tid = static_cast<int>(uploads[0]->number_of("tid"));
+  EXPECT_EQ(trace.tracks.at(tid).rfind("API calls", 0), 0u) << trace.tracks.at(tid);
+  const int pid = static_cast<int>(uploads[0]->number_of("pid"));
+  EXPECT_EQ(trace.processes.at(pid), "clbuf: " + manager().device().name);
+  // The buffered write is a span of the "buffered writes" track too.
+  const auto buffered = trace.named("X", "buffered write");
+  ASSERT_EQ(buffered.size(), 1u);
+  EXPECT_EQ(trace.tracks.at(static_cast<int>(buffered[0]->number_of("tid"))), "buffered writes");
+  EXPECT_EQ(arg_text(*buffered[0], "operation"), "upload");
+  EXPECT_EQ(arg_number(*buffered[0], "bytes"), 16384);
+  EXPECT_FALSE(trace.named("C", "pinned bytes").empty()) << "no pinned memory counter";
+}
+
+// (b) A staged upload of 8 chunks on 2 copy threads: 8 host copies and 8 DMAs, each chunk once,
+// inside the upload's API span, and interleaved: on a copy thread, a later chunk's copy starts
+// before the DMA of an earlier chunk of that thread has ended (as the host sees it): each thread
+// copies into its next slot while its last DMA runs, which is the pipeline at work.
+TEST_F(TraceTest, AStagedUploadShowsItsChunksCopiesAndDmasInterleaved) {
+  const std::string path = dir_.file("b.json");
+  const std::size_t chunk = 64 << 10;
+  {
+    clbuf::Options options = discrete(path);
+    options.staging_threshold_bytes = chunk;
+    options.staging_chunk_bytes = chunk;
+    options.staging_chunks = 4;  // 2 threads with 2 slots each
+    options.copy_threads = 2;
+    clbuf::BufferManager traced(std::string(), options);
+    const auto data = random<std::uint8_t>(8 * chunk);
+    auto buffer = traced.allocate<std::uint8_t>(data.size());
+    traced.upload(buffer, data);
+    EXPECT_EQ(traced.stats().upload.paths.staged, 1u);
+  }
+  const Trace trace = Trace::read(path);
+  const auto upload = trace.named("X", "upload");
+  const auto copies = trace.named("X", "chunk host copy");
+  const auto dmas = trace.named("b", "chunk DMA (host view)");
+  const auto dma_ends = trace.named("e", "chunk DMA (host view)");
+  ASSERT_EQ(upload.size(), 1u);
+  EXPECT_EQ(arg_text(*upload[0], "path"), "staged");
+  ASSERT_EQ(copies.size(), 8u);
+  ASSERT_EQ(dmas.size(), 8u);
+  ASSERT_EQ(dma_ends.size(), 8u);
+  std::map<double, double> dma_end;  // by id
+  for (const Json* e : dma_ends) dma_end[e->number_of("id")] = e->number_of("ts");
+  std::set<double> copied, moved;
+  const double begin = upload[0]->number_of("ts");
+  const double end = begin + upload[0]->number_of("dur");
+  for (const Json* copy : copies) {
+    copied.insert(arg_number(*copy, "chunk"));
+    EXPECT_EQ(arg_number(*copy, "bytes"), static_cast<double>(chunk));
+    EXPECT_GE(copy->number_of("ts"), begin);
+    EXPECT_LE(copy->number_of("ts") + copy->number_of("dur"), end);
+  }
+  bool interleaved = false;
+  for (const Json* dma : dmas) {
+    moved.insert(arg_number(*dma, "chunk"));
+    ASSERT_EQ(dma_end.count(dma->number_of("id")), 1u);
+    const double dma_ends_at = dma_end[dma->number_of("id")];
+    EXPECT_GE(dma->number_of("ts"), begin);
+    EXPECT_LE(dma_ends_at, end);
+    const std::string thread =
+        "staging copy thread " + std::to_string(static_cast<int>(arg_number(*dma, "copy thread")));
+    for (const Json* copy : copies) {
+      const std::string& track = trace.tracks.at(static_cast<int>(copy->number_of("tid")));
+      interleaved |= track.rfind(thread, 0) == 0 &&
+                     arg_number(*copy, "chunk") > arg_number(*dma, "chunk") &&
+                     copy->number_of("ts") < dma_ends_at;
+    }
+  }
+  EXPECT_EQ(copied.size(), 8u);
+  EXPECT_EQ(moved.size(), 8u);
+  EXPECT_TRUE(interleaved) << "no copy thread began a chunk's copy before its earlier DMA ended";
+  // The counter of DMAs in flight: two at once or more (each thread keeps two slots busy), back
+  // to none at the end.
+  double most = 0, last_ts = 0, last = -1;
+  for (const Json* count : trace.named("C", "in-flight chunks")) {
+    most = std::max(most, arg_number(*count, "chunks"));
+    if (count->number_of("ts") >= last_ts) {
+      last_ts = count->number_of("ts");
+      last = arg_number(*count, "chunks");
+    }
+  }
+  EXPECT_GE(most, 2);
+  EXPECT_EQ(last, 0);
+}
+
+// (c) An upload started while the manager's queue is held (a barrier on a user event, as a long
+// kernel would hold it): its span runs from the call until the device has done it, so it covers
+// the moment the queue was let go.
+TEST_F(TraceTest, AStartedUploadsSpanCoversTheTimeItsQueueWasHeld) {
+  const std::string path = dir_.file("c.json");
+  double released = 0;
+  {
+    clbuf::BufferManager traced(std::string(), discrete(path));
+    const auto data = random<float>(1024);
+    auto buffer = traced.allocate<float>(data.size());
+    traced.finish();
+    cl::UserEvent gate(traced.context());
+    const cl_event wait = gate();
+    ASSERT_EQ(clEnqueueBarrierWithWaitList(traced.queue()(), 1, &wait, nullptr), CL_SUCCESS);
+    auto future = traced.upload_async(buffer, data);
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    released = now_us();
+    gate.setStatus(CL_COMPLETE);
+    future.get();
+    EXPECT_TRUE(clbuf_test::same_bytes(data, traced.download(buffer)));
+  }
+  // The span is recorded by the event's callback, on a thread of the driver's: the manager's end
+  // waits for it.
+  const Trace trace = Trace::read(path);
+  const auto spans = trace.named("b", "upload_async");
+  ASSERT_EQ(spans.size(), 1u);
+  const auto ends = trace.named("e", "upload_async");
+  ASSERT_EQ(ends.size(), 1u);
+  EXPECT_EQ(arg_text(*spans[0], "path"), "direct");
+  EXPECT_EQ(arg_number(*spans[0], "bytes"), 4096);
+  EXPECT_LT(spans[0]->number_of("ts"), released);
+  EXPECT_GT(ends[0]->number_of("ts"), released);
+}
+
+// The rect calls are spans too: a blocking one on its thread's API track, a started one until
+// its last command has completed.
+TEST_F(TraceTest, RectCallsAreSpansToo) {
+  const std::string path = dir_.file("rect.json");
+  {
+    clbuf::BufferManager traced(std::string(), discrete(path));
+    const std::vector<int> data(64 * 64, 3);
+    auto buffer = traced.allocate<int>(data.size());
+    clbuf::Region region;
+    region.size = {16, 8, 1};
+    region.src_extents = {64, 64, 1};
+    region.dst_extents = {64, 64, 1};
+    region.dst_origin = {4, 2, 0};
+    traced.upload_rect(buffer, data, region);
+    traced.upload_rect_async(buffer, data, region).get();
+  }
+  const Trace trace = Trace::read(path);
+  const auto blocking = trace.named("X", "upload_rect");
+  const auto started = trace.named("b", "upload_rect_async");
+  ASSERT_EQ(blocking.size(), 1u);
+  ASSERT_EQ(started.size(), 1u);
+  EXPECT_EQ(trace.named("e", "upload_rect_async").size(), 1u);
+  EXPECT_EQ(arg_number(*blocking[0], "bytes"), 16 * 8 * sizeof(int));
+  EXPECT_EQ(arg_number(*started[0], "bytes"), 16 * 8 * sizeof(int));
+  EXPECT_EQ(arg_text(*started[0], "path"), "direct");
+}
+
+// (d) A path that cannot be written, by the option or by CLBUF_TRACE: the constructor throws a
+// clbuf::Error CL_INVALID_VALUE naming the path and the OS's reason; the option wins over the
+// environment.
+TEST_F(TraceTest, AnUnwritablePathIsAClearError) {
+  clbuf::Options options;
+  options.trace_path = dir_.path();  // a folder
+  EXPECT_CLBUF_ERROR(clbuf::BufferManager(std::string(), options), CL_INVALID_VALUE,
+                     "BufferManager", dir_.path(), "Is a directory");
+  const std::string missing = dir_.file("missing/trace.json");
+  options.trace_path = missing;
+  EXPECT_CLBUF_ERROR(clbuf::BufferManager(std::string(), options), CL_INVALID_VALUE, missing,
+                     "No such file or directory");
+  {
+    clbuf_test::ScopedEnv env("CLBUF_TRACE", missing.c_str());
+    EXPECT_CLBUF_ERROR(clbuf::BufferManager(), CL_INVALID_VALUE, missing, "CLBUF_TRACE");
+    clbuf::Options good;
+    good.trace_path = dir_.file("good.json");
+    clbuf::BufferManager wins(std::string(), good);
+    EXPECT_EQ(wins.options().trace_path, good.trace_path);
+  }
+  EXPECT_NO_THROW(Trace::read(dir_.file("good.json")));
+}
+
+// (e) Four threads, 200 transfers each, on one traced manager: every span is in the file (valid
+// JSON), each thread's on an "API calls" track of its own. Under TSan: no race in the buffers.
+TEST_F(TraceTest, FourThreadsTracingOneManagerLoseNoSpan) {
+  const std::string path = dir_.file("e.json");
+  {
+    clbuf::Options options;
+    options.trace_path = path;
+    clbuf::BufferManager traced(std::string(), options);
+    std::vector<std::thread> threads;
+    for (int t = 0; t < 4; ++t) {
+      threads.emplace_back([&traced] {
+        const std::vector<int> data(256, 7);
+        auto buffer = traced.allocate<int>(data.size());
+        for (int i = 0; i < 200; ++i) traced.upload(buffer, data);
+      });
+    }
+    for (std::thread& thread : threads) thread.join();
+  }
+  const Trace trace = Trace::read(path);
+  const auto uploads = trace.named("X", "upload");
+  EXPECT_EQ(uploads.size(), 800u);
+  std::set<double> tracks;
+  for (const Json* upload : uploads) tracks.insert(upload->number_of("tid"));
+  EXPECT_EQ(tracks.size(), 4u);
+}
+
+// A thread's buffer is written into the file once it is full, before cleanup().
+TEST_F(TraceTest, AFullBufferIsWrittenBeforeCleanup) {
+  const std::string path = dir_.file("full.json");
+  clbuf::Options options;
+  options.trace_path = path;
+  clbuf::BufferManager traced(std::string(), options);
+  const std::vector<int> data(16, 7);
+  auto buffer = traced.allocate<int>(data.size());
+  for (int i = 0; i < 4200; ++i) traced.upload(buffer, data);
+  EXPECT_GE(Trace::read(path).named("X", "upload").size(), 4096u);
+  traced.cleanup();
+  EXPECT_EQ(Trace::read(path).named("X", "upload").size(), 4200u);
+}
+
+// Threads that end leave their buffers to the file, which writes them out and lets them go: 100
+// threads, one upload each, lose no span.
+TEST_F(TraceTest, BuffersOfEndedThreadsAreWrittenOut) {
+  const std::string path = dir_.file("threads.json");
+  {
+    clbuf::Options options;
+    options.trace_path = path;
+    clbuf::BufferManager traced(std::string(), options);
+    const std::vector<int> data(16, 7);
+    auto buffer = traced.allocate<int>(data.size());
+    for (int t = 0; t < 100; ++t) std::thread([&] { traced.upload(buffer, data); }).join();
+    // Past 64 buffers a new thread's first event wrote the ended threads' spans out.
+    EXPECT_GE(Trace::read(path).named("X", "upload").size(), 64u);
+  }
+  EXPECT_EQ(Trace::read(path).named("X", "upload").size(), 100u);
+}
+
+// (f) Tracing off: no file is written, the options say so, and stats() count as a traced
+// manager's do.
+TEST_F(TraceTest, TracingOffWritesNothingAndCountsTheSame) {
+  clbuf_test::ScopedEnv env("CLBUF_TRACE", nullptr);
+  const auto work = [this](clbuf::BufferManager& m) {
+    const auto data = random<float>(20000);
+    auto buffer = m.upload(data);
+    static_cast<void>(m.download(buffer));
+    m.upload_async(buffer, data).get();
+    return m.stats();
+  };
+  const std::string cwd = std::filesystem::current_path();
+  std::filesystem::current_path(dir_.path());  // a relative path would land here
+  clbuf::BufferManager plain(std::string(), discrete(""));
+  EXPECT_TRUE(plain.options().trace_path.empty());
+  const clbuf::TransferStats off = work(plain);
+  std::filesystem::current_path(cwd);
+  EXPECT_TRUE(dir_.empty()) << "a file was written with tracing off";
+  clbuf::BufferManager traced(std::string(), discrete(dir_.file("f.json")));
+  const clbuf::TransferStats on = work(traced);
+  for (auto member : {&clbuf::TransferStats::upload, &clbuf::TransferStats::download}) {
+    EXPECT_EQ((off.*member).operations, (on.*member).operations);
+    EXPECT_EQ((off.*member).bytes, (on.*member).bytes);
+    EXPECT_EQ(clbuf_test::path_taken(off.*member), clbuf_test::path_taken(on.*member));
+  }
+}
+
+// (g) The file is valid JSON after cleanup() (the manager still alive) and holds its spans; two
+// managers tracing to one path share the file, each a process of its own.
+TEST_F(TraceTest, TheFileIsWholeAfterCleanupAndSharedByManagers) {
+  const std::string path = dir_.file("g.json");
+  clbuf::Options options;
+  options.trace_path = path;
+  clbuf::BufferManager first(std::string(), options);
+  auto second = std::make_unique<clbuf::BufferManager>(std::string(), options);
+  const std::vector<int> data(100, 1);
+  static_cast<void>(first.upload(data));
+  static_cast<void>(second->upload(data));
+  first.cleanup();
+  Trace trace = Trace::read(path);
+  EXPECT_EQ(trace.processes.size(), 2u);
+  auto uploads = trace.named("X", "upload");
+  ASSERT_EQ(uploads.size(), 2u);
+  EXPECT_NE(uploads[0]->number_of("pid"), uploads[1]->number_of("pid"));
+  static_cast<void>(second->upload(data));
+  second.reset();
+  EXPECT_EQ(Trace::read(path).named("X", "upload").size(), 3u);
+}
+
+// Once every manager of a path has gone, the next one starts the file afresh.
+TEST_F(TraceTest, APathIsWrittenAfreshOnceItsManagersHaveGone) {
+  const std::string path = dir_.file("again.json");
+  clbuf::Options options;
+  options.trace_path = path;
+  const std::vector<int> data(100, 1);
+  for (int uploads = 2; uploads >= 1; --uploads) {
+    clbuf::BufferManager traced(std::string(), options);
+    for (int i = 0; i < uploads; ++i) static_cast<void>(traced.upload(data));
+  }
+  const Trace trace = Trace::read(path);
+  EXPECT_EQ(trace.processes.size(), 1u);
+  EXPECT_EQ(trace.named("X", "upload").size(), 1u);
+}
+
+// The program ends by an uncaught exception: the terminate handler writes the buffers, so the
+// file is valid JSON with the spans recorded before.
+TEST_F(TraceTest, TheFileIsWholeWhenAnUncaughtExceptionEndsTheProgram) {
+  if (clbuf_test::thread_sanitizer) GTEST_SKIP() << "a death test forks; not under TSan";
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  // The threadsafe style runs this test again in a new process, with a folder of its own: the
+  // parent's is passed on by the environment, which the child inherits.
+  if (std::getenv("CLBUF_TRACE_TEST_DIR") == nullptr) {
+    ::setenv("CLBUF_TRACE_TEST_DIR", dir_.path().c_str(), 1);
+  }
+  const std::string path = std::string(std::getenv("CLBUF_TRACE_TEST_DIR")) + "/terminate.json";
+  clbuf::Options options;
+  options.trace_path = path;
+  EXPECT_DEATH(
+      {
+        if (dir_.path() != std::getenv("CLBUF_TRACE_TEST_DIR")) {  // the child's own: unused
+          std::filesystem::remove(dir_.path());
+        }
+        clbuf::BufferManager traced(std::string(), options);
+        static_cast<void>(traced.upload(std::vector<int>(100, 1)));
+        std::thread([] { throw std::runtime_error("uncaught"); }).join();
+      },
+      "uncaught");
+  ::unsetenv("CLBUF_TRACE_TEST_DIR");
+  EXPECT_EQ(Trace::read(path).named("X", "upload").size(), 1u);
+}
+
+}  // namespace
