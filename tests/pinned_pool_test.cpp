@@ -14,6 +14,7 @@
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 #include <string>
 #include <thread>
 #include <vector>
@@ -160,6 +161,36 @@ TEST_F(PinnedPool, ABudgetOfNothingStillMovesEveryByteExactly) {
     EXPECT_EQ(pinned.allocations, 0u);
     EXPECT_EQ(pinned.peak_bytes, 0u);
     EXPECT_GT(pinned.refusals, 0u);
+  }
+}
+
+// The engine's chunk calls (detail/chunk_io.hpp), as clbuf::mpi uses them: a chunk of the pool
+// (of plain host memory when the budget holds none), bytes written out of it and read back into
+// it, a range mapped and unmapped without waiting, a started command waited for quietly.
+TEST_F(PinnedPool, ChunkCallsMoveBytesThroughPooledAndPlainChunks) {
+  for (std::size_t budget : {std::size_t{1} << 20, std::size_t{0}}) {
+    SCOPED_TRACE(budget);
+    auto m = make(budget);
+    clbuf::detail::ChunkIo io = clbuf::detail::ManagerAccess::engine(*m).chunk_io();
+    clbuf::detail::HostChunk chunk = io.chunk("chunk", 8 * kib);
+    ASSERT_TRUE(chunk);
+    EXPECT_EQ(chunk.pinned(), budget != 0);
+    const std::vector<std::uint8_t> data = random<std::uint8_t>(8 * kib);
+    std::copy(data.begin(), data.end(), static_cast<std::uint8_t*>(chunk.data()));
+    clbuf::DeviceBuffer<std::uint8_t> buffer = m->allocate<std::uint8_t>(8 * kib);
+    const cl::Event written = io.write("chunk", buffer.native()(), 0, 8 * kib, chunk.data(), false);
+    clbuf::detail::ChunkIo::wait_quietly(written);
+    EXPECT_EQ(m->download(buffer), data);
+    std::fill_n(static_cast<std::uint8_t*>(chunk.data()), 8 * kib, std::uint8_t{0});
+    io.read("chunk", buffer.native()(), 0, 8 * kib, chunk.data(), true);
+    EXPECT_TRUE(std::equal(data.begin(), data.end(), static_cast<std::uint8_t*>(chunk.data())));
+    void* mapped = io.map("chunk", buffer.native()(), CL_MAP_READ, 0, 8 * kib);
+    EXPECT_EQ(std::memcmp(mapped, data.data(), 8 * kib), 0);
+    io.unmap_quietly(buffer.native()(), mapped);
+    io.finish("chunk");
+    chunk.reset();
+    EXPECT_FALSE(chunk);
+    EXPECT_EQ(m->stats().pinned.in_use_bytes, 0u);
   }
 }
 

@@ -29,6 +29,16 @@ namespace {
 using clbuf_test::Json;
 using clbuf_test::JsonReader;
 
+// Names go into the file as JSON strings: quotes, backslashes and control characters escaped,
+// everything else as it is (a device's name could hold any of them).
+TEST(TraceJson, StringsAreEscaped) {
+  std::string out;
+  clbuf::detail::append_json_string(out, "a\"b\\c\n\x01 d\xc3\xa9");
+  EXPECT_EQ(out, "a\\\"b\\\\c\\u000a\\u0001 d\xc3\xa9");
+  const Json parsed = JsonReader::parse("\"" + out + "\"");
+  EXPECT_EQ(parsed.text, "a\"b\\c\n\x01 d\xc3\xa9");
+}
+
 /// A fresh folder (mkdtemp) for the test's trace files, removed with what it holds.
 class TempDir {
  public:
