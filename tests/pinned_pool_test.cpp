@@ -217,12 +217,12 @@ TEST_F(PinnedPool, TheBudgetHoldsUnderLoadFromSeveralThreadsAndManagers) {
   std::atomic<int> wrong{0};
   std::atomic<int> errors{0};
   std::vector<std::thread> threads;
-  for (int t = 0; t < 4; ++t) {
+  for (std::size_t t = 0; t < 4; ++t) {
     threads.emplace_back([&, t] {
       clbuf::BufferManager& mine = t % 2 == 0 ? *a : *b;
       clbuf::BufferManager& theirs = t % 2 == 0 ? *b : *a;
       try {
-        for (int round = 0; round < 4; ++round) {
+        for (std::size_t round = 0; round < 4; ++round) {
           for (std::size_t bytes : {std::size_t{100} + t, 20 * kib + t, 300 * kib + t}) {
             std::vector<std::uint8_t> data(bytes);
             for (std::size_t i = 0; i < bytes; ++i) {
