@@ -16,6 +16,9 @@
 namespace clbuf {
 
 class BufferManager;
+namespace detail {
+struct FutureAccess;
+}  // namespace detail
 
 /// The result of an asynchronous operation (upload_async(), download_async(), fill_async(), ...);
 /// Future<void> for operations with no value to hand over. Move-only. Owns (or keeps alive)
@@ -115,6 +118,7 @@ class [[nodiscard]] Future {
 
  private:
   friend class BufferManager;
+  friend struct detail::FutureAccess;
 
   struct Nothing {};
   using Stored = std::conditional_t<std::is_void<R>::value, Nothing, R>;
