@@ -2,14 +2,16 @@
 // clbuf::DeviceGroup: one BufferManager per device of a selection, and the moves of a
 // ShardedBuffer (scatter, gather, upload, download, copy, fill) over all of them at once: each
 // shard moves through its own manager (its own staging lane and background thread), so the host
-// copies of one shard never wait for another's DMA. The _async forms join the shards' Futures
-// into one (detail/joined_future.hpp).
+// copies of one shard never wait for another's DMA. The blocking forms run each device's
+// blocking call, on a thread a device when the move is large; the _async forms join the shards'
+// Futures into one (detail/joined_future.hpp).
 #ifndef CLBUF_DEVICE_GROUP_HPP
 #define CLBUF_DEVICE_GROUP_HPP
 
 #include <clbuf/buffer.hpp>
 #include <clbuf/detail/group.hpp>
 #include <clbuf/detail/joined_future.hpp>
+#include <clbuf/detail/worker_pool.hpp>
 #include <clbuf/device.hpp>
 #include <clbuf/error.hpp>
 #include <clbuf/future.hpp>
@@ -24,6 +26,7 @@
 #include <exception>
 #include <map>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <utility>
 #include <vector>
@@ -119,7 +122,12 @@ class DeviceGroup {
   template <class T>
   ShardedBuffer<T> scatter(const T* data, std::size_t count,
                            const Partition& partition = Partition(), std::size_t halo = 0) {
-    return scatter_async(data, count, partition, halo).get();
+    const char* op = "DeviceGroup::scatter";
+    return detail::guard_host_memory(op, [&] {
+      detail::check_host_pointer(op, data, count);
+      return halo == 0 ? scatter_parts(op, data, count, partition)
+                       : scatter_with_halo(op, data, count, partition, halo);
+    });
   }
   /// scatter() of a vector.
   template <class T>
@@ -155,7 +163,13 @@ class DeviceGroup {
   /// @throws Error for a buffer of another group; as the managers' downloads.
   template <class T>
   std::vector<T> gather(const ShardedBuffer<T>& buffer) {
-    return gather_async(buffer).get();
+    const char* op = "DeviceGroup::gather";
+    return detail::guard_host_memory(op, [&] {
+      check_member(op, buffer);
+      std::vector<T> out(buffer.size());
+      download_parts(op, buffer, out.data());
+      return out;
+    });
   }
   /// As gather(), returning at once.
   template <class T>
@@ -175,7 +189,16 @@ class DeviceGroup {
   /// @throws Error CL_INVALID_VALUE for another count; as scatter().
   template <class T>
   void upload(ShardedBuffer<T>& buffer, const T* data, std::size_t count) {
-    upload_async(buffer, data, count).get();
+    const char* op = "DeviceGroup::upload";
+    detail::guard_host_memory(op, [&] {
+      check_member(op, buffer);
+      detail::check_same_size(op, count, buffer.size());
+      detail::check_host_pointer(op, data, count);
+      every_device(op, buffer.size_bytes(), [&](std::size_t i) {
+        managers_[i]->upload(buffer.shard(i), data + buffer.offset(i), buffer.count(i),
+                             buffer.ghost());
+      });
+    });
   }
   /// upload() of a vector.
   template <class T>
@@ -198,7 +221,13 @@ class DeviceGroup {
   /// @throws Error CL_INVALID_VALUE for another count or a null `out`; as gather().
   template <class T>
   void download(const ShardedBuffer<T>& buffer, T* out, std::size_t count) {
-    download_async(buffer, out, count).get();
+    const char* op = "DeviceGroup::download";
+    detail::guard_host_memory(op, [&] {
+      check_member(op, buffer);
+      detail::check_same_size(op, buffer.size(), count);
+      detail::check_host_pointer(op, out, count);
+      download_parts(op, buffer, out);
+    });
   }
   /// As download(), returning at once; `out` must stay alive until it completes.
   template <class T>
@@ -218,7 +247,14 @@ class DeviceGroup {
   ///         managers' copies.
   template <class T>
   void copy(const ShardedBuffer<T>& src, ShardedBuffer<T>& dst) {
-    copy_async(src, dst).get();
+    const char* op = "DeviceGroup::copy";
+    detail::guard_host_memory(op, [&] {
+      check_alike(op, src, dst);
+      every_device(op, src.size_bytes(), [&](std::size_t i) {
+        managers_[i]->copy_bytes(src.shard(i), dst.shard(i), src.count(i) * sizeof(T),
+                                 src.ghost() * sizeof(T), dst.ghost() * sizeof(T));
+      });
+    });
   }
   /// As copy(), returning at once.
   template <class T>
@@ -238,7 +274,13 @@ class DeviceGroup {
   /// @throws Error for a buffer of another group; as the managers' fills.
   template <class T>
   void fill(ShardedBuffer<T>& buffer, const T& value) {
-    fill_async(buffer, value).get();
+    const char* op = "DeviceGroup::fill";
+    detail::guard_host_memory(op, [&] {
+      check_member(op, buffer);
+      every_device(op, buffer.size_bytes(), [&](std::size_t i) {
+        managers_[i]->fill(buffer.shard(i), value, buffer.count(i), buffer.ghost());
+      });
+    });
   }
   /// As fill(), returning at once.
   template <class T>
@@ -397,6 +439,38 @@ class DeviceGroup {
     return ShardedBuffer<T>(id_, std::move(shards), std::move(counts), ghost, partition);
   }
 
+  /// scatter() without a halo: each shard a new buffer uploaded from its part (fresh memory,
+  /// which a host-model device fills without waiting for its queue).
+  template <class T>
+  ShardedBuffer<T> scatter_parts(const char* operation, const T* data, std::size_t count,
+                                 const Partition& partition) {
+    std::vector<std::size_t> counts = partition.split(operation, count, size());
+    std::vector<std::size_t> offsets(size(), 0);
+    for (std::size_t i = 1; i < size(); ++i) offsets[i] = offsets[i - 1] + counts[i - 1];
+    std::vector<DeviceBuffer<T>> shards(size());
+    every_device(operation, count * sizeof(T), [&](std::size_t i) {
+      shards[i] = managers_[i]->upload(data + offsets[i], counts[i]);
+    });
+    return ShardedBuffer<T>(id_, std::move(shards), std::move(counts), 0, partition);
+  }
+
+  /// scatter() with a halo: each shard allocated, its part and ghost elements written.
+  template <class T>
+  ShardedBuffer<T> scatter_with_halo(const char* operation, const T* data, std::size_t count,
+                                     const Partition& partition, std::size_t halo) {
+    ShardedBuffer<T> out = make<T>(operation, count, partition, halo);
+    every_device(operation, out.size_bytes(), [&](std::size_t i) {
+      const ShardSpan span = span_of(out, i, true);
+      BufferManager& manager = *managers_[i];
+      if (span.last > span.first) {
+        manager.upload(out.shard(i), data + span.first, span.last - span.first, span.at);
+      }
+      if (span.before > 0) manager.fill(out.shard(i), T(), span.before, 0);
+      if (span.end < span.total) manager.fill(out.shard(i), T(), span.total - span.end, span.end);
+    });
+    return out;
+  }
+
   /// Starts each shard's upload of its part of `data` (with `ghosts`: and its ghost elements,
   /// T() beyond the array's ends).
   template <class T>
@@ -415,18 +489,70 @@ class DeviceGroup {
   void put_shard(ShardedBuffer<T>& buffer, std::size_t i, const T* data, bool ghosts,
                  std::vector<Future<void>>& parts) {
     BufferManager& manager = *managers_[i];
-    const std::size_t g = ghosts ? buffer.ghost() : 0;
-    const std::size_t first = buffer.offset(i) >= g ? buffer.offset(i) - g : 0;  // of the array
-    const std::size_t last = std::min(buffer.offset(i) + buffer.count(i) + g, buffer.size());
-    const std::size_t at = buffer.ghost() - (buffer.offset(i) - first);  // of the shard
-    if (last > first) {
-      parts.push_back(manager.upload_async(buffer.shard(i), data + first, last - first, at));
+    const ShardSpan span = span_of(buffer, i, ghosts);
+    if (span.last > span.first) {
+      parts.push_back(manager.upload_async(buffer.shard(i), data + span.first,
+                                           span.last - span.first, span.at));
     }
-    if (g == 0) return;
-    if (at > 0) parts.push_back(manager.fill_async(buffer.shard(i), T(), at, 0));
-    const std::size_t end = at + (last - first);
-    const std::size_t total = buffer.shard(i).size();
-    if (end < total) parts.push_back(manager.fill_async(buffer.shard(i), T(), total - end, end));
+    if (span.before > 0) parts.push_back(manager.fill_async(buffer.shard(i), T(), span.before, 0));
+    if (span.end < span.total) {
+      parts.push_back(manager.fill_async(buffer.shard(i), T(), span.total - span.end, span.end));
+    }
+  }
+
+  /// What a scatter writes into shard i: the array's elements [first, last) at element `at`,
+  /// T() in the first `before` elements and from `end` to `total` (with `ghosts`; else only its
+  /// part: before 0, end total).
+  struct ShardSpan {
+    std::size_t first, last, at, before, end, total;
+  };
+  template <class T>
+  static ShardSpan span_of(const ShardedBuffer<T>& buffer, std::size_t i, bool ghosts) {
+    const std::size_t g = ghosts ? buffer.ghost() : 0;
+    ShardSpan span{};
+    span.first = buffer.offset(i) >= g ? buffer.offset(i) - g : 0;
+    span.last = std::min(buffer.offset(i) + buffer.count(i) + g, buffer.size());
+    span.at = buffer.ghost() - (buffer.offset(i) - span.first);
+    span.before = ghosts ? span.at : 0;
+    span.total = buffer.shard(i).size();
+    span.end = ghosts ? span.at + (span.last - span.first) : span.total;
+    return span;
+  }
+
+  /// Reads every shard's part into `out` (the logical array's layout), blocking.
+  template <class T>
+  void download_parts(const char* operation, const ShardedBuffer<T>& buffer, T* out) {
+    every_device(operation, buffer.size_bytes(), [&](std::size_t i) {
+      managers_[i]->download(buffer.shard(i), out + buffer.offset(i), buffer.count(i),
+                             buffer.ghost());
+    });
+  }
+
+  /// each(i) for every device, on the group's threads at once when the move is large (one
+  /// device per thread; the calling thread too), else one after the other on this thread. Every
+  /// device's call ends before it returns.
+  /// @throws Error as the first call that failed (naming its device).
+  template <class Each>
+  void every_device(const char* operation, std::size_t bytes, Each each) {
+    std::atomic<std::size_t> next{0};
+    std::mutex failed;
+    std::exception_ptr first;
+    auto task = [&](unsigned) {
+      for (std::size_t i = next++; i < size(); i = next++) {
+        try {
+          on_device(operation, i, [&] { each(i); });
+        } catch (...) {
+          std::lock_guard<std::mutex> lock(failed);
+          if (!first) first = std::current_exception();
+        }
+      }
+    };
+    if (size() > 1 && bytes / size() >= parallel_bytes) {
+      workers_.run(static_cast<unsigned>(size()), task);
+    } else {
+      task(0u);
+    }
+    if (first) std::rethrow_exception(first);
   }
 
   /// Starts each shard's download of its part into `out` (the logical array's layout).
@@ -479,10 +605,14 @@ class DeviceGroup {
     return ++last;
   }
 
+  /// Moves of at least this many bytes a device run on the devices at once.
+  static constexpr std::size_t parallel_bytes = std::size_t{1} << 20;
+
   ContextSharing sharing_ = ContextSharing::per_platform;
   std::vector<std::shared_ptr<BufferManager>> managers_;
   SelectionReport report_;
   std::uint64_t id_ = next_id();
+  detail::WorkerPool workers_{16};  // one thread a device, started on first use
 };
 
 }  // namespace clbuf

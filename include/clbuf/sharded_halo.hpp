@@ -4,7 +4,9 @@
 // ghost layers). Each shard's ghost elements receive the neighbouring parts' edge elements:
 // within one context a device copy (BufferManager::copy_from_async of two views), between
 // contexts a read into pinned host memory at start() and a write at finish(), so that the
-// kernels queued between start() and finish() on the receiving device run meanwhile.
+// kernels queued between start() and finish() on the receiving device run meanwhile; between
+// devices whose memory is the host's (the host model: CPU devices) a copy of host memory at
+// finish(), as a command would only add its latency.
 #ifndef CLBUF_SHARDED_HALO_HPP
 #define CLBUF_SHARDED_HALO_HPP
 
@@ -54,9 +56,14 @@ class ShardedHalo {
     ghost_ = layout.ghost();
     plan(layout);
     for (const ShardCopy& copy : copies_) {
-      pinned_.push_back(group.shares_context(copy.from, copy.to)
-                            ? PinnedBuffer<T>()
-                            : group.manager(copy.to).template allocate_pinned<T>(copy.count));
+      const bool host = group.manager(copy.from).memory_model() == MemoryModel::host &&
+                        group.manager(copy.to).memory_model() == MemoryModel::host;
+      modes_.push_back(host                                       ? Mode::host_copy
+                       : group.shares_context(copy.from, copy.to) ? Mode::device_copy
+                                                                  : Mode::pinned);
+      pinned_.push_back(modes_.back() == Mode::pinned
+                            ? group.manager(copy.to).template allocate_pinned<T>(copy.count)
+                            : PinnedBuffer<T>());
     }
   }
 
@@ -99,8 +106,9 @@ class ShardedHalo {
     for (std::size_t k = 0; k < started.size(); ++k) {
       try {
         started[k].wait();
-        if (pinned_[k].empty()) continue;  // a device copy: done
         const ShardCopy& copy = copies_[k];
+        if (modes_[k] == Mode::host_copy) copy_now(copy, field);
+        if (modes_[k] != Mode::pinned) continue;  // done
         started[k] = group_.manager(copy.to).upload_async(field.shard(copy.to), pinned_[k].data(),
                                                           copy.count, copy.to_offset);
       } catch (...) {
@@ -152,11 +160,15 @@ class ShardedHalo {
     }
   }
 
+  /// Starts copy k: a device copy, or a read into its pinned chunk (a host copy waits for
+  /// finish(): an empty Future).
   void begin(std::size_t k, ShardedBuffer<T>& field) {
     const ShardCopy& copy = copies_[k];
     BufferManager& from = group_.manager(copy.from);
     BufferManager& to = group_.manager(copy.to);
-    if (pinned_[k].empty()) {
+    if (modes_[k] == Mode::host_copy) {
+      futures_.emplace_back();
+    } else if (modes_[k] == Mode::device_copy) {
       DeviceBuffer<T> src = from.view(field.shard(copy.from), copy.from_offset, copy.count);
       DeviceBuffer<T> dst = to.view(field.shard(copy.to), copy.to_offset, copy.count);
       futures_.push_back(to.copy_from_async(from, src, dst));
@@ -164,6 +176,16 @@ class ShardedHalo {
       futures_.push_back(from.download_async(field.shard(copy.from), pinned_[k].data(), copy.count,
                                              copy.from_offset));
     }
+  }
+
+  /// Copy `copy` now (blocking): between host-model devices a copy of host memory, which a
+  /// command would only slow down.
+  void copy_now(const ShardCopy& copy, ShardedBuffer<T>& field) {
+    BufferManager& from = group_.manager(copy.from);
+    BufferManager& to = group_.manager(copy.to);
+    DeviceBuffer<T> src = from.view(field.shard(copy.from), copy.from_offset, copy.count);
+    DeviceBuffer<T> dst = to.view(field.shard(copy.to), copy.to_offset, copy.count);
+    to.copy_from(from, src, dst);
   }
 
   void check(const char* operation, const ShardedBuffer<T>& field) const {
@@ -179,7 +201,13 @@ class ShardedHalo {
   DeviceGroup& group_;
   std::vector<std::size_t> counts_;
   std::size_t ghost_ = 0;
+  /// How a copy moves: between host-model devices at finish(), host memory to host memory;
+  /// within a context a device copy from start(); else a read into a pinned chunk at start()
+  /// and a write at finish().
+  enum class Mode { host_copy, device_copy, pinned };
+
   std::vector<ShardCopy> copies_;
+  std::vector<Mode> modes_;
   std::vector<PinnedBuffer<T>> pinned_;  // per copy: its host chunk (empty: a device copy)
   std::vector<Future<void>> futures_;
   ShardedBuffer<T>* field_ = nullptr;  // under way

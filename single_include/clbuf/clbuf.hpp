@@ -2089,8 +2089,9 @@ inline SelectionReport explain_selection(const std::string& selector = std::stri
 // clbuf::DeviceGroup: one BufferManager per device of a selection, and the moves of a
 // ShardedBuffer (scatter, gather, upload, download, copy, fill) over all of them at once: each
 // shard moves through its own manager (its own staging lane and background thread), so the host
-// copies of one shard never wait for another's DMA. The _async forms join the shards' Futures
-// into one (detail/joined_future.hpp).
+// copies of one shard never wait for another's DMA. The blocking forms run each device's
+// blocking call, on a thread a device when the move is large; the _async forms join the shards'
+// Futures into one (detail/joined_future.hpp).
 #ifndef CLBUF_DEVICE_GROUP_HPP
 #define CLBUF_DEVICE_GROUP_HPP
 
@@ -2583,10 +2584,14 @@ inline std::size_t group_product(const char* operation, std::size_t a, std::size
 // ---- clbuf/detail/joined_future.hpp
 // One Future over several: a DeviceGroup's call starts a Future on each device's manager and
 // hands back one whose event is a user event (of the first manager's context) that completes
-// once every part's event has (clSetEventCallback on each). A part that failed on the device, or
-// in the work clbuf finished on the host, is reported through the joined Future's Outcome, never
-// through the user event's status (which would fail every command queued after it). The parts'
-// Futures are kept by the joined one: what host memory they own lives until it is done.
+// once every part's event has: when the last part's event callback runs, or when a thread waits
+// for the joined Future (or asks ready()), whichever comes first. The second matters where a
+// driver accepts callbacks and never calls them (oclgrind 21.10), and it keeps every blocking
+// wait on the application's threads (oclgrind's runtime is not safe against a second thread
+// waiting on a queue). A part that failed on the device, or in the work clbuf finished on the
+// host, is reported through the joined Future's Outcome, never through the user event's status
+// (which would fail every command queued after it). The joined Future keeps the parts' Futures:
+// what host memory they own lives until it is done.
 #ifndef CLBUF_DETAIL_JOINED_FUTURE_HPP
 #define CLBUF_DETAIL_JOINED_FUTURE_HPP
 
@@ -2667,6 +2672,15 @@ class Outcome {
   mutable std::mutex mutex_;
   cl_int code_ = CL_SUCCESS;
   std::string message_;
+};
+
+/// Work a Future does on the thread that waits for it (or asks ready()) before its event can
+/// complete: a joined Future's parts (joined_future.hpp), on drivers that never call event
+/// callbacks. `wait`: block until done; else only when that needs no wait.
+class Settle {
+ public:
+  virtual ~Settle() = default;
+  virtual void settle(bool wait) noexcept = 0;
 };
 
 /// What an asynchronous operation started: the event its Future waits for (null when nothing is
@@ -2880,7 +2894,8 @@ class [[nodiscard]] Future {
         event_(std::move(other.event_)),
         value_(std::exchange(other.value_, std::nullopt)),
         host_(std::move(other.host_)),
-        outcome_(std::move(other.outcome_)) {}
+        outcome_(std::move(other.outcome_)),
+        settle_(std::move(other.settle_)) {}
 
   /// Waits for this Future's own transfer (errors ignored, as the destructor does), then takes
   /// over `other`'s; `other` becomes empty.
@@ -2892,6 +2907,7 @@ class [[nodiscard]] Future {
       value_ = std::exchange(other.value_, std::nullopt);
       host_ = std::move(other.host_);
       outcome_ = std::move(other.outcome_);
+      settle_ = std::move(other.settle_);
     }
     return *this;
   }
@@ -2915,6 +2931,7 @@ class [[nodiscard]] Future {
   /// The transfer has completed (successfully or not). Wraps clGetEventInfo.
   /// @throws Error if the event cannot be queried.
   bool ready() const {
+    if (settle_) settle_->settle(false);
     if (event_() == nullptr) return true;
     const cl_int status = status_of_event();
     return status == CL_COMPLETE || status < 0;
@@ -2924,6 +2941,7 @@ class [[nodiscard]] Future {
   /// Wraps clWaitForEvents.
   /// @throws Error with the failed command's code if the transfer failed on the device.
   void wait() const {
+    if (settle_) settle_->settle(true);
     if (event_() == nullptr) return;
     cl_event event = event_();
     const cl_int err = CLBUF_CL(clWaitForEvents)(1, &event);
@@ -2975,6 +2993,7 @@ class [[nodiscard]] Future {
   cl_int status_of_event() const { return detail::checked_event_status(operation_, event_()); }
 
   void wait_quietly() noexcept {
+    if (settle_) settle_->settle(true);
     if (event_() == nullptr) return;
     cl_event event = event_();
     CLBUF_CL(clWaitForEvents)(1, &event);
@@ -2986,6 +3005,7 @@ class [[nodiscard]] Future {
   std::optional<Stored> value_;       // a download's vector is written in place by the device
   std::shared_ptr<const void> host_;  // host memory the transfer reads (an upload's data)
   std::shared_ptr<const detail::Outcome> outcome_;  // set when clbuf finishes the work on the host
+  std::shared_ptr<detail::Settle> settle_;          // set for a Future joined over others
 };
 
 }  // namespace clbuf
@@ -2996,6 +3016,7 @@ class [[nodiscard]] Future {
 #include <atomic>
 #include <cstddef>
 #include <memory>
+#include <string>
 #include <type_traits>
 #include <utility>
 #include <vector>
@@ -3011,14 +3032,15 @@ struct FutureAccess {
   /// A Future<R> of `value` (NoValue for Future<void>).
   template <class R, class V>
   static Future<R> make(const char* operation, cl::Event event, V value,
-                        std::shared_ptr<const void> host, std::shared_ptr<const Outcome> outcome) {
+                        std::shared_ptr<const void> host, std::shared_ptr<const Outcome> outcome,
+                        std::shared_ptr<Settle> settle) {
     using Stored = typename Future<R>::Stored;
-    if constexpr (std::is_same<V, NoValue>::value) {
-      return Future<R>(operation, std::move(event), Stored(), std::move(host), std::move(outcome));
-    } else {
-      return Future<R>(operation, std::move(event), Stored(std::move(value)), std::move(host),
-                       std::move(outcome));
-    }
+    Stored stored;
+    if constexpr (!std::is_same<V, NoValue>::value) stored = Stored(std::move(value));
+    Future<R> future(operation, std::move(event), std::move(stored), std::move(host),
+                     std::move(outcome));
+    future.settle_ = std::move(settle);
+    return future;
   }
   template <class R>
   static const std::shared_ptr<const Outcome>& outcome(const Future<R>& future) noexcept {
@@ -3032,11 +3054,42 @@ struct FutureAccess {
   }
 };
 
-/// The shared state of a joined Future: how many parts are left, the user event to complete,
+/// The state of a joined Future: the parts' events and Outcomes, the user event to complete,
 /// and where failures go.
-struct JoinState {
-  /// Collects the parts' host-side failures, then lets the user event complete.
-  void finish() noexcept {
+class JoinState : public Settle {
+ public:
+  /// From a waiting thread: collects the parts (waiting for them when `wait`; else only once
+  /// all have ended) and completes the user event.
+  void settle(bool wait) noexcept override {
+    if (claimed_.load(std::memory_order_acquire)) return;  // done, or being done
+    if (!wait) {
+      for (const cl::Event& event : events) {
+        if (status_of(event()) > 0) return;  // queued, submitted or running
+      }
+    }
+    finish(wait);
+  }
+
+  /// From a part's event callback: the last one collects the parts (all have ended: no wait,
+  /// which a callback must not do).
+  void part_ended() noexcept {
+    if (remaining.fetch_sub(1) == 1) finish(false);
+  }
+
+  /// Once (the first caller; the others return at once: a callback must never block, and a
+  /// waiting thread then waits for the user event): records each part's failure, then
+  /// completes the user event.
+  void finish(bool wait) noexcept {
+    if (claimed_.exchange(true, std::memory_order_acq_rel)) return;
+    for (std::size_t i = 0; i < events.size(); ++i) {
+      cl_event event = events[i]();
+      if (wait) CLBUF_CL(clWaitForEvents)(1, &event);  // a failure shows in the status
+      const cl_int status = status_of(event);
+      if (status < 0) {
+        outcome->failed(operation, status,
+                        "part " + std::to_string(i) + " of the transfer failed on the device");
+      }
+    }
     for (const auto& part : parts) {
       try {
         part->rethrow();
@@ -3047,45 +3100,32 @@ struct JoinState {
     if (user() != nullptr) CLBUF_CL(clSetUserEventStatus)(user(), CL_COMPLETE);
   }
 
-  std::atomic<std::size_t> remaining{0};
   cl::Event user;
+  std::vector<cl::Event> events;  // the parts' (not null)
+  std::atomic<std::size_t> remaining{0};
   const char* operation = "wait";
   std::shared_ptr<Outcome> outcome = std::make_shared<Outcome>();
   std::vector<std::shared_ptr<const Outcome>> parts;  // the parts' own Outcomes
+
+ private:
+  static cl_int status_of(cl_event event) noexcept {
+    cl_int status = CL_COMPLETE;
+    if (CLBUF_CL(clGetEventInfo)(event, CL_EVENT_COMMAND_EXECUTION_STATUS, sizeof(status), &status,
+                                 nullptr) != CL_SUCCESS) {
+      return CL_OUT_OF_RESOURCES;
+    }
+    return status;
+  }
+
+  std::atomic<bool> claimed_{false};
 };
 
-/// clSetEventCallback's callback: one part has ended (`status` < 0: failed). `data` is a
-/// heap-held shared_ptr to the state, deleted here.
-inline void CL_CALLBACK joined_part_ended(cl_event event, cl_int status, void* data) {
+/// clSetEventCallback's callback: one part has ended. `data` is a heap-held shared_ptr to the
+/// state, deleted here.
+inline void CL_CALLBACK joined_part_ended(cl_event, cl_int, void* data) {
   auto* holder = static_cast<std::shared_ptr<JoinState>*>(data);
-  cl_int now = CL_COMPLETE;  // as a Future's wait() would learn it (clGetEventInfo)
-  if (CLBUF_CL(clGetEventInfo)(event, CL_EVENT_COMMAND_EXECUTION_STATUS, sizeof(now), &now,
-                               nullptr) == CL_SUCCESS &&
-      now < 0) {
-    status = now;
-  }
-  JoinState& state = **holder;
-  if (status < 0) {
-    state.outcome->failed(state.operation, status, "a shard's transfer failed on the device");
-  }
-  if (state.remaining.fetch_sub(1) == 1) state.finish();
+  (*holder)->part_ended();
   delete holder;
-}
-
-/// Counts `event` in: its callback ends the part, or, when the callback cannot be set, a wait
-/// on the host here.
-inline void join_event(const std::shared_ptr<JoinState>& state, cl_event event) {
-  auto* holder = new std::shared_ptr<JoinState>(state);
-  if (CLBUF_CL(clSetEventCallback)(event, CL_COMPLETE, joined_part_ended, holder) == CL_SUCCESS) {
-    return;
-  }
-  CLBUF_CL(clWaitForEvents)(1, &event);
-  cl_int status = CL_COMPLETE;
-  if (CLBUF_CL(clGetEventInfo)(event, CL_EVENT_COMMAND_EXECUTION_STATUS, sizeof(status), &status,
-                               nullptr) != CL_SUCCESS) {
-    status = CL_OUT_OF_RESOURCES;
-  }
-  joined_part_ended(event, status, holder);
 }
 
 /// One Future<R> holding `value` over `parts` (Futures of managers, started): it completes once
@@ -3095,25 +3135,30 @@ Future<R> joined(const char* operation, cl_context context, std::vector<Future<v
                  V value = V()) {
   auto state = std::make_shared<JoinState>();
   state->operation = operation;
-  std::vector<cl_event> events;
   for (const Future<void>& part : parts) {
-    if (part.event()() != nullptr) events.push_back(part.event()());
+    if (part.event()() != nullptr) state->events.push_back(part.event());
     if (FutureAccess::outcome(part)) state->parts.push_back(FutureAccess::outcome(part));
   }
   auto kept = std::make_shared<std::vector<Future<void>>>(std::move(parts));
   cl::Event event;
-  if (!events.empty()) {
+  if (state->events.empty()) {
+    state->finish(false);
+  } else {
     cl_int err = CL_SUCCESS;
     state->user = cl::Event(CLBUF_CL(clCreateUserEvent)(context, &err), false);
     check(err, operation, "clCreateUserEvent");
     event = state->user;
-    state->remaining.store(events.size());
-    for (cl_event part : events) join_event(state, part);
-  } else {
-    state->finish();
+    state->remaining.store(state->events.size());
+    for (const cl::Event& part : state->events) {
+      auto* holder = new std::shared_ptr<JoinState>(state);
+      if (CLBUF_CL(clSetEventCallback)(part(), CL_COMPLETE, joined_part_ended, holder) !=
+          CL_SUCCESS) {
+        delete holder;  // a waiting thread settles it
+      }
+    }
   }
   return FutureAccess::make<R>(operation, std::move(event), std::move(value), std::move(kept),
-                               state->outcome);
+                               state->outcome, state);
 }
 
 /// `future`, also keeping `more` alive until its work is done.
@@ -8441,6 +8486,7 @@ class ShardedBuffer {
 #include <exception>
 #include <map>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <utility>
 #include <vector>
@@ -8536,7 +8582,12 @@ class DeviceGroup {
   template <class T>
   ShardedBuffer<T> scatter(const T* data, std::size_t count,
                            const Partition& partition = Partition(), std::size_t halo = 0) {
-    return scatter_async(data, count, partition, halo).get();
+    const char* op = "DeviceGroup::scatter";
+    return detail::guard_host_memory(op, [&] {
+      detail::check_host_pointer(op, data, count);
+      return halo == 0 ? scatter_parts(op, data, count, partition)
+                       : scatter_with_halo(op, data, count, partition, halo);
+    });
   }
   /// scatter() of a vector.
   template <class T>
@@ -8572,7 +8623,13 @@ class DeviceGroup {
   /// @throws Error for a buffer of another group; as the managers' downloads.
   template <class T>
   std::vector<T> gather(const ShardedBuffer<T>& buffer) {
-    return gather_async(buffer).get();
+    const char* op = "DeviceGroup::gather";
+    return detail::guard_host_memory(op, [&] {
+      check_member(op, buffer);
+      std::vector<T> out(buffer.size());
+      download_parts(op, buffer, out.data());
+      return out;
+    });
   }
   /// As gather(), returning at once.
   template <class T>
@@ -8592,7 +8649,16 @@ class DeviceGroup {
   /// @throws Error CL_INVALID_VALUE for another count; as scatter().
   template <class T>
   void upload(ShardedBuffer<T>& buffer, const T* data, std::size_t count) {
-    upload_async(buffer, data, count).get();
+    const char* op = "DeviceGroup::upload";
+    detail::guard_host_memory(op, [&] {
+      check_member(op, buffer);
+      detail::check_same_size(op, count, buffer.size());
+      detail::check_host_pointer(op, data, count);
+      every_device(op, buffer.size_bytes(), [&](std::size_t i) {
+        managers_[i]->upload(buffer.shard(i), data + buffer.offset(i), buffer.count(i),
+                             buffer.ghost());
+      });
+    });
   }
   /// upload() of a vector.
   template <class T>
@@ -8615,7 +8681,13 @@ class DeviceGroup {
   /// @throws Error CL_INVALID_VALUE for another count or a null `out`; as gather().
   template <class T>
   void download(const ShardedBuffer<T>& buffer, T* out, std::size_t count) {
-    download_async(buffer, out, count).get();
+    const char* op = "DeviceGroup::download";
+    detail::guard_host_memory(op, [&] {
+      check_member(op, buffer);
+      detail::check_same_size(op, buffer.size(), count);
+      detail::check_host_pointer(op, out, count);
+      download_parts(op, buffer, out);
+    });
   }
   /// As download(), returning at once; `out` must stay alive until it completes.
   template <class T>
@@ -8635,7 +8707,14 @@ class DeviceGroup {
   ///         managers' copies.
   template <class T>
   void copy(const ShardedBuffer<T>& src, ShardedBuffer<T>& dst) {
-    copy_async(src, dst).get();
+    const char* op = "DeviceGroup::copy";
+    detail::guard_host_memory(op, [&] {
+      check_alike(op, src, dst);
+      every_device(op, src.size_bytes(), [&](std::size_t i) {
+        managers_[i]->copy_bytes(src.shard(i), dst.shard(i), src.count(i) * sizeof(T),
+                                 src.ghost() * sizeof(T), dst.ghost() * sizeof(T));
+      });
+    });
   }
   /// As copy(), returning at once.
   template <class T>
@@ -8655,7 +8734,13 @@ class DeviceGroup {
   /// @throws Error for a buffer of another group; as the managers' fills.
   template <class T>
   void fill(ShardedBuffer<T>& buffer, const T& value) {
-    fill_async(buffer, value).get();
+    const char* op = "DeviceGroup::fill";
+    detail::guard_host_memory(op, [&] {
+      check_member(op, buffer);
+      every_device(op, buffer.size_bytes(), [&](std::size_t i) {
+        managers_[i]->fill(buffer.shard(i), value, buffer.count(i), buffer.ghost());
+      });
+    });
   }
   /// As fill(), returning at once.
   template <class T>
@@ -8814,6 +8899,38 @@ class DeviceGroup {
     return ShardedBuffer<T>(id_, std::move(shards), std::move(counts), ghost, partition);
   }
 
+  /// scatter() without a halo: each shard a new buffer uploaded from its part (fresh memory,
+  /// which a host-model device fills without waiting for its queue).
+  template <class T>
+  ShardedBuffer<T> scatter_parts(const char* operation, const T* data, std::size_t count,
+                                 const Partition& partition) {
+    std::vector<std::size_t> counts = partition.split(operation, count, size());
+    std::vector<std::size_t> offsets(size(), 0);
+    for (std::size_t i = 1; i < size(); ++i) offsets[i] = offsets[i - 1] + counts[i - 1];
+    std::vector<DeviceBuffer<T>> shards(size());
+    every_device(operation, count * sizeof(T), [&](std::size_t i) {
+      shards[i] = managers_[i]->upload(data + offsets[i], counts[i]);
+    });
+    return ShardedBuffer<T>(id_, std::move(shards), std::move(counts), 0, partition);
+  }
+
+  /// scatter() with a halo: each shard allocated, its part and ghost elements written.
+  template <class T>
+  ShardedBuffer<T> scatter_with_halo(const char* operation, const T* data, std::size_t count,
+                                     const Partition& partition, std::size_t halo) {
+    ShardedBuffer<T> out = make<T>(operation, count, partition, halo);
+    every_device(operation, out.size_bytes(), [&](std::size_t i) {
+      const ShardSpan span = span_of(out, i, true);
+      BufferManager& manager = *managers_[i];
+      if (span.last > span.first) {
+        manager.upload(out.shard(i), data + span.first, span.last - span.first, span.at);
+      }
+      if (span.before > 0) manager.fill(out.shard(i), T(), span.before, 0);
+      if (span.end < span.total) manager.fill(out.shard(i), T(), span.total - span.end, span.end);
+    });
+    return out;
+  }
+
   /// Starts each shard's upload of its part of `data` (with `ghosts`: and its ghost elements,
   /// T() beyond the array's ends).
   template <class T>
@@ -8832,18 +8949,70 @@ class DeviceGroup {
   void put_shard(ShardedBuffer<T>& buffer, std::size_t i, const T* data, bool ghosts,
                  std::vector<Future<void>>& parts) {
     BufferManager& manager = *managers_[i];
-    const std::size_t g = ghosts ? buffer.ghost() : 0;
-    const std::size_t first = buffer.offset(i) >= g ? buffer.offset(i) - g : 0;  // of the array
-    const std::size_t last = std::min(buffer.offset(i) + buffer.count(i) + g, buffer.size());
-    const std::size_t at = buffer.ghost() - (buffer.offset(i) - first);  // of the shard
-    if (last > first) {
-      parts.push_back(manager.upload_async(buffer.shard(i), data + first, last - first, at));
+    const ShardSpan span = span_of(buffer, i, ghosts);
+    if (span.last > span.first) {
+      parts.push_back(manager.upload_async(buffer.shard(i), data + span.first,
+                                           span.last - span.first, span.at));
     }
-    if (g == 0) return;
-    if (at > 0) parts.push_back(manager.fill_async(buffer.shard(i), T(), at, 0));
-    const std::size_t end = at + (last - first);
-    const std::size_t total = buffer.shard(i).size();
-    if (end < total) parts.push_back(manager.fill_async(buffer.shard(i), T(), total - end, end));
+    if (span.before > 0) parts.push_back(manager.fill_async(buffer.shard(i), T(), span.before, 0));
+    if (span.end < span.total) {
+      parts.push_back(manager.fill_async(buffer.shard(i), T(), span.total - span.end, span.end));
+    }
+  }
+
+  /// What a scatter writes into shard i: the array's elements [first, last) at element `at`,
+  /// T() in the first `before` elements and from `end` to `total` (with `ghosts`; else only its
+  /// part: before 0, end total).
+  struct ShardSpan {
+    std::size_t first, last, at, before, end, total;
+  };
+  template <class T>
+  static ShardSpan span_of(const ShardedBuffer<T>& buffer, std::size_t i, bool ghosts) {
+    const std::size_t g = ghosts ? buffer.ghost() : 0;
+    ShardSpan span{};
+    span.first = buffer.offset(i) >= g ? buffer.offset(i) - g : 0;
+    span.last = std::min(buffer.offset(i) + buffer.count(i) + g, buffer.size());
+    span.at = buffer.ghost() - (buffer.offset(i) - span.first);
+    span.before = ghosts ? span.at : 0;
+    span.total = buffer.shard(i).size();
+    span.end = ghosts ? span.at + (span.last - span.first) : span.total;
+    return span;
+  }
+
+  /// Reads every shard's part into `out` (the logical array's layout), blocking.
+  template <class T>
+  void download_parts(const char* operation, const ShardedBuffer<T>& buffer, T* out) {
+    every_device(operation, buffer.size_bytes(), [&](std::size_t i) {
+      managers_[i]->download(buffer.shard(i), out + buffer.offset(i), buffer.count(i),
+                             buffer.ghost());
+    });
+  }
+
+  /// each(i) for every device, on the group's threads at once when the move is large (one
+  /// device per thread; the calling thread too), else one after the other on this thread. Every
+  /// device's call ends before it returns.
+  /// @throws Error as the first call that failed (naming its device).
+  template <class Each>
+  void every_device(const char* operation, std::size_t bytes, Each each) {
+    std::atomic<std::size_t> next{0};
+    std::mutex failed;
+    std::exception_ptr first;
+    auto task = [&](unsigned) {
+      for (std::size_t i = next++; i < size(); i = next++) {
+        try {
+          on_device(operation, i, [&] { each(i); });
+        } catch (...) {
+          std::lock_guard<std::mutex> lock(failed);
+          if (!first) first = std::current_exception();
+        }
+      }
+    };
+    if (size() > 1 && bytes / size() >= parallel_bytes) {
+      workers_.run(static_cast<unsigned>(size()), task);
+    } else {
+      task(0u);
+    }
+    if (first) std::rethrow_exception(first);
   }
 
   /// Starts each shard's download of its part into `out` (the logical array's layout).
@@ -8896,10 +9065,14 @@ class DeviceGroup {
     return ++last;
   }
 
+  /// Moves of at least this many bytes a device run on the devices at once.
+  static constexpr std::size_t parallel_bytes = std::size_t{1} << 20;
+
   ContextSharing sharing_ = ContextSharing::per_platform;
   std::vector<std::shared_ptr<BufferManager>> managers_;
   SelectionReport report_;
   std::uint64_t id_ = next_id();
+  detail::WorkerPool workers_{16};  // one thread a device, started on first use
 };
 
 }  // namespace clbuf
@@ -8955,7 +9128,9 @@ void set_view_args(const cl::Kernel& kernel, cl_uint index, const DeviceBuffer<T
 // ghost layers). Each shard's ghost elements receive the neighbouring parts' edge elements:
 // within one context a device copy (BufferManager::copy_from_async of two views), between
 // contexts a read into pinned host memory at start() and a write at finish(), so that the
-// kernels queued between start() and finish() on the receiving device run meanwhile.
+// kernels queued between start() and finish() on the receiving device run meanwhile; between
+// devices whose memory is the host's (the host model: CPU devices) a copy of host memory at
+// finish(), as a command would only add its latency.
 #ifndef CLBUF_SHARDED_HALO_HPP
 #define CLBUF_SHARDED_HALO_HPP
 
@@ -8999,9 +9174,14 @@ class ShardedHalo {
     ghost_ = layout.ghost();
     plan(layout);
     for (const ShardCopy& copy : copies_) {
-      pinned_.push_back(group.shares_context(copy.from, copy.to)
-                            ? PinnedBuffer<T>()
-                            : group.manager(copy.to).template allocate_pinned<T>(copy.count));
+      const bool host = group.manager(copy.from).memory_model() == MemoryModel::host &&
+                        group.manager(copy.to).memory_model() == MemoryModel::host;
+      modes_.push_back(host                                       ? Mode::host_copy
+                       : group.shares_context(copy.from, copy.to) ? Mode::device_copy
+                                                                  : Mode::pinned);
+      pinned_.push_back(modes_.back() == Mode::pinned
+                            ? group.manager(copy.to).template allocate_pinned<T>(copy.count)
+                            : PinnedBuffer<T>());
     }
   }
 
@@ -9044,8 +9224,9 @@ class ShardedHalo {
     for (std::size_t k = 0; k < started.size(); ++k) {
       try {
         started[k].wait();
-        if (pinned_[k].empty()) continue;  // a device copy: done
         const ShardCopy& copy = copies_[k];
+        if (modes_[k] == Mode::host_copy) copy_now(copy, field);
+        if (modes_[k] != Mode::pinned) continue;  // done
         started[k] = group_.manager(copy.to).upload_async(field.shard(copy.to), pinned_[k].data(),
                                                           copy.count, copy.to_offset);
       } catch (...) {
@@ -9097,11 +9278,15 @@ class ShardedHalo {
     }
   }
 
+  /// Starts copy k: a device copy, or a read into its pinned chunk (a host copy waits for
+  /// finish(): an empty Future).
   void begin(std::size_t k, ShardedBuffer<T>& field) {
     const ShardCopy& copy = copies_[k];
     BufferManager& from = group_.manager(copy.from);
     BufferManager& to = group_.manager(copy.to);
-    if (pinned_[k].empty()) {
+    if (modes_[k] == Mode::host_copy) {
+      futures_.emplace_back();
+    } else if (modes_[k] == Mode::device_copy) {
       DeviceBuffer<T> src = from.view(field.shard(copy.from), copy.from_offset, copy.count);
       DeviceBuffer<T> dst = to.view(field.shard(copy.to), copy.to_offset, copy.count);
       futures_.push_back(to.copy_from_async(from, src, dst));
@@ -9109,6 +9294,16 @@ class ShardedHalo {
       futures_.push_back(from.download_async(field.shard(copy.from), pinned_[k].data(), copy.count,
                                              copy.from_offset));
     }
+  }
+
+  /// Copy `copy` now (blocking): between host-model devices a copy of host memory, which a
+  /// command would only slow down.
+  void copy_now(const ShardCopy& copy, ShardedBuffer<T>& field) {
+    BufferManager& from = group_.manager(copy.from);
+    BufferManager& to = group_.manager(copy.to);
+    DeviceBuffer<T> src = from.view(field.shard(copy.from), copy.from_offset, copy.count);
+    DeviceBuffer<T> dst = to.view(field.shard(copy.to), copy.to_offset, copy.count);
+    to.copy_from(from, src, dst);
   }
 
   void check(const char* operation, const ShardedBuffer<T>& field) const {
@@ -9124,7 +9319,13 @@ class ShardedHalo {
   DeviceGroup& group_;
   std::vector<std::size_t> counts_;
   std::size_t ghost_ = 0;
+  /// How a copy moves: between host-model devices at finish(), host memory to host memory;
+  /// within a context a device copy from start(); else a read into a pinned chunk at start()
+  /// and a write at finish().
+  enum class Mode { host_copy, device_copy, pinned };
+
   std::vector<ShardCopy> copies_;
+  std::vector<Mode> modes_;
   std::vector<PinnedBuffer<T>> pinned_;  // per copy: its host chunk (empty: a device copy)
   std::vector<Future<void>> futures_;
   ShardedBuffer<T>* field_ = nullptr;  // under way
