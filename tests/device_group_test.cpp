@@ -146,12 +146,23 @@ TEST_F(Group, SelectorsPickEveryMatchingDeviceWithAReason) {
   std::size_t picked = 0;
   for (const auto& verdict : everything.explain_selection().devices) picked += verdict.picked;
   EXPECT_EQ(picked, all.size());
-  DeviceGroup cpus("cpu");
-  std::size_t cpu_count = 0;
-  for (const auto& device : all) cpu_count += device.type == clbuf::DeviceType::cpu;
-  EXPECT_EQ(cpus.size(), cpu_count);
-  DeviceGroup fallback;  // no GPU here: every CPU device
-  EXPECT_EQ(fallback.size(), cpu_count);
+  auto count_of = [&](clbuf::DeviceType type) {
+    std::size_t count = 0;
+    for (const auto& device : all) count += device.type == type;
+    return count;
+  };
+  for (const char* type : {"cpu", "gpu"}) {
+    const clbuf::DeviceType wanted =
+        std::string(type) == "cpu" ? clbuf::DeviceType::cpu : clbuf::DeviceType::gpu;
+    if (count_of(wanted) == 0) {
+      expect_error([&] { DeviceGroup{type}; }, CL_DEVICE_NOT_FOUND, {"no device matches"});
+    } else {
+      EXPECT_EQ(DeviceGroup(type).size(), count_of(wanted)) << type;
+    }
+  }
+  DeviceGroup fallback;  // every GPU, else every CPU device
+  const std::size_t gpus = count_of(clbuf::DeviceType::gpu);
+  EXPECT_EQ(fallback.size(), gpus > 0 ? gpus : count_of(clbuf::DeviceType::cpu));
   EXPECT_NE(fallback.explain_selection().to_string().find("default"), std::string::npos);
   DeviceGroup one("0:0");
   EXPECT_EQ(one.size(), 1U);
