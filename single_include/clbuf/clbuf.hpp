@@ -6185,7 +6185,7 @@ class TransferEngine {
   /// The path rule, the one place clbuf chooses how bytes move.
   Path route(const Allocation& memory, std::size_t bytes, HostMemory host, Use use) const noexcept {
     if (memory.host != nullptr) return Path::host_block;
-    if (stager_ && host == HostMemory::pageable &&
+    if (stager_ && !redirected() && host == HostMemory::pageable &&
         bytes >= device_.options().staging_threshold_bytes) {
       return Path::staged;
     }
@@ -6411,7 +6411,40 @@ class TransferEngine {
     return start;
   }
 
-  const Queue& queue() const noexcept { return device_.queue(); }
+  /// A Redirect: which engine's commands of this thread go to which queue.
+  struct Target {
+    const TransferEngine* engine = nullptr;
+    const Queue* queue = nullptr;
+  };
+
+ private:
+  static Target& current() noexcept {
+    static thread_local Target target;
+    return target;
+  }
+  bool redirected() const noexcept { return current().engine == this; }
+
+ public:
+  /// The queue this thread's commands of this engine go to: the manager's, or a Redirect's.
+  const Queue& queue() const noexcept {
+    const Target& target = current();
+    return target.engine == this ? *target.queue : device_.queue();
+  }
+
+  /// While it lives, the commands this thread enqueues through `engine` go to `queue` (a gated
+  /// queue: GatedCall), and nothing is staged: the stager's chunks go to the manager's queue.
+  class Redirect {
+   public:
+    Redirect(const TransferEngine& engine, const Queue& queue) noexcept : saved_(current()) {
+      current() = Target{&engine, &queue};
+    }
+    Redirect(const Redirect&) = delete;
+    Redirect& operator=(const Redirect&) = delete;
+    ~Redirect() { current() = saved_; }
+
+   private:
+    Target saved_;
+  };
   ParallelCopier& copier() noexcept { return copier_; }
   Telemetry& telemetry() noexcept { return telemetry_; }
   const Telemetry& telemetry() const noexcept { return telemetry_; }
@@ -6832,6 +6865,251 @@ class Gate {
 
 #endif  // CLBUF_DETAIL_GATE_HPP
 // ---- end of clbuf/detail/gate.hpp
+// ---- clbuf/detail/gated.hpp
+// Calls with `after`: no command of the manager's queue ever waits for an event that may fail.
+// A command waiting for an event that fails fails, and so, on PoCL and on NVIDIA, does every
+// command queued behind it on its in-order queue before it has ended; NVIDIA's driver (580, H100)
+// now and then also fails commands queued just after, with the failed event's status
+// (docs/repro/nvidia_failed_events.cpp). So the commands of a call with `after` go to a gated
+// queue leased to the call, behind a barrier on the manager's queue's earlier work and a barrier
+// on a user event `go` of clbuf's; a relay thread waits on the host for `after`, then sets `go`
+// to CL_COMPLETE, or, when one of them failed, to its code once the gated queue's earlier
+// commands have ended (PoCL 3.1 asserts when a failure reaches a command whose predecessor is
+// still running). The manager's queue waits for a user event `hold` that the relay completes once
+// the call's commands have ended, however they ended; a gated queue on which anything failed is
+// released, never leased again.
+#ifndef CLBUF_DETAIL_GATED_HPP
+#define CLBUF_DETAIL_GATED_HPP
+
+#include <condition_variable>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <thread>
+#include <utility>
+#include <vector>
+
+namespace clbuf {
+namespace detail {
+
+/// A manager's gated queues: in-order queues of its context, each leased to one call at a time,
+/// and the relay thread. The relay takes the calls in the order of their `hold` barriers on the
+/// manager's queue (a call's commands wait for that queue's earlier work, so for every call
+/// whose barrier is before theirs). Thread-safe.
+class GatedQueues {
+ public:
+  GatedQueues() = default;
+  GatedQueues(const GatedQueues&) = delete;
+  GatedQueues& operator=(const GatedQueues&) = delete;
+  ~GatedQueues() { close(); }
+
+  /// One call, from its barrier on the manager's queue to the end of its commands.
+  struct Ticket {
+    std::vector<cl::Event> after;     // the application's events
+    std::shared_ptr<UserEvent> hold;  // the manager's queue waits for it
+    cl::Event go;                     // a user event: the call's commands wait for it
+    cl::Event before;                 // a marker of the manager's queue
+    cl::Event earlier;                // the barrier on `before`
+    cl::Event gate;                   // the barrier on `go`, kept until it has ended (KeptEvents)
+    bool ready = false;               // set by handed()
+    Queue queue;
+    cl::Event last;  // the call's last command on `queue`
+  };
+
+  /// A queue for one call: one handed back, else a new one beside `main`.
+  Queue lease(const char* operation, cl_context context, const Queue& main) {
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      if (!free_.empty()) {
+        Queue queue = std::move(free_.back());
+        free_.pop_back();
+        return queue;
+      }
+    }
+    return Queue::beside(operation, context, main);
+  }
+
+  /// Whether the relay thread runs (started here if need be): false when the host refuses one.
+  bool running() noexcept {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (thread_.joinable()) return true;
+    if (closed_) return false;
+    try {
+      thread_ = std::thread([this] { loop(); });
+      return true;
+    } catch (...) {  // std::system_error: no thread to be had
+      return false;
+    }
+  }
+
+  /// Holds `main` with a barrier on `ticket->hold` and queues the ticket for the relay, in one
+  /// step, so that the relay takes tickets in the order of their barriers.
+  void hold(const char* operation, const Queue& main, const std::shared_ptr<Ticket>& ticket) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    tickets_.push_back(ticket);  // may throw: nothing held yet
+    try {
+      ticket->hold->barrier(operation, main);
+    } catch (...) {
+      tickets_.pop_back();
+      throw;
+    }
+  }
+
+  /// The call of `ticket` has enqueued its commands on `queue`, the last one `last`.
+  void handed(const std::shared_ptr<Ticket>& ticket, Queue queue, cl::Event last) noexcept {
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      ticket->queue = std::move(queue);
+      ticket->last = std::move(last);
+      ticket->ready = true;
+    }
+    wake_.notify_all();
+  }
+
+  /// Runs the relay's remaining tickets and releases every queue (cleanup(): no call is in
+  /// flight, so each ticket has been handed).
+  void close() noexcept {
+    std::thread thread;
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      closed_ = true;
+      thread = std::move(thread_);
+    }
+    wake_.notify_all();
+    if (thread.joinable()) thread.join();
+    std::lock_guard<std::mutex> lock(mutex_);
+    free_.clear();
+  }
+
+  /// Lets a call's commands run (CL_COMPLETE) or fail (a negative code): sets `go`.
+  static void release(const cl::Event& go, cl_int status) noexcept {
+    CLBUF_CL(clSetUserEventStatus)(go(), status);
+  }
+
+ private:
+  /// The first of `events` to have failed, its code; CL_SUCCESS when none did. Waits for each.
+  static cl_int failure_of(const std::vector<cl::Event>& events) noexcept {
+    cl_int code = CL_SUCCESS;
+    for (const cl::Event& event : events) {
+      const cl_int own = Queue::wait_code(event());
+      if (code == CL_SUCCESS) code = own;
+    }
+    return code;
+  }
+
+  /// Per ticket, in order, once handed: waits for `after` and the marker; sets `go` (so the
+  /// call's commands start once the relay has seen both end); once the call's last
+  /// command has ended, completes `hold` and keeps the queue for another call if nothing on it
+  /// failed.
+  void loop() noexcept {
+    std::unique_lock<std::mutex> lock(mutex_);
+    for (;;) {
+      wake_.wait(lock, [this] {
+        return (!tickets_.empty() && tickets_.front()->ready) || (closed_ && tickets_.empty());
+      });
+      if (tickets_.empty()) return;
+      std::shared_ptr<Ticket> ticket = std::move(tickets_.front());
+      tickets_.pop_front();
+      lock.unlock();
+      cl_int failed = failure_of(ticket->after);
+      const cl_int ahead = Queue::wait_code(ticket->before());  // a failed marker fails the call
+      if (failed == CL_SUCCESS) failed = ahead;
+      if (failed != CL_SUCCESS) {
+        Queue::wait_code(ticket->earlier());  // nothing before `go`'s barrier still running
+        release(ticket->go, failed);
+      } else {
+        release(ticket->go, CL_COMPLETE);
+      }
+      const cl_int code = Queue::wait_code(ticket->last());
+      const bool reusable = failed == CL_SUCCESS && code == CL_SUCCESS;
+      if (!reusable) ticket->queue.finish_code();
+      ticket->hold->complete();
+      lock.lock();
+      try {
+        if (reusable && !closed_) free_.push_back(std::move(ticket->queue));
+      } catch (...) {  // NOLINT(bugprone-empty-catch): no memory to keep it: released
+      }
+    }
+  }
+
+  std::mutex mutex_;
+  std::condition_variable wake_;
+  std::deque<std::shared_ptr<Ticket>> tickets_;  // in the order of their barriers
+  std::vector<Queue> free_;
+  std::thread thread_;
+  bool closed_ = false;
+};
+
+/// One call with `after`: while it lives, the commands the calling thread enqueues through the
+/// manager's engine go to a leased gated queue, behind the manager's queue's earlier work and a
+/// user event the relay sets once `after` has ended; the manager's queue holds its later
+/// commands until they have ended. done() hands the queue to the relay once the call's commands
+/// are enqueued; a call that throws before hands it over from the destructor.
+class GatedCall {
+ public:
+  GatedCall() = default;
+  GatedCall(const char* operation, GatedQueues& gates, const TransferEngine& engine,
+            cl_context context, const Queue& main, const std::vector<cl_event>& after) {
+    if (after.empty()) return;
+    auto ticket = std::make_shared<GatedQueues::Ticket>();
+    for (cl_event event : after) ticket->after.emplace_back(event, true);
+    ticket->hold = std::make_shared<UserEvent>(operation, context);
+    cl_int err = CL_SUCCESS;
+    ticket->go = cl::Event(CLBUF_CL(clCreateUserEvent)(context, &err), false);
+    check(err, operation, "clCreateUserEvent");
+    Queue queue = gates.lease(operation, context, main);
+    try {
+      ticket->before = main.marker(operation);
+      ticket->earlier = queue.barrier(operation, {ticket->before()});
+      ticket->gate = queue.barrier(operation, {ticket->go()});
+      gates.hold(operation, main, ticket);
+    } catch (...) {  // nothing of the call's on the queue yet: let it go, then release it
+      GatedQueues::release(ticket->go, CL_COMPLETE);
+      throw;
+    }
+    queue_ = std::move(queue);
+    gates_ = &gates;
+    ticket_ = std::move(ticket);
+    redirect_.emplace(engine, queue_);
+  }
+  GatedCall(const GatedCall&) = delete;
+  GatedCall& operator=(const GatedCall&) = delete;
+  ~GatedCall() {
+    if (gates_ == nullptr) return;
+    redirect_.reset();
+    cl::Event last = ticket_->earlier;
+    try {
+      last = queue_.marker("a call with `after`");  // after whatever the call enqueued
+    } catch (...) {  // NOLINT(bugprone-empty-catch): the barriers, at least, have been queued
+    }
+    CLBUF_CL(clFlush)(queue_.get());
+    gates_->handed(ticket_, queue_, last);
+  }
+
+  /// The call's commands are enqueued; `last` is the last one's event (null when it enqueued
+  /// none). Never throws: the call's Future must own its host memory before anything can (a
+  /// failed flush is left to the waits, which flush).
+  void done(const cl::Event& last) noexcept {
+    if (gates_ == nullptr) return;
+    redirect_.reset();
+    CLBUF_CL(clFlush)(queue_.get());
+    gates_->handed(ticket_, queue_, last() != nullptr ? last : ticket_->gate);
+    gates_ = nullptr;
+  }
+
+ private:
+  GatedQueues* gates_ = nullptr;  // null: nothing to hand over
+  Queue queue_;
+  std::shared_ptr<GatedQueues::Ticket> ticket_;
+  std::optional<TransferEngine::Redirect> redirect_;
+};
+
+}  // namespace detail
+}  // namespace clbuf
+
+#endif  // CLBUF_DETAIL_GATED_HPP
+// ---- end of clbuf/detail/gated.hpp
 // ---- clbuf/detail/regions.hpp
 // Rectangular transfers (upload_rect, download_rect, copy_rect) on checked sides (checks.hpp):
 // the byte geometry OpenCL takes, and the row-by-row copies where clEnqueueCopyBufferRect
@@ -7520,9 +7798,10 @@ class BufferManager {
       detail::check_host_access(op, buffer.access_, true, false);
       const std::vector<cl_event> wait = wait_list(op, after);
       std::vector<T> out = detail::new_vector<T>(op, buffer.size());
-      hold(op, wait);
+      detail::GatedCall gated = gated_call(op, wait);
       detail::Started start =
           engine_.read_async(op, buffer.memory_, 0, out.data(), buffer.size_bytes());
+      gated.done(start.event);
       buffer.fence(pool_.get(), start.event);
       // Moving the vector into the Future keeps its heap block, which the device writes into.
       return future<std::vector<T>>(op, std::move(start), std::move(out));
@@ -7540,9 +7819,10 @@ class BufferManager {
       const char* op = "download_async";
       auto entry = gate_.enter(op);
       check_host_transfer(op, buffer, out, count, src_offset, false);
-      hold(op, wait_list(op, after));
+      detail::GatedCall gated = gated_call(op, wait_list(op, after));
       detail::Started start =
           engine_.read_async(op, buffer.memory_, src_offset * sizeof(T), out, count * sizeof(T));
+      gated.done(start.event);
       buffer.fence(pool_.get(), start.event);
       return future<void>(op, std::move(start), {});
     });
@@ -7588,10 +7868,11 @@ class BufferManager {
     const char* op = "copy_bytes_async";
     auto entry = gate_.enter(op);
     check_copy(op, src, dst, size_bytes, src_offset_bytes, dst_offset_bytes);
-    hold(op, wait_list(op, after));
+    detail::GatedCall gated = gated_call(op, wait_list(op, after));
     detail::Started start{engine_.copy_async(op, src.memory_, src_offset_bytes, dst.memory_,
                                              dst_offset_bytes, size_bytes),
                           nullptr};
+    gated.done(start.event);
     src.fence(pool_.get(), start.event);
     dst.fence(pool_.get(), start.event);
     return future<void>(op, std::move(start), {});
@@ -7641,9 +7922,10 @@ class BufferManager {
     auto entry = gate_.enter(op);
     check(op, buffer);
     detail::check_range(op, "write", count, offset, buffer.size(), sizeof(T));
-    hold(op, wait_list(op, after));
+    detail::GatedCall gated = gated_call(op, wait_list(op, after));
     detail::Started start =
         engine_.fill_async(op, buffer.memory_, offset * sizeof(T), &value, sizeof(T), count);
+    gated.done(start.event);
     buffer.fence(pool_.get(), start.event);
     return future<void>(op, std::move(start), {});
   }
@@ -7932,6 +8214,7 @@ class BufferManager {
     std::string what;
     gate_.close([&]() noexcept {
       err = device_.queue().finish_code();
+      gated_.close();
       kept_.clear();
       buffered = engine_.settle_code(&what);
       engine_.close();
@@ -8067,9 +8350,24 @@ class BufferManager {
     return detail::wait_list_of(operation, after, device_.context()());
   }
 
+  /// A call with `after` (`events`): its commands, enqueued while the result lives, go to a
+  /// gated queue behind `events` and the queue's earlier work, and the queue's later commands
+  /// wait for them however they end (detail::GatedCall: no command of the manager's queue ever
+  /// waits for an event that may fail). Nothing for no events; before OpenCL 1.2 (no barrier
+  /// with a wait list) the host waits for them here; without a relay thread (the host refused
+  /// one) the queue holds its later commands with a barrier on them, as hold().
+  detail::GatedCall gated_call(const char* operation, const std::vector<cl_event>& events) {
+    if (events.empty() || !device_.opencl_1_2() || !gated_.running()) {
+      hold(operation, events);
+      return detail::GatedCall();
+    }
+    return detail::GatedCall(operation, gated_, engine_, device_.context()(), device_.queue(),
+                             events);
+  }
+
   /// Holds the queue's later commands until each of `events` has completed (before OpenCL 1.2,
   /// which has no barrier with a wait list, the host waits for them). The barrier's event is
-  /// kept until it has ended (detail::KeptEvents: an event of the application's may fail).
+  /// kept until it has ended (detail::KeptEvents: an event of another queue may fail).
   void hold(const char* operation, const std::vector<cl_event>& events) {
     if (events.empty()) return;
     if (device_.opencl_1_2()) {
@@ -8113,11 +8411,12 @@ class BufferManager {
     const std::vector<cl_event> wait = after ? wait_list(op, *after) : std::vector<cl_event>();
     if (detail::rect_empty(region.size)) return detail::Started();
     detail::check_not_mapped(op, buffer.lease_.get(), host, count, sizeof(T));
-    hold(op, wait);
+    detail::GatedCall gated = gated_call(op, wait);
     detail::Started start{
         detail::transfer_rect(engine_, op, to_device, buffer.memory_, device_side, device_extents.y,
                               host, host_side, region, sizeof(T), after == nullptr),
         nullptr};
+    gated.done(start.event);
     buffer.fence(pool_.get(), start.event);
     return start;
   }
@@ -8136,10 +8435,11 @@ class BufferManager {
                          region.dst_origin, region.dst_extents, dst.size(), sizeof(T));
     const std::vector<cl_event> wait = after ? wait_list(op, *after) : std::vector<cl_event>();
     if (detail::rect_empty(region.size)) return detail::Started();
-    hold(op, wait);
+    detail::GatedCall gated = gated_call(op, wait);
     detail::Started start{
         detail::copy_rect(engine_, op, from, to, region.size, sizeof(T), after == nullptr),
         nullptr};
+    gated.done(start.event);
     src.fence(pool_.get(), start.event);
     dst.fence(pool_.get(), start.event);
     return start;
@@ -8177,9 +8477,10 @@ class BufferManager {
     detail::check_host_pointer(op, data, count);
     const std::vector<cl_event> wait = wait_list(op, after);
     DeviceBuffer<T> buffer = new_buffer<T>(op, count, {count});
-    hold(op, wait);
+    detail::GatedCall gated = gated_call(op, wait);
     detail::Started start =
         engine_.write_async(op, buffer.memory_, 0, data, buffer.size_bytes(), host, wait.empty());
+    gated.done(start.event);
     buffer.fence(pool_.get(), start.event);
     return future<DeviceBuffer<T>>(op, std::move(start), std::move(buffer), std::move(host));
   }
@@ -8192,9 +8493,10 @@ class BufferManager {
     const char* op = "upload_async";
     auto entry = gate_.enter(op);
     check_host_transfer(op, dst, data, count, dst_offset, true);
-    hold(op, wait_list(op, after));
+    detail::GatedCall gated = gated_call(op, wait_list(op, after));
     detail::Started start = engine_.write_async(op, dst.memory_, dst_offset * sizeof(T), data,
                                                 count * sizeof(T), host, false);
+    gated.done(start.event);
     dst.fence(pool_.get(), start.event);
     return future<void>(op, std::move(start), {}, std::move(host));
   }
@@ -8206,6 +8508,7 @@ class BufferManager {
   std::shared_ptr<detail::MemoryPool> pool_;  // shared with the buffers it serves
   detail::TransferEngine engine_;             // the path rule; copier, stager, telemetry
   detail::KeptEvents kept_;                   // barriers for events not clbuf's, until they end
+  detail::GatedQueues gated_;                 // queues of the calls with `after`, their relay
 };
 
 namespace detail {

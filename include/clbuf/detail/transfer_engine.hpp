@@ -94,7 +94,7 @@ class TransferEngine {
   /// The path rule, the one place clbuf chooses how bytes move.
   Path route(const Allocation& memory, std::size_t bytes, HostMemory host, Use use) const noexcept {
     if (memory.host != nullptr) return Path::host_block;
-    if (stager_ && host == HostMemory::pageable &&
+    if (stager_ && !redirected() && host == HostMemory::pageable &&
         bytes >= device_.options().staging_threshold_bytes) {
       return Path::staged;
     }
@@ -320,7 +320,40 @@ class TransferEngine {
     return start;
   }
 
-  const Queue& queue() const noexcept { return device_.queue(); }
+  /// A Redirect: which engine's commands of this thread go to which queue.
+  struct Target {
+    const TransferEngine* engine = nullptr;
+    const Queue* queue = nullptr;
+  };
+
+ private:
+  static Target& current() noexcept {
+    static thread_local Target target;
+    return target;
+  }
+  bool redirected() const noexcept { return current().engine == this; }
+
+ public:
+  /// The queue this thread's commands of this engine go to: the manager's, or a Redirect's.
+  const Queue& queue() const noexcept {
+    const Target& target = current();
+    return target.engine == this ? *target.queue : device_.queue();
+  }
+
+  /// While it lives, the commands this thread enqueues through `engine` go to `queue` (a gated
+  /// queue: GatedCall), and nothing is staged: the stager's chunks go to the manager's queue.
+  class Redirect {
+   public:
+    Redirect(const TransferEngine& engine, const Queue& queue) noexcept : saved_(current()) {
+      current() = Target{&engine, &queue};
+    }
+    Redirect(const Redirect&) = delete;
+    Redirect& operator=(const Redirect&) = delete;
+    ~Redirect() { current() = saved_; }
+
+   private:
+    Target saved_;
+  };
   ParallelCopier& copier() noexcept { return copier_; }
   Telemetry& telemetry() noexcept { return telemetry_; }
   const Telemetry& telemetry() const noexcept { return telemetry_; }
