@@ -47,7 +47,12 @@
 // about 1 run in 12 (pocl_lock_events_inorder, pocl_update_event_finished: a failure reaching a
 // command whose other dependency still runs); deferred, relayed: 0 in 12. REPRO_POCL_ALL=1:
 // -released aborts, the callbacks exit 3.
-// Measured on NVIDIA H100 (driver 580.159.04, DATE, 50 rounds): TO BE FILLED IN BY THE LEAD.
+// Measured on NVIDIA H100 80GB HBM3 (driver 580.159.04, 2026-12-06, 50 rounds; output in
+// bench/results/h100/2026-12-06-issue36/failed_events.txt): barrier 81/100 (19 later commands
+// failed with -5, the earlier gate's status), barrier-quiet 63/100, barrier-shared 31/100,
+// waitlist 99/100, barrier-released 99/100, -1t 25/25, barrier-finish and -sleep 100/100 (the
+// poison lasts until the driver has processed the failure); every gated, deferred and relayed
+// variant 100/100 with bystanders 200/200; barrier- and waitlist-bystander 99/200, as on PoCL.
 #define CL_TARGET_OPENCL_VERSION 120
 #include <CL/cl.h>
 #include <sys/wait.h>
