@@ -529,7 +529,10 @@ class DeviceGroup {
   }
 
   /// each(i) for every device, on the group's threads at once when the move is large (one
-  /// device per thread; the calling thread too), else one after the other on this thread. Every
+  /// device per thread; the calling thread too) and some device's bytes cross a bus of its own,
+  /// else one after the other on this thread: between host memory and host-model devices (CPU
+  /// devices) each call's copy already runs on the manager's copy threads over the one memory
+  /// bus, and two at once only contend (PoCL, 2 devices: 64 MiB uploads 1.15x slower). Every
   /// device's call ends before it returns.
   /// @throws Error as the first call that failed (naming its device).
   template <class Each>
@@ -547,7 +550,7 @@ class DeviceGroup {
         }
       }
     };
-    if (size() > 1 && bytes / size() >= parallel_bytes) {
+    if (size() > 1 && bytes / size() >= parallel_bytes && !all_host_model()) {
       workers_.run(static_cast<unsigned>(size()), task);
     } else {
       task(0u);
@@ -598,6 +601,13 @@ class DeviceGroup {
                          " elements");
       }
     }
+  }
+
+  bool all_host_model() const noexcept {
+    for (const auto& manager : managers_) {
+      if (manager->memory_model() != MemoryModel::host) return false;
+    }
+    return true;
   }
 
   static std::uint64_t next_id() noexcept {
