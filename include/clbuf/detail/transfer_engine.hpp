@@ -182,8 +182,10 @@ class TransferEngine {
         stager_->read(memory.buffer(), memory.at(offset), out, bytes, operation);
         break;
       case Path::bounced:
-        read_bounced(operation, memory, offset, bytes,
-                     [&](const void* block) { bounce_copy(out, block, bytes); });
+        read_bounced(
+            operation, memory, offset, bytes,
+            [&](const void* block) { bounce_copy(out, block, bytes); },
+            [&] { read_blocking(operation, memory.buffer(), memory.at(offset), bytes, out); });
         return;             // read_blocking() settled
       case Path::buffered:  // writes only
       case Path::queue:
@@ -207,7 +209,11 @@ class TransferEngine {
       return out;
     }
     Telemetry::Timer timer(telemetry_, Telemetry::download, Telemetry::bounced, bytes, operation);
-    return read_bounced(operation, memory, offset, bytes, make);  // read_blocking() settled
+    return read_bounced(operation, memory, offset, bytes, make, [&] {  // read_blocking() settled
+      auto out = make(nullptr);
+      read_blocking(operation, memory.buffer(), memory.at(offset), bytes, out.data());
+      return out;
+    });
   }
 
   /// Starts writing `data` into `memory` at byte `offset` by the path rule; the Future waits for
@@ -449,18 +455,14 @@ class TransferEngine {
 
   /// The bounced path of read() and read_new(): `bytes` at `offset` read into a pinned block of
   /// the pool (blocking), then `consume(block)`, whose result it returns, before the block goes
-  /// back. When the pool's budget holds no block, into a host vector instead (as fast as the
-  /// driver's pageable read, which it is).
-  template <class Consume>
+  /// back. When the pool's budget holds no block, `unbounced()` instead: the driver's pageable
+  /// read straight into the caller's memory.
+  template <class Consume, class Unbounced>
   auto read_bounced(const char* operation, const Allocation& memory, std::size_t offset,
-                    std::size_t bytes, Consume consume)
+                    std::size_t bytes, Consume consume, Unbounced unbounced)
       -> decltype(consume(static_cast<const void*>(nullptr))) {
     const PinnedPool::Lease block = pinned_.take(operation, options().bounce_max_bytes, queue());
-    if (!block) {
-      std::vector<char> host = new_vector<char>(operation, bytes);
-      read_blocking(operation, memory.buffer(), memory.at(offset), bytes, host.data());
-      return consume(static_cast<const void*>(host.data()));
-    }
+    if (!block) return unbounced();
     read_blocking(operation, memory.buffer(), memory.at(offset), bytes, block.data());
     return consume(static_cast<const void*>(block.data()));
   }
