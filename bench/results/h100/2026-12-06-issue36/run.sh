@@ -1,4 +1,5 @@
 #!/bin/bash
+# SPDX-License-Identifier: MIT
 # Issue 36 + the NVIDIA failed-event investigation, one batched call. Writes $OUT/r/*.txt.
 for f in .dev/*.deb; do dpkg -x $f /tmp/cl; done
 mkdir -p /tmp/vend && echo /usr/lib/libnvidia-opencl.so > /tmp/vend/nvidia.icd
