@@ -322,6 +322,65 @@ TEST_F(TraceTest, AnUnwritablePathIsAClearError) {
   EXPECT_NO_THROW(Trace::read(dir_.file("good.json")));
 }
 
+// Malformed CLBUF_TRACE: a folder, and a path the process may not write (a read-only folder; as
+// root, which writes those, a file in /sys, which no one may create). Each is the same clear
+// Error at construction, before any transfer (the first traced call), never a crash; the manager
+// that follows without tracing works.
+TEST_F(TraceTest, AMalformedClbufTraceIsAClearErrorAtConstruction) {
+  std::string read_only = "/sys/clbuf_trace_test.json";
+  if (::geteuid() != 0) {
+    const std::string locked = dir_.file("locked");
+    std::filesystem::create_directory(locked);
+    std::filesystem::permissions(
+        locked, std::filesystem::perms::owner_read | std::filesystem::perms::owner_exec);
+    read_only = locked + "/trace.json";
+  }
+  for (const std::string& bad : {dir_.path(), dir_.path() + "/", read_only}) {
+    clbuf_test::ScopedEnv env("CLBUF_TRACE", bad.c_str());
+    EXPECT_CLBUF_ERROR(clbuf::BufferManager(), CL_INVALID_VALUE, "BufferManager",
+                       "cannot write the trace file \"" + bad + "\"", "CLBUF_TRACE");
+  }
+  EXPECT_FALSE(std::filesystem::exists(read_only));
+  clbuf_test::ScopedEnv off("CLBUF_TRACE", "");
+  clbuf::BufferManager plain;
+  const std::vector<int> data(64, 5);
+  EXPECT_EQ(plain.download(plain.upload(data)), data);
+}
+
+// Under an MPI launcher (the rank in OMPI_COMM_WORLD_RANK, PMIX_RANK or PMI_RANK) each rank
+// writes a file of its own: the rank before the path's extension, once (a second manager given
+// the first's options() shares its file), the manager's process pid = rank, named
+// "rank N: <device>"; a second process of the file rank + 100000.
+TEST_F(TraceTest, UnderAnMpiLauncherEachRankWritesItsOwnFile) {
+  using clbuf::detail::rank_path;
+  EXPECT_EQ(rank_path("t.json", 3), "t.rank3.json");
+  EXPECT_EQ(rank_path("out.d/trace", 3), "out.d/trace.rank3");
+  EXPECT_EQ(rank_path(".trace", 3), ".trace.rank3");
+  EXPECT_EQ(rank_path("t.rank3.json", 3), "t.rank3.json");
+  EXPECT_EQ(rank_path("t.rank3.json", 13), "t.rank3.rank13.json");
+  clbuf_test::ScopedEnv ompi("OMPI_COMM_WORLD_RANK", nullptr);
+  clbuf_test::ScopedEnv pmix("PMIX_RANK", "3");
+  clbuf_test::ScopedEnv pmi("PMI_RANK", nullptr);
+  const std::string ranked = dir_.file("t.rank3.json");
+  {
+    clbuf::Options options;
+    options.trace_path = dir_.file("t.json");
+    clbuf::BufferManager traced(std::string(), options);
+    EXPECT_EQ(traced.options().trace_path, ranked);
+    clbuf::BufferManager second(std::string(), traced.options());
+    EXPECT_EQ(second.options().trace_path, ranked);
+    static_cast<void>(traced.upload(std::vector<int>(16, 1)));
+  }
+  EXPECT_FALSE(std::filesystem::exists(dir_.file("t.json")));
+  const Trace trace = Trace::read(ranked);
+  ASSERT_EQ(trace.processes.size(), 2u);
+  EXPECT_EQ(trace.processes.at(3), "rank 3: " + manager().device().name);
+  EXPECT_EQ(trace.processes.at(100003), "rank 3: " + manager().device().name);
+  const auto uploads = trace.named("X", "upload");
+  ASSERT_EQ(uploads.size(), 1u);
+  EXPECT_EQ(uploads[0]->number_of("pid"), 3);
+}
+
 // (e) Four threads, 200 transfers each, on one traced manager: every span is in the file (valid
 // JSON), each thread's on an "API calls" track of its own. Under TSan: no race in the buffers.
 TEST_F(TraceTest, FourThreadsTracingOneManagerLoseNoSpan) {

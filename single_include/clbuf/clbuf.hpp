@@ -3235,8 +3235,11 @@ struct TraceArg {
 
 /// One event as a thread's buffer holds it: no allocation but the buffer's own. `name` and every
 /// text are string literals (or outlive the file). Phases: 'X' a complete span, 'A' a span that
-/// may overlap others on its track (written as the async pair "b"/"e" with `id`), 'C' a counter.
+/// may overlap others on its track (written as the async pair "b"/"e" with `id`), 'C' a counter,
+/// 's' and 'f' the start and the end of a flow arrow `id` (bound to the span around `begin` on
+/// its track: an MPI message's send and its receive).
 struct TraceEvent {
+  static constexpr std::size_t max_args = 5;
   char phase = 'X';
   const char* name = "";
   int pid = 0;
@@ -3244,7 +3247,7 @@ struct TraceEvent {
   double begin = 0;  // microseconds, trace_now()
   double end = 0;
   std::uint64_t id = 0;
-  TraceArg args[3];
+  TraceArg args[max_args];
 };
 
 /// `text` as a JSON string's contents.
@@ -3294,9 +3297,13 @@ inline void append_trace_event(std::string& out, const TraceEvent& event) {
       out += ",\"dur\":";
       append_json_time(out, std::max(0.0, event.end - event.begin));
     }
-    if (pair) out += ",\"id\":" + std::to_string(event.id);
+    if (pair || event.phase == 's' || event.phase == 'f') {
+      out += ",\"id\":" + std::to_string(event.id);
+    }
+    if (event.phase == 'f') out += ",\"bp\":\"e\"";
     out += ",\"args\":{";
-    for (int a = 0; half == 0 && a < 3 && event.args[a].key != nullptr; ++a) {
+    for (std::size_t a = 0; half == 0 && a < TraceEvent::max_args && event.args[a].key != nullptr;
+         ++a) {
       out += a == 0 ? "\"" : ",\"";
       append_json_string(out, event.args[a].key);
       out += "\":";
@@ -3310,6 +3317,34 @@ inline void append_trace_event(std::string& out, const TraceEvent& event) {
     }
     out += "}},\n";
   }
+}
+
+/// This process's rank as an MPI launcher gives it to its processes (Open MPI's
+/// OMPI_COMM_WORLD_RANK, PMIx's PMIX_RANK, MPICH's and Slurm's PMI_RANK), or -1 outside one:
+/// read before MPI_Init, so that a manager made first knows it.
+inline int launcher_rank() noexcept {
+  for (const char* name : {"OMPI_COMM_WORLD_RANK", "PMIX_RANK", "PMI_RANK"}) {
+    const char* value = std::getenv(name);
+    if (value == nullptr || *value == '\0') continue;
+    char* end = nullptr;
+    const long rank = std::strtol(value, &end, 10);
+    if (*end == '\0' && rank >= 0 && rank < 100000) return static_cast<int>(rank);
+  }
+  return -1;
+}
+
+/// `path` with ".rank<N>" before its file name's extension: "trace.json" -> "trace.rank3.json",
+/// "out/trace" -> "out/trace.rank3"; a path that has it already stays as it is (the Options of
+/// another manager passed on).
+inline std::string rank_path(const std::string& path, int rank) {
+  const std::size_t slash = path.find_last_of('/');
+  const std::size_t dot = path.find_last_of('.');
+  const bool extension =
+      dot != std::string::npos && dot != 0 && (slash == std::string::npos || dot > slash + 1);
+  const std::size_t at = extension ? dot : path.size();
+  const std::string tag = ".rank" + std::to_string(rank);
+  if (at >= tag.size() && path.compare(at - tag.size(), tag.size(), tag) == 0) return path;
+  return path.substr(0, at) + tag + path.substr(at);
 }
 
 class TraceFile;
@@ -3350,10 +3385,21 @@ class TraceFile {
 
   const std::string& path() const noexcept { return path_; }
 
-  /// A new process (a manager) named `name`: its pid.
+  /// A new process (a manager) named `name`: its pid. Under an MPI launcher (launcher_rank())
+  /// the first is the rank, named "rank N: " and the device, and further ones rank + k * 100000,
+  /// so that the files of all ranks merge without two processes of one pid.
   int process(const std::string& name) {
-    const int pid = next_pid_.fetch_add(1);
-    write_metadata("process_name", pid, 0, name);
+    const int n = processes_.fetch_add(1);
+    if (rank_ < 0) {
+      write_metadata("process_name", n + 1, 0, name);
+      return n + 1;
+    }
+    const int pid = rank_ + 100000 * n;
+    const std::string prefix = "clbuf: ";
+    write_metadata(
+        "process_name", pid, 0,
+        "rank " + std::to_string(rank_) + ": " +
+            (name.compare(0, prefix.size(), prefix) == 0 ? name.substr(prefix.size()) : name));
     return pid;
   }
 
@@ -3524,7 +3570,8 @@ class TraceFile {
   std::vector<std::shared_ptr<TraceBuffer>> buffers_;  // every thread's, under buffers_mutex_
   std::mutex tracks_mutex_;
   std::map<std::pair<int, std::string>, int> tracks_;  // under tracks_mutex_
-  std::atomic<int> next_pid_{1};
+  const int rank_ = launcher_rank();                   // -1: not under an MPI launcher
+  std::atomic<int> processes_{0};
   std::atomic<int> next_tid_{1};
   std::atomic<int> api_threads_{0};
   std::atomic<std::uint64_t> next_id_{1};
@@ -3731,6 +3778,14 @@ class Tracer {
     completed(nullptr, CL_COMPLETE, pending);
   }
 
+  /// One end of the flow arrow `id` (`start`: where it leaves) at `at`, on track `tid`: bound to
+  /// the span of that track around `at` (Perfetto draws the arrow between the two spans).
+  void flow(int tid, bool start, std::uint64_t id, double at) noexcept {
+    TraceEvent e = make_event(start ? 's' : 'f', tid, "MPI message", at, at, {});
+    e.id = id;
+    file_->record(e);
+  }
+
   /// A counter `name` at now, with up to three series.
   void counter(const char* name, std::initializer_list<TraceArg> series) noexcept {
     const double now = trace_now();
@@ -3757,7 +3812,7 @@ class Tracer {
     e.tid = tid;
     e.begin = begin;
     e.end = end;
-    std::copy_n(args.begin(), std::min<std::size_t>(args.size(), 3), e.args);
+    std::copy_n(args.begin(), std::min(args.size(), TraceEvent::max_args), e.args);
     return e;
   }
 
@@ -3778,11 +3833,14 @@ class Tracer {
   int started_track_ = 0;
 };
 
-/// The trace path in force: `option` (Options::trace_path) when set, else CLBUF_TRACE, else "".
+/// The trace path in force: `option` (Options::trace_path) when set, else CLBUF_TRACE, else "";
+/// under an MPI launcher with the rank in its name (rank_path()), so that each rank writes a file
+/// of its own (scripts/trace_merge.py merges them).
 inline std::string trace_path(const std::string& option) {
-  if (!option.empty()) return option;
   const char* env = std::getenv("CLBUF_TRACE");
-  return env != nullptr ? std::string(env) : std::string();
+  std::string path = !option.empty() ? option : env != nullptr ? std::string(env) : std::string();
+  const int rank = path.empty() ? -1 : launcher_rank();
+  return rank < 0 ? path : rank_path(path, rank);
 }
 
 }  // namespace detail
@@ -5773,6 +5831,9 @@ class Telemetry {
 
   /// Traces every transfer counted from now on into `tracer` (null: no tracing); set before any.
   void trace(Tracer* tracer) noexcept { tracer_ = tracer; }
+  /// The manager's tracer (null: not tracing), for layers that trace spans of their own
+  /// (clbuf::mpi's messages).
+  Tracer* tracer() const noexcept { return tracer_; }
 
   void fill(TransferStats& stats) const noexcept {
     DirectionStats* out[] = {&stats.upload, &stats.download, &stats.copy};

@@ -276,6 +276,7 @@ class Stream : public Transfer {
         before_(before != nullptr ? *before : cl::Event()) {}
 
   ~Stream() override {
+    core_.trace_done(trace_);  // a message given up on ends its span here
     // Only a failed transfer gets here with MPI still owning memory: that memory is left to MPI
     // (leaked), never freed under it.
     bool pending = header_request_ != MPI_REQUEST_NULL || drain_request_ != MPI_REQUEST_NULL;
@@ -297,6 +298,9 @@ class Stream : public Transfer {
     }
     if (mapped_ != nullptr) io_.unmap_quietly(span_.buffer, mapped_);
   }
+
+  /// The message has completed or failed: its span ends (when tracing).
+  void finished() noexcept override { core_.trace_done(trace_); }
 
   /// The buffer's bytes for the host: its host block, or mapped (`flags`) around MPI.
   char* host_bytes(cl_map_flags flags) {
@@ -382,6 +386,7 @@ class Stream : public Transfer {
   std::vector<Slot> slots_;                       // staged chunks
   void* mapped_ = nullptr;
   int peer_ = MPI_PROC_NULL;
+  MessageTrace trace_;  // its span, when the manager traces
   // A staged transfer that failed part-way and finishes the message before it rethrows this: a
   // receive drains the rest into scratch_, a send sends the rest empty.
   std::exception_ptr failure_;
@@ -400,6 +405,7 @@ class SendStream final : public Stream {
     peer_ = dest;
     if (dest == MPI_PROC_NULL) return;
     core.post_deferred();  // sends an exchange deferred go first (MPI's order)
+    core.trace_post(trace_, operation, true, dest, tag, span_.bytes);
     try {
       core.make_room();  // after post_deferred(), whose sends take room
       if (core.whole()) {
@@ -421,6 +427,7 @@ class SendStream final : public Stream {
     // goes. A staged send checks it once its first chunk is read (advance_staged()).
     if (core_.route(span_) != Route::staged || span_.bytes <= core_.inline_max()) check_source();
     header_ = header_of(core_, span_, dest, kind);
+    core_.trace_header(trace_, dest, tag, header_, span_);
     if (span_.bytes <= core_.inline_max()) {
       post_envelope(core_, operation_, span_, header_, before, dest, tag, comm, envelope_,
                     header_request_);
@@ -639,6 +646,7 @@ class RecvStream final : public Stream {
       received_ = true;
       return;
     }
+    core.trace_post(trace_, operation, false, source, tag, span_.bytes);
     if (core.whole()) {
       source_ = source;
       tag_ = tag;
@@ -669,6 +677,8 @@ class RecvStream final : public Stream {
     if (!received_ && core_.whole()) {
       if (!probe_whole()) return false;
       received_ = true;
+      trace_.peer = peer_;  // a plain MPI message: no header, no arrow
+      trace_.tag = tag_;
     }
     if (!received_) {
       MPI_Status status;
@@ -745,6 +755,7 @@ class RecvStream final : public Stream {
     peer_ = arrival.peer;
     tag_ = arrival.tag;
     header_ = arrival.header;
+    core_.trace_header(trace_, peer_, tag_, header_, span_);
     if (!arrival.problem.empty()) {
       if (!arrival.chunked) fail(operation_, arrival.code, arrival.problem);
       start_drain(std::move(arrival.problem));
