@@ -3613,7 +3613,8 @@ class TraceRegistry {
       const int error = errno;
       fail(operation, CL_INVALID_VALUE,
            "cannot write the trace file \"" + path +
-               "\" (CLBUF_TRACE or Options::trace_path): " + std::strerror(error));
+               "\" (CLBUF_TRACE, Options::trace_path or Python's clbuf.trace()): " +
+               std::strerror(error));
     }
     entry.closing = true;  // until close() has run; others wait for the file below
     lock.unlock();
@@ -3833,12 +3834,31 @@ class Tracer {
   int started_track_ = 0;
 };
 
-/// The trace path in force: `option` (Options::trace_path) when set, else CLBUF_TRACE, else "";
-/// under an MPI launcher with the rank in its name (rank_path()), so that each rank writes a file
-/// of its own (scripts/trace_merge.py merges them).
+/// The path of Python's `with clbuf.trace(path):` block (empty: none), process-wide: managers
+/// made while it is set trace there unless their Options name a path (trace_path()). With `set`,
+/// it becomes `*set`, and every open trace file is written out. Returns the path before.
+inline std::string scoped_trace_path(const std::string* set = nullptr) {
+  static std::mutex mutex;
+  static std::string path;
+  std::string before;
+  {
+    std::lock_guard<std::mutex> lock(mutex);
+    before = path;
+    if (set != nullptr) path = *set;
+  }
+  if (set != nullptr) TraceRegistry::instance().flush_all();
+  return before;
+}
+
+/// The trace path in force: `option` (Options::trace_path) when set, else the scoped path (Python's
+/// clbuf.trace()), else CLBUF_TRACE, else ""; under an MPI launcher with the rank in its name
+/// (rank_path()), so that each rank writes a file of its own (scripts/trace_merge.py merges them).
 inline std::string trace_path(const std::string& option) {
-  const char* env = std::getenv("CLBUF_TRACE");
-  std::string path = !option.empty() ? option : env != nullptr ? std::string(env) : std::string();
+  std::string path = !option.empty() ? option : scoped_trace_path();
+  if (path.empty()) {
+    const char* env = std::getenv("CLBUF_TRACE");
+    if (env != nullptr) path = env;
+  }
   const int rank = path.empty() ? -1 : launcher_rank();
   return rank < 0 ? path : rank_path(path, rank);
 }
