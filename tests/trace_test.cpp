@@ -272,6 +272,33 @@ TEST_F(TraceTest, AStartedUploadsSpanCoversTheTimeItsQueueWasHeld) {
   EXPECT_GT(ends[0]->number_of("ts"), released);
 }
 
+// trace_command(): an application's command (here a user event standing for a long kernel) is a
+// span of the "application commands (host's view)" track from the call until the command
+// completed; a manager that does not trace takes the call and writes nothing.
+TEST_F(TraceTest, AnApplicationsCommandIsASpanUntilItCompletes) {
+  const std::string path = dir_.file("command.json");
+  double released = 0;
+  {
+    clbuf::BufferManager traced(std::string(), discrete(path));
+    cl::UserEvent kernel(traced.context());
+    traced.trace_command("my kernel", kernel);
+    manager().trace_command("not traced", kernel);
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    released = now_us();
+    kernel.setStatus(CL_COMPLETE);
+  }
+  const Trace trace = Trace::read(path);
+  const auto begins = trace.named("b", "my kernel");
+  const auto ends = trace.named("e", "my kernel");
+  ASSERT_EQ(begins.size(), 1u);
+  ASSERT_EQ(ends.size(), 1u);
+  EXPECT_LT(begins[0]->number_of("ts"), released);
+  EXPECT_GE(ends[0]->number_of("ts"), released);
+  EXPECT_EQ(trace.tracks.at(static_cast<int>(begins[0]->number_of("tid"))),
+            "application commands (host's view)");
+  EXPECT_TRUE(trace.named("b", "not traced").empty());
+}
+
 // The rect calls are spans too: a blocking one on its thread's API track, a started one until
 // its last command has completed.
 TEST_F(TraceTest, RectCallsAreSpansToo) {

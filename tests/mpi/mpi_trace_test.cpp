@@ -172,7 +172,8 @@ TEST(MpiTrace, APingPongMergesIntoMatchingFlowPairs) {
 }
 
 // A HaloExchange of a ring: start() and finish() are spans of the "halo exchange" track, with
-// pack, post receives, post sends within start() and receive, send, unpack within finish().
+// pack, post receives, post sends within start() and post sends, wait for receives, wait for
+// sends, unpack within finish().
 TEST(MpiTrace, AHaloExchangeShowsItsPhases) {
   const SharedDir dir;
   ASSERT_FALSE(dir.path().empty());
@@ -199,8 +200,9 @@ TEST(MpiTrace, AHaloExchangeShowsItsPhases) {
   for (const Json& e : root.find("traceEvents")->items) {
     if (e.text_of("ph") == "X" && e.number_of("tid") == track) names.insert(e.text_of("name"));
   }
-  for (const char* name : {"HaloExchange::start", "pack", "post receives", "post sends",
-                           "HaloExchange::finish", "receive", "send", "unpack"}) {
+  for (const char* name :
+       {"HaloExchange::start", "pack", "post receives", "post sends", "HaloExchange::finish",
+        "wait for receives", "wait for sends", "unpack"}) {
     EXPECT_GE(names.count(name), 1u) << name;
   }
 }

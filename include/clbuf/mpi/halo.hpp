@@ -280,10 +280,10 @@ class HaloExchange final : private detail::Deferred {
       attempt([&] { post_sends(true); });
       if (deferred_failure_)
         attempt([&] { std::rethrow_exception(std::exchange(deferred_failure_, nullptr)); });
-      phases.next("receive");  // and the unpacks enqueued as the boxes arrive
+      phases.next("wait for receives");  // and the unpacks enqueued as they arrive
       for (std::size_t i = 0; i < receives_.size(); ++i) attempt([&] { arrived(i, false); });
       for (std::size_t i = 0; i < receives_.size(); ++i) attempt([&] { arrived(i, true); });
-      phases.next("send");
+      phases.next("wait for sends");
       for (Request& request : sends_) attempt([&] { request.wait(); });
       phases.next("unpack");
       for (const Future<void>& copy : copies_) attempt([&] { copy.wait(); });
