@@ -434,7 +434,8 @@ TEST_F(TraceTest, FourThreadsTracingOneManagerLoseNoSpan) {
   EXPECT_EQ(tracks.size(), 4u);
 }
 
-// A thread's buffer is written into the file once it is full, before cleanup().
+// A thread's buffer is written into the file once it is full, before cleanup(): by the file's
+// writer thread, off the thread that recorded it, so the test waits for it (at most 10 s).
 TEST_F(TraceTest, AFullBufferIsWrittenBeforeCleanup) {
   const std::string path = dir_.file("full.json");
   clbuf::Options options;
@@ -443,7 +444,15 @@ TEST_F(TraceTest, AFullBufferIsWrittenBeforeCleanup) {
   const std::vector<int> data(16, 7);
   auto buffer = traced.allocate<int>(data.size());
   for (int i = 0; i < 4200; ++i) traced.upload(buffer, data);
-  EXPECT_GE(Trace::read(path).named("X", "upload").size(), 4096u);
+  std::size_t written = 0;
+  for (int tries = 0; tries < 1000 && written < 4096; ++tries) {
+    if (tries > 0) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    try {
+      written = Trace::read(path).named("X", "upload").size();
+    } catch (const std::runtime_error&) {  // read while the writer thread was writing: again
+    }
+  }
+  EXPECT_GE(written, 4096u);
   traced.cleanup();
   EXPECT_EQ(Trace::read(path).named("X", "upload").size(), 4200u);
 }

@@ -2,8 +2,9 @@
 // The tracer (CLBUF_TRACE, Options::trace_path): a timeline of a manager's transfers in the Chrome
 // Trace Event Format, which Perfetto and chrome://tracing open (docs/performance.md "Tracing").
 // Managers tracing to one path share one file (TraceFile, a registry by path), each its own pid.
-// Each thread appends to a buffer of its own (its own mutex, uncontended but for a flush), written
-// into the file once it holds buffer_events events and at cleanup(), destruction and exit. The
+// Each thread appends to a buffer of its own (its own mutex, uncontended but for a flush); a full
+// one (buffer_events events) goes to the file's writer thread, which formats and writes it off the
+// transfer's thread; the rest are written at cleanup(), destruction and exit. The
 // file is rewritten to end in "]}" after every write, so it is valid JSON whenever the program
 // stops: at exit, and on std::terminate (an uncaught exception), whose handler writes the buffers
 // first. Timestamps are std::chrono::steady_clock in microseconds (absolute: two processes on one
@@ -16,6 +17,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cerrno>
+#include <charconv>
 #include <chrono>
 #include <condition_variable>
 #include <cstddef>
@@ -23,12 +25,14 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <deque>
 #include <exception>
 #include <initializer_list>
 #include <map>
 #include <memory>
 #include <mutex>
 #include <string>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -73,7 +77,13 @@ struct TraceEvent {
 
 /// `text` as a JSON string's contents.
 inline void append_json_string(std::string& out, const char* text) {
-  for (const char* c = text; *c != '\0'; ++c) {
+  const char* plain = text;  // the common case, names and keys with nothing to escape: at once
+  while (*plain != '\0' && *plain != '"' && *plain != '\\' &&
+         static_cast<unsigned char>(*plain) >= 0x20) {
+    ++plain;
+  }
+  out.append(text, plain);
+  for (const char* c = plain; *c != '\0'; ++c) {
     const unsigned char byte = static_cast<unsigned char>(*c);
     if (byte == '"' || byte == '\\') {
       out += '\\';
@@ -88,18 +98,59 @@ inline void append_json_string(std::string& out, const char* text) {
   }
 }
 
-/// `value` as a JSON number (integers exactly up to 2^53; never NaN or infinity, which JSON lacks).
+// The writers below format without snprintf (integers by std::to_chars): a full buffer of 4096
+// events is formatted on the thread that recorded the last, inside a transfer, so formatting is
+// most of what tracing costs a staged transfer (about 1 us an event by snprintf, on PoCL's host).
+
+/// `value` in decimal.
+inline void append_json_integer(std::string& out, long long value) {
+  char text[24];
+  const std::to_chars_result made = std::to_chars(text, text + sizeof(text), value);
+  out.append(text, made.ptr);
+}
+
+/// `value` as a JSON number: an integer up to 2^53 exactly, else 17 significant digits; never
+/// NaN or infinity, which JSON lacks (0 instead).
 inline void append_json_number(std::string& out, double value) {
+  if (!(value == value && value - value == 0)) value = 0;
+  if (value == static_cast<double>(static_cast<long long>(value)) && value <= 9007199254740992.0 &&
+      value >= -9007199254740992.0) {
+    append_json_integer(out, static_cast<long long>(value));
+    return;
+  }
   char text[32];
-  std::snprintf(text, sizeof(text), "%.17g", value == value && value - value == 0 ? value : 0.0);
+  std::snprintf(text, sizeof(text), "%.17g", value);
   out += text;
 }
 
-/// A time in microseconds to the nanosecond, as a JSON number.
+/// A time in microseconds to the nanosecond (three decimals), as a JSON number.
 inline void append_json_time(std::string& out, double microseconds) {
-  char text[40];
-  std::snprintf(text, sizeof(text), "%.3f", microseconds);
-  out += text;
+  if (!(microseconds >= 0 && microseconds < 9e15)) {  // not from the trace's clock: as it is
+    append_json_number(out, microseconds);
+    return;
+  }
+  const long long ns = static_cast<long long>(microseconds * 1000.0 + 0.5);
+  append_json_integer(out, ns / 1000);
+  const char fraction[4] = {'.', static_cast<char>('0' + ns / 100 % 10),
+                            static_cast<char>('0' + ns / 10 % 10),
+                            static_cast<char>('0' + ns % 10)};
+  out.append(fraction, 4);
+}
+
+/// The arguments of `event` as the members of a JSON object.
+inline void append_trace_args(std::string& out, const TraceEvent& event) {
+  for (std::size_t a = 0; a < TraceEvent::max_args && event.args[a].key != nullptr; ++a) {
+    out += a == 0 ? "\"" : ",\"";
+    append_json_string(out, event.args[a].key);
+    out += "\":";
+    if (event.args[a].text == nullptr) {
+      append_json_number(out, event.args[a].number);
+    } else {
+      out += '"';
+      append_json_string(out, event.args[a].text);
+      out += '"';
+    }
+  }
 }
 
 /// The events of a TraceEvent as JSON objects, each followed by ",\n".
@@ -111,7 +162,10 @@ inline void append_trace_event(std::string& out, const TraceEvent& event) {
     out += phases[half];
     out += "\",\"cat\":\"clbuf\",\"name\":\"";
     append_json_string(out, event.name);
-    out += "\",\"pid\":" + std::to_string(event.pid) + ",\"tid\":" + std::to_string(event.tid);
+    out += "\",\"pid\":";
+    append_json_integer(out, event.pid);
+    out += ",\"tid\":";
+    append_json_integer(out, event.tid);
     out += ",\"ts\":";
     append_json_time(out, half == 0 ? event.begin : event.end);
     if (event.phase == 'X') {
@@ -119,23 +173,12 @@ inline void append_trace_event(std::string& out, const TraceEvent& event) {
       append_json_time(out, std::max(0.0, event.end - event.begin));
     }
     if (pair || event.phase == 's' || event.phase == 'f') {
-      out += ",\"id\":" + std::to_string(event.id);
+      out += ",\"id\":";
+      append_json_integer(out, static_cast<long long>(event.id));
     }
     if (event.phase == 'f') out += ",\"bp\":\"e\"";
     out += ",\"args\":{";
-    for (std::size_t a = 0; half == 0 && a < TraceEvent::max_args && event.args[a].key != nullptr;
-         ++a) {
-      out += a == 0 ? "\"" : ",\"";
-      append_json_string(out, event.args[a].key);
-      out += "\":";
-      if (event.args[a].text == nullptr) {
-        append_json_number(out, event.args[a].number);
-      } else {
-        out += '"';
-        append_json_string(out, event.args[a].text);
-        out += '"';
-      }
-    }
+    if (half == 0) append_trace_args(out, event);
     out += "}},\n";
   }
 }
@@ -195,6 +238,12 @@ class TraceFile {
   TraceFile& operator=(const TraceFile&) = delete;
   /// Writes every buffer out and closes the file (valid JSON).
   ~TraceFile() {
+    {
+      std::lock_guard<std::mutex> lock(queue_mutex_);
+      stopping_ = true;
+    }
+    queued_.notify_all();
+    if (writer_.joinable()) writer_.join();  // never this thread: it holds no owner of the file
     flush();
     for (const auto& buffer : buffers_) {
       std::lock_guard<std::mutex> lock(buffer->mutex);
@@ -261,13 +310,15 @@ class TraceFile {
         buffer.events.push_back(event);
         if (buffer.events.size() >= buffer_events) full.swap(buffer.events);
       }
-      if (!full.empty()) write_events(full);
+      if (!full.empty()) hand_over(std::move(full));
     } catch (...) {  // NOLINT(bugprone-empty-catch): tracing never fails a transfer
     }
   }
 
-  /// Writes every thread's buffer into the file (cleanup(), exit, std::terminate).
+  /// Writes every thread's buffer into the file, and the full ones the writer thread has not
+  /// written yet (cleanup(), exit, std::terminate): on return all recorded before are in it.
   void flush() noexcept {
+    write_queued();
     std::vector<std::shared_ptr<TraceBuffer>> buffers;
     {
       std::lock_guard<std::mutex> lock(buffers_mutex_);
@@ -342,6 +393,66 @@ class TraceFile {
     return *buffer;
   }
 
+  /// A full buffer goes to the writer thread (started at the first), which formats and writes it
+  /// off the thread that recorded it (a transfer's); when queued_max are waiting already, or no
+  /// thread could be started, this thread writes it (memory stays bounded).
+  void hand_over(std::vector<TraceEvent> full) {
+    std::unique_lock<std::mutex> lock(queue_mutex_);
+    if (!writer_.joinable() && !stopping_) {
+      try {
+        writer_ = std::thread([this] { write_loop(); });
+      } catch (...) {  // NOLINT(bugprone-empty-catch): no thread: written here
+      }
+    }
+    if (!writer_.joinable() || queue_.size() >= queued_max) {
+      lock.unlock();
+      write_events(full);
+      return;
+    }
+    queue_.push_back(std::move(full));
+    lock.unlock();
+    queued_.notify_one();
+  }
+
+  /// The writer thread: writes the queued buffers until the file ends.
+  void write_loop() noexcept {
+    std::unique_lock<std::mutex> lock(queue_mutex_);
+    while (true) {
+      queued_.wait(lock, [this] { return stopping_ || !queue_.empty(); });
+      if (queue_.empty()) return;  // stopping, all written
+      std::vector<TraceEvent> events = std::move(queue_.front());
+      queue_.pop_front();
+      ++writing_;
+      lock.unlock();
+      try {
+        write_events(events);
+      } catch (...) {  // NOLINT(bugprone-empty-catch): out of memory: those events are lost
+      }
+      lock.lock();
+      --writing_;
+      written_.notify_all();
+    }
+  }
+
+  /// Writes the queued buffers in this thread, and waits for the one the writer is writing.
+  void write_queued() noexcept {
+    std::unique_lock<std::mutex> lock(queue_mutex_);
+    while (!queue_.empty()) {
+      std::vector<TraceEvent> events = std::move(queue_.front());
+      queue_.pop_front();
+      lock.unlock();
+      try {
+        write_events(events);
+      } catch (...) {  // NOLINT(bugprone-empty-catch): out of memory: those events are lost
+      }
+      lock.lock();
+    }
+    written_.wait(lock, [this] { return writing_ == 0; });
+  }
+
+  // Full buffers waiting for the writer thread before a recording thread writes its own.
+  static constexpr std::size_t queued_max = 8;
+
   // Buffers a file holds before a new thread's first event writes them all out: a program that
   // starts many short threads keeps at most this many buffers of ended threads.
   static constexpr std::size_t buffers_before_flush = 64;
@@ -387,6 +498,13 @@ class TraceFile {
   long end_ = 0;      // under write_mutex_: where the next events go (the tail follows them)
   bool any_ = false;  // under write_mutex_: the array holds an event (the next needs a comma)
   std::mutex write_mutex_;
+  std::mutex queue_mutex_;
+  std::condition_variable queued_;             // a full buffer was queued, or the file ends
+  std::condition_variable written_;            // the writer thread finished a buffer
+  std::deque<std::vector<TraceEvent>> queue_;  // under queue_mutex_: full buffers to write
+  int writing_ = 0;                            // under queue_mutex_: the writer's, 0 or 1
+  bool stopping_ = false;                      // under queue_mutex_: the file ends
+  std::thread writer_;                         // started at the first full buffer
   std::mutex buffers_mutex_;
   std::vector<std::shared_ptr<TraceBuffer>> buffers_;  // every thread's, under buffers_mutex_
   std::mutex tracks_mutex_;
