@@ -374,10 +374,11 @@ TEST_F(TraceTest, AMalformedClbufTraceIsAClearErrorAtConstruction) {
   EXPECT_EQ(plain.download(plain.upload(data)), data);
 }
 
-// Under an MPI launcher (the rank in OMPI_COMM_WORLD_RANK, PMIX_RANK or PMI_RANK) each rank
+// Under an MPI launcher (the rank in OMPI_COMM_WORLD_RANK, PMI_RANK or SLURM_PROCID) each rank
 // writes a file of its own: the rank before the path's extension, once (a second manager given
 // the first's options() shares its file), the manager's process pid = rank, named
-// "rank N: <device>"; a second process of the file rank + 100000.
+// "rank N: <device>"; a second process of the file rank + 100000. A folder keeps its name (and
+// its error); PMIX_RANK alone, which a singleton MPI_Init sets, is no launcher.
 TEST_F(TraceTest, UnderAnMpiLauncherEachRankWritesItsOwnFile) {
   using clbuf::detail::rank_path;
   EXPECT_EQ(rank_path("t.json", 3), "t.rank3.json");
@@ -386,8 +387,13 @@ TEST_F(TraceTest, UnderAnMpiLauncherEachRankWritesItsOwnFile) {
   EXPECT_EQ(rank_path("t.rank3.json", 3), "t.rank3.json");
   EXPECT_EQ(rank_path("t.rank3.json", 13), "t.rank3.rank13.json");
   clbuf_test::ScopedEnv ompi("OMPI_COMM_WORLD_RANK", nullptr);
-  clbuf_test::ScopedEnv pmix("PMIX_RANK", "3");
+  clbuf_test::ScopedEnv slurm("SLURM_PROCID", nullptr);
   clbuf_test::ScopedEnv pmi("PMI_RANK", nullptr);
+  clbuf_test::ScopedEnv pmix("PMIX_RANK", "0");
+  EXPECT_EQ(clbuf::detail::trace_path(dir_.file("t.json")), dir_.file("t.json"));
+  ::setenv("PMI_RANK", "3", 1);  // ScopedEnv pmi puts it back
+  EXPECT_EQ(clbuf::detail::trace_path(dir_.path()), dir_.path());
+  EXPECT_EQ(clbuf::detail::trace_path(dir_.path() + "/"), dir_.path() + "/");
   const std::string ranked = dir_.file("t.rank3.json");
   {
     clbuf::Options options;

@@ -3193,6 +3193,10 @@ inline void check_rect_overlap(const char* operation, std::size_t a, const RectS
 #ifndef CLBUF_DETAIL_TRACE_HPP
 #define CLBUF_DETAIL_TRACE_HPP
 
+#if defined(__unix__) || defined(__APPLE__)
+#include <sys/stat.h>
+#endif
+
 #include <algorithm>
 #include <atomic>
 #include <cerrno>
@@ -3362,11 +3366,12 @@ inline void append_trace_event(std::string& out, const TraceEvent& event) {
   }
 }
 
-/// This process's rank as an MPI launcher gives it to its processes (Open MPI's
-/// OMPI_COMM_WORLD_RANK, PMIx's PMIX_RANK, MPICH's and Slurm's PMI_RANK), or -1 outside one:
-/// read before MPI_Init, so that a manager made first knows it.
+/// This process's rank as a launcher gives it to the processes it starts (Open MPI's
+/// OMPI_COMM_WORLD_RANK, MPICH's and Slurm's PMI_RANK, Slurm's SLURM_PROCID), or -1 outside one:
+/// read from the environment, so that a manager made before MPI_Init knows it. Not PMIX_RANK,
+/// which a singleton MPI_Init (mpi4py imported by a program run alone) sets to 0.
 inline int launcher_rank() noexcept {
-  for (const char* name : {"OMPI_COMM_WORLD_RANK", "PMIX_RANK", "PMI_RANK"}) {
+  for (const char* name : {"OMPI_COMM_WORLD_RANK", "PMI_RANK", "SLURM_PROCID"}) {
     const char* value = std::getenv(name);
     if (value == nullptr || *value == '\0') continue;
     char* end = nullptr;
@@ -3376,10 +3381,23 @@ inline int launcher_rank() noexcept {
   return -1;
 }
 
+/// True when `path` names an existing folder (its trace file cannot be written: the error says
+/// so rather than a rank's name made from it).
+inline bool names_a_folder(const std::string& path) noexcept {
+  if (!path.empty() && path.back() == '/') return true;
+#if defined(__unix__) || defined(__APPLE__)
+  struct stat info {};
+  return ::stat(path.c_str(), &info) == 0 && S_ISDIR(info.st_mode);
+#else
+  return false;
+#endif
+}
+
 /// `path` with ".rank<N>" before its file name's extension: "trace.json" -> "trace.rank3.json",
 /// "out/trace" -> "out/trace.rank3"; a path that has it already stays as it is (the Options of
-/// another manager passed on).
+/// another manager passed on), and so does a folder.
 inline std::string rank_path(const std::string& path, int rank) {
+  if (names_a_folder(path)) return path;
   const std::size_t slash = path.find_last_of('/');
   const std::size_t dot = path.find_last_of('.');
   const bool extension =
