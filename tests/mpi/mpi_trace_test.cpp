@@ -171,6 +171,55 @@ TEST(MpiTrace, APingPongMergesIntoMatchingFlowPairs) {
   }
 }
 
+// Staged messages (a discrete manager: pinned chunks on PoCL too) show their chunks on the track
+// "MPI chunks": each chunk of a 4 MiB message once as a read and once as an MPI send on the
+// sender, once as an MPI receive and once as a write on the receiver, as many as its chunks.
+TEST(MpiTrace, AStagedMessageShowsItsChunks) {
+  const SharedDir dir;
+  ASSERT_FALSE(dir.path().empty());
+  const int rank = world_rank();
+  const std::string path = dir.path() + "/staged.rank" + std::to_string(rank) + ".json";
+  const std::size_t n = std::size_t{1} << 20;  // 4 MiB of float
+  {
+    clbuf::Options options;
+    options.trace_path = path;
+    options.memory = clbuf::MemoryModel::discrete;
+    clbuf::BufferManager manager(std::string(), options);
+    clbuf::mpi::Communicator comm(manager);
+    const auto data = random_floats(n, 11u);
+    auto buffer = manager.upload(data);
+    if (rank == 0) {
+      comm.send(buffer, 1, 4);
+    } else {
+      auto in = manager.allocate<float>(n);
+      comm.recv(in, 0, 4);
+      EXPECT_EQ(manager.download(in), data);
+    }
+  }
+  const Json root = JsonReader::parse_file(path);
+  std::map<std::string, std::set<double>> chunks;  // name -> chunk indices
+  std::map<std::string, int> spans;
+  std::string message_path;
+  for (const Json& e : root.find("traceEvents")->items) {
+    if (e.text_of("ph") == "b") {
+      ++spans[e.text_of("name")];
+      chunks[e.text_of("name")].insert(arg_number(e, "chunk"));
+    }
+    if (e.text_of("ph") == "X" && (e.text_of("name") == "send" || e.text_of("name") == "receive")) {
+      message_path = arg_text(e, "path");
+    }
+  }
+  EXPECT_EQ(message_path, "staged");
+  const char* const mine[2][2] = {{"chunk read (DMA)", "chunk MPI send"},
+                                  {"chunk MPI receive", "chunk write (DMA)"}};
+  const int count = spans[mine[rank][0]];
+  EXPECT_GE(count, 2) << mine[rank][0];
+  for (const char* name : mine[rank]) {
+    EXPECT_EQ(spans[name], count) << name;
+    EXPECT_EQ(chunks[name].size(), static_cast<std::size_t>(count)) << name;
+  }
+}
+
 // A HaloExchange of a ring: start() and finish() are spans of the "halo exchange" track, with
 // pack, post receives, post sends within start() and post sends, wait for receives, wait for
 // sends, unpack within finish().

@@ -364,6 +364,34 @@ class Core {
     return hash == 0 ? 1 : hash;
   }
 
+  /// Now on the trace's clock when tracing, else 0 (a staged chunk's start, for trace_chunk()).
+  double trace_clock() const noexcept {
+    return tracer_ != nullptr ? clbuf::detail::trace_now() : 0;
+  }
+
+  /// When `trace`'s message is traced: a span `name` of its staged chunk `chunk` from `begin`
+  /// until now on the track "MPI chunks" (chunks of messages in flight overlap: async pairs).
+  /// Returns now (the next step's start), 0 when not tracing.
+  double trace_chunk(const MessageTrace& trace, const char* name, double begin,
+                     std::size_t chunk) noexcept {
+    if (trace.begin == 0 || begin == 0) return trace_clock();
+    const double now = clbuf::detail::trace_now();
+    if (chunk_track_ < 0) {
+      try {
+        chunk_track_ = tracer_->track(comm_number_ == 0 ? std::string("MPI chunks")
+                                                        : "MPI chunks of communicator " +
+                                                              std::to_string(comm_number_));
+      } catch (...) {
+        return now;  // no memory for the track: not traced
+      }
+    }
+    tracer_->overlapping(chunk_track_, name, begin, now,
+                         {{"chunk", nullptr, static_cast<double>(chunk)},
+                          {"peer", nullptr, static_cast<double>(trace.peer)},
+                          {"tag", nullptr, static_cast<double>(trace.tag)}});
+    return now;
+  }
+
   /// A span `name` on the "halo exchange" track from `begin` until now (HaloPhases).
   void trace_phase(const char* name, double begin, double end) noexcept {
     if (tracer_ == nullptr) return;
@@ -868,6 +896,7 @@ class Core {
   std::vector<int> world_;                   // when tracing: the ranks in MPI_COMM_WORLD
   std::vector<std::pair<int, bool>> lanes_;  // the message lanes: track, busy
   int halo_track_ = -1;                      // HaloExchange's phases; -1: not made yet
+  int chunk_track_ = -1;                     // staged messages' chunks; -1: not made yet
   std::vector<std::shared_ptr<Collective>> collectives_;  // not launched yet, in call order
   std::vector<std::shared_ptr<Transfer>> active_;         // last: destroyed first
 };

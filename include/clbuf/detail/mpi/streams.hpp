@@ -258,6 +258,7 @@ struct Slot {
   std::size_t chunk = 0;
   cl::Event copy;  // the DMA into or out of the block
   MPI_Request request = MPI_REQUEST_NULL;
+  double since = 0;  // when tracing: when its DMA or message began (Core::trace_clock())
 };
 
 /// The parts a send and a receive share: the queue, the chunk bookkeeping, the mapped pointer,
@@ -524,6 +525,7 @@ class SendStream final : public Stream {
         io_.read(operation_, span_.buffer, span_.offset + chunks_.offset(slot.chunk),
                  static_cast<std::size_t>(chunks_.length(slot.chunk)), slot.block.data(), false);
     slot.state = Slot::copying;
+    slot.since = core_.trace_clock();
   }
 
   std::size_t sent_ = 0;  // chunks handed to MPI
@@ -593,6 +595,7 @@ class SendStream final : public Stream {
             completed(operation_, slot.copy, "a chunk's clEnqueueReadBuffer")) {
           check_source();  // ended before the read (queue order): no wait
           slot.copy = cl::Event();
+          slot.since = core_.trace_chunk(trace_, "chunk read (DMA)", slot.since, slot.chunk);
           check_mpi(MPI_Isend(slot.block.data(), chunks_.length(slot.chunk), MPI_BYTE, peer_,
                               static_cast<int>(header_.stream), core_.wire(), &slot.request),
                     operation_, "MPI_Isend");
@@ -605,6 +608,7 @@ class SendStream final : public Stream {
     for (Slot& slot : slots_) {
       if (slot.state == Slot::messaging && test(slot.request)) {
         slot.state = Slot::idle;
+        core_.trace_chunk(trace_, "chunk MPI send", slot.since, slot.chunk);
         core_.note_send_moved();
         if (next_ < chunks_.count) start_read(slot);
       }
@@ -718,11 +722,11 @@ class RecvStream final : public Stream {
       }
       HostChunk block = core_.acquire_slot(direction_, operation_);
       if (!block) break;
-      slots_.emplace_back();
-      Slot& slot = slots_.back();
+      Slot& slot = slots_.emplace_back();
       slot.block = std::move(block);
       slot.chunk = next_++;
       slot.state = Slot::messaging;
+      slot.since = core_.trace_clock();
       check_mpi(MPI_Imrecv(slot.block.data(), chunks_.length(slot.chunk), MPI_BYTE, &held_,
                            &slot.request),
                 operation_, "MPI_Imrecv");
@@ -733,11 +737,13 @@ class RecvStream final : public Stream {
                               static_cast<std::size_t>(chunks_.length(slot.chunk)),
                               slot.block.data(), false);
         slot.state = Slot::copying;
+        slot.since = core_.trace_chunk(trace_, "chunk MPI receive", slot.since, slot.chunk);
       }
       if (slot.state == Slot::copying &&
           completed(operation_, slot.copy, "a chunk's clEnqueueWriteBuffer")) {
         slot.copy = cl::Event();
         slot.state = Slot::idle;
+        core_.trace_chunk(trace_, "chunk write (DMA)", slot.since, slot.chunk);
       }
     }
     release_idle_slots();
