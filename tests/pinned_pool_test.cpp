@@ -9,6 +9,7 @@
 #include <clbuf/clbuf.hpp>
 
 #include "support/device_test.hpp"
+#include "support/heap_hook.hpp"
 
 #include <algorithm>
 #include <atomic>
@@ -18,6 +19,19 @@
 #include <string>
 #include <thread>
 #include <vector>
+
+/// The largest C++ heap allocation made while `heap_watch` is set (heap_hook.hpp).
+std::atomic<bool> heap_watch{false};
+std::atomic<std::size_t> heap_largest{0};
+
+void* clbuf_test_heap_new(std::size_t size) noexcept {
+  if (heap_watch.load(std::memory_order_relaxed)) {
+    std::size_t seen = heap_largest.load();
+    while (size > seen && !heap_largest.compare_exchange_weak(seen, size)) {
+    }
+  }
+  return std::malloc(size == 0 ? 1 : size);
+}
 
 namespace {
 
@@ -162,6 +176,25 @@ TEST_F(PinnedPool, ABudgetOfNothingStillMovesEveryByteExactly) {
     EXPECT_EQ(pinned.peak_bytes, 0u);
     EXPECT_GT(pinned.refusals, 0u);
   }
+}
+
+// A download that would bounce, with no pinned block to bounce through, reads straight into the
+// caller's memory: no host buffer of its size in between (before: a vector, then a copy).
+TEST_F(PinnedPool, ARefusedBounceReadsStraightIntoTheCallersMemory) {
+  auto m = make(0);
+  const std::size_t bytes = 24 * kib;  // bounced (up to 32 KiB), not buffered, not staged
+  const std::vector<std::uint8_t> data = random<std::uint8_t>(bytes);
+  clbuf::DeviceBuffer<std::uint8_t> buffer = m->upload(data);
+  std::vector<std::uint8_t> out(bytes);
+  m->finish();
+  heap_largest = 0;
+  heap_watch = true;
+  m->download(buffer, out.data(), bytes);
+  heap_watch = false;
+  EXPECT_EQ(out, data);
+  EXPECT_LT(heap_largest.load(), bytes) << "a host buffer of the download's size in between";
+  EXPECT_EQ(m->stats().download.paths.bounced, 1u);
+  EXPECT_GT(m->stats().pinned.refusals, 0u);
 }
 
 // The engine's chunk calls (detail/chunk_io.hpp), as clbuf::mpi uses them: a chunk of the pool

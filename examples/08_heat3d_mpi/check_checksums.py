@@ -14,8 +14,16 @@ the only count below 12 that splits x too) and in z-slabs (--decomp slab), and c
     along an axis than cells) end every rank with a message and a non-zero status, in time (no
     hang).
 
-usage: check_checksums.py MPIEXEC NUMPROC_FLAG "FLAG;FLAG;..." EXECUTABLE
+With --transports "TCP_FLAG;TCP_FLAG;..." instead (issue 36 item 5, ranks as on separate nodes):
+runs the solver on 2 and 4 ranks in blocks once over Open MPI's shared memory (SHARED_MEMORY
+below) and once with the flags given (TCP only), each with --mca btl_base_verbose 30, and checks
+that the log of each run shows its ranks reaching each other through that transport and no other
+(Open MPI's `mca: bml: Using <btl> btl for send to` lines; self is a rank's messages to itself),
+and that both runs' checksums are the Python reference's.
+
+usage: check_checksums.py MPIEXEC NUMPROC_FLAG "FLAG;FLAG;..." EXECUTABLE [--transports "FLAG;..."]
 """
+import re
 import struct
 import subprocess
 import sys
@@ -35,6 +43,13 @@ CASES = (
     ("blocks", 4, 3, (1, 3)),
     ("blocks", 3, 2, (1, 4, 8)),
 )
+
+
+# The transport-check runs: (decomposition, N, iterations, rank counts); the shared-memory flags
+# (Open MPI 4's vader, which Open MPI 5 calls sm and still accepts as vader).
+TRANSPORT_CASES = (("blocks", 19, 10, (2, 4)),)
+SHARED_MEMORY = ["--mca", "pml", "ob1", "--mca", "btl", "vader,self"]
+BML_LINE = re.compile(r"mca: bml: Using (\S+) btl for send to")
 
 
 def fnv1a(data):
@@ -93,11 +108,46 @@ def checksum(command, decomp, ranks, n, iters):
     return value
 
 
+def transported_checksum(command, transport, extra, decomp, ranks, n, iters):
+    """The checksum of one run whose ranks must reach each other through btl `transport` only."""
+    mpiexec, numproc_flag, flags, executable = command
+    status, output = run((mpiexec, numproc_flag, flags + extra + ["--mca", "btl_base_verbose", "30"],
+                          executable), ranks,
+                         ["--decomp", decomp, "--n", str(n), "--iters", str(iters)])
+    used = sorted(set(BML_LINE.findall(output)) - {"self"})
+    sums = [line[len("field checksum: "):] for line in output.splitlines()
+            if line.startswith("field checksum: ")]
+    if status != 0 or len(sums) != 1:
+        sys.exit("FAIL: %s %s np %d --n %d --iters %d: status %d, output:\n%s" %
+                 (transport, decomp, ranks, n, iters, status, output))
+    if used != [transport]:
+        sys.exit("FAIL: %s np %d: the ranks used btl %s, not %s only; output:\n%s" %
+                 (decomp, ranks, used, transport, output))
+    print("%-6s np %d, --n %d --iters %d over %s: %s" % (decomp, ranks, n, iters, transport,
+                                                          sums[0]))
+    return sums[0]
+
+
+def transports(command, tcp_flags):
+    for decomp, n, iters, rank_counts in TRANSPORT_CASES:
+        expected = reference(n, iters)
+        for ranks in rank_counts:
+            shared = transported_checksum(command, "vader", SHARED_MEMORY, decomp, ranks, n, iters)
+            tcp = transported_checksum(command, "tcp", tcp_flags, decomp, ranks, n, iters)
+            if shared != expected or tcp != expected:
+                sys.exit("FAIL: %s np %d --n %d: shared memory %s, TCP %s, the Python reference %s"
+                         % (decomp, ranks, n, shared, tcp, expected))
+    print("TCP and shared memory give the Python reference's checksums")
+
+
 def main():
-    if len(sys.argv) != 5:
+    if len(sys.argv) not in (5, 7) or (len(sys.argv) == 7 and sys.argv[5] != "--transports"):
         sys.exit(__doc__)
-    mpiexec, numproc_flag, flags, executable = sys.argv[1:]
+    mpiexec, numproc_flag, flags, executable = sys.argv[1:5]
     command = (mpiexec, numproc_flag, [f for f in flags.split(";") if f], executable)
+    if len(sys.argv) == 7:
+        transports(command, [f for f in sys.argv[6].split(";") if f])
+        return
 
     started = set()
     for decomp, n, iters, rank_counts in CASES:

@@ -12,6 +12,7 @@
 #ifndef CLBUF_DETAIL_CANNOT_COMPILE
 #include <clbuf/buffer.hpp>
 #include <clbuf/device.hpp>
+#include <clbuf/device_group.hpp>
 #include <clbuf/device_info.hpp>
 #include <clbuf/error.hpp>
 #include <clbuf/future.hpp>
@@ -22,6 +23,8 @@
 #include <clbuf/pinned.hpp>
 #include <clbuf/pool.hpp>
 #include <clbuf/rect.hpp>
+#include <clbuf/sharded_buffer.hpp>
+#include <clbuf/sharded_halo.hpp>
 #include <clbuf/telemetry.hpp>
 #endif
 

@@ -16,6 +16,9 @@
 namespace clbuf {
 
 class BufferManager;
+namespace detail {
+struct FutureAccess;
+}  // namespace detail
 
 /// The result of an asynchronous operation (upload_async(), download_async(), fill_async(), ...);
 /// Future<void> for operations with no value to hand over. Move-only. Owns (or keeps alive)
@@ -36,7 +39,8 @@ class [[nodiscard]] Future {
         event_(std::move(other.event_)),
         value_(std::exchange(other.value_, std::nullopt)),
         host_(std::move(other.host_)),
-        outcome_(std::move(other.outcome_)) {}
+        outcome_(std::move(other.outcome_)),
+        settle_(std::move(other.settle_)) {}
 
   /// Waits for this Future's own transfer (errors ignored, as the destructor does), then takes
   /// over `other`'s; `other` becomes empty.
@@ -48,6 +52,7 @@ class [[nodiscard]] Future {
       value_ = std::exchange(other.value_, std::nullopt);
       host_ = std::move(other.host_);
       outcome_ = std::move(other.outcome_);
+      settle_ = std::move(other.settle_);
     }
     return *this;
   }
@@ -71,6 +76,7 @@ class [[nodiscard]] Future {
   /// The transfer has completed (successfully or not). Wraps clGetEventInfo.
   /// @throws Error if the event cannot be queried.
   bool ready() const {
+    if (settle_) settle_->settle(false);
     if (event_() == nullptr) return true;
     const cl_int status = status_of_event();
     return status == CL_COMPLETE || status < 0;
@@ -80,6 +86,7 @@ class [[nodiscard]] Future {
   /// Wraps clWaitForEvents.
   /// @throws Error with the failed command's code if the transfer failed on the device.
   void wait() const {
+    if (settle_) settle_->settle(true);
     if (event_() == nullptr) return;
     cl_event event = event_();
     const cl_int err = CLBUF_CL(clWaitForEvents)(1, &event);
@@ -115,6 +122,7 @@ class [[nodiscard]] Future {
 
  private:
   friend class BufferManager;
+  friend struct detail::FutureAccess;
 
   struct Nothing {};
   using Stored = std::conditional_t<std::is_void<R>::value, Nothing, R>;
@@ -130,6 +138,7 @@ class [[nodiscard]] Future {
   cl_int status_of_event() const { return detail::checked_event_status(operation_, event_()); }
 
   void wait_quietly() noexcept {
+    if (settle_) settle_->settle(true);
     if (event_() == nullptr) return;
     cl_event event = event_();
     CLBUF_CL(clWaitForEvents)(1, &event);
@@ -141,6 +150,7 @@ class [[nodiscard]] Future {
   std::optional<Stored> value_;       // a download's vector is written in place by the device
   std::shared_ptr<const void> host_;  // host memory the transfer reads (an upload's data)
   std::shared_ptr<const detail::Outcome> outcome_;  // set when clbuf finishes the work on the host
+  std::shared_ptr<detail::Settle> settle_;          // set for a Future joined over others
 };
 
 }  // namespace clbuf

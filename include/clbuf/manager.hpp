@@ -13,6 +13,7 @@
 #include <clbuf/detail/cross_context.hpp>
 #include <clbuf/detail/device_context.hpp>
 #include <clbuf/detail/gate.hpp>
+#include <clbuf/detail/gated.hpp>
 #include <clbuf/detail/host_memory.hpp>
 #include <clbuf/detail/memory_object.hpp>
 #include <clbuf/detail/pool.hpp>
@@ -342,9 +343,10 @@ class BufferManager {
       detail::check_host_access(op, buffer.access_, true, false);
       const std::vector<cl_event> wait = wait_list(op, after);
       std::vector<T> out = detail::new_vector<T>(op, buffer.size());
-      hold(op, wait);
+      detail::GatedCall gated = gated_call(op, wait);
       detail::Started start =
           engine_.read_async(op, buffer.memory_, 0, out.data(), buffer.size_bytes());
+      gated.done(start.event);
       buffer.fence(pool_.get(), start.event);
       // Moving the vector into the Future keeps its heap block, which the device writes into.
       return future<std::vector<T>>(op, std::move(start), std::move(out));
@@ -362,9 +364,10 @@ class BufferManager {
       const char* op = "download_async";
       auto entry = gate_.enter(op);
       check_host_transfer(op, buffer, out, count, src_offset, false);
-      hold(op, wait_list(op, after));
+      detail::GatedCall gated = gated_call(op, wait_list(op, after));
       detail::Started start =
           engine_.read_async(op, buffer.memory_, src_offset * sizeof(T), out, count * sizeof(T));
+      gated.done(start.event);
       buffer.fence(pool_.get(), start.event);
       return future<void>(op, std::move(start), {});
     });
@@ -410,10 +413,11 @@ class BufferManager {
     const char* op = "copy_bytes_async";
     auto entry = gate_.enter(op);
     check_copy(op, src, dst, size_bytes, src_offset_bytes, dst_offset_bytes);
-    hold(op, wait_list(op, after));
+    detail::GatedCall gated = gated_call(op, wait_list(op, after));
     detail::Started start{engine_.copy_async(op, src.memory_, src_offset_bytes, dst.memory_,
                                              dst_offset_bytes, size_bytes),
                           nullptr};
+    gated.done(start.event);
     src.fence(pool_.get(), start.event);
     dst.fence(pool_.get(), start.event);
     return future<void>(op, std::move(start), {});
@@ -463,9 +467,10 @@ class BufferManager {
     auto entry = gate_.enter(op);
     check(op, buffer);
     detail::check_range(op, "write", count, offset, buffer.size(), sizeof(T));
-    hold(op, wait_list(op, after));
+    detail::GatedCall gated = gated_call(op, wait_list(op, after));
     detail::Started start =
         engine_.fill_async(op, buffer.memory_, offset * sizeof(T), &value, sizeof(T), count);
+    gated.done(start.event);
     buffer.fence(pool_.get(), start.event);
     return future<void>(op, std::move(start), {});
   }
@@ -754,6 +759,7 @@ class BufferManager {
     std::string what;
     gate_.close([&]() noexcept {
       err = device_.queue().finish_code();
+      gated_.close();
       kept_.clear();
       buffered = engine_.settle_code(&what);
       engine_.close();
@@ -889,9 +895,24 @@ class BufferManager {
     return detail::wait_list_of(operation, after, device_.context()());
   }
 
+  /// A call with `after` (`events`): its commands, enqueued while the result lives, go to a
+  /// gated queue behind `events` and the queue's earlier work, and the queue's later commands
+  /// wait for them however they end (detail::GatedCall: no command of the manager's queue ever
+  /// waits for an event that may fail). Nothing for no events; before OpenCL 1.2 (no barrier
+  /// with a wait list) the host waits for them here; without a relay thread (the host refused
+  /// one) the queue holds its later commands with a barrier on them, as hold().
+  detail::GatedCall gated_call(const char* operation, const std::vector<cl_event>& events) {
+    if (events.empty() || !device_.opencl_1_2() || !gated_.running()) {
+      hold(operation, events);
+      return detail::GatedCall();
+    }
+    return detail::GatedCall(operation, gated_, engine_, device_.context()(), device_.queue(),
+                             events);
+  }
+
   /// Holds the queue's later commands until each of `events` has completed (before OpenCL 1.2,
   /// which has no barrier with a wait list, the host waits for them). The barrier's event is
-  /// kept until it has ended (detail::KeptEvents: an event of the application's may fail).
+  /// kept until it has ended (detail::KeptEvents: an event of another queue may fail).
   void hold(const char* operation, const std::vector<cl_event>& events) {
     if (events.empty()) return;
     if (device_.opencl_1_2()) {
@@ -935,11 +956,12 @@ class BufferManager {
     const std::vector<cl_event> wait = after ? wait_list(op, *after) : std::vector<cl_event>();
     if (detail::rect_empty(region.size)) return detail::Started();
     detail::check_not_mapped(op, buffer.lease_.get(), host, count, sizeof(T));
-    hold(op, wait);
+    detail::GatedCall gated = gated_call(op, wait);
     detail::Started start{
         detail::transfer_rect(engine_, op, to_device, buffer.memory_, device_side, device_extents.y,
                               host, host_side, region, sizeof(T), after == nullptr),
         nullptr};
+    gated.done(start.event);
     buffer.fence(pool_.get(), start.event);
     return start;
   }
@@ -958,10 +980,11 @@ class BufferManager {
                          region.dst_origin, region.dst_extents, dst.size(), sizeof(T));
     const std::vector<cl_event> wait = after ? wait_list(op, *after) : std::vector<cl_event>();
     if (detail::rect_empty(region.size)) return detail::Started();
-    hold(op, wait);
+    detail::GatedCall gated = gated_call(op, wait);
     detail::Started start{
         detail::copy_rect(engine_, op, from, to, region.size, sizeof(T), after == nullptr),
         nullptr};
+    gated.done(start.event);
     src.fence(pool_.get(), start.event);
     dst.fence(pool_.get(), start.event);
     return start;
@@ -999,9 +1022,10 @@ class BufferManager {
     detail::check_host_pointer(op, data, count);
     const std::vector<cl_event> wait = wait_list(op, after);
     DeviceBuffer<T> buffer = new_buffer<T>(op, count, {count});
-    hold(op, wait);
+    detail::GatedCall gated = gated_call(op, wait);
     detail::Started start =
         engine_.write_async(op, buffer.memory_, 0, data, buffer.size_bytes(), host, wait.empty());
+    gated.done(start.event);
     buffer.fence(pool_.get(), start.event);
     return future<DeviceBuffer<T>>(op, std::move(start), std::move(buffer), std::move(host));
   }
@@ -1014,9 +1038,10 @@ class BufferManager {
     const char* op = "upload_async";
     auto entry = gate_.enter(op);
     check_host_transfer(op, dst, data, count, dst_offset, true);
-    hold(op, wait_list(op, after));
+    detail::GatedCall gated = gated_call(op, wait_list(op, after));
     detail::Started start = engine_.write_async(op, dst.memory_, dst_offset * sizeof(T), data,
                                                 count * sizeof(T), host, false);
+    gated.done(start.event);
     dst.fence(pool_.get(), start.event);
     return future<void>(op, std::move(start), {}, std::move(host));
   }
@@ -1028,6 +1053,7 @@ class BufferManager {
   std::shared_ptr<detail::MemoryPool> pool_;  // shared with the buffers it serves
   detail::TransferEngine engine_;             // the path rule; copier, stager, telemetry
   detail::KeptEvents kept_;                   // barriers for events not clbuf's, until they end
+  detail::GatedQueues gated_;                 // queues of the calls with `after`, their relay
 };
 
 namespace detail {

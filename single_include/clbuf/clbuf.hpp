@@ -2085,29 +2085,23 @@ inline SelectionReport explain_selection(const std::string& selector = std::stri
 
 #endif  // CLBUF_DEVICE_HPP
 // ---- end of clbuf/device.hpp
-// ---- clbuf/future.hpp
-// clbuf::Future<R>: the result of an asynchronous transfer, owning the host memory it touches.
-#ifndef CLBUF_FUTURE_HPP
-#define CLBUF_FUTURE_HPP
+// ---- clbuf/device_group.hpp
+// clbuf::DeviceGroup: one BufferManager per device of a selection, and the moves of a
+// ShardedBuffer (scatter, gather, upload, download, copy, fill) over all of them at once: each
+// shard moves through its own manager (its own staging lane and background thread), so the host
+// copies of one shard never wait for another's DMA. The blocking forms run each device's
+// blocking call, on a thread a device when the move is large; the _async forms join the shards'
+// Futures into one (detail/joined_future.hpp).
+#ifndef CLBUF_DEVICE_GROUP_HPP
+#define CLBUF_DEVICE_GROUP_HPP
 
-// ---- clbuf/detail/async.hpp
-// The parts of asynchronous operations that clbuf finishes on the host (staged transfers, copies
-// between contexts): the Outcome a background job reports to its Future, the UserEvent that
-// holds the manager's queue until the job is done, and the Background thread that runs jobs in
-// the order they were submitted.
-//
-// The shape of one such operation, at the call (all enqueued under one lock, so queue order and
-// job order agree):
-//   main queue:   ... earlier work ... -> marker M -> barrier B (waits for user event U) -> later
-//   work background:   waits for its turn, runs its commands on a side queue (each waits for M),
-//   then
-//                 completes U
-// The Future waits for B, so it completes after the last byte has landed and after everything
-// queued before it; work the user enqueues after the call (or on another queue, waiting for
-// Future::event()) sees the result. A failure in the job is recorded in the Outcome and U still
-// completes, so the queue never stalls: the Future reports the error at wait() / get().
-#ifndef CLBUF_DETAIL_ASYNC_HPP
-#define CLBUF_DETAIL_ASYNC_HPP
+// ---- clbuf/detail/group.hpp
+// What a DeviceGroup is made of: its selector grammar (every device of a type, "all", one
+// device by P:D, every device whose name matches, or a comma-separated list of single selectors,
+// each device with a verdict and its reason, as explain_selection() gives for one device), the
+// report of a group, and its contexts and queues.
+#ifndef CLBUF_DETAIL_GROUP_HPP
+#define CLBUF_DETAIL_GROUP_HPP
 
 // ---- clbuf/detail/queue.hpp
 // Checked queue operations: each wraps one OpenCL call behind CLBUF_CL and turns a failure into
@@ -2380,6 +2374,245 @@ class KeptEvents {
 
 #endif  // CLBUF_DETAIL_QUEUE_HPP
 // ---- end of clbuf/detail/queue.hpp
+// ---- clbuf/detail/range.hpp
+// Pure host arithmetic behind every pre-check: overflow-safe sizes, ranges and overlaps.
+// No OpenCL here, so these functions can be fuzzed against a wide-integer reference.
+#ifndef CLBUF_DETAIL_RANGE_HPP
+#define CLBUF_DETAIL_RANGE_HPP
+
+#include <cstddef>
+#include <limits>
+#include <vector>
+
+namespace clbuf {
+namespace detail {
+
+/// a * b into `out`; false (and `out` untouched) when the product does not fit in size_t.
+constexpr bool checked_multiply(std::size_t a, std::size_t b, std::size_t& out) noexcept {
+  if (b != 0 && a > std::numeric_limits<std::size_t>::max() / b) return false;
+  out = a * b;
+  return true;
+}
+
+/// [offset, offset + length) lies inside [0, capacity). Written so that nothing wraps:
+/// the naive `offset + length <= capacity` accepts offset = SIZE_MAX.
+constexpr bool range_fits(std::size_t offset, std::size_t length, std::size_t capacity) noexcept {
+  return offset <= capacity && length <= capacity - offset;
+}
+
+/// [a, a + length) and [b, b + length) share a byte. Both ranges must already fit in one buffer.
+constexpr bool ranges_overlap(std::size_t a, std::size_t b, std::size_t length) noexcept {
+  return length != 0 && (a < b ? b - a < length : a - b < length);
+}
+
+/// The product of a shape's extents into `out` (1 for a rank-0 shape); false on overflow.
+inline bool shape_elements(const std::vector<std::size_t>& shape, std::size_t& out) noexcept {
+  std::size_t product = 1;
+  for (std::size_t extent : shape) {
+    if (extent == 0) {  // a zero extent makes the product 0, even past an overflowing prefix
+      out = 0;
+      return true;
+    }
+  }
+  for (std::size_t extent : shape) {
+    if (!checked_multiply(product, extent, product)) return false;
+  }
+  out = product;
+  return true;
+}
+
+}  // namespace detail
+}  // namespace clbuf
+
+#endif  // CLBUF_DETAIL_RANGE_HPP
+// ---- end of clbuf/detail/range.hpp
+
+#include <algorithm>
+#include <cstddef>
+#include <string>
+#include <vector>
+
+namespace clbuf {
+namespace detail {
+
+/// The type the default selection picks (the first GPU, else the first CPU device, else the
+/// first device's type).
+inline DeviceType default_group_type(const std::vector<DeviceEntry>& entries) {
+  if (first_of_type(entries, DeviceType::gpu) < entries.size()) return DeviceType::gpu;
+  if (first_of_type(entries, DeviceType::cpu) < entries.size()) return DeviceType::cpu;
+  return entries.empty() ? DeviceType::gpu : entries.front().info.type;
+}
+
+/// "a, b, c": each part a single selector (judge_devices), its pick in the group.
+/// @throws Error CL_DEVICE_NOT_FOUND for a part that picks nothing; CL_INVALID_VALUE for an
+///         empty part or a device named twice.
+inline void judge_group_list(const char* operation, const std::vector<DeviceEntry>& entries,
+                             const std::string& text, std::vector<Verdict>& verdicts,
+                             std::vector<std::size_t>& order) {
+  std::size_t start = 0;
+  while (start <= text.size()) {
+    const std::size_t comma = std::min(text.find(',', start), text.size());
+    const std::string part = trimmed(text.substr(start, comma - start));
+    if (part.empty()) {
+      fail(operation, CL_INVALID_VALUE, "the device list \"" + text + "\" has an empty entry");
+    }
+    const std::string quoted = "\"" + part + "\" of \"" + text + "\"";
+    bool found = false;
+    for (Verdict& verdict : judge_devices(entries, parse_selector(part), quoted)) {
+      if (!verdict.picked) continue;
+      found = true;
+      if (verdicts[verdict.entry].picked) {
+        fail(operation, CL_INVALID_VALUE,
+             "the device list \"" + text + "\" names " + device_label(entries[verdict.entry]) +
+                 " twice");
+      }
+      verdicts[verdict.entry] = verdict;
+      order.push_back(verdict.entry);
+    }
+    if (!found) {
+      fail(operation, CL_DEVICE_NOT_FOUND,
+           "no device matches " + quoted + "; devices: " + describe_entries(entries));
+    }
+    start = comma + 1;
+  }
+}
+
+/// Picks every device that `match` accepts, with `reason`; the others get `rejected`.
+template <class Match>
+void judge_group_each(const std::vector<DeviceEntry>& entries, std::vector<Verdict>& verdicts,
+                      Match match, const std::string& reason, const std::string& rejected) {
+  for (std::size_t i = 0; i < entries.size(); ++i) {
+    verdicts[i].picked = match(entries[i]);
+    verdicts[i].reason = verdicts[i].picked ? reason : rejected;
+  }
+}
+
+/// "" (the type the default picks), "gpu", "cpu", "accelerator": every device of that type.
+inline void judge_group_by_type(const std::vector<DeviceEntry>& entries, const Selector& single,
+                                const std::string& text, std::vector<Verdict>& verdicts) {
+  const bool asked = single.kind == Selector::Kind::type;
+  const DeviceType type = asked ? single.type : default_group_type(entries);
+  const std::string why =
+      asked ? std::string("a ") + to_string(type) + " device, as \"" + text + "\" asks"
+            : std::string("a ") + to_string(type) +
+                  " device (default: every device of the type clbuf picks)";
+  judge_group_each(
+      entries, verdicts, [&](const DeviceEntry& entry) { return entry.info.type == type; }, why,
+      std::string("not a ") + to_string(type) + " device");
+}
+
+/// Judges every device for a DeviceGroup `selector` ("" default: every device of the type the
+/// default picks; "all"; "gpu", "cpu", "accelerator": every device of that type; "P:D"; a list
+/// "s1, s2, ..."; else every device whose name contains the text, ignoring case). `order`
+/// receives the picked entries in the group's order (a list's, else list_devices()').
+/// @throws Error as judge_group_list().
+inline std::vector<Verdict> judge_group(const char* operation,
+                                        const std::vector<DeviceEntry>& entries,
+                                        const std::string& selector,
+                                        std::vector<std::size_t>& order) {
+  std::vector<Verdict> verdicts(entries.size());
+  for (std::size_t i = 0; i < entries.size(); ++i) verdicts[i].entry = i;
+  const std::string text = trimmed(selector);
+  const std::string key = lower_case(text);
+  if (text.find(',') != std::string::npos) {
+    for (Verdict& verdict : verdicts) verdict.reason = "not in the list \"" + text + "\"";
+    judge_group_list(operation, entries, text, verdicts, order);
+    return verdicts;
+  }
+  const Selector single = parse_selector(text);
+  if (key == "all") {
+    judge_group_each(
+        entries, verdicts, [](const DeviceEntry&) { return true; }, "\"all\"", "");
+  } else if (single.kind == Selector::Kind::automatic || single.kind == Selector::Kind::type) {
+    judge_group_by_type(entries, single, text, verdicts);
+  } else if (single.kind == Selector::Kind::index) {
+    verdicts = judge_devices(entries, single, "\"" + text + "\"");
+  } else {
+    judge_group_each(
+        entries, verdicts,
+        [&](const DeviceEntry& entry) {
+          return lower_case(entry.info.name).find(single.name) != std::string::npos;
+        },
+        "its name contains \"" + text + "\"", "its name does not contain \"" + text + "\"");
+  }
+  for (const Verdict& verdict : verdicts) {
+    if (verdict.picked) order.push_back(verdict.entry);
+  }
+  return verdicts;
+}
+
+/// The report of a group made of `picked` (listed devices): each picked device, every other
+/// rejected.
+inline SelectionReport group_report(const std::vector<DeviceEntry>& entries,
+                                    const std::vector<DeviceEntry>& picked) {
+  SelectionReport report;
+  report.origin = "selector";
+  for (const DeviceEntry& entry : entries) {
+    bool in = false;
+    for (const DeviceEntry& chosen : picked) in = in || chosen.device == entry.device;
+    report.devices.push_back({entry.info, in, in ? "listed" : "not listed"});
+  }
+  return report;
+}
+
+/// One context of `devices` (all of one platform). Wraps clCreateContext.
+inline cl::Context group_context(const char* operation, cl_platform_id platform,
+                                 const std::vector<cl_device_id>& devices) {
+  const cl_context_properties properties[] = {CL_CONTEXT_PLATFORM,
+                                              reinterpret_cast<cl_context_properties>(platform), 0};
+  cl_int err = CL_SUCCESS;
+  const auto serial = discovery_lock();
+  cl::Context context(CLBUF_CL(clCreateContext)(properties, static_cast<cl_uint>(devices.size()),
+                                                devices.data(), nullptr, nullptr, &err),
+                      false);
+  check(err, operation, "clCreateContext");
+  return context;
+}
+
+/// a * b, or an Error CL_INVALID_VALUE naming both when it overflows.
+inline std::size_t group_product(const char* operation, std::size_t a, std::size_t b) {
+  std::size_t out = 0;
+  if (!checked_multiply(a, b, out)) fail_overflow(operation, a, b);
+  return out;
+}
+
+}  // namespace detail
+}  // namespace clbuf
+
+#endif  // CLBUF_DETAIL_GROUP_HPP
+// ---- end of clbuf/detail/group.hpp
+// ---- clbuf/detail/joined_future.hpp
+// One Future over several: a DeviceGroup's call starts a Future on each device's manager and
+// hands back one whose event is a user event (of the first manager's context) that completes
+// once every part's event has: when the last part's event callback runs, or when a thread waits
+// for the joined Future (or asks ready()), whichever comes first. The second matters where a
+// driver accepts callbacks and never calls them (oclgrind 21.10), and it keeps every blocking
+// wait on the application's threads (oclgrind's runtime is not safe against a second thread
+// waiting on a queue). A part that failed on the device, or in the work clbuf finished on the
+// host, is reported through the joined Future's Outcome, never through the user event's status
+// (which would fail every command queued after it). The joined Future keeps the parts' Futures:
+// what host memory they own lives until it is done.
+#ifndef CLBUF_DETAIL_JOINED_FUTURE_HPP
+#define CLBUF_DETAIL_JOINED_FUTURE_HPP
+
+// ---- clbuf/detail/async.hpp
+// The parts of asynchronous operations that clbuf finishes on the host (staged transfers, copies
+// between contexts): the Outcome a background job reports to its Future, the UserEvent that
+// holds the manager's queue until the job is done, and the Background thread that runs jobs in
+// the order they were submitted.
+//
+// The shape of one such operation, at the call (all enqueued under one lock, so queue order and
+// job order agree):
+//   main queue:   ... earlier work ... -> marker M -> barrier B (waits for user event U) -> later
+//   work background:   waits for its turn, runs its commands on a side queue (each waits for M),
+//   then
+//                 completes U
+// The Future waits for B, so it completes after the last byte has landed and after everything
+// queued before it; work the user enqueues after the call (or on another queue, waiting for
+// Future::event()) sees the result. A failure in the job is recorded in the Outcome and U still
+// completes, so the queue never stalls: the Future reports the error at wait() / get().
+#ifndef CLBUF_DETAIL_ASYNC_HPP
+#define CLBUF_DETAIL_ASYNC_HPP
 
 #include <condition_variable>
 #include <cstddef>
@@ -2439,6 +2672,15 @@ class Outcome {
   mutable std::mutex mutex_;
   cl_int code_ = CL_SUCCESS;
   std::string message_;
+};
+
+/// Work a Future does on the thread that waits for it (or asks ready()) before its event can
+/// complete: a joined Future's parts (joined_future.hpp), on drivers that never call event
+/// callbacks. `wait`: block until done; else only when that needs no wait.
+class Settle {
+ public:
+  virtual ~Settle() = default;
+  virtual void settle(bool wait) noexcept = 0;
 };
 
 /// What an asynchronous operation started: the event its Future waits for (null when nothing is
@@ -2615,6 +2857,10 @@ class Background {
 
 #endif  // CLBUF_DETAIL_ASYNC_HPP
 // ---- end of clbuf/detail/async.hpp
+// ---- clbuf/future.hpp
+// clbuf::Future<R>: the result of an asynchronous transfer, owning the host memory it touches.
+#ifndef CLBUF_FUTURE_HPP
+#define CLBUF_FUTURE_HPP
 
 #include <memory>
 #include <optional>
@@ -2625,6 +2871,9 @@ class Background {
 namespace clbuf {
 
 class BufferManager;
+namespace detail {
+struct FutureAccess;
+}  // namespace detail
 
 /// The result of an asynchronous operation (upload_async(), download_async(), fill_async(), ...);
 /// Future<void> for operations with no value to hand over. Move-only. Owns (or keeps alive)
@@ -2645,7 +2894,8 @@ class [[nodiscard]] Future {
         event_(std::move(other.event_)),
         value_(std::exchange(other.value_, std::nullopt)),
         host_(std::move(other.host_)),
-        outcome_(std::move(other.outcome_)) {}
+        outcome_(std::move(other.outcome_)),
+        settle_(std::move(other.settle_)) {}
 
   /// Waits for this Future's own transfer (errors ignored, as the destructor does), then takes
   /// over `other`'s; `other` becomes empty.
@@ -2657,6 +2907,7 @@ class [[nodiscard]] Future {
       value_ = std::exchange(other.value_, std::nullopt);
       host_ = std::move(other.host_);
       outcome_ = std::move(other.outcome_);
+      settle_ = std::move(other.settle_);
     }
     return *this;
   }
@@ -2680,6 +2931,7 @@ class [[nodiscard]] Future {
   /// The transfer has completed (successfully or not). Wraps clGetEventInfo.
   /// @throws Error if the event cannot be queried.
   bool ready() const {
+    if (settle_) settle_->settle(false);
     if (event_() == nullptr) return true;
     const cl_int status = status_of_event();
     return status == CL_COMPLETE || status < 0;
@@ -2689,6 +2941,7 @@ class [[nodiscard]] Future {
   /// Wraps clWaitForEvents.
   /// @throws Error with the failed command's code if the transfer failed on the device.
   void wait() const {
+    if (settle_) settle_->settle(true);
     if (event_() == nullptr) return;
     cl_event event = event_();
     const cl_int err = CLBUF_CL(clWaitForEvents)(1, &event);
@@ -2724,6 +2977,7 @@ class [[nodiscard]] Future {
 
  private:
   friend class BufferManager;
+  friend struct detail::FutureAccess;
 
   struct Nothing {};
   using Stored = std::conditional_t<std::is_void<R>::value, Nothing, R>;
@@ -2739,6 +2993,7 @@ class [[nodiscard]] Future {
   cl_int status_of_event() const { return detail::checked_event_status(operation_, event_()); }
 
   void wait_quietly() noexcept {
+    if (settle_) settle_->settle(true);
     if (event_() == nullptr) return;
     cl_event event = event_();
     CLBUF_CL(clWaitForEvents)(1, &event);
@@ -2750,55 +3005,174 @@ class [[nodiscard]] Future {
   std::optional<Stored> value_;       // a download's vector is written in place by the device
   std::shared_ptr<const void> host_;  // host memory the transfer reads (an upload's data)
   std::shared_ptr<const detail::Outcome> outcome_;  // set when clbuf finishes the work on the host
+  std::shared_ptr<detail::Settle> settle_;          // set for a Future joined over others
 };
 
 }  // namespace clbuf
 
 #endif  // CLBUF_FUTURE_HPP
 // ---- end of clbuf/future.hpp
-// ---- clbuf/kernel.hpp
-// clbuf::set_view_args: a buffer or a view of one as two kernel arguments (the OpenCL buffer its
-// bytes live in and the element offset), so kernels reach views at any offset with no
-// sub-buffer.
-#ifndef CLBUF_KERNEL_HPP
-#define CLBUF_KERNEL_HPP
 
+#include <atomic>
 #include <cstddef>
+#include <memory>
 #include <string>
+#include <type_traits>
+#include <utility>
+#include <vector>
 
 namespace clbuf {
+namespace detail {
 
-/// Sets argument `index` of `kernel` to the OpenCL buffer `buffer`'s bytes live in
-/// (native_root()) and argument `index + 1` to the element offset of its first element there
-/// (native_offset_bytes() / sizeof(T), a `cl_ulong`), for a kernel that takes
-/// `__global T* data, ulong offset` and reads `data[offset + i]`. Works for a view at any
-/// offset and for a whole buffer (offset 0), on every driver, with no sub-buffer; an empty
-/// buffer passes a null buffer. Wraps clSetKernelArg (twice).
-/// @throws Error CL_INVALID_MEM_OBJECT for a moved-from or default-constructed buffer; the
-///         driver's code naming the argument, e.g. CL_INVALID_ARG_SIZE when argument `index + 1`
-///         is not a `ulong`, CL_INVALID_ARG_INDEX past the kernel's arguments.
-template <class T>
-void set_view_args(const cl::Kernel& kernel, cl_uint index, const DeviceBuffer<T>& buffer) {
-  const char* op = "set_view_args";
-  if (!buffer.valid()) detail::fail_invalid_buffer(op);
-  const cl_mem memory = buffer.native_root()();
-  const cl_ulong offset = buffer.native_offset_bytes() / sizeof(T);
-  const auto set = [&](cl_uint at, std::size_t size, const void* value, const char* what) {
-    const cl_int err = CLBUF_CL(clSetKernelArg)(kernel(), at, size, value);
-    if (err != CL_SUCCESS) {
-      detail::fail(op, err,
-                   "argument " + std::to_string(at) + " (" + what + ", " + std::to_string(size) +
-                       " bytes) of the kernel");
+/// The value of a joined Future<void>.
+struct NoValue {};
+
+/// What a Future holds, for the helpers below (Future's friend).
+struct FutureAccess {
+  /// A Future<R> of `value` (NoValue for Future<void>).
+  template <class R, class V>
+  static Future<R> make(const char* operation, cl::Event event, V value,
+                        std::shared_ptr<const void> host, std::shared_ptr<const Outcome> outcome,
+                        std::shared_ptr<Settle> settle) {
+    using Stored = typename Future<R>::Stored;
+    Stored stored;
+    if constexpr (!std::is_same<V, NoValue>::value) stored = Stored(std::move(value));
+    Future<R> future(operation, std::move(event), std::move(stored), std::move(host),
+                     std::move(outcome));
+    future.settle_ = std::move(settle);
+    return future;
+  }
+  template <class R>
+  static const std::shared_ptr<const Outcome>& outcome(const Future<R>& future) noexcept {
+    return future.outcome_;
+  }
+  template <class R>
+  static void keep(Future<R>& future, std::shared_ptr<const void> more) {
+    future.host_ =
+        std::make_shared<std::pair<std::shared_ptr<const void>, std::shared_ptr<const void>>>(
+            std::move(future.host_), std::move(more));
+  }
+};
+
+/// The state of a joined Future: the parts' events and Outcomes, the user event to complete,
+/// and where failures go.
+class JoinState : public Settle {
+ public:
+  /// From a waiting thread: collects the parts (waiting for them when `wait`; else only once
+  /// all have ended) and completes the user event.
+  void settle(bool wait) noexcept override {
+    if (claimed_.load(std::memory_order_acquire)) return;  // done, or being done
+    if (!wait) {
+      for (const cl::Event& event : events) {
+        if (status_of(event()) > 0) return;  // queued, submitted or running
+      }
     }
-  };
-  set(index, sizeof(cl_mem), &memory, "the buffer, native_root()");
-  set(index + 1, sizeof(cl_ulong), &offset, "the element offset, a ulong");
+    finish(wait);
+  }
+
+  /// From a part's event callback: the last one collects the parts (all have ended: no wait,
+  /// which a callback must not do).
+  void part_ended() noexcept {
+    if (remaining.fetch_sub(1) == 1) finish(false);
+  }
+
+  /// Once (the first caller; the others return at once: a callback must never block, and a
+  /// waiting thread then waits for the user event): records each part's failure, then
+  /// completes the user event.
+  void finish(bool wait) noexcept {
+    if (claimed_.exchange(true, std::memory_order_acq_rel)) return;
+    for (std::size_t i = 0; i < events.size(); ++i) {
+      cl_event event = events[i]();
+      if (wait) CLBUF_CL(clWaitForEvents)(1, &event);  // a failure shows in the status
+      const cl_int status = status_of(event);
+      if (status < 0) {
+        outcome->failed(operation, status,
+                        "part " + std::to_string(i) + " of the transfer failed on the device");
+      }
+    }
+    for (const auto& part : parts) {
+      try {
+        part->rethrow();
+      } catch (const Error& error) {
+        outcome->failed(error);
+      }
+    }
+    if (user() != nullptr) CLBUF_CL(clSetUserEventStatus)(user(), CL_COMPLETE);
+  }
+
+  cl::Event user;
+  std::vector<cl::Event> events;  // the parts' (not null)
+  std::atomic<std::size_t> remaining{0};
+  const char* operation = "wait";
+  std::shared_ptr<Outcome> outcome = std::make_shared<Outcome>();
+  std::vector<std::shared_ptr<const Outcome>> parts;  // the parts' own Outcomes
+
+ private:
+  static cl_int status_of(cl_event event) noexcept {
+    cl_int status = CL_COMPLETE;
+    if (CLBUF_CL(clGetEventInfo)(event, CL_EVENT_COMMAND_EXECUTION_STATUS, sizeof(status), &status,
+                                 nullptr) != CL_SUCCESS) {
+      return CL_OUT_OF_RESOURCES;
+    }
+    return status;
+  }
+
+  std::atomic<bool> claimed_{false};
+};
+
+/// clSetEventCallback's callback: one part has ended. `data` is a heap-held shared_ptr to the
+/// state, deleted here.
+inline void CL_CALLBACK joined_part_ended(cl_event, cl_int, void* data) {
+  auto* holder = static_cast<std::shared_ptr<JoinState>*>(data);
+  (*holder)->part_ended();
+  delete holder;
 }
 
+/// One Future<R> holding `value` over `parts` (Futures of managers, started): it completes once
+/// all have, its event a user event of `context` (null when no part left anything to wait for).
+template <class R, class V = NoValue>
+Future<R> joined(const char* operation, cl_context context, std::vector<Future<void>> parts,
+                 V value = V()) {
+  auto state = std::make_shared<JoinState>();
+  state->operation = operation;
+  for (const Future<void>& part : parts) {
+    if (part.event()() != nullptr) state->events.push_back(part.event());
+    if (FutureAccess::outcome(part)) state->parts.push_back(FutureAccess::outcome(part));
+  }
+  auto kept = std::make_shared<std::vector<Future<void>>>(std::move(parts));
+  cl::Event event;
+  if (state->events.empty()) {
+    state->finish(false);
+  } else {
+    cl_int err = CL_SUCCESS;
+    state->user = cl::Event(CLBUF_CL(clCreateUserEvent)(context, &err), false);
+    check(err, operation, "clCreateUserEvent");
+    event = state->user;
+    state->remaining.store(state->events.size());
+    for (const cl::Event& part : state->events) {
+      auto* holder = new std::shared_ptr<JoinState>(state);
+      if (CLBUF_CL(clSetEventCallback)(part(), CL_COMPLETE, joined_part_ended, holder) !=
+          CL_SUCCESS) {
+        delete holder;  // a waiting thread settles it
+      }
+    }
+  }
+  return FutureAccess::make<R>(operation, std::move(event), std::move(value), std::move(kept),
+                               state->outcome, state);
+}
+
+/// `future`, also keeping `more` alive until its work is done.
+template <class R>
+Future<R> keeping(Future<R> future, std::shared_ptr<const void> more) {
+  FutureAccess::keep(future, std::move(more));
+  return future;
+}
+
+}  // namespace detail
 }  // namespace clbuf
 
-#endif  // CLBUF_KERNEL_HPP
-// ---- end of clbuf/kernel.hpp
+#endif  // CLBUF_DETAIL_JOINED_FUTURE_HPP
+// ---- end of clbuf/detail/joined_future.hpp
 // ---- clbuf/manager.hpp
 // clbuf::BufferManager: owns a context and an in-order queue on one device, and moves typed data
 // between host memory and device memory. This file is the typed facade: each call enters the
@@ -2816,58 +3190,6 @@ void set_view_args(const cl::Kernel& kernel, cl_uint index, const DeviceBuffer<T
 #ifndef CLBUF_DETAIL_CHECKS_HPP
 #define CLBUF_DETAIL_CHECKS_HPP
 
-// ---- clbuf/detail/range.hpp
-// Pure host arithmetic behind every pre-check: overflow-safe sizes, ranges and overlaps.
-// No OpenCL here, so these functions can be fuzzed against a wide-integer reference.
-#ifndef CLBUF_DETAIL_RANGE_HPP
-#define CLBUF_DETAIL_RANGE_HPP
-
-#include <cstddef>
-#include <limits>
-#include <vector>
-
-namespace clbuf {
-namespace detail {
-
-/// a * b into `out`; false (and `out` untouched) when the product does not fit in size_t.
-constexpr bool checked_multiply(std::size_t a, std::size_t b, std::size_t& out) noexcept {
-  if (b != 0 && a > std::numeric_limits<std::size_t>::max() / b) return false;
-  out = a * b;
-  return true;
-}
-
-/// [offset, offset + length) lies inside [0, capacity). Written so that nothing wraps:
-/// the naive `offset + length <= capacity` accepts offset = SIZE_MAX.
-constexpr bool range_fits(std::size_t offset, std::size_t length, std::size_t capacity) noexcept {
-  return offset <= capacity && length <= capacity - offset;
-}
-
-/// [a, a + length) and [b, b + length) share a byte. Both ranges must already fit in one buffer.
-constexpr bool ranges_overlap(std::size_t a, std::size_t b, std::size_t length) noexcept {
-  return length != 0 && (a < b ? b - a < length : a - b < length);
-}
-
-/// The product of a shape's extents into `out` (1 for a rank-0 shape); false on overflow.
-inline bool shape_elements(const std::vector<std::size_t>& shape, std::size_t& out) noexcept {
-  std::size_t product = 1;
-  for (std::size_t extent : shape) {
-    if (extent == 0) {  // a zero extent makes the product 0, even past an overflowing prefix
-      out = 0;
-      return true;
-    }
-  }
-  for (std::size_t extent : shape) {
-    if (!checked_multiply(product, extent, product)) return false;
-  }
-  out = product;
-  return true;
-}
-
-}  // namespace detail
-}  // namespace clbuf
-
-#endif  // CLBUF_DETAIL_RANGE_HPP
-// ---- end of clbuf/detail/range.hpp
 // ---- clbuf/rect.hpp
 // Rectangular 2D/3D regions of row-major arrays, in elements: clbuf::Extents, clbuf::Offset,
 // clbuf::Region, and the pure checks behind upload_rect/download_rect/copy_rect (bounds and
@@ -6080,7 +6402,7 @@ class TransferEngine {
   /// The path rule, the one place clbuf chooses how bytes move.
   Path route(const Allocation& memory, std::size_t bytes, HostMemory host, Use use) const noexcept {
     if (memory.host != nullptr) return Path::host_block;
-    if (stager_ && host == HostMemory::pageable &&
+    if (stager_ && !redirected() && host == HostMemory::pageable &&
         bytes >= device_.options().staging_threshold_bytes) {
       return Path::staged;
     }
@@ -6168,8 +6490,10 @@ class TransferEngine {
         stager_->read(memory.buffer(), memory.at(offset), out, bytes, operation);
         break;
       case Path::bounced:
-        read_bounced(operation, memory, offset, bytes,
-                     [&](const void* block) { bounce_copy(out, block, bytes); });
+        read_bounced(
+            operation, memory, offset, bytes,
+            [&](const void* block) { bounce_copy(out, block, bytes); },
+            [&] { read_blocking(operation, memory.buffer(), memory.at(offset), bytes, out); });
         return;             // read_blocking() settled
       case Path::buffered:  // writes only
       case Path::queue:
@@ -6193,7 +6517,11 @@ class TransferEngine {
       return out;
     }
     Telemetry::Timer timer(telemetry_, Telemetry::download, Telemetry::bounced, bytes, operation);
-    return read_bounced(operation, memory, offset, bytes, make);  // read_blocking() settled
+    return read_bounced(operation, memory, offset, bytes, make, [&] {  // read_blocking() settled
+      auto out = make(nullptr);
+      read_blocking(operation, memory.buffer(), memory.at(offset), bytes, out.data());
+      return out;
+    });
   }
 
   /// Starts writing `data` into `memory` at byte `offset` by the path rule; the Future waits for
@@ -6306,7 +6634,40 @@ class TransferEngine {
     return start;
   }
 
-  const Queue& queue() const noexcept { return device_.queue(); }
+  /// A Redirect: which engine's commands of this thread go to which queue.
+  struct Target {
+    const TransferEngine* engine = nullptr;
+    const Queue* queue = nullptr;
+  };
+
+ private:
+  static Target& current() noexcept {
+    static thread_local Target target;
+    return target;
+  }
+  bool redirected() const noexcept { return current().engine == this; }
+
+ public:
+  /// The queue this thread's commands of this engine go to: the manager's, or a Redirect's.
+  const Queue& queue() const noexcept {
+    const Target& target = current();
+    return target.engine == this ? *target.queue : device_.queue();
+  }
+
+  /// While it lives, the commands this thread enqueues through `engine` go to `queue` (a gated
+  /// queue: GatedCall), and nothing is staged: the stager's chunks go to the manager's queue.
+  class Redirect {
+   public:
+    Redirect(const TransferEngine& engine, const Queue& queue) noexcept : saved_(current()) {
+      current() = Target{&engine, &queue};
+    }
+    Redirect(const Redirect&) = delete;
+    Redirect& operator=(const Redirect&) = delete;
+    ~Redirect() { current() = saved_; }
+
+   private:
+    Target saved_;
+  };
   ParallelCopier& copier() noexcept { return copier_; }
   Telemetry& telemetry() noexcept { return telemetry_; }
   const Telemetry& telemetry() const noexcept { return telemetry_; }
@@ -6402,18 +6763,14 @@ class TransferEngine {
 
   /// The bounced path of read() and read_new(): `bytes` at `offset` read into a pinned block of
   /// the pool (blocking), then `consume(block)`, whose result it returns, before the block goes
-  /// back. When the pool's budget holds no block, into a host vector instead (as fast as the
-  /// driver's pageable read, which it is).
-  template <class Consume>
+  /// back. When the pool's budget holds no block, `unbounced()` instead: the driver's pageable
+  /// read straight into the caller's memory.
+  template <class Consume, class Unbounced>
   auto read_bounced(const char* operation, const Allocation& memory, std::size_t offset,
-                    std::size_t bytes, Consume consume)
+                    std::size_t bytes, Consume consume, Unbounced unbounced)
       -> decltype(consume(static_cast<const void*>(nullptr))) {
     const PinnedPool::Lease block = pinned_.take(operation, options().bounce_max_bytes, queue());
-    if (!block) {
-      std::vector<char> host = new_vector<char>(operation, bytes);
-      read_blocking(operation, memory.buffer(), memory.at(offset), bytes, host.data());
-      return consume(static_cast<const void*>(host.data()));
-    }
+    if (!block) return unbounced();
     read_blocking(operation, memory.buffer(), memory.at(offset), bytes, block.data());
     return consume(static_cast<const void*>(block.data()));
   }
@@ -6727,6 +7084,251 @@ class Gate {
 
 #endif  // CLBUF_DETAIL_GATE_HPP
 // ---- end of clbuf/detail/gate.hpp
+// ---- clbuf/detail/gated.hpp
+// Calls with `after`: no command of the manager's queue ever waits for an event that may fail.
+// A command waiting for an event that fails fails, and so, on PoCL and on NVIDIA, does every
+// command queued behind it on its in-order queue before it has ended; NVIDIA's driver (580, H100)
+// now and then also fails commands queued just after, with the failed event's status
+// (docs/repro/nvidia_failed_events.cpp). So the commands of a call with `after` go to a gated
+// queue leased to the call, behind a barrier on the manager's queue's earlier work and a barrier
+// on a user event `go` of clbuf's; a relay thread waits on the host for `after`, then sets `go`
+// to CL_COMPLETE, or, when one of them failed, to its code once the gated queue's earlier
+// commands have ended (PoCL 3.1 asserts when a failure reaches a command whose predecessor is
+// still running). The manager's queue waits for a user event `hold` that the relay completes once
+// the call's commands have ended, however they ended; a gated queue on which anything failed is
+// released, never leased again.
+#ifndef CLBUF_DETAIL_GATED_HPP
+#define CLBUF_DETAIL_GATED_HPP
+
+#include <condition_variable>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <thread>
+#include <utility>
+#include <vector>
+
+namespace clbuf {
+namespace detail {
+
+/// A manager's gated queues: in-order queues of its context, each leased to one call at a time,
+/// and the relay thread. The relay takes the calls in the order of their `hold` barriers on the
+/// manager's queue (a call's commands wait for that queue's earlier work, so for every call
+/// whose barrier is before theirs). Thread-safe.
+class GatedQueues {
+ public:
+  GatedQueues() = default;
+  GatedQueues(const GatedQueues&) = delete;
+  GatedQueues& operator=(const GatedQueues&) = delete;
+  ~GatedQueues() { close(); }
+
+  /// One call, from its barrier on the manager's queue to the end of its commands.
+  struct Ticket {
+    std::vector<cl::Event> after;     // the application's events
+    std::shared_ptr<UserEvent> hold;  // the manager's queue waits for it
+    cl::Event go;                     // a user event: the call's commands wait for it
+    cl::Event before;                 // a marker of the manager's queue
+    cl::Event earlier;                // the barrier on `before`
+    cl::Event gate;                   // the barrier on `go`, kept until it has ended (KeptEvents)
+    bool ready = false;               // set by handed()
+    Queue queue;
+    cl::Event last;  // the call's last command on `queue`
+  };
+
+  /// A queue for one call: one handed back, else a new one beside `main`.
+  Queue lease(const char* operation, cl_context context, const Queue& main) {
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      if (!free_.empty()) {
+        Queue queue = std::move(free_.back());
+        free_.pop_back();
+        return queue;
+      }
+    }
+    return Queue::beside(operation, context, main);
+  }
+
+  /// Whether the relay thread runs (started here if need be): false when the host refuses one.
+  bool running() noexcept {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (thread_.joinable()) return true;
+    if (closed_) return false;
+    try {
+      thread_ = std::thread([this] { loop(); });
+      return true;
+    } catch (...) {  // std::system_error: no thread to be had
+      return false;
+    }
+  }
+
+  /// Holds `main` with a barrier on `ticket->hold` and queues the ticket for the relay, in one
+  /// step, so that the relay takes tickets in the order of their barriers.
+  void hold(const char* operation, const Queue& main, const std::shared_ptr<Ticket>& ticket) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    tickets_.push_back(ticket);  // may throw: nothing held yet
+    try {
+      ticket->hold->barrier(operation, main);
+    } catch (...) {
+      tickets_.pop_back();
+      throw;
+    }
+  }
+
+  /// The call of `ticket` has enqueued its commands on `queue`, the last one `last`.
+  void handed(const std::shared_ptr<Ticket>& ticket, Queue queue, cl::Event last) noexcept {
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      ticket->queue = std::move(queue);
+      ticket->last = std::move(last);
+      ticket->ready = true;
+    }
+    wake_.notify_all();
+  }
+
+  /// Runs the relay's remaining tickets and releases every queue (cleanup(): no call is in
+  /// flight, so each ticket has been handed).
+  void close() noexcept {
+    std::thread thread;
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      closed_ = true;
+      thread = std::move(thread_);
+    }
+    wake_.notify_all();
+    if (thread.joinable()) thread.join();
+    std::lock_guard<std::mutex> lock(mutex_);
+    free_.clear();
+  }
+
+  /// Lets a call's commands run (CL_COMPLETE) or fail (a negative code): sets `go`.
+  static void release(const cl::Event& go, cl_int status) noexcept {
+    CLBUF_CL(clSetUserEventStatus)(go(), status);
+  }
+
+ private:
+  /// The first of `events` to have failed, its code; CL_SUCCESS when none did. Waits for each.
+  static cl_int failure_of(const std::vector<cl::Event>& events) noexcept {
+    cl_int code = CL_SUCCESS;
+    for (const cl::Event& event : events) {
+      const cl_int own = Queue::wait_code(event());
+      if (code == CL_SUCCESS) code = own;
+    }
+    return code;
+  }
+
+  /// Per ticket, in order, once handed: waits for `after` and the marker; sets `go` (so the
+  /// call's commands start once the relay has seen both end); once the call's last
+  /// command has ended, completes `hold` and keeps the queue for another call if nothing on it
+  /// failed.
+  void loop() noexcept {
+    std::unique_lock<std::mutex> lock(mutex_);
+    for (;;) {
+      wake_.wait(lock, [this] {
+        return (!tickets_.empty() && tickets_.front()->ready) || (closed_ && tickets_.empty());
+      });
+      if (tickets_.empty()) return;
+      std::shared_ptr<Ticket> ticket = std::move(tickets_.front());
+      tickets_.pop_front();
+      lock.unlock();
+      cl_int failed = failure_of(ticket->after);
+      const cl_int ahead = Queue::wait_code(ticket->before());  // a failed marker fails the call
+      if (failed == CL_SUCCESS) failed = ahead;
+      if (failed != CL_SUCCESS) {
+        Queue::wait_code(ticket->earlier());  // nothing before `go`'s barrier still running
+        release(ticket->go, failed);
+      } else {
+        release(ticket->go, CL_COMPLETE);
+      }
+      const cl_int code = Queue::wait_code(ticket->last());
+      const bool reusable = failed == CL_SUCCESS && code == CL_SUCCESS;
+      if (!reusable) ticket->queue.finish_code();
+      ticket->hold->complete();
+      lock.lock();
+      try {
+        if (reusable && !closed_) free_.push_back(std::move(ticket->queue));
+      } catch (...) {  // NOLINT(bugprone-empty-catch): no memory to keep it: released
+      }
+    }
+  }
+
+  std::mutex mutex_;
+  std::condition_variable wake_;
+  std::deque<std::shared_ptr<Ticket>> tickets_;  // in the order of their barriers
+  std::vector<Queue> free_;
+  std::thread thread_;
+  bool closed_ = false;
+};
+
+/// One call with `after`: while it lives, the commands the calling thread enqueues through the
+/// manager's engine go to a leased gated queue, behind the manager's queue's earlier work and a
+/// user event the relay sets once `after` has ended; the manager's queue holds its later
+/// commands until they have ended. done() hands the queue to the relay once the call's commands
+/// are enqueued; a call that throws before hands it over from the destructor.
+class GatedCall {
+ public:
+  GatedCall() = default;
+  GatedCall(const char* operation, GatedQueues& gates, const TransferEngine& engine,
+            cl_context context, const Queue& main, const std::vector<cl_event>& after) {
+    if (after.empty()) return;
+    auto ticket = std::make_shared<GatedQueues::Ticket>();
+    for (cl_event event : after) ticket->after.emplace_back(event, true);
+    ticket->hold = std::make_shared<UserEvent>(operation, context);
+    cl_int err = CL_SUCCESS;
+    ticket->go = cl::Event(CLBUF_CL(clCreateUserEvent)(context, &err), false);
+    check(err, operation, "clCreateUserEvent");
+    Queue queue = gates.lease(operation, context, main);
+    try {
+      ticket->before = main.marker(operation);
+      ticket->earlier = queue.barrier(operation, {ticket->before()});
+      ticket->gate = queue.barrier(operation, {ticket->go()});
+      gates.hold(operation, main, ticket);
+    } catch (...) {  // nothing of the call's on the queue yet: let it go, then release it
+      GatedQueues::release(ticket->go, CL_COMPLETE);
+      throw;
+    }
+    queue_ = std::move(queue);
+    gates_ = &gates;
+    ticket_ = std::move(ticket);
+    redirect_.emplace(engine, queue_);
+  }
+  GatedCall(const GatedCall&) = delete;
+  GatedCall& operator=(const GatedCall&) = delete;
+  ~GatedCall() {
+    if (gates_ == nullptr) return;
+    redirect_.reset();
+    cl::Event last = ticket_->earlier;
+    try {
+      last = queue_.marker("a call with `after`");  // after whatever the call enqueued
+    } catch (...) {  // NOLINT(bugprone-empty-catch): the barriers, at least, have been queued
+    }
+    CLBUF_CL(clFlush)(queue_.get());
+    gates_->handed(ticket_, queue_, last);
+  }
+
+  /// The call's commands are enqueued; `last` is the last one's event (null when it enqueued
+  /// none). Never throws: the call's Future must own its host memory before anything can (a
+  /// failed flush is left to the waits, which flush).
+  void done(const cl::Event& last) noexcept {
+    if (gates_ == nullptr) return;
+    redirect_.reset();
+    CLBUF_CL(clFlush)(queue_.get());
+    gates_->handed(ticket_, queue_, last() != nullptr ? last : ticket_->gate);
+    gates_ = nullptr;
+  }
+
+ private:
+  GatedQueues* gates_ = nullptr;  // null: nothing to hand over
+  Queue queue_;
+  std::shared_ptr<GatedQueues::Ticket> ticket_;
+  std::optional<TransferEngine::Redirect> redirect_;
+};
+
+}  // namespace detail
+}  // namespace clbuf
+
+#endif  // CLBUF_DETAIL_GATED_HPP
+// ---- end of clbuf/detail/gated.hpp
 // ---- clbuf/detail/regions.hpp
 // Rectangular transfers (upload_rect, download_rect, copy_rect) on checked sides (checks.hpp):
 // the byte geometry OpenCL takes, and the row-by-row copies where clEnqueueCopyBufferRect
@@ -7430,9 +8032,10 @@ class BufferManager {
       detail::check_host_access(op, buffer.access_, true, false);
       const std::vector<cl_event> wait = wait_list(op, after);
       std::vector<T> out = detail::new_vector<T>(op, buffer.size());
-      hold(op, wait);
+      detail::GatedCall gated = gated_call(op, wait);
       detail::Started start =
           engine_.read_async(op, buffer.memory_, 0, out.data(), buffer.size_bytes());
+      gated.done(start.event);
       buffer.fence(pool_.get(), start.event);
       // Moving the vector into the Future keeps its heap block, which the device writes into.
       return future<std::vector<T>>(op, std::move(start), std::move(out));
@@ -7450,9 +8053,10 @@ class BufferManager {
       const char* op = "download_async";
       auto entry = gate_.enter(op);
       check_host_transfer(op, buffer, out, count, src_offset, false);
-      hold(op, wait_list(op, after));
+      detail::GatedCall gated = gated_call(op, wait_list(op, after));
       detail::Started start =
           engine_.read_async(op, buffer.memory_, src_offset * sizeof(T), out, count * sizeof(T));
+      gated.done(start.event);
       buffer.fence(pool_.get(), start.event);
       return future<void>(op, std::move(start), {});
     });
@@ -7498,10 +8102,11 @@ class BufferManager {
     const char* op = "copy_bytes_async";
     auto entry = gate_.enter(op);
     check_copy(op, src, dst, size_bytes, src_offset_bytes, dst_offset_bytes);
-    hold(op, wait_list(op, after));
+    detail::GatedCall gated = gated_call(op, wait_list(op, after));
     detail::Started start{engine_.copy_async(op, src.memory_, src_offset_bytes, dst.memory_,
                                              dst_offset_bytes, size_bytes),
                           nullptr};
+    gated.done(start.event);
     src.fence(pool_.get(), start.event);
     dst.fence(pool_.get(), start.event);
     return future<void>(op, std::move(start), {});
@@ -7551,9 +8156,10 @@ class BufferManager {
     auto entry = gate_.enter(op);
     check(op, buffer);
     detail::check_range(op, "write", count, offset, buffer.size(), sizeof(T));
-    hold(op, wait_list(op, after));
+    detail::GatedCall gated = gated_call(op, wait_list(op, after));
     detail::Started start =
         engine_.fill_async(op, buffer.memory_, offset * sizeof(T), &value, sizeof(T), count);
+    gated.done(start.event);
     buffer.fence(pool_.get(), start.event);
     return future<void>(op, std::move(start), {});
   }
@@ -7842,6 +8448,7 @@ class BufferManager {
     std::string what;
     gate_.close([&]() noexcept {
       err = device_.queue().finish_code();
+      gated_.close();
       kept_.clear();
       buffered = engine_.settle_code(&what);
       engine_.close();
@@ -7977,9 +8584,24 @@ class BufferManager {
     return detail::wait_list_of(operation, after, device_.context()());
   }
 
+  /// A call with `after` (`events`): its commands, enqueued while the result lives, go to a
+  /// gated queue behind `events` and the queue's earlier work, and the queue's later commands
+  /// wait for them however they end (detail::GatedCall: no command of the manager's queue ever
+  /// waits for an event that may fail). Nothing for no events; before OpenCL 1.2 (no barrier
+  /// with a wait list) the host waits for them here; without a relay thread (the host refused
+  /// one) the queue holds its later commands with a barrier on them, as hold().
+  detail::GatedCall gated_call(const char* operation, const std::vector<cl_event>& events) {
+    if (events.empty() || !device_.opencl_1_2() || !gated_.running()) {
+      hold(operation, events);
+      return detail::GatedCall();
+    }
+    return detail::GatedCall(operation, gated_, engine_, device_.context()(), device_.queue(),
+                             events);
+  }
+
   /// Holds the queue's later commands until each of `events` has completed (before OpenCL 1.2,
   /// which has no barrier with a wait list, the host waits for them). The barrier's event is
-  /// kept until it has ended (detail::KeptEvents: an event of the application's may fail).
+  /// kept until it has ended (detail::KeptEvents: an event of another queue may fail).
   void hold(const char* operation, const std::vector<cl_event>& events) {
     if (events.empty()) return;
     if (device_.opencl_1_2()) {
@@ -8023,11 +8645,12 @@ class BufferManager {
     const std::vector<cl_event> wait = after ? wait_list(op, *after) : std::vector<cl_event>();
     if (detail::rect_empty(region.size)) return detail::Started();
     detail::check_not_mapped(op, buffer.lease_.get(), host, count, sizeof(T));
-    hold(op, wait);
+    detail::GatedCall gated = gated_call(op, wait);
     detail::Started start{
         detail::transfer_rect(engine_, op, to_device, buffer.memory_, device_side, device_extents.y,
                               host, host_side, region, sizeof(T), after == nullptr),
         nullptr};
+    gated.done(start.event);
     buffer.fence(pool_.get(), start.event);
     return start;
   }
@@ -8046,10 +8669,11 @@ class BufferManager {
                          region.dst_origin, region.dst_extents, dst.size(), sizeof(T));
     const std::vector<cl_event> wait = after ? wait_list(op, *after) : std::vector<cl_event>();
     if (detail::rect_empty(region.size)) return detail::Started();
-    hold(op, wait);
+    detail::GatedCall gated = gated_call(op, wait);
     detail::Started start{
         detail::copy_rect(engine_, op, from, to, region.size, sizeof(T), after == nullptr),
         nullptr};
+    gated.done(start.event);
     src.fence(pool_.get(), start.event);
     dst.fence(pool_.get(), start.event);
     return start;
@@ -8087,9 +8711,10 @@ class BufferManager {
     detail::check_host_pointer(op, data, count);
     const std::vector<cl_event> wait = wait_list(op, after);
     DeviceBuffer<T> buffer = new_buffer<T>(op, count, {count});
-    hold(op, wait);
+    detail::GatedCall gated = gated_call(op, wait);
     detail::Started start =
         engine_.write_async(op, buffer.memory_, 0, data, buffer.size_bytes(), host, wait.empty());
+    gated.done(start.event);
     buffer.fence(pool_.get(), start.event);
     return future<DeviceBuffer<T>>(op, std::move(start), std::move(buffer), std::move(host));
   }
@@ -8102,9 +8727,10 @@ class BufferManager {
     const char* op = "upload_async";
     auto entry = gate_.enter(op);
     check_host_transfer(op, dst, data, count, dst_offset, true);
-    hold(op, wait_list(op, after));
+    detail::GatedCall gated = gated_call(op, wait_list(op, after));
     detail::Started start = engine_.write_async(op, dst.memory_, dst_offset * sizeof(T), data,
                                                 count * sizeof(T), host, false);
+    gated.done(start.event);
     dst.fence(pool_.get(), start.event);
     return future<void>(op, std::move(start), {}, std::move(host));
   }
@@ -8116,6 +8742,7 @@ class BufferManager {
   std::shared_ptr<detail::MemoryPool> pool_;  // shared with the buffers it serves
   detail::TransferEngine engine_;             // the path rule; copier, stager, telemetry
   detail::KeptEvents kept_;                   // barriers for events not clbuf's, until they end
+  detail::GatedQueues gated_;                 // queues of the calls with `after`, their relay
 };
 
 namespace detail {
@@ -8167,6 +8794,1094 @@ struct ManagerAccess {
 
 #endif  // CLBUF_MANAGER_HPP
 // ---- end of clbuf/manager.hpp
+// ---- clbuf/sharded_buffer.hpp
+// clbuf::Partition (how a logical array is split over a DeviceGroup's devices) and
+// clbuf::ShardedBuffer<T> (the array as one DeviceBuffer per device, optionally with ghost
+// layers around each part for halo exchanges). The moves are DeviceGroup's (device_group.hpp).
+#ifndef CLBUF_SHARDED_BUFFER_HPP
+#define CLBUF_SHARDED_BUFFER_HPP
+
+#include <algorithm>
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace clbuf {
+
+/// How a DeviceGroup splits `count` elements over its devices: evenly (the default) or in
+/// proportion to `weights` (one per device, finite, >= 0, not all 0), in whole `unit`s of
+/// elements (a row or a plane of a field; `count` must be a multiple of it). Split parts are
+/// consecutive: device 0 holds the first part.
+class Partition {
+ public:
+  /// An even split in units of one element.
+  Partition() = default;
+
+  /// An even split in whole `unit`s: each device gets units / devices, the first
+  /// units % devices one more.
+  static Partition even(std::size_t unit = 1) {
+    Partition partition;
+    partition.unit_ = unit;
+    return partition;
+  }
+
+  /// A split in proportion to `weights` (one per device), in whole `unit`s; the units left by
+  /// rounding down go to the largest remainders (the lower device first on a tie).
+  static Partition weighted(std::vector<double> weights, std::size_t unit = 1) {
+    Partition partition;
+    partition.weights_ = std::move(weights);
+    partition.unit_ = unit;
+    return partition;
+  }
+
+  /// The weights (empty: even).
+  const std::vector<double>& weights() const noexcept { return weights_; }
+  /// Elements per indivisible unit.
+  std::size_t unit() const noexcept { return unit_; }
+
+  /// The element counts of `count` elements over `devices` devices.
+  /// @throws Error CL_INVALID_VALUE for a unit of 0, a count that is not a multiple of it, a
+  ///         weight count other than `devices`, a negative or non-finite weight, all weights 0.
+  std::vector<std::size_t> split(const char* operation, std::size_t count,
+                                 std::size_t devices) const {
+    check(operation, count, devices);
+    const std::size_t units = count / unit_;
+    std::vector<std::size_t> parts =
+        weights_.empty() ? split_even(units, devices) : split_weighted(units);
+    for (std::size_t& part : parts) part *= unit_;
+    return parts;
+  }
+
+ private:
+  void check(const char* operation, std::size_t count, std::size_t devices) const {
+    if (unit_ == 0 || count % unit_ != 0) {
+      detail::fail(operation, CL_INVALID_VALUE,
+                   "a partition in units of " + std::to_string(unit_) + " elements cannot split " +
+                       std::to_string(count) + " elements");
+    }
+    if (!weights_.empty() && weights_.size() != devices) {
+      detail::fail(
+          operation, CL_INVALID_VALUE,
+          std::to_string(weights_.size()) + " weights for " + std::to_string(devices) + " devices");
+    }
+    double total = 0;
+    for (std::size_t i = 0; i < weights_.size(); ++i) {
+      if (!std::isfinite(weights_[i]) || weights_[i] < 0) {
+        detail::fail(operation, CL_INVALID_VALUE,
+                     "weight " + std::to_string(i) + " is " + std::to_string(weights_[i]) +
+                         " (weights must be finite and >= 0)");
+      }
+      total += weights_[i];
+    }
+    if (!weights_.empty() && !(total > 0)) {
+      detail::fail(operation, CL_INVALID_VALUE, "every weight is 0");
+    }
+  }
+
+  static std::vector<std::size_t> split_even(std::size_t units, std::size_t devices) {
+    std::vector<std::size_t> parts(devices, devices == 0 ? 0 : units / devices);
+    for (std::size_t i = 0; i < devices && i < units % devices; ++i) ++parts[i];
+    return parts;
+  }
+
+  std::vector<std::size_t> split_weighted(std::size_t units) const {
+    double total = 0;
+    for (double weight : weights_) total += weight;
+    std::vector<std::size_t> parts(weights_.size());
+    std::vector<double> rest(weights_.size());
+    std::size_t given = 0;
+    for (std::size_t i = 0; i < weights_.size(); ++i) {
+      const double share = static_cast<double>(units) * (weights_[i] / total);
+      parts[i] = std::min(units - given, static_cast<std::size_t>(std::floor(share)));
+      rest[i] = share - std::floor(share);
+      given += parts[i];
+    }
+    while (given < units) {  // fewer than weights_.size() rounds
+      std::size_t most = 0;
+      for (std::size_t i = 1; i < rest.size(); ++i) {
+        if (rest[i] > rest[most]) most = i;
+      }
+      ++parts[most];
+      rest[most] = -1;
+      ++given;
+    }
+    return parts;
+  }
+
+  std::vector<double> weights_;
+  std::size_t unit_ = 1;
+};
+
+class DeviceGroup;
+
+/// A logical array of size() elements of T split over the devices of one DeviceGroup: shard(i)
+/// is device i's DeviceBuffer (for the application's kernels on manager(i)'s queue), holding the
+/// elements [offset(i), offset(i) + count(i)) at element ghost() of it, with ghost() elements of
+/// ghost layer before and after (0 unless made with a halo: then they hold the neighbouring
+/// parts' edge elements after a ShardedHalo exchange). Move-only; made by DeviceGroup::scatter()
+/// or allocate(); moved by the group's calls.
+template <class T>
+class ShardedBuffer {
+ public:
+  /// Holds nothing: valid() is false.
+  ShardedBuffer() = default;
+  ShardedBuffer(const ShardedBuffer&) = delete;
+  ShardedBuffer& operator=(const ShardedBuffer&) = delete;
+  /// Takes over `other`'s shards; `other` becomes invalid.
+  ShardedBuffer(ShardedBuffer&& other) noexcept { take(other); }
+  /// Releases this buffer's shards, then takes over `other`'s; `other` becomes invalid.
+  ShardedBuffer& operator=(ShardedBuffer&& other) noexcept {
+    if (this != &other) take(other);
+    return *this;
+  }
+
+  /// Elements of the logical array.
+  std::size_t size() const noexcept { return size_; }
+  /// size() * sizeof(T).
+  std::size_t size_bytes() const noexcept { return size_ * sizeof(T); }
+  /// True when the array has no element.
+  bool empty() const noexcept { return size_ == 0; }
+  /// False when default-constructed or moved from.
+  bool valid() const noexcept { return group_ != 0; }
+  /// How many shards (the group's device count).
+  std::size_t shards() const noexcept { return shards_.size(); }
+  /// Ghost elements before and after each part in its shard (halo * partition unit).
+  std::size_t ghost() const noexcept { return ghost_; }
+  /// The partition it was split by.
+  const Partition& partition() const noexcept { return partition_; }
+
+  /// Device i's buffer: count(i) + 2 ghost() elements (empty when count(i) is 0 and there is
+  /// no ghost layer). @throws Error CL_INVALID_VALUE for i >= shards().
+  DeviceBuffer<T>& shard(std::size_t i) { return shards_[checked(i)]; }
+  /// Device i's buffer. @throws Error CL_INVALID_VALUE for i >= shards().
+  const DeviceBuffer<T>& shard(std::size_t i) const { return shards_[checked(i)]; }
+  /// The first element of the logical array that shard i holds.
+  /// @throws Error CL_INVALID_VALUE for i >= shards().
+  std::size_t offset(std::size_t i) const { return offsets_[checked(i)]; }
+  /// How many elements of the logical array shard i holds.
+  /// @throws Error CL_INVALID_VALUE for i >= shards().
+  std::size_t count(std::size_t i) const { return counts_[checked(i)]; }
+
+ private:
+  friend class DeviceGroup;
+
+  ShardedBuffer(std::uint64_t group, std::vector<DeviceBuffer<T>> shards,
+                std::vector<std::size_t> counts, std::size_t ghost, Partition partition)
+      : group_(group),
+        shards_(std::move(shards)),
+        counts_(std::move(counts)),
+        ghost_(ghost),
+        partition_(std::move(partition)) {
+    for (std::size_t count : counts_) {
+      offsets_.push_back(size_);
+      size_ += count;
+    }
+  }
+
+  void take(ShardedBuffer& other) noexcept {
+    group_ = std::exchange(other.group_, 0);
+    shards_ = std::move(other.shards_);
+    counts_ = std::move(other.counts_);
+    offsets_ = std::move(other.offsets_);
+    size_ = std::exchange(other.size_, 0);
+    ghost_ = std::exchange(other.ghost_, 0);
+    partition_ = std::move(other.partition_);
+    other.shards_.clear();
+    other.counts_.clear();
+    other.offsets_.clear();
+  }
+
+  std::size_t checked(std::size_t i) const {
+    if (i >= shards_.size()) {
+      detail::fail("ShardedBuffer::shard", CL_INVALID_VALUE,
+                   "shard " + std::to_string(i) + " of " + std::to_string(shards_.size()));
+    }
+    return i;
+  }
+
+  std::uint64_t group_ = 0;  // the DeviceGroup's id (0: none)
+  std::vector<DeviceBuffer<T>> shards_;
+  std::vector<std::size_t> counts_;
+  std::vector<std::size_t> offsets_;
+  std::size_t size_ = 0;
+  std::size_t ghost_ = 0;
+  Partition partition_;
+};
+
+}  // namespace clbuf
+
+#endif  // CLBUF_SHARDED_BUFFER_HPP
+// ---- end of clbuf/sharded_buffer.hpp
+
+#include <algorithm>
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <exception>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace clbuf {
+
+template <class T>
+class ShardedHalo;
+
+/// Which devices of a DeviceGroup share an OpenCL context.
+enum class ContextSharing {
+  per_platform,  ///< the group's devices of one platform share one context (default): copies
+                 ///< between them are device copies (clEnqueueCopyBuffer)
+  per_device,    ///< a context per device: copies between them go through pinned host chunks
+};
+
+/// Several devices in one process: one BufferManager per device (manager(i)), and the moves of
+/// a ShardedBuffer over all of them. Not copyable, not movable (ShardedHalo and the managers'
+/// users refer to it). Every call may be made from several threads at once, as a manager's.
+class DeviceGroup {
+ public:
+  /// The devices `selector` names: "" (every device of the type the default selection picks: the
+  /// GPUs, else the CPU devices), "all", "gpu", "cpu", "accelerator" (every device of that type),
+  /// "P:D" (one device), "s1, s2, ..." (each a single selector, as BufferManager takes), or
+  /// else every device whose name contains the text (ignoring case). Devices in list_devices()
+  /// order (a list: in its order).
+  /// @throws Error CL_DEVICE_NOT_FOUND when nothing matches (naming every device);
+  ///         CL_INVALID_VALUE for a list that names a device twice; as BufferManager's
+  ///         constructor.
+  explicit DeviceGroup(const std::string& selector = std::string(),
+                       const Options& options = Options(),
+                       ContextSharing sharing = ContextSharing::per_platform)
+      : sharing_(sharing) {
+    detail::guard_host_memory("DeviceGroup", [&] { open(select(selector), options); });
+  }
+
+  /// The listed devices (as list_devices() gives them), in this order.
+  /// @throws Error CL_DEVICE_NOT_FOUND for a device no platform has; CL_INVALID_VALUE for an
+  ///         empty list or a device listed twice.
+  explicit DeviceGroup(const std::vector<DeviceInfo>& devices, const Options& options = Options(),
+                       ContextSharing sharing = ContextSharing::per_platform)
+      : sharing_(sharing) {
+    detail::guard_host_memory("DeviceGroup", [&] { open(select(devices), options); });
+  }
+
+  /// Adopts the application's managers (shared with it), in this order.
+  /// @throws Error CL_INVALID_VALUE for an empty list, a null manager or one listed twice.
+  explicit DeviceGroup(std::vector<std::shared_ptr<BufferManager>> managers)
+      : sharing_(ContextSharing::per_device), managers_(std::move(managers)) {
+    detail::guard_host_memory("DeviceGroup", [&] { adopt(); });
+  }
+
+  DeviceGroup(const DeviceGroup&) = delete;
+  DeviceGroup& operator=(const DeviceGroup&) = delete;
+
+  /// How many devices.
+  std::size_t size() const noexcept { return managers_.size(); }
+  /// Device i's manager. @throws Error CL_INVALID_VALUE for i >= size().
+  BufferManager& manager(std::size_t i) const { return *managers_[checked(i)]; }
+  /// Every device with its verdict: picked (in the group) or why not.
+  const SelectionReport& explain_selection() const noexcept { return report_; }
+  /// How contexts were made (adopted managers: per_device, whatever they share).
+  ContextSharing sharing() const noexcept { return sharing_; }
+  /// True when devices i and j share one OpenCL context (copies between them are device copies).
+  /// @throws Error CL_INVALID_VALUE for an index >= size().
+  bool shares_context(std::size_t i, std::size_t j) const {
+    return managers_[checked(i)]->context()() == managers_[checked(j)]->context()();
+  }
+
+  /// @name Sharded buffers
+  /// Each call moves every shard at once and returns when all have moved; the _async forms
+  /// return at once with one Future (its event() is of manager(0)'s context). A call checks
+  /// every argument before it moves a byte: a ShardedBuffer of another group, a moved-from one,
+  /// a wrong count or a null pointer is an Error that changed nothing.
+  /// @{
+
+  /// A ShardedBuffer of `count` elements split by `partition`, each shard with `halo` units of
+  /// ghost elements before and after its part (contents unspecified).
+  /// @throws Error as Partition::split(); as BufferManager::allocate().
+  template <class T>
+  ShardedBuffer<T> allocate(std::size_t count, const Partition& partition = Partition(),
+                            std::size_t halo = 0) {
+    return detail::guard_host_memory("DeviceGroup::allocate", [&] {
+      return make<T>("DeviceGroup::allocate", count, partition, halo);
+    });
+  }
+
+  /// The `count` elements at `data` split over the devices by `partition`; with a `halo`, each
+  /// shard's ghost elements hold the neighbouring elements of the array (T() beyond its ends).
+  /// Nothing is left when it fails.
+  /// @throws Error as allocate(); CL_INVALID_VALUE for a null `data` with count > 0; as the
+  ///         managers' uploads.
+  template <class T>
+  ShardedBuffer<T> scatter(const T* data, std::size_t count,
+                           const Partition& partition = Partition(), std::size_t halo = 0) {
+    const char* op = "DeviceGroup::scatter";
+    return detail::guard_host_memory(op, [&] {
+      detail::check_host_pointer(op, data, count);
+      return halo == 0 ? scatter_parts(op, data, count, partition)
+                       : scatter_with_halo(op, data, count, partition, halo);
+    });
+  }
+  /// scatter() of a vector.
+  template <class T>
+  ShardedBuffer<T> scatter(const std::vector<T>& data, const Partition& partition = Partition(),
+                           std::size_t halo = 0) {
+    return scatter(data.data(), data.size(), partition, halo);
+  }
+  /// As scatter(), returning at once; `data` must stay alive and unchanged until it completes.
+  template <class T>
+  Future<ShardedBuffer<T>> scatter_async(const T* data, std::size_t count,
+                                         const Partition& partition = Partition(),
+                                         std::size_t halo = 0) {
+    const char* op = "DeviceGroup::scatter";
+    return detail::guard_host_memory(op, [&] {
+      detail::check_host_pointer(op, data, count);
+      ShardedBuffer<T> out = make<T>(op, count, partition, halo);
+      std::vector<Future<void>> parts = put(op, out, data, true);
+      return detail::joined<ShardedBuffer<T>>(op, managers_.front()->context()(), std::move(parts),
+                                              std::move(out));
+    });
+  }
+  /// As scatter(), returning at once; the Future owns `data`.
+  template <class T>
+  Future<ShardedBuffer<T>> scatter_async(std::vector<T> data,
+                                         const Partition& partition = Partition(),
+                                         std::size_t halo = 0) {
+    auto kept = std::make_shared<std::vector<T>>(std::move(data));
+    Future<ShardedBuffer<T>> started = scatter_async(kept->data(), kept->size(), partition, halo);
+    return detail::keeping(std::move(started), std::move(kept));
+  }
+
+  /// The logical array of `buffer` (its ghost elements left out), in order.
+  /// @throws Error for a buffer of another group; as the managers' downloads.
+  template <class T>
+  std::vector<T> gather(const ShardedBuffer<T>& buffer) {
+    const char* op = "DeviceGroup::gather";
+    return detail::guard_host_memory(op, [&] {
+      check_member(op, buffer);
+      std::vector<T> out(buffer.size());
+      download_parts(op, buffer, out.data());
+      return out;
+    });
+  }
+  /// As gather(), returning at once.
+  template <class T>
+  Future<std::vector<T>> gather_async(const ShardedBuffer<T>& buffer) {
+    const char* op = "DeviceGroup::gather";
+    return detail::guard_host_memory(op, [&] {
+      check_member(op, buffer);
+      std::vector<T> out(buffer.size());
+      std::vector<Future<void>> parts = get(op, buffer, out.data());
+      return detail::joined<std::vector<T>>(op, managers_.front()->context()(), std::move(parts),
+                                            std::move(out));
+    });
+  }
+
+  /// Writes `count` elements (exactly buffer.size()) from `data` into the shards' parts; the
+  /// ghost elements are left as they were.
+  /// @throws Error CL_INVALID_VALUE for another count; as scatter().
+  template <class T>
+  void upload(ShardedBuffer<T>& buffer, const T* data, std::size_t count) {
+    const char* op = "DeviceGroup::upload";
+    detail::guard_host_memory(op, [&] {
+      check_member(op, buffer);
+      detail::check_same_size(op, count, buffer.size());
+      detail::check_host_pointer(op, data, count);
+      every_device(op, buffer.size_bytes(), [&](std::size_t i) {
+        managers_[i]->upload(buffer.shard(i), data + buffer.offset(i), buffer.count(i),
+                             buffer.ghost());
+      });
+    });
+  }
+  /// upload() of a vector.
+  template <class T>
+  void upload(ShardedBuffer<T>& buffer, const std::vector<T>& data) {
+    upload(buffer, data.data(), data.size());
+  }
+  /// As upload(), returning at once; `data` must stay alive and unchanged until it completes.
+  template <class T>
+  Future<void> upload_async(ShardedBuffer<T>& buffer, const T* data, std::size_t count) {
+    const char* op = "DeviceGroup::upload";
+    return detail::guard_host_memory(op, [&] {
+      check_member(op, buffer);
+      detail::check_same_size(op, count, buffer.size());
+      detail::check_host_pointer(op, data, count);
+      return detail::joined<void>(op, managers_.front()->context()(), put(op, buffer, data, false));
+    });
+  }
+
+  /// Reads the logical array (exactly buffer.size() elements) into `out`.
+  /// @throws Error CL_INVALID_VALUE for another count or a null `out`; as gather().
+  template <class T>
+  void download(const ShardedBuffer<T>& buffer, T* out, std::size_t count) {
+    const char* op = "DeviceGroup::download";
+    detail::guard_host_memory(op, [&] {
+      check_member(op, buffer);
+      detail::check_same_size(op, buffer.size(), count);
+      detail::check_host_pointer(op, out, count);
+      download_parts(op, buffer, out);
+    });
+  }
+  /// As download(), returning at once; `out` must stay alive until it completes.
+  template <class T>
+  Future<void> download_async(const ShardedBuffer<T>& buffer, T* out, std::size_t count) {
+    const char* op = "DeviceGroup::download";
+    return detail::guard_host_memory(op, [&] {
+      check_member(op, buffer);
+      detail::check_same_size(op, buffer.size(), count);
+      detail::check_host_pointer(op, out, count);
+      return detail::joined<void>(op, managers_.front()->context()(), get(op, buffer, out));
+    });
+  }
+
+  /// Copies `src`'s logical array into `dst`'s, shard by shard on each device (both split alike:
+  /// the same count on each device; ghost elements are not copied).
+  /// @throws Error CL_INVALID_VALUE for buffers split differently or of another group; as the
+  ///         managers' copies.
+  template <class T>
+  void copy(const ShardedBuffer<T>& src, ShardedBuffer<T>& dst) {
+    const char* op = "DeviceGroup::copy";
+    detail::guard_host_memory(op, [&] {
+      check_alike(op, src, dst);
+      every_device(op, src.size_bytes(), [&](std::size_t i) {
+        managers_[i]->copy_bytes(src.shard(i), dst.shard(i), src.count(i) * sizeof(T),
+                                 src.ghost() * sizeof(T), dst.ghost() * sizeof(T));
+      });
+    });
+  }
+  /// As copy(), returning at once.
+  template <class T>
+  Future<void> copy_async(const ShardedBuffer<T>& src, ShardedBuffer<T>& dst) {
+    const char* op = "DeviceGroup::copy";
+    return detail::guard_host_memory(op, [&] {
+      check_alike(op, src, dst);
+      std::vector<Future<void>> parts = each_part(op, src, [&](std::size_t i) {
+        return managers_[i]->copy_bytes_async(src.shard(i), dst.shard(i), src.count(i) * sizeof(T),
+                                              src.ghost() * sizeof(T), dst.ghost() * sizeof(T));
+      });
+      return detail::joined<void>(op, managers_.front()->context()(), std::move(parts));
+    });
+  }
+
+  /// Sets every element of the logical array to `value` (ghost elements left as they were).
+  /// @throws Error for a buffer of another group; as the managers' fills.
+  template <class T>
+  void fill(ShardedBuffer<T>& buffer, const T& value) {
+    const char* op = "DeviceGroup::fill";
+    detail::guard_host_memory(op, [&] {
+      check_member(op, buffer);
+      every_device(op, buffer.size_bytes(), [&](std::size_t i) {
+        managers_[i]->fill(buffer.shard(i), value, buffer.count(i), buffer.ghost());
+      });
+    });
+  }
+  /// As fill(), returning at once.
+  template <class T>
+  Future<void> fill_async(ShardedBuffer<T>& buffer, const T& value) {
+    const char* op = "DeviceGroup::fill";
+    return detail::guard_host_memory(op, [&] {
+      check_member(op, buffer);
+      std::vector<Future<void>> parts = each_part(op, buffer, [&](std::size_t i) {
+        return managers_[i]->fill_async(buffer.shard(i), value, buffer.count(i), buffer.ghost());
+      });
+      return detail::joined<void>(op, managers_.front()->context()(), std::move(parts));
+    });
+  }
+  /// @}
+
+  /// Waits for everything queued on every device (BufferManager::finish() of each).
+  /// @throws Error as the first failing finish(), after all have been called.
+  void finish() {
+    std::exception_ptr first;
+    for (const auto& manager : managers_) {
+      try {
+        manager->finish();
+      } catch (...) {
+        if (!first) first = std::current_exception();
+      }
+    }
+    if (first) std::rethrow_exception(first);
+  }
+
+ private:
+  template <class T>
+  friend class ShardedHalo;
+
+  std::size_t checked(std::size_t i) const {
+    if (i >= managers_.size()) {
+      detail::fail(
+          "DeviceGroup::manager", CL_INVALID_VALUE,
+          "device " + std::to_string(i) + " of a group of " + std::to_string(managers_.size()));
+    }
+    return i;
+  }
+
+  /// The entries a selector picks (in the group's order), with the report of every verdict.
+  std::vector<detail::DeviceEntry> select(const std::string& selector) {
+    const char* op = "DeviceGroup";
+    const std::vector<detail::DeviceEntry> entries = detail::enumerate_devices(op);
+    if (entries.empty()) detail::fail_no_devices(op);
+    report_.selector = selector;
+    report_.origin = detail::trimmed(selector).empty() ? "default" : "selector";
+    std::vector<std::size_t> order;
+    for (detail::Verdict& verdict : detail::judge_group(op, entries, selector, order)) {
+      report_.devices.push_back(
+          {entries[verdict.entry].info, verdict.picked, std::move(verdict.reason)});
+    }
+    if (order.empty()) {
+      detail::fail(
+          op, CL_DEVICE_NOT_FOUND,
+          "no device matches \"" + selector + "\"; devices: " + detail::describe_entries(entries));
+    }
+    std::vector<detail::DeviceEntry> picked;
+    for (std::size_t i : order) picked.push_back(entries[i]);
+    return picked;
+  }
+
+  /// The entries of `devices`, matched by platform and device index.
+  std::vector<detail::DeviceEntry> select(const std::vector<DeviceInfo>& devices) {
+    const char* op = "DeviceGroup";
+    if (devices.empty()) detail::fail(op, CL_INVALID_VALUE, "an empty list of devices");
+    const std::vector<detail::DeviceEntry> entries = detail::enumerate_devices(op);
+    std::vector<detail::DeviceEntry> picked;
+    for (const DeviceInfo& device : devices) {
+      const auto found = std::find_if(entries.begin(), entries.end(), [&](const auto& entry) {
+        return entry.info.platform_index == device.platform_index &&
+               entry.info.device_index == device.device_index;
+      });
+      if (found == entries.end()) {
+        detail::fail(op, CL_DEVICE_NOT_FOUND,
+                     "no device " + std::to_string(device.platform_index) + ":" +
+                         std::to_string(device.device_index) + " (" + device.name + ")");
+      }
+      for (const detail::DeviceEntry& entry : picked) {
+        if (entry.device == found->device) {
+          detail::fail(op, CL_INVALID_VALUE, "device " + found->info.name + " listed twice");
+        }
+      }
+      picked.push_back(*found);
+    }
+    report_ = detail::group_report(entries, picked);
+    return picked;
+  }
+
+  /// A manager per entry: a context per platform (or per device), an in-order queue each.
+  void open(const std::vector<detail::DeviceEntry>& picked, const Options& options) {
+    const char* op = "DeviceGroup";
+    std::map<cl_platform_id, cl::Context> contexts;
+    if (sharing_ == ContextSharing::per_platform) {
+      std::map<cl_platform_id, std::vector<cl_device_id>> devices;
+      for (const detail::DeviceEntry& entry : picked)
+        devices[entry.platform].push_back(entry.device);
+      for (const auto& [platform, list] : devices) {
+        contexts[platform] = detail::group_context(op, platform, list);
+      }
+    }
+    for (const detail::DeviceEntry& entry : picked) {
+      const cl::Context context = sharing_ == ContextSharing::per_platform
+                                      ? contexts[entry.platform]
+                                      : detail::group_context(op, entry.platform, {entry.device});
+      const detail::Queue queue = detail::Queue::create(op, context(), entry.device);
+      managers_.push_back(std::make_shared<BufferManager>(context, queue.handle(), options));
+    }
+  }
+
+  void adopt() {
+    const char* op = "DeviceGroup";
+    if (managers_.empty()) detail::fail(op, CL_INVALID_VALUE, "an empty list of managers");
+    for (std::size_t i = 0; i < managers_.size(); ++i) {
+      if (!managers_[i])
+        detail::fail(op, CL_INVALID_VALUE, "manager " + std::to_string(i) + " is null");
+      for (std::size_t j = 0; j < i; ++j) {
+        if (managers_[j] == managers_[i]) {
+          detail::fail(op, CL_INVALID_VALUE, "manager " + std::to_string(i) + " is listed twice");
+        }
+      }
+    }
+    report_.origin = "adopted";
+    for (const auto& manager : managers_)
+      report_.devices.push_back({manager->device(), true, "adopted"});
+  }
+
+  /// f() for device i: its clbuf::Error names `operation` and the device first.
+  template <class F>
+  auto on_device(const char* operation, std::size_t i, F f) -> decltype(f()) {
+    try {
+      return f();
+    } catch (const Error& error) {
+      throw Error(error.code(),
+                  detail::error_message(operation, error.code(),
+                                        "device " + std::to_string(i) + " (" +
+                                            managers_[i]->device().name + "): " + error.what()));
+    }
+  }
+
+  /// A ShardedBuffer of `count` elements in shards of this group (contents unspecified).
+  template <class T>
+  ShardedBuffer<T> make(const char* operation, std::size_t count, const Partition& partition,
+                        std::size_t halo) {
+    std::vector<std::size_t> counts = partition.split(operation, count, size());
+    const std::size_t ghost = detail::group_product(operation, halo, partition.unit());
+    const std::size_t ghosts = detail::group_product(operation, ghost, 2);
+    std::vector<DeviceBuffer<T>> shards;
+    for (std::size_t i = 0; i < size(); ++i) {
+      if (counts[i] > SIZE_MAX - ghosts) detail::fail_overflow(operation, counts[i], sizeof(T));
+      shards.push_back(
+          on_device(operation, i, [&] { return managers_[i]->allocate<T>(counts[i] + ghosts); }));
+    }
+    return ShardedBuffer<T>(id_, std::move(shards), std::move(counts), ghost, partition);
+  }
+
+  /// scatter() without a halo: each shard a new buffer uploaded from its part (fresh memory,
+  /// which a host-model device fills without waiting for its queue).
+  template <class T>
+  ShardedBuffer<T> scatter_parts(const char* operation, const T* data, std::size_t count,
+                                 const Partition& partition) {
+    std::vector<std::size_t> counts = partition.split(operation, count, size());
+    std::vector<std::size_t> offsets(size(), 0);
+    for (std::size_t i = 1; i < size(); ++i) offsets[i] = offsets[i - 1] + counts[i - 1];
+    std::vector<DeviceBuffer<T>> shards(size());
+    every_device(operation, count * sizeof(T), [&](std::size_t i) {
+      shards[i] = managers_[i]->upload(data + offsets[i], counts[i]);
+    });
+    return ShardedBuffer<T>(id_, std::move(shards), std::move(counts), 0, partition);
+  }
+
+  /// scatter() with a halo: each shard allocated, its part and ghost elements written.
+  template <class T>
+  ShardedBuffer<T> scatter_with_halo(const char* operation, const T* data, std::size_t count,
+                                     const Partition& partition, std::size_t halo) {
+    ShardedBuffer<T> out = make<T>(operation, count, partition, halo);
+    every_device(operation, out.size_bytes(), [&](std::size_t i) {
+      const ShardSpan span = span_of(out, i, true);
+      BufferManager& manager = *managers_[i];
+      if (span.last > span.first) {
+        manager.upload(out.shard(i), data + span.first, span.last - span.first, span.at);
+      }
+      if (span.before > 0) manager.fill(out.shard(i), T(), span.before, 0);
+      if (span.end < span.total) manager.fill(out.shard(i), T(), span.total - span.end, span.end);
+    });
+    return out;
+  }
+
+  /// Starts each shard's upload of its part of `data` (with `ghosts`: and its ghost elements,
+  /// T() beyond the array's ends).
+  template <class T>
+  std::vector<Future<void>> put(const char* operation, ShardedBuffer<T>& buffer, const T* data,
+                                bool ghosts) {
+    std::vector<Future<void>> parts;
+    for (std::size_t i = 0; i < size(); ++i) {
+      on_device(operation, i, [&] { put_shard(buffer, i, data, ghosts, parts); });
+    }
+    return parts;
+  }
+
+  /// Starts shard i's upload of its part of `data` (with `ghosts`: and its ghost elements, the
+  /// array's neighbouring elements and T() beyond its ends).
+  template <class T>
+  void put_shard(ShardedBuffer<T>& buffer, std::size_t i, const T* data, bool ghosts,
+                 std::vector<Future<void>>& parts) {
+    BufferManager& manager = *managers_[i];
+    const ShardSpan span = span_of(buffer, i, ghosts);
+    if (span.last > span.first) {
+      parts.push_back(manager.upload_async(buffer.shard(i), data + span.first,
+                                           span.last - span.first, span.at));
+    }
+    if (span.before > 0) parts.push_back(manager.fill_async(buffer.shard(i), T(), span.before, 0));
+    if (span.end < span.total) {
+      parts.push_back(manager.fill_async(buffer.shard(i), T(), span.total - span.end, span.end));
+    }
+  }
+
+  /// What a scatter writes into shard i: the array's elements [first, last) at element `at`,
+  /// T() in the first `before` elements and from `end` to `total` (with `ghosts`; else only its
+  /// part: before 0, end total).
+  struct ShardSpan {
+    std::size_t first, last, at, before, end, total;
+  };
+  template <class T>
+  static ShardSpan span_of(const ShardedBuffer<T>& buffer, std::size_t i, bool ghosts) {
+    const std::size_t g = ghosts ? buffer.ghost() : 0;
+    ShardSpan span{};
+    span.first = buffer.offset(i) >= g ? buffer.offset(i) - g : 0;
+    span.last = std::min(buffer.offset(i) + buffer.count(i) + g, buffer.size());
+    span.at = buffer.ghost() - (buffer.offset(i) - span.first);
+    span.before = ghosts ? span.at : 0;
+    span.total = buffer.shard(i).size();
+    span.end = ghosts ? span.at + (span.last - span.first) : span.total;
+    return span;
+  }
+
+  /// Reads every shard's part into `out` (the logical array's layout), blocking.
+  template <class T>
+  void download_parts(const char* operation, const ShardedBuffer<T>& buffer, T* out) {
+    every_device(operation, buffer.size_bytes(), [&](std::size_t i) {
+      managers_[i]->download(buffer.shard(i), out + buffer.offset(i), buffer.count(i),
+                             buffer.ghost());
+    });
+  }
+
+  /// each(i) for every device, on the group's threads at once when the move is large (one
+  /// device per thread; the calling thread too) and some device's bytes cross a bus of its own,
+  /// else one after the other on this thread: between host memory and host-model devices (CPU
+  /// devices) each call's copy already runs on the manager's copy threads over the one memory
+  /// bus, and two at once only contend (PoCL, 2 devices: 64 MiB uploads 1.15x slower). Every
+  /// device's call ends before it returns.
+  /// @throws Error as the first call that failed (naming its device).
+  template <class Each>
+  void every_device(const char* operation, std::size_t bytes, Each each) {
+    std::atomic<std::size_t> next{0};
+    std::mutex failed;
+    std::exception_ptr first;
+    auto task = [&](unsigned) {
+      for (std::size_t i = next++; i < size(); i = next++) {
+        try {
+          on_device(operation, i, [&] { each(i); });
+        } catch (...) {
+          std::lock_guard<std::mutex> lock(failed);
+          if (!first) first = std::current_exception();
+        }
+      }
+    };
+    if (size() > 1 && bytes / size() >= parallel_bytes && !all_host_model()) {
+      workers_.run(static_cast<unsigned>(size()), task);
+    } else {
+      task(0u);
+    }
+    if (first) std::rethrow_exception(first);
+  }
+
+  /// Starts each shard's download of its part into `out` (the logical array's layout).
+  template <class T>
+  std::vector<Future<void>> get(const char* operation, const ShardedBuffer<T>& buffer, T* out) {
+    return each_part(operation, buffer, [&](std::size_t i) {
+      return managers_[i]->download_async(buffer.shard(i), out + buffer.offset(i), buffer.count(i),
+                                          buffer.ghost());
+    });
+  }
+
+  /// start(i) for each device whose shard holds a part of `buffer`: their Futures.
+  template <class T, class Start>
+  std::vector<Future<void>> each_part(const char* operation, const ShardedBuffer<T>& buffer,
+                                      Start start) {
+    std::vector<Future<void>> parts;
+    for (std::size_t i = 0; i < size(); ++i) {
+      if (buffer.count(i) != 0) parts.push_back(on_device(operation, i, [&] { return start(i); }));
+    }
+    return parts;
+  }
+
+  template <class T>
+  void check_member(const char* operation, const ShardedBuffer<T>& buffer) const {
+    if (!buffer.valid()) {
+      detail::fail(operation, CL_INVALID_VALUE, "the ShardedBuffer holds nothing (moved from?)");
+    }
+    if (buffer.group_ != id_) {
+      detail::fail(operation, CL_INVALID_VALUE, "the ShardedBuffer belongs to another DeviceGroup");
+    }
+  }
+
+  template <class T>
+  void check_alike(const char* operation, const ShardedBuffer<T>& a,
+                   const ShardedBuffer<T>& b) const {
+    check_member(operation, a);
+    check_member(operation, b);
+    for (std::size_t i = 0; i < size(); ++i) {
+      if (a.count(i) != b.count(i)) {
+        detail::fail(operation, CL_INVALID_VALUE,
+                     "the buffers are split differently: device " + std::to_string(i) + " holds " +
+                         std::to_string(a.count(i)) + " and " + std::to_string(b.count(i)) +
+                         " elements");
+      }
+    }
+  }
+
+  bool all_host_model() const noexcept {
+    for (const auto& manager : managers_) {
+      if (manager->memory_model() != MemoryModel::host) return false;
+    }
+    return true;
+  }
+
+  static std::uint64_t next_id() noexcept {
+    static std::atomic<std::uint64_t> last{0};
+    return ++last;
+  }
+
+  /// Moves of at least this many bytes a device run on the devices at once.
+  static constexpr std::size_t parallel_bytes = std::size_t{1} << 20;
+
+  ContextSharing sharing_ = ContextSharing::per_platform;
+  std::vector<std::shared_ptr<BufferManager>> managers_;
+  SelectionReport report_;
+  std::uint64_t id_ = next_id();
+  detail::WorkerPool workers_{16};  // one thread a device, started on first use
+};
+
+}  // namespace clbuf
+
+#endif  // CLBUF_DEVICE_GROUP_HPP
+// ---- end of clbuf/device_group.hpp
+// ---- clbuf/kernel.hpp
+// clbuf::set_view_args: a buffer or a view of one as two kernel arguments (the OpenCL buffer its
+// bytes live in and the element offset), so kernels reach views at any offset with no
+// sub-buffer.
+#ifndef CLBUF_KERNEL_HPP
+#define CLBUF_KERNEL_HPP
+
+#include <cstddef>
+#include <string>
+
+namespace clbuf {
+
+/// Sets argument `index` of `kernel` to the OpenCL buffer `buffer`'s bytes live in
+/// (native_root()) and argument `index + 1` to the element offset of its first element there
+/// (native_offset_bytes() / sizeof(T), a `cl_ulong`), for a kernel that takes
+/// `__global T* data, ulong offset` and reads `data[offset + i]`. Works for a view at any
+/// offset and for a whole buffer (offset 0), on every driver, with no sub-buffer; an empty
+/// buffer passes a null buffer. Wraps clSetKernelArg (twice).
+/// @throws Error CL_INVALID_MEM_OBJECT for a moved-from or default-constructed buffer; the
+///         driver's code naming the argument, e.g. CL_INVALID_ARG_SIZE when argument `index + 1`
+///         is not a `ulong`, CL_INVALID_ARG_INDEX past the kernel's arguments.
+template <class T>
+void set_view_args(const cl::Kernel& kernel, cl_uint index, const DeviceBuffer<T>& buffer) {
+  const char* op = "set_view_args";
+  if (!buffer.valid()) detail::fail_invalid_buffer(op);
+  const cl_mem memory = buffer.native_root()();
+  const cl_ulong offset = buffer.native_offset_bytes() / sizeof(T);
+  const auto set = [&](cl_uint at, std::size_t size, const void* value, const char* what) {
+    const cl_int err = CLBUF_CL(clSetKernelArg)(kernel(), at, size, value);
+    if (err != CL_SUCCESS) {
+      detail::fail(op, err,
+                   "argument " + std::to_string(at) + " (" + what + ", " + std::to_string(size) +
+                       " bytes) of the kernel");
+    }
+  };
+  set(index, sizeof(cl_mem), &memory, "the buffer, native_root()");
+  set(index + 1, sizeof(cl_ulong), &offset, "the element offset, a ulong");
+}
+
+}  // namespace clbuf
+
+#endif  // CLBUF_KERNEL_HPP
+// ---- end of clbuf/kernel.hpp
+// ---- clbuf/sharded_halo.hpp
+// clbuf::ShardedHalo<T>: the halo exchange between the shards of a ShardedBuffer made with a
+// halo (a field split along its slowest axis into slabs of whole rows or planes, each shard with
+// ghost layers). Each shard's ghost elements receive the neighbouring parts' edge elements:
+// within one context a device copy (BufferManager::copy_from_async of two views), between
+// contexts a read into pinned host memory at start() and a write at finish(), so that the
+// kernels queued between start() and finish() on the receiving device run meanwhile; between
+// devices whose memory is the host's (the host model: CPU devices) a copy of host memory at
+// finish(), as a command would only add its latency.
+#ifndef CLBUF_SHARDED_HALO_HPP
+#define CLBUF_SHARDED_HALO_HPP
+
+#include <algorithm>
+#include <cstddef>
+#include <exception>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace clbuf {
+
+/// One copy of a halo exchange: `count` elements from element `from_offset` of shard `from` to
+/// element `to_offset` of shard `to` (local offsets, ghost layers included).
+struct ShardCopy {
+  std::size_t from = 0;         ///< The shard whose own elements are sent.
+  std::size_t from_offset = 0;  ///< Their first element in it.
+  std::size_t to = 0;           ///< The shard whose ghost elements receive them.
+  std::size_t to_offset = 0;    ///< The first ghost element in it.
+  std::size_t count = 0;        ///< Elements.
+};
+
+/// The halo exchange of ShardedBuffers laid out as one (the same split and halo): after
+/// finish(), each shard's ghost elements hold the logical array's elements next to its part
+/// (those beyond the array's ends are left as they were). start() queues the copies after the
+/// work queued on the devices before it and returns; finish() waits. Kernels that need no ghost
+/// element run between them. Reusable: start()/finish() any number of times, on any buffer laid
+/// out alike (both fields of a Jacobi ping-pong). Not for several threads at once.
+template <class T>
+class ShardedHalo {
+ public:
+  /// The plan for buffers of `group` laid out as `layout`.
+  /// @throws Error CL_INVALID_VALUE for a buffer of another group or one without a halo.
+  ShardedHalo(DeviceGroup& group, const ShardedBuffer<T>& layout) : group_(group) {
+    const char* op = "ShardedHalo";
+    group.check_member(op, layout);
+    if (layout.ghost() == 0) {
+      detail::fail(op, CL_INVALID_VALUE, "the ShardedBuffer has no ghost layer (made with halo 0)");
+    }
+    for (std::size_t i = 0; i < layout.shards(); ++i) counts_.push_back(layout.count(i));
+    ghost_ = layout.ghost();
+    plan(layout);
+    for (const ShardCopy& copy : copies_) {
+      const bool host = group.manager(copy.from).memory_model() == MemoryModel::host &&
+                        group.manager(copy.to).memory_model() == MemoryModel::host;
+      modes_.push_back(host                                       ? Mode::host_copy
+                       : group.shares_context(copy.from, copy.to) ? Mode::device_copy
+                                                                  : Mode::pinned);
+      pinned_.push_back(modes_.back() == Mode::pinned
+                            ? group.manager(copy.to).template allocate_pinned<T>(copy.count)
+                            : PinnedBuffer<T>());
+    }
+  }
+
+  ShardedHalo(const ShardedHalo&) = delete;
+  ShardedHalo& operator=(const ShardedHalo&) = delete;
+  /// Waits for an exchange still under way (errors ignored).
+  ~ShardedHalo() { futures_.clear(); }
+
+  /// The copies each exchange makes.
+  const std::vector<ShardCopy>& copies() const noexcept { return copies_; }
+
+  /// Starts the exchange of `field`, which must stay alive until finish() has returned.
+  /// @throws Error CL_INVALID_VALUE for a buffer of another group or laid out otherwise;
+  ///         CL_INVALID_OPERATION while an exchange is under way; as the managers' calls (then
+  ///         nothing is left under way).
+  void start(ShardedBuffer<T>& field) {
+    const char* op = "ShardedHalo::start";
+    check(op, field);
+    if (field_ != nullptr) detail::fail(op, CL_INVALID_OPERATION, "an exchange is under way");
+    try {
+      for (std::size_t k = 0; k < copies_.size(); ++k) begin(k, field);
+    } catch (...) {
+      futures_.clear();  // each waits
+      throw;
+    }
+    field_ = &field;
+  }
+
+  /// Ends the exchange started last: once each read between contexts has landed in its pinned
+  /// chunk, the chunk is written into the receiving shard; then every copy is waited for.
+  /// Nothing to do when none is under way.
+  /// @throws Error as the first copy that failed, once all have ended.
+  void finish() {
+    if (field_ == nullptr) return;
+    ShardedBuffer<T>& field = *field_;
+    field_ = nullptr;
+    std::vector<Future<void>> started = std::move(futures_);
+    futures_.clear();
+    std::exception_ptr first;
+    for (std::size_t k = 0; k < started.size(); ++k) {
+      try {
+        started[k].wait();
+        const ShardCopy& copy = copies_[k];
+        if (modes_[k] == Mode::host_copy) copy_now(copy, field);
+        if (modes_[k] != Mode::pinned) continue;  // done
+        started[k] = group_.manager(copy.to).upload_async(field.shard(copy.to), pinned_[k].data(),
+                                                          copy.count, copy.to_offset);
+      } catch (...) {
+        if (!first) first = std::current_exception();
+      }
+    }
+    for (Future<void>& written : started) {
+      try {
+        written.wait();
+      } catch (...) {
+        if (!first) first = std::current_exception();
+      }
+    }
+    if (first) std::rethrow_exception(first);
+  }
+
+  /// start(), then finish().
+  void exchange(ShardedBuffer<T>& field) {
+    start(field);
+    finish();
+  }
+
+ private:
+  /// The copies that fill each shard's ghost elements below and above its part.
+  void plan(const ShardedBuffer<T>& layout) {
+    for (std::size_t to = 0; to < layout.shards(); ++to) {
+      const std::size_t first = layout.offset(to);
+      const std::size_t last = first + layout.count(to);
+      const std::size_t low = first >= ghost_ ? first - ghost_ : 0;
+      const std::size_t high = std::min(last + ghost_, layout.size());
+      add_copies(layout, to, low, first);  // the ghost layer below
+      add_copies(layout, to, last, high);  // and above
+    }
+  }
+
+  /// The copies of the array's elements [begin, end) from the shards that own them into shard
+  /// `to`'s ghost elements.
+  void add_copies(const ShardedBuffer<T>& layout, std::size_t to, std::size_t begin,
+                  std::size_t end) {
+    for (std::size_t from = 0; from < layout.shards() && begin < end; ++from) {
+      const std::size_t own_first = layout.offset(from);
+      const std::size_t own_last = own_first + layout.count(from);
+      const std::size_t a = std::max(begin, own_first);
+      const std::size_t b = std::min(end, own_last);
+      if (from == to || a >= b) continue;
+      // Element x of the array is element x + ghost - offset of a shard (its part and ghosts).
+      copies_.push_back(
+          {from, ghost_ + (a - own_first), to, a + ghost_ - layout.offset(to), b - a});
+    }
+  }
+
+  /// Starts copy k: a device copy, or a read into its pinned chunk (a host copy waits for
+  /// finish(): an empty Future).
+  void begin(std::size_t k, ShardedBuffer<T>& field) {
+    const ShardCopy& copy = copies_[k];
+    BufferManager& from = group_.manager(copy.from);
+    BufferManager& to = group_.manager(copy.to);
+    if (modes_[k] == Mode::host_copy) {
+      futures_.emplace_back();
+    } else if (modes_[k] == Mode::device_copy) {
+      DeviceBuffer<T> src = from.view(field.shard(copy.from), copy.from_offset, copy.count);
+      DeviceBuffer<T> dst = to.view(field.shard(copy.to), copy.to_offset, copy.count);
+      futures_.push_back(to.copy_from_async(from, src, dst));
+    } else {
+      futures_.push_back(from.download_async(field.shard(copy.from), pinned_[k].data(), copy.count,
+                                             copy.from_offset));
+    }
+  }
+
+  /// Copy `copy` now (blocking): between host-model devices a copy of host memory, which a
+  /// command would only slow down.
+  void copy_now(const ShardCopy& copy, ShardedBuffer<T>& field) {
+    BufferManager& from = group_.manager(copy.from);
+    BufferManager& to = group_.manager(copy.to);
+    DeviceBuffer<T> src = from.view(field.shard(copy.from), copy.from_offset, copy.count);
+    DeviceBuffer<T> dst = to.view(field.shard(copy.to), copy.to_offset, copy.count);
+    to.copy_from(from, src, dst);
+  }
+
+  void check(const char* operation, const ShardedBuffer<T>& field) const {
+    group_.check_member(operation, field);
+    bool alike = field.ghost() == ghost_ && field.shards() == counts_.size();
+    for (std::size_t i = 0; alike && i < counts_.size(); ++i) alike = field.count(i) == counts_[i];
+    if (!alike) {
+      detail::fail(operation, CL_INVALID_VALUE,
+                   "the ShardedBuffer is laid out otherwise than the plan's (split or halo)");
+    }
+  }
+
+  DeviceGroup& group_;
+  std::vector<std::size_t> counts_;
+  std::size_t ghost_ = 0;
+  /// How a copy moves: between host-model devices at finish(), host memory to host memory;
+  /// within a context a device copy from start(); else a read into a pinned chunk at start()
+  /// and a write at finish().
+  enum class Mode { host_copy, device_copy, pinned };
+
+  std::vector<ShardCopy> copies_;
+  std::vector<Mode> modes_;
+  std::vector<PinnedBuffer<T>> pinned_;  // per copy: its host chunk (empty: a device copy)
+  std::vector<Future<void>> futures_;
+  ShardedBuffer<T>* field_ = nullptr;  // under way
+};
+
+}  // namespace clbuf
+
+#endif  // CLBUF_SHARDED_HALO_HPP
+// ---- end of clbuf/sharded_halo.hpp
 #endif
 
 #endif  // CLBUF_CLBUF_HPP

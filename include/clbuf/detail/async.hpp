@@ -80,6 +80,15 @@ class Outcome {
   std::string message_;
 };
 
+/// Work a Future does on the thread that waits for it (or asks ready()) before its event can
+/// complete: a joined Future's parts (joined_future.hpp), on drivers that never call event
+/// callbacks. `wait`: block until done; else only when that needs no wait.
+class Settle {
+ public:
+  virtual ~Settle() = default;
+  virtual void settle(bool wait) noexcept = 0;
+};
+
 /// What an asynchronous operation started: the event its Future waits for (null when nothing is
 /// left to wait for) and, when clbuf finishes part of the work on the host, where that part
 /// reports how it ended.

@@ -94,7 +94,7 @@ class TransferEngine {
   /// The path rule, the one place clbuf chooses how bytes move.
   Path route(const Allocation& memory, std::size_t bytes, HostMemory host, Use use) const noexcept {
     if (memory.host != nullptr) return Path::host_block;
-    if (stager_ && host == HostMemory::pageable &&
+    if (stager_ && !redirected() && host == HostMemory::pageable &&
         bytes >= device_.options().staging_threshold_bytes) {
       return Path::staged;
     }
@@ -182,8 +182,10 @@ class TransferEngine {
         stager_->read(memory.buffer(), memory.at(offset), out, bytes, operation);
         break;
       case Path::bounced:
-        read_bounced(operation, memory, offset, bytes,
-                     [&](const void* block) { bounce_copy(out, block, bytes); });
+        read_bounced(
+            operation, memory, offset, bytes,
+            [&](const void* block) { bounce_copy(out, block, bytes); },
+            [&] { read_blocking(operation, memory.buffer(), memory.at(offset), bytes, out); });
         return;             // read_blocking() settled
       case Path::buffered:  // writes only
       case Path::queue:
@@ -207,7 +209,11 @@ class TransferEngine {
       return out;
     }
     Telemetry::Timer timer(telemetry_, Telemetry::download, Telemetry::bounced, bytes, operation);
-    return read_bounced(operation, memory, offset, bytes, make);  // read_blocking() settled
+    return read_bounced(operation, memory, offset, bytes, make, [&] {  // read_blocking() settled
+      auto out = make(nullptr);
+      read_blocking(operation, memory.buffer(), memory.at(offset), bytes, out.data());
+      return out;
+    });
   }
 
   /// Starts writing `data` into `memory` at byte `offset` by the path rule; the Future waits for
@@ -320,7 +326,40 @@ class TransferEngine {
     return start;
   }
 
-  const Queue& queue() const noexcept { return device_.queue(); }
+  /// A Redirect: which engine's commands of this thread go to which queue.
+  struct Target {
+    const TransferEngine* engine = nullptr;
+    const Queue* queue = nullptr;
+  };
+
+ private:
+  static Target& current() noexcept {
+    static thread_local Target target;
+    return target;
+  }
+  bool redirected() const noexcept { return current().engine == this; }
+
+ public:
+  /// The queue this thread's commands of this engine go to: the manager's, or a Redirect's.
+  const Queue& queue() const noexcept {
+    const Target& target = current();
+    return target.engine == this ? *target.queue : device_.queue();
+  }
+
+  /// While it lives, the commands this thread enqueues through `engine` go to `queue` (a gated
+  /// queue: GatedCall), and nothing is staged: the stager's chunks go to the manager's queue.
+  class Redirect {
+   public:
+    Redirect(const TransferEngine& engine, const Queue& queue) noexcept : saved_(current()) {
+      current() = Target{&engine, &queue};
+    }
+    Redirect(const Redirect&) = delete;
+    Redirect& operator=(const Redirect&) = delete;
+    ~Redirect() { current() = saved_; }
+
+   private:
+    Target saved_;
+  };
   ParallelCopier& copier() noexcept { return copier_; }
   Telemetry& telemetry() noexcept { return telemetry_; }
   const Telemetry& telemetry() const noexcept { return telemetry_; }
@@ -416,18 +455,14 @@ class TransferEngine {
 
   /// The bounced path of read() and read_new(): `bytes` at `offset` read into a pinned block of
   /// the pool (blocking), then `consume(block)`, whose result it returns, before the block goes
-  /// back. When the pool's budget holds no block, into a host vector instead (as fast as the
-  /// driver's pageable read, which it is).
-  template <class Consume>
+  /// back. When the pool's budget holds no block, `unbounced()` instead: the driver's pageable
+  /// read straight into the caller's memory.
+  template <class Consume, class Unbounced>
   auto read_bounced(const char* operation, const Allocation& memory, std::size_t offset,
-                    std::size_t bytes, Consume consume)
+                    std::size_t bytes, Consume consume, Unbounced unbounced)
       -> decltype(consume(static_cast<const void*>(nullptr))) {
     const PinnedPool::Lease block = pinned_.take(operation, options().bounce_max_bytes, queue());
-    if (!block) {
-      std::vector<char> host = new_vector<char>(operation, bytes);
-      read_blocking(operation, memory.buffer(), memory.at(offset), bytes, host.data());
-      return consume(static_cast<const void*>(host.data()));
-    }
+    if (!block) return unbounced();
     read_blocking(operation, memory.buffer(), memory.at(offset), bytes, block.data());
     return consume(static_cast<const void*>(block.data()));
   }

@@ -1,0 +1,294 @@
+// SPDX-License-Identifier: MIT
+// examples/09_heat3d_devices: example 08's 3-D heat equation (Jacobi) solver on several devices
+// of one process, with clbuf::DeviceGroup instead of MPI ranks. The cube of edge N (x fastest,
+// then z slowest) is one ShardedBuffer split into slabs of whole z-planes over the group's
+// devices (Partition::even(N * N)), each shard holding its planes with one ghost plane below and
+// above; a ShardedHalo fills the ghost planes. Every iteration starts the exchange, runs the
+// kernel on each device's planes whose stencil needs no ghost, finishes the exchange, then runs
+// it on the planes next to the ghosts.
+//
+// The arithmetic is example 08's, kernel and order alike, so the final field is bit for bit the
+// same on any number of devices, and its last line
+//   field checksum: <64-bit FNV-1a of the final field, 16 hex digits>
+// equals example 08's (on any number of ranks). The line before names how many devices ran it:
+//   devices: <count>
+//   build/examples/09_heat3d_devices --n 64 --iters 100
+// Options: --n N (edge, 3 to 1024, default 64), --iters K (default 100), --devices SEL (a
+// DeviceGroup selector: default every device of the type clbuf would pick; "all", "cpu", "gpu",
+// "0:0, 0:1", ...), --separate (a context per device: the exchange through pinned host memory;
+// default: a context per platform, device copies), --verify (a host reference of the whole cube,
+// compared byte for byte).
+#include <clbuf/clbuf.hpp>
+
+#include <algorithm>
+#include <chrono>
+#include <cinttypes>
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <iostream>
+#include <memory>
+#include <stdexcept>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace {
+
+// Example 08's kernel: FP_CONTRACT OFF (a fused multiply-add would round differently from the
+// host reference); one launch updates a box of a shard, `row` and `slice` its pitches.
+const char* const kernel_source = R"(
+#pragma OPENCL EXTENSION cl_khr_fp64 : enable
+#pragma OPENCL FP_CONTRACT OFF
+__kernel void jacobi(__global const double* in, __global double* out, ulong row, ulong slice,
+                     ulong x0, ulong y0, ulong z0) {
+  const size_t i = (z0 + get_global_id(2)) * slice + (y0 + get_global_id(1)) * row + x0 +
+                   get_global_id(0);
+  out[i] = (in[i - 1] + in[i + 1] + in[i - row] + in[i + row] + in[i - slice] + in[i + slice]) /
+           6.0;
+}
+)";
+
+struct Settings {
+  std::size_t n = 64;
+  std::size_t iters = 100;
+  std::string devices;
+  bool separate = false;
+  bool verify = false;
+};
+
+bool parse_number(const std::string& text, std::size_t low, std::size_t high, std::size_t& out) {
+  if (text.empty() || text.size() > 9 ||
+      text.find_first_not_of("0123456789") != std::string::npos) {
+    return false;
+  }
+  out = static_cast<std::size_t>(std::stoul(text));
+  return out >= low && out <= high;
+}
+
+/// The message for bad arguments, or "".
+std::string parse(int argc, char** argv, Settings& settings) {
+  const std::string usage =
+      "usage: 09_heat3d_devices [--n N] [--iters K] [--devices SEL] [--separate] [--verify]";
+  for (int i = 1; i < argc; ++i) {
+    const std::string arg = argv[i];
+    if (arg == "--verify" || arg == "--separate") {
+      (arg == "--verify" ? settings.verify : settings.separate) = true;
+      continue;
+    }
+    if (arg != "--n" && arg != "--iters" && arg != "--devices") {
+      return "unknown argument '" + arg + "'\n" + usage;
+    }
+    if (i + 1 == argc) return arg + " needs a value\n" + usage;
+    const std::string value = argv[++i];
+    if (arg == "--devices") settings.devices = value;
+    if (arg == "--n" && !parse_number(value, 3, 1024, settings.n)) {
+      return "--n must be a whole number from 3 to 1024 (got '" + value + "')";
+    }
+    if (arg == "--iters" && !parse_number(value, 0, 100000000, settings.iters)) {
+      return "--iters must be a whole number from 0 to 100000000 (got '" + value + "')";
+    }
+  }
+  return "";
+}
+
+double initial_value(std::size_t n, std::size_t x, std::size_t y, std::size_t z) {
+  if (z == 0) return 1.0;
+  if (x == 0 || y == 0 || x == n - 1 || y == n - 1 || z == n - 1) return 0.0;
+  return static_cast<double>((7 * x + 13 * y + 29 * z) % 64) / 64.0;
+}
+
+std::vector<double> initial_field(std::size_t n) {
+  std::vector<double> field(n * n * n);
+  std::size_t next = 0;
+  for (std::size_t z = 0; z < n; ++z) {
+    for (std::size_t y = 0; y < n; ++y) {
+      for (std::size_t x = 0; x < n; ++x) field[next++] = initial_value(n, x, y, z);
+    }
+  }
+  return field;
+}
+
+/// The whole cube on the host, with the kernel's arithmetic in the kernel's order.
+std::vector<double> host_reference(std::size_t n, std::size_t iters) {
+  std::vector<double> in = initial_field(n);
+  std::vector<double> out = in;
+  const std::size_t plane = n * n;
+  for (std::size_t step = 0; step < iters; ++step) {
+    for (std::size_t z = 1; z + 1 < n; ++z) {
+      for (std::size_t y = 1; y + 1 < n; ++y) {
+        for (std::size_t x = 1; x + 1 < n; ++x) {
+          const std::size_t i = z * plane + y * n + x;
+          out[i] =
+              (in[i - 1] + in[i + 1] + in[i - n] + in[i + n] + in[i - plane] + in[i + plane]) / 6.0;
+        }
+      }
+    }
+    std::swap(in, out);
+  }
+  return in;
+}
+
+std::uint64_t fnv1a(const std::vector<double>& field) {
+  std::uint64_t hash = 0xcbf29ce484222325ULL;
+  const unsigned char* bytes = reinterpret_cast<const unsigned char*>(field.data());
+  for (std::size_t i = 0; i < field.size() * sizeof(double); ++i) {
+    hash = (hash ^ bytes[i]) * 0x100000001b3ULL;
+  }
+  return hash;
+}
+
+/// Planes [first, first + count) of a shard (local, ghost plane 0 included).
+struct Planes {
+  std::size_t first = 0;
+  std::size_t count = 0;
+};
+
+/// One device's part: its kernel and the planes it updates before and after the exchange.
+struct Part {
+  cl::Kernel kernel;
+  Planes inner;               // need no ghost plane
+  std::vector<Planes> shell;  // next to a ghost plane: after finish()
+};
+
+/// The solver: two fields (ping-pong) sharded alike, the halo plan, a kernel per device.
+class Solver {
+ public:
+  Solver(clbuf::DeviceGroup& group, std::size_t n)
+      : group_(group),
+        n_(n),
+        in_(group.scatter(initial_field(n), clbuf::Partition::even(n * n), 1)),
+        out_(group.scatter(initial_field(n), clbuf::Partition::even(n * n), 1)),
+        halo_(group, in_) {
+    for (std::size_t i = 0; i < group.size(); ++i) parts_.push_back(part(i));
+  }
+
+  /// One iteration: returns the seconds spent in start() and finish().
+  double step() {
+    auto clock = std::chrono::steady_clock::now();
+    halo_.start(in_);
+    double exchange = seconds_since(clock);
+    for (std::size_t i = 0; i < parts_.size(); ++i) launch(i, parts_[i].inner);
+    clock = std::chrono::steady_clock::now();
+    halo_.finish();
+    exchange += seconds_since(clock);
+    for (std::size_t i = 0; i < parts_.size(); ++i) {
+      for (const Planes& planes : parts_[i].shell) launch(i, planes);
+    }
+    std::swap(in_, out_);
+    return exchange;
+  }
+
+  std::vector<double> field() { return group_.gather(in_); }
+
+  static double seconds_since(std::chrono::steady_clock::time_point start) {
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  }
+
+ private:
+  /// Device i's kernel and planes: those off the cube's faces z = 0 and z = N - 1.
+  Part part(std::size_t i) {
+    Part result;
+    const cl::Device device = group_.manager(i).queue().getInfo<CL_QUEUE_DEVICE>();
+    if (device.getInfo<CL_DEVICE_DOUBLE_FP_CONFIG>() == 0) {
+      throw std::runtime_error("device " + std::to_string(i) + " has no double precision");
+    }
+    cl::Program program(group_.manager(i).context(), kernel_source);
+    if (program.build({device}) != CL_SUCCESS) {
+      throw std::runtime_error("the jacobi kernel did not build: " +
+                               program.getBuildInfo<CL_PROGRAM_BUILD_LOG>(device));
+    }
+    result.kernel = cl::Kernel(program, "jacobi");
+    const std::size_t plane = n_ * n_;
+    const std::size_t first = in_.offset(i) / plane;  // global z of local plane 1
+    const std::size_t count = in_.count(i) / plane;
+    const std::size_t low = std::max<std::size_t>(first, 1);   // global, updated
+    const std::size_t high = std::min(first + count, n_ - 1);  // one past
+    if (low >= high) return result;
+    const std::size_t inner_low = std::max(low, first + 1);  // not next to a ghost
+    const std::size_t inner_high = std::min(high, first + count - 1);
+    if (inner_low < inner_high) {
+      result.inner = {inner_low - first + 1, inner_high - inner_low};
+      if (low < inner_low) result.shell.push_back({low - first + 1, inner_low - low});
+      if (inner_high < high) result.shell.push_back({inner_high - first + 1, high - inner_high});
+    } else {
+      result.shell.push_back({low - first + 1, high - low});
+    }
+    return result;
+  }
+
+  void launch(std::size_t i, const Planes& planes) {
+    if (planes.count == 0 || n_ < 3) return;
+    cl::Kernel& kernel = parts_[i].kernel;
+    kernel.setArg(0, in_.shard(i).native());
+    kernel.setArg(1, out_.shard(i).native());
+    kernel.setArg(2, static_cast<cl_ulong>(n_));
+    kernel.setArg(3, static_cast<cl_ulong>(n_ * n_));
+    kernel.setArg(4, static_cast<cl_ulong>(1));
+    kernel.setArg(5, static_cast<cl_ulong>(1));
+    kernel.setArg(6, static_cast<cl_ulong>(planes.first));
+    cl::CommandQueue queue = group_.manager(i).queue();
+    queue.enqueueNDRangeKernel(kernel, cl::NullRange, cl::NDRange(n_ - 2, n_ - 2, planes.count));
+    queue.flush();  // each device computes while the host starts the next
+  }
+
+  clbuf::DeviceGroup& group_;
+  std::size_t n_;
+  clbuf::ShardedBuffer<double> in_;
+  clbuf::ShardedBuffer<double> out_;
+  clbuf::ShardedHalo<double> halo_;
+  std::vector<Part> parts_;
+};
+
+std::string hex(std::uint64_t value) {
+  char text[17];
+  std::snprintf(text, sizeof text, "%016" PRIx64, value);
+  return text;
+}
+
+int run(const Settings& settings) {
+  clbuf::DeviceGroup group(
+      settings.devices, clbuf::Options(),
+      settings.separate ? clbuf::ContextSharing::per_device : clbuf::ContextSharing::per_platform);
+  Solver solver(group, settings.n);
+  const auto clock = std::chrono::steady_clock::now();
+  double exchange = 0.0;
+  for (std::size_t iter = 0; iter < settings.iters; ++iter) exchange += solver.step();
+  group.finish();
+  const double total = Solver::seconds_since(clock);
+  const std::vector<double> field = solver.field();
+  const double iters = static_cast<double>(std::max<std::size_t>(settings.iters, 1));
+  std::printf("%s: %zu^3 doubles, %zu iterations, slabs of z-planes, %s\n",
+              group.manager(0).device().name.c_str(), settings.n, settings.iters,
+              settings.separate ? "a context per device" : "a context per platform");
+  std::printf("time per iteration %.3f ms, exchange %.3f ms (%.0f%%)\n", 1e3 * total / iters,
+              1e3 * exchange / iters, total > 0.0 ? 100.0 * exchange / total : 0.0);
+  int status = 0;
+  if (settings.verify) {
+    const std::vector<double> reference = host_reference(settings.n, settings.iters);
+    const bool same =
+        std::memcmp(reference.data(), field.data(), field.size() * sizeof(double)) == 0;
+    std::printf("%s the host reference\n", same ? "matches" : "DIFFERS from");
+    status = same ? 0 : 1;
+  }
+  std::printf("devices: %zu\n", group.size());
+  std::printf("field checksum: %s\n", hex(fnv1a(field)).c_str());
+  return status;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  Settings settings;
+  const std::string problem = parse(argc, argv, settings);
+  if (!problem.empty()) {
+    std::cerr << "09_heat3d_devices: " << problem << "\n";
+    return 2;
+  }
+  try {
+    return run(settings);
+  } catch (const std::exception& e) {
+    std::cerr << "09_heat3d_devices: " << e.what() << "\n";
+    return 1;
+  }
+}

@@ -1,0 +1,28 @@
+# SPDX-License-Identifier: MIT
+# CTest script: example 09's last line (field checksum) on 1 to 4 PoCL devices equals example
+# 08's on one MPI rank, for N = 19 and 10 iterations; it differs from the initial field's.
+function(last_line out)
+  execute_process(COMMAND ${ARGN} OUTPUT_VARIABLE text RESULT_VARIABLE status)
+  if(NOT status EQUAL 0)
+    message(FATAL_ERROR "${ARGN} failed (${status}):\n${text}")
+  endif()
+  string(REGEX MATCH "field checksum: [0-9a-f]+" line "${text}")
+  set(${out} "${line}" PARENT_SCOPE)
+endfunction()
+
+separate_arguments(flags UNIX_COMMAND "${MPIEXEC_FLAGS}")
+string(REPLACE ";" " " flags_text "${MPIEXEC_FLAGS}")
+separate_arguments(flags UNIX_COMMAND "${flags_text}")
+last_line(reference ${MPIEXEC} -n 1 ${flags} ${EXAMPLE_08} --n 19 --iters 10 --decomp slab)
+last_line(initial ${EXAMPLE_09} --n 19 --iters 0)
+if(reference STREQUAL "" OR reference STREQUAL initial)
+  message(FATAL_ERROR "example 08 gave '${reference}' (initial field: '${initial}')")
+endif()
+foreach(devices "pthread" "pthread pthread" "pthread pthread pthread" "pthread pthread pthread pthread")
+  set(ENV{POCL_DEVICES} "${devices}")
+  last_line(mine ${EXAMPLE_09} --n 19 --iters 10)
+  if(NOT mine STREQUAL reference)
+    message(FATAL_ERROR "POCL_DEVICES=${devices}: '${mine}', example 08: '${reference}'")
+  endif()
+endforeach()
+message("the same checksum on 1, 2, 3 and 4 devices: ${reference}")

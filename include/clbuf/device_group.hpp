@@ -1,0 +1,630 @@
+// SPDX-License-Identifier: MIT
+// clbuf::DeviceGroup: one BufferManager per device of a selection, and the moves of a
+// ShardedBuffer (scatter, gather, upload, download, copy, fill) over all of them at once: each
+// shard moves through its own manager (its own staging lane and background thread), so the host
+// copies of one shard never wait for another's DMA. The blocking forms run each device's
+// blocking call, on a thread a device when the move is large; the _async forms join the shards'
+// Futures into one (detail/joined_future.hpp).
+#ifndef CLBUF_DEVICE_GROUP_HPP
+#define CLBUF_DEVICE_GROUP_HPP
+
+#include <clbuf/buffer.hpp>
+#include <clbuf/detail/group.hpp>
+#include <clbuf/detail/joined_future.hpp>
+#include <clbuf/detail/worker_pool.hpp>
+#include <clbuf/device.hpp>
+#include <clbuf/error.hpp>
+#include <clbuf/future.hpp>
+#include <clbuf/manager.hpp>
+#include <clbuf/options.hpp>
+#include <clbuf/sharded_buffer.hpp>
+
+#include <algorithm>
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <exception>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace clbuf {
+
+template <class T>
+class ShardedHalo;
+
+/// Which devices of a DeviceGroup share an OpenCL context.
+enum class ContextSharing {
+  per_platform,  ///< the group's devices of one platform share one context (default): copies
+                 ///< between them are device copies (clEnqueueCopyBuffer)
+  per_device,    ///< a context per device: copies between them go through pinned host chunks
+};
+
+/// Several devices in one process: one BufferManager per device (manager(i)), and the moves of
+/// a ShardedBuffer over all of them. Not copyable, not movable (ShardedHalo and the managers'
+/// users refer to it). Every call may be made from several threads at once, as a manager's.
+class DeviceGroup {
+ public:
+  /// The devices `selector` names: "" (every device of the type the default selection picks: the
+  /// GPUs, else the CPU devices), "all", "gpu", "cpu", "accelerator" (every device of that type),
+  /// "P:D" (one device), "s1, s2, ..." (each a single selector, as BufferManager takes), or
+  /// else every device whose name contains the text (ignoring case). Devices in list_devices()
+  /// order (a list: in its order).
+  /// @throws Error CL_DEVICE_NOT_FOUND when nothing matches (naming every device);
+  ///         CL_INVALID_VALUE for a list that names a device twice; as BufferManager's
+  ///         constructor.
+  explicit DeviceGroup(const std::string& selector = std::string(),
+                       const Options& options = Options(),
+                       ContextSharing sharing = ContextSharing::per_platform)
+      : sharing_(sharing) {
+    detail::guard_host_memory("DeviceGroup", [&] { open(select(selector), options); });
+  }
+
+  /// The listed devices (as list_devices() gives them), in this order.
+  /// @throws Error CL_DEVICE_NOT_FOUND for a device no platform has; CL_INVALID_VALUE for an
+  ///         empty list or a device listed twice.
+  explicit DeviceGroup(const std::vector<DeviceInfo>& devices, const Options& options = Options(),
+                       ContextSharing sharing = ContextSharing::per_platform)
+      : sharing_(sharing) {
+    detail::guard_host_memory("DeviceGroup", [&] { open(select(devices), options); });
+  }
+
+  /// Adopts the application's managers (shared with it), in this order.
+  /// @throws Error CL_INVALID_VALUE for an empty list, a null manager or one listed twice.
+  explicit DeviceGroup(std::vector<std::shared_ptr<BufferManager>> managers)
+      : sharing_(ContextSharing::per_device), managers_(std::move(managers)) {
+    detail::guard_host_memory("DeviceGroup", [&] { adopt(); });
+  }
+
+  DeviceGroup(const DeviceGroup&) = delete;
+  DeviceGroup& operator=(const DeviceGroup&) = delete;
+
+  /// How many devices.
+  std::size_t size() const noexcept { return managers_.size(); }
+  /// Device i's manager. @throws Error CL_INVALID_VALUE for i >= size().
+  BufferManager& manager(std::size_t i) const { return *managers_[checked(i)]; }
+  /// Every device with its verdict: picked (in the group) or why not.
+  const SelectionReport& explain_selection() const noexcept { return report_; }
+  /// How contexts were made (adopted managers: per_device, whatever they share).
+  ContextSharing sharing() const noexcept { return sharing_; }
+  /// True when devices i and j share one OpenCL context (copies between them are device copies).
+  /// @throws Error CL_INVALID_VALUE for an index >= size().
+  bool shares_context(std::size_t i, std::size_t j) const {
+    return managers_[checked(i)]->context()() == managers_[checked(j)]->context()();
+  }
+
+  /// @name Sharded buffers
+  /// Each call moves every shard at once and returns when all have moved; the _async forms
+  /// return at once with one Future (its event() is of manager(0)'s context). A call checks
+  /// every argument before it moves a byte: a ShardedBuffer of another group, a moved-from one,
+  /// a wrong count or a null pointer is an Error that changed nothing.
+  /// @{
+
+  /// A ShardedBuffer of `count` elements split by `partition`, each shard with `halo` units of
+  /// ghost elements before and after its part (contents unspecified).
+  /// @throws Error as Partition::split(); as BufferManager::allocate().
+  template <class T>
+  ShardedBuffer<T> allocate(std::size_t count, const Partition& partition = Partition(),
+                            std::size_t halo = 0) {
+    return detail::guard_host_memory("DeviceGroup::allocate", [&] {
+      return make<T>("DeviceGroup::allocate", count, partition, halo);
+    });
+  }
+
+  /// The `count` elements at `data` split over the devices by `partition`; with a `halo`, each
+  /// shard's ghost elements hold the neighbouring elements of the array (T() beyond its ends).
+  /// Nothing is left when it fails.
+  /// @throws Error as allocate(); CL_INVALID_VALUE for a null `data` with count > 0; as the
+  ///         managers' uploads.
+  template <class T>
+  ShardedBuffer<T> scatter(const T* data, std::size_t count,
+                           const Partition& partition = Partition(), std::size_t halo = 0) {
+    const char* op = "DeviceGroup::scatter";
+    return detail::guard_host_memory(op, [&] {
+      detail::check_host_pointer(op, data, count);
+      return halo == 0 ? scatter_parts(op, data, count, partition)
+                       : scatter_with_halo(op, data, count, partition, halo);
+    });
+  }
+  /// scatter() of a vector.
+  template <class T>
+  ShardedBuffer<T> scatter(const std::vector<T>& data, const Partition& partition = Partition(),
+                           std::size_t halo = 0) {
+    return scatter(data.data(), data.size(), partition, halo);
+  }
+  /// As scatter(), returning at once; `data` must stay alive and unchanged until it completes.
+  template <class T>
+  Future<ShardedBuffer<T>> scatter_async(const T* data, std::size_t count,
+                                         const Partition& partition = Partition(),
+                                         std::size_t halo = 0) {
+    const char* op = "DeviceGroup::scatter";
+    return detail::guard_host_memory(op, [&] {
+      detail::check_host_pointer(op, data, count);
+      ShardedBuffer<T> out = make<T>(op, count, partition, halo);
+      std::vector<Future<void>> parts = put(op, out, data, true);
+      return detail::joined<ShardedBuffer<T>>(op, managers_.front()->context()(), std::move(parts),
+                                              std::move(out));
+    });
+  }
+  /// As scatter(), returning at once; the Future owns `data`.
+  template <class T>
+  Future<ShardedBuffer<T>> scatter_async(std::vector<T> data,
+                                         const Partition& partition = Partition(),
+                                         std::size_t halo = 0) {
+    auto kept = std::make_shared<std::vector<T>>(std::move(data));
+    Future<ShardedBuffer<T>> started = scatter_async(kept->data(), kept->size(), partition, halo);
+    return detail::keeping(std::move(started), std::move(kept));
+  }
+
+  /// The logical array of `buffer` (its ghost elements left out), in order.
+  /// @throws Error for a buffer of another group; as the managers' downloads.
+  template <class T>
+  std::vector<T> gather(const ShardedBuffer<T>& buffer) {
+    const char* op = "DeviceGroup::gather";
+    return detail::guard_host_memory(op, [&] {
+      check_member(op, buffer);
+      std::vector<T> out(buffer.size());
+      download_parts(op, buffer, out.data());
+      return out;
+    });
+  }
+  /// As gather(), returning at once.
+  template <class T>
+  Future<std::vector<T>> gather_async(const ShardedBuffer<T>& buffer) {
+    const char* op = "DeviceGroup::gather";
+    return detail::guard_host_memory(op, [&] {
+      check_member(op, buffer);
+      std::vector<T> out(buffer.size());
+      std::vector<Future<void>> parts = get(op, buffer, out.data());
+      return detail::joined<std::vector<T>>(op, managers_.front()->context()(), std::move(parts),
+                                            std::move(out));
+    });
+  }
+
+  /// Writes `count` elements (exactly buffer.size()) from `data` into the shards' parts; the
+  /// ghost elements are left as they were.
+  /// @throws Error CL_INVALID_VALUE for another count; as scatter().
+  template <class T>
+  void upload(ShardedBuffer<T>& buffer, const T* data, std::size_t count) {
+    const char* op = "DeviceGroup::upload";
+    detail::guard_host_memory(op, [&] {
+      check_member(op, buffer);
+      detail::check_same_size(op, count, buffer.size());
+      detail::check_host_pointer(op, data, count);
+      every_device(op, buffer.size_bytes(), [&](std::size_t i) {
+        managers_[i]->upload(buffer.shard(i), data + buffer.offset(i), buffer.count(i),
+                             buffer.ghost());
+      });
+    });
+  }
+  /// upload() of a vector.
+  template <class T>
+  void upload(ShardedBuffer<T>& buffer, const std::vector<T>& data) {
+    upload(buffer, data.data(), data.size());
+  }
+  /// As upload(), returning at once; `data` must stay alive and unchanged until it completes.
+  template <class T>
+  Future<void> upload_async(ShardedBuffer<T>& buffer, const T* data, std::size_t count) {
+    const char* op = "DeviceGroup::upload";
+    return detail::guard_host_memory(op, [&] {
+      check_member(op, buffer);
+      detail::check_same_size(op, count, buffer.size());
+      detail::check_host_pointer(op, data, count);
+      return detail::joined<void>(op, managers_.front()->context()(), put(op, buffer, data, false));
+    });
+  }
+
+  /// Reads the logical array (exactly buffer.size() elements) into `out`.
+  /// @throws Error CL_INVALID_VALUE for another count or a null `out`; as gather().
+  template <class T>
+  void download(const ShardedBuffer<T>& buffer, T* out, std::size_t count) {
+    const char* op = "DeviceGroup::download";
+    detail::guard_host_memory(op, [&] {
+      check_member(op, buffer);
+      detail::check_same_size(op, buffer.size(), count);
+      detail::check_host_pointer(op, out, count);
+      download_parts(op, buffer, out);
+    });
+  }
+  /// As download(), returning at once; `out` must stay alive until it completes.
+  template <class T>
+  Future<void> download_async(const ShardedBuffer<T>& buffer, T* out, std::size_t count) {
+    const char* op = "DeviceGroup::download";
+    return detail::guard_host_memory(op, [&] {
+      check_member(op, buffer);
+      detail::check_same_size(op, buffer.size(), count);
+      detail::check_host_pointer(op, out, count);
+      return detail::joined<void>(op, managers_.front()->context()(), get(op, buffer, out));
+    });
+  }
+
+  /// Copies `src`'s logical array into `dst`'s, shard by shard on each device (both split alike:
+  /// the same count on each device; ghost elements are not copied).
+  /// @throws Error CL_INVALID_VALUE for buffers split differently or of another group; as the
+  ///         managers' copies.
+  template <class T>
+  void copy(const ShardedBuffer<T>& src, ShardedBuffer<T>& dst) {
+    const char* op = "DeviceGroup::copy";
+    detail::guard_host_memory(op, [&] {
+      check_alike(op, src, dst);
+      every_device(op, src.size_bytes(), [&](std::size_t i) {
+        managers_[i]->copy_bytes(src.shard(i), dst.shard(i), src.count(i) * sizeof(T),
+                                 src.ghost() * sizeof(T), dst.ghost() * sizeof(T));
+      });
+    });
+  }
+  /// As copy(), returning at once.
+  template <class T>
+  Future<void> copy_async(const ShardedBuffer<T>& src, ShardedBuffer<T>& dst) {
+    const char* op = "DeviceGroup::copy";
+    return detail::guard_host_memory(op, [&] {
+      check_alike(op, src, dst);
+      std::vector<Future<void>> parts = each_part(op, src, [&](std::size_t i) {
+        return managers_[i]->copy_bytes_async(src.shard(i), dst.shard(i), src.count(i) * sizeof(T),
+                                              src.ghost() * sizeof(T), dst.ghost() * sizeof(T));
+      });
+      return detail::joined<void>(op, managers_.front()->context()(), std::move(parts));
+    });
+  }
+
+  /// Sets every element of the logical array to `value` (ghost elements left as they were).
+  /// @throws Error for a buffer of another group; as the managers' fills.
+  template <class T>
+  void fill(ShardedBuffer<T>& buffer, const T& value) {
+    const char* op = "DeviceGroup::fill";
+    detail::guard_host_memory(op, [&] {
+      check_member(op, buffer);
+      every_device(op, buffer.size_bytes(), [&](std::size_t i) {
+        managers_[i]->fill(buffer.shard(i), value, buffer.count(i), buffer.ghost());
+      });
+    });
+  }
+  /// As fill(), returning at once.
+  template <class T>
+  Future<void> fill_async(ShardedBuffer<T>& buffer, const T& value) {
+    const char* op = "DeviceGroup::fill";
+    return detail::guard_host_memory(op, [&] {
+      check_member(op, buffer);
+      std::vector<Future<void>> parts = each_part(op, buffer, [&](std::size_t i) {
+        return managers_[i]->fill_async(buffer.shard(i), value, buffer.count(i), buffer.ghost());
+      });
+      return detail::joined<void>(op, managers_.front()->context()(), std::move(parts));
+    });
+  }
+  /// @}
+
+  /// Waits for everything queued on every device (BufferManager::finish() of each).
+  /// @throws Error as the first failing finish(), after all have been called.
+  void finish() {
+    std::exception_ptr first;
+    for (const auto& manager : managers_) {
+      try {
+        manager->finish();
+      } catch (...) {
+        if (!first) first = std::current_exception();
+      }
+    }
+    if (first) std::rethrow_exception(first);
+  }
+
+ private:
+  template <class T>
+  friend class ShardedHalo;
+
+  std::size_t checked(std::size_t i) const {
+    if (i >= managers_.size()) {
+      detail::fail(
+          "DeviceGroup::manager", CL_INVALID_VALUE,
+          "device " + std::to_string(i) + " of a group of " + std::to_string(managers_.size()));
+    }
+    return i;
+  }
+
+  /// The entries a selector picks (in the group's order), with the report of every verdict.
+  std::vector<detail::DeviceEntry> select(const std::string& selector) {
+    const char* op = "DeviceGroup";
+    const std::vector<detail::DeviceEntry> entries = detail::enumerate_devices(op);
+    if (entries.empty()) detail::fail_no_devices(op);
+    report_.selector = selector;
+    report_.origin = detail::trimmed(selector).empty() ? "default" : "selector";
+    std::vector<std::size_t> order;
+    for (detail::Verdict& verdict : detail::judge_group(op, entries, selector, order)) {
+      report_.devices.push_back(
+          {entries[verdict.entry].info, verdict.picked, std::move(verdict.reason)});
+    }
+    if (order.empty()) {
+      detail::fail(
+          op, CL_DEVICE_NOT_FOUND,
+          "no device matches \"" + selector + "\"; devices: " + detail::describe_entries(entries));
+    }
+    std::vector<detail::DeviceEntry> picked;
+    for (std::size_t i : order) picked.push_back(entries[i]);
+    return picked;
+  }
+
+  /// The entries of `devices`, matched by platform and device index.
+  std::vector<detail::DeviceEntry> select(const std::vector<DeviceInfo>& devices) {
+    const char* op = "DeviceGroup";
+    if (devices.empty()) detail::fail(op, CL_INVALID_VALUE, "an empty list of devices");
+    const std::vector<detail::DeviceEntry> entries = detail::enumerate_devices(op);
+    std::vector<detail::DeviceEntry> picked;
+    for (const DeviceInfo& device : devices) {
+      const auto found = std::find_if(entries.begin(), entries.end(), [&](const auto& entry) {
+        return entry.info.platform_index == device.platform_index &&
+               entry.info.device_index == device.device_index;
+      });
+      if (found == entries.end()) {
+        detail::fail(op, CL_DEVICE_NOT_FOUND,
+                     "no device " + std::to_string(device.platform_index) + ":" +
+                         std::to_string(device.device_index) + " (" + device.name + ")");
+      }
+      for (const detail::DeviceEntry& entry : picked) {
+        if (entry.device == found->device) {
+          detail::fail(op, CL_INVALID_VALUE, "device " + found->info.name + " listed twice");
+        }
+      }
+      picked.push_back(*found);
+    }
+    report_ = detail::group_report(entries, picked);
+    return picked;
+  }
+
+  /// A manager per entry: a context per platform (or per device), an in-order queue each.
+  void open(const std::vector<detail::DeviceEntry>& picked, const Options& options) {
+    const char* op = "DeviceGroup";
+    std::map<cl_platform_id, cl::Context> contexts;
+    if (sharing_ == ContextSharing::per_platform) {
+      std::map<cl_platform_id, std::vector<cl_device_id>> devices;
+      for (const detail::DeviceEntry& entry : picked)
+        devices[entry.platform].push_back(entry.device);
+      for (const auto& [platform, list] : devices) {
+        contexts[platform] = detail::group_context(op, platform, list);
+      }
+    }
+    for (const detail::DeviceEntry& entry : picked) {
+      const cl::Context context = sharing_ == ContextSharing::per_platform
+                                      ? contexts[entry.platform]
+                                      : detail::group_context(op, entry.platform, {entry.device});
+      const detail::Queue queue = detail::Queue::create(op, context(), entry.device);
+      managers_.push_back(std::make_shared<BufferManager>(context, queue.handle(), options));
+    }
+  }
+
+  void adopt() {
+    const char* op = "DeviceGroup";
+    if (managers_.empty()) detail::fail(op, CL_INVALID_VALUE, "an empty list of managers");
+    for (std::size_t i = 0; i < managers_.size(); ++i) {
+      if (!managers_[i])
+        detail::fail(op, CL_INVALID_VALUE, "manager " + std::to_string(i) + " is null");
+      for (std::size_t j = 0; j < i; ++j) {
+        if (managers_[j] == managers_[i]) {
+          detail::fail(op, CL_INVALID_VALUE, "manager " + std::to_string(i) + " is listed twice");
+        }
+      }
+    }
+    report_.origin = "adopted";
+    for (const auto& manager : managers_)
+      report_.devices.push_back({manager->device(), true, "adopted"});
+  }
+
+  /// f() for device i: its clbuf::Error names `operation` and the device first.
+  template <class F>
+  auto on_device(const char* operation, std::size_t i, F f) -> decltype(f()) {
+    try {
+      return f();
+    } catch (const Error& error) {
+      throw Error(error.code(),
+                  detail::error_message(operation, error.code(),
+                                        "device " + std::to_string(i) + " (" +
+                                            managers_[i]->device().name + "): " + error.what()));
+    }
+  }
+
+  /// A ShardedBuffer of `count` elements in shards of this group (contents unspecified).
+  template <class T>
+  ShardedBuffer<T> make(const char* operation, std::size_t count, const Partition& partition,
+                        std::size_t halo) {
+    std::vector<std::size_t> counts = partition.split(operation, count, size());
+    const std::size_t ghost = detail::group_product(operation, halo, partition.unit());
+    const std::size_t ghosts = detail::group_product(operation, ghost, 2);
+    std::vector<DeviceBuffer<T>> shards;
+    for (std::size_t i = 0; i < size(); ++i) {
+      if (counts[i] > SIZE_MAX - ghosts) detail::fail_overflow(operation, counts[i], sizeof(T));
+      shards.push_back(
+          on_device(operation, i, [&] { return managers_[i]->allocate<T>(counts[i] + ghosts); }));
+    }
+    return ShardedBuffer<T>(id_, std::move(shards), std::move(counts), ghost, partition);
+  }
+
+  /// scatter() without a halo: each shard a new buffer uploaded from its part (fresh memory,
+  /// which a host-model device fills without waiting for its queue).
+  template <class T>
+  ShardedBuffer<T> scatter_parts(const char* operation, const T* data, std::size_t count,
+                                 const Partition& partition) {
+    std::vector<std::size_t> counts = partition.split(operation, count, size());
+    std::vector<std::size_t> offsets(size(), 0);
+    for (std::size_t i = 1; i < size(); ++i) offsets[i] = offsets[i - 1] + counts[i - 1];
+    std::vector<DeviceBuffer<T>> shards(size());
+    every_device(operation, count * sizeof(T), [&](std::size_t i) {
+      shards[i] = managers_[i]->upload(data + offsets[i], counts[i]);
+    });
+    return ShardedBuffer<T>(id_, std::move(shards), std::move(counts), 0, partition);
+  }
+
+  /// scatter() with a halo: each shard allocated, its part and ghost elements written.
+  template <class T>
+  ShardedBuffer<T> scatter_with_halo(const char* operation, const T* data, std::size_t count,
+                                     const Partition& partition, std::size_t halo) {
+    ShardedBuffer<T> out = make<T>(operation, count, partition, halo);
+    every_device(operation, out.size_bytes(), [&](std::size_t i) {
+      const ShardSpan span = span_of(out, i, true);
+      BufferManager& manager = *managers_[i];
+      if (span.last > span.first) {
+        manager.upload(out.shard(i), data + span.first, span.last - span.first, span.at);
+      }
+      if (span.before > 0) manager.fill(out.shard(i), T(), span.before, 0);
+      if (span.end < span.total) manager.fill(out.shard(i), T(), span.total - span.end, span.end);
+    });
+    return out;
+  }
+
+  /// Starts each shard's upload of its part of `data` (with `ghosts`: and its ghost elements,
+  /// T() beyond the array's ends).
+  template <class T>
+  std::vector<Future<void>> put(const char* operation, ShardedBuffer<T>& buffer, const T* data,
+                                bool ghosts) {
+    std::vector<Future<void>> parts;
+    for (std::size_t i = 0; i < size(); ++i) {
+      on_device(operation, i, [&] { put_shard(buffer, i, data, ghosts, parts); });
+    }
+    return parts;
+  }
+
+  /// Starts shard i's upload of its part of `data` (with `ghosts`: and its ghost elements, the
+  /// array's neighbouring elements and T() beyond its ends).
+  template <class T>
+  void put_shard(ShardedBuffer<T>& buffer, std::size_t i, const T* data, bool ghosts,
+                 std::vector<Future<void>>& parts) {
+    BufferManager& manager = *managers_[i];
+    const ShardSpan span = span_of(buffer, i, ghosts);
+    if (span.last > span.first) {
+      parts.push_back(manager.upload_async(buffer.shard(i), data + span.first,
+                                           span.last - span.first, span.at));
+    }
+    if (span.before > 0) parts.push_back(manager.fill_async(buffer.shard(i), T(), span.before, 0));
+    if (span.end < span.total) {
+      parts.push_back(manager.fill_async(buffer.shard(i), T(), span.total - span.end, span.end));
+    }
+  }
+
+  /// What a scatter writes into shard i: the array's elements [first, last) at element `at`,
+  /// T() in the first `before` elements and from `end` to `total` (with `ghosts`; else only its
+  /// part: before 0, end total).
+  struct ShardSpan {
+    std::size_t first, last, at, before, end, total;
+  };
+  template <class T>
+  static ShardSpan span_of(const ShardedBuffer<T>& buffer, std::size_t i, bool ghosts) {
+    const std::size_t g = ghosts ? buffer.ghost() : 0;
+    ShardSpan span{};
+    span.first = buffer.offset(i) >= g ? buffer.offset(i) - g : 0;
+    span.last = std::min(buffer.offset(i) + buffer.count(i) + g, buffer.size());
+    span.at = buffer.ghost() - (buffer.offset(i) - span.first);
+    span.before = ghosts ? span.at : 0;
+    span.total = buffer.shard(i).size();
+    span.end = ghosts ? span.at + (span.last - span.first) : span.total;
+    return span;
+  }
+
+  /// Reads every shard's part into `out` (the logical array's layout), blocking.
+  template <class T>
+  void download_parts(const char* operation, const ShardedBuffer<T>& buffer, T* out) {
+    every_device(operation, buffer.size_bytes(), [&](std::size_t i) {
+      managers_[i]->download(buffer.shard(i), out + buffer.offset(i), buffer.count(i),
+                             buffer.ghost());
+    });
+  }
+
+  /// each(i) for every device, on the group's threads at once when the move is large (one
+  /// device per thread; the calling thread too) and some device's bytes cross a bus of its own,
+  /// else one after the other on this thread: between host memory and host-model devices (CPU
+  /// devices) each call's copy already runs on the manager's copy threads over the one memory
+  /// bus, and two at once only contend (PoCL, 2 devices: 64 MiB uploads 1.15x slower). Every
+  /// device's call ends before it returns.
+  /// @throws Error as the first call that failed (naming its device).
+  template <class Each>
+  void every_device(const char* operation, std::size_t bytes, Each each) {
+    std::atomic<std::size_t> next{0};
+    std::mutex failed;
+    std::exception_ptr first;
+    auto task = [&](unsigned) {
+      for (std::size_t i = next++; i < size(); i = next++) {
+        try {
+          on_device(operation, i, [&] { each(i); });
+        } catch (...) {
+          std::lock_guard<std::mutex> lock(failed);
+          if (!first) first = std::current_exception();
+        }
+      }
+    };
+    if (size() > 1 && bytes / size() >= parallel_bytes && !all_host_model()) {
+      workers_.run(static_cast<unsigned>(size()), task);
+    } else {
+      task(0u);
+    }
+    if (first) std::rethrow_exception(first);
+  }
+
+  /// Starts each shard's download of its part into `out` (the logical array's layout).
+  template <class T>
+  std::vector<Future<void>> get(const char* operation, const ShardedBuffer<T>& buffer, T* out) {
+    return each_part(operation, buffer, [&](std::size_t i) {
+      return managers_[i]->download_async(buffer.shard(i), out + buffer.offset(i), buffer.count(i),
+                                          buffer.ghost());
+    });
+  }
+
+  /// start(i) for each device whose shard holds a part of `buffer`: their Futures.
+  template <class T, class Start>
+  std::vector<Future<void>> each_part(const char* operation, const ShardedBuffer<T>& buffer,
+                                      Start start) {
+    std::vector<Future<void>> parts;
+    for (std::size_t i = 0; i < size(); ++i) {
+      if (buffer.count(i) != 0) parts.push_back(on_device(operation, i, [&] { return start(i); }));
+    }
+    return parts;
+  }
+
+  template <class T>
+  void check_member(const char* operation, const ShardedBuffer<T>& buffer) const {
+    if (!buffer.valid()) {
+      detail::fail(operation, CL_INVALID_VALUE, "the ShardedBuffer holds nothing (moved from?)");
+    }
+    if (buffer.group_ != id_) {
+      detail::fail(operation, CL_INVALID_VALUE, "the ShardedBuffer belongs to another DeviceGroup");
+    }
+  }
+
+  template <class T>
+  void check_alike(const char* operation, const ShardedBuffer<T>& a,
+                   const ShardedBuffer<T>& b) const {
+    check_member(operation, a);
+    check_member(operation, b);
+    for (std::size_t i = 0; i < size(); ++i) {
+      if (a.count(i) != b.count(i)) {
+        detail::fail(operation, CL_INVALID_VALUE,
+                     "the buffers are split differently: device " + std::to_string(i) + " holds " +
+                         std::to_string(a.count(i)) + " and " + std::to_string(b.count(i)) +
+                         " elements");
+      }
+    }
+  }
+
+  bool all_host_model() const noexcept {
+    for (const auto& manager : managers_) {
+      if (manager->memory_model() != MemoryModel::host) return false;
+    }
+    return true;
+  }
+
+  static std::uint64_t next_id() noexcept {
+    static std::atomic<std::uint64_t> last{0};
+    return ++last;
+  }
+
+  /// Moves of at least this many bytes a device run on the devices at once.
+  static constexpr std::size_t parallel_bytes = std::size_t{1} << 20;
+
+  ContextSharing sharing_ = ContextSharing::per_platform;
+  std::vector<std::shared_ptr<BufferManager>> managers_;
+  SelectionReport report_;
+  std::uint64_t id_ = next_id();
+  detail::WorkerPool workers_{16};  // one thread a device, started on first use
+};
+
+}  // namespace clbuf
+
+#endif  // CLBUF_DEVICE_GROUP_HPP
