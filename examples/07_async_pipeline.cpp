@@ -59,6 +59,7 @@ int main() try {
     saxpy.setArg(2, y_dev.native());
     cl::Event ran;
     queue.enqueueNDRangeKernel(saxpy, cl::NullRange, cl::NDRange(n), cl::NullRange, &inputs, &ran);
+    manager.trace_command("saxpy", ran);  // on the timeline when CLBUF_TRACE is set, else nothing
     // The download waits for the kernel's event; nothing on the host has waited yet. The
     // buffers may go out of scope: the kernel runs on the manager's queue, so whatever reuses
     // their memory next is queued behind it.

@@ -272,6 +272,33 @@ TEST_F(TraceTest, AStartedUploadsSpanCoversTheTimeItsQueueWasHeld) {
   EXPECT_GT(ends[0]->number_of("ts"), released);
 }
 
+// trace_command(): an application's command (here a user event standing for a long kernel) is a
+// span of the "application commands (host's view)" track from the call until the command
+// completed; a manager that does not trace takes the call and writes nothing.
+TEST_F(TraceTest, AnApplicationsCommandIsASpanUntilItCompletes) {
+  const std::string path = dir_.file("command.json");
+  double released = 0;
+  {
+    clbuf::BufferManager traced(std::string(), discrete(path));
+    cl::UserEvent kernel(traced.context());
+    traced.trace_command("my kernel", kernel);
+    manager().trace_command("not traced", kernel);
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    released = now_us();
+    kernel.setStatus(CL_COMPLETE);
+  }
+  const Trace trace = Trace::read(path);
+  const auto begins = trace.named("b", "my kernel");
+  const auto ends = trace.named("e", "my kernel");
+  ASSERT_EQ(begins.size(), 1u);
+  ASSERT_EQ(ends.size(), 1u);
+  EXPECT_LT(begins[0]->number_of("ts"), released);
+  EXPECT_GE(ends[0]->number_of("ts"), released);
+  EXPECT_EQ(trace.tracks.at(static_cast<int>(begins[0]->number_of("tid"))),
+            "application commands (host's view)");
+  EXPECT_TRUE(trace.named("b", "not traced").empty());
+}
+
 // The rect calls are spans too: a blocking one on its thread's API track, a started one until
 // its last command has completed.
 TEST_F(TraceTest, RectCallsAreSpansToo) {
@@ -322,6 +349,71 @@ TEST_F(TraceTest, AnUnwritablePathIsAClearError) {
   EXPECT_NO_THROW(Trace::read(dir_.file("good.json")));
 }
 
+// Malformed CLBUF_TRACE: a folder, and a path the process may not write (a read-only folder; as
+// root, which writes those, a file in /sys, which no one may create). Each is the same clear
+// Error at construction, before any transfer (the first traced call), never a crash; the manager
+// that follows without tracing works.
+TEST_F(TraceTest, AMalformedClbufTraceIsAClearErrorAtConstruction) {
+  std::string read_only = "/sys/clbuf_trace_test.json";
+  if (::geteuid() != 0) {
+    const std::string locked = dir_.file("locked");
+    std::filesystem::create_directory(locked);
+    std::filesystem::permissions(
+        locked, std::filesystem::perms::owner_read | std::filesystem::perms::owner_exec);
+    read_only = locked + "/trace.json";
+  }
+  for (const std::string& bad : {dir_.path(), dir_.path() + "/", read_only}) {
+    clbuf_test::ScopedEnv env("CLBUF_TRACE", bad.c_str());
+    EXPECT_CLBUF_ERROR(clbuf::BufferManager(), CL_INVALID_VALUE, "BufferManager",
+                       "cannot write the trace file \"" + bad + "\"", "CLBUF_TRACE");
+  }
+  EXPECT_FALSE(std::filesystem::exists(read_only));
+  clbuf_test::ScopedEnv off("CLBUF_TRACE", "");
+  clbuf::BufferManager plain;
+  const std::vector<int> data(64, 5);
+  EXPECT_EQ(plain.download(plain.upload(data)), data);
+}
+
+// Under an MPI launcher (the rank in OMPI_COMM_WORLD_RANK, PMI_RANK or SLURM_PROCID) each rank
+// writes a file of its own: the rank before the path's extension, once (a second manager given
+// the first's options() shares its file), the manager's process pid = rank, named
+// "rank N: <device>"; a second process of the file rank + 100000. A folder keeps its name (and
+// its error); PMIX_RANK alone, which a singleton MPI_Init sets, is no launcher.
+TEST_F(TraceTest, UnderAnMpiLauncherEachRankWritesItsOwnFile) {
+  using clbuf::detail::rank_path;
+  EXPECT_EQ(rank_path("t.json", 3), "t.rank3.json");
+  EXPECT_EQ(rank_path("out.d/trace", 3), "out.d/trace.rank3");
+  EXPECT_EQ(rank_path(".trace", 3), ".trace.rank3");
+  EXPECT_EQ(rank_path("t.rank3.json", 3), "t.rank3.json");
+  EXPECT_EQ(rank_path("t.rank3.json", 13), "t.rank3.rank13.json");
+  clbuf_test::ScopedEnv ompi("OMPI_COMM_WORLD_RANK", nullptr);
+  clbuf_test::ScopedEnv slurm("SLURM_PROCID", nullptr);
+  clbuf_test::ScopedEnv pmi("PMI_RANK", nullptr);
+  clbuf_test::ScopedEnv pmix("PMIX_RANK", "0");
+  EXPECT_EQ(clbuf::detail::trace_path(dir_.file("t.json")), dir_.file("t.json"));
+  ::setenv("PMI_RANK", "3", 1);  // ScopedEnv pmi puts it back
+  EXPECT_EQ(clbuf::detail::trace_path(dir_.path()), dir_.path());
+  EXPECT_EQ(clbuf::detail::trace_path(dir_.path() + "/"), dir_.path() + "/");
+  const std::string ranked = dir_.file("t.rank3.json");
+  {
+    clbuf::Options options;
+    options.trace_path = dir_.file("t.json");
+    clbuf::BufferManager traced(std::string(), options);
+    EXPECT_EQ(traced.options().trace_path, ranked);
+    clbuf::BufferManager second(std::string(), traced.options());
+    EXPECT_EQ(second.options().trace_path, ranked);
+    static_cast<void>(traced.upload(std::vector<int>(16, 1)));
+  }
+  EXPECT_FALSE(std::filesystem::exists(dir_.file("t.json")));
+  const Trace trace = Trace::read(ranked);
+  ASSERT_EQ(trace.processes.size(), 2u);
+  EXPECT_EQ(trace.processes.at(3), "rank 3: " + manager().device().name);
+  EXPECT_EQ(trace.processes.at(100003), "rank 3: " + manager().device().name);
+  const auto uploads = trace.named("X", "upload");
+  ASSERT_EQ(uploads.size(), 1u);
+  EXPECT_EQ(uploads[0]->number_of("pid"), 3);
+}
+
 // (e) Four threads, 200 transfers each, on one traced manager: every span is in the file (valid
 // JSON), each thread's on an "API calls" track of its own. Under TSan: no race in the buffers.
 TEST_F(TraceTest, FourThreadsTracingOneManagerLoseNoSpan) {
@@ -348,7 +440,8 @@ TEST_F(TraceTest, FourThreadsTracingOneManagerLoseNoSpan) {
   EXPECT_EQ(tracks.size(), 4u);
 }
 
-// A thread's buffer is written into the file once it is full, before cleanup().
+// A thread's buffer is written into the file once it is full, before cleanup(): by the file's
+// writer thread, off the thread that recorded it, so the test waits for it (at most 10 s).
 TEST_F(TraceTest, AFullBufferIsWrittenBeforeCleanup) {
   const std::string path = dir_.file("full.json");
   clbuf::Options options;
@@ -358,10 +451,21 @@ TEST_F(TraceTest, AFullBufferIsWrittenBeforeCleanup) {
   auto buffer = traced.allocate<int>(data.size());
   for (int i = 0; i < 4200; ++i) traced.upload(buffer, data);
   // 4096 events at least (a full buffer), whatever events an upload makes on this device (on
-  // a discrete one a buffered write's too: then about half of them are uploads).
-  const Trace before = Trace::read(path);
-  EXPECT_GE(before.events.size(), 4096u);
-  EXPECT_GE(before.named("X", "upload").size(), 2000u);
+  // a discrete one a buffered write's too: then about half of them are uploads); the file's
+  // writer thread may still be at it.
+  std::size_t events = 0;
+  std::size_t uploads = 0;
+  for (int tries = 0; tries < 1000 && events < 4096; ++tries) {
+    if (tries > 0) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    try {
+      const Trace before = Trace::read(path);
+      events = before.events.size();
+      uploads = before.named("X", "upload").size();
+    } catch (const std::runtime_error&) {  // read while the writer thread was writing: again
+    }
+  }
+  EXPECT_GE(events, 4096u);
+  EXPECT_GE(uploads, 2000u);
   traced.cleanup();
   EXPECT_EQ(Trace::read(path).named("X", "upload").size(), 4200u);
 }

@@ -140,6 +140,21 @@ class BufferManager {
   }
   /// Sets the transfer counters of stats() back to zero (the pool's counters stay).
   void reset_stats() noexcept { engine_.telemetry().reset(); }
+
+  /// When this manager traces (CLBUF_TRACE, Options::trace_path; docs/performance.md "Tracing"),
+  /// a span `name` on the track "application commands (host's view)" from now until `event`
+  /// completes, as the host learns it (the event's callback): an application's own kernel on the
+  /// timeline beside clbuf's transfers. `name` must outlive the manager (a string literal). Does
+  /// nothing when the manager does not trace; never throws. Wraps clSetEventCallback.
+  void trace_command(const char* name, const cl::Event& event) noexcept {
+    detail::Tracer* const tracer = engine_.telemetry().tracer();
+    if (tracer == nullptr) return;
+    try {
+      const int track = tracer->track("application commands (host's view)");
+      tracer->until_complete(event(), track, name, detail::trace_now(), {});
+    } catch (...) {  // NOLINT(bugprone-empty-catch): tracing never fails the caller
+    }
+  }
   /// Frees every buffer the pool holds for reuse.
   void trim_pool() noexcept { pool_->trim(); }
   /// @}

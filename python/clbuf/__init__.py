@@ -13,6 +13,10 @@ raises it for every failure.
         back = bm.download_from_device(bm.upload_to_device(data))
 """
 
+import contextlib as _contextlib
+import os as _os
+from typing import Iterator as _Iterator
+
 __all__ = [
     "BufferManager",
     "DeviceBuffer",
@@ -25,6 +29,7 @@ __all__ = [
     "error_name",
     "explain_selection",
     "list_devices",
+    "trace",
 ]
 
 
@@ -78,6 +83,37 @@ class Region:
             getattr(self, name) == getattr(other, name) for name in self.__slots__)
 
 
+@_contextlib.contextmanager
+def trace(path: "str | _os.PathLike[str]") -> "_Iterator[None]":
+    """Traces every BufferManager made inside the ``with`` block into ``path``.
+
+    The file is the Chrome Trace Event Format (JSON) that https://ui.perfetto.dev and
+    chrome://tracing open: a span per call with its bytes and path, staging chunks, buffered
+    writes, pinned memory (docs/performance.md "Tracing"). It is the C++ ``CLBUF_TRACE``, for a
+    block of a program::
+
+        with clbuf.trace("timeline.json"):
+            with clbuf.BufferManager() as bm:
+                bm.download_from_device(bm.upload_to_device(data))
+
+    A manager is traced when it is made inside the block (tracing is decided at construction):
+    managers made before it are not, and a manager made inside keeps tracing into ``path`` until
+    it is closed, after the block too. The block is process-wide (managers made by other threads
+    meanwhile are traced too) and wins over ``CLBUF_TRACE``; an inner block wins over an outer
+    one until it ends. Leaving the block writes every trace file's buffered events out, so the
+    file is whole (valid JSON) then; the last manager's close writes the rest. Under an MPI
+    launcher each rank writes its own file, the rank in its name (``t.json`` ->
+    ``t.rank0.json``; scripts/trace_merge.py merges them). A path that cannot be written (a
+    folder, a missing or read-only folder) makes each manager made inside the block raise
+    clbuf.Error (CL_INVALID_VALUE) naming the path.
+    """
+    previous = _trace_scope(_os.fspath(path))
+    try:
+        yield
+    finally:
+        _trace_scope(previous)
+
+
 # After Error: the extension looks it up in this module when it is imported.
 from ._clbuf import (  # noqa: E402
     BufferManager,
@@ -88,5 +124,6 @@ from ._clbuf import (  # noqa: E402
     error_name,
     explain_selection,
     list_devices,
+    _trace_scope,
 )
 from ._mapping import MappedArray  # noqa: E402

@@ -43,6 +43,15 @@ PYBIND11_MODULE(_clbuf, m) {
       py::arg("code"),
       "The name of an OpenCL error code, e.g. error_name(-30) == 'CL_INVALID_VALUE' (clbuf.Error "
       "has it as .name).");
+  m.def(
+      "_trace_scope",
+      [](const std::string& path) {
+        py::gil_scoped_release release;  // writing the files out may wait for a driver's thread
+        return clbuf::detail::scoped_trace_path(&path);
+      },
+      py::arg("path"),
+      "Sets the trace path of the managers made from now on (clbuf.trace(); '': none), writes "
+      "every open trace file out, and returns the path set before.");
   py::object error = py::module_::import("clbuf").attr("Error");
   m.attr("Error") = error;
   error_type = error.ptr();  // the module's attribute keeps it alive

@@ -35,7 +35,7 @@ def test_the_classes_are_the_extensions_shown_as_the_packages():
         assert getattr(clbuf, name).__module__ == "clbuf"
     assert sorted(clbuf.__all__) == sorted(
         ["BufferManager", "DeviceBuffer", "DeviceInfo", "Error", "Future", "MappedArray",
-         "Region", "__version__", "error_name", "explain_selection", "list_devices"])
+         "Region", "__version__", "error_name", "explain_selection", "list_devices", "trace"])
     assert clbuf.__version__.count(".") == 2
 
 

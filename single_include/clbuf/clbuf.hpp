@@ -3505,8 +3505,9 @@ inline void check_rect_overlap(const char* operation, std::size_t a, const RectS
 // The tracer (CLBUF_TRACE, Options::trace_path): a timeline of a manager's transfers in the Chrome
 // Trace Event Format, which Perfetto and chrome://tracing open (docs/performance.md "Tracing").
 // Managers tracing to one path share one file (TraceFile, a registry by path), each its own pid.
-// Each thread appends to a buffer of its own (its own mutex, uncontended but for a flush), written
-// into the file once it holds buffer_events events and at cleanup(), destruction and exit. The
+// Each thread appends to a buffer of its own (its own mutex, uncontended but for a flush); a full
+// one (buffer_events events) goes to the file's writer thread, which formats and writes it off the
+// transfer's thread; the rest are written at cleanup(), destruction and exit. The
 // file is rewritten to end in "]}" after every write, so it is valid JSON whenever the program
 // stops: at exit, and on std::terminate (an uncaught exception), whose handler writes the buffers
 // first. Timestamps are std::chrono::steady_clock in microseconds (absolute: two processes on one
@@ -3514,9 +3515,14 @@ inline void check_rect_overlap(const char* operation, std::size_t a, const RectS
 #ifndef CLBUF_DETAIL_TRACE_HPP
 #define CLBUF_DETAIL_TRACE_HPP
 
+#if defined(__unix__) || defined(__APPLE__)
+#include <sys/stat.h>
+#endif
+
 #include <algorithm>
 #include <atomic>
 #include <cerrno>
+#include <charconv>
 #include <chrono>
 #include <condition_variable>
 #include <cstddef>
@@ -3524,12 +3530,14 @@ inline void check_rect_overlap(const char* operation, std::size_t a, const RectS
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <deque>
 #include <exception>
 #include <initializer_list>
 #include <map>
 #include <memory>
 #include <mutex>
 #include <string>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -3557,8 +3565,11 @@ struct TraceArg {
 
 /// One event as a thread's buffer holds it: no allocation but the buffer's own. `name` and every
 /// text are string literals (or outlive the file). Phases: 'X' a complete span, 'A' a span that
-/// may overlap others on its track (written as the async pair "b"/"e" with `id`), 'C' a counter.
+/// may overlap others on its track (written as the async pair "b"/"e" with `id`), 'C' a counter,
+/// 's' and 'f' the start and the end of a flow arrow `id` (bound to the span around `begin` on
+/// its track: an MPI message's send and its receive).
 struct TraceEvent {
+  static constexpr std::size_t max_args = 5;
   char phase = 'X';
   const char* name = "";
   int pid = 0;
@@ -3566,12 +3577,18 @@ struct TraceEvent {
   double begin = 0;  // microseconds, trace_now()
   double end = 0;
   std::uint64_t id = 0;
-  TraceArg args[3];
+  TraceArg args[max_args];
 };
 
 /// `text` as a JSON string's contents.
 inline void append_json_string(std::string& out, const char* text) {
-  for (const char* c = text; *c != '\0'; ++c) {
+  const char* plain = text;  // the common case, names and keys with nothing to escape: at once
+  while (*plain != '\0' && *plain != '"' && *plain != '\\' &&
+         static_cast<unsigned char>(*plain) >= 0x20) {
+    ++plain;
+  }
+  out.append(text, plain);
+  for (const char* c = plain; *c != '\0'; ++c) {
     const unsigned char byte = static_cast<unsigned char>(*c);
     if (byte == '"' || byte == '\\') {
       out += '\\';
@@ -3586,18 +3603,59 @@ inline void append_json_string(std::string& out, const char* text) {
   }
 }
 
-/// `value` as a JSON number (integers exactly up to 2^53; never NaN or infinity, which JSON lacks).
+// The writers below format without snprintf (integers by std::to_chars): a full buffer of 4096
+// events is formatted on the thread that recorded the last, inside a transfer, so formatting is
+// most of what tracing costs a staged transfer (about 1 us an event by snprintf, on PoCL's host).
+
+/// `value` in decimal.
+inline void append_json_integer(std::string& out, long long value) {
+  char text[24];
+  const std::to_chars_result made = std::to_chars(text, text + sizeof(text), value);
+  out.append(text, made.ptr);
+}
+
+/// `value` as a JSON number: an integer up to 2^53 exactly, else 17 significant digits; never
+/// NaN or infinity, which JSON lacks (0 instead).
 inline void append_json_number(std::string& out, double value) {
+  if (!(value == value && value - value == 0)) value = 0;
+  if (value == static_cast<double>(static_cast<long long>(value)) && value <= 9007199254740992.0 &&
+      value >= -9007199254740992.0) {
+    append_json_integer(out, static_cast<long long>(value));
+    return;
+  }
   char text[32];
-  std::snprintf(text, sizeof(text), "%.17g", value == value && value - value == 0 ? value : 0.0);
+  std::snprintf(text, sizeof(text), "%.17g", value);
   out += text;
 }
 
-/// A time in microseconds to the nanosecond, as a JSON number.
+/// A time in microseconds to the nanosecond (three decimals), as a JSON number.
 inline void append_json_time(std::string& out, double microseconds) {
-  char text[40];
-  std::snprintf(text, sizeof(text), "%.3f", microseconds);
-  out += text;
+  if (!(microseconds >= 0 && microseconds < 9e15)) {  // not from the trace's clock: as it is
+    append_json_number(out, microseconds);
+    return;
+  }
+  const long long ns = static_cast<long long>(microseconds * 1000.0 + 0.5);
+  append_json_integer(out, ns / 1000);
+  const char fraction[4] = {'.', static_cast<char>('0' + ns / 100 % 10),
+                            static_cast<char>('0' + ns / 10 % 10),
+                            static_cast<char>('0' + ns % 10)};
+  out.append(fraction, 4);
+}
+
+/// The arguments of `event` as the members of a JSON object.
+inline void append_trace_args(std::string& out, const TraceEvent& event) {
+  for (std::size_t a = 0; a < TraceEvent::max_args && event.args[a].key != nullptr; ++a) {
+    out += a == 0 ? "\"" : ",\"";
+    append_json_string(out, event.args[a].key);
+    out += "\":";
+    if (event.args[a].text == nullptr) {
+      append_json_number(out, event.args[a].number);
+    } else {
+      out += '"';
+      append_json_string(out, event.args[a].text);
+      out += '"';
+    }
+  }
 }
 
 /// The events of a TraceEvent as JSON objects, each followed by ",\n".
@@ -3609,29 +3667,67 @@ inline void append_trace_event(std::string& out, const TraceEvent& event) {
     out += phases[half];
     out += "\",\"cat\":\"clbuf\",\"name\":\"";
     append_json_string(out, event.name);
-    out += "\",\"pid\":" + std::to_string(event.pid) + ",\"tid\":" + std::to_string(event.tid);
+    out += "\",\"pid\":";
+    append_json_integer(out, event.pid);
+    out += ",\"tid\":";
+    append_json_integer(out, event.tid);
     out += ",\"ts\":";
     append_json_time(out, half == 0 ? event.begin : event.end);
     if (event.phase == 'X') {
       out += ",\"dur\":";
       append_json_time(out, std::max(0.0, event.end - event.begin));
     }
-    if (pair) out += ",\"id\":" + std::to_string(event.id);
-    out += ",\"args\":{";
-    for (int a = 0; half == 0 && a < 3 && event.args[a].key != nullptr; ++a) {
-      out += a == 0 ? "\"" : ",\"";
-      append_json_string(out, event.args[a].key);
-      out += "\":";
-      if (event.args[a].text == nullptr) {
-        append_json_number(out, event.args[a].number);
-      } else {
-        out += '"';
-        append_json_string(out, event.args[a].text);
-        out += '"';
-      }
+    if (pair || event.phase == 's' || event.phase == 'f') {
+      out += ",\"id\":";
+      append_json_integer(out, static_cast<long long>(event.id));
     }
+    if (event.phase == 'f') out += ",\"bp\":\"e\"";
+    out += ",\"args\":{";
+    if (half == 0) append_trace_args(out, event);
     out += "}},\n";
   }
+}
+
+/// This process's rank as a launcher gives it to the processes it starts (Open MPI's
+/// OMPI_COMM_WORLD_RANK, MPICH's and Slurm's PMI_RANK, Slurm's SLURM_PROCID), or -1 outside one:
+/// read from the environment, so that a manager made before MPI_Init knows it. Not PMIX_RANK,
+/// which a singleton MPI_Init (mpi4py imported by a program run alone) sets to 0.
+inline int launcher_rank() noexcept {
+  for (const char* name : {"OMPI_COMM_WORLD_RANK", "PMI_RANK", "SLURM_PROCID"}) {
+    const char* value = std::getenv(name);
+    if (value == nullptr || *value == '\0') continue;
+    char* end = nullptr;
+    const long rank = std::strtol(value, &end, 10);
+    if (*end == '\0' && rank >= 0 && rank < 100000) return static_cast<int>(rank);
+  }
+  return -1;
+}
+
+/// True when `path` names an existing folder (its trace file cannot be written: the error says
+/// so rather than a rank's name made from it).
+inline bool names_a_folder(const std::string& path) noexcept {
+  if (!path.empty() && path.back() == '/') return true;
+#if defined(__unix__) || defined(__APPLE__)
+  struct stat info {};
+  return ::stat(path.c_str(), &info) == 0 && S_ISDIR(info.st_mode);
+#else
+  return false;
+#endif
+}
+
+/// `path` with ".rank<N>" before its file name's extension: "trace.json" -> "trace.rank3.json",
+/// "out/trace" -> "out/trace.rank3"; a path that has it already stays as it is (the Options of
+/// another manager passed on), and so does a folder.
+inline std::string rank_path(const std::string& path, int rank) {
+  if (names_a_folder(path)) return path;
+  const std::size_t slash = path.find_last_of('/');
+  const std::size_t dot = path.find_last_of('.');
+  const bool extension =
+      dot != std::string::npos && dot != 0 && (slash == std::string::npos || dot > slash + 1);
+  const std::size_t at = extension ? dot : path.size();
+  const std::string tag = ".rank" + std::to_string(rank);
+  if (at >= tag.size() && path.compare(at - tag.size(), tag.size(), tag) == 0) return path;
+  return path.substr(0, at) + tag + path.substr(at);
 }
 
 class TraceFile;
@@ -3661,6 +3757,12 @@ class TraceFile {
   TraceFile& operator=(const TraceFile&) = delete;
   /// Writes every buffer out and closes the file (valid JSON).
   ~TraceFile() {
+    {
+      std::lock_guard<std::mutex> lock(queue_mutex_);
+      stopping_ = true;
+    }
+    queued_.notify_all();
+    if (writer_.joinable()) writer_.join();  // never this thread: it holds no owner of the file
     flush();
     for (const auto& buffer : buffers_) {
       std::lock_guard<std::mutex> lock(buffer->mutex);
@@ -3672,10 +3774,21 @@ class TraceFile {
 
   const std::string& path() const noexcept { return path_; }
 
-  /// A new process (a manager) named `name`: its pid.
+  /// A new process (a manager) named `name`: its pid. Under an MPI launcher (launcher_rank())
+  /// the first is the rank, named "rank N: " and the device, and further ones rank + k * 100000,
+  /// so that the files of all ranks merge without two processes of one pid.
   int process(const std::string& name) {
-    const int pid = next_pid_.fetch_add(1);
-    write_metadata("process_name", pid, 0, name);
+    const int n = processes_.fetch_add(1);
+    if (rank_ < 0) {
+      write_metadata("process_name", n + 1, 0, name);
+      return n + 1;
+    }
+    const int pid = rank_ + 100000 * n;
+    const std::string prefix = "clbuf: ";
+    write_metadata(
+        "process_name", pid, 0,
+        "rank " + std::to_string(rank_) + ": " +
+            (name.compare(0, prefix.size(), prefix) == 0 ? name.substr(prefix.size()) : name));
     return pid;
   }
 
@@ -3716,13 +3829,15 @@ class TraceFile {
         buffer.events.push_back(event);
         if (buffer.events.size() >= buffer_events) full.swap(buffer.events);
       }
-      if (!full.empty()) write_events(full);
+      if (!full.empty()) hand_over(std::move(full));
     } catch (...) {  // NOLINT(bugprone-empty-catch): tracing never fails a transfer
     }
   }
 
-  /// Writes every thread's buffer into the file (cleanup(), exit, std::terminate).
+  /// Writes every thread's buffer into the file, and the full ones the writer thread has not
+  /// written yet (cleanup(), exit, std::terminate): on return all recorded before are in it.
   void flush() noexcept {
+    write_queued();
     std::vector<std::shared_ptr<TraceBuffer>> buffers;
     {
       std::lock_guard<std::mutex> lock(buffers_mutex_);
@@ -3797,6 +3912,66 @@ class TraceFile {
     return *buffer;
   }
 
+  /// A full buffer goes to the writer thread (started at the first), which formats and writes it
+  /// off the thread that recorded it (a transfer's); when queued_max are waiting already, or no
+  /// thread could be started, this thread writes it (memory stays bounded).
+  void hand_over(std::vector<TraceEvent> full) {
+    std::unique_lock<std::mutex> lock(queue_mutex_);
+    if (!writer_.joinable() && !stopping_) {
+      try {
+        writer_ = std::thread([this] { write_loop(); });
+      } catch (...) {  // NOLINT(bugprone-empty-catch): no thread: written here
+      }
+    }
+    if (!writer_.joinable() || queue_.size() >= queued_max) {
+      lock.unlock();
+      write_events(full);
+      return;
+    }
+    queue_.push_back(std::move(full));
+    lock.unlock();
+    queued_.notify_one();
+  }
+
+  /// The writer thread: writes the queued buffers until the file ends.
+  void write_loop() noexcept {
+    std::unique_lock<std::mutex> lock(queue_mutex_);
+    while (true) {
+      queued_.wait(lock, [this] { return stopping_ || !queue_.empty(); });
+      if (queue_.empty()) return;  // stopping, all written
+      std::vector<TraceEvent> events = std::move(queue_.front());
+      queue_.pop_front();
+      ++writing_;
+      lock.unlock();
+      try {
+        write_events(events);
+      } catch (...) {  // NOLINT(bugprone-empty-catch): out of memory: those events are lost
+      }
+      lock.lock();
+      --writing_;
+      written_.notify_all();
+    }
+  }
+
+  /// Writes the queued buffers in this thread, and waits for the one the writer is writing.
+  void write_queued() noexcept {
+    std::unique_lock<std::mutex> lock(queue_mutex_);
+    while (!queue_.empty()) {
+      std::vector<TraceEvent> events = std::move(queue_.front());
+      queue_.pop_front();
+      lock.unlock();
+      try {
+        write_events(events);
+      } catch (...) {  // NOLINT(bugprone-empty-catch): out of memory: those events are lost
+      }
+      lock.lock();
+    }
+    written_.wait(lock, [this] { return writing_ == 0; });
+  }
+
+  // Full buffers waiting for the writer thread before a recording thread writes its own.
+  static constexpr std::size_t queued_max = 8;
+
   // Buffers a file holds before a new thread's first event writes them all out: a program that
   // starts many short threads keeps at most this many buffers of ended threads.
   static constexpr std::size_t buffers_before_flush = 64;
@@ -3842,11 +4017,19 @@ class TraceFile {
   long end_ = 0;      // under write_mutex_: where the next events go (the tail follows them)
   bool any_ = false;  // under write_mutex_: the array holds an event (the next needs a comma)
   std::mutex write_mutex_;
+  std::mutex queue_mutex_;
+  std::condition_variable queued_;             // a full buffer was queued, or the file ends
+  std::condition_variable written_;            // the writer thread finished a buffer
+  std::deque<std::vector<TraceEvent>> queue_;  // under queue_mutex_: full buffers to write
+  int writing_ = 0;                            // under queue_mutex_: the writer's, 0 or 1
+  bool stopping_ = false;                      // under queue_mutex_: the file ends
+  std::thread writer_;                         // started at the first full buffer
   std::mutex buffers_mutex_;
   std::vector<std::shared_ptr<TraceBuffer>> buffers_;  // every thread's, under buffers_mutex_
   std::mutex tracks_mutex_;
   std::map<std::pair<int, std::string>, int> tracks_;  // under tracks_mutex_
-  std::atomic<int> next_pid_{1};
+  const int rank_ = launcher_rank();                   // -1: not under an MPI launcher
+  std::atomic<int> processes_{0};
   std::atomic<int> next_tid_{1};
   std::atomic<int> api_threads_{0};
   std::atomic<std::uint64_t> next_id_{1};
@@ -3888,7 +4071,8 @@ class TraceRegistry {
       const int error = errno;
       fail(operation, CL_INVALID_VALUE,
            "cannot write the trace file \"" + path +
-               "\" (CLBUF_TRACE or Options::trace_path): " + std::strerror(error));
+               "\" (CLBUF_TRACE, Options::trace_path or Python's clbuf.trace()): " +
+               std::strerror(error));
     }
     entry.closing = true;  // until close() has run; others wait for the file below
     lock.unlock();
@@ -4053,6 +4237,14 @@ class Tracer {
     completed(nullptr, CL_COMPLETE, pending);
   }
 
+  /// One end of the flow arrow `id` (`start`: where it leaves) at `at`, on track `tid`: bound to
+  /// the span of that track around `at` (Perfetto draws the arrow between the two spans).
+  void flow(int tid, bool start, std::uint64_t id, double at) noexcept {
+    TraceEvent e = make_event(start ? 's' : 'f', tid, "MPI message", at, at, {});
+    e.id = id;
+    file_->record(e);
+  }
+
   /// A counter `name` at now, with up to three series.
   void counter(const char* name, std::initializer_list<TraceArg> series) noexcept {
     const double now = trace_now();
@@ -4079,7 +4271,7 @@ class Tracer {
     e.tid = tid;
     e.begin = begin;
     e.end = end;
-    std::copy_n(args.begin(), std::min<std::size_t>(args.size(), 3), e.args);
+    std::copy_n(args.begin(), std::min(args.size(), TraceEvent::max_args), e.args);
     return e;
   }
 
@@ -4100,11 +4292,33 @@ class Tracer {
   int started_track_ = 0;
 };
 
-/// The trace path in force: `option` (Options::trace_path) when set, else CLBUF_TRACE, else "".
+/// The path of Python's `with clbuf.trace(path):` block (empty: none), process-wide: managers
+/// made while it is set trace there unless their Options name a path (trace_path()). With `set`,
+/// it becomes `*set`, and every open trace file is written out. Returns the path before.
+inline std::string scoped_trace_path(const std::string* set = nullptr) {
+  static std::mutex mutex;
+  static std::string path;
+  std::string before;
+  {
+    std::lock_guard<std::mutex> lock(mutex);
+    before = path;
+    if (set != nullptr) path = *set;
+  }
+  if (set != nullptr) TraceRegistry::instance().flush_all();
+  return before;
+}
+
+/// The trace path in force: `option` (Options::trace_path) when set, else the scoped path (Python's
+/// clbuf.trace()), else CLBUF_TRACE, else ""; under an MPI launcher with the rank in its name
+/// (rank_path()), so that each rank writes a file of its own (scripts/trace_merge.py merges them).
 inline std::string trace_path(const std::string& option) {
-  if (!option.empty()) return option;
-  const char* env = std::getenv("CLBUF_TRACE");
-  return env != nullptr ? std::string(env) : std::string();
+  std::string path = !option.empty() ? option : scoped_trace_path();
+  if (path.empty()) {
+    const char* env = std::getenv("CLBUF_TRACE");
+    if (env != nullptr) path = env;
+  }
+  const int rank = path.empty() ? -1 : launcher_rank();
+  return rank < 0 ? path : rank_path(path, rank);
 }
 
 }  // namespace detail
@@ -6095,6 +6309,9 @@ class Telemetry {
 
   /// Traces every transfer counted from now on into `tracer` (null: no tracing); set before any.
   void trace(Tracer* tracer) noexcept { tracer_ = tracer; }
+  /// The manager's tracer (null: not tracing), for layers that trace spans of their own
+  /// (clbuf::mpi's messages).
+  Tracer* tracer() const noexcept { return tracer_; }
 
   void fill(TransferStats& stats) const noexcept {
     DirectionStats* out[] = {&stats.upload, &stats.download, &stats.copy};
@@ -7612,6 +7829,21 @@ class BufferManager {
   }
   /// Sets the transfer counters of stats() back to zero (the pool's counters stay).
   void reset_stats() noexcept { engine_.telemetry().reset(); }
+
+  /// When this manager traces (CLBUF_TRACE, Options::trace_path; docs/performance.md "Tracing"),
+  /// a span `name` on the track "application commands (host's view)" from now until `event`
+  /// completes, as the host learns it (the event's callback): an application's own kernel on the
+  /// timeline beside clbuf's transfers. `name` must outlive the manager (a string literal). Does
+  /// nothing when the manager does not trace; never throws. Wraps clSetEventCallback.
+  void trace_command(const char* name, const cl::Event& event) noexcept {
+    detail::Tracer* const tracer = engine_.telemetry().tracer();
+    if (tracer == nullptr) return;
+    try {
+      const int track = tracer->track("application commands (host's view)");
+      tracer->until_complete(event(), track, name, detail::trace_now(), {});
+    } catch (...) {  // NOLINT(bugprone-empty-catch): tracing never fails the caller
+    }
+  }
   /// Frees every buffer the pool holds for reuse.
   void trim_pool() noexcept { pool_->trim(); }
   /// @}

@@ -122,6 +122,9 @@ class Telemetry {
 
   /// Traces every transfer counted from now on into `tracer` (null: no tracing); set before any.
   void trace(Tracer* tracer) noexcept { tracer_ = tracer; }
+  /// The manager's tracer (null: not tracing), for layers that trace spans of their own
+  /// (clbuf::mpi's messages).
+  Tracer* tracer() const noexcept { return tracer_; }
 
   void fill(TransferStats& stats) const noexcept {
     DirectionStats* out[] = {&stats.upload, &stats.download, &stats.copy};

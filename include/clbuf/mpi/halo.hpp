@@ -214,13 +214,17 @@ class HaloExchange final : private detail::Deferred {
   void start(DeviceBuffer<T>& field) {
     clbuf::detail::guard_host_memory("HaloExchange::start", [&] {
       const char* op = "HaloExchange::start";
-      check_start(op, field);
+      check_start(op, field);                 // a moved-from exchange has no core_
+      detail::HaloPhases phases(*core_, op);  // spans of the trace, when the manager traces
       prepare(field);
       try {
         field_ = core_->manager().view(field, 0, field.size());
+        phases.next("pack");
         pack_sends(op);
         const cl::Event before = receive_marker(op);
+        phases.next("post receives");
         while (receives_.size() < plan_.size()) post_receive(receives_.size(), &before, field_);
+        phases.next("post sends");
         post_sends(false);
       } catch (...) {
         complete_failed_start(field);
@@ -261,6 +265,7 @@ class HaloExchange final : private detail::Deferred {
   void finish() {
     clbuf::detail::guard_host_memory("HaloExchange::finish", [&] {
       if (!running_) return;
+      detail::HaloPhases phases(*core_, "HaloExchange::finish");
       std::exception_ptr first;
       const auto attempt = [&first](auto&& step) {
         try {
@@ -271,28 +276,38 @@ class HaloExchange final : private detail::Deferred {
       };
       // The boxes read straight are sent first (a neighbour's finish() may be waiting for them),
       // then whatever has arrived is unpacked, so that those copies run while the rest arrive.
+      phases.next("post sends");
       attempt([&] { post_sends(true); });
       if (deferred_failure_)
         attempt([&] { std::rethrow_exception(std::exchange(deferred_failure_, nullptr)); });
+      phases.next("wait for receives");  // and the unpacks enqueued as they arrive
       for (std::size_t i = 0; i < receives_.size(); ++i) attempt([&] { arrived(i, false); });
       for (std::size_t i = 0; i < receives_.size(); ++i) attempt([&] { arrived(i, true); });
+      phases.next("wait for sends");
       for (Request& request : sends_) attempt([&] { request.wait(); });
+      phases.next("unpack");
       for (const Future<void>& copy : copies_) attempt([&] { copy.wait(); });
       for (const cl::Event& kernel : kernels_) attempt([&] { wait_for_kernel(kernel); });
-      receives_.clear();
-      sends_.clear();
-      copies_.clear();
-      kernels_.clear();
-      reads_.clear();
-      landed_.clear();
-      unposted_.clear();
-      field_ = DeviceBuffer<T>();
-      running_ = false;
+      phases.next(nullptr);
+      finished();
       if (first) std::rethrow_exception(first);
     });
   }
 
  private:
+  /// finish()'s end: no exchange in flight.
+  void finished() noexcept {
+    receives_.clear();
+    sends_.clear();
+    copies_.clear();
+    kernels_.clear();
+    reads_.clear();
+    landed_.clear();
+    unposted_.clear();
+    field_ = DeviceBuffer<T>();
+    running_ = false;
+  }
+
   static std::size_t elements(const Box& box) noexcept {
     return box.size.x * box.size.y * box.size.z;  // within the checked field
   }

@@ -15,6 +15,7 @@
 #include <clbuf/manager.hpp>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <climits>
 #include <cstddef>
@@ -47,6 +48,22 @@ struct Span {
 };
 
 using Route = clbuf::detail::TransferEngine::Message;
+
+/// A message's span on the trace, when the manager traces (Core::trace_post()): from its post
+/// until it completed, with the stream number of its header once known, from which both ranks
+/// derive the id of the flow arrow from the send to its receive (Core::flow_id()).
+struct MessageTrace {
+  double begin = 0;  // trace_now() at the post; 0: not traced
+  int lane = -1;     // Core's lane track it is drawn on
+  bool send = false;
+  bool flow = false;  // `stream` is the header's: the arrow is drawn
+  int peer = 0;
+  int tag = 0;
+  std::uint64_t bytes = 0;
+  std::uint32_t stream = 0;
+  const char* path = "";
+  const char* operation = "";
+};
 
 inline bool mpi_finalized() noexcept {
   int finalized = 0;
@@ -85,7 +102,9 @@ class Transfer {
 
   bool done() const noexcept { return done_; }
   void step() noexcept {
+    if (done_) return;
     step_message(done_, error_, [this] { return advance(); });
+    if (done_) finished();
   }
   void rethrow() {
     if (error_) std::rethrow_exception(std::exchange(error_, nullptr));
@@ -93,6 +112,8 @@ class Transfer {
 
  protected:
   virtual bool advance() = 0;
+  /// The message has completed (or failed): a stream ends its span on the trace.
+  virtual void finished() noexcept {}
   const char* operation_;
 
  private:
@@ -266,6 +287,126 @@ class Core {
       collectives_.erase(collectives_.begin());
     }
   }
+
+  /// @name Tracing: when the manager traces (else each call is one branch). Messages are spans
+  /// on lane tracks (a lane holds one message at a time, so that spans of one track never
+  /// overlap: flow arrows bind to them); HaloExchange's phases on a track of their own.
+  /// @{
+
+  /// The manager's tracer; null when it does not trace.
+  clbuf::detail::Tracer* tracer() const noexcept { return tracer_; }
+
+  /// Starts `trace`: a message of `operation` to (`send`) or from `peer` with `tag`, of `bytes`,
+  /// posted now. Nothing for MPI_PROC_NULL.
+  void trace_post(MessageTrace& trace, const char* operation, bool send, int peer, int tag,
+                  std::uint64_t bytes) noexcept {
+    if (tracer_ == nullptr || peer == MPI_PROC_NULL) return;
+    trace = MessageTrace();
+    trace.lane = take_lane();
+    if (trace.lane < 0) return;  // no memory for a track: not traced
+    trace.begin = clbuf::detail::trace_now();
+    trace.operation = operation;
+    trace.send = send;
+    trace.peer = peer;
+    trace.tag = tag;
+    trace.bytes = bytes;
+    trace.path = whole_ ? "whole" : "inline";
+  }
+
+  /// `trace`'s header is known (made, or received from `peer` with `tag`): the arrow is drawn,
+  /// and the path is the one `span`'s bytes take (inline in the envelope, else the route).
+  void trace_header(MessageTrace& trace, int peer, int tag, const Header& header,
+                    const Span& span) noexcept {
+    if (trace.begin == 0) return;
+    trace.peer = peer;
+    trace.tag = tag;
+    trace.stream = header.stream;
+    trace.flow = true;
+    trace.bytes = header.bytes;
+    const Route path = route(span);
+    trace.path = header.bytes <= inline_max_ ? "inline"
+                 : path == Route::staged     ? "staged"
+                 : path == Route::map        ? "map"
+                                             : "zero_copy";
+  }
+
+  /// Ends `trace` now (once; nothing when it is not traced): its span on its lane, with its end
+  /// of the arrow when the header was known.
+  void trace_done(MessageTrace& trace) noexcept {
+    if (trace.begin == 0) return;
+    const double end = clbuf::detail::trace_now();
+    std::pair<int, bool>& lane = lanes_[static_cast<std::size_t>(trace.lane)];
+    tracer_->span(lane.first, trace.send ? "send" : "receive", trace.begin, end,
+                  {{"peer", nullptr, static_cast<double>(trace.peer)},
+                   {"tag", nullptr, static_cast<double>(trace.tag)},
+                   {"bytes", nullptr, static_cast<double>(trace.bytes)},
+                   {"path", trace.path},
+                   {"call", trace.operation}});
+    if (trace.flow) tracer_->flow(lane.first, trace.send, flow_id(trace), (trace.begin + end) / 2);
+    lane.second = false;
+    trace.begin = 0;
+  }
+
+  /// The id of the arrow of `trace`'s message, the same on both ranks: a hash of the
+  /// communicator's number (agreed at construction), the sender's and the receiver's rank in
+  /// MPI_COMM_WORLD and the header's stream number (the sender's count of messages to that rank,
+  /// which the receiver reads in the header: right whatever order the receives complete in),
+  /// below 2^53 so that JSON readers keep it exact.
+  std::uint64_t flow_id(const MessageTrace& trace) const noexcept {
+    const int from = trace.send ? rank_ : trace.peer;
+    const int to = trace.send ? trace.peer : rank_;
+    std::uint64_t hash = static_cast<std::uint64_t>(comm_number_);
+    for (const std::uint64_t part :
+         {world_rank(from), world_rank(to), std::uint64_t{trace.stream}}) {
+      hash = mix(hash ^ part);
+    }
+    hash &= (std::uint64_t{1} << 53) - 1;
+    return hash == 0 ? 1 : hash;
+  }
+
+  /// Now on the trace's clock when tracing, else 0 (a staged chunk's start, for trace_chunk()).
+  double trace_clock() const noexcept {
+    return tracer_ != nullptr ? clbuf::detail::trace_now() : 0;
+  }
+
+  /// When `trace`'s message is traced: a span `name` of its staged chunk `chunk` from `begin`
+  /// until now on the track "MPI chunks" (chunks of messages in flight overlap: async pairs).
+  /// Returns now (the next step's start), 0 when not tracing.
+  double trace_chunk(const MessageTrace& trace, const char* name, double begin,
+                     std::size_t chunk) noexcept {
+    if (trace.begin == 0 || begin == 0) return trace_clock();
+    const double now = clbuf::detail::trace_now();
+    if (chunk_track_ < 0) {
+      try {
+        chunk_track_ = tracer_->track(comm_number_ == 0 ? std::string("MPI chunks")
+                                                        : "MPI chunks of communicator " +
+                                                              std::to_string(comm_number_));
+      } catch (...) {
+        return now;  // no memory for the track: not traced
+      }
+    }
+    tracer_->overlapping(chunk_track_, name, begin, now,
+                         {{"chunk", nullptr, static_cast<double>(chunk)},
+                          {"peer", nullptr, static_cast<double>(trace.peer)},
+                          {"tag", nullptr, static_cast<double>(trace.tag)}});
+    return now;
+  }
+
+  /// A span `name` on the "halo exchange" track from `begin` until now (HaloPhases).
+  void trace_phase(const char* name, double begin, double end) noexcept {
+    if (tracer_ == nullptr) return;
+    if (halo_track_ < 0) {
+      try {
+        halo_track_ = tracer_->track(comm_number_ == 0 ? std::string("halo exchange")
+                                                       : "halo exchange of communicator " +
+                                                             std::to_string(comm_number_));
+      } catch (...) {
+        return;  // no memory for the track: not traced
+      }
+    }
+    tracer_->span(halo_track_, name, begin, end, {});
+  }
+  /// @}
 
   /// Completes every transfer still in flight (errors are dropped), then frees the
   /// communicators; after MPI_Finalize there is nothing left to do.
@@ -590,6 +731,7 @@ class Core {
     clbuf::detail::TransferEngine& engine = clbuf::detail::ManagerAccess::engine(manager);
     engine_ = &engine;
     io_ = engine.chunk_io();
+    tracer_ = engine.telemetry().tracer();
     if (options_.chunk_bytes < 4096 || options_.chunk_bytes > (std::size_t{1} << 30) ||
         options_.depth < 1 || options_.depth > 64) {
       fail(op, CL_INVALID_VALUE,
@@ -626,10 +768,15 @@ class Core {
   void agree_on_chunks(const char* op, const std::exception_ptr& local) {
     const long long chunk =
         static_cast<long long>(std::min<std::size_t>(options_.chunk_bytes, std::size_t{1} << 40));
-    const long long mine[3] = {chunk, -chunk, local ? rank_ : -1};
-    long long all[3] = {0, 0, 0};
-    const int err = MPI_Allreduce(mine, all, 3, MPI_LONG_LONG, MPI_MAX, coll_);
-    if (err == MPI_SUCCESS && !local && all[2] < 0 && all[0] == -all[1]) return;
+    // The fourth: the communicator's number for the trace's arrows (the highest count of
+    // Communicators made so far among its ranks), the same on every rank.
+    const long long mine[4] = {chunk, -chunk, local ? rank_ : -1, communicators().load()};
+    long long all[4] = {0, 0, 0, 0};
+    const int err = MPI_Allreduce(mine, all, 4, MPI_LONG_LONG, MPI_MAX, coll_);
+    if (err == MPI_SUCCESS && !local && all[2] < 0 && all[0] == -all[1]) {
+      numbered(all[3]);
+      return;
+    }
     free_comms();
     if (err != MPI_SUCCESS) fail_mpi(op, err, "MPI_Allreduce");
     if (local) std::rethrow_exception(local);
@@ -640,6 +787,69 @@ class Core {
     fail(op, CL_INVALID_VALUE,
          "Options::chunk_bytes differ between ranks (" + std::to_string(-all[1]) + " to " +
              std::to_string(all[0]) + "); every rank must cut messages alike");
+  }
+
+  /// Communicators made in this process, for their numbers (agree_on_chunks()).
+  static std::atomic<long long>& communicators() noexcept {
+    static std::atomic<long long> made{0};
+    return made;
+  }
+
+  /// This communicator is number `number` on all its ranks; later ones get higher numbers. When
+  /// tracing, the ranks of MPI_COMM_WORLD of its ranks, for the arrows' ids.
+  void numbered(long long number) noexcept {
+    comm_number_ = number;
+    long long made = communicators().load();
+    while (made <= number && !communicators().compare_exchange_weak(made, number + 1)) {
+    }
+    if (tracer_ == nullptr) return;
+    try {
+      std::vector<int> ranks(static_cast<std::size_t>(size_));
+      for (int r = 0; r < size_; ++r) ranks[static_cast<std::size_t>(r)] = r;
+      world_.assign(ranks.size(), MPI_UNDEFINED);
+      MPI_Group group = MPI_GROUP_NULL;
+      MPI_Group world = MPI_GROUP_NULL;
+      MPI_Comm_group(user_, &group);
+      MPI_Comm_group(MPI_COMM_WORLD, &world);
+      MPI_Group_translate_ranks(group, size_, ranks.data(), world, world_.data());
+      MPI_Group_free(&group);
+      MPI_Group_free(&world);
+    } catch (...) {  // NOLINT(bugprone-empty-catch): ranks of the communicator stand in for them
+      world_.clear();
+    }
+  }
+
+  std::uint64_t world_rank(int rank) const noexcept {
+    const std::size_t r = static_cast<std::size_t>(rank);
+    return static_cast<std::uint64_t>(rank >= 0 && r < world_.size() ? world_[r] : rank);
+  }
+
+  /// splitmix64's finaliser: every bit of `x` stirs every bit of the result.
+  static std::uint64_t mix(std::uint64_t x) noexcept {
+    x += 0x9e3779b97f4a7c15ull;
+    x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+    x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+    return x ^ (x >> 31);
+  }
+
+  /// A lane free for a message's span (a new track when all are busy); -1 when none can be had.
+  int take_lane() noexcept {
+    for (std::size_t i = 0; i < lanes_.size(); ++i) {
+      if (!lanes_[i].second) {
+        lanes_[i].second = true;
+        return static_cast<int>(i);
+      }
+    }
+    try {
+      const std::string name =
+          (comm_number_ == 0 ? std::string("MPI messages")
+                             : "MPI messages of communicator " + std::to_string(comm_number_)) +
+          ", lane " + std::to_string(lanes_.size());
+      lanes_.emplace_back(tracer_->track(name), true);
+      return static_cast<int>(lanes_.size() - 1);
+    } catch (...) {
+      return -1;
+    }
   }
 
   void note_in_use(std::size_t bytes) noexcept {
@@ -681,8 +891,46 @@ class Core {
   std::vector<Polled*> polled_;      // the small receives in flight (their owners unwatch them)
   std::vector<Deferred*> deferred_;  // exchanges with sends not posted yet, in start order
   bool posting_ = false;             // an exchange is posting its sends (Posting)
+  clbuf::detail::Tracer* tracer_ = nullptr;  // the manager's; null: not tracing
+  long long comm_number_ = 0;                // agreed by the ranks (agree_on_chunks())
+  std::vector<int> world_;                   // when tracing: the ranks in MPI_COMM_WORLD
+  std::vector<std::pair<int, bool>> lanes_;  // the message lanes: track, busy
+  int halo_track_ = -1;                      // HaloExchange's phases; -1: not made yet
+  int chunk_track_ = -1;                     // staged messages' chunks; -1: not made yet
   std::vector<std::shared_ptr<Collective>> collectives_;  // not launched yet, in call order
   std::vector<std::shared_ptr<Transfer>> active_;         // last: destroyed first
+};
+
+/// One HaloExchange call's spans on its Core's "halo exchange" track, when the manager traces:
+/// the call's own, and within it its phases, one after the other (next()). Off: one branch each.
+class HaloPhases {
+ public:
+  HaloPhases(Core& core, const char* call) noexcept
+      : core_(core), call_(call), begin_(core.tracer() != nullptr ? trace_now() : 0) {}
+  HaloPhases(const HaloPhases&) = delete;
+  HaloPhases& operator=(const HaloPhases&) = delete;
+  ~HaloPhases() {
+    next(nullptr);
+    if (begin_ != 0) core_.trace_phase(call_, begin_, trace_now());
+  }
+
+  /// Ends the phase running, if any, and starts `phase` (null: none).
+  void next(const char* phase) noexcept {
+    if (begin_ == 0) return;
+    const double now = trace_now();
+    if (phase_ != nullptr) core_.trace_phase(phase_, phase_begin_, now);
+    phase_ = phase;
+    phase_begin_ = now;
+  }
+
+ private:
+  static double trace_now() noexcept { return clbuf::detail::trace_now(); }
+
+  Core& core_;
+  const char* const call_;
+  const double begin_;  // 0: not tracing
+  const char* phase_ = nullptr;
+  double phase_begin_ = 0;
 };
 
 }  // namespace detail

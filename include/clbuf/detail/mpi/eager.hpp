@@ -43,6 +43,7 @@ class Eager final : public Polled {
     return *this;
   }
   ~Eager() {
+    if (core_ != nullptr) core_->trace_done(trace_);
     if (watched_) core_->unwatch(this);
     if (envelope_) drop_envelope();
   }
@@ -67,6 +68,8 @@ class Eager final : public Polled {
     if (send) {
       core.post_deferred();  // sends an exchange deferred go first (MPI's order)
       Header header = header_of(core, span, peer, Kind::point_to_point);
+      core.trace_post(trace_, operation, true, peer, tag, span.bytes);
+      core.trace_header(trace_, peer, tag, header, span);
       try {
         post_envelope(core, operation, span, header, nullptr, peer, tag, core.user(), envelope_,
                       request_);
@@ -79,6 +82,7 @@ class Eager final : public Polled {
       return;
     }
     envelope_ = core.take_envelope();
+    core.trace_post(trace_, operation, false, peer, tag, span.bytes);
     core.watch(this);
     watched_ = true;
     check_mpi(MPI_Irecv(envelope_.get(), static_cast<int>(header_bytes + core.inline_max()),
@@ -95,7 +99,9 @@ class Eager final : public Polled {
 
   /// Moves the message on without blocking; records a failure rather than throwing.
   void step() noexcept {
+    if (done_) return;
     step_message(done_, error_, [this] { return advance(); });
+    if (done_) core_->trace_done(trace_);  // its span ends (when tracing)
   }
 
   /// Throws the failure recorded by step(), once.
@@ -116,6 +122,7 @@ class Eager final : public Polled {
 
   /// Forgets the message (done, or abandoned by a failure).
   void clear() noexcept {
+    if (core_ != nullptr) core_->trace_done(trace_);  // a message given up on
     if (watched_) core_->unwatch(this);
     watched_ = false;
     if (envelope_) drop_envelope();
@@ -157,6 +164,7 @@ class Eager final : public Polled {
     }
     Arrival arrival = inspect(operation_, envelope.get(), status, span_, Kind::point_to_point,
                               core_->chunk_bytes());
+    core_->trace_header(trace_, arrival.peer, arrival.tag, arrival.header, span_);
     if (arrival.chunked) {
       core_->give_envelope(std::move(envelope));
       handed_ = std::make_shared<RecvStream>(*core_, operation_, span_, Kind::point_to_point,
@@ -183,6 +191,7 @@ class Eager final : public Polled {
     error_ = std::move(other.error_);
     other.error_.reset();
     handed_ = std::move(other.handed_);
+    trace_ = std::exchange(other.trace_, MessageTrace());
   }
 
   Core* core_ = nullptr;  // the Request's (or the blocking call's Communicator's) Core
@@ -195,6 +204,7 @@ class Eager final : public Polled {
   bool done_ = false;
   std::optional<std::exception_ptr> error_;  // empty but after a failure: cheap to move
   std::shared_ptr<Transfer> handed_;         // the RecvStream draining a chunked message
+  MessageTrace trace_;                       // its span, when the manager traces
 };
 
 }  // namespace detail

@@ -258,6 +258,7 @@ struct Slot {
   std::size_t chunk = 0;
   cl::Event copy;  // the DMA into or out of the block
   MPI_Request request = MPI_REQUEST_NULL;
+  double since = 0;  // when tracing: when its DMA or message began (Core::trace_clock())
 };
 
 /// The parts a send and a receive share: the queue, the chunk bookkeeping, the mapped pointer,
@@ -276,6 +277,7 @@ class Stream : public Transfer {
         before_(before != nullptr ? *before : cl::Event()) {}
 
   ~Stream() override {
+    core_.trace_done(trace_);  // a message given up on ends its span here
     // Only a failed transfer gets here with MPI still owning memory: that memory is left to MPI
     // (leaked), never freed under it.
     bool pending = header_request_ != MPI_REQUEST_NULL || drain_request_ != MPI_REQUEST_NULL;
@@ -297,6 +299,9 @@ class Stream : public Transfer {
     }
     if (mapped_ != nullptr) io_.unmap_quietly(span_.buffer, mapped_);
   }
+
+  /// The message has completed or failed: its span ends (when tracing).
+  void finished() noexcept override { core_.trace_done(trace_); }
 
   /// The buffer's bytes for the host: its host block, or mapped (`flags`) around MPI.
   char* host_bytes(cl_map_flags flags) {
@@ -382,6 +387,7 @@ class Stream : public Transfer {
   std::vector<Slot> slots_;                       // staged chunks
   void* mapped_ = nullptr;
   int peer_ = MPI_PROC_NULL;
+  MessageTrace trace_;  // its span, when the manager traces
   // A staged transfer that failed part-way and finishes the message before it rethrows this: a
   // receive drains the rest into scratch_, a send sends the rest empty.
   std::exception_ptr failure_;
@@ -400,6 +406,7 @@ class SendStream final : public Stream {
     peer_ = dest;
     if (dest == MPI_PROC_NULL) return;
     core.post_deferred();  // sends an exchange deferred go first (MPI's order)
+    core.trace_post(trace_, operation, true, dest, tag, span_.bytes);
     try {
       core.make_room();  // after post_deferred(), whose sends take room
       if (core.whole()) {
@@ -421,6 +428,7 @@ class SendStream final : public Stream {
     // goes. A staged send checks it once its first chunk is read (advance_staged()).
     if (core_.route(span_) != Route::staged || span_.bytes <= core_.inline_max()) check_source();
     header_ = header_of(core_, span_, dest, kind);
+    core_.trace_header(trace_, dest, tag, header_, span_);
     if (span_.bytes <= core_.inline_max()) {
       post_envelope(core_, operation_, span_, header_, before, dest, tag, comm, envelope_,
                     header_request_);
@@ -517,6 +525,7 @@ class SendStream final : public Stream {
         io_.read(operation_, span_.buffer, span_.offset + chunks_.offset(slot.chunk),
                  static_cast<std::size_t>(chunks_.length(slot.chunk)), slot.block.data(), false);
     slot.state = Slot::copying;
+    slot.since = core_.trace_clock();
   }
 
   std::size_t sent_ = 0;  // chunks handed to MPI
@@ -586,6 +595,7 @@ class SendStream final : public Stream {
             completed(operation_, slot.copy, "a chunk's clEnqueueReadBuffer")) {
           check_source();  // ended before the read (queue order): no wait
           slot.copy = cl::Event();
+          slot.since = core_.trace_chunk(trace_, "chunk read (DMA)", slot.since, slot.chunk);
           check_mpi(MPI_Isend(slot.block.data(), chunks_.length(slot.chunk), MPI_BYTE, peer_,
                               static_cast<int>(header_.stream), core_.wire(), &slot.request),
                     operation_, "MPI_Isend");
@@ -598,6 +608,7 @@ class SendStream final : public Stream {
     for (Slot& slot : slots_) {
       if (slot.state == Slot::messaging && test(slot.request)) {
         slot.state = Slot::idle;
+        core_.trace_chunk(trace_, "chunk MPI send", slot.since, slot.chunk);
         core_.note_send_moved();
         if (next_ < chunks_.count) start_read(slot);
       }
@@ -639,6 +650,7 @@ class RecvStream final : public Stream {
       received_ = true;
       return;
     }
+    core.trace_post(trace_, operation, false, source, tag, span_.bytes);
     if (core.whole()) {
       source_ = source;
       tag_ = tag;
@@ -669,6 +681,8 @@ class RecvStream final : public Stream {
     if (!received_ && core_.whole()) {
       if (!probe_whole()) return false;
       received_ = true;
+      trace_.peer = peer_;  // a plain MPI message: no header, no arrow
+      trace_.tag = tag_;
     }
     if (!received_) {
       MPI_Status status;
@@ -708,11 +722,11 @@ class RecvStream final : public Stream {
       }
       HostChunk block = core_.acquire_slot(direction_, operation_);
       if (!block) break;
-      slots_.emplace_back();
-      Slot& slot = slots_.back();
+      Slot& slot = slots_.emplace_back();
       slot.block = std::move(block);
       slot.chunk = next_++;
       slot.state = Slot::messaging;
+      slot.since = core_.trace_clock();
       check_mpi(MPI_Imrecv(slot.block.data(), chunks_.length(slot.chunk), MPI_BYTE, &held_,
                            &slot.request),
                 operation_, "MPI_Imrecv");
@@ -723,11 +737,13 @@ class RecvStream final : public Stream {
                               static_cast<std::size_t>(chunks_.length(slot.chunk)),
                               slot.block.data(), false);
         slot.state = Slot::copying;
+        slot.since = core_.trace_chunk(trace_, "chunk MPI receive", slot.since, slot.chunk);
       }
       if (slot.state == Slot::copying &&
           completed(operation_, slot.copy, "a chunk's clEnqueueWriteBuffer")) {
         slot.copy = cl::Event();
         slot.state = Slot::idle;
+        core_.trace_chunk(trace_, "chunk write (DMA)", slot.since, slot.chunk);
       }
     }
     release_idle_slots();
@@ -745,6 +761,7 @@ class RecvStream final : public Stream {
     peer_ = arrival.peer;
     tag_ = arrival.tag;
     header_ = arrival.header;
+    core_.trace_header(trace_, peer_, tag_, header_, span_);
     if (!arrival.problem.empty()) {
       if (!arrival.chunked) fail(operation_, arrival.code, arrival.problem);
       start_drain(std::move(arrival.problem));
