@@ -115,8 +115,11 @@ int main(int argc, char** argv) {
       seed[static_cast<std::size_t>(r + 1000) % seed.size()] += 1.0f;  // new bytes every round
       check(m.download(m.upload(seed)) == seed, "seed");
     };
-    for (const clbuf::MemoryModel model :
-         {clbuf::MemoryModel::host, clbuf::MemoryModel::discrete}) {
+    // The host model where the device is a CPU device (PoCL), and the discrete one everywhere.
+    const bool cpu = clbuf::BufferManager(device).device().type == clbuf::DeviceType::cpu;
+    std::vector<clbuf::MemoryModel> models{clbuf::MemoryModel::discrete};
+    if (cpu) models.insert(models.begin(), clbuf::MemoryModel::host);
+    for (const clbuf::MemoryModel model : models) {
       clbuf::Options options;
       options.memory = model;
       std::vector<Side> sides = sides_of(device, options, trace);
