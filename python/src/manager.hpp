@@ -66,6 +66,8 @@ class Manager {
  public:
   explicit Manager(const std::optional<std::string>& selector);
   Manager(cl::Context context, cl::CommandQueue queue);
+  /// A manager owned elsewhere (a DeviceGroup's; `shared` may alias and keep its owner alive).
+  explicit Manager(std::shared_ptr<clbuf::BufferManager> shared) : manager_(std::move(shared)) {}
 
   clbuf::BufferManager& cpp() const noexcept { return *manager_; }
   const std::shared_ptr<clbuf::BufferManager>& shared() const noexcept { return manager_; }

@@ -9,11 +9,13 @@
 //   host_memory.*  pinned numpy arrays (pinned_empty) and mappings (map)
 //   interop.*   pyopencl: int_ptr handles, from_pyopencl, adopt, to_pyopencl, events
 //   mpi.*       clbuf.mpi.Communicator over clbuf::mpi (built where MPI is found)
+//   group.*     clbuf.DeviceGroup, clbuf.ShardedBuffer, clbuf.ShardedHalo (several devices)
 //   paths.cpp   the transfer path of each size and the resolved options, for `clbuf info`
 // Every failure is a clbuf.Error (a RuntimeError) with `.code`, the OpenCL error code, and
 // nothing is changed. All OpenCL work, and every check of buffers, ranges and the manager's
 // state, is the library's (clbuf::BufferManager); this extension checks only what Python passes
 // in.
+#include "group.hpp"
 #include "manager.hpp"
 #include "values.hpp"
 
@@ -69,6 +71,7 @@ PYBIND11_MODULE(_clbuf, m) {
   bind_futures(m);
   bind_host_memory(m);
   bind_manager(m);
+  bind_group(m);
   bind_paths(m);
 #ifdef CLBUF_PYTHON_MPI
   bind_mpi(m);
