@@ -30,12 +30,14 @@ def test_error_is_a_python_class_of_the_package_raised_by_the_extension():
 
 
 def test_the_classes_are_the_extensions_shown_as_the_packages():
-    for name in ("BufferManager", "DeviceBuffer", "DeviceInfo", "Future"):
+    for name in ("BufferManager", "DeviceBuffer", "DeviceGroup", "DeviceInfo", "Future",
+                 "ShardedBuffer", "ShardedHalo"):
         assert getattr(clbuf, name) is getattr(extension, name)
         assert getattr(clbuf, name).__module__ == "clbuf"
     assert sorted(clbuf.__all__) == sorted(
-        ["BufferManager", "DeviceBuffer", "DeviceInfo", "Error", "Future", "MappedArray",
-         "Region", "__version__", "error_name", "explain_selection", "list_devices", "trace"])
+        ["BufferManager", "DeviceBuffer", "DeviceGroup", "DeviceInfo", "Error", "Future",
+         "MappedArray", "Region", "ShardedBuffer", "ShardedHalo", "__version__", "error_name",
+         "explain_selection", "list_devices", "trace"])
     assert clbuf.__version__.count(".") == 2
 
 
