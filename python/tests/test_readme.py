@@ -26,5 +26,9 @@ def test_pyopencl_both_ways_runs(bm):
     exec(compile(_block("BufferManager.from_pyopencl(queue)"), str(README), "exec"), {})
 
 
+def test_the_device_group_example_runs(bm):
+    exec(compile(_block("clbuf.ShardedHalo(group, sharded)"), str(README), "exec"), {})
+
+
 def test_every_python_block_is_run_or_named_here():
-    assert len(BLOCKS) == 3 and sum("mpi4py" in block for block in BLOCKS) == 1
+    assert len(BLOCKS) == 4 and sum("mpi4py" in block for block in BLOCKS) == 1
