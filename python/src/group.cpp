@@ -26,6 +26,7 @@ inline constexpr char sharded_buffer[] = "clbuf.ShardedBuffer";
 inline constexpr char device_group[] = "clbuf.DeviceGroup";
 inline constexpr char optional_weights[] = "Optional[Sequence[float]]";
 inline constexpr char halo_copies[] = "List[Dict[str, int]]";
+inline constexpr char boolean[] = "bool";
 }  // namespace names
 
 using GroupSelector = Typed<names::group_selector>;
@@ -33,6 +34,7 @@ using AnySharded = Typed<names::sharded_buffer>;
 using AnyGroup = Typed<names::device_group>;
 using OptionalWeights = Typed<names::optional_weights>;
 using HaloCopies = Typed<names::halo_copies>;
+using Bool = Typed<names::boolean>;
 
 class Group;
 
@@ -162,12 +164,18 @@ class Halo {
   }
 
   void finish() {
+    std::exception_ptr failure;
     {
       NoGil release;
       std::lock_guard<std::mutex> lock(mutex_);
-      plan_->finish();
+      try {
+        plan_->finish();
+      } catch (...) {
+        failure = std::current_exception();
+      }
     }
-    field_ = py::none();
+    field_ = py::none();  // the exchange has ended either way
+    if (failure) std::rethrow_exception(failure);
   }
 
   void exchange(const AnySharded& field) {
@@ -240,11 +248,10 @@ std::vector<double> as_weights(const char* operation, const py::handle& weights)
   const py::module_ numpy = py::module_::import("numpy");
   std::vector<double> out;
   for (const py::handle item : py::reinterpret_borrow<py::sequence>(weights)) {
-    const bool real =
-        (PyLong_Check(item.ptr()) != 0 && PyBool_Check(item.ptr()) == 0) ||
-        PyFloat_Check(item.ptr()) != 0 ||
-        (py::isinstance(item, numpy.attr("integer")) ||
-         py::isinstance(item, numpy.attr("floating")));
+    const bool real = (PyLong_Check(item.ptr()) != 0 && PyBool_Check(item.ptr()) == 0) ||
+                      PyFloat_Check(item.ptr()) != 0 ||
+                      (py::isinstance(item, numpy.attr("integer")) ||
+                       py::isinstance(item, numpy.attr("floating")));
     if (!real) {
       fail(operation, CL_INVALID_VALUE,
            "weight " + std::to_string(out.size()) + " is " + short_repr(item) + " (" +
@@ -285,9 +292,8 @@ struct Bytes16 {
 
 /// Fills `count` elements of shard `alias` (a DeviceBuffer<W>) from element `at` with `pattern`.
 template <class W>
-clbuf::Future<void> fill_as(clbuf::BufferManager& manager, void* alias,
-                            const std::string& pattern, std::size_t count, std::size_t at,
-                            bool async) {
+clbuf::Future<void> fill_as(clbuf::BufferManager& manager, void* alias, const std::string& pattern,
+                            std::size_t count, std::size_t at, bool async) {
   W value{};
   std::memcpy(&value, pattern.data(), sizeof(W));
   auto& buffer = *static_cast<clbuf::DeviceBuffer<W>*>(alias);
@@ -327,6 +333,17 @@ auto on_device(const char* operation, const Group& group, std::size_t i, F f) ->
   }
 }
 
+/// A new C-contiguous array of the ShardedBuffer's dtype and shape; clbuf.Error
+/// (CL_OUT_OF_HOST_MEMORY) when numpy cannot allocate it.
+py::array new_array(const char* operation, const Sharded& sharded) {
+  try {
+    return py::array(sharded.dtype, sharded.shape);
+  } catch (py::error_already_set& error) {
+    error.restore();
+    fail_host_allocation(operation, "the array to gather into", sharded.bytes.size());
+  }
+}
+
 }  // namespace
 
 std::shared_ptr<Sharded> Group::member(const char* operation, const py::handle& value,
@@ -341,8 +358,9 @@ std::shared_ptr<Sharded> Group::member(const char* operation, const py::handle& 
   }
   if (!sharded) {
     fail(operation, CL_INVALID_VALUE,
-         std::string(what) + " is an uninitialised clbuf.ShardedBuffer (made by "
-                             "clbuf.ShardedBuffer.__new__); " +
+         std::string(what) +
+             " is an uninitialised clbuf.ShardedBuffer (made by "
+             "clbuf.ShardedBuffer.__new__); " +
              PythonName<Sharded>::made_by);
   }
   if (sharded->group.get() != this) {
@@ -364,8 +382,8 @@ std::shared_ptr<Sharded> Group::adopt(clbuf::ShardedBuffer<std::uint8_t> bytes,
   for (std::size_t i = 0; i < out->bytes.shards(); ++i) {
     clbuf::DeviceBuffer<std::uint8_t>& shard = out->bytes.shard(i);
     clbuf::BufferManager& manager = *managers_[i];
-    auto handle = new_handle(managers_[i], dtype,
-                             {static_cast<py::ssize_t>(shard.size() / out->itemsize())});
+    auto handle =
+        new_handle(managers_[i], dtype, {static_cast<py::ssize_t>(shard.size() / out->itemsize())});
     handle->own(shard.size() == 0 ? manager.allocate<std::uint8_t>(0)
                                   : manager.view(shard, 0, shard.size()));
     out->shards.push_back(std::move(handle));
@@ -480,7 +498,7 @@ py::array Group::matching(const char* operation, const Sharded& sharded, const p
 py::array Group::gather(const AnySharded& value) {
   const char* op = "DeviceGroup.gather";
   const std::shared_ptr<Sharded> sharded = member(op, value, "sharded");
-  py::array out(sharded->dtype, sharded->shape);
+  py::array out = new_array(op, *sharded);
   auto* bytes = static_cast<std::uint8_t*>(out.mutable_data());
   const auto count = static_cast<std::size_t>(out.nbytes());
   NoGil release;
@@ -491,7 +509,7 @@ py::array Group::gather(const AnySharded& value) {
 std::shared_ptr<Pending> Group::gather_async(const AnySharded& value) {
   const char* op = "DeviceGroup.gather_async";
   const std::shared_ptr<Sharded> sharded = member(op, value, "sharded");
-  py::array out(sharded->dtype, sharded->shape);
+  py::array out = new_array(op, *sharded);
   auto* bytes = static_cast<std::uint8_t*>(out.mutable_data());
   const auto count = static_cast<std::size_t>(out.nbytes());
   clbuf::Future<void> future;
@@ -679,16 +697,25 @@ std::string text_selector(const char* operation, const py::handle& value) {
   Py_ssize_t size = 0;
   const char* text = PyUnicode_AsUTF8AndSize(value.ptr(), &size);
   if (text == nullptr) {
-    fail(operation, CL_INVALID_VALUE, "selector is not valid UTF-8 text (" + take_python_error() +
-                                          ")");
+    fail(operation, CL_INVALID_VALUE,
+         "selector is not valid UTF-8 text (" + take_python_error() + ")");
   }
   return std::string(text, static_cast<std::size_t>(size));
 }
 
+/// A bool (Python's or numpy's), never another object's truth value.
+bool as_bool(const char* operation, const py::handle& value, const char* what) {
+  if (PyBool_Check(value.ptr()) != 0) return value.ptr() == Py_True;
+  if (py::isinstance(value, py::module_::import("numpy").attr("bool_"))) {
+    return PyObject_IsTrue(value.ptr()) == 1;
+  }
+  fail(operation, CL_INVALID_VALUE, std::string(what) + " must be a bool, not " + type_name(value));
+}
+
 std::shared_ptr<Group> make_group(const py::handle& selector, bool separate_contexts) {
   const char* op = "DeviceGroup";
-  const clbuf::ContextSharing sharing = separate_contexts ? clbuf::ContextSharing::per_device
-                                                          : clbuf::ContextSharing::per_platform;
+  const clbuf::ContextSharing sharing =
+      separate_contexts ? clbuf::ContextSharing::per_device : clbuf::ContextSharing::per_platform;
   std::shared_ptr<clbuf::DeviceGroup> group;
   if (selector.is_none() || PyUnicode_Check(selector.ptr()) != 0) {
     const std::string text = selector.is_none() ? std::string() : text_selector(op, selector);
@@ -756,8 +783,9 @@ void bind_group(py::module_& m) {
       "elements next to its part.");
 
   group_class
-      .def(py::init([](const GroupSelector& selector, bool separate_contexts) {
-             return make_group(selector, separate_contexts);
+      .def(py::init([](const GroupSelector& selector, const Bool& separate_contexts) {
+             return make_group(selector,
+                               as_bool("DeviceGroup", separate_contexts, "separate_contexts"));
            }),
            py::arg("selector") = "", py::kw_only(), py::arg("separate_contexts") = false,
            "Opens every device `selector` names: '' (every device of the type "
@@ -806,15 +834,13 @@ void bind_group(py::module_& m) {
            "Writes host data of the ShardedBuffer's dtype and element count into its shards "
            "(ghost elements left as they were).")
       .def("upload_async", checked("upload_async", &Group::upload_async), py::arg("sharded"),
-           py::arg("array"),
-           "Starts upload(); do not modify `array` until the Future is done.")
+           py::arg("array"), "Starts upload(); do not modify `array` until the Future is done.")
       .def("download", checked("download", &Group::download), py::arg("sharded"),
            py::arg("out") = none,
            "gather() into `out`, a writable C-contiguous array of the ShardedBuffer's dtype and "
            "element count, which is returned (None: a new array).")
-      .def("download_async", checked("download_async", &Group::download_async),
-           py::arg("sharded"), py::arg("out") = none,
-           "Starts download(); Future.get() returns the array.")
+      .def("download_async", checked("download_async", &Group::download_async), py::arg("sharded"),
+           py::arg("out") = none, "Starts download(); Future.get() returns the array.")
       .def("copy", checked("copy", &Group::copy), py::arg("source"), py::arg("dest"),
            "Copies source's array into dest's, shard by shard on each device (both of this "
            "group, of one dtype, split alike; ghost elements are not copied).")

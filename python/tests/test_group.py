@@ -449,3 +449,18 @@ def test_bad_halos_and_selectors_are_refused(group):
                    code=-1)
     assert_refused(lambda: clbuf.DeviceGroup([group.manager(0)], separate_contexts=True),
                    "separate_contexts")
+    assert_refused(lambda: clbuf.DeviceGroup(separate_contexts=1), "separate_contexts", "int")
+    assert clbuf.DeviceGroup(separate_contexts=np.bool_(True)).sharing == "per_device"
+
+
+def test_a_group_whose_manager_was_cleaned_up_raises_and_does_not_crash():
+    group = open_group()
+    sharded = group.scatter(np.arange(100, dtype=np.float32))
+    assert sharded.group is group
+    group.manager(len(group) - 1).cleanup()  # closes the group's last device
+    with pytest.raises(clbuf.Error):
+        group.gather(sharded)
+    with pytest.raises(clbuf.Error):
+        group.scatter(np.arange(100, dtype=np.float32))
+    del sharded, group
+    gc.collect()
