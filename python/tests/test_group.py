@@ -14,6 +14,10 @@ import clbuf
 
 RNG = np.random.default_rng(36)
 
+# The devices of the group under test: CLBUF_TEST_GROUP (python.group_two_platforms: "all", PoCL's
+# CPU and oclgrind's device), else the default selection.
+SELECTOR = os.environ.get("CLBUF_TEST_GROUP", "")
+
 DTYPES = [np.dtype(t) for t in (
     np.bool_, np.int8, np.int16, np.int32, np.int64, np.uint8, np.uint16, np.uint32, np.uint64,
     np.float16, np.float32, np.float64, np.complex64, np.complex128)]
@@ -36,7 +40,7 @@ def same_bytes(result, expected):
 
 def open_group(**kwargs):
     try:
-        return clbuf.DeviceGroup(**kwargs)
+        return clbuf.DeviceGroup(SELECTOR, **kwargs)
     except clbuf.Error as error:
         if os.environ.get("CLBUF_REQUIRE_DEVICE") == "1":
             pytest.fail(f"CLBUF_REQUIRE_DEVICE=1 but no OpenCL device: {error}")
@@ -74,6 +78,8 @@ def test_the_group_has_the_devices_pocl_was_given(group):
     if os.environ.get("POCL_DEVICES") == "pthread pthread":
         assert len(group) == 2
     assert group.sharing == "per_platform"
+    if SELECTOR == "all":
+        assert len(group) == len(clbuf.list_devices())
     assert "picked" in group.explain_selection()
     for i in range(len(group)):
         bm = group.manager(i)
