@@ -6,6 +6,7 @@ default selection finds (one PoCL device here), so every test holds for any devi
 import gc
 import math
 import os
+import threading
 
 import numpy as np
 import pytest
@@ -245,6 +246,48 @@ def test_fill_stores_values_exactly_or_refuses_them(group, dtype):
         group.fill(sharded, bad)
     assert error.value.code == -30 and "DeviceGroup.fill" in str(error.value)
     assert same_bytes(group.gather(sharded), np.full(13, value, dtype=dtype))  # nothing changed
+
+
+def test_large_moves_run_on_every_device_at_once_and_stay_exact(group):
+    # 1 MiB a device and more: the C++ group moves the shards on a thread a device
+    data = random_array((3 << 19,) if len(group) == 1 else (len(group) << 19,), np.float32)
+    data = np.concatenate([data, random_array((3,), np.float32)])  # and not evenly
+    sharded = group.scatter(data)
+    assert same_bytes(group.gather(sharded), data)
+    again = random_array(data.shape, np.float32)
+    group.upload(sharded, again)
+    out = np.empty_like(again)
+    group.download(sharded, out)
+    assert same_bytes(out, again)
+    copy = group.empty(data.shape, np.float32)
+    group.copy(sharded, copy)
+    assert same_bytes(group.gather(copy), again)
+
+
+def test_python_threads_share_one_group(group):
+    failures = []
+
+    def work(seed):
+        try:
+            rng = np.random.default_rng(seed)
+            for _ in range(20):
+                data = rng.random(int(rng.integers(0, 3000)))
+                sharded = group.scatter(data, halo=int(rng.integers(0, 3)))
+                if sharded.ghost:
+                    clbuf.ShardedHalo(group, sharded).exchange(sharded)
+                group.fill(sharded, 1.5)
+                assert (group.gather_async(sharded).get() == 1.5).all()
+                group.upload(sharded, data)
+                assert same_bytes(group.gather(sharded), data)
+        except Exception as error:  # noqa: BLE001 (reported below)
+            failures.append(error)
+
+    threads = [threading.Thread(target=work, args=(seed,)) for seed in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert failures == []
 
 
 # ---- halos ------------------------------------------------------------------------------------
