@@ -43,9 +43,10 @@ class Error(RuntimeError):
     cleaned-up BufferManager); ``name`` is its name, e.g. ``"CL_INVALID_VALUE"``; ``str(error)``
     is the whole message, ``"<operation>: <CL_NAME> (<code>): <details>"``, or for code 0
     ``"<operation>: <details>"``. The operation is the call that was made: the method's name
-    (``"fill"``, ``"to_pyopencl"``, ``"send"``) or, for the methods of Future, DeviceInfo and
-    clbuf.mpi's Request, Persistent and HaloExchange, ``"Class.method"``; wait(), get() and
-    test() raise the failure of the operation they wait for, named as that operation.
+    (``"fill"``, ``"to_pyopencl"``, ``"send"``) or, for the methods of Future, DeviceInfo,
+    DeviceGroup, ShardedBuffer, ShardedHalo and clbuf.mpi's Request, Persistent and
+    HaloExchange, ``"Class.method"``; wait(), get() and test() raise the failure of the
+    operation they wait for, named as that operation.
     """
 
     def __init__(self, message: str = "", code: int = 0) -> None:
