@@ -238,6 +238,13 @@ struct Split {
   std::size_t halo = 0;
 };
 
+/// The items of a sequence in a new list (PySequence_List), which holds a reference to each.
+py::list items_of(const py::handle& sequence) {
+  auto list = py::reinterpret_steal<py::list>(PySequence_List(sequence.ptr()));
+  if (!list) throw py::error_already_set();
+  return list;
+}
+
 std::vector<double> as_weights(const char* operation, const py::handle& weights) {
   if (PySequence_Check(weights.ptr()) == 0 || PyUnicode_Check(weights.ptr()) != 0 ||
       PyBytes_Check(weights.ptr()) != 0) {
@@ -247,7 +254,10 @@ std::vector<double> as_weights(const char* operation, const py::handle& weights)
   }
   const py::module_ numpy = py::module_::import("numpy");
   std::vector<double> out;
-  for (const py::handle item : py::reinterpret_borrow<py::sequence>(weights)) {
+  // A list of the items, which holds them: a numpy array's items are new objects, freed as
+  // soon as a sequence iterator moves on.
+  const py::list items = items_of(weights);
+  for (const py::handle item : items) {
     const bool real = (PyLong_Check(item.ptr()) != 0 && PyBool_Check(item.ptr()) == 0) ||
                       PyFloat_Check(item.ptr()) != 0 ||
                       (py::isinstance(item, numpy.attr("integer")) ||
@@ -731,7 +741,8 @@ std::shared_ptr<Group> make_group(const py::handle& selector, bool separate_cont
   }
   std::vector<clbuf::DeviceInfo> devices;
   std::vector<std::shared_ptr<clbuf::BufferManager>> managers;
-  for (const py::handle item : py::reinterpret_borrow<py::sequence>(selector)) {
+  const py::list items = items_of(selector);
+  for (const py::handle item : items) {
     if (py::isinstance<clbuf::DeviceInfo>(item) && managers.empty()) {
       const auto info = held_object<clbuf::DeviceInfo>(item);
       if (!info) fail(op, CL_INVALID_VALUE, "the list holds an uninitialised clbuf.DeviceInfo");
