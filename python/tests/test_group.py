@@ -112,7 +112,7 @@ def test_a_manager_keeps_the_group_alive_and_works_on_its_device():
 
 def test_groups_from_devices_from_managers_and_with_a_context_each(group):
     devices = [group.manager(i).device for i in range(len(group))]
-    by_list = clbuf.DeviceGroup(devices)
+    by_list = clbuf.DeviceGroup(tuple(devices))
     assert [by_list.manager(i).device.name for i in range(len(by_list))] == \
         [d.name for d in devices]
     separate = clbuf.DeviceGroup(devices, separate_contexts=True)
@@ -190,6 +190,10 @@ def test_weights_and_units_split_as_the_partition_says(group):
     numpy_weights = np.array(weights, dtype=np.float64)
     sharded = group.scatter(np.arange(20, dtype=np.uint8), weights=numpy_weights)
     assert [sharded.count(i) for i in range(devices)] == expected_split(20, weights)
+    as_int32 = lambda w: np.array(w, dtype=np.int32)  # noqa: E731
+    for kind in (tuple, as_int32, lambda w: [np.float32(x) for x in w]):
+        sharded = group.scatter(np.arange(20, dtype=np.uint8), weights=kind(weights))
+        assert [sharded.count(i) for i in range(devices)] == expected_split(20, weights)
 
 
 def test_async_forms_return_one_future_each(group):
@@ -209,10 +213,11 @@ def test_async_forms_return_one_future_each(group):
     group.fill_async(other, 2.5).wait()
     assert (group.gather(other) == 2.5).all()
     halo = group.scatter_async(np.arange(12, dtype=np.int32), unit=2, halo=1).get()
-    assert same_bytes(group.gather(halo), np.arange(12, dtype=np.int32))
+    twelve = np.arange(12, dtype=np.int32)
+    assert same_bytes(group.gather(halo), twelve)
     for i in range(len(group)):
-        assert same_bytes(shard_contents(group, halo, i), with_ghosts(np.arange(12, dtype=np.int32),
-                                                                      halo, i, np.int32(0)))
+        expected = with_ghosts(twelve, halo, i, np.int32(0))
+        assert same_bytes(shard_contents(group, halo, i), expected)
 
 
 def test_copy_and_fill_leave_the_ghost_elements(group):
