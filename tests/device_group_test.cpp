@@ -194,6 +194,23 @@ TEST_F(Group, ListsKeepTheirOrderAndDeviceInfosPickThoseDevices) {
   expect_error([&] { listed.manager(2); }, CL_INVALID_VALUE, {"device 2 of a group of 2"});
 }
 
+TEST_F(Group, ADeviceNoPlatformHasAndAManagerThatFailsAreErrors) {
+  clbuf::DeviceInfo missing = clbuf::list_devices().front();
+  missing.platform_index = 99;
+  expect_error([&] { DeviceGroup(std::vector<clbuf::DeviceInfo>{missing}); }, CL_DEVICE_NOT_FOUND,
+               {"DeviceGroup", "no device 99:"});
+  EXPECT_NE(clbuf::explain_selection("no such device").to_string().find("nothing picked"),
+            std::string::npos);
+  auto a = std::make_shared<clbuf::BufferManager>("0:0");
+  auto b = std::make_shared<clbuf::BufferManager>("0:0");
+  DeviceGroup group({a, b});
+  ShardedBuffer<int> x = group.scatter(random<int>(64));
+  a->cleanup();  // device 0 gone: finish() still finishes device 1, then reports device 0
+  expect_error([&] { group.finish(); }, CL_SUCCESS, {"finish", "cleanup"});
+  expect_error([&] { group.gather(x); }, CL_SUCCESS, {"DeviceGroup::gather", "device 0"});
+  EXPECT_EQ(b->download(x.shard(1)).size(), x.count(1));
+}
+
 TEST_F(Group, DevicesOfOnePlatformShareAContextUnlessAskedNotTo) {
   const auto shared = every_device(ContextSharing::per_platform);
   const auto separate = every_device(ContextSharing::per_device);
@@ -274,6 +291,22 @@ TEST_F(Group, UploadDownloadCopyAndFillMoveTheLogicalArray) {
   }
 }
 
+/// The halo layers of every shard after an exchange: each ghost element holds the array's
+/// element next to the shard's part (those beyond the ends keep what scatter() put: T()).
+template <class T>
+void expect_ghosts(DeviceGroup& group, const ShardedBuffer<T>& field, const std::vector<T>& array) {
+  for (std::size_t i = 0; i < field.shards(); ++i) {
+    const std::vector<T> local = group.manager(i).download(field.shard(i));
+    const std::size_t g = field.ghost();
+    for (std::size_t k = 0; k < local.size(); ++k) {
+      const std::size_t global = field.offset(i) + k;  // minus g: may be "negative"
+      const bool inside = global >= g && global - g < array.size();
+      const T expected = inside ? array[global - g] : T();
+      ASSERT_EQ(local[k], expected) << "shard " << i << " element " << k << " of " << local.size();
+    }
+  }
+}
+
 TEST_F(Group, AsyncFormsReturnOneFutureThatOwnsWhatItNeeds) {
   const auto group = every_device(ContextSharing::per_platform, MemoryModel::discrete);
   const std::size_t count = 20011;
@@ -302,6 +335,13 @@ TEST_F(Group, AsyncFormsReturnOneFutureThatOwnsWhatItNeeds) {
   {
     auto dropped = group->scatter_async(random_raw<double>(count));  // destroyed unwaited
   }
+  // With a halo: the parts and the ghost elements, T() beyond the ends, by one Future; polled.
+  const std::vector<double> field = random<double>(7 * 13);
+  auto halo_scatter = group->scatter_async(field.data(), field.size(), Partition::even(7), 2);
+  while (!halo_scatter.ready()) std::this_thread::yield();
+  ShardedBuffer<double> ghosts = halo_scatter.get();
+  EXPECT_EQ(ghosts.ghost(), 14u);
+  expect_ghosts(*group, ghosts, field);
   ShardedBuffer<double> empty = group->scatter_async(std::vector<double>()).get();
   EXPECT_TRUE(empty.empty());
   EXPECT_TRUE(group->gather(empty).empty());
@@ -353,22 +393,6 @@ TEST_F(Group, AScatterThatCannotAllocateLeavesNothing) {
       CL_INVALID_BUFFER_SIZE, {"DeviceGroup::allocate"});
   const std::vector<float> data = random_raw<float>(64);
   EXPECT_TRUE(same_bytes(data.data(), group->gather(group->scatter(data)).data(), 256));
-}
-
-/// The halo layers of every shard after an exchange: each ghost element holds the array's
-/// element next to the shard's part (those beyond the ends keep what scatter() put: T()).
-template <class T>
-void expect_ghosts(DeviceGroup& group, const ShardedBuffer<T>& field, const std::vector<T>& array) {
-  for (std::size_t i = 0; i < field.shards(); ++i) {
-    const std::vector<T> local = group.manager(i).download(field.shard(i));
-    const std::size_t g = field.ghost();
-    for (std::size_t k = 0; k < local.size(); ++k) {
-      const std::size_t global = field.offset(i) + k;  // minus g: may be "negative"
-      const bool inside = global >= g && global - g < array.size();
-      const T expected = inside ? array[global - g] : T();
-      ASSERT_EQ(local[k], expected) << "shard " << i << " element " << k << " of " << local.size();
-    }
-  }
 }
 
 TEST_F(Group, HalosOf2DAnd3DFieldsMatchTheHostWithinAndAcrossContexts) {
