@@ -19,8 +19,10 @@
 #include <atomic>
 #include <cstddef>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <type_traits>
+#include <unordered_set>
 #include <utility>
 #include <vector>
 
@@ -123,12 +125,49 @@ class JoinState : public Settle {
   std::atomic<bool> claimed_{false};
 };
 
-/// clSetEventCallback's callback: one part has ended. `data` is a heap-held shared_ptr to the
-/// state, deleted here.
+/// The callbacks a driver has not called yet, each a heap-held shared_ptr to its state. Held
+/// here, so that memory stays reachable: a driver may call a callback after the joined Future
+/// has been settled and destroyed, even after main() has returned (a leak check at exit would
+/// count it lost), and oclgrind never calls one. Never destroyed, as a callback may come late.
+struct PendingCallbacks {
+  std::mutex mutex;
+  std::unordered_set<std::shared_ptr<JoinState>*> held;
+
+  static PendingCallbacks& instance() {
+    static PendingCallbacks* pending = new PendingCallbacks();  // NOLINT: never destroyed
+    return *pending;
+  }
+};
+
+/// clSetEventCallback's callback: one part has ended. `data` is a holder of the state from
+/// PendingCallbacks, deleted here.
 inline void CL_CALLBACK joined_part_ended(cl_event, cl_int, void* data) {
   auto* holder = static_cast<std::shared_ptr<JoinState>*>(data);
+  {
+    PendingCallbacks& pending = PendingCallbacks::instance();
+    std::lock_guard<std::mutex> lock(pending.mutex);
+    pending.held.erase(holder);
+  }
   (*holder)->part_ended();
   delete holder;
+}
+
+/// Asks for joined_part_ended() when `part` ends; when the driver refuses, a waiting thread
+/// settles the state.
+inline void join_callback(const std::shared_ptr<JoinState>& state, cl_event part) {
+  PendingCallbacks& pending = PendingCallbacks::instance();
+  auto* holder = new std::shared_ptr<JoinState>(state);
+  {
+    std::lock_guard<std::mutex> lock(pending.mutex);
+    pending.held.insert(holder);
+  }
+  if (CLBUF_CL(clSetEventCallback)(part, CL_COMPLETE, joined_part_ended, holder) != CL_SUCCESS) {
+    {
+      std::lock_guard<std::mutex> lock(pending.mutex);
+      pending.held.erase(holder);
+    }
+    delete holder;
+  }
 }
 
 /// One Future<R> holding `value` over `parts` (Futures of managers, started): it completes once
@@ -152,13 +191,7 @@ Future<R> joined(const char* operation, cl_context context, std::vector<Future<v
     check(err, operation, "clCreateUserEvent");
     event = state->user;
     state->remaining.store(state->events.size());
-    for (const cl::Event& part : state->events) {
-      auto* holder = new std::shared_ptr<JoinState>(state);
-      if (CLBUF_CL(clSetEventCallback)(part(), CL_COMPLETE, joined_part_ended, holder) !=
-          CL_SUCCESS) {
-        delete holder;  // a waiting thread settles it
-      }
-    }
+    for (const cl::Event& part : state->events) join_callback(state, part());
   }
   return FutureAccess::make<R>(operation, std::move(event), std::move(value), std::move(kept),
                                state->outcome, state);
