@@ -343,4 +343,54 @@ TEST_F(Threads, CleanupFromSeveralThreadsAtOnceReleasesOnceAndEveryCallReturns) 
   EXPECT_NO_THROW(manager().cleanup());
 }
 
+TEST_F(Threads, FirstViewsOfOneBufferFromFourThreadsAtOnce) {
+  // The first view of a buffer shares its memory (a Lease made inside the buffer): four threads
+  // make the first views of a fresh buffer at once while a fifth downloads it (a const read).
+  // Every view sees its bytes, the buffer is unchanged, and the memory goes back to the pool once
+  // (the next buffer of that size reuses it, exactly once).
+  Failures failures;
+  std::mt19937 rng(seed_);
+  for (int round = 0; round < 50; ++round) {
+    const auto data = clbuf_test::random_bytes<std::uint32_t>(rng, 4096);
+    auto root = manager().upload(data);
+    std::atomic<bool> go{false};
+    std::vector<std::thread> threads;
+    for (int t = 0; t < thread_count; ++t) {
+      threads.emplace_back([&, t] {
+        while (!go.load()) std::this_thread::yield();
+        try {
+          const std::size_t offset = static_cast<std::size_t>(t) * 1000;
+          const auto view = manager().view(root, offset, 1000);
+          const auto got = manager().download(view);
+          if (!clbuf_test::same_bytes(data.data() + offset, got.data(), 1000 * 4)) {
+            failures.add("round " + std::to_string(round) + ", thread " + std::to_string(t) +
+                         ": the view's bytes differ");
+          }
+        } catch (const std::exception& error) {
+          failures.add(std::string("threw: ") + error.what());
+        }
+      });
+    }
+    threads.emplace_back([&] {
+      while (!go.load()) std::this_thread::yield();
+      try {
+        if (!clbuf_test::same_bytes(data, manager().download(root))) {
+          failures.add("round " + std::to_string(round) + ": the buffer's bytes differ");
+        }
+      } catch (const std::exception& error) {
+        failures.add(std::string("threw: ") + error.what());
+      }
+    });
+    go = true;
+    for (auto& thread : threads) thread.join();
+    ASSERT_TRUE(failures.none());
+    const clbuf::PoolStats before = manager().stats().pool;
+    root = clbuf::DeviceBuffer<std::uint32_t>();  // the views are gone: the memory goes back
+    const clbuf::PoolStats after = manager().stats().pool;
+    EXPECT_EQ(after.cached_buffers, before.cached_buffers + 1) << "round " << round;
+    const auto again = manager().allocate<std::uint32_t>(4096);
+    EXPECT_EQ(manager().stats().pool.hits, after.hits + 1) << "round " << round;
+  }
+}
+
 }  // namespace

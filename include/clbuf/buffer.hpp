@@ -6,8 +6,10 @@
 #include <clbuf/detail/memory_object.hpp>
 #include <clbuf/detail/pool.hpp>
 
+#include <atomic>
 #include <cstddef>
 #include <memory>
+#include <mutex>
 #include <type_traits>
 #include <utility>
 #include <vector>
@@ -49,7 +51,7 @@ class DeviceBuffer {
   /// Gives the memory back to its manager's pool (or frees it when there is none). Memory that
   /// views or mapped views still use goes back only when the last of them is gone.
   ~DeviceBuffer() {
-    if (pool_) pool_->give_back(std::move(memory_));
+    if (pool_ && !lease_) pool_->give_back(std::move(memory_));  // else the Lease gives it back
   }
 
   /// Hands the OpenCL buffer to the caller and leaves this DeviceBuffer empty (!valid()). The
@@ -130,9 +132,10 @@ class DeviceBuffer {
   /// pool does not hand the memory out again before it has completed.
   /// Where the record cannot be kept (out of host memory), waits for the command instead.
   void fence(const detail::MemoryPool* user_pool, const cl::Event& event) const noexcept {
-    const std::shared_ptr<detail::MemoryPool>& owner = lease_ ? lease_->pool : pool_;
-    const std::shared_ptr<detail::Fences>& fences = lease_ ? lease_->memory.fences : memory_.fences;
-    if (!owner || owner.get() == user_pool || !fences || event() == nullptr) return;
+    const detail::Lease* lease = shared_lease();
+    const detail::MemoryPool* owner = lease != nullptr ? lease->pool.get() : pool_.get();
+    const std::shared_ptr<detail::Fences>& fences = memory_.fences;  // a view's are its root's
+    if (owner == nullptr || owner == user_pool || !fences || event() == nullptr) return;
     try {
       fences->add(event);
     } catch (...) {
@@ -146,18 +149,36 @@ class DeviceBuffer {
   cl_mem root() const noexcept { return root_() != nullptr ? root_() : memory_.buffer(); }
 
   /// Shares this buffer's memory with a view: from now on it goes back to the pool only when
-  /// this buffer and every view are gone.
+  /// this buffer and every view are gone. Several threads may make views of one buffer at once,
+  /// and read it meanwhile: the Lease is made once, under a lock, and published by `shared_`
+  /// (readers see either no Lease or the whole one; pool_ and memory_ do not change).
   const std::shared_ptr<detail::Lease>& share_memory() {
-    if (!lease_) {
-      lease_ = std::make_shared<detail::Lease>(memory_, std::move(pool_));
-      pool_.reset();
+    if (!shared_.load(std::memory_order_acquire)) {
+      std::lock_guard<std::mutex> lock(detail::lease_mutex(this));
+      if (!shared_.load(std::memory_order_relaxed)) {
+        lease_ = std::make_shared<detail::Lease>(memory_, pool_);
+        shared_.store(true, std::memory_order_release);
+      }
     }
     return lease_;
   }
+  /// A view's memory: the Lease of the buffer it views.
+  void share_lease(std::shared_ptr<detail::Lease> lease) noexcept {
+    lease_ = std::move(lease);
+    shared_.store(lease_ != nullptr, std::memory_order_release);
+  }
+  /// The Lease once the memory is shared (a view made, or mapped), else null; safe while another
+  /// thread makes the first view.
+  detail::Lease* shared_lease() const noexcept {
+    return shared_.load(std::memory_order_acquire) ? lease_.get() : nullptr;
+  }
 
-  void swap(DeviceBuffer& other) noexcept {
+  void swap(DeviceBuffer& other) noexcept {  // never concurrent with other calls on either
     std::swap(memory_, other.memory_);
     std::swap(lease_, other.lease_);
+    const bool shared = shared_.load(std::memory_order_relaxed);
+    shared_.store(other.shared_.load(std::memory_order_relaxed), std::memory_order_relaxed);
+    other.shared_.store(shared, std::memory_order_relaxed);
     std::swap(root_, other.root_);
     std::swap(root_offset_, other.root_offset_);
     std::swap(native_view_, other.native_view_);
@@ -170,8 +191,9 @@ class DeviceBuffer {
   }
 
   detail::Allocation memory_;
-  std::shared_ptr<detail::MemoryPool> pool_;  // null for empty, adopted or shared memory
+  std::shared_ptr<detail::MemoryPool> pool_;  // null for empty, adopted memory and views
   std::shared_ptr<detail::Lease> lease_;      // shared with views; null until a view is made
+  std::atomic<bool> shared_{false};           // lease_ is set (share_memory)
   cl::Buffer root_;                           // a view's root, an adopted sub-buffer's parent
   std::size_t root_offset_ = 0;               // bytes from the start of root()
   std::shared_ptr<detail::NativeView> native_view_;  // a view's native(); null otherwise

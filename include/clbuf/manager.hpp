@@ -647,7 +647,7 @@ class BufferManager {
       DeviceBuffer<T> result(std::move(memory), nullptr, device_.context(), count, {count});
       result.root_ = cl::Buffer(parent.root(), true);
       result.root_offset_ = parent.root_offset_ + offset * sizeof(T);
-      result.lease_ = lease;
+      result.share_lease(lease);
       result.native_view_ = std::move(native);
       result.access_ = parent.access_;
       return result;
@@ -857,7 +857,7 @@ class BufferManager {
     detail::check_range(operation, write ? "write" : "read", count, offset, buffer.size(),
                         sizeof(T));
     detail::check_host_access(operation, buffer.access_, !write, write);
-    detail::check_not_mapped(operation, buffer.lease_.get(), host, count, sizeof(T));
+    detail::check_not_mapped(operation, buffer.shared_lease(), host, count, sizeof(T));
   }
 
   /// Byte ranges of two buffers share no byte of one root buffer.
@@ -955,7 +955,7 @@ class BufferManager {
     detail::check_host_access(op, buffer.access_, !to_device, to_device);
     const std::vector<cl_event> wait = after ? wait_list(op, *after) : std::vector<cl_event>();
     if (detail::rect_empty(region.size)) return detail::Started();
-    detail::check_not_mapped(op, buffer.lease_.get(), host, count, sizeof(T));
+    detail::check_not_mapped(op, buffer.shared_lease(), host, count, sizeof(T));
     detail::GatedCall gated = gated_call(op, wait);
     detail::Started start{
         detail::transfer_rect(engine_, op, to_device, buffer.memory_, device_side, device_extents.y,

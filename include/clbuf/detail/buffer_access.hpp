@@ -34,7 +34,7 @@ struct BufferAccess {
   /// (other code holds its cl_mem now); safe while other threads use the buffer.
   template <class T>
   static void keep_out_of_pool(const DeviceBuffer<T>& buffer) noexcept {
-    if (buffer.lease_) buffer.lease_->reusable.store(false);
+    if (detail::Lease* lease = buffer.shared_lease()) lease->reusable.store(false);
   }
   /// The CL_MEM_HOST_* and CL_MEM_READ_ONLY / CL_MEM_WRITE_ONLY flags of an adopted buffer (0
   /// for memory clbuf made).

@@ -246,6 +246,13 @@ class MemoryPool {
   std::unordered_map<std::size_t, std::vector<Allocation>> free_;
 };
 
+/// The lock under which a DeviceBuffer makes its Lease (the first view of it): one of a few,
+/// picked by the buffer's address, so that buffers stay small and movable.
+inline std::mutex& lease_mutex(const void* buffer) noexcept {
+  static std::mutex mutexes[16];
+  return mutexes[(reinterpret_cast<std::uintptr_t>(buffer) >> 6) % 16];
+}
+
 /// Memory shared by a DeviceBuffer and its sub-buffer views or mapped views: it goes back to the
 /// pool only when the last of them is gone, and never once one of them was released to the
 /// application (the application may still use it).
