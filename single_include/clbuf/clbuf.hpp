@@ -1029,6 +1029,13 @@ class MemoryPool {
   std::unordered_map<std::size_t, std::vector<Allocation>> free_;
 };
 
+/// The lock under which a DeviceBuffer makes its Lease (the first view of it): one of a few,
+/// picked by the buffer's address, so that buffers stay small and movable.
+inline std::mutex& lease_mutex(const void* buffer) noexcept {
+  static std::mutex mutexes[16];
+  return mutexes[(reinterpret_cast<std::uintptr_t>(buffer) >> 6) % 16];
+}
+
 /// Memory shared by a DeviceBuffer and its sub-buffer views or mapped views: it goes back to the
 /// pool only when the last of them is gone, and never once one of them was released to the
 /// application (the application may still use it).
@@ -1366,8 +1373,10 @@ class NativeView {
 #endif  // CLBUF_DETAIL_MEMORY_OBJECT_HPP
 // ---- end of clbuf/detail/memory_object.hpp
 
+#include <atomic>
 #include <cstddef>
 #include <memory>
+#include <mutex>
 #include <type_traits>
 #include <utility>
 #include <vector>
@@ -1409,7 +1418,7 @@ class DeviceBuffer {
   /// Gives the memory back to its manager's pool (or frees it when there is none). Memory that
   /// views or mapped views still use goes back only when the last of them is gone.
   ~DeviceBuffer() {
-    if (pool_) pool_->give_back(std::move(memory_));
+    if (pool_ && !lease_) pool_->give_back(std::move(memory_));  // else the Lease gives it back
   }
 
   /// Hands the OpenCL buffer to the caller and leaves this DeviceBuffer empty (!valid()). The
@@ -1490,9 +1499,10 @@ class DeviceBuffer {
   /// pool does not hand the memory out again before it has completed.
   /// Where the record cannot be kept (out of host memory), waits for the command instead.
   void fence(const detail::MemoryPool* user_pool, const cl::Event& event) const noexcept {
-    const std::shared_ptr<detail::MemoryPool>& owner = lease_ ? lease_->pool : pool_;
-    const std::shared_ptr<detail::Fences>& fences = lease_ ? lease_->memory.fences : memory_.fences;
-    if (!owner || owner.get() == user_pool || !fences || event() == nullptr) return;
+    const detail::Lease* lease = shared_lease();
+    const detail::MemoryPool* owner = lease != nullptr ? lease->pool.get() : pool_.get();
+    const std::shared_ptr<detail::Fences>& fences = memory_.fences;  // a view's are its root's
+    if (owner == nullptr || owner == user_pool || !fences || event() == nullptr) return;
     try {
       fences->add(event);
     } catch (...) {
@@ -1506,18 +1516,36 @@ class DeviceBuffer {
   cl_mem root() const noexcept { return root_() != nullptr ? root_() : memory_.buffer(); }
 
   /// Shares this buffer's memory with a view: from now on it goes back to the pool only when
-  /// this buffer and every view are gone.
+  /// this buffer and every view are gone. Several threads may make views of one buffer at once,
+  /// and read it meanwhile: the Lease is made once, under a lock, and published by `shared_`
+  /// (readers see either no Lease or the whole one; pool_ and memory_ do not change).
   const std::shared_ptr<detail::Lease>& share_memory() {
-    if (!lease_) {
-      lease_ = std::make_shared<detail::Lease>(memory_, std::move(pool_));
-      pool_.reset();
+    if (!shared_.load(std::memory_order_acquire)) {
+      std::lock_guard<std::mutex> lock(detail::lease_mutex(this));
+      if (!shared_.load(std::memory_order_relaxed)) {
+        lease_ = std::make_shared<detail::Lease>(memory_, pool_);
+        shared_.store(true, std::memory_order_release);
+      }
     }
     return lease_;
   }
+  /// A view's memory: the Lease of the buffer it views.
+  void share_lease(std::shared_ptr<detail::Lease> lease) noexcept {
+    lease_ = std::move(lease);
+    shared_.store(lease_ != nullptr, std::memory_order_release);
+  }
+  /// The Lease once the memory is shared (a view made, or mapped), else null; safe while another
+  /// thread makes the first view.
+  detail::Lease* shared_lease() const noexcept {
+    return shared_.load(std::memory_order_acquire) ? lease_.get() : nullptr;
+  }
 
-  void swap(DeviceBuffer& other) noexcept {
+  void swap(DeviceBuffer& other) noexcept {  // never concurrent with other calls on either
     std::swap(memory_, other.memory_);
     std::swap(lease_, other.lease_);
+    const bool shared = shared_.load(std::memory_order_relaxed);
+    shared_.store(other.shared_.load(std::memory_order_relaxed), std::memory_order_relaxed);
+    other.shared_.store(shared, std::memory_order_relaxed);
     std::swap(root_, other.root_);
     std::swap(root_offset_, other.root_offset_);
     std::swap(native_view_, other.native_view_);
@@ -1530,8 +1558,9 @@ class DeviceBuffer {
   }
 
   detail::Allocation memory_;
-  std::shared_ptr<detail::MemoryPool> pool_;  // null for empty, adopted or shared memory
+  std::shared_ptr<detail::MemoryPool> pool_;  // null for empty, adopted memory and views
   std::shared_ptr<detail::Lease> lease_;      // shared with views; null until a view is made
+  std::atomic<bool> shared_{false};           // lease_ is set (share_memory)
   cl::Buffer root_;                           // a view's root, an adopted sub-buffer's parent
   std::size_t root_offset_ = 0;               // bytes from the start of root()
   std::shared_ptr<detail::NativeView> native_view_;  // a view's native(); null otherwise
@@ -8369,7 +8398,7 @@ class BufferManager {
       DeviceBuffer<T> result(std::move(memory), nullptr, device_.context(), count, {count});
       result.root_ = cl::Buffer(parent.root(), true);
       result.root_offset_ = parent.root_offset_ + offset * sizeof(T);
-      result.lease_ = lease;
+      result.share_lease(lease);
       result.native_view_ = std::move(native);
       result.access_ = parent.access_;
       return result;
@@ -8579,7 +8608,7 @@ class BufferManager {
     detail::check_range(operation, write ? "write" : "read", count, offset, buffer.size(),
                         sizeof(T));
     detail::check_host_access(operation, buffer.access_, !write, write);
-    detail::check_not_mapped(operation, buffer.lease_.get(), host, count, sizeof(T));
+    detail::check_not_mapped(operation, buffer.shared_lease(), host, count, sizeof(T));
   }
 
   /// Byte ranges of two buffers share no byte of one root buffer.
@@ -8677,7 +8706,7 @@ class BufferManager {
     detail::check_host_access(op, buffer.access_, !to_device, to_device);
     const std::vector<cl_event> wait = after ? wait_list(op, *after) : std::vector<cl_event>();
     if (detail::rect_empty(region.size)) return detail::Started();
-    detail::check_not_mapped(op, buffer.lease_.get(), host, count, sizeof(T));
+    detail::check_not_mapped(op, buffer.shared_lease(), host, count, sizeof(T));
     detail::GatedCall gated = gated_call(op, wait);
     detail::Started start{
         detail::transfer_rect(engine_, op, to_device, buffer.memory_, device_side, device_extents.y,
