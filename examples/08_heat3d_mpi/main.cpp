@@ -31,6 +31,8 @@
 #include <mpi.h>
 #include <clbuf/mpi.hpp>
 
+#include "../heat3d_common.hpp"
+
 #include <algorithm>
 #include <array>
 #include <chrono>
@@ -48,20 +50,12 @@
 
 namespace {
 
-// FP_CONTRACT OFF: a fused multiply-add would round differently from the host reference. One
-// launch updates a box of the local field: `row` and `slice` are its pitches in elements, the
-// box starts at (x0, y0, z0) and the NDRange is its size.
-const char* const kernel_source = R"(
-#pragma OPENCL EXTENSION cl_khr_fp64 : enable
-#pragma OPENCL FP_CONTRACT OFF
-__kernel void jacobi(__global const double* in, __global double* out, ulong row, ulong slice,
-                     ulong x0, ulong y0, ulong z0) {
-  const size_t i = (z0 + get_global_id(2)) * slice + (y0 + get_global_id(1)) * row + x0 +
-                   get_global_id(0);
-  out[i] = (in[i - 1] + in[i + 1] + in[i - row] + in[i + row] + in[i - slice] + in[i + slice]) /
-           6.0;
-}
-)";
+using heat3d::fnv1a;
+using heat3d::hex;
+using heat3d::host_reference;
+using heat3d::initial_value;
+using heat3d::kernel_source;
+using heat3d::parse_number;
 
 enum class Decomp { blocks, slab };
 
@@ -72,16 +66,6 @@ struct Settings {
   bool verify = false;
   Decomp decomp = Decomp::blocks;
 };
-
-/// Reads a whole decimal number in [low, high]; false for anything else.
-bool parse_number(const std::string& text, std::size_t low, std::size_t high, std::size_t& out) {
-  if (text.empty() || text.size() > 9 ||
-      text.find_first_not_of("0123456789") != std::string::npos) {
-    return false;
-  }
-  out = static_cast<std::size_t>(std::stoul(text));
-  return out >= low && out <= high;
-}
 
 using Triple = std::array<std::size_t, 3>;  // x, y, z
 
@@ -155,47 +139,6 @@ std::string parse(int argc, char** argv, int ranks, Settings& settings) {
 /// Returns {first, count}.
 std::array<std::size_t, 2> split(std::size_t n, std::size_t parts, std::size_t part) {
   return {part * (n / parts) + std::min(part, n % parts), n / parts + (part < n % parts ? 1 : 0)};
-}
-
-double initial_value(std::size_t n, std::size_t x, std::size_t y, std::size_t z) {
-  if (z == 0) return 1.0;
-  if (x == 0 || y == 0 || x == n - 1 || y == n - 1 || z == n - 1) return 0.0;
-  return static_cast<double>((7 * x + 13 * y + 29 * z) % 64) / 64.0;
-}
-
-/// The whole cube on the host, with the kernel's arithmetic in the kernel's order.
-std::vector<double> host_reference(std::size_t n, std::size_t iters) {
-  std::vector<double> in(n * n * n);
-  std::size_t next = 0;
-  for (std::size_t z = 0; z < n; ++z) {
-    for (std::size_t y = 0; y < n; ++y) {
-      for (std::size_t x = 0; x < n; ++x) in[next++] = initial_value(n, x, y, z);
-    }
-  }
-  std::vector<double> out = in;
-  const std::size_t plane = n * n;
-  for (std::size_t step = 0; step < iters; ++step) {
-    for (std::size_t z = 1; z + 1 < n; ++z) {
-      for (std::size_t y = 1; y + 1 < n; ++y) {
-        for (std::size_t x = 1; x + 1 < n; ++x) {
-          const std::size_t i = z * plane + y * n + x;
-          out[i] =
-              (in[i - 1] + in[i + 1] + in[i - n] + in[i + n] + in[i - plane] + in[i + plane]) / 6.0;
-        }
-      }
-    }
-    std::swap(in, out);
-  }
-  return in;
-}
-
-std::uint64_t fnv1a(const std::vector<double>& field) {
-  std::uint64_t hash = 0xcbf29ce484222325ULL;
-  const unsigned char* bytes = reinterpret_cast<const unsigned char*>(field.data());
-  for (std::size_t i = 0; i < field.size() * sizeof(double); ++i) {
-    hash = (hash ^ bytes[i]) * 0x100000001b3ULL;
-  }
-  return hash;
 }
 
 double seconds_since(std::chrono::steady_clock::time_point start) {
@@ -472,12 +415,6 @@ class Solver {
   std::vector<Span3> shell_;  // the other cells updated, launched after finish()
   cl::Kernel kernel_;
 };
-
-std::string hex(std::uint64_t value) {
-  char text[17];
-  std::snprintf(text, sizeof text, "%016" PRIx64, value);
-  return text;
-}
 
 /// The Cartesian communicator of the blocks (MPI_COMM_NULL for slabs), freed at the end.
 class Cart {

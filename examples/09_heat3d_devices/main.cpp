@@ -7,8 +7,8 @@
 // kernel on each device's planes whose stencil needs no ghost, finishes the exchange, then runs
 // it on the planes next to the ghosts.
 //
-// The arithmetic is example 08's, kernel and order alike, so the final field is bit for bit the
-// same on any number of devices, and its last line
+// The arithmetic is example 08's (kernel, initial field and checksum: ../heat3d_common.hpp), so
+// the final field is bit for bit the same on any number of devices, and its last line
 //   field checksum: <64-bit FNV-1a of the final field, 16 hex digits>
 // equals example 08's (on any number of ranks). The line before names how many devices ran it:
 //   devices: <count>
@@ -19,6 +19,8 @@
 // default: a context per platform, device copies), --verify (a host reference of the whole cube,
 // compared byte for byte).
 #include <clbuf/clbuf.hpp>
+
+#include "../heat3d_common.hpp"
 
 #include <algorithm>
 #include <chrono>
@@ -35,19 +37,12 @@
 
 namespace {
 
-// Example 08's kernel: FP_CONTRACT OFF (a fused multiply-add would round differently from the
-// host reference); one launch updates a box of a shard, `row` and `slice` its pitches.
-const char* const kernel_source = R"(
-#pragma OPENCL EXTENSION cl_khr_fp64 : enable
-#pragma OPENCL FP_CONTRACT OFF
-__kernel void jacobi(__global const double* in, __global double* out, ulong row, ulong slice,
-                     ulong x0, ulong y0, ulong z0) {
-  const size_t i = (z0 + get_global_id(2)) * slice + (y0 + get_global_id(1)) * row + x0 +
-                   get_global_id(0);
-  out[i] = (in[i - 1] + in[i + 1] + in[i - row] + in[i + row] + in[i - slice] + in[i + slice]) /
-           6.0;
-}
-)";
+using heat3d::fnv1a;
+using heat3d::hex;
+using heat3d::host_reference;
+using heat3d::initial_field;
+using heat3d::kernel_source;
+using heat3d::parse_number;
 
 struct Settings {
   std::size_t n = 64;
@@ -56,15 +51,6 @@ struct Settings {
   bool separate = false;
   bool verify = false;
 };
-
-bool parse_number(const std::string& text, std::size_t low, std::size_t high, std::size_t& out) {
-  if (text.empty() || text.size() > 9 ||
-      text.find_first_not_of("0123456789") != std::string::npos) {
-    return false;
-  }
-  out = static_cast<std::size_t>(std::stoul(text));
-  return out >= low && out <= high;
-}
 
 /// The message for bad arguments, or "".
 std::string parse(int argc, char** argv, Settings& settings) {
@@ -90,52 +76,6 @@ std::string parse(int argc, char** argv, Settings& settings) {
     }
   }
   return "";
-}
-
-double initial_value(std::size_t n, std::size_t x, std::size_t y, std::size_t z) {
-  if (z == 0) return 1.0;
-  if (x == 0 || y == 0 || x == n - 1 || y == n - 1 || z == n - 1) return 0.0;
-  return static_cast<double>((7 * x + 13 * y + 29 * z) % 64) / 64.0;
-}
-
-std::vector<double> initial_field(std::size_t n) {
-  std::vector<double> field(n * n * n);
-  std::size_t next = 0;
-  for (std::size_t z = 0; z < n; ++z) {
-    for (std::size_t y = 0; y < n; ++y) {
-      for (std::size_t x = 0; x < n; ++x) field[next++] = initial_value(n, x, y, z);
-    }
-  }
-  return field;
-}
-
-/// The whole cube on the host, with the kernel's arithmetic in the kernel's order.
-std::vector<double> host_reference(std::size_t n, std::size_t iters) {
-  std::vector<double> in = initial_field(n);
-  std::vector<double> out = in;
-  const std::size_t plane = n * n;
-  for (std::size_t step = 0; step < iters; ++step) {
-    for (std::size_t z = 1; z + 1 < n; ++z) {
-      for (std::size_t y = 1; y + 1 < n; ++y) {
-        for (std::size_t x = 1; x + 1 < n; ++x) {
-          const std::size_t i = z * plane + y * n + x;
-          out[i] =
-              (in[i - 1] + in[i + 1] + in[i - n] + in[i + n] + in[i - plane] + in[i + plane]) / 6.0;
-        }
-      }
-    }
-    std::swap(in, out);
-  }
-  return in;
-}
-
-std::uint64_t fnv1a(const std::vector<double>& field) {
-  std::uint64_t hash = 0xcbf29ce484222325ULL;
-  const unsigned char* bytes = reinterpret_cast<const unsigned char*>(field.data());
-  for (std::size_t i = 0; i < field.size() * sizeof(double); ++i) {
-    hash = (hash ^ bytes[i]) * 0x100000001b3ULL;
-  }
-  return hash;
 }
 
 /// Planes [first, first + count) of a shard (local, ghost plane 0 included).
@@ -239,12 +179,6 @@ class Solver {
   clbuf::ShardedHalo<double> halo_;
   std::vector<Part> parts_;
 };
-
-std::string hex(std::uint64_t value) {
-  char text[17];
-  std::snprintf(text, sizeof text, "%016" PRIx64, value);
-  return text;
-}
 
 int run(const Settings& settings) {
   clbuf::DeviceGroup group(
