@@ -51,7 +51,7 @@ mutant route-bounce-bound "$engine" \
   'bytes <= device_.options().bounce_max_bytes' 'bytes < device_.options().bounce_max_bytes' \
   paths_test "$boundaries"
 mutant route-pinned-staged "$engine" \
-  'if (stager_ && host == HostMemory::pageable &&' 'if (stager_ &&' paths_test "$boundaries"
+  '!redirected() && host == HostMemory::pageable &&' '!redirected() &&' paths_test "$boundaries"
 mutant route-fresh-host-block-bound "$engine" \
   'memory.fresh && bytes < huge_page_bytes' 'memory.fresh && bytes <= huge_page_bytes' \
   paths_test "$boundaries"
