@@ -15,6 +15,12 @@
 #include <string>
 #include <utility>
 
+#if defined(__GNUC__)
+#define CLBUF_DETAIL_INLINE inline __attribute__((always_inline))  // a wrapper: no call of its own
+#else
+#define CLBUF_DETAIL_INLINE inline
+#endif
+
 namespace clbuf {
 
 namespace detail {
@@ -199,8 +205,8 @@ inline std::string error_message(const char* operation, cl_int code, const std::
 /// Runs `body` and returns what it returns; a std::bad_alloc from it becomes
 /// fail_host_memory(operation, bytes, what): an allocation clbuf knows, of `bytes` for `what`.
 template <class Body>
-decltype(auto) guard_host_memory(const char* operation, std::size_t bytes, const char* what,
-                                 Body&& body) {
+CLBUF_DETAIL_INLINE decltype(auto) guard_host_memory(const char* operation, std::size_t bytes,
+                                                     const char* what, Body&& body) {
   try {
     return std::forward<Body>(body)();
   } catch (...) {
@@ -211,7 +217,7 @@ decltype(auto) guard_host_memory(const char* operation, std::size_t bytes, const
 /// Runs `body` and returns what it returns; a std::bad_alloc from it becomes
 /// out_of_host_memory(operation). Every public call that allocates runs in one.
 template <class Body>
-decltype(auto) guard_host_memory(const char* operation, Body&& body) {
+CLBUF_DETAIL_INLINE decltype(auto) guard_host_memory(const char* operation, Body&& body) {
   return guard_host_memory(operation, 0, nullptr, std::forward<Body>(body));
 }
 
