@@ -12,15 +12,7 @@
 
 // The heap is watched (heap_hook.hpp) except under TSan, whose runtime defines operator new and
 // delete itself.
-#if defined(__SANITIZE_THREAD__)
-#define CLBUF_TEST_HEAP_WATCH 0
-#elif defined(__has_feature)
-#if __has_feature(thread_sanitizer)
-#define CLBUF_TEST_HEAP_WATCH 0
-#endif
-#endif
-#ifndef CLBUF_TEST_HEAP_WATCH
-#define CLBUF_TEST_HEAP_WATCH 1
+#if !CLBUF_TEST_TSAN
 #include "support/heap_hook.hpp"
 #endif
 
@@ -37,7 +29,7 @@
 std::atomic<bool> heap_watch{false};
 std::atomic<std::size_t> heap_largest{0};
 
-#if CLBUF_TEST_HEAP_WATCH
+#if !CLBUF_TEST_TSAN
 void* clbuf_test_heap_new(std::size_t size) noexcept {
   if (heap_watch.load(std::memory_order_relaxed)) {
     std::size_t seen = heap_largest.load();
@@ -196,7 +188,7 @@ TEST_F(PinnedPool, ABudgetOfNothingStillMovesEveryByteExactly) {
 // A download that would bounce, with no pinned block to bounce through, reads straight into the
 // caller's memory: no host buffer of its size in between (before: a vector, then a copy).
 TEST_F(PinnedPool, ARefusedBounceReadsStraightIntoTheCallersMemory) {
-  if (!CLBUF_TEST_HEAP_WATCH) GTEST_SKIP() << "the heap is not watched under TSan";
+  if (clbuf_test::thread_sanitizer) GTEST_SKIP() << "the heap is not watched under TSan";
   auto m = make(0);
   const std::size_t bytes = 24 * kib;  // bounced (up to 32 KiB), not buffered, not staged
   const std::vector<std::uint8_t> data = random<std::uint8_t>(bytes);
@@ -213,23 +205,11 @@ TEST_F(PinnedPool, ARefusedBounceReadsStraightIntoTheCallersMemory) {
   EXPECT_GT(m->stats().pinned.refusals, 0u);
 }
 
-/// True in an AddressSanitizer build, whose leak check would report the leak made on purpose.
-#if defined(__SANITIZE_ADDRESS__)
-constexpr bool address_sanitizer = true;
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer)
-constexpr bool address_sanitizer = true;
-#else
-constexpr bool address_sanitizer = false;
-#endif
-#else
-constexpr bool address_sanitizer = false;
-#endif
-
 // A chunk left to something outside clbuf that may still write it (clbuf::mpi: the request of a
 // failed transfer) is never freed, and no longer counted against the budget: stats say so.
 TEST_F(PinnedPool, ALeakedChunkLeavesTheBudgetAndIsCounted) {
-  if (address_sanitizer) GTEST_SKIP() << "leaks a pinned block on purpose (LSan would report it)";
+  if (clbuf_test::address_sanitizer)
+    GTEST_SKIP() << "leaks a pinned block on purpose (LSan would report it)";
   auto m = make(64 * kib);
   clbuf::detail::ChunkIo io = clbuf::detail::ManagerAccess::engine(*m).chunk_io();
   clbuf::detail::HostChunk chunk = io.chunk("chunk", 32 * kib);

@@ -15,10 +15,13 @@
 #include <string>
 #include <utility>
 
+// A wrapper with no call of its own (always inlined); code off the hot path (never inlined).
 #if defined(__GNUC__)
-#define CLBUF_DETAIL_INLINE inline __attribute__((always_inline))  // a wrapper: no call of its own
+#define CLBUF_DETAIL_INLINE inline __attribute__((always_inline))
+#define CLBUF_DETAIL_COLD __attribute__((noinline, cold))
 #else
 #define CLBUF_DETAIL_INLINE inline
+#define CLBUF_DETAIL_COLD
 #endif
 
 namespace clbuf {

@@ -132,10 +132,13 @@
 #include <string>
 #include <utility>
 
+// A wrapper with no call of its own (always inlined); code off the hot path (never inlined).
 #if defined(__GNUC__)
-#define CLBUF_DETAIL_INLINE inline __attribute__((always_inline))  // a wrapper: no call of its own
+#define CLBUF_DETAIL_INLINE inline __attribute__((always_inline))
+#define CLBUF_DETAIL_COLD __attribute__((noinline, cold))
 #else
 #define CLBUF_DETAIL_INLINE inline
+#define CLBUF_DETAIL_COLD
 #endif
 
 namespace clbuf {
@@ -6267,12 +6270,6 @@ class Stager {
 #include <atomic>
 #include <chrono>
 #include <cstdint>
-
-#if defined(__GNUC__)
-#define CLBUF_DETAIL_COLD __attribute__((noinline, cold))  // off the hot path, never inlined
-#else
-#define CLBUF_DETAIL_COLD
-#endif
 
 namespace clbuf {
 namespace detail {

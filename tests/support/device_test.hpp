@@ -46,17 +46,30 @@ inline clbuf::Options fault_options(clbuf::MemoryModel model, unsigned copy_thre
 /// fails (pocl_update_event_failed against an enqueue), which TSan reports as a lock-order
 /// inversion inside the driver, whoever made the event fail: the tests that make events fail on
 /// purpose skip under TSan (they run in every other build, ASan's included).
+/// address_sanitizer: true in an AddressSanitizer build (its leak check reports a leak a test
+/// makes on purpose). CLBUF_TEST_TSAN / CLBUF_TEST_ASAN: the same for the preprocessor.
 #if defined(__SANITIZE_THREAD__)
-constexpr bool thread_sanitizer = true;
+#define CLBUF_TEST_TSAN 1
 #elif defined(__has_feature)
 #if __has_feature(thread_sanitizer)
-constexpr bool thread_sanitizer = true;
-#else
-constexpr bool thread_sanitizer = false;
+#define CLBUF_TEST_TSAN 1
 #endif
-#else
-constexpr bool thread_sanitizer = false;
 #endif
+#ifndef CLBUF_TEST_TSAN
+#define CLBUF_TEST_TSAN 0
+#endif
+#if defined(__SANITIZE_ADDRESS__)
+#define CLBUF_TEST_ASAN 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define CLBUF_TEST_ASAN 1
+#endif
+#endif
+#ifndef CLBUF_TEST_ASAN
+#define CLBUF_TEST_ASAN 0
+#endif
+constexpr bool thread_sanitizer = CLBUF_TEST_TSAN != 0;
+constexpr bool address_sanitizer = CLBUF_TEST_ASAN != 0;
 
 /// True when CLBUF_REQUIRE_DEVICE=1: a missing device is then a failure, not a skip.
 inline bool device_required() {

@@ -13,12 +13,6 @@
 #include <chrono>
 #include <cstdint>
 
-#if defined(__GNUC__)
-#define CLBUF_DETAIL_COLD __attribute__((noinline, cold))  // off the hot path, never inlined
-#else
-#define CLBUF_DETAIL_COLD
-#endif
-
 namespace clbuf {
 namespace detail {
 
