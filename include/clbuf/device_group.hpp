@@ -11,6 +11,7 @@
 #include <clbuf/buffer.hpp>
 #include <clbuf/detail/group.hpp>
 #include <clbuf/detail/joined_future.hpp>
+#include <clbuf/detail/shard_moves.hpp>
 #include <clbuf/detail/worker_pool.hpp>
 #include <clbuf/device.hpp>
 #include <clbuf/error.hpp>
@@ -48,11 +49,9 @@ enum class ContextSharing {
 /// users refer to it). Every call may be made from several threads at once, as a manager's.
 class DeviceGroup {
  public:
-  /// The devices `selector` names: "" (every device of the type the default selection picks: the
-  /// GPUs, else the CPU devices), "all", "gpu", "cpu", "accelerator" (every device of that type),
-  /// "P:D" (one device), "s1, s2, ..." (each a single selector, as BufferManager takes), or
-  /// else every device whose name contains the text (ignoring case). Devices in list_devices()
-  /// order (a list: in its order).
+  /// The devices `selector` names, in list_devices() order (a list: in its order); the grammar
+  /// ("", "all", a type, "P:D", a list "s1, s2", part of a name) is docs/design.md's "Which
+  /// devices".
   /// @throws Error CL_DEVICE_NOT_FOUND when nothing matches (naming every device);
   ///         CL_INVALID_VALUE for a list that names a device twice; as BufferManager's
   ///         constructor.
@@ -60,7 +59,9 @@ class DeviceGroup {
                        const Options& options = Options(),
                        ContextSharing sharing = ContextSharing::per_platform)
       : sharing_(sharing) {
-    detail::guard_host_memory("DeviceGroup", [&] { open(select(selector), options); });
+    detail::guard_host_memory("DeviceGroup", [&] {
+      open(detail::select_group("DeviceGroup", selector, report_), options);
+    });
   }
 
   /// The listed devices (as list_devices() gives them), in this order.
@@ -69,14 +70,17 @@ class DeviceGroup {
   explicit DeviceGroup(const std::vector<DeviceInfo>& devices, const Options& options = Options(),
                        ContextSharing sharing = ContextSharing::per_platform)
       : sharing_(sharing) {
-    detail::guard_host_memory("DeviceGroup", [&] { open(select(devices), options); });
+    detail::guard_host_memory("DeviceGroup", [&] {
+      open(detail::select_group_devices("DeviceGroup", devices, report_), options);
+    });
   }
 
   /// Adopts the application's managers (shared with it), in this order.
   /// @throws Error CL_INVALID_VALUE for an empty list, a null manager or one listed twice.
   explicit DeviceGroup(std::vector<std::shared_ptr<BufferManager>> managers)
       : sharing_(ContextSharing::per_device), managers_(std::move(managers)) {
-    detail::guard_host_memory("DeviceGroup", [&] { adopt(); });
+    detail::guard_host_memory(
+        "DeviceGroup", [&] { report_ = detail::adopted_group_report("DeviceGroup", managers_); });
   }
 
   DeviceGroup(const DeviceGroup&) = delete;
@@ -144,7 +148,7 @@ class DeviceGroup {
     return detail::guard_host_memory(op, [&] {
       detail::check_host_pointer(op, data, count);
       ShardedBuffer<T> out = make<T>(op, count, partition, halo);
-      std::vector<Future<void>> parts = put(op, out, data, true);
+      std::vector<Future<void>> parts = detail::start_spans(op, managers_, out, data, true);
       return detail::joined<ShardedBuffer<T>>(op, managers_.front()->context()(), std::move(parts),
                                               std::move(out));
     });
@@ -159,6 +163,35 @@ class DeviceGroup {
     return detail::keeping(std::move(started), std::move(kept));
   }
 
+  /// Writes `count` elements (exactly buffer.size()) from `data` into `buffer` as scatter()
+  /// writes a new one: each shard's part and its ghost elements (the array's neighbouring
+  /// elements, T() beyond its ends). For a buffer made by allocate() (or to refresh the ghost
+  /// elements from the host).
+  /// @throws Error as upload().
+  template <class T>
+  void scatter_into(ShardedBuffer<T>& buffer, const T* data, std::size_t count) {
+    const char* op = "DeviceGroup::scatter_into";
+    detail::guard_host_memory(op, [&] {
+      check_member(op, buffer);
+      detail::check_same_size(op, count, buffer.size());
+      detail::check_host_pointer(op, data, count);
+      detail::write_spans(op, managers_, workers_, buffer, data);
+    });
+  }
+  /// As scatter_into(), returning at once; `data` must stay alive and unchanged until it
+  /// completes.
+  template <class T>
+  Future<void> scatter_into_async(ShardedBuffer<T>& buffer, const T* data, std::size_t count) {
+    const char* op = "DeviceGroup::scatter_into";
+    return detail::guard_host_memory(op, [&] {
+      check_member(op, buffer);
+      detail::check_same_size(op, count, buffer.size());
+      detail::check_host_pointer(op, data, count);
+      return detail::joined<void>(op, managers_.front()->context()(),
+                                  detail::start_spans(op, managers_, buffer, data, true));
+    });
+  }
+
   /// The logical array of `buffer` (its ghost elements left out), in order.
   /// @throws Error for a buffer of another group; as the managers' downloads.
   template <class T>
@@ -167,7 +200,7 @@ class DeviceGroup {
     return detail::guard_host_memory(op, [&] {
       check_member(op, buffer);
       std::vector<T> out(buffer.size());
-      download_parts(op, buffer, out.data());
+      detail::read_parts(op, managers_, workers_, buffer, out.data());
       return out;
     });
   }
@@ -178,7 +211,7 @@ class DeviceGroup {
     return detail::guard_host_memory(op, [&] {
       check_member(op, buffer);
       std::vector<T> out(buffer.size());
-      std::vector<Future<void>> parts = get(op, buffer, out.data());
+      std::vector<Future<void>> parts = detail::start_reads(op, managers_, buffer, out.data());
       return detail::joined<std::vector<T>>(op, managers_.front()->context()(), std::move(parts),
                                             std::move(out));
     });
@@ -213,7 +246,8 @@ class DeviceGroup {
       check_member(op, buffer);
       detail::check_same_size(op, count, buffer.size());
       detail::check_host_pointer(op, data, count);
-      return detail::joined<void>(op, managers_.front()->context()(), put(op, buffer, data, false));
+      return detail::joined<void>(op, managers_.front()->context()(),
+                                  detail::start_spans(op, managers_, buffer, data, false));
     });
   }
 
@@ -226,7 +260,7 @@ class DeviceGroup {
       check_member(op, buffer);
       detail::check_same_size(op, buffer.size(), count);
       detail::check_host_pointer(op, out, count);
-      download_parts(op, buffer, out);
+      detail::read_parts(op, managers_, workers_, buffer, out);
     });
   }
   /// As download(), returning at once; `out` must stay alive until it completes.
@@ -237,7 +271,10 @@ class DeviceGroup {
       check_member(op, buffer);
       detail::check_same_size(op, buffer.size(), count);
       detail::check_host_pointer(op, out, count);
-      return detail::joined<void>(op, managers_.front()->context()(), get(op, buffer, out));
+      return each_shard_async(op, buffer, [&](std::size_t i) {
+        return managers_[i]->download_async(buffer.shard(i), out + buffer.offset(i),
+                                            buffer.count(i), buffer.ghost());
+      });
     });
   }
 
@@ -262,11 +299,10 @@ class DeviceGroup {
     const char* op = "DeviceGroup::copy";
     return detail::guard_host_memory(op, [&] {
       check_alike(op, src, dst);
-      std::vector<Future<void>> parts = each_part(op, src, [&](std::size_t i) {
+      return each_shard_async(op, src, [&](std::size_t i) {
         return managers_[i]->copy_bytes_async(src.shard(i), dst.shard(i), src.count(i) * sizeof(T),
                                               src.ghost() * sizeof(T), dst.ghost() * sizeof(T));
       });
-      return detail::joined<void>(op, managers_.front()->context()(), std::move(parts));
     });
   }
 
@@ -288,10 +324,49 @@ class DeviceGroup {
     const char* op = "DeviceGroup::fill";
     return detail::guard_host_memory(op, [&] {
       check_member(op, buffer);
-      std::vector<Future<void>> parts = each_part(op, buffer, [&](std::size_t i) {
+      return each_shard_async(op, buffer, [&](std::size_t i) {
         return managers_[i]->fill_async(buffer.shard(i), value, buffer.count(i), buffer.ghost());
       });
-      return detail::joined<void>(op, managers_.front()->context()(), std::move(parts));
+    });
+  }
+
+  /// Throws unless `a` and `b` are ShardedBuffers of this group split alike (the same count on
+  /// each device), as copy() checks them; counts in elements of `element_bytes` (a
+  /// ShardedBuffer<std::uint8_t> holding elements of a size known at run time, as Python's do).
+  /// @throws Error CL_INVALID_VALUE naming `operation`.
+  template <class T>
+  void check_alike(const char* operation, const ShardedBuffer<T>& a, const ShardedBuffer<T>& b,
+                   std::size_t element_bytes = sizeof(T)) const {
+    check_member(operation, a);
+    check_member(operation, b);
+    const std::size_t unit = std::max<std::size_t>(element_bytes / sizeof(T), 1);
+    for (std::size_t i = 0; i < size(); ++i) {
+      if (a.count(i) != b.count(i)) {
+        detail::fail(operation, CL_INVALID_VALUE,
+                     "the buffers are split differently: device " + std::to_string(i) + " holds " +
+                         std::to_string(a.count(i) / unit) + " and " +
+                         std::to_string(b.count(i) / unit) + " elements");
+      }
+    }
+  }
+
+  /// Per-device work of your own over `buffer` (a typed fill, a kernel): start(i), returning a
+  /// Future<void>, for each device i whose shard holds a part (count(i) > 0), their Futures
+  /// joined into one as the _async calls join theirs. An Error start(i) throws names
+  /// `operation` and device i; the parts already started are waited for by their Futures.
+  template <class T, class Start>
+  Future<void> each_shard_async(const char* operation, const ShardedBuffer<T>& buffer,
+                                Start start) {
+    std::vector<Future<void>> parts = detail::start_parts(operation, managers_, buffer, start);
+    return detail::joined<void>(operation, managers_.front()->context()(), std::move(parts));
+  }
+  /// As each_shard_async(), blocking: each(i) for each device whose shard holds a part, on the
+  /// group's threads at once when the buffer is large (as upload()); returns when all have.
+  /// @throws Error as the first each(i) that failed, naming its device.
+  template <class T, class Each>
+  void each_shard(const char* operation, const ShardedBuffer<T>& buffer, Each each) {
+    every_device(operation, buffer.size_bytes(), [&](std::size_t i) {
+      if (buffer.count(i) != 0) each(i);
     });
   }
   /// @}
@@ -323,104 +398,10 @@ class DeviceGroup {
     return i;
   }
 
-  /// The entries a selector picks (in the group's order), with the report of every verdict.
-  std::vector<detail::DeviceEntry> select(const std::string& selector) {
-    const char* op = "DeviceGroup";
-    const std::vector<detail::DeviceEntry> entries = detail::enumerate_devices(op);
-    if (entries.empty()) detail::fail_no_devices(op);
-    report_.selector = selector;
-    report_.origin = detail::trimmed(selector).empty() ? "default" : "selector";
-    std::vector<std::size_t> order;
-    for (detail::Verdict& verdict : detail::judge_group(op, entries, selector, order)) {
-      report_.devices.push_back(
-          {entries[verdict.entry].info, verdict.picked, std::move(verdict.reason)});
-    }
-    if (order.empty()) {
-      detail::fail(
-          op, CL_DEVICE_NOT_FOUND,
-          "no device matches \"" + selector + "\"; devices: " + detail::describe_entries(entries));
-    }
-    std::vector<detail::DeviceEntry> picked;
-    for (std::size_t i : order) picked.push_back(entries[i]);
-    return picked;
-  }
-
-  /// The entries of `devices`, matched by platform and device index.
-  std::vector<detail::DeviceEntry> select(const std::vector<DeviceInfo>& devices) {
-    const char* op = "DeviceGroup";
-    if (devices.empty()) detail::fail(op, CL_INVALID_VALUE, "an empty list of devices");
-    const std::vector<detail::DeviceEntry> entries = detail::enumerate_devices(op);
-    std::vector<detail::DeviceEntry> picked;
-    for (const DeviceInfo& device : devices) {
-      const auto found = std::find_if(entries.begin(), entries.end(), [&](const auto& entry) {
-        return entry.info.platform_index == device.platform_index &&
-               entry.info.device_index == device.device_index;
-      });
-      if (found == entries.end()) {
-        detail::fail(op, CL_DEVICE_NOT_FOUND,
-                     "no device " + std::to_string(device.platform_index) + ":" +
-                         std::to_string(device.device_index) + " (" + device.name + ")");
-      }
-      for (const detail::DeviceEntry& entry : picked) {
-        if (entry.device == found->device) {
-          detail::fail(op, CL_INVALID_VALUE, "device " + found->info.name + " listed twice");
-        }
-      }
-      picked.push_back(*found);
-    }
-    report_ = detail::group_report(entries, picked);
-    return picked;
-  }
-
-  /// A manager per entry: a context per platform (or per device), an in-order queue each.
+  /// The managers of the picked devices (detail/group.hpp: their contexts and queues).
   void open(const std::vector<detail::DeviceEntry>& picked, const Options& options) {
-    const char* op = "DeviceGroup";
-    std::map<cl_platform_id, cl::Context> contexts;
-    if (sharing_ == ContextSharing::per_platform) {
-      std::map<cl_platform_id, std::vector<cl_device_id>> devices;
-      for (const detail::DeviceEntry& entry : picked)
-        devices[entry.platform].push_back(entry.device);
-      for (const auto& [platform, list] : devices) {
-        contexts[platform] = detail::group_context(op, platform, list);
-      }
-    }
-    for (const detail::DeviceEntry& entry : picked) {
-      const cl::Context context = sharing_ == ContextSharing::per_platform
-                                      ? contexts[entry.platform]
-                                      : detail::group_context(op, entry.platform, {entry.device});
-      const detail::Queue queue = detail::Queue::create(op, context(), entry.device);
-      managers_.push_back(std::make_shared<BufferManager>(context, queue.handle(), options));
-    }
-  }
-
-  void adopt() {
-    const char* op = "DeviceGroup";
-    if (managers_.empty()) detail::fail(op, CL_INVALID_VALUE, "an empty list of managers");
-    for (std::size_t i = 0; i < managers_.size(); ++i) {
-      if (!managers_[i])
-        detail::fail(op, CL_INVALID_VALUE, "manager " + std::to_string(i) + " is null");
-      for (std::size_t j = 0; j < i; ++j) {
-        if (managers_[j] == managers_[i]) {
-          detail::fail(op, CL_INVALID_VALUE, "manager " + std::to_string(i) + " is listed twice");
-        }
-      }
-    }
-    report_.origin = "adopted";
-    for (const auto& manager : managers_)
-      report_.devices.push_back({manager->device(), true, "adopted"});
-  }
-
-  /// f() for device i: its clbuf::Error names `operation` and the device first.
-  template <class F>
-  auto on_device(const char* operation, std::size_t i, F f) -> decltype(f()) {
-    try {
-      return f();
-    } catch (const Error& error) {
-      throw Error(error.code(),
-                  detail::error_message(operation, error.code(),
-                                        "device " + std::to_string(i) + " (" +
-                                            managers_[i]->device().name + "): " + error.what()));
-    }
+    managers_ = detail::open_group("DeviceGroup", picked, options,
+                                   sharing_ == ContextSharing::per_platform);
   }
 
   /// A ShardedBuffer of `count` elements in shards of this group (contents unspecified).
@@ -433,8 +414,9 @@ class DeviceGroup {
     std::vector<DeviceBuffer<T>> shards;
     for (std::size_t i = 0; i < size(); ++i) {
       if (counts[i] > SIZE_MAX - ghosts) detail::fail_overflow(operation, counts[i], sizeof(T));
-      shards.push_back(
-          on_device(operation, i, [&] { return managers_[i]->allocate<T>(counts[i] + ghosts); }));
+      shards.push_back(detail::on_group_device(operation, i, *managers_[i], [&] {
+        return managers_[i]->allocate<T>(counts[i] + ghosts);
+      }));
     }
     return ShardedBuffer<T>(id_, std::move(shards), std::move(counts), ghost, partition);
   }
@@ -459,123 +441,14 @@ class DeviceGroup {
   ShardedBuffer<T> scatter_with_halo(const char* operation, const T* data, std::size_t count,
                                      const Partition& partition, std::size_t halo) {
     ShardedBuffer<T> out = make<T>(operation, count, partition, halo);
-    every_device(operation, out.size_bytes(), [&](std::size_t i) {
-      const ShardSpan span = span_of(out, i, true);
-      BufferManager& manager = *managers_[i];
-      if (span.last > span.first) {
-        manager.upload(out.shard(i), data + span.first, span.last - span.first, span.at);
-      }
-      if (span.before > 0) manager.fill(out.shard(i), T(), span.before, 0);
-      if (span.end < span.total) manager.fill(out.shard(i), T(), span.total - span.end, span.end);
-    });
+    detail::write_spans(operation, managers_, workers_, out, data);
     return out;
   }
 
-  /// Starts each shard's upload of its part of `data` (with `ghosts`: and its ghost elements,
-  /// T() beyond the array's ends).
-  template <class T>
-  std::vector<Future<void>> put(const char* operation, ShardedBuffer<T>& buffer, const T* data,
-                                bool ghosts) {
-    std::vector<Future<void>> parts;
-    for (std::size_t i = 0; i < size(); ++i) {
-      on_device(operation, i, [&] { put_shard(buffer, i, data, ghosts, parts); });
-    }
-    return parts;
-  }
-
-  /// Starts shard i's upload of its part of `data` (with `ghosts`: and its ghost elements, the
-  /// array's neighbouring elements and T() beyond its ends).
-  template <class T>
-  void put_shard(ShardedBuffer<T>& buffer, std::size_t i, const T* data, bool ghosts,
-                 std::vector<Future<void>>& parts) {
-    BufferManager& manager = *managers_[i];
-    const ShardSpan span = span_of(buffer, i, ghosts);
-    if (span.last > span.first) {
-      parts.push_back(manager.upload_async(buffer.shard(i), data + span.first,
-                                           span.last - span.first, span.at));
-    }
-    if (span.before > 0) parts.push_back(manager.fill_async(buffer.shard(i), T(), span.before, 0));
-    if (span.end < span.total) {
-      parts.push_back(manager.fill_async(buffer.shard(i), T(), span.total - span.end, span.end));
-    }
-  }
-
-  /// What a scatter writes into shard i: the array's elements [first, last) at element `at`,
-  /// T() in the first `before` elements and from `end` to `total` (with `ghosts`; else only its
-  /// part: before 0, end total).
-  struct ShardSpan {
-    std::size_t first, last, at, before, end, total;
-  };
-  template <class T>
-  static ShardSpan span_of(const ShardedBuffer<T>& buffer, std::size_t i, bool ghosts) {
-    const std::size_t g = ghosts ? buffer.ghost() : 0;
-    ShardSpan span{};
-    span.first = buffer.offset(i) >= g ? buffer.offset(i) - g : 0;
-    span.last = std::min(buffer.offset(i) + buffer.count(i) + g, buffer.size());
-    span.at = buffer.ghost() - (buffer.offset(i) - span.first);
-    span.before = ghosts ? span.at : 0;
-    span.total = buffer.shard(i).size();
-    span.end = ghosts ? span.at + (span.last - span.first) : span.total;
-    return span;
-  }
-
-  /// Reads every shard's part into `out` (the logical array's layout), blocking.
-  template <class T>
-  void download_parts(const char* operation, const ShardedBuffer<T>& buffer, T* out) {
-    every_device(operation, buffer.size_bytes(), [&](std::size_t i) {
-      managers_[i]->download(buffer.shard(i), out + buffer.offset(i), buffer.count(i),
-                             buffer.ghost());
-    });
-  }
-
-  /// each(i) for every device, on the group's threads at once when the move is large (one
-  /// device per thread; the calling thread too) and some device's bytes cross a bus of its own,
-  /// else one after the other on this thread: between host memory and host-model devices (CPU
-  /// devices) each call's copy already runs on the manager's copy threads over the one memory
-  /// bus, and two at once only contend (PoCL, 2 devices: 64 MiB uploads 1.15x slower). Every
-  /// device's call ends before it returns.
-  /// @throws Error as the first call that failed (naming its device).
+  /// each(i) for every device (detail::every_group_device: on the group's threads when large).
   template <class Each>
   void every_device(const char* operation, std::size_t bytes, Each each) {
-    std::atomic<std::size_t> next{0};
-    std::mutex failed;
-    std::exception_ptr first;
-    auto task = [&](unsigned) {
-      for (std::size_t i = next++; i < size(); i = next++) {
-        try {
-          on_device(operation, i, [&] { each(i); });
-        } catch (...) {
-          std::lock_guard<std::mutex> lock(failed);
-          if (!first) first = std::current_exception();
-        }
-      }
-    };
-    if (size() > 1 && bytes / size() >= parallel_bytes && !all_host_model()) {
-      workers_.run(static_cast<unsigned>(size()), task);
-    } else {
-      task(0u);
-    }
-    if (first) std::rethrow_exception(first);
-  }
-
-  /// Starts each shard's download of its part into `out` (the logical array's layout).
-  template <class T>
-  std::vector<Future<void>> get(const char* operation, const ShardedBuffer<T>& buffer, T* out) {
-    return each_part(operation, buffer, [&](std::size_t i) {
-      return managers_[i]->download_async(buffer.shard(i), out + buffer.offset(i), buffer.count(i),
-                                          buffer.ghost());
-    });
-  }
-
-  /// start(i) for each device whose shard holds a part of `buffer`: their Futures.
-  template <class T, class Start>
-  std::vector<Future<void>> each_part(const char* operation, const ShardedBuffer<T>& buffer,
-                                      Start start) {
-    std::vector<Future<void>> parts;
-    for (std::size_t i = 0; i < size(); ++i) {
-      if (buffer.count(i) != 0) parts.push_back(on_device(operation, i, [&] { return start(i); }));
-    }
-    return parts;
+    detail::every_group_device(operation, managers_, workers_, bytes, each);
   }
 
   template <class T>
@@ -588,35 +461,10 @@ class DeviceGroup {
     }
   }
 
-  template <class T>
-  void check_alike(const char* operation, const ShardedBuffer<T>& a,
-                   const ShardedBuffer<T>& b) const {
-    check_member(operation, a);
-    check_member(operation, b);
-    for (std::size_t i = 0; i < size(); ++i) {
-      if (a.count(i) != b.count(i)) {
-        detail::fail(operation, CL_INVALID_VALUE,
-                     "the buffers are split differently: device " + std::to_string(i) + " holds " +
-                         std::to_string(a.count(i)) + " and " + std::to_string(b.count(i)) +
-                         " elements");
-      }
-    }
-  }
-
-  bool all_host_model() const noexcept {
-    for (const auto& manager : managers_) {
-      if (manager->memory_model() != MemoryModel::host) return false;
-    }
-    return true;
-  }
-
   static std::uint64_t next_id() noexcept {
     static std::atomic<std::uint64_t> last{0};
     return ++last;
   }
-
-  /// Moves of at least this many bytes a device run on the devices at once.
-  static constexpr std::size_t parallel_bytes = std::size_t{1} << 20;
 
   ContextSharing sharing_ = ContextSharing::per_platform;
   std::vector<std::shared_ptr<BufferManager>> managers_;

@@ -1,8 +1,9 @@
 // SPDX-License-Identifier: MIT
-// What a DeviceGroup is made of: its selector grammar (every device of a type, "all", one
-// device by P:D, every device whose name matches, or a comma-separated list of single selectors,
-// each device with a verdict and its reason, as explain_selection() gives for one device), the
-// report of a group, and its contexts and queues.
+// What a DeviceGroup is made of: its selection (the selector grammar of docs/design.md "Which
+// devices", each device with a verdict and its reason, as explain_selection() gives for one
+// device; a list of DeviceInfo; adopted managers), the report of a group, and its OpenCL
+// contexts and queues (the group layer's only OpenCL calls besides the joined Future's user
+// event, detail/joined_future.hpp). What each device does in a group's move: shard_moves.hpp.
 #ifndef CLBUF_DETAIL_GROUP_HPP
 #define CLBUF_DETAIL_GROUP_HPP
 
@@ -11,9 +12,13 @@
 #include <clbuf/detail/selection.hpp>
 #include <clbuf/device.hpp>
 #include <clbuf/error.hpp>
+#include <clbuf/manager.hpp>
+#include <clbuf/options.hpp>
 
 #include <algorithm>
 #include <cstddef>
+#include <map>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -159,6 +164,106 @@ inline std::size_t group_product(const char* operation, std::size_t a, std::size
   std::size_t out = 0;
   if (!checked_multiply(a, b, out)) fail_overflow(operation, a, b);
   return out;
+}
+
+// ---- A group's devices: picked, opened or adopted --------------------------------------------
+
+/// The entries `selector` picks (in the group's order), each device's verdict in `report`.
+/// @throws Error CL_DEVICE_NOT_FOUND when there is no device or nothing matches (naming every
+///         device); as judge_group().
+inline std::vector<DeviceEntry> select_group(const char* operation, const std::string& selector,
+                                             SelectionReport& report) {
+  const std::vector<DeviceEntry> entries = enumerate_devices(operation);
+  if (entries.empty()) fail_no_devices(operation);
+  report.selector = selector;
+  report.origin = trimmed(selector).empty() ? "default" : "selector";
+  std::vector<std::size_t> order;
+  for (Verdict& verdict : judge_group(operation, entries, selector, order)) {
+    report.devices.push_back(
+        {entries[verdict.entry].info, verdict.picked, std::move(verdict.reason)});
+  }
+  if (order.empty()) {
+    fail(operation, CL_DEVICE_NOT_FOUND,
+         "no device matches \"" + selector + "\"; devices: " + describe_entries(entries));
+  }
+  std::vector<DeviceEntry> picked;
+  for (std::size_t i : order) picked.push_back(entries[i]);
+  return picked;
+}
+
+/// The entries of `devices`, matched by platform and device index, with the group's report.
+/// @throws Error CL_INVALID_VALUE for an empty list or a device listed twice;
+///         CL_DEVICE_NOT_FOUND for a device no platform has.
+inline std::vector<DeviceEntry> select_group_devices(const char* operation,
+                                                     const std::vector<DeviceInfo>& devices,
+                                                     SelectionReport& report) {
+  if (devices.empty()) fail(operation, CL_INVALID_VALUE, "an empty list of devices");
+  const std::vector<DeviceEntry> entries = enumerate_devices(operation);
+  std::vector<DeviceEntry> picked;
+  for (const DeviceInfo& device : devices) {
+    const auto found = std::find_if(entries.begin(), entries.end(), [&](const auto& entry) {
+      return entry.info.platform_index == device.platform_index &&
+             entry.info.device_index == device.device_index;
+    });
+    if (found == entries.end()) {
+      fail(operation, CL_DEVICE_NOT_FOUND,
+           "no device " + std::to_string(device.platform_index) + ":" +
+               std::to_string(device.device_index) + " (" + device.name + ")");
+    }
+    for (const DeviceEntry& entry : picked) {
+      if (entry.device == found->device) {
+        fail(operation, CL_INVALID_VALUE, "device " + found->info.name + " listed twice");
+      }
+    }
+    picked.push_back(*found);
+  }
+  report = group_report(entries, picked);
+  return picked;
+}
+
+/// A manager per entry: one context per platform (`per_platform`) or per device, an in-order
+/// queue each. Wraps clCreateContext (group_context()) and clCreateCommandQueue (Queue::create).
+inline std::vector<std::shared_ptr<BufferManager>> open_group(
+    const char* operation, const std::vector<DeviceEntry>& picked, const Options& options,
+    bool per_platform) {
+  std::map<cl_platform_id, cl::Context> contexts;
+  if (per_platform) {
+    std::map<cl_platform_id, std::vector<cl_device_id>> devices;
+    for (const DeviceEntry& entry : picked) devices[entry.platform].push_back(entry.device);
+    for (const auto& [platform, list] : devices) {
+      contexts[platform] = group_context(operation, platform, list);
+    }
+  }
+  std::vector<std::shared_ptr<BufferManager>> managers;
+  for (const DeviceEntry& entry : picked) {
+    const cl::Context context = per_platform
+                                    ? contexts[entry.platform]
+                                    : group_context(operation, entry.platform, {entry.device});
+    const Queue queue = Queue::create(operation, context(), entry.device);
+    managers.push_back(std::make_shared<BufferManager>(context, queue.handle(), options));
+  }
+  return managers;
+}
+
+/// The report of a group of the application's own managers, checked first.
+/// @throws Error CL_INVALID_VALUE for an empty list, a null manager or one listed twice.
+inline SelectionReport adopted_group_report(
+    const char* operation, const std::vector<std::shared_ptr<BufferManager>>& managers) {
+  if (managers.empty()) fail(operation, CL_INVALID_VALUE, "an empty list of managers");
+  for (std::size_t i = 0; i < managers.size(); ++i) {
+    if (!managers[i])
+      fail(operation, CL_INVALID_VALUE, "manager " + std::to_string(i) + " is null");
+    for (std::size_t j = 0; j < i; ++j) {
+      if (managers[j] == managers[i]) {
+        fail(operation, CL_INVALID_VALUE, "manager " + std::to_string(i) + " is listed twice");
+      }
+    }
+  }
+  SelectionReport report;
+  report.origin = "adopted";
+  for (const auto& manager : managers)
+    report.devices.push_back({manager->device(), true, "adopted"});
+  return report;
 }
 
 }  // namespace detail
