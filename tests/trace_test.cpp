@@ -12,7 +12,9 @@
 #include <cstddef>
 #include <cstdint>
 #include <filesystem>
+#include <fstream>
 #include <functional>
+#include <iterator>
 #include <map>
 #include <memory>
 #include <set>
@@ -37,6 +39,120 @@ TEST(TraceJson, StringsAreEscaped) {
   EXPECT_EQ(out, "a\\\"b\\\\c\\u000a\\u0001 d\xc3\xa9");
   const Json parsed = JsonReader::parse("\"" + out + "\"");
   EXPECT_EQ(parsed.text, "a\"b\\c\n\x01 d\xc3\xa9");
+}
+
+/// True when `text` is well-formed UTF-8 (RFC 3629: no overlong forms, no surrogates, nothing
+/// past U+10FFFF), as a strict JSON reader (Python's json) requires of a file.
+bool valid_utf8(const std::string& text) {
+  std::size_t at = 0;
+  while (at < text.size()) {
+    const unsigned char lead = static_cast<unsigned char>(text[at]);
+    std::size_t length = 0;
+    unsigned low = 0x80, high = 0xbf;  // the range of the second byte
+    if (lead < 0x80) {
+      ++at;
+      continue;
+    } else if (lead >= 0xc2 && lead <= 0xdf) {
+      length = 2;
+    } else if (lead >= 0xe0 && lead <= 0xef) {
+      length = 3;
+      if (lead == 0xe0) low = 0xa0;
+      if (lead == 0xed) high = 0x9f;
+    } else if (lead >= 0xf0 && lead <= 0xf4) {
+      length = 4;
+      if (lead == 0xf0) low = 0x90;
+      if (lead == 0xf4) high = 0x8f;
+    } else {
+      return false;
+    }
+    if (at + length > text.size()) return false;
+    for (std::size_t k = 1; k < length; ++k) {
+      const unsigned char next = static_cast<unsigned char>(text[at + k]);
+      if (k == 1 ? (next < low || next > high) : (next < 0x80 || next > 0xbf)) return false;
+    }
+    at += length;
+  }
+  return true;
+}
+
+/// `text` as append_json_string() writes it, read back by the strict reader.
+std::string json_round_trip(const std::string& text) {
+  std::string out;
+  clbuf::detail::append_json_string(out, text.data(), text.size());
+  EXPECT_TRUE(valid_utf8(out)) << "not UTF-8 for input of " << text.size() << " bytes";
+  return JsonReader::parse("\"" + out + "\"").text;
+}
+
+const std::string replacement = "\xef\xbf\xbd";  // U+FFFD
+
+// Every byte value alone: ASCII as it is (control characters, DEL, quotes and backslashes
+// escaped), every byte that cannot start a character (0x80-0xff alone) U+FFFD; the output is
+// always well-formed UTF-8 inside a valid JSON string, NUL included.
+TEST(TraceJson, EveryByteAloneIsValidJson) {
+  for (int byte = 0; byte < 256; ++byte) {
+    const std::string one(1, static_cast<char>(byte));
+    const std::string back = json_round_trip(one);
+    EXPECT_EQ(back, byte < 0x80 ? one : replacement) << "byte " << byte;
+  }
+  std::string out;
+  clbuf::detail::append_json_string(out, "\x7f\x1f");
+  EXPECT_EQ(out, "\\u007f\\u001f");
+}
+
+// Every pair of bytes and well-known ill-formed sequences: valid UTF-8 stays as it is, each
+// maximal ill-formed part becomes one U+FFFD (the Unicode standard's practice, as browsers
+// decode), never a byte of it raw.
+TEST(TraceJson, IllFormedUtf8BecomesReplacementCharacters) {
+  for (int first = 0; first < 256; ++first) {
+    for (int second = 0; second < 256; ++second) {
+      const std::string pair = {static_cast<char>(first), static_cast<char>(second)};
+      const std::string back = json_round_trip(pair);
+      if (valid_utf8(pair)) {
+        EXPECT_EQ(back, pair) << first << " " << second;
+      }
+    }
+  }
+  const std::string r = replacement;
+  const std::pair<std::string, std::string> cases[] = {
+      {"caf\xe9", "caf" + r},          // Latin-1
+      {"caf\xc3\xa9", "caf\xc3\xa9"},  // UTF-8 kept
+      {"\xe2\x82\xac \xf0\x9f\x98\x80", "\xe2\x82\xac \xf0\x9f\x98\x80"},
+      {"\x80", r},                          // a lone continuation byte
+      {"\xbf\x80", r + r},                  // two
+      {"\xc0\xaf", r + r},                  // overlong '/'
+      {"\xe0\x80\xaf", r + r + r},          // overlong, three bytes
+      {"\xf0\x80\x80\xaf", r + r + r + r},  // overlong, four bytes
+      {"\xed\xa0\x80", r + r + r},          // a surrogate (U+D800)
+      {"\xed\xbf\xbf", r + r + r},          // a surrogate (U+DFFF)
+      {"\xf4\x90\x80\x80", r + r + r + r},  // past U+10FFFF
+      {"\xf5\x80", r + r},                  // never a lead byte
+      {"\xe2\x82", r},                      // cut short
+      {"\xe2\x82x", r + "x"},               // cut short by ASCII
+      {"\xf0\x9f\x98", r},                  // cut short, four bytes
+      {"a\xff\"b\\", "a" + r + "\"b\\"},
+  };
+  for (const auto& c : cases) EXPECT_EQ(json_round_trip(c.first), c.second) << c.first;
+  // Random byte strings: always valid.
+  std::uint32_t state = 12345;
+  for (int n = 0; n < 2000; ++n) {
+    std::string text(static_cast<std::size_t>(n % 17), '\0');
+    for (char& c : text) {
+      state = state * 1664525u + 1013904223u;
+      c = static_cast<char>(state >> 24);
+    }
+    json_round_trip(text);
+  }
+}
+
+// A null name (and a null text) is an empty string, never a crash.
+TEST(TraceJson, ANullNameIsEmpty) {
+  std::string out;
+  clbuf::detail::append_json_string(out, nullptr);
+  EXPECT_EQ(out, "");
+  clbuf::detail::TraceEvent event;
+  event.name = nullptr;
+  clbuf::detail::append_trace_event(out, event);
+  EXPECT_NE(out.find("\"name\":\"\""), std::string::npos) << out;
 }
 
 /// A fresh folder (mkdtemp) for the test's trace files, removed with what it holds.
@@ -297,6 +413,54 @@ TEST_F(TraceTest, AnApplicationsCommandIsASpanUntilItCompletes) {
   EXPECT_EQ(trace.tracks.at(static_cast<int>(begins[0]->number_of("tid"))),
             "application commands (host's view)");
   EXPECT_TRUE(trace.named("b", "not traced").empty());
+}
+
+// Every public entry point of the tracer takes a null or empty name (and null texts), and a name
+// that is not UTF-8: the call is recorded under "" or U+FFFD, never a crash, and the file is valid
+// JSON in UTF-8.
+TEST_F(TraceTest, NullEmptyAndNonUtf8NamesAreRecordedNeverACrash) {
+  const std::string path = dir_.file("names.json");
+  {
+    clbuf::BufferManager traced(std::string(), discrete(path));
+    cl::UserEvent kernel(traced.context());
+    traced.trace_command(nullptr, kernel);
+    traced.trace_command("", kernel);
+    traced.trace_command("caf\xe9 \xc0\xaf\xed\xa0\x80 \x01\"\\", kernel);
+    kernel.setStatus(CL_COMPLETE);
+    clbuf::detail::Tracer tracer(path, std::string("proc\xff\0x", 7), "test");
+    const double now = clbuf::detail::trace_now();
+    const int track = tracer.track(std::string("track\xfe", 6));
+    tracer.api_span(nullptr, now, now, {{nullptr, nullptr, 0}});
+    tracer.api_span("api", now, now, {{"key\xff", "text\xff", 0}, {"n", nullptr, 1}});
+    tracer.span(track, nullptr, now, now, {});
+    tracer.overlapping(track, nullptr, now, now, {});
+    tracer.counter(nullptr, {{"k", nullptr, 1}});
+    tracer.counter("", {});
+    tracer.flow(track, true, 1, now);
+    tracer.until_complete(nullptr, track, nullptr, now, {});
+    tracer.until_complete(kernel(), track, "\x80", now, {});
+  }
+  std::string text;
+  {
+    std::ifstream in(path, std::ios::binary);
+    text.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+  }
+  EXPECT_TRUE(valid_utf8(text));
+  const Trace trace = Trace::read(path);
+  // trace_command(nullptr) and "", the overlapping span, until_complete() without an event
+  EXPECT_EQ(trace.named("b", "").size(), 4u);
+  EXPECT_EQ(trace
+                .named("b", "caf" + replacement + " " + replacement + replacement + replacement +
+                                replacement + replacement + " \x01\"\\")
+                .size(),
+            1u);
+  EXPECT_EQ(trace.named("X", "").size(), 2u);  // the null api_span and span
+  EXPECT_EQ(trace.named("C", "").size(), 2u);
+  EXPECT_EQ(trace.named("b", replacement).size(), 1u);
+  bool process = false;
+  for (const auto& named : trace.processes)
+    process |= named.second == "proc" + replacement + std::string("\0x", 2);
+  EXPECT_TRUE(process);
 }
 
 // The rect calls are spans too: a blocking one on its thread's API track, a started one until

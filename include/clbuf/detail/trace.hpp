@@ -78,27 +78,87 @@ struct TraceEvent {
   TraceArg args[max_args];
 };
 
-/// `text` as a JSON string's contents.
-inline void append_json_string(std::string& out, const char* text) {
+/// The length of the well-formed UTF-8 character at `text` (RFC 3629: no overlong form, no
+/// surrogate, nothing past U+10FFFF), of at most `size` bytes; 0 when there is none there. Sets
+/// `part` to the bytes of the longest start of one (the maximal ill-formed part: 1 at least).
+inline std::size_t utf8_character(const unsigned char* text, std::size_t size,
+                                  std::size_t& part) noexcept {
+  const unsigned char lead = text[0];
+  part = 1;
+  if (lead < 0x80) return 1;
+  std::size_t length = 0;
+  unsigned char low = 0x80, high = 0xbf;  // the range of the second byte
+  if (lead >= 0xc2 && lead <= 0xdf) {
+    length = 2;
+  } else if (lead >= 0xe0 && lead <= 0xef) {
+    length = 3;
+    if (lead == 0xe0) low = 0xa0;   // overlong below
+    if (lead == 0xed) high = 0x9f;  // surrogates above
+  } else if (lead >= 0xf0 && lead <= 0xf4) {
+    length = 4;
+    if (lead == 0xf0) low = 0x90;   // overlong below
+    if (lead == 0xf4) high = 0x8f;  // past U+10FFFF above
+  } else {
+    return 0;  // a continuation byte, C0, C1 (overlong) or F5-FF: never a lead byte
+  }
+  for (std::size_t k = 1; k < length; ++k) {
+    if (k >= size) return 0;
+    const unsigned char next = text[k];
+    if (k == 1 ? (next < low || next > high) : (next < 0x80 || next > 0xbf)) return 0;
+    part = k + 1;
+  }
+  return length;
+}
+
+/// The `size` bytes at `text` as a JSON string's contents, always valid JSON in well-formed UTF-8,
+/// whatever the bytes: `"` and `\\` escaped, control characters (0x00-0x1f, 0x7f) as \\u00XX,
+/// well-formed UTF-8 as it is, and each maximal ill-formed part (a byte that starts no character,
+/// or a character cut short) as one U+FFFD, the replacement character (the Unicode standard's
+/// practice, which browsers follow).
+inline void append_json_string(std::string& out, const char* text, std::size_t size) {
+  if (text == nullptr) return;
   const char* plain = text;  // the common case, names and keys with nothing to escape: at once
-  while (*plain != '\0' && *plain != '"' && *plain != '\\' &&
-         static_cast<unsigned char>(*plain) >= 0x20) {
+  const char* const end = text + size;
+  while (plain != end && *plain != '"' && *plain != '\\' &&
+         static_cast<unsigned char>(*plain) >= 0x20 && static_cast<unsigned char>(*plain) < 0x7f) {
     ++plain;
   }
   out.append(text, plain);
-  for (const char* c = plain; *c != '\0'; ++c) {
+  for (const char* c = plain; c != end;) {
     const unsigned char byte = static_cast<unsigned char>(*c);
     if (byte == '"' || byte == '\\') {
       out += '\\';
-      out += *c;
-    } else if (byte < 0x20) {
-      char escaped[8];
-      std::snprintf(escaped, sizeof(escaped), "\\u%04x", byte);
-      out += escaped;
+      out += *c++;
+    } else if (byte < 0x20 || byte == 0x7f) {
+      static const char hex[] = "0123456789abcdef";
+      const char escaped[6] = {'\\', 'u', '0', '0', hex[byte >> 4], hex[byte & 15]};
+      out.append(escaped, 6);
+      ++c;
+    } else if (byte < 0x80) {
+      out += *c++;
     } else {
-      out += *c;
+      std::size_t part = 1;
+      const std::size_t length = utf8_character(reinterpret_cast<const unsigned char*>(c),
+                                                static_cast<std::size_t>(end - c), part);
+      if (length == 0) {
+        out += "\xef\xbf\xbd";  // U+FFFD for the ill-formed part
+        c += part;
+      } else {
+        out.append(c, length);
+        c += length;
+      }
     }
   }
+}
+
+/// The C string `text` (null: "") as a JSON string's contents (as above).
+inline void append_json_string(std::string& out, const char* text) {
+  if (text != nullptr) append_json_string(out, text, std::strlen(text));
+}
+
+/// `text` as a JSON string's contents (as above; a NUL in it as \\u0000).
+inline void append_json_string(std::string& out, const std::string& text) {
+  append_json_string(out, text.data(), text.size());
 }
 
 // The writers below format without snprintf (integers by std::to_chars): a full buffer of 4096
@@ -479,7 +539,7 @@ class TraceFile {
     text += kind;
     text += "\",\"pid\":" + std::to_string(pid) + ",\"tid\":" + std::to_string(tid);
     text += ",\"args\":{\"name\":\"";
-    append_json_string(text, name.c_str());
+    append_json_string(text, name);
     text += "\"}},\n";
     write_text(text);
   }
