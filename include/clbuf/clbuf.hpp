@@ -19,6 +19,7 @@
 #include <clbuf/kernel.hpp>
 #include <clbuf/manager.hpp>
 #include <clbuf/mapped_view.hpp>
+#include <clbuf/npy.hpp>
 #include <clbuf/options.hpp>
 #include <clbuf/pinned.hpp>
 #include <clbuf/pool.hpp>

@@ -16,6 +16,7 @@
 #include <clbuf/detail/gated.hpp>
 #include <clbuf/detail/host_memory.hpp>
 #include <clbuf/detail/memory_object.hpp>
+#include <clbuf/detail/npy_io.hpp>
 #include <clbuf/detail/pool.hpp>
 #include <clbuf/detail/regions.hpp>
 #include <clbuf/detail/transfer_engine.hpp>
@@ -368,6 +369,121 @@ class BufferManager {
       detail::Started start =
           engine_.read_async(op, buffer.memory_, src_offset * sizeof(T), out, count * sizeof(T));
       gated.done(start.event);
+      buffer.fence(pool_.get(), start.event);
+      return future<void>(op, std::move(start), {});
+    });
+  }
+  /// @}
+
+  /// @name Files: numpy's .npy (docs/design.md "Files and checkpoints")
+  /// @{
+
+  /// A new buffer holding the array of the .npy file `path`, whose dtype must be T's
+  /// (NpyType<T>: "<f4" for float; big-endian files are swapped on the host) in C order; the
+  /// file's shape is the buffer's shape() and, when `shape` is set, stored there. The bytes go
+  /// from the file through pinned chunks to the device, the read of each chunk overlapping the
+  /// DMA of the one before (Options::staging_chunk_bytes each); into a CPU device's memory
+  /// straight. @throws Error CL_INVALID_VALUE naming the path and what differs: a missing file, a
+  /// folder, no permission, not a .npy file, another dtype, Fortran order, a size other than the
+  /// header says; CL_INVALID_BUFFER_SIZE past the device's max allocation.
+  template <class T>
+  [[nodiscard]] DeviceBuffer<T> load_npy(const std::string& path,
+                                         std::vector<std::size_t>* shape = nullptr) {
+    return detail::guard_host_memory("load_npy", [&] {
+      const char* op = "load_npy";
+      auto entry = gate_.enter(op);
+      const detail::NpyFile npy = detail::open_npy<T>(op, path);
+      DeviceBuffer<T> buffer = new_buffer<T>(op, npy.header.elements, npy.header.shape);
+      detail::npy_read(engine_, op, npy, buffer.memory_, true);
+      if (shape != nullptr) *shape = npy.header.shape;
+      return buffer;
+    });
+  }
+
+  /// As load_npy(path, shape), into `dst` (a buffer or a view), which must hold as many
+  /// elements as the file. @throws Error as load_npy(); CL_INVALID_VALUE when the counts differ.
+  template <class T>
+  void load_npy(const std::string& path, DeviceBuffer<T>& dst,
+                std::vector<std::size_t>* shape = nullptr) {
+    detail::guard_host_memory("load_npy", [&] {
+      const char* op = "load_npy";
+      auto entry = gate_.enter(op);
+      check(op, dst);
+      detail::check_host_access(op, dst.access_, false, true);
+      const detail::NpyFile npy = detail::open_npy<T>(op, path);
+      detail::check_file_elements(op, npy, dst.size());
+      detail::npy_read(engine_, op, npy, dst.memory_, false);
+      if (shape != nullptr) *shape = npy.header.shape;
+    });
+  }
+
+  /// Writes `buffer` (or a view) as the .npy file `path` of `shape` (empty: 1-D of size()),
+  /// little-endian, C order, readable by np.load. Written to a temporary file in the same folder,
+  /// fsync'd, then renamed over `path`: `path` holds its old contents or the whole new file, and
+  /// a failure (a full disk) leaves no temporary file. The device's reads of the next chunks
+  /// overlap the file's write of each. @throws Error CL_INVALID_VALUE naming the path (a folder
+  /// that is missing or not writable, a full disk) or a shape that does not hold size().
+  template <class T>
+  void save_npy(const std::string& path, const DeviceBuffer<T>& buffer,
+                std::vector<std::size_t> shape = {}) {
+    detail::guard_host_memory("save_npy", [&] {
+      const char* op = "save_npy";
+      auto entry = gate_.enter(op);
+      check_save(op, buffer, shape);
+      detail::save_npy_file(engine_, op, path, detail::npy_descr<T>(), shape, buffer.memory_,
+                            buffer.size_bytes(), sizeof(T));
+    });
+  }
+
+  /// As load_npy(path), returning at once: the header is read and checked during the call
+  /// (errors there are thrown), the bytes move on clbuf's background thread; work queued on the
+  /// manager's queue after the call runs after they have landed. get() returns the buffer.
+  template <class T>
+  Future<DeviceBuffer<T>> load_npy_async(const std::string& path) {
+    return detail::guard_host_memory("load_npy_async", [&] {
+      const char* op = "load_npy_async";
+      auto entry = gate_.enter(op);
+      detail::NpyFile npy = detail::open_npy<T>(op, path);
+      DeviceBuffer<T> buffer = new_buffer<T>(op, npy.header.elements, npy.header.shape);
+      detail::Started start =
+          detail::npy_read_async(engine_, device_, op, std::move(npy), buffer.memory_);
+      buffer.fence(pool_.get(), start.event);
+      return future<DeviceBuffer<T>>(op, std::move(start), std::move(buffer));
+    });
+  }
+
+  /// As load_npy(path, dst), returning at once; `dst` must stay alive until the Future has
+  /// completed.
+  template <class T>
+  Future<void> load_npy_async(const std::string& path, DeviceBuffer<T>& dst) {
+    return detail::guard_host_memory("load_npy_async", [&] {
+      const char* op = "load_npy_async";
+      auto entry = gate_.enter(op);
+      check(op, dst);
+      detail::check_host_access(op, dst.access_, false, true);
+      detail::NpyFile npy = detail::open_npy<T>(op, path);
+      detail::check_file_elements(op, npy, dst.size());
+      detail::Started start =
+          detail::npy_read_async(engine_, device_, op, std::move(npy), dst.memory_);
+      dst.fence(pool_.get(), start.event);
+      return future<void>(op, std::move(start), {});
+    });
+  }
+
+  /// As save_npy(), returning at once: the temporary file is made during the call, the bytes
+  /// and the rename follow on clbuf's background thread; a failure then (a full disk) surfaces
+  /// at wait() / get(), the temporary file removed. Work queued after the call that writes
+  /// `buffer` runs after it has been read.
+  template <class T>
+  Future<void> save_npy_async(const std::string& path, const DeviceBuffer<T>& buffer,
+                              std::vector<std::size_t> shape = {}) {
+    return detail::guard_host_memory("save_npy_async", [&] {
+      const char* op = "save_npy_async";
+      auto entry = gate_.enter(op);
+      check_save(op, buffer, shape);
+      detail::Started start =
+          detail::save_npy_async(engine_, device_, op, path, detail::npy_descr<T>(), shape,
+                                 buffer.memory_, buffer.size_bytes(), sizeof(T));
       buffer.fence(pool_.get(), start.event);
       return future<void>(op, std::move(start), {});
     });
@@ -821,6 +937,17 @@ class BufferManager {
   template <class T>
   void check(const char* operation, const DeviceBuffer<T>& buffer) const {
     detail::check_buffer(operation, buffer.valid(), buffer.context(), device_.context()());
+  }
+
+  /// save_npy: `buffer` is usable here and readable by the host; an empty `shape` becomes
+  /// {size()}, any other must hold size() elements.
+  template <class T>
+  void check_save(const char* operation, const DeviceBuffer<T>& buffer,
+                  std::vector<std::size_t>& shape) const {
+    check(operation, buffer);
+    detail::check_host_access(operation, buffer.access_, true, false);
+    if (shape.empty()) shape.push_back(buffer.size());
+    detail::check_shape(operation, shape, buffer.size());
   }
 
   template <class T>
