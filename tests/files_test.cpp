@@ -7,6 +7,8 @@
 // process), another dtype, Fortran order, a header that lies about the size, a corrupted header.
 #include <gtest/gtest.h>
 
+#include <chrono>
+#include <clbuf/checkpoint.hpp>
 #include <clbuf/clbuf.hpp>
 #include <clbuf/detail/crc32c.hpp>
 #include <clbuf/detail/npy_format.hpp>
@@ -15,8 +17,10 @@
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
+#include <random>
 #include <sstream>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include <fcntl.h>
@@ -617,6 +621,16 @@ TEST_P(Files, NoPermissionIsAnErrorNamingThePath) {
 /// The child of FullDiskLeavesTheOldFileAndNoTemporaryFile: runs in a fresh process of this
 /// binary under RLIMIT_FSIZE (SIGXFSZ ignored), given the folder by CLBUF_FILES_CHILD_DIR.
 TEST_P(Files, DISABLED_ChildUnderAFileSizeLimit) {
+  // Also a checkpoint's save: the previous checkpoint stays, no temporary folder is left.
+  if (std::getenv("CLBUF_FILES_CHILD_DIR") != nullptr) {
+    const std::string folder = std::string(std::getenv("CLBUF_FILES_CHILD_DIR")) + "/ckpt";
+    if (clbuf::detail::is_folder(folder)) {
+      auto big = manager().upload(pattern<float>(100000));
+      clbuf::Checkpoint checkpoint(manager(), folder);
+      checkpoint.add("u", big);
+      EXPECT_CLBUF_ERROR(checkpoint.save(), CL_INVALID_VALUE, "Checkpoint::save", "File too large");
+    }
+  }
   const char* dir = std::getenv("CLBUF_FILES_CHILD_DIR");
   if (dir == nullptr) GTEST_SKIP() << "run by FullDiskLeavesTheOldFileAndNoTemporaryFile";
   const std::string path = std::string(dir) + "/a.npy";
@@ -628,35 +642,223 @@ TEST_P(Files, DISABLED_ChildUnderAFileSizeLimit) {
   if (!HasFailure()) write_all(std::string(dir) + "/child-ran", "");  // small: under the limit
 }
 
+/// Runs the disabled case `name` of this binary on `model` in a child process with
+/// CLBUF_FILES_CHILD_DIR=`folder` (and `extra` in CLBUF_FILES_CHILD_ARG), under a file-size limit
+/// of `fsize_limit` bytes (0: none) with SIGXFSZ ignored; returns the child's pid.
+pid_t start_child(const std::string& name, clbuf::MemoryModel model, const std::string& folder,
+                  std::size_t fsize_limit, const std::string& extra = "") {
+  const std::string filter =
+      std::string("--gtest_filter=Models/Files.DISABLED_") + name + "/" + clbuf::to_string(model);
+  std::fflush(nullptr);
+  const pid_t child = ::fork();
+  if (child != 0) return child;
+  if (fsize_limit != 0) {
+    struct rlimit limit {};
+    limit.rlim_cur = limit.rlim_max = fsize_limit;
+    ::setrlimit(RLIMIT_FSIZE, &limit);
+    ::signal(SIGXFSZ, SIG_IGN);
+  }
+  ::setenv("CLBUF_FILES_CHILD_DIR", folder.c_str(), 1);
+  ::setenv("CLBUF_FILES_CHILD_ARG", extra.c_str(), 1);
+  const int null = ::open("/dev/null", O_WRONLY);
+  if (null >= 0) ::dup2(null, 1);
+  ::execl("/proc/self/exe", "files_test", filter.c_str(), "--gtest_also_run_disabled_tests",
+          static_cast<char*>(nullptr));
+  ::_exit(91);
+}
+
+/// The exit status of `child` (-1: it did not exit, e.g. killed).
+int wait_child(pid_t child) {
+  int status = 0;
+  if (::waitpid(child, &status, 0) != child) return -2;
+  return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+
 TEST_P(Files, FullDiskLeavesTheOldFileAndNoTemporaryFile) {
   const std::string path = folder_ / "a.npy";
   write_all(path, "the previous file");
-  std::fflush(nullptr);
-  const pid_t child = ::fork();
-  ASSERT_GE(child, 0);
-  if (child == 0) {
-    struct rlimit limit {};
-    limit.rlim_cur = limit.rlim_max = 64 << 10;
-    ::setrlimit(RLIMIT_FSIZE, &limit);
-    ::signal(SIGXFSZ, SIG_IGN);
-    ::setenv("CLBUF_FILES_CHILD_DIR", folder_.path().c_str(), 1);
-    const std::string filter =
-        std::string("--gtest_filter=") +
-        ::testing::UnitTest::GetInstance()->current_test_info()->test_suite_name() +
-        ".DISABLED_ChildUnderAFileSizeLimit/" + clbuf::to_string(GetParam());
-    const int null = ::open("/dev/null", O_WRONLY);
-    if (null >= 0) ::dup2(null, 1);
-    ::execl("/proc/self/exe", "files_test", filter.c_str(), "--gtest_also_run_disabled_tests",
-            static_cast<char*>(nullptr));
-    ::_exit(91);
-  }
-  int status = 0;
-  ASSERT_EQ(::waitpid(child, &status, 0), child);
-  ASSERT_TRUE(WIFEXITED(status));
-  EXPECT_EQ(WEXITSTATUS(status), 0) << "the child's save did not fail as it should (91: exec)";
+  auto previous = manager().upload(std::vector<float>(100000, 1.0f));
+  clbuf::Checkpoint checkpoint(manager(), folder_ / "ckpt");
+  checkpoint.add("u", previous);
+  checkpoint.save();
+  const pid_t child = start_child("ChildUnderAFileSizeLimit", GetParam(), folder_.path(), 64 << 10);
+  ASSERT_GT(child, 0);
+  EXPECT_EQ(wait_child(child), 0) << "the child's save did not fail as it should (91: exec)";
   EXPECT_EQ(::unlink((folder_ / "child-ran").c_str()), 0) << "the child's test did not run";
   EXPECT_EQ(read_all(path), "the previous file");
-  EXPECT_EQ(folder_.entries(), std::vector<std::string>{"a.npy"});
+  EXPECT_EQ(folder_.entries(), (std::vector<std::string>{"a.npy", "ckpt"}));
+  manager().fill(previous, 0.0f);
+  checkpoint.load();
+  EXPECT_TRUE(manager().download(previous) == std::vector<float>(100000, 1.0f));
+}
+
+// ---------------------------------------------------------------------------------------------
+// Checkpoints.
+
+TEST_P(Files, CheckpointSavesAndLoadsNamedBuffersAndViews) {
+  auto u = manager().upload(pattern<double>(3000), {30, 100});
+  auto whole = upload_pattern<std::int16_t>(manager(), 5000);
+  auto part = manager().view(whole, 100, 2000);
+  auto flags = upload_pattern<bool>(manager(), 77);
+  clbuf::Checkpoint checkpoint(manager(), folder_ / "ckpt");
+  checkpoint.add("u", u).add("part", part).add("flags", flags);
+  checkpoint.save();
+  checkpoint.save();  // over the previous one
+  EXPECT_EQ(folder_.entries(), std::vector<std::string>{"ckpt"});
+  EXPECT_EQ(clbuf::read_npy_header(folder_ / "ckpt/u.npy").shape,
+            (std::vector<std::size_t>{30, 100}));
+  manager().fill(u, -1.0);
+  manager().fill(whole, std::int16_t{-1});
+  manager().fill(flags, false);
+  checkpoint.load();
+  EXPECT_TRUE(manager().download(u) == pattern<double>(3000));
+  EXPECT_TRUE(holds_pattern(manager(), flags));
+  const std::vector<std::int16_t> all = manager().download(whole);
+  for (std::size_t i = 0; i < all.size(); ++i) {
+    const std::int16_t expected = i >= 100 && i < 2100 ? pattern_value<std::int16_t>(i) : -1;
+    ASSERT_EQ(all[i], expected) << "element " << i;
+  }
+}
+
+TEST_P(Files, CheckpointRefusesAFlippedByteInAnyFileAndLeavesTheBuffersAlone) {
+  auto u = manager().upload(pattern<float>(100));
+  auto v = upload_pattern<std::int64_t>(manager(), 20);
+  const std::string folder = folder_ / "ckpt";
+  clbuf::Checkpoint checkpoint(manager(), folder);
+  checkpoint.add("u", u).add("v", v);
+  checkpoint.save();
+  manager().fill(u, 5.0f);
+  for (const std::string name : {"u.npy", "v.npy", "manifest"}) {
+    const std::string path = folder + "/" + name;
+    const std::string bytes = read_all(path);
+    for (std::size_t at = 0; at < bytes.size(); ++at) {
+      std::string flipped = bytes;
+      flipped[at] = static_cast<char>(flipped[at] ^ (1 << (at % 8)));
+      write_all(path, flipped);
+      try {
+        checkpoint.load();
+        ADD_FAILURE() << "a flipped bit at byte " << at << " of " << name << " was loaded";
+      } catch (const clbuf::Error& error) {
+        ASSERT_NE(std::string(error.what()).find(path), std::string::npos)
+            << "byte " << at << ": " << error.what();
+      }
+    }
+    write_all(path, bytes);
+  }
+  EXPECT_TRUE(manager().download(u) == std::vector<float>(100, 5.0f));
+  checkpoint.load();
+  EXPECT_TRUE(manager().download(u) == pattern<float>(100));
+}
+
+TEST_P(Files, CheckpointRefusesMissingTruncatedAndMismatchedFiles) {
+  auto u = manager().upload(pattern<float>(300));
+  const std::string folder = folder_ / "ckpt";
+  clbuf::Checkpoint none(manager(), folder);
+  none.add("u", u);
+  EXPECT_CLBUF_ERROR(none.load(), CL_INVALID_VALUE, "Checkpoint::load", folder, "no checkpoint");
+  none.save();
+  const std::string file = folder + "/u.npy";
+  const std::string bytes = read_all(file);
+  write_all(file, bytes.substr(0, bytes.size() - 4));
+  EXPECT_CLBUF_ERROR(none.load(), CL_INVALID_VALUE, file, "truncated");
+  ASSERT_EQ(::unlink(file.c_str()), 0);
+  EXPECT_CLBUF_ERROR(none.load(), CL_INVALID_VALUE, file, "No such file");
+  write_all(file, bytes);
+  auto d = manager().upload(pattern<double>(300));
+  clbuf::Checkpoint other_type(manager(), folder);
+  other_type.add("u", d);
+  EXPECT_CLBUF_ERROR(other_type.load(), CL_INVALID_VALUE, file, "<f4", "<f8");
+  auto longer = manager().upload(pattern<float>(301));
+  clbuf::Checkpoint other_shape(manager(), folder);
+  other_shape.add("u", longer);
+  EXPECT_CLBUF_ERROR(other_shape.load(), CL_INVALID_VALUE, file, "[300]", "[301]");
+  clbuf::Checkpoint other_name(manager(), folder);
+  other_name.add("w", u);
+  EXPECT_CLBUF_ERROR(other_name.load(), CL_INVALID_VALUE, "manifest", "no array 'w'");
+  EXPECT_CLBUF_ERROR(other_name.add("a b", u), CL_INVALID_VALUE, "'a b'");
+  ASSERT_EQ(::unlink((folder + "/manifest").c_str()), 0);
+  EXPECT_CLBUF_ERROR(none.load(), CL_INVALID_VALUE, folder + "/manifest", "No such file");
+}
+
+TEST_P(Files, CheckpointNeverReplacesAFolderThatIsNotOne) {
+  const std::string folder = folder_ / "mine";
+  ASSERT_EQ(::mkdir(folder.c_str(), 0755), 0);
+  write_all(folder + "/precious.txt", "keep me");
+  auto u = manager().upload(pattern<float>(10));
+  clbuf::Checkpoint checkpoint(manager(), folder);
+  checkpoint.add("u", u);
+  EXPECT_CLBUF_ERROR(checkpoint.save(), CL_INVALID_VALUE, folder, "not a clbuf checkpoint");
+  EXPECT_EQ(read_all(folder + "/precious.txt"), "keep me");
+  EXPECT_EQ(folder_.entries(), std::vector<std::string>{"mine"});
+}
+
+TEST_P(Files, CheckpointCutOffBetweenItsRenamesLoadsTheOldOneAndTheNextSaveCleansUp) {
+  auto u = manager().upload(pattern<float>(100));
+  const std::string folder = folder_ / "ckpt";
+  clbuf::Checkpoint checkpoint(manager(), folder);
+  checkpoint.add("u", u);
+  checkpoint.save();
+  ASSERT_EQ(::rename(folder.c_str(), (folder + ".old").c_str()), 0);  // as a kill there leaves it
+  ASSERT_EQ(::mkdir((folder + ".tmp").c_str(), 0755), 0);             // and a half-written one
+  EXPECT_EQ(clbuf::Checkpoint::complete_folder(folder), folder + ".old");
+  manager().fill(u, 0.0f);
+  checkpoint.load();
+  EXPECT_TRUE(manager().download(u) == pattern<float>(100));
+  checkpoint.save();
+  EXPECT_EQ(folder_.entries(), std::vector<std::string>{"ckpt"});
+}
+
+/// The child of CheckpointKilledAtRandomPointsAlwaysLeavesACompleteOne: saves checkpoints of
+/// generation g = base, base + 1, ... (every element of u is g, of v 2g, w -g) until killed.
+TEST_P(Files, DISABLED_ChildSavesCheckpointsUntilKilled) {
+  const char* dir = std::getenv("CLBUF_FILES_CHILD_DIR");
+  const char* arg = std::getenv("CLBUF_FILES_CHILD_ARG");
+  if (dir == nullptr || arg == nullptr) GTEST_SKIP() << "run by the kill test";
+  auto u = manager().allocate<float>(3000);
+  auto v = manager().allocate<std::int32_t>(1500);
+  auto w = manager().allocate<double>(700);
+  clbuf::Checkpoint checkpoint(manager(), std::string(dir) + "/ckpt");
+  checkpoint.add("u", u).add("v", v).add("w", w);
+  for (long g = std::atol(arg);; ++g) {
+    manager().fill(u, static_cast<float>(g));
+    manager().fill(v, static_cast<std::int32_t>(2 * g));
+    manager().fill(w, -static_cast<double>(g));
+    checkpoint.save();
+  }
+}
+
+TEST_P(Files, CheckpointKilledAtRandomPointsAlwaysLeavesACompleteOne) {
+  auto u = manager().upload(std::vector<float>(3000, 0.0f));
+  auto v = manager().upload(std::vector<std::int32_t>(1500, 0));
+  auto w = manager().upload(std::vector<double>(700, -0.0));
+  clbuf::Checkpoint checkpoint(manager(), folder_ / "ckpt");
+  checkpoint.add("u", u).add("v", v).add("w", w);
+  checkpoint.save();  // generation 0
+  std::mt19937 rng(clbuf_test::fresh_seed());
+  long newest = 0;
+  int saved_while_running = 0;
+  for (int trial = 1; trial <= 50; ++trial) {
+    const long base = 1000L * trial;
+    const pid_t child = start_child("ChildSavesCheckpointsUntilKilled", GetParam(), folder_.path(),
+                                    0, std::to_string(base));
+    ASSERT_GT(child, 0);
+    std::this_thread::sleep_for(std::chrono::milliseconds(150 + rng() % 250));
+    ::kill(child, SIGKILL);
+    ASSERT_EQ(wait_child(child), -1) << "trial " << trial << ": the child ended by itself";
+    checkpoint.load();  // throws if nothing complete is left
+    const float g = manager().download(u)[0];
+    const auto gen = static_cast<long>(g);
+    EXPECT_TRUE(manager().download(u) == std::vector<float>(3000, g)) << "trial " << trial;
+    EXPECT_TRUE(manager().download(v) ==
+                std::vector<std::int32_t>(1500, static_cast<std::int32_t>(2 * gen)))
+        << "trial " << trial;
+    EXPECT_TRUE(manager().download(w) == std::vector<double>(700, -static_cast<double>(gen)))
+        << "trial " << trial;
+    EXPECT_TRUE(gen == newest || gen >= base) << "trial " << trial << ": generation " << gen;
+    if (gen >= base) ++saved_while_running;
+    newest = gen;
+  }
+  EXPECT_GT(saved_while_running, 10) << "the children saved too rarely to test anything";
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -11,6 +11,7 @@
 
 #ifndef CLBUF_DETAIL_CANNOT_COMPILE
 #include <clbuf/buffer.hpp>
+#include <clbuf/checkpoint.hpp>
 #include <clbuf/device.hpp>
 #include <clbuf/device_group.hpp>
 #include <clbuf/device_info.hpp>
