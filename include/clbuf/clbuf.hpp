@@ -28,6 +28,8 @@
 #include <clbuf/sharded_buffer.hpp>
 #include <clbuf/sharded_halo.hpp>
 #include <clbuf/telemetry.hpp>
+#include <clbuf/tile_plan.hpp>
+#include <clbuf/tile_stream.hpp>
 #endif
 
 #endif  // CLBUF_CLBUF_HPP

@@ -28,8 +28,10 @@
 #include <clbuf/pinned.hpp>
 #include <clbuf/rect.hpp>
 #include <clbuf/telemetry.hpp>
+#include <clbuf/tile_plan.hpp>
 
 #include <cstddef>
+#include <limits>
 #include <memory>
 #include <new>
 #include <string>
@@ -138,6 +140,28 @@ class BufferManager {
     stats.pool = pool_->stats();
     stats.pinned = engine_.pinned().stats();
     return stats;
+  }
+  /// How much fits: the device's memory and max allocation, what this manager holds now (its
+  /// buffers in use, the pool's cached buffers, its pinned host memory) and the tiles
+  /// stream_tiles() would choose with `options` for elements of `element_bytes` in and out.
+  /// No OpenCL call. @throws Error CL_INVALID_VALUE for options out of range (TileOptions).
+  MemoryReport memory_report(const TileOptions& options = TileOptions(),
+                             std::size_t element_bytes = sizeof(float)) const {
+    MemoryReport report;
+    report.device_memory_bytes = device_.info().global_mem_bytes;
+    report.max_alloc_bytes = device_.info().max_alloc_bytes;
+    const PoolStats pool = pool_->stats();
+    report.buffers = pool.in_use_buffers;
+    report.buffers_bytes = pool.in_use_bytes;
+    report.pool_cached_bytes = pool.cached_bytes;
+    const PinnedStats pinned = engine_.pinned().stats();
+    report.pinned_bytes = pinned.allocated_bytes;
+    report.pinned_budget_bytes = pinned.budget_bytes;
+    report.stream =
+        detail::plan_tiles("memory_report", device_.info(), std::numeric_limits<std::size_t>::max(),
+                           element_bytes, element_bytes, options);
+    report.stream.tiles = 0;
+    return report;
   }
   /// Sets the transfer counters of stats() back to zero (the pool's counters stay).
   void reset_stats() noexcept { engine_.telemetry().reset(); }

@@ -18,6 +18,10 @@ struct PoolStats {
   std::size_t cached_buffers = 0;  ///< buffers waiting for reuse now
   std::size_t cached_bytes = 0;    ///< their capacity in bytes
   std::size_t limit_bytes = 0;     ///< most bytes the pool keeps cached
+  /// Buffers the pool handed out that have not come back (live DeviceBuffers and their views'
+  /// memory; a release()d buffer's until its last view is gone) and their capacity in bytes.
+  std::size_t in_use_buffers = 0;
+  std::size_t in_use_bytes = 0;
 };
 
 }  // namespace clbuf

@@ -79,6 +79,24 @@ class ChunkIo {
     return event;
   }
 
+  /// As read(), started once the commands of `after` have completed (events of other queues,
+  /// which may fail: the read then fails with them and `into` is left as it was).
+  cl::Event read_after(const char* operation, cl_mem buffer, std::size_t offset, std::size_t bytes,
+                       void* into, const std::vector<cl_event>& after) const {
+    cl::Event event = queue_.read_after_events(operation, buffer, offset, bytes, into, after);
+    queue_.flush(operation);
+    return event;
+  }
+
+  /// Holds the queue's later commands until each of `events` has completed; returns the
+  /// barrier's event, which the caller keeps until it has ended (KeptEvents: PoCL 3.1).
+  cl::Event barrier(const char* operation, const std::vector<cl_event>& events) const {
+    return queue_.barrier(operation, events);
+  }
+
+  /// The queue the calls go to.
+  const Queue& queue() const noexcept { return queue_; }
+
   /// Host `from` -> `bytes` at byte `offset` of `buffer`; as read().
   cl::Event write(const char* operation, cl_mem buffer, std::size_t offset, std::size_t bytes,
                   const void* from, bool blocking) const {

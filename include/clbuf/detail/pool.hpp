@@ -126,6 +126,8 @@ class MemoryPool {
           ++stats_.hits;
           --stats_.cached_buffers;
           stats_.cached_bytes -= capacity;
+          ++stats_.in_use_buffers;
+          stats_.in_use_bytes += capacity;
           return allocation;
         }
       }
@@ -142,13 +144,21 @@ class MemoryPool {
       allocation = create(capacity, err);
     }
     check(err, operation, host_backed_ ? "clCreateBuffer(CL_MEM_USE_HOST_PTR)" : "clCreateBuffer");
+    std::lock_guard<std::mutex> lock(mutex_);
+    ++stats_.in_use_buffers;
+    stats_.in_use_bytes += allocation.capacity;
     return allocation;
   }
 
   /// Takes a buffer back for reuse, or frees it when the pool is full or closed.
   void give_back(Allocation&& allocation) noexcept {
-    if (allocation.buffer() == nullptr) return;
+    if (allocation.buffer() == nullptr) {  // release()d to the application: no longer clbuf's
+      forget(allocation.capacity);
+      return;
+    }
     std::unique_lock<std::mutex> lock(mutex_);
+    stats_.in_use_bytes -= std::min(stats_.in_use_bytes, allocation.capacity);
+    stats_.in_use_buffers -= std::min<std::size_t>(stats_.in_use_buffers, 1);
     if (closed_ || stats_.cached_bytes + allocation.capacity > stats_.limit_bytes) {
       ++stats_.released;
       lock.unlock();
@@ -159,6 +169,15 @@ class MemoryPool {
     stats_.cached_bytes += allocation.capacity;
     ++stats_.cached_buffers;
     free_[allocation.capacity].push_back(std::move(allocation));
+  }
+
+  /// Memory of `capacity` bytes the pool handed out will not come back (the application owns
+  /// it): it no longer counts as in use. Nothing for 0 (an empty buffer's).
+  void forget(std::size_t capacity) noexcept {
+    if (capacity == 0) return;
+    std::lock_guard<std::mutex> lock(mutex_);
+    stats_.in_use_bytes -= std::min(stats_.in_use_bytes, capacity);
+    stats_.in_use_buffers -= std::min<std::size_t>(stats_.in_use_buffers, 1);
   }
 
   /// Frees every cached buffer.
@@ -262,7 +281,12 @@ struct Lease {
   Lease(const Lease&) = delete;
   Lease& operator=(const Lease&) = delete;
   ~Lease() {
-    if (pool && reusable.load()) pool->give_back(std::move(memory));
+    if (!pool) return;
+    if (reusable.load()) {
+      pool->give_back(std::move(memory));
+    } else {
+      pool->forget(memory.capacity);
+    }
   }
 
   /// Records a MappedView's host range [data, data + bytes) while it is mapped.

@@ -26,7 +26,9 @@ class Queue {
   /// every driver has (1.2 ones lack the 2.0 clCreateCommandQueueWithProperties); the C headers
   /// mark it deprecated from 2.0 on unless CL_USE_DEPRECATED_OPENCL_1_2_APIS, which is the
   /// application's to choose, so the warning is silenced here, for this call alone.
-  static Queue create(const char* operation, cl_context context, cl_device_id device) {
+  /// `properties`: 0 (in order, no profiling) or CL_QUEUE_PROFILING_ENABLE.
+  static Queue create(const char* operation, cl_context context, cl_device_id device,
+                      cl_command_queue_properties properties = 0) {
     cl_int err = CL_SUCCESS;
 #if defined(__GNUC__) || defined(__clang__)
 #pragma GCC diagnostic push
@@ -35,7 +37,8 @@ class Queue {
 #pragma warning(push)
 #pragma warning(disable : 4996)
 #endif
-    Queue queue(cl::CommandQueue(CLBUF_CL(clCreateCommandQueue)(context, device, 0, &err), false));
+    Queue queue(
+        cl::CommandQueue(CLBUF_CL(clCreateCommandQueue)(context, device, properties, &err), false));
 #if defined(__GNUC__) || defined(__clang__)
 #pragma GCC diagnostic pop
 #elif defined(_MSC_VER)
@@ -45,13 +48,14 @@ class Queue {
     return queue;
   }
 
-  /// A new in-order queue of `context` on the device of `other`.
-  static Queue beside(const char* operation, cl_context context, const Queue& other) {
+  /// A new in-order queue of `context` on the device of `other` (`properties` as create()).
+  static Queue beside(const char* operation, cl_context context, const Queue& other,
+                      cl_command_queue_properties properties = 0) {
     cl_device_id device = nullptr;
     check(CLBUF_CL(clGetCommandQueueInfo)(other.get(), CL_QUEUE_DEVICE, sizeof(device), &device,
                                           nullptr),
           operation, "clGetCommandQueueInfo");
-    return create(operation, context, device);
+    return create(operation, context, device, properties);
   }
 
   const cl::CommandQueue& handle() const noexcept { return queue_; }
@@ -74,6 +78,20 @@ class Queue {
     cl_event event = nullptr;
     check(CLBUF_CL(clEnqueueReadBuffer)(queue_(), buffer, blocking ? CL_TRUE : CL_FALSE, offset,
                                         bytes, host, 0, nullptr, blocking ? nullptr : &event),
+          operation, "clEnqueueReadBuffer");
+    return cl::Event(event, false);
+  }
+
+  /// Buffer -> host, non-blocking, once the commands of `wait` have completed; returns the
+  /// command's event. A failed one of them fails the read (its event's status, or at once with
+  /// CL_EXEC_STATUS_ERROR_FOR_EVENTS_IN_WAIT_LIST when it had failed before the call).
+  cl::Event read_after_events(const char* operation, cl_mem buffer, std::size_t offset,
+                              std::size_t bytes, void* host,
+                              const std::vector<cl_event>& wait) const {
+    cl_event event = nullptr;
+    check(CLBUF_CL(clEnqueueReadBuffer)(queue_(), buffer, CL_FALSE, offset, bytes, host,
+                                        static_cast<cl_uint>(wait.size()),
+                                        wait.empty() ? nullptr : wait.data(), &event),
           operation, "clEnqueueReadBuffer");
     return cl::Event(event, false);
   }
