@@ -231,8 +231,8 @@ build_targets() {
 
 start=$(date +%s)
 sync_tree
-cmake -S "$src" -B "$build" -DCLBUF_BUILD_PYTHON=ON -DCLBUF_BUILD_EXAMPLES=OFF \
-  -DCLBUF_INSTALL=OFF > "$work/configure.log" 2>&1 ||
+cmake -S "$src" -B "$build" -DCMAKE_BUILD_TYPE=Debug -DCLBUF_BUILD_PYTHON=ON \
+  -DCLBUF_BUILD_EXAMPLES=OFF -DCLBUF_INSTALL=OFF > "$work/configure.log" 2>&1 ||
   { echo "mutants: configuring failed ($work/configure.log)" >&2; exit 2; }
 
 # Mutants whose targets this build has not (no MPI found, or no pybind11 for the Python module)

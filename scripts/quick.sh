@@ -11,7 +11,7 @@ jobs=${JOBS:-$(nproc)}
 start=$SECONDS
 
 scripts/install-deps.sh
-[ -f "$dir/CMakeCache.txt" ] || cmake -S . -B "$dir" -DCLBUF_BUILD_EXAMPLES=OFF > /dev/null
+[ -f "$dir/CMakeCache.txt" ] || cmake -S . -B "$dir" -DCMAKE_BUILD_TYPE=Debug -DCLBUF_BUILD_EXAMPLES=OFF > /dev/null
 cmake --build "$dir" -j"$jobs" --target clbuf_tests_unit
 CLBUF_REQUIRE_DEVICE=${CLBUF_REQUIRE_DEVICE:-1} \
   ctest --test-dir "$dir" -L '^unit$' --output-on-failure -j"$jobs" "$@"

@@ -128,7 +128,7 @@ plain_build() {  # plain_build LABEL...: the plain build, configured again, with
   if [ -f "$plain/CMakeCache.txt" ]; then
     cmake "$plain" > /dev/null || return 1  # again: finds oclgrind, installed since .ci/run's build
   else
-    cmake -S . -B "$plain" -DCLBUF_BUILD_EXAMPLES=OFF > /dev/null || return 1
+    cmake -S . -B "$plain" -DCMAKE_BUILD_TYPE=Debug -DCLBUF_BUILD_EXAMPLES=OFF > /dev/null || return 1
   fi
   cmake --build "$plain" -j"$jobs" "${targets[@]}"
 }
