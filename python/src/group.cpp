@@ -9,11 +9,11 @@
 // and every such DeviceBuffer are gone, and to_pyopencl() keeps it out of the pool for good.
 #include "group.hpp"
 
+#include "dtype_dispatch.hpp"
 #include "futures.hpp"
 #include "manager.hpp"
 #include "values.hpp"
 
-#include <clbuf/detail/joined_future.hpp>
 #include <clbuf/device_group.hpp>
 #include <clbuf/sharded_halo.hpp>
 
@@ -114,8 +114,8 @@ class Group : public std::enable_shared_from_this<Group> {
 
  private:
   /// A ShardedBuffer of `dtype` and `shape` holding `bytes`, its shards' DeviceBuffers made.
-  std::shared_ptr<Sharded> adopt(clbuf::ShardedBuffer<std::uint8_t> bytes, const py::dtype& dtype,
-                                 std::vector<py::ssize_t> shape, std::size_t unit);
+  std::shared_ptr<Sharded> wrap(clbuf::ShardedBuffer<std::uint8_t> bytes, const py::dtype& dtype,
+                                std::vector<py::ssize_t> shape, std::size_t unit);
   /// The array of `data` of the ShardedBuffer's dtype and element count.
   static py::array matching(const char* operation, const Sharded& sharded, const py::handle& data,
                             const char* what, bool writable);
@@ -278,69 +278,26 @@ std::vector<double> as_weights(const char* operation, const py::handle& weights)
   return out;
 }
 
+/// The split of `elements` elements of `itemsize` bytes over `devices` devices, checked by the
+/// library in elements (Partition::split: its messages count elements), then as the partition
+/// of the bytes (in units of unit * itemsize bytes) that the C++ ShardedBuffer is split by.
 Split split_of(const char* operation, std::size_t itemsize, std::size_t elements,
-               const py::handle& weights, const py::handle& unit, const py::handle& halo) {
+               std::size_t devices, const py::handle& weights, const py::handle& unit,
+               const py::handle& halo) {
   Split split;
   split.unit = as_size(operation, unit, "unit");
   split.halo = as_size(operation, halo, "halo");
-  if (split.unit == 0 || elements % split.unit != 0) {
-    fail(operation, CL_INVALID_VALUE,
-         "a partition in units of " + std::to_string(split.unit) + " elements cannot split " +
-             std::to_string(elements) + " elements");
-  }
+  std::vector<double> shares;
+  if (!weights.is_none()) shares = as_weights(operation, weights);
+  const clbuf::Partition in_elements = weights.is_none()
+                                           ? clbuf::Partition::even(split.unit)
+                                           : clbuf::Partition::weighted(shares, split.unit);
+  (void)in_elements.split(operation, elements, devices);
   const std::size_t unit_bytes = times(operation, split.unit, itemsize, "unit");
   (void)times(operation, times(operation, split.halo, unit_bytes, "halo"), 2, "halo");
-  split.partition = weights.is_none()
-                        ? clbuf::Partition::even(unit_bytes)
-                        : clbuf::Partition::weighted(as_weights(operation, weights), unit_bytes);
+  split.partition = weights.is_none() ? clbuf::Partition::even(unit_bytes)
+                                      : clbuf::Partition::weighted(std::move(shares), unit_bytes);
   return split;
-}
-
-struct Bytes16 {
-  std::uint64_t words[2];
-};
-
-/// Fills `count` elements of shard `alias` (a DeviceBuffer<W>) from element `at` with `pattern`.
-template <class W>
-clbuf::Future<void> fill_as(clbuf::BufferManager& manager, void* alias, const std::string& pattern,
-                            std::size_t count, std::size_t at, bool async) {
-  W value{};
-  std::memcpy(&value, pattern.data(), sizeof(W));
-  auto& buffer = *static_cast<clbuf::DeviceBuffer<W>*>(alias);
-  if (!async) {
-    manager.fill(buffer, value, count, at);
-    return clbuf::Future<void>();
-  }
-  return manager.fill_async(buffer, value, count, at);
-}
-
-/// The shard's DeviceBuffer as elements of `itemsize` bytes (its cached typed alias).
-std::shared_ptr<void> alias_for(const char* operation, Handle& handle,
-                                clbuf::BufferManager& manager, std::size_t itemsize) {
-  switch (itemsize) {
-    case 1:
-      return alias_of<std::uint8_t>(operation, handle, manager);
-    case 2:
-      return alias_of<std::uint16_t>(operation, handle, manager);
-    case 4:
-      return alias_of<std::uint32_t>(operation, handle, manager);
-    case 8:
-      return alias_of<std::uint64_t>(operation, handle, manager);
-    default:
-      return alias_of<Bytes16>(operation, handle, manager);
-  }
-}
-
-/// f() for device i of `group`: a clbuf.Error names the device, as the C++ group's do.
-template <class F>
-auto on_device(const char* operation, const Group& group, std::size_t i, F f) -> decltype(f()) {
-  try {
-    return f();
-  } catch (const clbuf::Error& error) {
-    fail(operation, error.code(),
-         "device " + std::to_string(i) + " (" + group.manager_of(i)->device().name +
-             "): " + error.what());
-  }
 }
 
 /// A new C-contiguous array of the ShardedBuffer's dtype and shape; clbuf.Error
@@ -380,9 +337,9 @@ std::shared_ptr<Sharded> Group::member(const char* operation, const py::handle& 
   return sharded;
 }
 
-std::shared_ptr<Sharded> Group::adopt(clbuf::ShardedBuffer<std::uint8_t> bytes,
-                                      const py::dtype& dtype, std::vector<py::ssize_t> shape,
-                                      std::size_t unit) {
+std::shared_ptr<Sharded> Group::wrap(clbuf::ShardedBuffer<std::uint8_t> bytes,
+                                     const py::dtype& dtype, std::vector<py::ssize_t> shape,
+                                     std::size_t unit) {
   auto out = std::make_shared<Sharded>();
   out->group = shared_from_this();
   out->bytes = std::move(bytes);
@@ -407,7 +364,7 @@ std::shared_ptr<Sharded> Group::scatter(const HostData& data, const OptionalWeig
   const py::array array = as_contiguous_host_array(op, data, "array");
   const auto itemsize = static_cast<std::size_t>(array.itemsize());
   const Split split =
-      split_of(op, itemsize, static_cast<std::size_t>(array.size()), weights, unit, halo);
+      split_of(op, itemsize, static_cast<std::size_t>(array.size()), size(), weights, unit, halo);
   const auto* bytes = static_cast<const std::uint8_t*>(array.data());
   const auto count = static_cast<std::size_t>(array.nbytes());
   clbuf::ShardedBuffer<std::uint8_t> made;
@@ -415,8 +372,8 @@ std::shared_ptr<Sharded> Group::scatter(const HostData& data, const OptionalWeig
     NoGil release;
     made = cpp_->scatter(bytes, count, split.partition, split.halo);
   }
-  return adopt(std::move(made), array.dtype(),
-               std::vector<py::ssize_t>(array.shape(), array.shape() + array.ndim()), split.unit);
+  return wrap(std::move(made), array.dtype(),
+              std::vector<py::ssize_t>(array.shape(), array.shape() + array.ndim()), split.unit);
 }
 
 std::shared_ptr<Pending> Group::scatter_async(const HostData& data, const OptionalWeights& weights,
@@ -425,7 +382,7 @@ std::shared_ptr<Pending> Group::scatter_async(const HostData& data, const Option
   const py::array array = as_contiguous_host_array(op, data, "array");
   const auto itemsize = static_cast<std::size_t>(array.itemsize());
   const Split split =
-      split_of(op, itemsize, static_cast<std::size_t>(array.size()), weights, unit, halo);
+      split_of(op, itemsize, static_cast<std::size_t>(array.size()), size(), weights, unit, halo);
   const auto* data_bytes = static_cast<const std::uint8_t*>(array.data());
   const auto count = static_cast<std::size_t>(array.nbytes());
   clbuf::ShardedBuffer<std::uint8_t> made;
@@ -434,35 +391,12 @@ std::shared_ptr<Pending> Group::scatter_async(const HostData& data, const Option
     made = cpp_->allocate<std::uint8_t>(count, split.partition, split.halo);
   }
   std::shared_ptr<Sharded> out =
-      adopt(std::move(made), array.dtype(),
-            std::vector<py::ssize_t>(array.shape(), array.shape() + array.ndim()), split.unit);
+      wrap(std::move(made), array.dtype(),
+           std::vector<py::ssize_t>(array.shape(), array.shape() + array.ndim()), split.unit);
   clbuf::Future<void> joined;
   {
     NoGil release;
-    // As the C++ scatter_async: each shard's part of the array and its ghost elements (the
-    // array's neighbouring elements, 0 beyond its ends), started on each device.
-    clbuf::ShardedBuffer<std::uint8_t>& sharded = out->bytes;
-    std::vector<clbuf::Future<void>> parts;
-    for (std::size_t i = 0; i < size(); ++i) {
-      on_device(op, *this, i, [&] {
-        clbuf::BufferManager& manager = *managers_[i];
-        clbuf::DeviceBuffer<std::uint8_t>& shard = sharded.shard(i);
-        const std::size_t g = sharded.ghost();
-        const std::size_t offset = sharded.offset(i);
-        const std::size_t first = offset >= g ? offset - g : 0;
-        const std::size_t last = std::min(offset + sharded.count(i) + g, sharded.size());
-        const std::size_t at = g - (offset - first);
-        const std::size_t end = at + (last - first);
-        if (last > first) {
-          parts.push_back(manager.upload_async(shard, data_bytes + first, last - first, at));
-        }
-        if (at > 0) parts.push_back(manager.fill_async(shard, std::uint8_t{0}, at, 0));
-        if (end < shard.size()) {
-          parts.push_back(manager.fill_async(shard, std::uint8_t{0}, shard.size() - end, end));
-        }
-      });
-    }
-    joined = clbuf::detail::joined<void>(op, cpp_->manager(0).context()(), std::move(parts));
+    joined = cpp_->scatter_into_async(out->bytes, data_bytes, count);
   }
   // The devices read the array in place: the Future keeps it alive until they are done.
   const py::object result = py::cast(out);
@@ -477,13 +411,13 @@ std::shared_ptr<Sharded> Group::empty(const Shape& shape, const DType& dtype,
   std::vector<py::ssize_t> extents = as_shape(op, shape);
   const std::size_t bytes = shape_bytes(op, extents, type);
   const auto itemsize = static_cast<std::size_t>(type.itemsize());
-  const Split split = split_of(op, itemsize, bytes / itemsize, weights, unit, halo);
+  const Split split = split_of(op, itemsize, bytes / itemsize, size(), weights, unit, halo);
   clbuf::ShardedBuffer<std::uint8_t> made;
   {
     NoGil release;
     made = cpp_->allocate<std::uint8_t>(bytes, split.partition, split.halo);
   }
-  return adopt(std::move(made), type, std::move(extents), split.unit);
+  return wrap(std::move(made), type, std::move(extents), split.unit);
 }
 
 py::array Group::matching(const char* operation, const Sharded& sharded, const py::handle& data,
@@ -593,20 +527,12 @@ std::shared_ptr<Pending> Group::download_async(const AnySharded& value,
 
 namespace {
 
-/// source and dest of one group, of one dtype, split alike (checked in elements).
-void check_alike(const char* operation, const Sharded& source, const Sharded& dest) {
+/// source and dest of one dtype (the split: DeviceGroup::check_alike(), in elements).
+void check_same_dtype(const char* operation, const Sharded& source, const Sharded& dest) {
   if (!source.dtype.equal(dest.dtype)) {
     fail(operation, CL_INVALID_VALUE,
          "source holds " + describe_dtype(source.dtype) + " but dest holds " +
              describe_dtype(dest.dtype));
-  }
-  for (std::size_t i = 0; i < source.bytes.shards(); ++i) {
-    if (source.count(i) != dest.count(i)) {
-      fail(operation, CL_INVALID_VALUE,
-           "the buffers are split differently: device " + std::to_string(i) + " holds " +
-               std::to_string(source.count(i)) + " and " + std::to_string(dest.count(i)) +
-               " elements");
-    }
   }
 }
 
@@ -616,7 +542,8 @@ void Group::copy(const AnySharded& source, const AnySharded& dest) {
   const char* op = "DeviceGroup.copy";
   const std::shared_ptr<Sharded> src = member(op, source, "source");
   const std::shared_ptr<Sharded> dst = member(op, dest, "dest");
-  check_alike(op, *src, *dst);
+  check_same_dtype(op, *src, *dst);
+  cpp_->check_alike(op, src->bytes, dst->bytes, src->itemsize());
   NoGil release;
   cpp_->copy(src->bytes, dst->bytes);
 }
@@ -625,7 +552,8 @@ std::shared_ptr<Pending> Group::copy_async(const AnySharded& source, const AnySh
   const char* op = "DeviceGroup.copy_async";
   const std::shared_ptr<Sharded> src = member(op, source, "source");
   const std::shared_ptr<Sharded> dst = member(op, dest, "dest");
-  check_alike(op, *src, *dst);
+  check_same_dtype(op, *src, *dst);
+  cpp_->check_alike(op, src->bytes, dst->bytes, src->itemsize());
   clbuf::Future<void> future;
   {
     NoGil release;
@@ -638,52 +566,24 @@ std::shared_ptr<Pending> Group::copy_async(const AnySharded& source, const AnySh
 
 clbuf::Future<void> Group::fill_shards(const char* operation, const Sharded& sharded,
                                        const std::string& pattern, bool async) {
-  const std::size_t item = pattern.size();
-  if (item != 1 && item != 2 && item != 4 && item != 8 && item != 16) {
-    fail(operation, CL_INVALID_VALUE, "cannot fill elements of " + std::to_string(item) + " bytes");
-  }
-  // Each shard's typed alias, taken with the GIL held (alias_of() caches it on the shard's
-  // DeviceBuffer); the fills run without it.
-  std::vector<std::shared_ptr<void>> aliases(size());
-  for (std::size_t i = 0; i < size(); ++i) {
-    if (sharded.count(i) != 0) {
-      aliases[i] = on_device(operation, *this, i, [&] {
-        return alias_for(operation, *sharded.shards[i], *managers_[i], item);
-      });
-    }
-  }
-  NoGil release;
-  std::vector<clbuf::Future<void>> parts;
-  for (std::size_t i = 0; i < size(); ++i) {
-    if (!aliases[i]) continue;
-    on_device(operation, *this, i, [&] {
-      const std::size_t count = sharded.count(i);
-      const std::size_t at = sharded.ghost();
-      clbuf::BufferManager& manager = *managers_[i];
-      void* alias = aliases[i].get();
-      clbuf::Future<void> part;
-      switch (item) {
-        case 1:
-          part = fill_as<std::uint8_t>(manager, alias, pattern, count, at, async);
-          break;
-        case 2:
-          part = fill_as<std::uint16_t>(manager, alias, pattern, count, at, async);
-          break;
-        case 4:
-          part = fill_as<std::uint32_t>(manager, alias, pattern, count, at, async);
-          break;
-        case 8:
-          part = fill_as<std::uint64_t>(manager, alias, pattern, count, at, async);
-          break;
-        default:
-          part = fill_as<Bytes16>(manager, alias, pattern, count, at, async);
-          break;
-      }
-      if (async) parts.push_back(std::move(part));
+  check_element_size(operation, pattern.size(), "fill");
+  return with_element_type(operation, pattern.size(), "fill", [&](auto tag) {
+    using W = decltype(tag);
+    // Each shard's typed alias, taken with the GIL held (alias_of() caches it on the shard's
+    // DeviceBuffer; no other Python thread runs meanwhile); the fills run without it.
+    std::vector<std::shared_ptr<clbuf::DeviceBuffer<W>>> aliases(size());
+    cpp_->each_shard(operation, sharded.bytes, [&](std::size_t i) {
+      aliases[i] = alias_of<W>(operation, *sharded.shards[i], *managers_[i]);
     });
-  }
-  if (!async) return clbuf::Future<void>();
-  return clbuf::detail::joined<void>(operation, cpp_->manager(0).context()(), std::move(parts));
+    NoGil release;
+    const auto fill_shard = [&](std::size_t i) {
+      return fill_as<W>(*managers_[i], *aliases[i], pattern, sharded.count(i), sharded.ghost(),
+                        async);
+    };
+    if (async) return cpp_->each_shard_async(operation, sharded.bytes, fill_shard);
+    cpp_->each_shard(operation, sharded.bytes, [&](std::size_t i) { (void)fill_shard(i); });
+    return clbuf::Future<void>();
+  });
 }
 
 void Group::fill(const AnySharded& value, const Number& number) {
@@ -799,10 +699,9 @@ void bind_group(py::module_& m) {
                                as_bool("DeviceGroup", separate_contexts, "separate_contexts"));
            }),
            py::arg("selector") = "", py::kw_only(), py::arg("separate_contexts") = false,
-           "Opens every device `selector` names: '' (every device of the type "
-           "BufferManager() would pick: the GPUs, else the CPU devices), 'all', 'gpu', 'cpu', "
-           "'accelerator', 'P:D', a comma-separated list of single selectors, or part of a "
-           "device name; or a list of clbuf.DeviceInfo (those devices, in order); or a list of "
+           "Opens every device `selector` names, a str in the C++ DeviceGroup's selector grammar "
+           "(docs/design.md, 'Which devices'; '' is every device of the type BufferManager() "
+           "would pick); or a list of clbuf.DeviceInfo (those devices, in order); or a list of "
            "clbuf.BufferManager (adopted, shared with you). Devices of one platform share a "
            "context (copies between them are device copies) unless separate_contexts=True.")
       .def("__len__", checked("__len__", &Group::size), "The number of devices.")

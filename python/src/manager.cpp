@@ -2,6 +2,7 @@
 // clbuf.BufferManager and clbuf.DeviceInfo (manager.hpp).
 #include "manager.hpp"
 
+#include "dtype_dispatch.hpp"
 #include "interop.hpp"
 #include "values.hpp"
 
@@ -84,10 +85,6 @@ clbuf::Region as_region(const char* operation, const py::handle& region, std::si
   return out;
 }
 
-struct Bytes16 {
-  std::uint64_t words[2];
-};
-
 /// The largest block of the pattern fill_on_host() writes at a time.
 constexpr std::size_t fill_block_bytes = std::size_t{64} << 10;
 
@@ -111,31 +108,19 @@ void fill_on_host(clbuf::BufferManager& manager, clbuf::DeviceBuffer<std::uint8_
 
 /// Fills with the itemsize-byte `pattern`: a uint8 buffer directly, wider dtypes through the
 /// Handle's alias of the same memory as C++ elements of that size (the library's fill takes T).
-template <class T>
-clbuf::Future<void> fill_as(clbuf::BufferManager& manager, clbuf::DeviceBuffer<std::uint8_t>& bytes,
-                            clbuf::DeviceBuffer<T>* alias, const std::string& pattern, bool async,
-                            const std::vector<cl::Event>& after) {
-  T value{};
-  std::memcpy(&value, pattern.data(), sizeof(T));
-  if constexpr (std::is_same_v<T, std::uint8_t>) {
-    if (!async) {
-      manager.fill(bytes, value);
-      return clbuf::Future<void>();
-    }
-    return manager.fill_async(bytes, value, after);
+template <class W>
+clbuf::Future<void> fill_handle_as(clbuf::BufferManager& manager,
+                                   clbuf::DeviceBuffer<std::uint8_t>& bytes,
+                                   clbuf::DeviceBuffer<W>* alias, const std::string& pattern,
+                                   bool async, const std::vector<cl::Event>& after) {
+  if constexpr (std::is_same_v<W, std::uint8_t>) {
+    return fill_as<std::uint8_t>(manager, bytes, pattern, bytes.size(), 0, async, after);
   } else {
     if (alias == nullptr || !alias->valid()) {  // empty: no fill, but checked as any call
-      if (!async) {
-        manager.fill(bytes, std::uint8_t{0});
-        return clbuf::Future<void>();
-      }
-      return manager.fill_async(bytes, std::uint8_t{0}, after);
+      return fill_as<std::uint8_t>(manager, bytes, std::string(1, '\0'), bytes.size(), 0, async,
+                                   after);
     }
-    if (!async) {
-      manager.fill(*alias, value);
-      return clbuf::Future<void>();
-    }
-    return manager.fill_async(*alias, value, after);
+    return fill_as<W>(manager, *alias, pattern, alias->size(), 0, async, after);
   }
 }
 
@@ -149,10 +134,7 @@ struct FillPlan {
 
 FillPlan plan_fill(const char* operation, clbuf::BufferManager& manager, Handle& handle,
                    const std::string& pattern, bool async) {
-  const std::size_t item = pattern.size();
-  if (item != 1 && item != 2 && item != 4 && item != 8 && item != 16) {
-    fail(operation, CL_INVALID_VALUE, "cannot fill elements of " + std::to_string(item) + " bytes");
-  }
+  check_element_size(operation, pattern.size(), "fill");
   FillPlan plan;
   plan.pattern = pattern;
   // The library fills its own memory on a CPU device by the host (fill(), not fill_async()); a
@@ -160,50 +142,27 @@ FillPlan plan_fill(const char* operation, clbuf::BufferManager& manager, Handle&
   plan.on_host = !async && pattern.size() > 1 && handle.nbytes() != 0 &&
                  clbuf::detail::BufferAccess::memory(handle.memory).host != nullptr;
   if (plan.on_host || handle.nbytes() == 0) return plan;
-  switch (pattern.size()) {
-    case 1:
-      break;
-    case 2:
-      plan.alias = alias_of<std::uint16_t>(operation, handle, manager);
-      break;
-    case 4:
-      plan.alias = alias_of<std::uint32_t>(operation, handle, manager);
-      break;
-    case 8:
-      plan.alias = alias_of<std::uint64_t>(operation, handle, manager);
-      break;
-    default:
-      plan.alias = alias_of<Bytes16>(operation, handle, manager);
-      break;
-  }
+  with_element_type(operation, pattern.size(), "fill", [&](auto tag) {
+    using W = decltype(tag);
+    if constexpr (!std::is_same_v<W, std::uint8_t>)
+      plan.alias = alias_of<W>(operation, handle, manager);
+  });
   return plan;
 }
 
-clbuf::Future<void> fill_pattern(clbuf::BufferManager& manager, Handle& handle,
-                                 const FillPlan& plan, bool async,
+clbuf::Future<void> fill_pattern(const char* operation, clbuf::BufferManager& manager,
+                                 Handle& handle, const FillPlan& plan, bool async,
                                  const std::vector<cl::Event>& after) {
-  const auto as = [&](auto tag) {
-    using T = decltype(tag);
-    return fill_as<T>(manager, handle.memory,
-                      static_cast<clbuf::DeviceBuffer<T>*>(plan.alias.get()), plan.pattern, async,
-                      after);
-  };
   if (plan.on_host) {
     fill_on_host(manager, handle.memory, plan.pattern);
     return clbuf::Future<void>();
   }
-  switch (plan.pattern.size()) {
-    case 1:
-      return as(std::uint8_t{});
-    case 2:
-      return as(std::uint16_t{});
-    case 4:
-      return as(std::uint32_t{});
-    case 8:
-      return as(std::uint64_t{});
-    default:
-      return as(Bytes16{});
-  }
+  return with_element_type(operation, plan.pattern.size(), "fill", [&](auto tag) {
+    using W = decltype(tag);
+    return fill_handle_as<W>(manager, handle.memory,
+                             static_cast<clbuf::DeviceBuffer<W>*>(plan.alias.get()), plan.pattern,
+                             async, after);
+  });
 }
 
 }  // namespace
@@ -387,7 +346,7 @@ void Manager::fill(const AnyBuffer& buffer, const Number& value) {
   const FillPlan plan =
       plan_fill(op, *manager_, *handle, value_bytes(op, value, handle->dtype), false);
   NoGil release;
-  (void)fill_pattern(*manager_, *handle, plan, false, {});
+  (void)fill_pattern(op, *manager_, *handle, plan, false, {});
 }
 
 void Manager::upload_into(const AnyBuffer& buffer, const HostData& data, const Int& offset) {
@@ -493,7 +452,7 @@ std::shared_ptr<Pending> Manager::fill_async(const AnyBuffer& buffer, const Numb
   Pending::Done future;
   {
     NoGil release;
-    future = fill_pattern(*manager_, *handle, plan, true, after);
+    future = fill_pattern(op, *manager_, *handle, plan, true, after);
   }
   return std::make_shared<Pending>(std::move(future), py::none(), py::cast(handle));
 }

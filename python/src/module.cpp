@@ -4,6 +4,7 @@
 //   common.*    clbuf.Error, releasing the GIL, objects made by __new__ alone, argument checks
 //   manager.*   clbuf.BufferManager, clbuf.DeviceInfo
 //   values.*    a Python number as one element of a dtype (fill's value), exactly
+//   dtype_dispatch.hpp  the one dispatch on element size (Bytes16, fill_as), for typed calls
 //   buffers.*   clbuf.DeviceBuffer
 //   futures.*   clbuf.Future
 //   host_memory.*  pinned numpy arrays (pinned_empty) and mappings (map)
