@@ -25,7 +25,8 @@ from clbuf import _clbuf
 
 __all__ = ["main", "parse_size", "format_size", "format_time"]
 
-# What each path of the engine's rule (include/clbuf/detail/transfer_engine.hpp) does.
+# What each path of the engine's rule does, by the engine's own names (TransferEngine::Path in
+# include/clbuf/detail/transfer_engine.hpp; stats()' paths count under the same names).
 PATHS = {
     "host_copy": "memcpy into the buffer's own host memory (a CPU device), no OpenCL command",
     "staged": "pinned chunks, pipelined by the copy threads",

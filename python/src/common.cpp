@@ -8,16 +8,10 @@ namespace clbuf_python {
 
 PyObject* error_type = nullptr;
 
-/// Throws clbuf::Error as the library words it: "<operation>: <CL_NAME> (<code>): <details>".
+/// Throws clbuf::Error worded by the library's own message function (error.hpp's
+/// detail::error_message: "<operation>: <CL_NAME> (<code>): <details>", a NUL written \\0).
 [[noreturn]] void fail(const char* operation, cl_int code, const std::string& details) {
-  std::string message = operation;
-  message += ": ";
-  if (code != CL_SUCCESS) {
-    message += clbuf::error_name(code);
-    message += " (" + std::to_string(code) + "): ";
-  }
-  message += details;
-  throw clbuf::Error(code, message);
+  throw clbuf::Error(code, clbuf::detail::error_message(operation, code, details));
 }
 
 void rethrow_as(const std::string& operation, const clbuf::Error& error) {

@@ -43,7 +43,9 @@ constexpr int npy_writeable = 0x0400;
 // clbuf.Error (python/clbuf/__init__.py), looked up in PYBIND11_MODULE; the module keeps it alive.
 extern PyObject* error_type;
 
-/// Throws clbuf::Error as the library words it: "<operation>: <CL_NAME> (<code>): <details>".
+/// Throws clbuf::Error as the library words it, through its own message function
+/// (clbuf::detail::error_message, an access point docs/architecture.md lists):
+/// "<operation>: <CL_NAME> (<code>): <details>", a NUL in the details written as \\0.
 [[noreturn]] void fail(const char* operation, cl_int code, const std::string& details);
 
 /// A type's name without its module ("ndarray", "int"), read from the type object.
@@ -96,9 +98,9 @@ std::string operation_of(const char* member) {
 template <class T>
 [[noreturn]] void fail_uninitialised(const char* member) {
   const std::string name = PythonName<T>::name;
-  throw clbuf::Error(CL_SUCCESS, operation_of<T>(member) + ": this clbuf." + name +
-                                     " was never initialised (made by clbuf." + name +
-                                     ".__new__ without __init__); " + PythonName<T>::made_by);
+  fail(operation_of<T>(member).c_str(), CL_SUCCESS,
+       "this clbuf." + name + " was never initialised (made by clbuf." + name +
+           ".__new__ without __init__); " + PythonName<T>::made_by);
 }
 
 /// Throws `error` again naming `operation`, the call the user made, where it names another

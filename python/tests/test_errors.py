@@ -126,3 +126,24 @@ def test_a_closed_mapping_names_map(bm):
         pass
     raises(lambda: mapped[0], "map", -59)
     raises(lambda: bm.upload_into(buf, mapped), "upload_into", -59)
+
+
+def test_a_nul_in_the_details_is_written_as_the_library_writes_it(bm):
+    """Python's own errors are worded by the library's message function (issue 48): a NUL in
+    the details is written \\0, as C++'s errors write it, never cutting the message short (the
+    module's copy of that function lacked the escape: this message ended at "bad")."""
+    class Region:
+        @property
+        def size(self):
+            raise ValueError("bad\0tail")
+
+    buf = bm.upload_to_device(rand(8, np.float32))
+    error = raises(lambda: bm.upload_rect(buf, rand(8, np.float32), Region()), "upload_rect", -30)
+    assert str(error) == ("upload_rect: CL_INVALID_VALUE (-30): region must be a clbuf.Region, "
+                          "not Region (ValueError: bad\\0tail)")
+    # An error of the C++ library with a NUL in its details reads the same way.
+    with pytest.raises(clbuf.Error) as info:
+        clbuf.DeviceGroup("no\0such device")
+    assert info.value.code == -1
+    assert str(info.value).startswith(
+        'DeviceGroup: CL_DEVICE_NOT_FOUND (-1): no device matches "no\\0such device"; devices: ')

@@ -91,9 +91,8 @@ inline void judge_group_by_type(const std::vector<DeviceEntry>& entries, const S
       std::string("not a ") + to_string(type) + " device");
 }
 
-/// Judges every device for a DeviceGroup `selector` ("" default: every device of the type the
-/// default picks; "all"; "gpu", "cpu", "accelerator": every device of that type; "P:D"; a list
-/// "s1, s2, ..."; else every device whose name contains the text, ignoring case). `order`
+/// Judges every device for a DeviceGroup `selector` (its grammar: docs/design.md "Which
+/// devices"; "" is every device of the type the default picks). `order`
 /// receives the picked entries in the group's order (a list's, else list_devices()').
 /// @throws Error as judge_group_list().
 inline std::vector<Verdict> judge_group(const char* operation,

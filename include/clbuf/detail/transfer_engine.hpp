@@ -5,7 +5,7 @@
 // cross_context.hpp, which build on it.
 //
 // THE path rule (route()), for a transfer of `bytes` between host memory and `memory`:
-//   1. host_block: `memory` is a host block clbuf allocated itself (a CPU device, PoCL): once the
+//   1. host_copy: `memory` is a host block clbuf allocated itself (a CPU device, PoCL): once the
 //      queue has finished earlier work the host copies with memcpy (ParallelCopier), no command;
 //   2. staged: a discrete device, pageable host memory and at least staging_threshold_bytes:
 //      pinned chunks pipelined by several threads (Stager);
@@ -19,7 +19,7 @@
 //      memory far below the bus speed even for small transfers: a 4 B read waits 17 us, into
 //      pinned memory 8; 1 MiB took 196 us against 80 through pinned memory on the H200). Writes
 //      never bounce: the driver's pageable write was as fast as a bounce at every size measured;
-//   5. queue: one clEnqueueWriteBuffer / clEnqueueReadBuffer.
+//   5. direct: one clEnqueueWriteBuffer / clEnqueueReadBuffer.
 // A message of clbuf::mpi (route_message()) goes zero copy out of a host block, through pinned
 // chunks to or from a discrete device, else mapped around MPI; its chunks move by chunk_io().
 //
@@ -57,7 +57,7 @@ enum class HostMemory { pageable, pinned };
 
 class TransferEngine {
  public:
-  enum class Path { host_block, staged, buffered, bounced, queue };
+  enum class Path { host_copy, staged, buffered, bounced, direct };
 
   /// The engine of `device`; traces to Options::trace_path when it is set (resolved with
   /// CLBUF_TRACE). @throws Error CL_INVALID_VALUE when the trace file cannot be written.
@@ -93,7 +93,7 @@ class TransferEngine {
 
   /// The path rule, the one place clbuf chooses how bytes move.
   Path route(const Allocation& memory, std::size_t bytes, HostMemory host, Use use) const noexcept {
-    if (memory.host != nullptr) return Path::host_block;
+    if (memory.host != nullptr) return Path::host_copy;
     if (stager_ && !redirected() && host == HostMemory::pageable &&
         bytes >= device_.options().staging_threshold_bytes) {
       return Path::staged;
@@ -106,7 +106,7 @@ class TransferEngine {
         return Path::bounced;
       }
     }
-    return Path::queue;
+    return Path::direct;
   }
 
   /// How a message's bytes (clbuf::mpi) reach MPI: straight out of a host block, mapped, or
@@ -136,7 +136,7 @@ class TransferEngine {
     const Path path = route(memory, bytes, host, Use::blocking_write);
     Telemetry::Timer timer(telemetry_, Telemetry::upload, counted(path), bytes, operation);
     switch (path) {
-      case Path::host_block:
+      case Path::host_copy:
         queue().finish(operation);
         copier_.copy(memory.host_at(offset), data, bytes);
         break;
@@ -147,7 +147,7 @@ class TransferEngine {
         buffered_->write(operation, memory.buffer(), memory.at(offset), data, bytes);
         return;            // not a synchronising call: nothing to settle
       case Path::bounced:  // reads only
-      case Path::queue:
+      case Path::direct:
         queue().write(operation, memory.buffer(), memory.at(offset), bytes, data, true);
         break;
     }
@@ -174,7 +174,7 @@ class TransferEngine {
     const Path path = route(memory, bytes, host, Use::blocking_read);
     Telemetry::Timer timer(telemetry_, Telemetry::download, counted(path), bytes, operation);
     switch (path) {
-      case Path::host_block:
+      case Path::host_copy:
         queue().finish(operation);
         copier_.copy(out, memory.host_at(offset), bytes);
         break;
@@ -188,7 +188,7 @@ class TransferEngine {
             [&] { read_blocking(operation, memory.buffer(), memory.at(offset), bytes, out); });
         return;             // read_blocking() settled
       case Path::buffered:  // writes only
-      case Path::queue:
+      case Path::direct:
         read_blocking(operation, memory.buffer(), memory.at(offset), bytes, out);
         return;
     }
@@ -227,7 +227,7 @@ class TransferEngine {
     if (bytes == 0) return Started();  // zero-sized work counts nothing
     const Path path = route(memory, bytes, HostMemory::pageable, Use::started);
     const bool at_once =
-        path == Path::host_block && now_if_fresh && memory.fresh && bytes < huge_page_bytes;
+        path == Path::host_copy && now_if_fresh && memory.fresh && bytes < huge_page_bytes;
     const Telemetry::AsyncSpan span = telemetry_.count_async(
         Telemetry::upload, at_once ? Telemetry::host_copy : started(path), bytes, operation);
     Started start;
@@ -399,7 +399,7 @@ class TransferEngine {
   /// The path of PathStats a blocking transfer routed to `path` is counted on.
   static Telemetry::Path counted(Path path) noexcept {
     switch (path) {
-      case Path::host_block:
+      case Path::host_copy:
         return Telemetry::host_copy;
       case Path::staged:
         return Telemetry::staged;
@@ -407,7 +407,7 @@ class TransferEngine {
         return Telemetry::buffered;
       case Path::bounced:
         return Telemetry::bounced;
-      case Path::queue:
+      case Path::direct:
         break;
     }
     return Telemetry::direct;
