@@ -6,11 +6,13 @@
 
 #include <clbuf/clbuf.hpp>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <limits>
 #include <memory>
 #include <numeric>
+#include <random>
 #include <string>
 #include <thread>
 #include <vector>
@@ -137,6 +139,148 @@ TEST(Partition, RefusesWhatCannotSplit) {
         Partition::weighted({0, 0}).split("scatter", 10, 2);
       },
       CL_INVALID_VALUE, {"every weight is 0"});
+  expect_error([] { Partition::weighted({}).split("scatter", 10, 2); }, CL_INVALID_VALUE,
+               {"0 weights for 2 devices"});
+  expect_error(
+      [] {
+        Partition::weighted({0, -1e-300}).split("s", 10, 2);
+      },
+      CL_INVALID_VALUE, {"weight 1 is -1", "e-300", ">= 0"});
+  expect_error(
+      [] {
+        Partition::weighted({-std::numeric_limits<double>::infinity(), 1}).split("s", 10, 2);
+      },
+      CL_INVALID_VALUE, {"weight 0 is -inf"});
+  expect_error(
+      [] {
+        Partition::weighted({0, -0.0}).split("s", 10, 2);
+      },
+      CL_INVALID_VALUE, {"every weight is 0"});
+  expect_error(
+      [] {
+        Partition::weighted({1e308, 1e308}).split("s", 10, 3);
+      },
+      CL_INVALID_VALUE, {"2 weights for 3 devices"});
+}
+
+/// The checks every weighted split keeps, whatever its weights and count: the parts sum to the
+/// count, a weight of 0 gets 0, equal weights get parts at most 1 apart, a larger weight never
+/// gets a smaller part, and each part is its share rounded down or up (the share's error in long
+/// double is below 2^-40 of a unit for counts below 2^20; above, the exact cases check it).
+void expect_weighted_split(const std::vector<double>& weights, std::size_t count) {
+  SCOPED_TRACE(::testing::PrintToString(weights) + " over " + std::to_string(count));
+  const std::vector<std::size_t> parts =
+      Partition::weighted(weights).split("t", count, weights.size());
+  ASSERT_EQ(parts.size(), weights.size());
+  std::size_t sum = 0;
+  for (std::size_t part : parts) {
+    ASSERT_LE(part, count - sum);
+    sum += part;
+  }
+  EXPECT_EQ(sum, count);
+  const double largest = *std::max_element(weights.begin(), weights.end());
+  long double total = 0;
+  for (double weight : weights) total += static_cast<long double>(weight / largest);
+  for (std::size_t i = 0; i < weights.size(); ++i) {
+    EXPECT_TRUE(weights[i] > 0 || parts[i] == 0) << i;
+    for (std::size_t j = 0; j < weights.size(); ++j) {
+      EXPECT_TRUE(weights[i] != weights[j] || parts[i] <= parts[j] || parts[i] - parts[j] == 1)
+          << i << " " << j;
+      EXPECT_TRUE(!(weights[i] > weights[j]) || parts[i] >= parts[j]) << i << " " << j;
+    }
+    if (count < (std::size_t{1} << 20)) {
+      const long double share =
+          static_cast<long double>(count) * static_cast<long double>(weights[i] / largest) / total;
+      EXPECT_LT(std::fabs(static_cast<long double>(parts[i]) - share), 1.0L + 1e-9L) << i;
+    }
+  }
+}
+
+TEST(Partition, SplitsWeightsUpToTheLargestDoubleExactly) {
+  const double most = std::numeric_limits<double>::max();
+  const double least = std::numeric_limits<double>::denorm_min();
+  const std::size_t all = std::numeric_limits<std::size_t>::max();
+  using Parts = std::vector<std::size_t>;
+  EXPECT_EQ(Partition::weighted({1e308, 1e308, 1e308}).split("t", 10, 3), (Parts{4, 3, 3}));
+  EXPECT_EQ(Partition::weighted({1e308, 1e308, 0}).split("t", 10, 3), (Parts{5, 5, 0}));
+  EXPECT_EQ(Partition::weighted({most, most, most, most}).split("t", 7, 4), (Parts{2, 2, 2, 1}));
+  EXPECT_EQ(Partition::weighted({most, most / 2, 0}).split("t", 9, 3), (Parts{6, 3, 0}));
+  EXPECT_EQ(Partition::weighted({1e308, 1e-308, 0}).split("t", 10, 3), (Parts{10, 0, 0}));
+  EXPECT_EQ(Partition::weighted({least, least, 0}).split("t", 5, 3), (Parts{3, 2, 0}));
+  EXPECT_EQ(Partition::weighted({least, 2 * least}).split("t", 9, 2), (Parts{3, 6}));
+  EXPECT_EQ(Partition::weighted({least, most}).split("t", all, 2), (Parts{0, all}));
+  EXPECT_EQ(Partition::weighted({1e-320, 1e-310, 1e300}, 4).split("t", 40, 3), (Parts{0, 0, 40}));
+  for (std::size_t count : {std::size_t{0}, std::size_t{1}, std::size_t{10}, std::size_t{1001}}) {
+    expect_weighted_split({1e308, 1e308, 1e308}, count);
+    expect_weighted_split({most, least, 0, most, 1}, count);
+    expect_weighted_split({least, least, 3 * least, 0}, count);
+    expect_weighted_split({1e308, 1e-308, 0}, count);
+  }
+}
+
+TEST(Partition, SplitsCountsUpToTheLargestSizeExactly) {
+  using Parts = std::vector<std::size_t>;
+  const std::size_t all = std::numeric_limits<std::size_t>::max();  // 2^64 - 1: 3 divides it
+  const std::size_t big = (std::size_t{1} << 60) + 1;               // 3 * k + 2
+  EXPECT_EQ(Partition::weighted({1, 1, 1}).split("t", big, 3),
+            (Parts{big / 3 + 1, big / 3 + 1, big / 3}));
+  EXPECT_EQ(Partition::weighted({1e308, 1e308, 1e308}).split("t", big, 3),
+            (Parts{big / 3 + 1, big / 3 + 1, big / 3}));
+  EXPECT_EQ(Partition::weighted({1, 1, 1}).split("t", all, 3), (Parts{all / 3, all / 3, all / 3}));
+  EXPECT_EQ(Partition::weighted({1, 2}).split("t", all, 2), (Parts{all / 3, all / 3 * 2}));
+  EXPECT_EQ(Partition::weighted({0, 1, 0}).split("t", all, 3), (Parts{0, all, 0}));
+  EXPECT_EQ(Partition::weighted({1, 1}).split("t", all, 2), (Parts{all / 2 + 1, all / 2}));
+  const std::size_t sevens = all / 7 * 7;  // in whole units of 7: all / 7 units, 3 k + 2
+  ASSERT_EQ(all / 7 % 3, 2u);
+  const std::size_t third = all / 7 / 3 * 7;
+  EXPECT_EQ(Partition::weighted({1, 1, 1}, 7).split("t", sevens, 3),
+            (Parts{third + 7, third + 7, third}));
+  // 0.1 is 3602879701896397 / 2^55: the exact shares of 2^64 - 1 are 16769767339735955929.008
+  // and 1676976733973595685.992 (Python's fractions.Fraction).
+  EXPECT_EQ(Partition::weighted({1, 0.1}).split("t", all, 2),
+            (Parts{16769767339735955929u, 1676976733973595686u}));
+  for (std::size_t count : {all, all - 1, big, std::size_t{1} << 63, (std::size_t{1} << 53) + 1}) {
+    expect_weighted_split({1, 1, 1}, count);
+    expect_weighted_split({3, 1e-300, 2, 3, 0, 1e300}, count);
+    expect_weighted_split({0.1, 0.2, 0.30000000000000004, 0.3}, count);
+  }
+}
+
+TEST(Partition, WeightedSplitsKeepTheirRulesForRandomWeightsAndCounts) {
+  std::mt19937_64 random(46);
+  const auto weight = [&random] {
+    switch (random() % 6) {
+      case 0:
+        return 0.0;
+      case 1:
+        return std::numeric_limits<double>::max();
+      case 2:
+        return std::numeric_limits<double>::denorm_min() * static_cast<double>(random() % 9);
+      case 3:
+        return static_cast<double>(random() % 4);
+      default: {  // any exponent, any mantissa
+        const int exponent = static_cast<int>(random() % 2098) - 1074;
+        return std::ldexp(std::uniform_real_distribution<double>(0.5, 1.0)(random), exponent);
+      }
+    }
+  };
+  for (int round = 0; round < 400; ++round) {
+    std::vector<double> weights(1 + random() % 6);
+    for (double& w : weights) w = weight();
+    if (std::none_of(weights.begin(), weights.end(), [](double w) { return w > 0; })) {
+      weights[0] = 1;
+    }
+    const std::size_t count = round % 2 == 0 ? random() % 1000 : random() >> (random() % 64);
+    expect_weighted_split(weights, count);
+    // A weight made larger, the others kept: its part never shrinks.
+    const std::size_t i = random() % weights.size();
+    std::vector<double> larger = weights;
+    larger[i] = std::min(std::numeric_limits<double>::max(), weights[i] * 1.5 + 1e-300);
+    EXPECT_GE(Partition::weighted(larger).split("t", count, weights.size())[i],
+              Partition::weighted(weights).split("t", count, weights.size())[i])
+        << ::testing::PrintToString(weights) << " weight " << i << " over " << count;
+    if (HasFailure()) return;
+  }
 }
 
 TEST_F(Group, SelectorsPickEveryMatchingDeviceWithAReason) {

@@ -6,6 +6,7 @@
 #define CLBUF_SHARDED_BUFFER_HPP
 
 #include <clbuf/buffer.hpp>
+#include <clbuf/detail/apportion.hpp>
 #include <clbuf/detail/checks.hpp>
 #include <clbuf/error.hpp>
 
@@ -13,6 +14,7 @@
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
+#include <cstdio>
 #include <string>
 #include <utility>
 #include <vector>
@@ -36,29 +38,35 @@ class Partition {
     return partition;
   }
 
-  /// A split in proportion to `weights` (one per device), in whole `unit`s; the units left by
-  /// rounding down go to the largest remainders (the lower device first on a tie).
+  /// A split in proportion to `weights` (one per device), in whole `unit`s: device i gets its
+  /// exact share units * w_i / sum(w) rounded down, and the units that leaves (fewer than the
+  /// devices) go one each to the largest exact remainders, the lower device first on a tie.
+  /// Exact for every finite weight and every count: the parts sum to the count, a weight of 0
+  /// gets 0 elements, equal weights get parts at most one unit apart, and a larger weight
+  /// never gets fewer elements.
   static Partition weighted(std::vector<double> weights, std::size_t unit = 1) {
     Partition partition;
     partition.weights_ = std::move(weights);
     partition.unit_ = unit;
+    partition.by_weight_ = true;
     return partition;
   }
 
-  /// The weights (empty: even).
+  /// The weights (empty for an even split).
   const std::vector<double>& weights() const noexcept { return weights_; }
   /// Elements per indivisible unit.
   std::size_t unit() const noexcept { return unit_; }
 
   /// The element counts of `count` elements over `devices` devices.
   /// @throws Error CL_INVALID_VALUE for a unit of 0, a count that is not a multiple of it, a
-  ///         weight count other than `devices`, a negative or non-finite weight, all weights 0.
+  ///         weight count other than `devices` (an empty list included), a negative or
+  ///         non-finite weight, all weights 0.
   std::vector<std::size_t> split(const char* operation, std::size_t count,
                                  std::size_t devices) const {
     check(operation, count, devices);
     const std::size_t units = count / unit_;
     std::vector<std::size_t> parts =
-        weights_.empty() ? split_even(units, devices) : split_weighted(units);
+        by_weight_ ? detail::apportion(units, weights_) : split_even(units, devices);
     for (std::size_t& part : parts) part *= unit_;
     return parts;
   }
@@ -70,21 +78,22 @@ class Partition {
                    "a partition in units of " + std::to_string(unit_) + " elements cannot split " +
                        std::to_string(count) + " elements");
     }
-    if (!weights_.empty() && weights_.size() != devices) {
+    if (!by_weight_) return;
+    if (weights_.size() != devices) {
       detail::fail(
           operation, CL_INVALID_VALUE,
           std::to_string(weights_.size()) + " weights for " + std::to_string(devices) + " devices");
     }
-    double total = 0;
     for (std::size_t i = 0; i < weights_.size(); ++i) {
       if (!std::isfinite(weights_[i]) || weights_[i] < 0) {
-        detail::fail(operation, CL_INVALID_VALUE,
-                     "weight " + std::to_string(i) + " is " + std::to_string(weights_[i]) +
-                         " (weights must be finite and >= 0)");
+        char value[32];
+        std::snprintf(value, sizeof value, "%.17g", weights_[i]);
+        detail::fail(
+            operation, CL_INVALID_VALUE,
+            "weight " + std::to_string(i) + " is " + value + " (weights must be finite and >= 0)");
       }
-      total += weights_[i];
     }
-    if (!weights_.empty() && !(total > 0)) {
+    if (std::none_of(weights_.begin(), weights_.end(), [](double w) { return w > 0; })) {
       detail::fail(operation, CL_INVALID_VALUE, "every weight is 0");
     }
   }
@@ -95,32 +104,9 @@ class Partition {
     return parts;
   }
 
-  std::vector<std::size_t> split_weighted(std::size_t units) const {
-    double total = 0;
-    for (double weight : weights_) total += weight;
-    std::vector<std::size_t> parts(weights_.size());
-    std::vector<double> rest(weights_.size());
-    std::size_t given = 0;
-    for (std::size_t i = 0; i < weights_.size(); ++i) {
-      const double share = static_cast<double>(units) * (weights_[i] / total);
-      parts[i] = std::min(units - given, static_cast<std::size_t>(std::floor(share)));
-      rest[i] = share - std::floor(share);
-      given += parts[i];
-    }
-    while (given < units) {  // fewer than weights_.size() rounds
-      std::size_t most = 0;
-      for (std::size_t i = 1; i < rest.size(); ++i) {
-        if (rest[i] > rest[most]) most = i;
-      }
-      ++parts[most];
-      rest[most] = -1;
-      ++given;
-    }
-    return parts;
-  }
-
   std::vector<double> weights_;
   std::size_t unit_ = 1;
+  bool by_weight_ = false;
 };
 
 class DeviceGroup;
