@@ -27,9 +27,15 @@
 // Options: --n N (edge, 3 to 1024, default 64), --iters K (default 100), --decomp blocks|slab
 // (default blocks), --report R (every R iterations, the largest change of an iteration over all
 // ranks; default 0, off), --verify (rank 0 runs a host reference of the whole cube and compares
-// every byte).
+// every byte), --checkpoint DIR --checkpoint-every K (after every K-th iteration, each rank's
+// field and the iteration count go to the clbuf::Checkpoint DIR: atomic and checksummed, the
+// previous one kept until the new one is whole on every rank), --restart DIR (start from the
+// checkpoint DIR, which must be of the same --n, --decomp and number of ranks; --iters still
+// counts from the start of the computation, so `--iters 2K` straight and `--iters K
+// --checkpoint D --checkpoint-every K` then `--restart D --iters 2K` print the same checksum).
 #include <mpi.h>
 #include <clbuf/mpi.hpp>
+#include <clbuf/mpi/checkpoint.hpp>
 
 #include "../heat3d_common.hpp"
 
@@ -65,6 +71,9 @@ struct Settings {
   std::size_t report = 0;
   bool verify = false;
   Decomp decomp = Decomp::blocks;
+  std::string checkpoint;  // --checkpoint DIR
+  std::size_t checkpoint_every = 0;
+  std::string restart;  // --restart DIR
 };
 
 using Triple = std::array<std::size_t, 3>;  // x, y, z
@@ -84,14 +93,16 @@ Triple grid_of(Decomp decomp, int ranks) {
 /// to the others: an error needs no message to stop the job. Returns the message, or "".
 std::string parse(int argc, char** argv, int ranks, Settings& settings) {
   const std::string usage =
-      "usage: 08_heat3d_mpi [--n N] [--iters K] [--decomp blocks|slab] [--report R] [--verify]";
+      "usage: 08_heat3d_mpi [--n N] [--iters K] [--decomp blocks|slab] [--report R] [--verify]\n"
+      "                     [--checkpoint DIR --checkpoint-every K] [--restart DIR]";
   for (int i = 1; i < argc; ++i) {
     const std::string arg = argv[i];
     if (arg == "--verify") {
       settings.verify = true;
       continue;
     }
-    if (arg != "--n" && arg != "--iters" && arg != "--report" && arg != "--decomp") {
+    if (arg != "--n" && arg != "--iters" && arg != "--report" && arg != "--decomp" &&
+        arg != "--checkpoint" && arg != "--checkpoint-every" && arg != "--restart") {
       return "unknown argument '" + arg + "'\n" + usage;
     }
     if (i + 1 == argc) return arg + " needs a value\n" + usage;
@@ -105,12 +116,21 @@ std::string parse(int argc, char** argv, int ranks, Settings& settings) {
     if (arg == "--report" && !parse_number(value, 0, 100000000, settings.report)) {
       return "--report must be a whole number from 0 to 100000000 (got '" + value + "')";
     }
+    if (arg == "--checkpoint") settings.checkpoint = value;
+    if (arg == "--restart") settings.restart = value;
+    if (arg == "--checkpoint-every" &&
+        !parse_number(value, 1, 100000000, settings.checkpoint_every)) {
+      return "--checkpoint-every must be a whole number from 1 to 100000000 (got '" + value + "')";
+    }
     if (arg == "--decomp") {
       if (value != "blocks" && value != "slab") {
         return "--decomp must be blocks or slab (got '" + value + "')";
       }
       settings.decomp = value == "slab" ? Decomp::slab : Decomp::blocks;
     }
+  }
+  if (settings.checkpoint.empty() != (settings.checkpoint_every == 0)) {
+    return "--checkpoint DIR and --checkpoint-every K go together\n" + usage;
   }
   const std::string n = std::to_string(settings.n);
   if (settings.decomp == Decomp::slab) {
@@ -349,6 +369,9 @@ class Solver {
     manager_.queue().finish();
   }
 
+  /// The field of the current iteration (ghosts included; they are refilled before being read).
+  clbuf::DeviceBuffer<double>& field() { return in_; }
+
   /// The largest |change| of the last iteration over this rank's cells.
   double last_change() {
     const clbuf::Region region = cells_region(part_, n_, true);
@@ -438,6 +461,42 @@ class Cart {
   MPI_Comm comm_ = MPI_COMM_NULL;
 };
 
+/// The checkpoint of a run: each rank's field and a record of {iteration, n, decomposition}.
+class Checkpoints {
+ public:
+  Checkpoints(clbuf::BufferManager& manager, clbuf::mpi::Communicator& comm, Solver& solver,
+              const Settings& settings, const std::string& folder)
+      : manager_(manager),
+        settings_(settings),
+        record_(manager.allocate<std::uint64_t>(3)),
+        checkpoint_(manager, folder, clbuf::mpi::checkpoint_ranks(comm)) {
+    checkpoint_.add("field", solver.field()).add("record", record_);
+  }
+
+  void save(std::size_t iter) {
+    manager_.upload(
+        record_, std::vector<std::uint64_t>{iter, settings_.n, settings_.decomp == Decomp::blocks});
+    checkpoint_.save();
+  }
+
+  /// Loads the checkpoint; returns its iteration. @throws std::runtime_error for one of another
+  /// run (--n, --decomp); clbuf::Error for a missing or damaged one.
+  std::size_t load() {
+    checkpoint_.load();
+    const std::vector<std::uint64_t> record = manager_.download(record_);
+    if (record[1] != settings_.n || record[2] != (settings_.decomp == Decomp::blocks)) {
+      throw std::runtime_error("the checkpoint is of another --n or --decomp than this run's");
+    }
+    return static_cast<std::size_t>(record[0]);
+  }
+
+ private:
+  clbuf::BufferManager& manager_;
+  const Settings& settings_;
+  clbuf::DeviceBuffer<std::uint64_t> record_;
+  clbuf::Checkpoint checkpoint_;
+};
+
 int run(const Settings& settings, int ranks) {
   const Cart cart(settings, ranks);
   clbuf::BufferManager manager(clbuf::mpi::local_device_selector());
@@ -448,13 +507,31 @@ int run(const Settings& settings, int ranks) {
   clbuf::DeviceBuffer<double> change = manager.allocate<double>(1);
 
   solver.warm_up();
+  std::unique_ptr<Checkpoints> saving;
+  if (!settings.checkpoint.empty()) {
+    saving = std::make_unique<Checkpoints>(manager, comm, solver, settings, settings.checkpoint);
+  }
+  std::size_t first = 1;
+  if (!settings.restart.empty()) {
+    first = Checkpoints(manager, comm, solver, settings, settings.restart).load() + 1;
+    if (first - 1 > settings.iters) {
+      throw std::runtime_error("the checkpoint is of iteration " + std::to_string(first - 1) +
+                               ", past --iters " + std::to_string(settings.iters));
+    }
+    if (comm.rank() == 0) std::printf("restarted from iteration %zu\n", first - 1);
+  }
   comm.barrier();
   const auto clock = std::chrono::steady_clock::now();
   double exchange = 0.0;
   double wait = 0.0;
   double reporting = 0.0;
-  for (std::size_t iter = 1; iter <= settings.iters; ++iter) {
+  for (std::size_t iter = first; iter <= settings.iters; ++iter) {
     solver.step(exchange, wait);
+    if (saving && iter % settings.checkpoint_every == 0) {
+      const auto save_clock = std::chrono::steady_clock::now();
+      saving->save(iter);
+      reporting += seconds_since(save_clock);
+    }
     if (settings.report != 0 && iter % settings.report == 0) {
       const auto report_clock = std::chrono::steady_clock::now();
       manager.upload(change, std::vector<double>{solver.last_change()});

@@ -17,6 +17,7 @@
 #ifndef CLBUF_MPI_HPP
 #define CLBUF_MPI_HPP
 
+#include <clbuf/mpi/checkpoint.hpp>
 #include <clbuf/mpi/communicator.hpp>
 #include <clbuf/mpi/device_choice.hpp>
 #include <clbuf/mpi/halo.hpp>
