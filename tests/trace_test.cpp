@@ -4,7 +4,12 @@
 // upload shows its chunks' host copies and DMAs interleaved; a started upload's span covers the
 // time its queue was held; bad paths are a clbuf::Error; four threads trace one manager; the file
 // is whole after cleanup(), destruction and an uncaught exception; tracing off writes nothing.
+#include <fcntl.h>
+#include <signal.h>
 #include <stdlib.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -740,6 +745,206 @@ TEST_F(TraceTest, TheFileIsWholeWhenAnUncaughtExceptionEndsTheProgram) {
       "uncaught");
   ::unsetenv("CLBUF_TRACE_TEST_DIR");
   EXPECT_EQ(Trace::read(path).named("X", "upload").size(), 1u);
+}
+
+// Every spelling of one file (relative, "./", "a/../", absolute, a symlink, a hard link) is one
+// file: the managers tracing to them share one writer, each a process of its own, and no
+// manager's events vanish.
+TEST_F(TraceTest, EverySpellingOfAFileSharesOneWriter) {
+  const std::string path = dir_.file("t.json");
+  std::filesystem::create_directory(dir_.file("sub"));
+  { std::ofstream(path) << "old"; }  // the file exists: a hard link needs it
+  std::filesystem::create_symlink(path, dir_.file("link.json"));
+  std::filesystem::create_hard_link(path, dir_.file("hard.json"));
+  const std::string cwd = std::filesystem::current_path();
+  std::filesystem::current_path(dir_.path());
+  const std::vector<std::string> spellings = {"t.json",
+                                              "./t.json",
+                                              "sub/../t.json",
+                                              path,
+                                              dir_.path() + "//t.json",
+                                              "link.json",
+                                              dir_.file("hard.json")};
+  {
+    std::vector<std::unique_ptr<clbuf::BufferManager>> managers;
+    for (const std::string& spelling : spellings) {
+      clbuf::Options options;
+      options.trace_path = spelling;
+      managers.push_back(std::make_unique<clbuf::BufferManager>(std::string(), options));
+    }
+    std::filesystem::current_path(cwd);
+    const std::vector<int> data(64, 1);
+    for (auto& manager : managers) static_cast<void>(manager->upload(data));
+    managers[3]->cleanup();  // one flush writes every thread's buffer of the file
+    EXPECT_EQ(Trace::read(path).named("X", "upload").size(), spellings.size());
+    managers.erase(managers.begin());  // the first goes; the others keep the file
+    static_cast<void>(managers.back()->upload(data));
+  }
+  const Trace trace = Trace::read(path);
+  EXPECT_EQ(trace.processes.size(), spellings.size());
+  EXPECT_EQ(trace.named("X", "upload").size(), spellings.size() + 1);
+  EXPECT_TRUE(std::filesystem::is_symlink(dir_.file("link.json")));
+  EXPECT_TRUE(std::filesystem::equivalent(path, dir_.file("hard.json")));
+}
+
+// A path that holds a NUL (a std::string, Python's clbuf.trace("t\0.json")) or is empty is
+// refused with the operation and the path escaped, never traced into the part before the NUL;
+// a path that is no file to write (a FIFO) is refused too.
+TEST_F(TraceTest, APathWithANulOrNoFileIsRefused) {
+  const std::string nul = dir_.file(std::string("t\0.json", 7));
+  clbuf::Options options;
+  options.trace_path = nul;
+  EXPECT_CLBUF_ERROR(clbuf::BufferManager(std::string(), options), CL_INVALID_VALUE,
+                     "BufferManager", dir_.file("t\\0.json"), "NUL");
+  EXPECT_FALSE(std::filesystem::exists(dir_.file("t")));
+  EXPECT_CLBUF_ERROR(clbuf::detail::Tracer("", "p", "trace"), CL_INVALID_VALUE, "trace", "empty");
+  EXPECT_CLBUF_ERROR(clbuf::detail::scoped_trace_path(&nul), CL_INVALID_VALUE, "clbuf.trace()",
+                     "NUL");
+  EXPECT_EQ(clbuf::detail::scoped_trace_path(), "");  // refused: nothing set
+  const std::string fifo = dir_.file("fifo");
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  options.trace_path = fifo;
+  EXPECT_CLBUF_ERROR(clbuf::BufferManager(std::string(), options), CL_INVALID_VALUE, fifo,
+                     "not a regular file");
+}
+
+/// Runs `child` in a process of its own (fork), its stderr into `stderr_path`; its wait status.
+int in_child_process(const std::function<int()>& child, const std::string& stderr_path) {
+  const pid_t pid = ::fork();
+  if (pid == 0) {
+    if (!stderr_path.empty()) {
+      const int fd = ::open(stderr_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
+      ::dup2(fd, 2);
+    }
+    ::_exit(child());
+  }
+  int status = 0;
+  ::waitpid(pid, &status, 0);
+  return status;
+}
+
+/// The text of the file at `path`.
+std::string file_text(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+}
+
+/// Records spans as fast as it can, its buffers written by the writer thread and by flush().
+[[noreturn]] void trace_forever(const std::string& path) {
+  clbuf::detail::Tracer tracer(path, "writer", "trace");
+  const int track = tracer.track("spans");
+  for (std::uint64_t n = 0;; ++n) {
+    const double now = clbuf::detail::trace_now();
+    tracer.span(track, "span", now, now + 1, {{"n", nullptr, static_cast<double>(n)}});
+    if (n % 1000 == 999) tracer.flush();
+  }
+}
+
+/// The files of `paths` that a strict JSON reader refuses (Python's json, which also requires
+/// well-formed UTF-8; the tests' own reader where there is no /usr/bin/python3), with the reason.
+std::vector<std::string> not_json(const std::vector<std::string>& paths, const TempDir& dir) {
+  std::vector<std::string> bad;
+  if (::access("/usr/bin/python3", X_OK) == 0) {
+    const std::string list = dir.file("files.txt");
+    const std::string out = dir.file("bad.txt");
+    {
+      std::ofstream names(list);
+      for (const std::string& path : paths) names << path << '\n';
+    }
+    const std::string command =
+        "/usr/bin/python3 -c \"import json,sys\n"
+        "for name in open(sys.argv[1]).read().split():\n"
+        "    try: json.load(open(name, encoding='utf-8'))\n"
+        "    except Exception as e: print(name, repr(e)[:200])\" " +
+        list + " > " + out;
+    if (std::system(command.c_str()) != 0) bad.push_back("python3 failed: " + command);
+    std::ifstream lines(out);
+    for (std::string line; std::getline(lines, line);) bad.push_back(line);
+    return bad;
+  }
+  for (const std::string& path : paths) {
+    const std::string text = file_text(path);
+    try {
+      if (!valid_utf8(text)) throw std::runtime_error("not UTF-8");
+      JsonReader::parse(text);
+    } catch (const std::runtime_error& error) {
+      bad.push_back(path + " " + error.what());
+    }
+  }
+  return bad;
+}
+
+// A process killed (SIGKILL) at any instant leaves a file that is valid JSON: 100 processes
+// tracing as fast as they can (a flush each 1000 events, the writer thread's each 4096), each
+// killed after a random time, every file read back by a strict reader.
+TEST(TraceFiles, AKillAtAnyInstantLeavesValidJson) {
+  if (clbuf_test::thread_sanitizer) GTEST_SKIP() << "forks; not under TSan";
+  TempDir dir;
+  std::uint32_t state = 2024;
+  std::vector<std::string> paths;
+  for (int kill = 0; kill < 100; ++kill) {
+    const std::string path = dir.file("k" + std::to_string(kill) + ".json");
+    const pid_t pid = ::fork();
+    if (pid == 0) trace_forever(path);
+    state = state * 1664525u + 1013904223u;
+    std::this_thread::sleep_for(std::chrono::microseconds(200 + (state >> 8) % 10000));
+    ::kill(pid, SIGKILL);
+    int status = 0;
+    ::waitpid(pid, &status, 0);
+    if (std::filesystem::exists(path)) paths.push_back(path);  // else killed before it opened it
+  }
+  EXPECT_GE(paths.size(), 90u);
+  for (const std::string& bad : not_json(paths, dir)) ADD_FAILURE() << bad;
+}
+
+// A trace that cannot be written at all (/dev/full) is an Error at construction naming the path
+// and the system's reason.
+TEST_F(TraceTest, ATraceFileThatCannotBeWrittenIsAnErrorAtConstruction) {
+  clbuf::Options options;
+  options.trace_path = "/dev/full";
+  EXPECT_CLBUF_ERROR(clbuf::BufferManager(std::string(), options), CL_INVALID_VALUE,
+                     "BufferManager", "/dev/full", "No space left on device");
+}
+
+// A write that fails mid-trace (the file-size limit, RLIMIT_FSIZE / ulimit -f, reached: as a full
+// disk fails) is reported: one line on stderr, clbuf::trace_write_errors() names the file and the
+// reason; the process is not killed (SIGXFSZ), no transfer fails, and the file is valid JSON with
+// the events written before, within the limit.
+TEST(TraceFiles, AFailedWriteIsReportedAndTheFileStaysValid) {
+  if (clbuf_test::thread_sanitizer) GTEST_SKIP() << "forks; not under TSan";
+  TempDir dir;
+  const std::string path = dir.file("limited.json");
+  const std::string errors = dir.file("stderr.txt");
+  const rlim_t limit = 100000;
+  const int status = in_child_process(
+      [&] {
+        const rlimit small = {limit, RLIM_INFINITY};
+        if (::setrlimit(RLIMIT_FSIZE, &small) != 0) return 3;
+        {
+          clbuf::detail::Tracer tracer(path, "limited", "trace");
+          const int track = tracer.track("spans");
+          if (!clbuf::trace_write_errors().empty()) return 4;
+          for (int n = 0; n < 20000; ++n) {
+            tracer.span(track, "span", n, n + 1, {});
+            if (n % 3000 == 0) tracer.flush();
+          }
+        }
+        const std::string reported = clbuf::trace_write_errors();
+        if (reported.find(path) == std::string::npos) return 5;
+        if (reported.find("File too large") == std::string::npos) return 6;
+        return 0;
+      },
+      errors);
+  ASSERT_TRUE(WIFEXITED(status)) << "killed by signal " << WTERMSIG(status);
+  EXPECT_EQ(WEXITSTATUS(status), 0);
+  const std::string text = file_text(path);
+  EXPECT_LE(text.size(), limit);
+  const Json root = JsonReader::parse(text);
+  ASSERT_NE(root.find("traceEvents"), nullptr);
+  EXPECT_GT(root.find("traceEvents")->items.size(), 100u);
+  const std::string reported = file_text(errors);
+  EXPECT_EQ(std::count(reported.begin(), reported.end(), '\n'), 1) << reported;
+  EXPECT_NE(reported.find(path), std::string::npos) << reported;
 }
 
 }  // namespace

@@ -11,6 +11,7 @@
 #ifndef CLBUF_DETAIL_TRACE_HPP
 #define CLBUF_DETAIL_TRACE_HPP
 
+#include <clbuf/detail/output_file.hpp>
 #include <clbuf/detail/rank_files.hpp>
 #include <clbuf/detail/trace_file.hpp>
 #include <clbuf/detail/trace_json.hpp>
@@ -151,6 +152,7 @@ class Tracer {
 /// made while it is set trace there unless their Options name a path (trace_path()). With `set`,
 /// it becomes `*set`, and every open trace file is written out. Returns the path before.
 inline std::string scoped_trace_path(const std::string* set = nullptr) {
+  if (set != nullptr && !set->empty()) check_output_path("clbuf.trace()", *set, "the trace file");
   static std::mutex mutex;
   static std::string path;
   std::string before;
@@ -161,6 +163,14 @@ inline std::string scoped_trace_path(const std::string* set = nullptr) {
   }
   if (set != nullptr) TraceRegistry::instance().flush_all();
   return before;
+}
+
+/// Python's `with clbuf.trace(path):` entered: the managers made from now on trace to `path`
+/// (scoped_trace_path()). Returns the path before, which the block's end sets again. @throws Error
+/// CL_INVALID_VALUE of "clbuf.trace()" when `path` is empty or holds a NUL, nothing set.
+inline std::string enter_trace_scope(const std::string& path) {
+  check_output_path("clbuf.trace()", path, "the trace file");
+  return scoped_trace_path(&path);
 }
 
 /// The trace path in force: `option` (Options::trace_path) when set, else the scoped path (Python's
@@ -177,6 +187,18 @@ inline std::string trace_path(const std::string& option) {
 }
 
 }  // namespace detail
+
+/// The trace files whose writing has failed since the program started (a full disk, the file-size
+/// limit RLIMIT_FSIZE / `ulimit -f`), one line each naming the file and the system's reason; ""
+/// when every write succeeded. Tracing never fails a transfer: a failed write ends that file's
+/// writing (the file keeps the events written before, valid JSON), prints one line on stderr, and
+/// is known here. A file that cannot be opened or started is an Error at the manager's
+/// construction instead.
+inline std::string trace_write_errors() {
+  detail::TraceFailures& failures = detail::TraceFailures::instance();
+  std::lock_guard<std::mutex> lock(failures.mutex);
+  return failures.lines;
+}
 }  // namespace clbuf
 
 #endif  // CLBUF_DETAIL_TRACE_HPP

@@ -5,13 +5,13 @@
 #ifndef CLBUF_DETAIL_TRACE_REGISTRY_HPP
 #define CLBUF_DETAIL_TRACE_REGISTRY_HPP
 
+#include <clbuf/detail/output_file.hpp>
 #include <clbuf/detail/trace_file.hpp>
 #include <clbuf/error.hpp>
 
 #include <cerrno>
 #include <chrono>
 #include <condition_variable>
-#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <exception>
@@ -25,8 +25,10 @@
 namespace clbuf {
 namespace detail {
 
-/// The open trace files by path; writes them out at exit and on std::terminate. Never destroyed
-/// (a file's last holder may let it go after static destruction: a driver's callback thread).
+/// The open trace files by what they are (FileId: every spelling of a path, links included, is
+/// one file, written by one TraceFile); writes them out at exit and on std::terminate. Never
+/// destroyed (a file's last holder may let it go after static destruction: a driver's callback
+/// thread).
 class TraceRegistry {
  public:
   static TraceRegistry& instance() {
@@ -34,36 +36,52 @@ class TraceRegistry {
     return *registry;
   }
 
-  /// The file of `path`: the one open, else a new one, once a file of that path that is still
-  /// being closed has been (two FILEs must never write one path), waiting at most close_wait.
+  /// The file of `path`: the one open, whatever the spelling that opened it, else the file started
+  /// afresh (TraceFile::empty_text(), whole or not at all: see start_afresh()), once a file of it
+  /// that is still being closed has been (two writers must never write one file), waiting at most
+  /// close_wait. @throws Error CL_INVALID_VALUE of `operation` naming the path and the reason
+  /// when it is empty, holds a NUL, or cannot be written (a folder, a missing or read-only folder,
+  /// a FIFO, a full device).
   std::shared_ptr<TraceFile> open(const std::string& path, const char* operation) {
+    check_output_path(operation, path, "the trace file");
     std::unique_lock<std::mutex> lock(mutex_);
-    Entry& entry = files_[path];  // a map's entries stay where they are
     const auto give_up = std::chrono::steady_clock::now() + close_wait;
     while (true) {
-      if (std::shared_ptr<TraceFile> file = entry.file.lock()) return file;
-      if (!entry.closing) break;
-      if (closed_.wait_until(lock, give_up) == std::cv_status::timeout) {
-        fail(operation, CL_INVALID_VALUE,
-             "the trace file \"" + path + "\" of an earlier manager is still being closed");
+      OutputFile file;
+      int error = open_output_file(path, file);
+      bool created = false;
+      if (error == ENOENT) {
+        error = create_output_file(path, TraceFile::empty_text(), file);
+        created = error == 0;
+        // A symlink to no file, or a file made meanwhile (by another process): opened as it is.
+        if (error == EEXIST) error = open_output_file(path, file, true);
       }
+      if (error != 0) cannot_write(operation, path, error);
+      Entry& entry = files_[file.id];  // a map's entries stay where they are
+      if (!created) {
+        std::shared_ptr<TraceFile> open = entry.file.lock();
+        if (open != nullptr || entry.closing) {
+          ::close(file.fd);
+          if (open != nullptr) return open;
+          if (closed_.wait_until(lock, give_up) == std::cv_status::timeout) {
+            fail(operation, CL_INVALID_VALUE,
+                 "the trace file \"" + path + "\" of an earlier manager is still being closed");
+          }
+          continue;  // closed: open it again
+        }
+        error = start_afresh(path, file);
+        if (error != 0) cannot_write(operation, path, error);
+      }
+      Entry& started = files_[file.id];  // start_afresh() may have made a new file
+      started.closing = true;            // until close() has run; others wait for the file above
+      lock.unlock();
+      std::shared_ptr<TraceFile> made = make(path, file);
+      lock.lock();
+      started.file = made;
+      lock.unlock();
+      closed_.notify_all();
+      return made;
     }
-    std::FILE* handle = std::fopen(path.c_str(), "w");
-    if (handle == nullptr) {
-      const int error = errno;
-      fail(operation, CL_INVALID_VALUE,
-           "cannot write the trace file \"" + path +
-               "\" (CLBUF_TRACE, Options::trace_path or Python's clbuf.trace()): " +
-               std::strerror(error));
-    }
-    entry.closing = true;  // until close() has run; others wait for the file below
-    lock.unlock();
-    std::shared_ptr<TraceFile> file = make(path, handle);
-    lock.lock();
-    entry.file = file;
-    lock.unlock();
-    closed_.notify_all();
-    return file;
   }
 
   /// Writes every open file's buffers out.
@@ -84,10 +102,10 @@ class TraceRegistry {
  private:
   struct Entry {
     std::weak_ptr<TraceFile> file;
-    bool closing = false;  // a file of this path exists (open, or its last holder closing it)
+    bool closing = false;  // a writer of this file exists (open, or its last holder closing it)
   };
 
-  // How long open() waits for a file of its path that is being closed.
+  // How long open() waits for a file that is being closed.
   static constexpr std::chrono::seconds close_wait{5};
 
   /// Installs the std::terminate handler, and the exit handler (files still open at exit: a
@@ -97,46 +115,66 @@ class TraceRegistry {
     std::atexit([] { instance().flush_all(); });
   }
 
-  /// The file of `path`, writing to `handle`; its deleter is close().
-  std::shared_ptr<TraceFile> make(const std::string& path, std::FILE* handle) {
+  [[noreturn]] static void cannot_write(const char* operation, const std::string& path, int error) {
+    fail(operation, CL_INVALID_VALUE,
+         "cannot write the trace file \"" + path +
+             "\" (CLBUF_TRACE, Options::trace_path or Python's clbuf.trace()): " +
+             output_error_text(error));
+  }
+
+  /// Starts the existing `file` of `path` afresh (TraceFile::empty_text()), so that it is valid
+  /// JSON at every instant: a regular file of one link that this process owns is replaced by a
+  /// new one renamed over it (`file` becomes the new one); else (a hard link, another owner, a
+  /// folder this process may not write) it is emptied and written in place, which leaves it
+  /// empty for the moment between the two; a device (/dev/null) is written. 0, or the error (the
+  /// file closed).
+  static int start_afresh(const std::string& path, OutputFile& file) {
+    const std::string text = TraceFile::empty_text();
+    if (file.regular && file.links == 1 && file.owner == ::geteuid()) {
+      OutputFile fresh;
+      if (replace_output_file(path, text, file.mode, fresh) == 0) {
+        ::close(file.fd);
+        file = fresh;
+        return 0;
+      }
+    }
+    int error = file.regular && ::ftruncate(file.fd, 0) != 0 ? errno : 0;
+    if (error == 0) {
+      WriteGuard guard;
+      error = write_output_at(file.fd, text.data(), text.size(), 0);
+    }
+    if (error != 0) ::close(file.fd);
+    return error;
+  }
+
+  /// The TraceFile of `file` (holding TraceFile::empty_text()); its deleter is close().
+  std::shared_ptr<TraceFile> make(const std::string& path, const OutputFile& file) {
     TraceFile* made = nullptr;
     try {
-      made = new TraceFile(handle, path);
+      made = new TraceFile(file, path);
     } catch (...) {
-      std::fclose(handle);
-      ended(path);
+      ::close(file.fd);
+      ended(file.id);
       throw;
     }
-    start(*made);
     // Should the shared_ptr find no memory, it calls the deleter: the file is closed all the same.
-    return std::shared_ptr<TraceFile>(made, [this, path](TraceFile* file) { close(path, file); });
+    const FileId id = file.id;
+    return std::shared_ptr<TraceFile>(made, [this, id](TraceFile* done) { close(id, done); });
   }
 
-  /// The deleter of a file: closes it (its last events written), then lets its path be opened.
-  void close(const std::string& path, TraceFile* file) noexcept {
+  /// The deleter of a file: closes it (its last events written), then lets it be opened again.
+  void close(FileId id, TraceFile* file) noexcept {
     delete file;
-    ended(path);
+    ended(id);
   }
 
-  /// No file of `path` exists any more: it may be opened again.
-  void ended(const std::string& path) noexcept {
+  /// No writer of file `id` exists any more: it may be opened again.
+  void ended(FileId id) noexcept {
     {
       std::lock_guard<std::mutex> lock(mutex_);
-      files_[path].closing = false;  // the entry exists: open() made it
+      files_[id].closing = false;  // the entry exists: open() made it
     }
     closed_.notify_all();
-  }
-
-  /// The array's opening and its first closing; the clock named for readers of the file.
-  static void start(TraceFile& file) {
-    static const char head[] =
-        "{\"otherData\":{\"clock\":\"std::chrono::steady_clock\",\"unit\":\"us\"},"
-        "\"traceEvents\":[\n";
-    static const char tail[] = "]}\n";
-    std::fwrite(head, 1, sizeof(head) - 1, file.file_);
-    std::fwrite(tail, 1, sizeof(tail) - 1, file.file_);
-    std::fflush(file.file_);
-    file.end_ = static_cast<long>(sizeof(head) - 1);
   }
 
   /// The program ends by an uncaught exception: the buffers written, then the handler before.
@@ -148,7 +186,7 @@ class TraceRegistry {
 
   std::mutex mutex_;
   std::condition_variable closed_;
-  std::map<std::string, Entry> files_;  // under mutex_
+  std::map<FileId, Entry> files_;  // under mutex_
   static inline std::terminate_handler previous_ = nullptr;
 };
 
