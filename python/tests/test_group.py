@@ -6,7 +6,9 @@ default selection finds (one PoCL device here), so every test holds for any devi
 import gc
 import math
 import os
+import sys
 import threading
+from fractions import Fraction
 
 import numpy as np
 import pytest
@@ -59,16 +61,17 @@ def shard_contents(group, sharded, i):
 
 
 def expected_split(count, weights, unit=1):
-    """Partition.weighted's counts: floors, then the largest remainders (lower device on ties)."""
+    """Partition.weighted's counts: the exact shares (Fractions) rounded down, then one unit each
+    to the largest remainders (the lower device on ties)."""
     units = count // unit
-    total = sum(weights)
-    shares = [units * (w / total) for w in weights]
-    parts = [min(units, math.floor(s)) for s in shares]
-    rest = [s - math.floor(s) for s in shares]
-    while sum(parts) < units:
-        most = max(range(len(rest)), key=lambda i: (rest[i], -i))
-        parts[most] += 1
-        rest[most] = -1
+    exact = [Fraction(float(w)) for w in weights]
+    total = sum(exact)
+    shares = [units * w / total for w in exact]
+    parts = [math.floor(s) for s in shares]
+    rest = [s - p for s, p in zip(shares, parts)]
+    order = sorted(range(len(rest)), key=lambda i: (-rest[i], i))
+    for i in order[:units - sum(parts)]:
+        parts[i] += 1
     return [p * unit for p in parts]
 
 
@@ -194,6 +197,30 @@ def test_weights_and_units_split_as_the_partition_says(group):
     for kind in (tuple, as_int32, lambda w: [np.float32(x) for x in w]):
         sharded = group.scatter(np.arange(20, dtype=np.uint8), weights=kind(weights))
         assert [sharded.count(i) for i in range(devices)] == expected_split(20, weights)
+
+
+def test_weights_up_to_the_largest_float_split_exactly(group):
+    devices = len(group)
+    largest, least = sys.float_info.max, 5e-324
+    data = np.arange(10, dtype=np.int16)
+    cases = [[1e308] * devices, [largest] * devices, [least] * devices,
+             [1e308] * (devices - 1) + [0], [1e308] + [1e-308] * (devices - 1),
+             [largest] + [least] * (devices - 1), [least] + [largest] * (devices - 1),
+             [0] * (devices - 1) + [largest]]
+    for weights in cases:
+        if not any(w > 0 for w in weights):
+            continue
+        counts = [group.scatter(data, weights=weights).count(i) for i in range(devices)]
+        assert counts == expected_split(10, weights), weights
+        assert sum(counts) == 10
+        if len(set(weights)) == 1:
+            assert max(counts) - min(counts) <= 1, (weights, counts)
+        assert all(c == 0 for c, w in zip(counts, weights) if w == 0), (weights, counts)
+        ordered = sorted(range(devices), key=lambda i: weights[i])
+        assert [counts[i] for i in ordered] == sorted(counts), (weights, counts)
+    sharded = group.scatter(data, weights=np.full(devices, 1e308))
+    assert [sharded.count(i) for i in range(devices)] == expected_split(10, [1] * devices)
+    assert same_bytes(group.gather(sharded), data)
 
 
 def test_async_forms_return_one_future_each(group):
@@ -478,6 +505,13 @@ def test_bad_splits_are_refused_before_anything_moves(group):
     assert_refused(lambda: group.scatter(data, weights=["1"] * len(group)), "weight 0", "str")
     assert_refused(lambda: group.scatter(data, weights=[True] * len(group)), "weight 0")
     assert_refused(lambda: group.scatter(data, weights="11"), "weights")
+    assert_refused(lambda: group.scatter(data, weights=[]), f"0 weights for {len(group)} devices")
+    assert_refused(lambda: group.scatter(data, weights=[math.inf] * len(group)), "weight 0")
+    assert_refused(lambda: group.scatter(data, weights=[-math.inf] + [1] * (len(group) - 1)),
+                   "weight 0 is -inf")
+    assert_refused(lambda: group.scatter(data, weights=[-1e-300] + [1] * (len(group) - 1)),
+                   "weight 0 is -1", "e-300")
+    assert_refused(lambda: group.scatter(data, weights=[10 ** 400] * len(group)), "weight 0")
     assert_refused(lambda: group.scatter([1, 2, 3]), "list")
     assert_refused(lambda: group.scatter(np.array(["a"])), "not numeric")
     assert_refused(lambda: group.scatter_async(data, unit=3), "DeviceGroup.scatter_async")
