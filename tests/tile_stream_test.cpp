@@ -24,6 +24,8 @@ namespace {
 
 using clbuf_test::DeviceTest;
 
+constexpr std::size_t kInFlight[] = {1, 2, 3};
+
 // out[i] = (U)in[i] + (U)(first + i): every element depends on its place in the whole array.
 const char* const kSource = R"CLC(
 __kernel void shift(__global const IN* in, __global OUT* out, ulong first, ulong count) {
@@ -181,14 +183,14 @@ TEST_P(TileStream, EverySizeAroundATileMatchesTheHostReference) {
   const std::size_t tile = 64;
   for (std::size_t count :
        {std::size_t{0}, std::size_t{1}, tile - 1, tile, tile + 1, std::size_t{1001}}) {
-    for (std::size_t in_flight : {1, 2, 3}) out_of_place<float, float>(count, tile, in_flight);
+    for (std::size_t in_flight : kInFlight) out_of_place<float, float>(count, tile, in_flight);
   }
 }
 
 TEST_P(TileStream, InPlaceMatchesTheHostReference) {
   const std::size_t tile = 50;
   for (std::size_t count : {std::size_t{1}, tile - 1, tile + 1, std::size_t{777}}) {
-    for (std::size_t in_flight : {1, 2, 3}) in_place<std::int32_t>(count, tile, in_flight);
+    for (std::size_t in_flight : kInFlight) in_place<std::int32_t>(count, tile, in_flight);
   }
 }
 
@@ -254,8 +256,8 @@ void expect_stops_at(clbuf::BufferManager& bm, std::size_t k, std::size_t in_fli
 }
 
 TEST_P(TileStream, AFunctionThatThrowsAtTileKStopsTheStreamThere) {
-  for (std::size_t in_flight : {1, 2, 3}) {
-    for (std::size_t k : {0, 1, 4, 8}) {
+  for (std::size_t in_flight : kInFlight) {
+    for (std::size_t k : {std::size_t{0}, std::size_t{1}, std::size_t{4}, std::size_t{8}}) {
       expect_stops_at(
           bm(), k, in_flight,
           [](const clbuf::Tile<float, float>&, Shift<float, float>&) -> cl::Event {
@@ -287,8 +289,8 @@ TEST_P(TileStream, TheFunctionsOwnExceptionIsNestedInTheError) {
 
 TEST_P(TileStream, AFailedEventAtTileKStopsTheStreamThere) {
   if (clbuf_test::thread_sanitizer) GTEST_SKIP() << "PoCL's lock order on failed events";
-  for (std::size_t in_flight : {1, 2, 3}) {
-    for (std::size_t k : {0, 3, 8}) {
+  for (std::size_t in_flight : kInFlight) {
+    for (std::size_t k : {std::size_t{0}, std::size_t{3}, std::size_t{8}}) {
       expect_stops_at(
           bm(), k, in_flight,
           [&](const clbuf::Tile<float, float>& t, Shift<float, float>& shift) -> cl::Event {
