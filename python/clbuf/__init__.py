@@ -32,6 +32,8 @@ __all__ = [
     "error_name",
     "explain_selection",
     "list_devices",
+    "load",
+    "save",
     "trace",
 ]
 
@@ -131,6 +133,8 @@ from ._clbuf import (  # noqa: E402
     error_name,
     explain_selection,
     list_devices,
+    load,
+    save,
     _trace_scope,
 )
 from ._mapping import MappedArray  # noqa: E402

@@ -12,6 +12,7 @@
 //   mpi.*       clbuf.mpi.Communicator over clbuf::mpi (built where MPI is found)
 //   group.*     clbuf.DeviceGroup, clbuf.ShardedBuffer, clbuf.ShardedHalo (several devices)
 //   paths.cpp   the transfer path of each size and the resolved options, for `clbuf info`
+//   files.cpp   clbuf.load and clbuf.save: .npy files straight to and from device memory
 // Every failure is a clbuf.Error (a RuntimeError) with `.code`, the OpenCL error code, and
 // nothing is changed. All OpenCL work, and every check of buffers, ranges and the manager's
 // state, is the library's (clbuf::BufferManager); this extension checks only what Python passes
@@ -22,6 +23,7 @@
 
 namespace clbuf_python {
 void bind_paths(py::module_& m);  // paths.cpp
+void bind_files(py::module_& m);  // files.cpp
 }
 
 #ifdef CLBUF_PYTHON_MPI
@@ -74,6 +76,7 @@ PYBIND11_MODULE(_clbuf, m) {
   bind_manager(m);
   bind_group(m);
   bind_paths(m);
+  bind_files(m);
 #ifdef CLBUF_PYTHON_MPI
   bind_mpi(m);
 #endif
