@@ -131,11 +131,16 @@ class DeviceBuffer {
   /// Records a command of a queue other than the owning manager's that uses this memory: the
   /// pool does not hand the memory out again before it has completed.
   /// Where the record cannot be kept (out of host memory), waits for the command instead.
-  void fence(const detail::MemoryPool* user_pool, const cl::Event& event) const noexcept {
+  CLBUF_DETAIL_INLINE void fence(const detail::MemoryPool* user_pool,
+                                 const cl::Event& event) const noexcept {
+    if (event() == nullptr || !memory_.fences) return;  // a view's fences are its root's
     const detail::Lease* lease = shared_lease();
     const detail::MemoryPool* owner = lease != nullptr ? lease->pool.get() : pool_.get();
-    const std::shared_ptr<detail::Fences>& fences = memory_.fences;  // a view's are its root's
-    if (owner == nullptr || owner == user_pool || !fences || event() == nullptr) return;
+    if (owner == nullptr || owner == user_pool) return;
+    add_fence(event);
+  }
+  CLBUF_DETAIL_COLD void add_fence(const cl::Event& event) const noexcept {
+    const std::shared_ptr<detail::Fences>& fences = memory_.fences;
     try {
       fences->add(event);
     } catch (...) {

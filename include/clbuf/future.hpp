@@ -40,7 +40,8 @@ class [[nodiscard]] Future {
         value_(std::exchange(other.value_, std::nullopt)),
         host_(std::move(other.host_)),
         outcome_(std::move(other.outcome_)),
-        settle_(std::move(other.settle_)) {}
+        settle_(std::move(other.settle_)),
+        taken_(other.taken_) {}
 
   /// Waits for this Future's own transfer (errors ignored, as the destructor does), then takes
   /// over `other`'s; `other` becomes empty.
@@ -53,6 +54,7 @@ class [[nodiscard]] Future {
       host_ = std::move(other.host_);
       outcome_ = std::move(other.outcome_);
       settle_ = std::move(other.settle_);
+      taken_ = other.taken_;
     }
     return *this;
   }
@@ -111,6 +113,7 @@ class [[nodiscard]] Future {
     }
     wait();
     host_.reset();  // the transfer has ended: its host memory is no longer in use
+    taken_ = true;  // nothing left for the destructor to wait for
     if constexpr (std::is_void<R>::value) {
       value_.reset();
     } else {
@@ -138,6 +141,7 @@ class [[nodiscard]] Future {
   cl_int status_of_event() const { return detail::checked_event_status(operation_, event_()); }
 
   void wait_quietly() noexcept {
+    if (taken_) return;  // get() has waited: the transfer has ended
     if (settle_) settle_->settle(true);
     if (event_() == nullptr) return;
     cl_event event = event_();
@@ -151,6 +155,7 @@ class [[nodiscard]] Future {
   std::shared_ptr<const void> host_;  // host memory the transfer reads (an upload's data)
   std::shared_ptr<const detail::Outcome> outcome_;  // set when clbuf finishes the work on the host
   std::shared_ptr<detail::Settle> settle_;          // set for a Future joined over others
+  bool taken_ = false;  // get() has waited and handed over the result (one wait is enough)
 };
 
 }  // namespace clbuf

@@ -368,10 +368,9 @@ class BufferManager {
       detail::check_host_access(op, buffer.access_, true, false);
       const std::vector<cl_event> wait = wait_list(op, after);
       std::vector<T> out = detail::new_vector<T>(op, buffer.size());
-      detail::GatedCall gated = gated_call(op, wait);
-      detail::Started start =
-          engine_.read_async(op, buffer.memory_, 0, out.data(), buffer.size_bytes());
-      gated.done(start.event);
+      detail::Started start = start_after(op, wait, [&] {
+        return engine_.read_async(op, buffer.memory_, 0, out.data(), buffer.size_bytes());
+      });
       buffer.fence(pool_.get(), start.event);
       // Moving the vector into the Future keeps its heap block, which the device writes into.
       return future<std::vector<T>>(op, std::move(start), std::move(out));
@@ -389,10 +388,10 @@ class BufferManager {
       const char* op = "download_async";
       auto entry = gate_.enter(op);
       check_host_transfer(op, buffer, out, count, src_offset, false);
-      detail::GatedCall gated = gated_call(op, wait_list(op, after));
-      detail::Started start =
-          engine_.read_async(op, buffer.memory_, src_offset * sizeof(T), out, count * sizeof(T));
-      gated.done(start.event);
+      detail::Started start = start_after(op, wait_list(op, after), [&] {
+        return engine_.read_async(op, buffer.memory_, src_offset * sizeof(T), out,
+                                  count * sizeof(T));
+      });
       buffer.fence(pool_.get(), start.event);
       return future<void>(op, std::move(start), {});
     });
@@ -1043,6 +1042,7 @@ class BufferManager {
   /// The handles of `after` (checked: this context) to hold the queue for.
   std::vector<cl_event> wait_list(const char* operation,
                                   const std::vector<cl::Event>& after) const {
+    if (after.empty()) return {};  // the common case, inline: no call, no context asked
     return detail::wait_list_of(operation, after, device_.context()());
   }
 
@@ -1059,6 +1059,19 @@ class BufferManager {
     }
     return detail::GatedCall(operation, gated_, engine_, device_.context()(), device_.queue(),
                              events);
+  }
+
+  /// Runs `start` (which enqueues a call's commands and returns what it started) behind `events`
+  /// as gated_call() arranges; with no events (the common case: a call without `after`) it only
+  /// runs `start`, with no gate to make and take down on the call's fast path.
+  template <class Start>
+  detail::Started start_after(const char* operation, const std::vector<cl_event>& events,
+                              Start&& start) {
+    if (events.empty()) return start();
+    detail::GatedCall gated = gated_call(operation, events);
+    detail::Started started = start();
+    gated.done(started.event);
+    return started;
   }
 
   /// Holds the queue's later commands until each of `events` has completed (before OpenCL 1.2,
@@ -1173,10 +1186,10 @@ class BufferManager {
     detail::check_host_pointer(op, data, count);
     const std::vector<cl_event> wait = wait_list(op, after);
     DeviceBuffer<T> buffer = new_buffer<T>(op, count, {count});
-    detail::GatedCall gated = gated_call(op, wait);
-    detail::Started start =
-        engine_.write_async(op, buffer.memory_, 0, data, buffer.size_bytes(), host, wait.empty());
-    gated.done(start.event);
+    detail::Started start = start_after(op, wait, [&] {
+      return engine_.write_async(op, buffer.memory_, 0, data, buffer.size_bytes(), host,
+                                 wait.empty());
+    });
     buffer.fence(pool_.get(), start.event);
     return future<DeviceBuffer<T>>(op, std::move(start), std::move(buffer), std::move(host));
   }
@@ -1189,10 +1202,10 @@ class BufferManager {
     const char* op = "upload_async";
     auto entry = gate_.enter(op);
     check_host_transfer(op, dst, data, count, dst_offset, true);
-    detail::GatedCall gated = gated_call(op, wait_list(op, after));
-    detail::Started start = engine_.write_async(op, dst.memory_, dst_offset * sizeof(T), data,
-                                                count * sizeof(T), host, false);
-    gated.done(start.event);
+    detail::Started start = start_after(op, wait_list(op, after), [&] {
+      return engine_.write_async(op, dst.memory_, dst_offset * sizeof(T), data, count * sizeof(T),
+                                 host, false);
+    });
     dst.fence(pool_.get(), start.event);
     return future<void>(op, std::move(start), {}, std::move(host));
   }

@@ -28,6 +28,7 @@
 
 #include <algorithm>
 #include <array>
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
@@ -83,6 +84,7 @@ class BufferedWrites {
     cl::Event event = device_.queue().write(operation, buffer, offset, bytes, slot, false);
     pending_.push_back(
         Pending{std::move(event), at, at + round_up(bytes), operation, bytes, offset, ++written_});
+    update_quiet();
     if (tracer_ != nullptr) {  // under mutex_: the track's spans follow one another
       tracer_->span(track_, "buffered write", begin, trace_now(),
                     {{"bytes", nullptr, static_cast<double>(bytes)},
@@ -125,24 +127,36 @@ class BufferedWrites {
   /// the first that failed since the last call (its code, the upload named in the message) as an
   /// Error of `operation`. One lock for both: the round trip's download takes this path.
   void settle(const char* operation, std::uint64_t confirmed = 0) {
+    if (quiet()) return;  // nothing pending, nothing failed: no lock on a small call's path
     std::string what;
     cl_int code = CL_SUCCESS;
     {
       std::lock_guard<std::mutex> lock(mutex_);
       while (!pending_.empty() && pending_.front().number <= confirmed) pending_.pop_front();
       reap();
-      if (failure_ == CL_SUCCESS) return;
+      if (failure_ == CL_SUCCESS) {
+        update_quiet();
+        return;
+      }
       code = take_failure(&what);
+      update_quiet();
     }
     fail(operation, code, what);
   }
+
+  /// True when no write is pending and no failure waits to be reported, as of the last change
+  /// under the lock (a write of this thread, or a settle, is seen; another thread's write that
+  /// is under way may not be, which no order between the two threads' calls promises anyway).
+  bool quiet() const noexcept { return quiet_.load(std::memory_order_acquire); }
 
   /// settle() without throwing: the failure's code (CL_SUCCESS for none) and, in `what`, its
   /// description.
   cl_int settle_code(std::string* what) noexcept {
     std::lock_guard<std::mutex> lock(mutex_);
     reap();
-    return take_failure(what);
+    const cl_int code = take_failure(what);
+    update_quiet();
+    return code;
   }
 
   /// How many writes the ring holds (not yet known to have completed).
@@ -156,6 +170,7 @@ class BufferedWrites {
     std::lock_guard<std::mutex> lock(mutex_);
     pending_.clear();
     ring_.reset();
+    update_quiet();
   }
 
  private:
@@ -239,6 +254,12 @@ class BufferedWrites {
     }
   }
 
+  /// quiet() as the ring stands now. Under mutex_, after each change to pending_ or failure_
+  /// that a call can leave behind.
+  void update_quiet() noexcept {
+    quiet_.store(pending_.empty() && failure_ == CL_SUCCESS, std::memory_order_release);
+  }
+
   /// The failure recorded (CL_SUCCESS for none), forgotten; its description moved into `what`.
   /// Under mutex_.
   cl_int take_failure(std::string* what) noexcept {
@@ -273,6 +294,7 @@ class BufferedWrites {
   }
 
   void record(const Pending& write, cl_int code) noexcept {
+    quiet_.store(false, std::memory_order_release);  // a failure waits to be reported
     if (failure_ != CL_SUCCESS) {  // most likely a consequence of the first: counted
       ++later_failures_;
       return;
@@ -301,6 +323,7 @@ class BufferedWrites {
   cl_int failure_ = CL_SUCCESS;  // the first failed write not yet reported
   std::string failure_what_;
   std::size_t later_failures_ = 0;  // failed writes after the first, before it was reported
+  std::atomic<bool> quiet_{true};   // pending_ empty and failure_ CL_SUCCESS (update_quiet())
 };
 
 }  // namespace detail

@@ -96,8 +96,9 @@ inline void check_adopt_capacity(const char* operation, std::size_t count, std::
 /// of `host_access` (0 for every buffer clbuf makes; an adopted buffer's own; other bits are
 /// ignored). Checked by clbuf on
 /// every vendor: some drivers (NVIDIA's) let a host-read-only buffer be mapped for writing.
-inline void check_host_access(const char* operation, cl_mem_flags host_access, bool read,
-                              bool write) {
+CLBUF_DETAIL_COLD inline void check_host_access_flags(const char* operation,
+                                                      cl_mem_flags host_access, bool read,
+                                                      bool write) {
   const bool no_access = (host_access & CL_MEM_HOST_NO_ACCESS) != 0;
   const char* flag = no_access                                     ? "CL_MEM_HOST_NO_ACCESS"
                      : (host_access & CL_MEM_HOST_WRITE_ONLY) != 0 ? "CL_MEM_HOST_WRITE_ONLY"
@@ -114,6 +115,16 @@ inline void check_host_access(const char* operation, cl_mem_flags host_access, b
              ", so the host may not write it; write a buffer the host may write and copy it on "
              "the device (copy, copy_bytes), or fill() it");
   }
+}
+/// As check_host_access_flags(); inlined, and only a test of the flags for a buffer the host
+/// may read and write (every buffer clbuf allocates), on every small call's path.
+CLBUF_DETAIL_INLINE void check_host_access(const char* operation, cl_mem_flags host_access,
+                                           bool read, bool write) {
+  if ((host_access & (CL_MEM_HOST_NO_ACCESS | CL_MEM_HOST_WRITE_ONLY | CL_MEM_HOST_READ_ONLY)) ==
+      0) {
+    return;
+  }
+  check_host_access_flags(operation, host_access, read, write);
 }
 
 /// The host memory of a transfer is not the buffer's own mapped memory (a live MappedView):

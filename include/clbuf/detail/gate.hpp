@@ -45,7 +45,7 @@ class Gate {
   };
 
   /// Enters for one call. @throws Error (code CL_SUCCESS) once closing has begun.
-  Entry enter(const char* operation) const {
+  CLBUF_DETAIL_INLINE Entry enter(const char* operation) const {
     // Calls that come once closing has begun leave without counting themselves in, so that
     // threads that keep calling cannot keep close() waiting.
     if (closing_.load(std::memory_order_relaxed)) fail_cleaned_up(operation);
@@ -87,13 +87,14 @@ class Gate {
   }
 
  private:
-  void leave() const noexcept {
+  CLBUF_DETAIL_INLINE void leave() const noexcept {
     // The last call out after closing began wakes close(): it stored closing_ before it saw
     // this call inside, so this load sees it (both sequentially consistent).
-    if (inside_.fetch_sub(1) == 1 && closing_.load()) {
-      std::lock_guard<std::mutex> lock(mutex_);  // close() is waiting, or about to wait
-      changed_.notify_all();
-    }
+    if (inside_.fetch_sub(1) == 1 && closing_.load()) wake_close();
+  }
+  CLBUF_DETAIL_COLD void wake_close() const noexcept {
+    std::lock_guard<std::mutex> lock(mutex_);  // close() is waiting, or about to wait
+    changed_.notify_all();
   }
 
   mutable std::atomic<std::size_t> inside_{0};  // calls inside

@@ -130,6 +130,10 @@ std::vector<T> new_vector(const char* operation, std::size_t count) {
 /// pass: no zero-filled vector written a second time.
 template <class T>
 std::vector<T> new_vector(const char* operation, const T* from, std::size_t count) {
+  if (count < huge_page_bytes / sizeof(T)) {  // no huge pages to ask for: one allocation and copy
+    return guard_host_memory(operation, count * sizeof(T), "the downloaded vector",
+                             [&] { return std::vector<T>(from, from + count); });
+  }
   return downloaded_vector<T>(
       operation, count, [from, count](std::vector<T>& out) { out.assign(from, from + count); });
 }

@@ -17,6 +17,7 @@
 
 #include <algorithm>
 #include <cstddef>
+#include <memory>
 #include <mutex>
 #include <utility>
 #include <vector>
@@ -97,8 +98,10 @@ class PinnedBlock {
 /// transfer waits for) and cached for users of that queue. Thread-safe; outlives its leases.
 class PinnedPool {
  public:
-  /// A block held for one use; given back on destruction. Holds the block by value: taking and
-  /// giving back a lease allocates nothing on the heap.
+  /// A block held for one use; given back on destruction. The pool keeps each block on the heap
+  /// from its making to its freeing and a lease holds it by pointer: taking and giving back a
+  /// lease moves one pointer (a bounced read takes and gives back one per call; moving the
+  /// block's handles by value cost ~500 instructions of a 4-byte download, issue 47).
   class Lease {
    public:
     Lease() = default;
@@ -116,33 +119,36 @@ class PinnedPool {
     }
     ~Lease() { reset(); }
 
-    explicit operator bool() const noexcept { return block_.data() != nullptr; }
+    explicit operator bool() const noexcept { return data() != nullptr; }
     /// The block's first byte; null for an empty lease.
-    void* data() const noexcept { return block_.data(); }
+    void* data() const noexcept { return block_ ? block_->data() : nullptr; }
     /// The block's bytes (its size class, at least the bytes asked for); 0 when empty.
-    std::size_t size() const noexcept { return block_.size(); }
+    std::size_t size() const noexcept { return block_ ? block_->size() : 0; }
 
     /// Gives the block back now; the lease is empty afterwards.
     void reset() noexcept {
-      if (pool_ != nullptr && block_.data() != nullptr) pool_->give(std::move(block_));
-      block_ = PinnedBlock();
+      if (pool_ != nullptr && block_) pool_->give(std::move(block_));
+      block_.reset();
       pool_ = nullptr;
     }
 
     /// Leaves the block to something outside clbuf that may still write it (an MPI request of a
     /// failed transfer): mapped and allocated for good, no longer counted against the budget.
     void leak() noexcept {
-      if (pool_ != nullptr && block_.data() != nullptr) pool_->forget(block_.size());
-      block_.leak();
-      block_ = PinnedBlock();
+      if (block_) {
+        if (pool_ != nullptr && block_->data() != nullptr) pool_->forget(block_->size());
+        block_->leak();
+      }
+      block_.reset();
       pool_ = nullptr;
     }
 
    private:
     friend class PinnedPool;
-    Lease(PinnedPool* pool, PinnedBlock block) noexcept : pool_(pool), block_(std::move(block)) {}
+    Lease(PinnedPool* pool, std::unique_ptr<PinnedBlock> block) noexcept
+        : pool_(pool), block_(std::move(block)) {}
     PinnedPool* pool_ = nullptr;
-    PinnedBlock block_;
+    std::unique_ptr<PinnedBlock> block_;  // null: an empty lease
   };
 
   PinnedPool(const DeviceContext& device, std::size_t budget) : device_(device) {
@@ -155,9 +161,15 @@ class PinnedPool {
   static std::size_t size_class(std::size_t bytes) noexcept {
     constexpr std::size_t large = std::size_t{64} << 20;
     if (bytes > large) return (bytes + (std::size_t{1} << 20) - 1) & ~((std::size_t{1} << 20) - 1);
-    std::size_t size = 4096;
-    while (size < bytes) size *= 2;
-    return size;
+    if (bytes <= 4096) return 4096;
+    std::size_t size = bytes - 1;  // the next power of two, with no loop
+    size |= size >> 1;
+    size |= size >> 2;
+    size |= size >> 4;
+    size |= size >> 8;
+    size |= size >> 16;
+    size |= (size >> 16) >> 16;  // 64-bit sizes (two shifts: no warning where size_t is 32-bit)
+    return size + 1;
   }
 
   /// A block of at least `bytes` (> 0) mapped on `map_on`, or an empty lease when the budget
@@ -168,8 +180,8 @@ class PinnedPool {
     {
       std::lock_guard<std::mutex> lock(mutex_);
       ++stats_.leases;
-      PinnedBlock cached = take_cached(size, map_on.get());
-      if (cached.data() != nullptr) {
+      std::unique_ptr<PinnedBlock> cached = take_cached(size, map_on.get());
+      if (cached) {
         traced();
         return Lease(this, std::move(cached));
       }
@@ -196,26 +208,26 @@ class PinnedPool {
   /// Frees every cached block and caches none from now on (cleanup(): the queues go next;
   /// leases still out free their blocks when given back).
   void close() noexcept {
-    std::vector<PinnedBlock> blocks;  // unmapped outside the lock
+    std::vector<std::unique_ptr<PinnedBlock>> blocks;  // unmapped outside the lock
     std::lock_guard<std::mutex> lock(mutex_);
     closed_ = true;
     blocks.swap(free_);
-    for (const PinnedBlock& block : blocks) release_bytes(block.size(), false);
+    for (const std::unique_ptr<PinnedBlock>& block : blocks) release_bytes(block->size(), false);
   }
 
  private:
   /// A cached block of `size` bytes mapped on `queue`, or an empty one. Under mutex_.
-  PinnedBlock take_cached(std::size_t size, cl_command_queue queue) noexcept {
+  std::unique_ptr<PinnedBlock> take_cached(std::size_t size, cl_command_queue queue) noexcept {
     for (auto it = free_.begin(); it != free_.end(); ++it) {
-      if (it->size() != size || it->queue() != queue) continue;
-      PinnedBlock block = std::move(*it);
+      if ((*it)->size() != size || (*it)->queue() != queue) continue;
+      std::unique_ptr<PinnedBlock> block = std::move(*it);
       free_.erase(it);
       stats_.cached_bytes -= size;
       stats_.in_use_bytes += size;
       ++stats_.reuses;
       return block;
     }
-    return PinnedBlock();
+    return nullptr;
   }
 
   /// The counter "pinned bytes" now, when tracing. Under mutex_ (its values are the counts').
@@ -232,7 +244,7 @@ class PinnedPool {
     if (size > stats_.budget_bytes) return false;
     if (stats_.in_use_bytes + size > stats_.budget_bytes) return false;  // trimming won't help
     while (stats_.allocated_bytes + size > stats_.budget_bytes && !free_.empty()) {
-      release_bytes(free_.front().size(), false);
+      release_bytes(free_.front()->size(), false);
       ++stats_.trims;
       free_.erase(free_.begin());
     }
@@ -247,9 +259,9 @@ class PinnedPool {
   }
 
   /// A new block of `size` bytes, reserved by take(); the reservation undone if it fails.
-  PinnedBlock make(const char* operation, std::size_t size, const Queue& map_on) {
+  std::unique_ptr<PinnedBlock> make(const char* operation, std::size_t size, const Queue& map_on) {
     try {
-      return PinnedBlock(device_.context(), map_on, size, operation);
+      return std::make_unique<PinnedBlock>(device_.context(), map_on, size, operation);
     } catch (...) {
       std::lock_guard<std::mutex> lock(mutex_);
       release_bytes(size, true);
@@ -265,10 +277,10 @@ class PinnedPool {
   }
 
   /// Caches a block given back (frees it once closed, or when the cache cannot grow).
-  void give(PinnedBlock&& block) noexcept {
-    PinnedBlock dropped;  // unmapped outside the lock
+  void give(std::unique_ptr<PinnedBlock>&& block) noexcept {
+    std::unique_ptr<PinnedBlock> dropped;  // unmapped outside the lock
     std::lock_guard<std::mutex> lock(mutex_);
-    const std::size_t size = block.size();
+    const std::size_t size = block->size();
     stats_.in_use_bytes -= size;
     if (!closed_) {
       try {
@@ -292,7 +304,7 @@ class PinnedPool {
 
   const DeviceContext& device_;
   mutable std::mutex mutex_;
-  std::vector<PinnedBlock> free_;  // cached, oldest first
+  std::vector<std::unique_ptr<PinnedBlock>> free_;  // cached, oldest first
   PinnedStats stats_;
   bool closed_ = false;
   Tracer* tracer_ = nullptr;  // the manager's, when it traces
