@@ -35,6 +35,7 @@ __all__ = [
     "load",
     "save",
     "trace",
+    "trace_write_errors",
 ]
 
 
@@ -110,10 +111,15 @@ def trace(path: "str | _os.PathLike[str]") -> "_Iterator[None]":
     file is whole (valid JSON) then; the last manager's close writes the rest. Under an MPI
     launcher each rank writes its own file, the rank in its name (``t.json`` ->
     ``t.rank0.json``; scripts/trace_merge.py merges them). A path that cannot be written (a
-    folder, a missing or read-only folder) makes each manager made inside the block raise
-    clbuf.Error (CL_INVALID_VALUE) naming the path.
+    folder, a missing or read-only folder, a FIFO, a full device such as /dev/full) makes each
+    manager made inside the block raise clbuf.Error (CL_INVALID_VALUE) naming the path; an empty
+    path or one holding a NUL is that error at once, when the block is entered. Every spelling of
+    one file (``./t.json``, an absolute path, a symlink, a hard link) is one file, shared by its
+    managers. The file is valid JSON at every instant, even when the process is killed; a write
+    that fails later (a full disk, ``ulimit -f``) ends the file's writing, prints one line on
+    stderr and is listed by :func:`trace_write_errors`, and never fails a transfer.
     """
-    previous = _trace_scope(_os.fspath(path))
+    previous = _trace_enter(_os.fspath(path))
     try:
         yield
     finally:
@@ -135,6 +141,8 @@ from ._clbuf import (  # noqa: E402
     list_devices,
     load,
     save,
+    _trace_enter,
     _trace_scope,
+    trace_write_errors,
 )
 from ._mapping import MappedArray  # noqa: E402

@@ -57,6 +57,21 @@ PYBIND11_MODULE(_clbuf, m) {
       py::arg("path"),
       "Sets the trace path of the managers made from now on (clbuf.trace(); '': none), writes "
       "every open trace file out, and returns the path set before.");
+  m.def(
+      "_trace_enter",
+      [](const std::string& path) {
+        py::gil_scoped_release release;  // as _trace_scope
+        return clbuf::detail::enter_trace_scope(path);
+      },
+      py::arg("path"),
+      "Enters clbuf.trace(path): as _trace_scope, but an empty path or one holding a NUL is a "
+      "clbuf.Error (CL_INVALID_VALUE) and nothing is set.");
+  m.def(
+      "trace_write_errors", [] { return clbuf::trace_write_errors(); },
+      "The trace files whose writing has failed since the program started (a full disk, the "
+      "file-size limit of ulimit -f), one line each naming the file and the reason; '' when every "
+      "write succeeded. Such a file keeps the events written before it failed (valid JSON) and "
+      "one line on stderr said so; tracing never fails a transfer.");
   py::object error = py::module_::import("clbuf").attr("Error");
   m.attr("Error") = error;
   error_type = error.ptr();  // the module's attribute keeps it alive

@@ -37,7 +37,7 @@ def test_the_classes_are_the_extensions_shown_as_the_packages():
     assert sorted(clbuf.__all__) == sorted(
         ["BufferManager", "DeviceBuffer", "DeviceGroup", "DeviceInfo", "Error", "Future",
          "MappedArray", "Region", "ShardedBuffer", "ShardedHalo", "__version__", "error_name",
-         "explain_selection", "list_devices", "load", "save", "trace"])
+         "explain_selection", "list_devices", "load", "save", "trace", "trace_write_errors"])
     assert clbuf.__version__.count(".") == 2
 
 

@@ -89,3 +89,57 @@ def test_the_block_ends_even_when_its_body_raises(tmp_path):
                 raise ValueError("the body failed")
     assert len(_spans(path, "upload")) == 1
     assert clbuf._trace_scope("") == ""  # nothing left set
+
+
+@pytest.mark.parametrize("bad", ["", "t\0.json"])
+def test_an_empty_path_or_one_holding_a_nul_is_refused_when_the_block_is_entered(bad, tmp_path):
+    path = str(tmp_path / bad) if bad else bad
+    with pytest.raises(clbuf.Error) as caught:
+        with clbuf.trace(path):
+            pytest.fail("the block ran")
+    assert caught.value.code == -30  # CL_INVALID_VALUE
+    assert "clbuf.trace()" in str(caught.value)
+    assert ("NUL" in str(caught.value) and "t\\0.json" in str(caught.value)) if bad else (
+        "empty" in str(caught.value))
+    assert not (tmp_path / "t").exists()
+    assert clbuf._trace_scope("") == ""  # nothing set
+
+
+def test_every_spelling_of_one_file_is_one_file(tmp_path, monkeypatch):
+    path = tmp_path / "t.json"
+    (tmp_path / "sub").mkdir()
+    path.write_text("old")
+    (tmp_path / "link.json").symlink_to(path)
+    (tmp_path / "hard.json").hardlink_to(path)
+    monkeypatch.chdir(tmp_path)
+    managers = []
+    for spelling in ("t.json", "./t.json", "sub/../t.json", str(path), "link.json",
+                     str(tmp_path / "hard.json")):
+        with clbuf.trace(spelling):
+            managers.append(clbuf.BufferManager())
+    for manager in managers:
+        manager.upload_to_device(_data())
+    for manager in managers:
+        manager.__exit__(None, None, None)
+    assert len(_spans(path, "upload")) == len(managers)
+    processes = [e for e in _events(path) if e.get("name") == "process_name"]
+    assert len(processes) == len(managers)
+
+
+def test_a_file_that_cannot_be_written_is_an_error_and_write_errors_are_listed(tmp_path):
+    with clbuf.trace("/dev/full"):
+        with pytest.raises(clbuf.Error) as caught:
+            clbuf.BufferManager()
+    assert "/dev/full" in str(caught.value) and "No space left on device" in str(caught.value)
+    assert isinstance(clbuf.trace_write_errors(), str)
+    assert "/dev/full" not in clbuf.trace_write_errors()  # refused at once: no write failed
+
+
+def test_a_name_of_any_bytes_keeps_the_file_valid_utf8_json(tmp_path):
+    path = tmp_path / "t.json"
+    with clbuf.trace(path):
+        with clbuf.BufferManager() as bm:
+            bm.upload_to_device(_data())
+    raw = path.read_bytes()
+    raw.decode("utf-8")  # strict
+    json.loads(raw)
