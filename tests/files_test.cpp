@@ -11,6 +11,7 @@
 #include <clbuf/checkpoint.hpp>
 #include <clbuf/clbuf.hpp>
 #include <clbuf/detail/crc32c.hpp>
+#include <clbuf/sharded_npy.hpp>
 #include <clbuf/detail/npy_format.hpp>
 #include <complex>
 #include <cstdint>
@@ -690,6 +691,33 @@ TEST_P(Files, FullDiskLeavesTheOldFileAndNoTemporaryFile) {
   manager().fill(previous, 0.0f);
   checkpoint.load();
   EXPECT_TRUE(manager().download(previous) == std::vector<float>(100000, 1.0f));
+}
+
+// ---------------------------------------------------------------------------------------------
+// A DeviceGroup's ShardedBuffer: one file, each shard its part (several shards of one device
+// here: the partition caps a shard at 4 KiB, so parts start mid-chunk).
+
+TEST(ShardedFiles, EachShardLoadsAndSavesItsPartOfOneFile) {
+  clbuf::DeviceGroup group;
+  TempFolder folder;
+  const std::size_t count = 10007;
+  const std::vector<float> data = pattern<float>(count);
+  const std::string path = folder / "whole.npy";
+  {
+    clbuf::BufferManager manager;
+    manager.save_npy(path, manager.upload(data), {10007});
+  }
+  const clbuf::Partition partition = clbuf::Partition().max_shard_bytes(4096);
+  std::vector<std::size_t> shape;
+  clbuf::ShardedBuffer<float> array = clbuf::load_npy<float>(group, path, partition, 1, &shape);
+  EXPECT_EQ(shape, std::vector<std::size_t>{count});
+  EXPECT_GT(array.shards(), 5U);
+  EXPECT_TRUE(group.gather(array) == data);
+  const std::string back = folder / "back.npy";
+  clbuf::save_npy(group, back, array);
+  EXPECT_EQ(read_all(back), read_all(path));
+  EXPECT_CLBUF_ERROR(clbuf::load_npy<double>(group, path), CL_INVALID_VALUE,
+                     "DeviceGroup::load_npy", path, "<f4");
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -27,6 +27,7 @@
 #include <clbuf/rect.hpp>
 #include <clbuf/sharded_buffer.hpp>
 #include <clbuf/sharded_halo.hpp>
+#include <clbuf/sharded_npy.hpp>
 #include <clbuf/telemetry.hpp>
 #include <clbuf/tile_plan.hpp>
 #include <clbuf/tile_stream.hpp>
