@@ -7,13 +7,17 @@
                    and Array where pyopencl is installed: medians, ratios, --csv, --plot
 
 Both pick the device as clbuf.BufferManager() does (``--device``, else CLBUF_DEVICE, else the
-first GPU, else the first CPU device) and exit with status 1 and a message on stderr where
-there is none.
+first GPU, else the first CPU device). Every failure, a wrong command line included, ends with
+one line ``clbuf <command>: <message>`` on stderr and status 1, never a traceback; every argument
+is checked, and the --csv and --plot files opened, before anything is measured.
 """
 import argparse
+import errno
 import importlib.util
+import math
 import os
 import re
+import stat
 import statistics
 import sys
 import time
@@ -41,20 +45,42 @@ MEMORY_MODELS = {
 }
 OPS = ("upload", "download", "round_trip")
 UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
+MAX_REPEAT = 1_000_000
+MAX_BUDGET_S = 3600.0
+CL_DEVICE_NOT_FOUND = -1
 
 
 class CommandError(Exception):
     """A failure main() reports as ``clbuf <command>: <message>`` on stderr, with status 1."""
 
 
+class UsageError(CommandError):
+    """A command line argparse cannot read, reported as ``<prog>: <message>`` (status 1)."""
+
+    def __init__(self, prog, message):
+        super().__init__(message)
+        self.prog = prog
+
+
+class OutputLost(Exception):
+    """Standard output could not be written (a closed pipe, a full disk)."""
+
+    def __init__(self, error):
+        super().__init__(error)
+        self.error = error
+
+
 def parse_size(text):
     """Bytes of a size such as ``4``, ``4B``, ``1K``, ``1KiB``, ``256M`` or ``1G`` (units of
-    1024); ValueError for anything else or for 0."""
-    match = re.fullmatch(r"\s*(\d+)\s*([KMG]?)(?:I?B)?\s*", text.upper())
-    if not match or int(match.group(1)) == 0:
+    1024); ValueError for anything else, for 0 and for more than 2^64 bytes."""
+    match = re.fullmatch(r"\s*([0-9]+)\s*([KMG]?)(?:I?B)?\s*", text.upper())
+    digits = match.group(1).lstrip("0") if match else ""
+    if not digits:
         raise ValueError(f"{text!r} is not a size: a positive count of bytes, optionally with K, "
                          "M or G (units of 1024), e.g. 4,1K,1M,256M")
-    return int(match.group(1)) * UNITS[match.group(2)]
+    if len(digits) > 20 or int(digits) * UNITS[match.group(2)] > 1 << 64:
+        raise ValueError(f"{text.strip()!r} is more bytes than any device holds (2^64)")
+    return int(digits) * UNITS[match.group(2)]
 
 
 def format_size(nbytes):
@@ -83,12 +109,15 @@ def format_time(seconds):
 
 
 def _manager(selector):
-    """A BufferManager as the command's --device (or CLBUF_DEVICE) asks; CommandError with the
-    devices there are where there is none."""
+    """A BufferManager as the command's --device (or CLBUF_DEVICE) asks; CommandError saying
+    "no device to use" where none matches, else the library's own message (an unwritable
+    CLBUF_TRACE, say)."""
     try:
         return clbuf.BufferManager(selector)
     except clbuf.Error as error:
-        raise CommandError(f"no device to use: {error}") from None
+        if error.code == CL_DEVICE_NOT_FOUND:
+            raise CommandError(f"no device to use: {error}") from None
+        raise CommandError(str(error)) from None
 
 
 def path_ranges(bm):
@@ -179,7 +208,7 @@ class Progress:
         self.stream = stream if stream is not None else sys.stderr
         self.total = max(1, total)
         self.done = 0
-        self.shown = self.stream.isatty()
+        self.shown = self.stream is not None and self.stream.isatty()  # None: stderr closed
 
     def step(self, label):
         """Counts one step done and redraws the bar with ``label``."""
@@ -201,12 +230,16 @@ def _pyopencl_queue(device):
     """A pyopencl context and in-order queue on clbuf's ``device``, or None without pyopencl."""
     if importlib.util.find_spec("pyopencl") is None:
         return None
-    import pyopencl as cl
+    try:
+        import pyopencl as cl
 
-    platform = cl.get_platforms()[device.platform_index]
-    peer = platform.get_devices()[device.device_index]
-    context = cl.Context([peer])
-    return cl.CommandQueue(context)
+        platform = cl.get_platforms()[device.platform_index]
+        peer = platform.get_devices()[device.device_index]
+        context = cl.Context([peer])
+        return cl.CommandQueue(context)
+    except Exception as error:  # noqa: BLE001 (pyopencl's errors, an import that fails)
+        raise CommandError(f"pyopencl cannot use the device ({type(error).__name__}: {error}); "
+                           "--no-pyopencl measures clbuf alone") from None
 
 
 def _methods(bm, queue):
@@ -289,7 +322,7 @@ def measure(bm, queue, sizes, ops, repeat, budget_s, progress):
             states = {name: methods[name][op][0](data) for name in names}
             warm = {name: _timed(methods[name][op][1], data, states[name], methods[name][op][2],
                                  expected) for name in names}
-            reps = repeat or min(1000, max(3, int(budget_s / max(sum(warm.values()), 1e-9))))
+            reps = repeat or int(min(1000.0, max(3.0, budget_s / max(sum(warm.values()), 1e-9))))
             times = {name: [] for name in names}
             for rep in range(reps):
                 order = names[rep % len(names):] + names[:rep % len(names)]
@@ -331,23 +364,122 @@ def _table(results, methods):
                      for line in lines)
 
 
+class OutputFile:
+    """A file named by --csv or --plot, opened for writing when the command starts, so that a
+    path it cannot write (a missing folder, a directory, no permission, a full device) fails
+    before anything is measured; written at the end by write(). A file it made is removed again
+    by discard() (the run failed); a file that was there is left as it was until write()."""
+
+    def __init__(self, option, path):
+        self.option, self.path, self.created = option, path, False
+        try:
+            if path == "":
+                raise FileNotFoundError(errno.ENOENT, "an empty path names no file")
+            self.fd = self._open(path)
+        except (OSError, ValueError) as error:
+            raise CommandError(f"{option} {path!r}: cannot write there: {_reason(error)}") from None
+        try:
+            info = os.fstat(self.fd)
+            self.regular = stat.S_ISREG(info.st_mode)
+            self.identity = (info.st_dev, info.st_ino)
+            # A write of 0 bytes fails where every write would (/dev/full) and changes nothing.
+            os.write(self.fd, b"")
+        except OSError as error:
+            self.discard()
+            raise CommandError(f"{option} {path!r}: cannot write there: {_reason(error)}") from None
+
+    def _open(self, path):
+        # Without O_CREAT first, to know whether this run made the file; O_NONBLOCK so that a
+        # FIFO with no reader fails (ENXIO) instead of waiting, cleared after.
+        flags = os.O_WRONLY | os.O_CLOEXEC
+        try:
+            fd = os.open(path, flags | os.O_NONBLOCK)
+        except FileNotFoundError:
+            try:
+                fd = os.open(path, flags | os.O_CREAT | os.O_EXCL, 0o666)
+            except FileExistsError:  # a dangling symbolic link: its target is made
+                fd = os.open(path, flags | os.O_CREAT, 0o666)
+            self.created = True
+            return fd
+        os.set_blocking(fd, True)
+        return fd
+
+    def discard(self):
+        """Closes the file; removes it where this run made it (and it is still that file)."""
+        if self.fd is None:
+            return
+        fd, self.fd = self.fd, None
+        try:
+            if self.created:
+                info = os.stat(self.path)
+                if (info.st_dev, info.st_ino) == getattr(self, "identity", None):
+                    os.unlink(self.path)
+        except OSError:
+            pass
+        finally:
+            os.close(fd)
+
+    def write(self, writer, binary=False):
+        """Writes the file from its start by writer(file object); CommandError if that fails
+        (a file this run made is removed then)."""
+        try:
+            # `--csv /dev/stdout > file`: after the table, and what stdout prints next after it
+            stdout = self.regular and self.identity == _identity_of(1)
+            if stdout:
+                os.lseek(self.fd, 0, os.SEEK_END)
+            elif self.regular:
+                os.ftruncate(self.fd, 0)
+            mode = "wb" if binary else "w"
+            kwargs = {} if binary else {"newline": "", "encoding": "utf-8"}
+            with os.fdopen(os.dup(self.fd), mode, **kwargs) as f:
+                writer(f)
+            if stdout:
+                os.lseek(1, 0, os.SEEK_END)
+            os.close(self.fd)
+            self.fd = None
+        except OSError as error:
+            self.discard()
+            raise CommandError(f"{self.option} {self.path!r}: writing failed: "
+                               f"{_reason(error)}") from None
+
+
+def _identity_of(fd):
+    """(device, inode) of the file open as `fd`, or None."""
+    try:
+        info = os.fstat(fd)
+        return (info.st_dev, info.st_ino)
+    except OSError:
+        return None
+
+
+def _reason(error):
+    if isinstance(error, OSError) and error.strerror:
+        return error.strerror + (f" (errno {error.errno})" if error.errno else "")
+    return str(error)
+
+
 def write_csv(path, results):
-    """One row per op, size and method: median time, bandwidth and clbuf's time over it."""
+    """One row per op, size and method: median time, bandwidth and clbuf's time over it, into
+    `path` (a path, or a text file object opened with newline="")."""
     import csv
 
+    if isinstance(path, (str, bytes, os.PathLike)):
+        with open(path, "w", newline="") as f:
+            write_csv(f, results)
+        return
     clbuf_time = {(r["op"], r["bytes"]): r["median_s"] for r in results if r["method"] == "clbuf"}
-    with open(path, "w", newline="") as f:
-        writer = csv.writer(f)
-        writer.writerow(["op", "bytes", "method", "repetitions", "median_us",
-                         "gigabytes_per_second", "clbuf_ratio"])
-        for r in results:
-            writer.writerow([r["op"], r["bytes"], r["method"], r["repetitions"],
-                             f"{r['median_s'] * 1e6:.3f}", f"{_bandwidth(r):.6g}",
-                             f"{clbuf_time[(r['op'], r['bytes'])] / r['median_s']:.6g}"])
+    writer = csv.writer(path)
+    writer.writerow(["op", "bytes", "method", "repetitions", "median_us",
+                     "gigabytes_per_second", "clbuf_ratio"])
+    for r in results:
+        writer.writerow([r["op"], r["bytes"], r["method"], r["repetitions"],
+                         f"{r['median_s'] * 1e6:.3f}", f"{_bandwidth(r):.6g}",
+                         f"{clbuf_time[(r['op'], r['bytes'])] / r['median_s']:.6g}"])
 
 
 def write_plot(path, results, title):
-    """Bandwidth against size, one panel an op, one line a method, as a PNG (matplotlib)."""
+    """Bandwidth against size, one panel an op, one line a method, as a PNG (matplotlib), into
+    `path` (a path or a binary file object)."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -374,20 +506,56 @@ def write_plot(path, results, title):
     plt.close(figure)
 
 
-def bench(args, out):
-    """``clbuf bench``: measures, prints the table and writes --csv and --plot."""
-    if args.plot and importlib.util.find_spec("matplotlib") is None:
-        raise CommandError("--plot needs matplotlib, which is not installed (pip install "
-                           "matplotlib; Debian: apt install python3-matplotlib)")
+def _bench_settings(args):
+    """bench's --sizes, --ops, --repeat and --budget, checked: (sizes, ops, repeat, budget_s);
+    CommandError naming the option that is wrong."""
     try:
-        sizes = [parse_size(s) for s in args.sizes.split(",") if s.strip()]
+        sizes = list(dict.fromkeys(parse_size(s) for s in args.sizes.split(",") if s.strip()))
     except ValueError as error:
         raise CommandError(f"--sizes: {error}") from None
-    ops = [op.strip() for op in args.ops.split(",") if op.strip()]
-    unknown = [op for op in ops if op not in OPS]
-    if unknown or not ops or not sizes:
-        raise CommandError(f"--ops takes {', '.join(OPS)}, not {args.ops!r}" if unknown or not ops
-                           else "--sizes names no size")
+    if not sizes:
+        raise CommandError(f"--sizes names no size: {args.sizes!r}")
+    ops = list(dict.fromkeys(op.strip() for op in args.ops.split(",") if op.strip()))
+    if not ops or any(op not in OPS for op in ops):
+        raise CommandError(f"--ops takes {', '.join(OPS)}, not {args.ops!r}")
+    try:
+        repeat = int(args.repeat)
+    except ValueError:
+        repeat = -1
+    if not 0 <= repeat <= MAX_REPEAT:
+        raise CommandError(f"--repeat: {args.repeat!r} is not a whole number from 0 (as many as "
+                           f"--budget allows) to {MAX_REPEAT}")
+    try:
+        budget = float(args.budget)
+    except ValueError:
+        budget = math.nan
+    if not (math.isfinite(budget) and 0 < budget <= MAX_BUDGET_S):
+        raise CommandError(f"--budget: {args.budget!r} is not a number of seconds above 0 and at "
+                           f"most {MAX_BUDGET_S:g}")
+    return sizes, ops, repeat, budget
+
+
+def bench(args, out):
+    """``clbuf bench``: checks every argument and opens --csv and --plot, then measures, prints
+    the table and writes the files (removed again where the run fails and this run made them)."""
+    if args.plot is not None and importlib.util.find_spec("matplotlib") is None:
+        raise CommandError("--plot needs matplotlib, which is not installed (pip install "
+                           "matplotlib; Debian: apt install python3-matplotlib)")
+    settings = _bench_settings(args)
+    files = {}
+    try:
+        for option, path in (("--csv", args.csv), ("--plot", args.plot)):
+            if path is not None:
+                files[option] = OutputFile(option, path)
+        if len(files) == 2 and files["--csv"].identity == files["--plot"].identity:
+            raise CommandError(f"--csv {args.csv!r} and --plot {args.plot!r} are one file")
+        return _bench(args, out, *settings, files)
+    finally:
+        for file in files.values():
+            file.discard()  # nothing left to do for a file written
+
+
+def _bench(args, out, sizes, ops, repeat, budget, files):
     if not clbuf.list_devices():
         raise CommandError("no OpenCL device: install an OpenCL driver (Debian: pocl-opencl-icd "
                            "for the CPU) and check with clinfo -l")
@@ -396,8 +564,8 @@ def bench(args, out):
         device = bm.device
         too_large = [s for s in sizes if s > device.max_alloc_bytes]
         if too_large:
-            raise CommandError(f"{format_size(too_large[0])} is more than the device's largest "
-                               f"allocation ({format_size(device.max_alloc_bytes)})")
+            raise CommandError(f"--sizes: {format_size(too_large[0])} is more than the device's "
+                               f"largest allocation ({format_size(device.max_alloc_bytes)})")
         queue = None if args.no_pyopencl else _pyopencl_queue(device)
         peers = "pyopencl Buffer and Array" if queue is not None else (
             "no peer: pyopencl is not installed" if not args.no_pyopencl else "no peer")
@@ -407,25 +575,33 @@ def bench(args, out):
               "time (below 1: clbuf is faster)", file=out)
         progress = Progress(len(sizes) * len(ops))
         try:
-            results = measure(bm, queue, sizes, ops, args.repeat, args.budget, progress)
+            results = measure(bm, queue, sizes, ops, repeat, budget, progress)
         finally:
             progress.close()
     finally:
         bm.cleanup()
     methods = list(dict.fromkeys(r["method"] for r in results))
     print(_table(results, methods), file=out)
-    if args.csv:
-        write_csv(args.csv, results)
+    out.flush()  # before the files: --csv /dev/stdout comes after the table
+    if "--csv" in files:
+        files["--csv"].write(lambda f: write_csv(f, results))
         print(f"csv: {args.csv}", file=out)
-    if args.plot:
-        write_plot(args.plot, results, title)
+    if "--plot" in files:
+        files["--plot"].write(lambda f: write_plot(f, results, title), binary=True)
         print(f"plot: {args.plot}", file=out)
     return 0
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse's parser, but a command line it cannot read raises UsageError: one line and
+    status 1 as every other failure, not argparse's usage text and status 2."""
+
+    def error(self, message):
+        raise UsageError(self.prog, message)
+
+
 def _parser():
-    parser = argparse.ArgumentParser(
-        prog="clbuf", description="clbuf's OpenCL devices and transfer speed.")
+    parser = _Parser(prog="clbuf", description="clbuf's OpenCL devices and transfer speed.")
     parser.add_argument("--version", action="version", version=f"clbuf {clbuf.__version__}")
     commands = parser.add_subparsers(dest="command", metavar="command")
     commands.required = True
@@ -441,11 +617,13 @@ def _parser():
                               help="comma-separated sizes, K/M/G = 1024 (default: %(default)s)")
     bench_parser.add_argument("--ops", default=",".join(OPS),
                               help="comma-separated ops (default: %(default)s)")
-    bench_parser.add_argument("--repeat", type=int, default=0,
-                              help="timed repetitions of each method (default: as many as take "
-                                   "about --budget seconds, 3 to 1000)")
-    bench_parser.add_argument("--budget", type=float, default=0.3,
-                              help="seconds per op and size when --repeat is not given")
+    bench_parser.add_argument("--repeat", metavar="N", default="0",
+                              help=f"timed repetitions of each method, 1 to {MAX_REPEAT} "
+                                   "(default 0: as many as take about --budget seconds, 3 to "
+                                   "1000)")
+    bench_parser.add_argument("--budget", metavar="SECONDS", default="0.3",
+                              help="seconds per op and size when --repeat is not given, above 0 "
+                                   f"and at most {MAX_BUDGET_S:g} (default: %(default)s)")
     bench_parser.add_argument("--no-pyopencl", action="store_true",
                               help="clbuf alone, even where pyopencl is installed")
     bench_parser.add_argument("--csv", metavar="FILE", help="write the results as CSV")
@@ -454,19 +632,90 @@ def _parser():
     return parser
 
 
+class _Stdout:
+    """Where the commands print: standard output, whose failed write (a full disk, a closed
+    pipe) raises OutputLost for main() to report once; where it is closed (None), nothing."""
+
+    def __init__(self, stream):
+        self.stream = stream
+
+    def write(self, text):
+        if self.stream is None:
+            return len(text)
+        try:
+            return self.stream.write(text)
+        except OSError as error:
+            raise OutputLost(error) from None
+
+    def flush(self):
+        if self.stream is not None:
+            try:
+                self.stream.flush()
+            except OSError as error:
+                raise OutputLost(error) from None
+
+
+def _silence_stdout():
+    """Points standard output at /dev/null, so that the interpreter's last flush of what is
+    still buffered does not fail again at exit."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+    except (OSError, AttributeError, ValueError):
+        pass
+
+
+def _fail(command, message, out, status=1):
+    """Says `command: message` on stderr after what the command printed; returns `status`."""
+    try:
+        out.flush()
+    except OutputLost:
+        _silence_stdout()
+    if sys.stderr is not None:
+        try:
+            print(f"{command}: {message}", file=sys.stderr, flush=True)
+        except (OSError, ValueError):
+            pass
+    return status
+
+
 def main(argv=None):
     """Runs the ``clbuf`` command with ``argv`` (default: the command line); returns its exit
-    status: 0, 1 for a failure (said on stderr) or 2 for a wrong command line."""
-    args = _parser().parse_args(argv)
-    if getattr(args, "repeat", 0) < 0:
-        _parser().error("--repeat must be 0 (automatic) or more")
+    status: 0, or 1 for any failure, a wrong command line included, said in one line on stderr
+    (``clbuf bench: <message>``); 130 when interrupted (Ctrl-C)."""
+    out = _Stdout(sys.stdout)
+    command = "clbuf"
     try:
-        return {"info": info, "bench": bench}[args.command](args, sys.stdout)
+        args, extra = _parser().parse_known_args(argv)
+        command = f"clbuf {args.command}"
+        if extra:  # argparse would say so as the top-level "clbuf"; they are the command's
+            raise UsageError(command, f"unrecognized arguments: {' '.join(extra)}")
+        status = {"info": info, "bench": bench}[args.command](args, out)
+        out.flush()
+        return status
+    except UsageError as error:
+        return _fail(error.prog, error, out)
     except (CommandError, clbuf.Error) as error:
-        sys.stdout.flush()
-        print(f"clbuf {args.command}: {error}", file=sys.stderr)
-        return 1
-    except BrokenPipeError:
-        # `clbuf info | head`: the reader left; nothing more to say, and no traceback at exit.
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-        return 1
+        return _fail(command, error, out)
+    except (OutputLost, BrokenPipeError) as error:
+        _silence_stdout()
+        lost = error.error if isinstance(error, OutputLost) else error
+        if lost.errno == errno.EPIPE:
+            return 1  # `clbuf info | head`: the reader left; nothing more to say
+        return _fail(command, f"cannot write the output: {_reason(lost)}", out)
+    except MemoryError:
+        return _fail(command, "out of host memory", out)
+    except KeyboardInterrupt:
+        return _fail(command, "interrupted", out, status=130)
+    except SystemExit as done:  # --help, --version: what argparse printed must reach stdout
+        try:
+            out.flush()
+        except OutputLost as lost:
+            _silence_stdout()
+            if lost.error.errno != errno.EPIPE:
+                return _fail(command, f"cannot write the output: {_reason(lost.error)}", out)
+            return 1
+        return done.code
+    except Exception as error:  # a fault of the command itself: one line too, with its type
+        return _fail(command, f"unexpected {type(error).__name__}: {error}", out)

@@ -4,11 +4,13 @@ process, its output parsed. CTest runs these as python.cli_info, python.cli_benc
 python.cli_plot (by the test names' prefixes); installed (python.*_install), the command
 `clbuf` the installation put in its bin/ is checked too."""
 import csv
+import importlib.util
 import os
 import pathlib
 import re
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -211,3 +213,168 @@ def test_installed_command(tmp_path):
     done = subprocess.run([str(script), "--version"], cwd=tmp_path, text=True,
                           stdout=subprocess.PIPE, timeout=60)
     assert done.returncode == 0 and done.stdout == f"clbuf {clbuf.__version__}\n"
+
+
+# ---- bad invocations: one line `clbuf <command>: <message>`, status 1, checked before any work --
+
+def run_main(capture, *argv):
+    """cli.main(argv) in this process: (status, stdout, stderr) as pytest's `capture` fixture
+    (capsys or capfd) caught them."""
+    from clbuf.cli import main
+
+    status = main(list(argv))
+    captured = capture.readouterr()
+    return status, captured.out, captured.err
+
+
+def unwritable_paths(tmp_path):
+    """Paths no file can be written at, each with a word of the reason."""
+    (tmp_path / "a_folder").mkdir()
+    paths = [("", "empty path"), (str(tmp_path / "missing" / "out"), "No such file"),
+             (str(tmp_path / "a_folder"), "directory"), ("/dev/full", "No space left")]
+    if os.geteuid() != 0:
+        (tmp_path / "read_only").write_text("kept")
+        (tmp_path / "read_only").chmod(0o444)
+        paths.append((str(tmp_path / "read_only"), "Permission denied"))
+    if os.path.exists("/sys/kernel/mm/transparent_hugepage/hpage_pmd_size"):  # even for root
+        paths.append(("/sys/kernel/mm/transparent_hugepage/hpage_pmd_size", "Permission denied"))
+    return paths
+
+
+BAD_BENCH_ARGUMENTS = [
+    (["--budget", "nan"], "--budget: 'nan'"), (["--budget", "inf"], "--budget: 'inf'"),
+    (["--budget", "-inf"], "--budget"), (["--budget", "1e308"], "--budget: '1e308'"),
+    (["--budget", "3601"], "--budget"), (["--budget", "-1"], "--budget"),
+    (["--budget", "0"], "--budget"), (["--budget", "-0"], "--budget"),
+    (["--budget", "1e-400"], "--budget"), (["--budget", "fast"], "--budget: 'fast'"),
+    (["--budget", ""], "--budget"), (["--budget", "0x10"], "--budget"),
+    (["--repeat", "-1"], "--repeat: '-1'"), (["--repeat", "1.5"], "--repeat"),
+    (["--repeat", "many"], "--repeat"), (["--repeat", ""], "--repeat"),
+    (["--repeat", str(10 ** 30)], "--repeat"), (["--repeat", "1000001"], "--repeat"),
+    (["--sizes", ""], "--sizes names no size"), (["--sizes", ",, ,"], "--sizes names no size"),
+    (["--sizes", "0"], "--sizes: '0' is not a size"), (["--sizes", "4,-4"], "--sizes: '-4'"),
+    (["--sizes", "1e3"], "--sizes: '1e3'"), (["--sizes", "4,lots"], "--sizes: 'lots'"),
+    (["--sizes", "4K4"], "--sizes"), (["--sizes", "0K"], "--sizes"),
+    (["--sizes", "99999999999999999999999999G"], "more bytes than any device holds"),
+    (["--sizes", "16777217T"], "--sizes"), (["--sizes", "17179869185G"], "more bytes than any"),
+    (["--sizes", "9" * 5000], "more bytes than any device holds"),
+    (["--sizes", "64G,4"], "--sizes: 64 GiB is more than the device's largest allocation"),
+    (["--ops", ""], "--ops takes upload"), (["--ops", "upload,bogus"], "--ops takes upload"),
+    (["--device", "no such device, really"], "no device to use"),
+    (["--bogus"], "unrecognized arguments: --bogus"), (["extra"], "unrecognized arguments"),
+    (["--sizes"], "argument --sizes: expected one argument"),
+]
+
+
+@pytest.mark.parametrize("arguments,words", BAD_BENCH_ARGUMENTS,
+                         ids=[" ".join(a)[:40] for a, _ in BAD_BENCH_ARGUMENTS])
+def test_bench_refuses_each_bad_argument_in_one_line_before_measuring(bm, capsys, tmp_path,
+                                                                      arguments, words):
+    # A --csv file this run makes is removed again: nothing is left where the run failed.
+    csv_path = tmp_path / "out.csv"
+    status, out, err = run_main(capsys, "bench", "--sizes", "4", "--repeat", "1",
+                                "--no-pyopencl", "--csv", str(csv_path), *arguments)
+    assert status == 1, (out, err)
+    assert err.startswith("clbuf bench: ") and err.endswith("\n") and err.count("\n") == 1, err
+    assert words in err, err
+    assert "device:" not in out and "op " not in out, out  # nothing was measured
+    assert not csv_path.exists()
+
+
+def test_bench_checks_its_files_before_measuring_and_leaves_none_behind(bm, capsys, tmp_path):
+    paths = unwritable_paths(tmp_path)
+    for option in ("--csv", "--plot"):
+        for path, reason in paths:
+            status, out, err = run_main(capsys, "bench", "--sizes", "4", "--repeat", "1",
+                                        "--no-pyopencl", option, path)
+            assert status == 1 and out == "", (option, path, out, err)
+            if option == "--plot" and importlib.util.find_spec("matplotlib") is None:
+                assert err.startswith("clbuf bench: --plot needs matplotlib"), err
+                continue
+            assert err.startswith(f"clbuf bench: {option} {path!r}: cannot write there: "), err
+            assert reason in err and err.count("\n") == 1, (reason, err)
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(
+        ["a_folder"] + (["read_only"] if os.geteuid() != 0 else []))
+
+    # One file for both, and a file that was there is left as it was when the run fails.
+    both = str(tmp_path / "both")
+    status, _, err = run_main(capsys, "bench", "--csv", both, "--plot", both)
+    assert status == 1 and not os.path.exists(both)
+    if importlib.util.find_spec("matplotlib") is not None:
+        assert "are one file" in err, err
+    kept = tmp_path / "kept.csv"
+    kept.write_text("a file of the user's\n")
+    status, _, err = run_main(capsys, "bench", "--sizes", "4", "--repeat", "1", "--csv",
+                              str(kept), "--device", "no such device, really")
+    assert status == 1 and "no device to use" in err, err
+    assert kept.read_text() == "a file of the user's\n"
+
+
+def test_bench_accepts_the_edges_of_its_ranges(bm, capfd, tmp_path):
+    # capfd: the CSV goes to /dev/stdout, file descriptor 1, after the table
+    status, out, err = run_main(capfd, "bench", "--sizes", " 4B ,4,1KiB", "--ops",
+                                "upload,upload", "--budget", "1e-300", "--no-pyopencl", "--csv",
+                                "/dev/stdout")
+    assert status == 0, err
+    table = [line.split() for line in out.splitlines() if line.startswith("upload ")]
+    assert [row[:4] for row in table] == [["upload", "4", "B", "3"], ["upload", "1", "KiB", "3"]]
+    assert "op,bytes,method,repetitions" in out  # the CSV on stdout, after the table
+    status, out, err = run_main(capfd, "bench", "--sizes", "4", "--ops", "round_trip",
+                                "--repeat", "1", "--budget", "3600", "--no-pyopencl")
+    assert status == 0 and err == "", err
+
+
+def test_info_and_the_command_refuse_bad_invocations_in_one_line(capsys):
+    for argv, start, words in ((["info", "--bogus"], "clbuf info: ", "--bogus"),
+                               (["info", "extra"], "clbuf info: ", "extra"),
+                               ([], "clbuf: ", "required: command"),
+                               (["nope"], "clbuf: ", "invalid choice: 'nope'")):
+        status, out, err = run_main(capsys, *argv)
+        assert status == 1 and out == "", (argv, out, err)
+        assert err.startswith(start) and words in err and err.count("\n") == 1, (argv, err)
+
+
+def test_info_names_an_unwritable_trace_file_not_a_missing_device(bm, tmp_path):
+    trace = str(tmp_path / "missing" / "trace.json")
+    for command in ("info", "bench"):
+        done = clbuf_command(command, "--sizes", "4", cwd=tmp_path, env={"CLBUF_TRACE": trace}) \
+            if command == "bench" else clbuf_command(command, cwd=tmp_path,
+                                                     env={"CLBUF_TRACE": trace})
+        assert done.returncode == 1, done.stdout
+        assert done.stderr.startswith(f"clbuf {command}: "), done.stderr
+        assert trace in done.stderr and "no device to use" not in done.stderr, done.stderr
+        assert "Traceback" not in done.stderr and done.stderr.count("\n") == 1, done.stderr
+
+
+def test_bench_issue_46_arguments_end_in_a_message_not_a_traceback(bm, tmp_path):
+    # The command as users run it, in a child process: the cases issue 46 found.
+    for arguments in (["--budget", "nan"], ["--budget", "inf"], ["--budget", "1e308"],
+                      ["--csv", str(tmp_path / "missing" / "a.csv")], ["--csv", "/dev/full"],
+                      ["--plot", str(tmp_path)]):
+        start = time.monotonic()
+        done = clbuf_command("bench", "--sizes", "4,1K", *arguments, cwd=tmp_path)
+        assert done.returncode == 1 and done.stdout == "", (arguments, done.stdout)
+        assert done.stderr.startswith("clbuf bench: ") and done.stderr.count("\n") == 1, \
+            (arguments, done.stderr)
+        assert time.monotonic() - start < 60  # refused first, not after a benchmark
+
+
+def test_info_output_that_cannot_be_written_is_said_once(bm, tmp_path):
+    # stdout on a full device: one line, status 1, no traceback.
+    with open("/dev/full", "w") as full:
+        done = subprocess.run([sys.executable, "-m", "clbuf", "info"], cwd=tmp_path, text=True,
+                              stdout=full, stderr=subprocess.PIPE, timeout=300)
+    assert done.returncode == 1
+    assert done.stderr.startswith("clbuf info: cannot write the output: No space left"), \
+        done.stderr
+    assert done.stderr.count("\n") == 1, done.stderr
+    with open("/dev/full", "w") as full:
+        done = subprocess.run([sys.executable, "-m", "clbuf", "--version"], cwd=tmp_path,
+                              text=True, stdout=full, stderr=subprocess.PIPE, timeout=300)
+    assert done.returncode == 1 and "No space left" in done.stderr, done.stderr
+    # A reader that left (`clbuf info | head -0`): status 1 and nothing on stderr.
+    child = subprocess.Popen([sys.executable, "-m", "clbuf", "info"], cwd=tmp_path,
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    child.stdout.close()
+    _, err = child.communicate(timeout=300)
+    assert child.returncode == 1 and err == b"", err
