@@ -11,8 +11,8 @@
 #include <clbuf/checkpoint.hpp>
 #include <clbuf/clbuf.hpp>
 #include <clbuf/detail/crc32c.hpp>
-#include <clbuf/sharded_npy.hpp>
 #include <clbuf/detail/npy_format.hpp>
+#include <clbuf/sharded_npy.hpp>
 #include <complex>
 #include <cstdint>
 #include <cstdio>

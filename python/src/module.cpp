@@ -24,7 +24,7 @@
 namespace clbuf_python {
 void bind_paths(py::module_& m);  // paths.cpp
 void bind_files(py::module_& m);  // files.cpp
-}
+}  // namespace clbuf_python
 
 #ifdef CLBUF_PYTHON_MPI
 namespace clbuf_python {
