@@ -493,6 +493,9 @@ TEST_P(Files, MissingFileFolderAndNotNpyAreErrorsNamingThePath) {
                      "not a .npy file");
   write_all(text, "");
   EXPECT_CLBUF_ERROR(manager().load_npy<float>(text), CL_INVALID_VALUE, text, "0 bytes");
+  const std::string fifo = folder_ / "fifo.npy";
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0644), 0);
+  EXPECT_CLBUF_ERROR(manager().load_npy<float>(fifo), CL_INVALID_VALUE, fifo, "not a regular file");
   auto buffer = manager().upload(pattern<float>(10));
   const std::string nowhere = folder_ / "no/such/folder/a.npy";
   EXPECT_CLBUF_ERROR(manager().save_npy(nowhere, buffer), CL_INVALID_VALUE, "save_npy",

@@ -36,8 +36,10 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstdio>
+#include <exception>
 #include <functional>
 #include <memory>
+#include <new>
 #include <sstream>
 #include <string>
 #include <utility>
@@ -299,6 +301,10 @@ class Checkpoint {
       ok = false;
       error_ = std::make_unique<Error>(
           CL_OUT_OF_HOST_MEMORY, detail::error_message(op, CL_OUT_OF_HOST_MEMORY, "no memory"));
+    } catch (const std::exception& e) {  // never skip the collective: other ranks wait in it
+      ok = false;
+      error_ = std::make_unique<Error>(CL_INVALID_VALUE,
+                                       detail::error_message(op, CL_INVALID_VALUE, e.what()));
     }
     return ranks_.all_ok(ok);
   }

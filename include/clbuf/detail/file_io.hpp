@@ -66,11 +66,12 @@ class File {
   File& operator=(const File&) = delete;
   ~File() { close_quietly(); }
 
-  /// `path` opened for reading; refused unless it is a regular file.
+  /// `path` opened for reading; refused unless it is a regular file (opened without blocking,
+  /// so a FIFO is refused rather than waited on).
   static File open_read(const char* operation, const std::string& path) {
     int fd = -1;
     do {
-      fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+      fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
     } while (fd < 0 && errno == EINTR);
     if (fd < 0) fail_file(operation, path, "cannot open", errno);
     File file(fd, path);
@@ -78,6 +79,10 @@ class File {
     if (::fstat(fd, &facts) != 0) fail_file(operation, path, "cannot stat", errno);
     if (S_ISDIR(facts.st_mode)) fail_file_contents(operation, path, "is a folder, not a file");
     if (!S_ISREG(facts.st_mode)) fail_file_contents(operation, path, "is not a regular file");
+    const int flags = ::fcntl(fd, F_GETFL);
+    if (flags < 0 || ::fcntl(fd, F_SETFL, flags & ~O_NONBLOCK) != 0) {
+      fail_file(operation, path, "cannot set blocking reads on", errno);
+    }
     return file;
   }
 
