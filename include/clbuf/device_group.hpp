@@ -227,9 +227,9 @@ class DeviceGroup {
       check_member(op, buffer);
       detail::check_same_size(op, count, buffer.size());
       detail::check_host_pointer(op, data, count);
-      every_device(op, buffer.size_bytes(), [&](std::size_t i) {
-        managers_[i]->upload(buffer.shard(i), data + buffer.offset(i), buffer.count(i),
-                             buffer.ghost());
+      every_shard(op, buffer, [&](std::size_t i) {
+        managers_[buffer.device(i)]->upload(buffer.shard(i), data + buffer.offset(i),
+                                            buffer.count(i), buffer.ghost());
       });
     });
   }
@@ -272,8 +272,8 @@ class DeviceGroup {
       detail::check_same_size(op, buffer.size(), count);
       detail::check_host_pointer(op, out, count);
       return each_shard_async(op, buffer, [&](std::size_t i) {
-        return managers_[i]->download_async(buffer.shard(i), out + buffer.offset(i),
-                                            buffer.count(i), buffer.ghost());
+        return managers_[buffer.device(i)]->download_async(buffer.shard(i), out + buffer.offset(i),
+                                                           buffer.count(i), buffer.ghost());
       });
     });
   }
@@ -287,9 +287,9 @@ class DeviceGroup {
     const char* op = "DeviceGroup::copy";
     detail::guard_host_memory(op, [&] {
       check_alike(op, src, dst);
-      every_device(op, src.size_bytes(), [&](std::size_t i) {
-        managers_[i]->copy_bytes(src.shard(i), dst.shard(i), src.count(i) * sizeof(T),
-                                 src.ghost() * sizeof(T), dst.ghost() * sizeof(T));
+      every_shard(op, src, [&](std::size_t i) {
+        managers_[src.device(i)]->copy_bytes(src.shard(i), dst.shard(i), src.count(i) * sizeof(T),
+                                             src.ghost() * sizeof(T), dst.ghost() * sizeof(T));
       });
     });
   }
@@ -300,8 +300,9 @@ class DeviceGroup {
     return detail::guard_host_memory(op, [&] {
       check_alike(op, src, dst);
       return each_shard_async(op, src, [&](std::size_t i) {
-        return managers_[i]->copy_bytes_async(src.shard(i), dst.shard(i), src.count(i) * sizeof(T),
-                                              src.ghost() * sizeof(T), dst.ghost() * sizeof(T));
+        return managers_[src.device(i)]->copy_bytes_async(
+            src.shard(i), dst.shard(i), src.count(i) * sizeof(T), src.ghost() * sizeof(T),
+            dst.ghost() * sizeof(T));
       });
     });
   }
@@ -313,8 +314,8 @@ class DeviceGroup {
     const char* op = "DeviceGroup::fill";
     detail::guard_host_memory(op, [&] {
       check_member(op, buffer);
-      every_device(op, buffer.size_bytes(), [&](std::size_t i) {
-        managers_[i]->fill(buffer.shard(i), value, buffer.count(i), buffer.ghost());
+      every_shard(op, buffer, [&](std::size_t i) {
+        managers_[buffer.device(i)]->fill(buffer.shard(i), value, buffer.count(i), buffer.ghost());
       });
     });
   }
@@ -325,7 +326,8 @@ class DeviceGroup {
     return detail::guard_host_memory(op, [&] {
       check_member(op, buffer);
       return each_shard_async(op, buffer, [&](std::size_t i) {
-        return managers_[i]->fill_async(buffer.shard(i), value, buffer.count(i), buffer.ghost());
+        return managers_[buffer.device(i)]->fill_async(buffer.shard(i), value, buffer.count(i),
+                                                       buffer.ghost());
       });
     });
   }
@@ -340,34 +342,41 @@ class DeviceGroup {
     check_member(operation, a);
     check_member(operation, b);
     const std::size_t unit = std::max<std::size_t>(element_bytes / sizeof(T), 1);
-    for (std::size_t i = 0; i < size(); ++i) {
-      if (a.count(i) != b.count(i)) {
+    if (a.shards() != b.shards()) {
+      detail::fail(operation, CL_INVALID_VALUE,
+                   "the buffers are split differently: " + std::to_string(a.shards()) + " and " +
+                       std::to_string(b.shards()) + " shards");
+    }
+    for (std::size_t i = 0; i < a.shards(); ++i) {
+      if (a.count(i) != b.count(i) || a.device(i) != b.device(i)) {
         detail::fail(operation, CL_INVALID_VALUE,
-                     "the buffers are split differently: device " + std::to_string(i) + " holds " +
+                     "the buffers are split differently: " + where(a, i) + " holds " +
                          std::to_string(a.count(i) / unit) + " and " +
                          std::to_string(b.count(i) / unit) + " elements");
       }
     }
   }
 
-  /// Per-device work of your own over `buffer` (a typed fill, a kernel): start(i), returning a
-  /// Future<void>, for each device i whose shard holds a part (count(i) > 0), their Futures
-  /// joined into one as the _async calls join theirs. An Error start(i) throws names
-  /// `operation` and device i; the parts already started are waited for by their Futures.
+  /// Per-shard work of your own over `buffer` (a typed fill, a kernel): start(i), returning a
+  /// Future<void>, for each shard i that holds a part (count(i) > 0; on manager(buffer.device(i))),
+  /// their Futures joined into one as the _async calls join theirs. An Error start(i) throws
+  /// names `operation` and shard i's device; the parts already started are waited for.
   template <class T, class Start>
   Future<void> each_shard_async(const char* operation, const ShardedBuffer<T>& buffer,
                                 Start start) {
     std::vector<Future<void>> parts = detail::start_parts(operation, managers_, buffer, start);
     return detail::joined<void>(operation, managers_.front()->context()(), std::move(parts));
   }
-  /// As each_shard_async(), blocking: each(i) for each device whose shard holds a part, on the
-  /// group's threads at once when the buffer is large (as upload()); returns when all have.
-  /// @throws Error as the first each(i) that failed, naming its device.
+  /// As each_shard_async(), blocking: each(i) for each shard that holds a part, the devices on
+  /// the group's threads at once when the buffer is large (as upload()), a device's shards in
+  /// order; returns when all have. @throws Error as the first each(i) that failed, naming its
+  /// device.
   template <class T, class Each>
   void each_shard(const char* operation, const ShardedBuffer<T>& buffer, Each each) {
-    every_device(operation, buffer.size_bytes(), [&](std::size_t i) {
-      if (buffer.count(i) != 0) each(i);
-    });
+    detail::every_group_shard(operation, managers_, workers_, buffer, buffer.size_bytes(),
+                              [&](std::size_t i) {
+                                if (buffer.count(i) != 0) each(i);
+                              });
   }
   /// @}
 
@@ -404,21 +413,30 @@ class DeviceGroup {
                                    sharing_ == ContextSharing::per_platform);
   }
 
+  /// Where `partition` puts the shards of `count` elements of T with `ghost` ghost elements.
+  template <class T>
+  Partition::Placement place(const char* operation, std::size_t count, const Partition& partition,
+                             std::size_t ghost) const {
+    std::vector<std::uint64_t> max_alloc;
+    for (const auto& manager : managers_) max_alloc.push_back(manager->device().max_alloc_bytes);
+    return partition.place(operation, count, sizeof(T), ghost, max_alloc);
+  }
+
   /// A ShardedBuffer of `count` elements in shards of this group (contents unspecified).
   template <class T>
   ShardedBuffer<T> make(const char* operation, std::size_t count, const Partition& partition,
                         std::size_t halo) {
-    std::vector<std::size_t> counts = partition.split(operation, count, size());
     const std::size_t ghost = detail::group_product(operation, halo, partition.unit());
     const std::size_t ghosts = detail::group_product(operation, ghost, 2);
+    Partition::Placement placement = place<T>(operation, count, partition, ghost);
     std::vector<DeviceBuffer<T>> shards;
-    for (std::size_t i = 0; i < size(); ++i) {
-      if (counts[i] > SIZE_MAX - ghosts) detail::fail_overflow(operation, counts[i], sizeof(T));
-      shards.push_back(detail::on_group_device(operation, i, *managers_[i], [&] {
-        return managers_[i]->allocate<T>(counts[i] + ghosts);
-      }));
+    for (std::size_t k = 0; k < placement.counts.size(); ++k) {
+      const std::size_t n = placement.counts[k], d = placement.devices[k];
+      if (n > SIZE_MAX - ghosts) detail::fail_overflow(operation, n, sizeof(T));
+      shards.push_back(detail::on_group_device(
+          operation, d, *managers_[d], [&] { return managers_[d]->allocate<T>(n + ghosts); }));
     }
-    return ShardedBuffer<T>(id_, std::move(shards), std::move(counts), ghost, partition);
+    return ShardedBuffer<T>(id_, std::move(shards), std::move(placement), ghost, partition);
   }
 
   /// scatter() without a halo: each shard a new buffer uploaded from its part (fresh memory,
@@ -426,14 +444,18 @@ class DeviceGroup {
   template <class T>
   ShardedBuffer<T> scatter_parts(const char* operation, const T* data, std::size_t count,
                                  const Partition& partition) {
-    std::vector<std::size_t> counts = partition.split(operation, count, size());
-    std::vector<std::size_t> offsets(size(), 0);
-    for (std::size_t i = 1; i < size(); ++i) offsets[i] = offsets[i - 1] + counts[i - 1];
-    std::vector<DeviceBuffer<T>> shards(size());
-    every_device(operation, count * sizeof(T), [&](std::size_t i) {
-      shards[i] = managers_[i]->upload(data + offsets[i], counts[i]);
+    Partition::Placement placement = place<T>(operation, count, partition, 0);
+    const std::size_t n = placement.counts.size();
+    std::vector<std::size_t> offsets(n, 0);
+    for (std::size_t k = 1; k < n; ++k) offsets[k] = offsets[k - 1] + placement.counts[k - 1];
+    std::vector<DeviceBuffer<T>> shards(n);
+    every_device(operation, count * sizeof(T), [&](std::size_t d) {
+      for (std::size_t k = 0; k < n; ++k) {
+        if (placement.devices[k] != d) continue;
+        shards[k] = managers_[d]->upload(data + offsets[k], placement.counts[k]);
+      }
     });
-    return ShardedBuffer<T>(id_, std::move(shards), std::move(counts), 0, partition);
+    return ShardedBuffer<T>(id_, std::move(shards), std::move(placement), 0, partition);
   }
 
   /// scatter() with a halo: each shard allocated, its part and ghost elements written.
@@ -449,6 +471,17 @@ class DeviceGroup {
   template <class Each>
   void every_device(const char* operation, std::size_t bytes, Each each) {
     detail::every_group_device(operation, managers_, workers_, bytes, each);
+  }
+  /// each(k) for every shard k of `buffer` (detail::every_group_shard).
+  template <class T, class Each>
+  void every_shard(const char* operation, const ShardedBuffer<T>& buffer, Each each) {
+    detail::every_group_shard(operation, managers_, workers_, buffer, buffer.size_bytes(), each);
+  }
+  /// "device d" for a group whose buffer has a shard a device, else "shard k (device d)".
+  template <class T>
+  std::string where(const ShardedBuffer<T>& buffer, std::size_t k) const {
+    const std::string device = "device " + std::to_string(buffer.device(k));
+    return buffer.shards() == size() ? device : "shard " + std::to_string(k) + " (" + device + ")";
   }
 
   template <class T>

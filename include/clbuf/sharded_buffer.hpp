@@ -52,6 +52,47 @@ class Partition {
     return partition;
   }
 
+  /// A copy of this partition whose shards hold at most `bytes` bytes each, ghost elements
+  /// included: a device whose part is larger holds it as several shards (pieces), consecutive
+  /// and in order, as evenly as whole units allow. 0 (the default), and anything above a
+  /// device's CL_DEVICE_MAX_MEM_ALLOC_SIZE, mean that max allocation: a part larger than one
+  /// allocation is held in pieces even without a cap.
+  Partition max_shard_bytes(std::size_t bytes) const {
+    Partition capped = *this;
+    capped.max_shard_bytes_ = bytes;
+    return capped;
+  }
+  /// The cap on a shard's bytes (0: the device's max allocation).
+  std::size_t max_shard_bytes() const noexcept { return max_shard_bytes_; }
+
+  /// Where the shards of an array go: shard k holds counts[k] elements of the array on device
+  /// devices[k]; the shards are consecutive in the array and in device order.
+  struct Placement {
+    std::vector<std::size_t> devices;
+    std::vector<std::size_t> counts;
+  };
+
+  /// The shards of `count` elements of `element_bytes` bytes, each with `ghost` ghost elements
+  /// before and after, over devices whose max allocations are `max_alloc` (one per device):
+  /// each device's part (split()) in the fewest shards of at most max_shard_bytes() bytes (at
+  /// most its max allocation), at least one a device. @throws Error as split();
+  /// CL_INVALID_BUFFER_SIZE when a shard of one unit and its ghost elements exceeds the cap.
+  Placement place(const char* operation, std::size_t count, std::size_t element_bytes,
+                  std::size_t ghost, const std::vector<std::uint64_t>& max_alloc) const {
+    const std::vector<std::size_t> parts = split(operation, count, max_alloc.size());
+    Placement placement;
+    for (std::size_t d = 0; d < parts.size(); ++d) {
+      const std::size_t units = parts[d] / unit_;
+      const std::size_t most = units_per_shard(operation, element_bytes, ghost, max_alloc[d]);
+      const std::size_t pieces = std::max<std::size_t>(1, units / most + (units % most != 0));
+      for (std::size_t k = 0; k < pieces; ++k) {
+        placement.devices.push_back(d);
+        placement.counts.push_back((units / pieces + (k < units % pieces ? 1 : 0)) * unit_);
+      }
+    }
+    return placement;
+  }
+
   /// The weights (empty for an even split).
   const std::vector<double>& weights() const noexcept { return weights_; }
   /// Elements per indivisible unit.
@@ -98,6 +139,25 @@ class Partition {
     }
   }
 
+  /// The most units a shard of a device of max allocation `max_alloc` may hold under the cap.
+  std::size_t units_per_shard(const char* operation, std::size_t element_bytes, std::size_t ghost,
+                              std::uint64_t max_alloc) const {
+    std::uint64_t cap = max_alloc != 0 ? max_alloc : ~std::uint64_t{0};
+    if (max_shard_bytes_ != 0) cap = std::min<std::uint64_t>(cap, max_shard_bytes_);
+    const std::uint64_t elements = cap / element_bytes;
+    const std::uint64_t ghosts = std::uint64_t{2} * ghost;
+    if (elements <= ghosts || (elements - ghosts) / unit_ == 0) {
+      detail::fail(operation, CL_INVALID_BUFFER_SIZE,
+                   "a shard of at most " + std::to_string(cap) + " bytes (max_shard_bytes " +
+                       std::to_string(max_shard_bytes_) + ", the device's max allocation " +
+                       std::to_string(max_alloc) + ") holds no unit of " + std::to_string(unit_) +
+                       " elements of " + std::to_string(element_bytes) + " bytes beside " +
+                       std::to_string(ghosts) + " ghost elements");
+    }
+    const std::uint64_t units = (elements - ghosts) / unit_;
+    return units > SIZE_MAX ? SIZE_MAX : static_cast<std::size_t>(units);
+  }
+
   static std::vector<std::size_t> split_even(std::size_t units, std::size_t devices) {
     std::vector<std::size_t> parts(devices, devices == 0 ? 0 : units / devices);
     for (std::size_t i = 0; i < devices && i < units % devices; ++i) ++parts[i];
@@ -106,13 +166,15 @@ class Partition {
 
   std::vector<double> weights_;
   std::size_t unit_ = 1;
+  std::size_t max_shard_bytes_ = 0;  // 0: the device's max allocation
   bool by_weight_ = false;
 };
 
 class DeviceGroup;
 
 /// A logical array of size() elements of T split over the devices of one DeviceGroup: shard(i)
-/// is device i's DeviceBuffer (for the application's kernels on manager(i)'s queue), holding the
+/// is a DeviceBuffer of device(i) (for the application's kernels on manager(device(i))'s queue;
+/// one shard a device unless a part exceeds Partition::max_shard_bytes()), holding the
 /// elements [offset(i), offset(i) + count(i)) at element ghost() of it, with ghost() elements of
 /// ghost layer before and after (0 unless made with a halo: then they hold the neighbouring
 /// parts' edge elements after a ShardedHalo exchange). Move-only; made by DeviceGroup::scatter()
@@ -140,17 +202,21 @@ class ShardedBuffer {
   bool empty() const noexcept { return size_ == 0; }
   /// False when default-constructed or moved from.
   bool valid() const noexcept { return group_ != 0; }
-  /// How many shards (the group's device count).
+  /// How many shards: one a device, more on a device whose part exceeds the partition's
+  /// max_shard_bytes() (or the device's max allocation).
   std::size_t shards() const noexcept { return shards_.size(); }
+  /// The group's device that holds shard i (manager(device(i)) moves it; shards of one device
+  /// are consecutive). @throws Error CL_INVALID_VALUE for i >= shards().
+  std::size_t device(std::size_t i) const { return devices_[checked(i)]; }
   /// Ghost elements before and after each part in its shard (halo * partition unit).
   std::size_t ghost() const noexcept { return ghost_; }
   /// The partition it was split by.
   const Partition& partition() const noexcept { return partition_; }
 
-  /// Device i's buffer: count(i) + 2 ghost() elements (empty when count(i) is 0 and there is
-  /// no ghost layer). @throws Error CL_INVALID_VALUE for i >= shards().
+  /// Shard i's buffer, on device(i): count(i) + 2 ghost() elements (empty when count(i) is 0
+  /// and there is no ghost layer). @throws Error CL_INVALID_VALUE for i >= shards().
   DeviceBuffer<T>& shard(std::size_t i) { return shards_[checked(i)]; }
-  /// Device i's buffer. @throws Error CL_INVALID_VALUE for i >= shards().
+  /// Shard i's buffer. @throws Error CL_INVALID_VALUE for i >= shards().
   const DeviceBuffer<T>& shard(std::size_t i) const { return shards_[checked(i)]; }
   /// The first element of the logical array that shard i holds.
   /// @throws Error CL_INVALID_VALUE for i >= shards().
@@ -163,10 +229,11 @@ class ShardedBuffer {
   friend class DeviceGroup;
 
   ShardedBuffer(std::uint64_t group, std::vector<DeviceBuffer<T>> shards,
-                std::vector<std::size_t> counts, std::size_t ghost, Partition partition)
+                Partition::Placement placement, std::size_t ghost, Partition partition)
       : group_(group),
         shards_(std::move(shards)),
-        counts_(std::move(counts)),
+        devices_(std::move(placement.devices)),
+        counts_(std::move(placement.counts)),
         ghost_(ghost),
         partition_(std::move(partition)) {
     for (std::size_t count : counts_) {
@@ -178,12 +245,14 @@ class ShardedBuffer {
   void take(ShardedBuffer& other) noexcept {
     group_ = std::exchange(other.group_, 0);
     shards_ = std::move(other.shards_);
+    devices_ = std::move(other.devices_);
     counts_ = std::move(other.counts_);
     offsets_ = std::move(other.offsets_);
     size_ = std::exchange(other.size_, 0);
     ghost_ = std::exchange(other.ghost_, 0);
     partition_ = std::move(other.partition_);
     other.shards_.clear();
+    other.devices_.clear();
     other.counts_.clear();
     other.offsets_.clear();
   }
@@ -198,6 +267,7 @@ class ShardedBuffer {
 
   std::uint64_t group_ = 0;  // the DeviceGroup's id (0: none)
   std::vector<DeviceBuffer<T>> shards_;
+  std::vector<std::size_t> devices_;  // shard i is on the group's device devices_[i]
   std::vector<std::size_t> counts_;
   std::vector<std::size_t> offsets_;
   std::size_t size_ = 0;

@@ -52,17 +52,19 @@ class ShardedHalo {
     if (layout.ghost() == 0) {
       detail::fail(op, CL_INVALID_VALUE, "the ShardedBuffer has no ghost layer (made with halo 0)");
     }
-    for (std::size_t i = 0; i < layout.shards(); ++i) counts_.push_back(layout.count(i));
+    for (std::size_t i = 0; i < layout.shards(); ++i) {
+      counts_.push_back(layout.count(i));
+      devices_.push_back(layout.device(i));
+    }
     ghost_ = layout.ghost();
     plan(layout);
     for (const ShardCopy& copy : copies_) {
-      const bool host = group.manager(copy.from).memory_model() == MemoryModel::host &&
-                        group.manager(copy.to).memory_model() == MemoryModel::host;
-      modes_.push_back(host                                       ? Mode::host_copy
-                       : group.shares_context(copy.from, copy.to) ? Mode::device_copy
-                                                                  : Mode::pinned);
+      const bool host = manager_of(copy.from).memory_model() == MemoryModel::host &&
+                        manager_of(copy.to).memory_model() == MemoryModel::host;
+      const bool shared = group.shares_context(devices_[copy.from], devices_[copy.to]);
+      modes_.push_back(host ? Mode::host_copy : shared ? Mode::device_copy : Mode::pinned);
       pinned_.push_back(modes_.back() == Mode::pinned
-                            ? group.manager(copy.to).template allocate_pinned<T>(copy.count)
+                            ? manager_of(copy.to).template allocate_pinned<T>(copy.count)
                             : PinnedBuffer<T>());
     }
   }
@@ -109,8 +111,8 @@ class ShardedHalo {
         const ShardCopy& copy = copies_[k];
         if (modes_[k] == Mode::host_copy) copy_now(copy, field);
         if (modes_[k] != Mode::pinned) continue;  // done
-        started[k] = group_.manager(copy.to).upload_async(field.shard(copy.to), pinned_[k].data(),
-                                                          copy.count, copy.to_offset);
+        started[k] = manager_of(copy.to).upload_async(field.shard(copy.to), pinned_[k].data(),
+                                                      copy.count, copy.to_offset);
       } catch (...) {
         if (!first) first = std::current_exception();
       }
@@ -164,8 +166,8 @@ class ShardedHalo {
   /// finish(): an empty Future).
   void begin(std::size_t k, ShardedBuffer<T>& field) {
     const ShardCopy& copy = copies_[k];
-    BufferManager& from = group_.manager(copy.from);
-    BufferManager& to = group_.manager(copy.to);
+    BufferManager& from = manager_of(copy.from);
+    BufferManager& to = manager_of(copy.to);
     if (modes_[k] == Mode::host_copy) {
       futures_.emplace_back();
     } else if (modes_[k] == Mode::device_copy) {
@@ -181,8 +183,8 @@ class ShardedHalo {
   /// Copy `copy` now (blocking): between host-model devices a copy of host memory, which a
   /// command would only slow down.
   void copy_now(const ShardCopy& copy, ShardedBuffer<T>& field) {
-    BufferManager& from = group_.manager(copy.from);
-    BufferManager& to = group_.manager(copy.to);
+    BufferManager& from = manager_of(copy.from);
+    BufferManager& to = manager_of(copy.to);
     DeviceBuffer<T> src = from.view(field.shard(copy.from), copy.from_offset, copy.count);
     DeviceBuffer<T> dst = to.view(field.shard(copy.to), copy.to_offset, copy.count);
     to.copy_from(from, src, dst);
@@ -191,15 +193,21 @@ class ShardedHalo {
   void check(const char* operation, const ShardedBuffer<T>& field) const {
     group_.check_member(operation, field);
     bool alike = field.ghost() == ghost_ && field.shards() == counts_.size();
-    for (std::size_t i = 0; alike && i < counts_.size(); ++i) alike = field.count(i) == counts_[i];
+    for (std::size_t i = 0; alike && i < counts_.size(); ++i) {
+      alike = field.count(i) == counts_[i] && field.device(i) == devices_[i];
+    }
     if (!alike) {
       detail::fail(operation, CL_INVALID_VALUE,
                    "the ShardedBuffer is laid out otherwise than the plan's (split or halo)");
     }
   }
 
+  /// The manager of shard `shard`'s device.
+  BufferManager& manager_of(std::size_t shard) const { return group_.manager(devices_[shard]); }
+
   DeviceGroup& group_;
   std::vector<std::size_t> counts_;
+  std::vector<std::size_t> devices_;  // each shard's device
   std::size_t ghost_ = 0;
   /// How a copy moves: between host-model devices at finish(), host memory to host memory;
   /// within a context a device copy from start(); else a read into a pinned chunk at start()

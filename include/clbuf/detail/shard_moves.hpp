@@ -112,6 +112,18 @@ void every_group_device(const char* operation, const GroupManagers& managers, Wo
   if (first) std::rethrow_exception(first);
 }
 
+/// each(k) for every shard k of `buffer`, as every_group_device() runs each device's call: a
+/// device's shards one after the other, in order, on its thread (an error names the device).
+template <class T, class Each>
+void every_group_shard(const char* operation, const GroupManagers& managers, WorkerPool& workers,
+                       const ShardedBuffer<T>& buffer, std::size_t bytes, Each each) {
+  every_group_device(operation, managers, workers, bytes, [&](std::size_t d) {
+    for (std::size_t k = 0; k < buffer.shards(); ++k) {
+      if (buffer.device(k) == d) each(k);
+    }
+  });
+}
+
 // ---- The per-shard calls of the group's moves -------------------------------------------------
 
 /// The ScatterSpan of shard i of `buffer` (with `ghosts`: its ghost elements too).
@@ -126,9 +138,9 @@ ScatterSpan span_of(const ShardedBuffer<T>& buffer, std::size_t i, bool ghosts) 
 template <class T>
 void write_spans(const char* operation, const GroupManagers& managers, WorkerPool& workers,
                  ShardedBuffer<T>& buffer, const T* data) {
-  every_group_device(operation, managers, workers, buffer.size_bytes(), [&](std::size_t i) {
+  every_group_shard(operation, managers, workers, buffer, buffer.size_bytes(), [&](std::size_t i) {
     const ScatterSpan span = span_of(buffer, i, true);
-    BufferManager& manager = *managers[i];
+    BufferManager& manager = *managers[buffer.device(i)];
     DeviceBuffer<T>& shard = buffer.shard(i);
     if (span.end > span.first) {
       manager.upload(shard, data + span.first, span.end - span.first, span.at);
@@ -146,10 +158,10 @@ template <class T>
 std::vector<Future<void>> start_spans(const char* operation, const GroupManagers& managers,
                                       ShardedBuffer<T>& buffer, const T* data, bool ghosts) {
   std::vector<Future<void>> parts;
-  for (std::size_t i = 0; i < managers.size(); ++i) {
-    on_group_device(operation, i, *managers[i], [&] {
+  for (std::size_t i = 0; i < buffer.shards(); ++i) {
+    on_group_device(operation, buffer.device(i), *managers[buffer.device(i)], [&] {
       const ScatterSpan span = span_of(buffer, i, ghosts);
-      BufferManager& manager = *managers[i];
+      BufferManager& manager = *managers[buffer.device(i)];
       DeviceBuffer<T>& shard = buffer.shard(i);
       if (span.end > span.first) {
         parts.push_back(
@@ -170,20 +182,23 @@ std::vector<Future<void>> start_spans(const char* operation, const GroupManagers
 template <class T>
 void read_parts(const char* operation, const GroupManagers& managers, WorkerPool& workers,
                 const ShardedBuffer<T>& buffer, T* out) {
-  every_group_device(operation, managers, workers, buffer.size_bytes(), [&](std::size_t i) {
-    managers[i]->download(buffer.shard(i), out + buffer.offset(i), buffer.count(i), buffer.ghost());
+  every_group_shard(operation, managers, workers, buffer, buffer.size_bytes(), [&](std::size_t i) {
+    managers[buffer.device(i)]->download(buffer.shard(i), out + buffer.offset(i), buffer.count(i),
+                                         buffer.ghost());
   });
 }
 
-/// start(i) for each device whose shard of `buffer` holds a part (count(i) > 0): the started
-/// Futures; an Error start(i) throws names the device (those started are waited for by theirs).
+/// start(i) for each shard i of `buffer` that holds a part (count(i) > 0), on its device
+/// buffer.device(i): the started Futures; an Error start(i) throws names the device (those
+/// started are waited for by theirs).
 template <class T, class Start>
 std::vector<Future<void>> start_parts(const char* operation, const GroupManagers& managers,
                                       const ShardedBuffer<T>& buffer, Start start) {
   std::vector<Future<void>> parts;
-  for (std::size_t i = 0; i < managers.size(); ++i) {
+  for (std::size_t i = 0; i < buffer.shards(); ++i) {
     if (buffer.count(i) == 0) continue;
-    parts.push_back(on_group_device(operation, i, *managers[i], [&] { return start(i); }));
+    const std::size_t d = buffer.device(i);
+    parts.push_back(on_group_device(operation, d, *managers[d], [&] { return start(i); }));
   }
   return parts;
 }
@@ -193,8 +208,8 @@ template <class T>
 std::vector<Future<void>> start_reads(const char* operation, const GroupManagers& managers,
                                       const ShardedBuffer<T>& buffer, T* out) {
   return start_parts(operation, managers, buffer, [&](std::size_t i) {
-    return managers[i]->download_async(buffer.shard(i), out + buffer.offset(i), buffer.count(i),
-                                       buffer.ghost());
+    return managers[buffer.device(i)]->download_async(buffer.shard(i), out + buffer.offset(i),
+                                                      buffer.count(i), buffer.ghost());
   });
 }
 
