@@ -160,12 +160,14 @@ TEST(TraceJson, ANullNameIsEmpty) {
   EXPECT_NE(out.find("\"name\":\"\""), std::string::npos) << out;
 }
 
-/// A fresh folder (mkdtemp) for the test's trace files, removed with what it holds.
+/// A fresh folder (mkdtemp, in TMPDIR or /tmp) for the test's trace files, removed with what it holds.
 class TempDir {
  public:
   TempDir() {
-    char name[] = "/tmp/clbuf_trace_XXXXXX";
-    if (::mkdtemp(name) == nullptr) throw std::runtime_error("mkdtemp failed");
+    const char* base = std::getenv("TMPDIR");  // TMPDIR=/dev/shm: the tests on tmpfs
+    std::string name = std::string(base != nullptr && *base != '\0' ? base : "/tmp") +
+                       "/clbuf_trace_XXXXXX";
+    if (::mkdtemp(name.data()) == nullptr) throw std::runtime_error("mkdtemp failed");
     path_ = name;
   }
   TempDir(const TempDir&) = delete;

@@ -18,6 +18,9 @@
 
 #include <fcntl.h>
 #include <unistd.h>
+#if defined(__linux__)
+#include <sys/vfs.h>
+#endif
 
 #include <algorithm>
 #include <atomic>
@@ -403,7 +406,8 @@ class TraceFile {
   bool write_direct(const std::string& text) {
     if (direct_ == Direct::unknown) {
       const int flags = ::fcntl(fd_, F_GETFL);
-      direct_ = regular_ && flags >= 0 && ::fcntl(fd_, F_SETFL, flags | O_DIRECT) == 0
+      direct_ = regular_ && direct_io_is_real(fd_) && flags >= 0 &&
+                        ::fcntl(fd_, F_SETFL, flags | O_DIRECT) == 0
                     ? Direct::on
                     : Direct::off;
     }
@@ -439,6 +443,21 @@ class TraceFile {
     block_start_ = start;
     any_ = true;
     return true;
+  }
+
+  /// True when `fd`'s file system writes O_DIRECT to its device (ext2/3/4, XFS), so that a
+  /// direct write() is whole once begun. Others take the flag and write through the page cache
+  /// all the same (tmpfs), or may: their files take write_text()'s writes a page at a time.
+  static bool direct_io_is_real(int fd) noexcept {
+#if defined(__linux__)
+    struct statfs facts {};
+    if (::fstatfs(fd, &facts) != 0) return false;
+    const auto type = static_cast<unsigned long>(facts.f_type);
+    return type == 0xEF53ul /* ext2, ext3, ext4 */ || type == 0x58465342ul /* XFS */;
+#else
+    static_cast<void>(fd);
+    return false;
+#endif
   }
 
   /// A write failed with `error`: the file as the last whole write left it (its closing "]}"
