@@ -723,6 +723,30 @@ TEST(ShardedFiles, EachShardLoadsAndSavesItsPartOfOneFile) {
                      "DeviceGroup::load_npy", path, "<f4");
 }
 
+TEST(ShardedFiles, ACheckpointHoldsEveryShardOfAShardedBuffer) {
+  clbuf::DeviceGroup group;
+  TempFolder folder;
+  const std::vector<double> data = pattern<double>(5003);
+  clbuf::ShardedBuffer<double> array =
+      group.scatter(data, clbuf::Partition().max_shard_bytes(8192), 1);
+  auto extra = group.manager(0).upload(pattern<std::int32_t>(10));
+  clbuf::Checkpoint checkpoint(group.manager(0), folder / "ckpt");
+  checkpoint.add("field", group, array).add("extra", extra);
+  EXPECT_CLBUF_ERROR(checkpoint.add("extra", extra), CL_INVALID_VALUE, "'extra' added twice");
+  checkpoint.save();
+  EXPECT_GT(array.shards(), 3U);
+  group.fill(array, -1.0);
+  checkpoint.load();
+  EXPECT_TRUE(group.gather(array) == data);
+  const std::string shard = folder / "ckpt/field-shard1.npy";
+  std::string bytes = read_all(shard);
+  bytes[bytes.size() / 2] = static_cast<char>(bytes[bytes.size() / 2] ^ 1);
+  write_all(shard, bytes);
+  group.fill(array, -1.0);
+  EXPECT_CLBUF_ERROR(checkpoint.load(), CL_INVALID_VALUE, shard, "CRC32C");
+  EXPECT_TRUE(group.gather(array) == std::vector<double>(data.size(), -1.0));
+}
+
 // ---------------------------------------------------------------------------------------------
 // Checkpoints.
 

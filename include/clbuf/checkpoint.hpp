@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: MIT
-// clbuf::Checkpoint: a named set of device buffers saved to a folder and loaded back, atomic and
-// checked (docs/design.md "Files and checkpoints").
+// clbuf::Checkpoint: a named set of device buffers (and the shards of sharded buffers) saved to
+// a folder and loaded back, atomic and checked (docs/design.md "Files and checkpoints").
 //
 // The folder DIR holds one .npy file per buffer (numpy reads each) and a manifest: each array's
 // file, dtype, shape, size and the CRC32C of the file's bytes (detail/crc32c.hpp), taken while
@@ -30,8 +30,10 @@
 #include <clbuf/detail/crc32c.hpp>
 #include <clbuf/detail/file_io.hpp>
 #include <clbuf/detail/npy_io.hpp>
+#include <clbuf/device_group.hpp>
 #include <clbuf/error.hpp>
 #include <clbuf/manager.hpp>
+#include <clbuf/sharded_buffer.hpp>
 
 #include <cstddef>
 #include <cstdint>
@@ -160,23 +162,20 @@ class Checkpoint {
   template <class T>
   Checkpoint& add(const std::string& name, DeviceBuffer<T>& buffer,
                   std::vector<std::size_t> shape = {}) {
-    const char* op = "Checkpoint::add";
-    check_name(op, name);
-    if (shape.empty()) shape = buffer.shape();
-    detail::check_shape(op, shape, buffer.size());
-    Array array;
-    array.name = name;
-    array.descr = detail::npy_descr<T>();
-    array.shape = shape;
-    DeviceBuffer<T>* target = &buffer;
-    BufferManager* manager = &manager_;
-    array.save = [manager, target, shape](const char* o, const detail::File& file) {
-      return save_array(*manager, o, file, *target, shape);
-    };
-    array.load = [manager, target](const char* o, const detail::NpyFile& npy) {
-      return load_array(*manager, o, npy, *target);
-    };
-    arrays_.push_back(std::move(array));
+    add_on(manager_, name, buffer, std::move(shape));
+    return *this;
+  }
+
+  /// Adds every shard of `array`, a ShardedBuffer of `group` (its ghost elements too), as the
+  /// arrays "<name>-shard<k>", each saved and loaded through its own device's manager; a load
+  /// needs an array of the same partition (shard sizes). @throws Error as add().
+  template <class T>
+  Checkpoint& add(const std::string& name, DeviceGroup& group, ShardedBuffer<T>& array) {
+    check_name("Checkpoint::add", name);
+    for (std::size_t k = 0; k < array.shards(); ++k) {
+      add_on(group.manager(array.device(k)), name + "-shard" + std::to_string(k), array.shard(k),
+             {array.shard(k).size()});
+    }
     return *this;
   }
 
@@ -236,6 +235,31 @@ class Checkpoint {
                                                                   const detail::NpyFile&)>
         load;
   };
+
+  template <class T>
+  void add_on(BufferManager& on, const std::string& name, DeviceBuffer<T>& buffer,
+              std::vector<std::size_t> shape) {
+    const char* op = "Checkpoint::add";
+    check_name(op, name);
+    for (const Array& earlier : arrays_) {
+      if (earlier.name == name) detail::fail(op, CL_INVALID_VALUE, "'" + name + "' added twice");
+    }
+    if (shape.empty()) shape = buffer.shape();
+    detail::check_shape(op, shape, buffer.size());
+    Array array;
+    array.name = name;
+    array.descr = detail::npy_descr<T>();
+    array.shape = shape;
+    DeviceBuffer<T>* target = &buffer;
+    BufferManager* manager = &on;
+    array.save = [manager, target, shape](const char* o, const detail::File& file) {
+      return save_array(*manager, o, file, *target, shape);
+    };
+    array.load = [manager, target](const char* o, const detail::NpyFile& npy) {
+      return load_array(*manager, o, npy, *target);
+    };
+    arrays_.push_back(std::move(array));
+  }
 
   static void check_name(const char* op, const std::string& name) {
     bool good = !name.empty() && name.size() <= 200;
