@@ -185,6 +185,15 @@ def info(args, out):
               f"({device.global_mem_bytes} bytes)", file=out)
         print(f"  max allocation: {_approximate(device.max_alloc_bytes)} "
               f"({device.max_alloc_bytes} bytes)", file=out)
+        fits = bm.memory_report()
+        print(f"  clbuf holds:    {fits['buffers']} buffers ({_approximate(fits['buffers_bytes'])}"
+              f"), pool {_approximate(fits['pool_cached_bytes'])}, pinned "
+              f"{_approximate(fits['pinned_bytes'])} of {_approximate(fits['pinned_budget_bytes'])}",
+              file=out)
+        stream = fits["stream"]
+        print(f"  a tile stream:  {stream['in_flight']} tiles in flight of "
+              f"{stream['tile_elements']} float32 elements ({_approximate(stream['device_bytes'])}"
+              f" of a {_approximate(stream['budget_bytes'])} budget)", file=out)
         print("  transfer paths (upload_to_device / download_from_device of a numpy array):",
               file=out)
         ranges = path_ranges(bm)

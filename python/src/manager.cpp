@@ -753,6 +753,13 @@ void bind_manager(py::module_& m) {
            "reuses, allocations, refusals, trims, leaked). Still answers after cleanup().")
       .def("reset_stats", checked("reset_stats", &Manager::reset_stats),
            "Sets the transfer counters of stats() to 0.")
+      .def("memory_report", checked("memory_report", &Manager::memory_report),
+           py::arg("element_bytes") = 4,
+           "How much fits: a dict of device_memory_bytes, max_alloc_bytes (one buffer's most), "
+           "what this manager holds now (buffers and buffers_bytes in use, pool_cached_bytes, "
+           "pinned_bytes of pinned_budget_bytes) and 'stream': the tiles a stream of elements of "
+           "element_bytes in and out would choose (tile_elements, in_flight, device_bytes, "
+           "budget_bytes). Still answers after cleanup().")
       .def(
           "__enter__",
           [](Self<Manager> self) -> AnyManager {

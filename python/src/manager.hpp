@@ -25,6 +25,25 @@ inline py::dict to_dict(const clbuf::DirectionStats& d) {
   return out;
 }
 
+/// BufferManager::memory_report() as a dict; "stream" holds the plan of a stream.
+inline py::dict to_dict(const clbuf::MemoryReport& report) {
+  py::dict stream;
+  stream["tile_elements"] = report.stream.tile_elements;
+  stream["in_flight"] = report.stream.in_flight;
+  stream["device_bytes"] = report.stream.device_bytes;
+  stream["budget_bytes"] = report.stream.budget_bytes;
+  py::dict out;
+  out["device_memory_bytes"] = report.device_memory_bytes;
+  out["max_alloc_bytes"] = report.max_alloc_bytes;
+  out["buffers"] = report.buffers;
+  out["buffers_bytes"] = report.buffers_bytes;
+  out["pool_cached_bytes"] = report.pool_cached_bytes;
+  out["pinned_bytes"] = report.pinned_bytes;
+  out["pinned_budget_bytes"] = report.pinned_budget_bytes;
+  out["stream"] = stream;
+  return out;
+}
+
 inline py::dict to_dict(const clbuf::TransferStats& stats) {
   py::dict pool;
   pool["hits"] = stats.pool.hits;
@@ -35,6 +54,8 @@ inline py::dict to_dict(const clbuf::TransferStats& stats) {
   pool["cached_buffers"] = stats.pool.cached_buffers;
   pool["cached_bytes"] = stats.pool.cached_bytes;
   pool["limit_bytes"] = stats.pool.limit_bytes;
+  pool["in_use_buffers"] = stats.pool.in_use_buffers;
+  pool["in_use_bytes"] = stats.pool.in_use_bytes;
   py::dict pinned;
   pinned["budget_bytes"] = stats.pinned.budget_bytes;
   pinned["allocated_bytes"] = stats.pinned.allocated_bytes;
@@ -77,6 +98,9 @@ class Manager {
   std::string memory_model() const { return clbuf::to_string(manager_->memory_model()); }
   Dict stats() const { return to_dict(manager_->stats()); }
   void reset_stats() noexcept { manager_->reset_stats(); }
+  Dict memory_report(std::size_t element_bytes) const {
+    return to_dict(manager_->memory_report(clbuf::TileOptions(), element_bytes));
+  }
   std::string explain_selection() const;
   std::uintptr_t context_int_ptr() const;
   std::uintptr_t queue_int_ptr() const;

@@ -85,6 +85,25 @@ def test_info_names_every_device_the_picked_one_and_its_paths(bm, tmp_path):
         assert [row[2:] for row in sizes] == [("host_copy", "host_copy")]
 
 
+def test_info_says_how_much_fits_and_the_tiles_a_stream_would_choose(bm, tmp_path):
+    import numpy as np
+    done = clbuf_command("info", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    fits = bm.memory_report()
+    assert fits["device_memory_bytes"] == bm.device.global_mem_bytes
+    assert fits["max_alloc_bytes"] == bm.device.max_alloc_bytes
+    stream = fits["stream"]
+    assert 1 <= stream["in_flight"] <= 3 and stream["tile_elements"] >= 1
+    assert stream["device_bytes"] <= stream["budget_bytes"]
+    assert re.search(r"^  clbuf holds: +\d+ buffers \(", done.stdout, re.M), done.stdout
+    assert re.search(rf"^  a tile stream: +{stream['in_flight']} tiles in flight of "
+                     rf"{stream['tile_elements']} float32 elements", done.stdout, re.M), done.stdout
+    held = bm.upload_to_device(np.zeros(1 << 16, dtype=np.float32))
+    assert bm.memory_report()["buffers_bytes"] >= fits["buffers_bytes"] + (1 << 18)
+    assert bm.memory_report(8)["stream"]["tile_elements"] <= stream["tile_elements"]
+    del held
+
+
 def test_info_honours_clbuf_device(bm, tmp_path):
     device = bm.device
     selector = f"{device.platform_index}:{device.device_index}"
