@@ -25,6 +25,7 @@ class Natural {
   /// `mantissa` * 2^`shift`.
   static Natural shifted(std::uint64_t mantissa, std::size_t shift) {
     Natural out;
+    out.limbs_.reserve(shift / 32 + 3);
     out.limbs_.assign(shift / 32, 0);
     const unsigned bits = static_cast<unsigned>(shift % 32);
     std::uint64_t carry = 0;
@@ -100,7 +101,9 @@ class Natural {
   /// leaves the remainder in this.
   std::uint64_t divide(const Natural& divisor) {
     std::uint64_t quotient = 0;
-    for (std::size_t bit = 64; bit-- > 0;) {
+    if (bits() < divisor.bits()) return 0;
+    // divisor * 2^bit has more bits than this above that: those quotient bits are 0
+    for (std::size_t bit = std::min<std::size_t>(63, bits() - divisor.bits()) + 1; bit-- > 0;) {
       if (compare(divisor, bit) >= 0) {
         subtract(divisor, bit);
         quotient |= std::uint64_t{1} << bit;
@@ -110,6 +113,14 @@ class Natural {
   }
 
  private:
+  /// How many bits this has (0 for 0).
+  std::size_t bits() const {
+    if (limbs_.empty()) return 0;
+    std::size_t count = 32 * (limbs_.size() - 1);
+    for (std::uint32_t top = limbs_.back(); top != 0; top >>= 1) ++count;
+    return count;
+  }
+
   std::uint32_t limb(std::size_t i) const { return i < limbs_.size() ? limbs_[i] : 0; }
 
   /// Limb i of this * 2^shift.
@@ -142,6 +153,8 @@ inline std::vector<Natural> exact_weights(const std::vector<double>& weights) {
     if (!(weights[i] > 0)) continue;
     const double fraction = std::frexp(weights[i], &exponents[i]);  // in [0.5, 1)
     mantissas[i] = static_cast<std::uint64_t>(std::ldexp(fraction, digits));
+    // odd mantissas: small weights such as {2, 1} become the integers {2, 1}, not 65-bit ones
+    for (; (mantissas[i] & 1) == 0; mantissas[i] >>= 1) ++exponents[i];
     lowest = any ? std::min(lowest, exponents[i]) : exponents[i];
     any = true;
   }
