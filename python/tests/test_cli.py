@@ -249,14 +249,17 @@ def run_main(capture, *argv):
 def unwritable_paths(tmp_path):
     """Paths no file can be written at, each with a word of the reason."""
     (tmp_path / "a_folder").mkdir()
-    paths = [("", "empty path"), (str(tmp_path / "missing" / "out"), "No such file"),
-             (str(tmp_path / "a_folder"), "directory"), ("/dev/full", "No space left")]
+    paths = [("", ("empty path",)), (str(tmp_path / "missing" / "out"), ("No such file",)),
+             (str(tmp_path / "a_folder"), ("directory",))]
+    if os.path.exists("/dev/full"):
+        paths.append(("/dev/full", ("No space left",)))
     if os.geteuid() != 0:
         (tmp_path / "read_only").write_text("kept")
         (tmp_path / "read_only").chmod(0o444)
-        paths.append((str(tmp_path / "read_only"), "Permission denied"))
-    if os.path.exists("/sys/kernel/mm/transparent_hugepage/hpage_pmd_size"):  # even for root
-        paths.append(("/sys/kernel/mm/transparent_hugepage/hpage_pmd_size", "Permission denied"))
+        paths.append((str(tmp_path / "read_only"), ("Permission denied",)))
+    read_only = "/sys/kernel/mm/transparent_hugepage/hpage_pmd_size"  # even for root
+    if os.path.exists(read_only):
+        paths.append((read_only, ("Permission denied", "Read-only file system")))
     return paths
 
 
@@ -311,7 +314,7 @@ def test_bench_checks_its_files_before_measuring_and_leaves_none_behind(bm, caps
                 assert err.startswith("clbuf bench: --plot needs matplotlib"), err
                 continue
             assert err.startswith(f"clbuf bench: {option} {path!r}: cannot write there: "), err
-            assert reason in err and err.count("\n") == 1, (reason, err)
+            assert any(r in err for r in reason) and err.count("\n") == 1, (reason, err)
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted(
         ["a_folder"] + (["read_only"] if os.geteuid() != 0 else []))
 
