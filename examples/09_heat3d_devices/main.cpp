@@ -16,8 +16,10 @@
 // Options: --n N (edge, 3 to 1024, default 64), --iters K (default 100), --devices SEL (a
 // DeviceGroup selector: default every device of the type clbuf would pick; "all", "cpu", "gpu",
 // "0:0, 0:1", ...), --separate (a context per device: the exchange through pinned host memory;
-// default: a context per platform, device copies), --verify (a host reference of the whole cube,
-// compared byte for byte).
+// default: a context per platform, device copies), --max-shard-bytes B (at most B bytes a shard,
+// ghost planes included: a device holds its slab as several shards, pieces of whole planes, the
+// halo exchanged between them too; default: the device's max allocation; the same checksum at
+// any B), --verify (a host reference of the whole cube, compared byte for byte).
 #include <clbuf/clbuf.hpp>
 
 #include "../heat3d_common.hpp"
@@ -29,6 +31,7 @@
 #include <cstdio>
 #include <cstring>
 #include <iostream>
+#include <map>
 #include <memory>
 #include <stdexcept>
 #include <string>
@@ -48,6 +51,7 @@ struct Settings {
   std::size_t n = 64;
   std::size_t iters = 100;
   std::string devices;
+  std::size_t max_shard_bytes = 0;  // 0: the device's max allocation
   bool separate = false;
   bool verify = false;
 };
@@ -55,14 +59,15 @@ struct Settings {
 /// The message for bad arguments, or "".
 std::string parse(int argc, char** argv, Settings& settings) {
   const std::string usage =
-      "usage: 09_heat3d_devices [--n N] [--iters K] [--devices SEL] [--separate] [--verify]";
+      "usage: 09_heat3d_devices [--n N] [--iters K] [--devices SEL] [--separate] "
+      "[--max-shard-bytes B] [--verify]";
   for (int i = 1; i < argc; ++i) {
     const std::string arg = argv[i];
     if (arg == "--verify" || arg == "--separate") {
       (arg == "--verify" ? settings.verify : settings.separate) = true;
       continue;
     }
-    if (arg != "--n" && arg != "--iters" && arg != "--devices") {
+    if (arg != "--n" && arg != "--iters" && arg != "--devices" && arg != "--max-shard-bytes") {
       return "unknown argument '" + arg + "'\n" + usage;
     }
     if (i + 1 == argc) return arg + " needs a value\n" + usage;
@@ -74,6 +79,10 @@ std::string parse(int argc, char** argv, Settings& settings) {
     if (arg == "--iters" && !parse_number(value, 0, 100000000, settings.iters)) {
       return "--iters must be a whole number from 0 to 100000000 (got '" + value + "')";
     }
+    if (arg == "--max-shard-bytes" &&
+        !parse_number(value, 0, std::size_t{1} << 50, settings.max_shard_bytes)) {
+      return "--max-shard-bytes must be a whole number from 0 to 2^50 (got '" + value + "')";
+    }
   }
   return "";
 }
@@ -84,7 +93,7 @@ struct Planes {
   std::size_t count = 0;
 };
 
-/// One device's part: its kernel and the planes it updates before and after the exchange.
+/// One shard's part: its kernel and the planes it updates before and after the exchange.
 struct Part {
   cl::Kernel kernel;
   Planes inner;               // need no ghost plane
@@ -94,14 +103,21 @@ struct Part {
 /// The solver: two fields (ping-pong) sharded alike, the halo plan, a kernel per device.
 class Solver {
  public:
-  Solver(clbuf::DeviceGroup& group, std::size_t n)
+  Solver(clbuf::DeviceGroup& group, std::size_t n, std::size_t max_shard_bytes)
       : group_(group),
         n_(n),
-        in_(group.scatter(initial_field(n), clbuf::Partition::even(n * n), 1)),
-        out_(group.scatter(initial_field(n), clbuf::Partition::even(n * n), 1)),
+        in_(group.scatter(initial_field(n), slabs(n, max_shard_bytes), 1)),
+        out_(group.scatter(initial_field(n), slabs(n, max_shard_bytes), 1)),
         halo_(group, in_) {
-    for (std::size_t i = 0; i < group.size(); ++i) parts_.push_back(part(i));
+    for (std::size_t i = 0; i < in_.shards(); ++i) parts_.push_back(part(i));
   }
+
+  /// Slabs of whole z-planes, at most `max_shard_bytes` a shard (0: no cap but the device's).
+  static clbuf::Partition slabs(std::size_t n, std::size_t max_shard_bytes) {
+    return clbuf::Partition::even(n * n).max_shard_bytes(max_shard_bytes);
+  }
+
+  std::size_t shards() const { return in_.shards(); }
 
   /// One iteration: returns the seconds spent in start() and finish().
   double step() {
@@ -126,19 +142,26 @@ class Solver {
   }
 
  private:
-  /// Device i's kernel and planes: those off the cube's faces z = 0 and z = N - 1.
-  Part part(std::size_t i) {
-    Part result;
-    const cl::Device device = group_.manager(i).queue().getInfo<CL_QUEUE_DEVICE>();
+  /// The jacobi program for device d, built once.
+  cl::Program& program(std::size_t d) {
+    auto built = programs_.find(d);
+    if (built != programs_.end()) return built->second;
+    const cl::Device device = group_.manager(d).queue().getInfo<CL_QUEUE_DEVICE>();
     if (device.getInfo<CL_DEVICE_DOUBLE_FP_CONFIG>() == 0) {
-      throw std::runtime_error("device " + std::to_string(i) + " has no double precision");
+      throw std::runtime_error("device " + std::to_string(d) + " has no double precision");
     }
-    cl::Program program(group_.manager(i).context(), kernel_source);
+    cl::Program program(group_.manager(d).context(), kernel_source);
     if (program.build({device}) != CL_SUCCESS) {
       throw std::runtime_error("the jacobi kernel did not build: " +
                                program.getBuildInfo<CL_PROGRAM_BUILD_LOG>(device));
     }
-    result.kernel = cl::Kernel(program, "jacobi");
+    return programs_.emplace(d, program).first->second;
+  }
+
+  /// Shard i's kernel and planes: those off the cube's faces z = 0 and z = N - 1.
+  Part part(std::size_t i) {
+    Part result;
+    result.kernel = cl::Kernel(program(in_.device(i)), "jacobi");
     const std::size_t plane = n_ * n_;
     const std::size_t first = in_.offset(i) / plane;  // global z of local plane 1
     const std::size_t count = in_.count(i) / plane;
@@ -167,7 +190,7 @@ class Solver {
     kernel.setArg(4, static_cast<cl_ulong>(1));
     kernel.setArg(5, static_cast<cl_ulong>(1));
     kernel.setArg(6, static_cast<cl_ulong>(planes.first));
-    cl::CommandQueue queue = group_.manager(i).queue();
+    cl::CommandQueue queue = group_.manager(in_.device(i)).queue();
     queue.enqueueNDRangeKernel(kernel, cl::NullRange, cl::NDRange(n_ - 2, n_ - 2, planes.count));
     queue.flush();  // each device computes while the host starts the next
   }
@@ -178,13 +201,14 @@ class Solver {
   clbuf::ShardedBuffer<double> out_;
   clbuf::ShardedHalo<double> halo_;
   std::vector<Part> parts_;
+  std::map<std::size_t, cl::Program> programs_;  // by device
 };
 
 int run(const Settings& settings) {
   clbuf::DeviceGroup group(
       settings.devices, clbuf::Options(),
       settings.separate ? clbuf::ContextSharing::per_device : clbuf::ContextSharing::per_platform);
-  Solver solver(group, settings.n);
+  Solver solver(group, settings.n, settings.max_shard_bytes);
   const auto clock = std::chrono::steady_clock::now();
   double exchange = 0.0;
   for (std::size_t iter = 0; iter < settings.iters; ++iter) exchange += solver.step();
@@ -195,6 +219,7 @@ int run(const Settings& settings) {
   std::printf("%s: %zu^3 doubles, %zu iterations, slabs of z-planes, %s\n",
               group.manager(0).device().name.c_str(), settings.n, settings.iters,
               settings.separate ? "a context per device" : "a context per platform");
+  std::printf("shards: %zu\n", solver.shards());
   std::printf("time per iteration %.3f ms, exchange %.3f ms (%.0f%%)\n", 1e3 * total / iters,
               1e3 * exchange / iters, total > 0.0 ? 100.0 * exchange / total : 0.0);
   int status = 0;
