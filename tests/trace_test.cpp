@@ -7,6 +7,7 @@
 #include <fcntl.h>
 #include <signal.h>
 #include <stdlib.h>
+#include <sys/mount.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -16,6 +17,7 @@
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <functional>
@@ -160,13 +162,14 @@ TEST(TraceJson, ANullNameIsEmpty) {
   EXPECT_NE(out.find("\"name\":\"\""), std::string::npos) << out;
 }
 
-/// A fresh folder (mkdtemp, in TMPDIR or /tmp) for the test's trace files, removed with what it holds.
+/// A fresh folder (mkdtemp, in TMPDIR or /tmp) for the test's trace files, removed with what it
+/// holds.
 class TempDir {
  public:
   TempDir() {
     const char* base = std::getenv("TMPDIR");  // TMPDIR=/dev/shm: the tests on tmpfs
-    std::string name = std::string(base != nullptr && *base != '\0' ? base : "/tmp") +
-                       "/clbuf_trace_XXXXXX";
+    std::string name =
+        std::string(base != nullptr && *base != '\0' ? base : "/tmp") + "/clbuf_trace_XXXXXX";
     if (::mkdtemp(name.data()) == nullptr) throw std::runtime_error("mkdtemp failed");
     path_ = name;
   }
@@ -947,6 +950,37 @@ TEST(TraceFiles, AFailedWriteIsReportedAndTheFileStaysValid) {
   const std::string reported = file_text(errors);
   EXPECT_EQ(std::count(reported.begin(), reported.end(), '\n'), 1) << reported;
   EXPECT_NE(reported.find(path), std::string::npos) << reported;
+}
+
+// A full disk mid-trace (a tmpfs of 256 KiB, mounted where the test may: as root) is reported as
+// the size limit is: clbuf::trace_write_errors() names the file and "No space left on device",
+// the file is valid JSON with the events written before, and no call failed.
+TEST(TraceFiles, AFullDiskIsReportedAndTheFileStaysValid) {
+  TempDir dir;
+  const std::string disk = dir.file("disk");
+  std::filesystem::create_directory(disk);
+  if (::mount("tmpfs", disk.c_str(), "tmpfs", 0, "size=256k") != 0) {
+    GTEST_SKIP() << "cannot mount a small tmpfs here: " << std::strerror(errno);
+  }
+  const std::string path = disk + "/full.json";
+  {
+    clbuf::detail::Tracer tracer(path, "full", "trace");
+    const int track = tracer.track("spans");
+    for (int n = 0; n < 20000; ++n) {
+      tracer.span(track, "span", n, n + 1, {});
+      if (n % 3000 == 0) tracer.flush();
+    }
+  }
+  const std::string reported = clbuf::trace_write_errors();
+  EXPECT_NE(reported.find(path + "\" could not be written (No space left on device)"),
+            std::string::npos)
+      << reported;
+  std::vector<std::string> paths = {path};
+  const std::vector<std::string> bad = not_json(paths, dir);
+  EXPECT_TRUE(bad.empty()) << bad.front();
+  const Json root = JsonReader::parse(file_text(path));
+  EXPECT_GT(root.find("traceEvents")->items.size(), 1000u);
+  ::umount2(disk.c_str(), MNT_DETACH);
 }
 
 }  // namespace
