@@ -4,6 +4,12 @@ trace (valid JSON once the block ends), those made before it do not, an inner bl
 ends, the block wins over CLBUF_TRACE, and a path that cannot be written is a clbuf.Error at the
 manager's construction."""
 import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
 
 import numpy as np
 import pytest
@@ -143,3 +149,34 @@ def test_a_name_of_any_bytes_keeps_the_file_valid_utf8_json(tmp_path):
     raw = path.read_bytes()
     raw.decode("utf-8")  # strict
     json.loads(raw)
+
+
+_TRACING_FOREVER = """
+import sys
+import numpy as np
+import clbuf
+data = np.ones(256, np.float32)
+with clbuf.trace(sys.argv[1]):
+    bm = clbuf.BufferManager()
+buffer = bm.upload_to_device(data)
+print("ready", flush=True)
+while True:
+    bm.upload_into(buffer, data)
+"""
+
+
+def test_a_process_killed_while_it_traces_leaves_valid_json(tmp_path):
+    """SIGKILL at random instants of a Python process tracing uploads as fast as it can: every
+    file is strict UTF-8 JSON (the C++ suite kills 100 processes; this is the Python side)."""
+    rng = random.Random(46)
+    env = dict(os.environ, PYTHONDONTWRITEBYTECODE="1")
+    for kill in range(4):
+        path = tmp_path / f"k{kill}.json"
+        child = subprocess.Popen([sys.executable, "-c", _TRACING_FOREVER, str(path)],
+                                 stdout=subprocess.PIPE, env=env)
+        assert child.stdout.readline().strip() == b"ready"
+        time.sleep(rng.uniform(0.001, 0.2))
+        child.send_signal(signal.SIGKILL)
+        assert child.wait(timeout=60) == -signal.SIGKILL  # killed, not ended by an error
+        child.stdout.close()
+        json.loads(path.read_bytes().decode("utf-8"))
