@@ -5,7 +5,8 @@
 // trace path (Options::trace_path, Python's clbuf.trace(), CLBUF_TRACE, the rank). The rest, one
 // concern a header: the events and their JSON (trace_json.hpp), the rank's file names
 // (rank_files.hpp), one file with its threads' buffers and writer thread (trace_file.hpp), the
-// registry of open files with the exit hooks (trace_registry.hpp). Timestamps are
+// registry of open files with the exit hooks (trace_registry.hpp), and beneath them the opening
+// and writing of a file that grows (output_file.hpp). Timestamps are
 // std::chrono::steady_clock in microseconds (absolute: two processes on one host line up). When
 // tracing is off the components hold a null Tracer*: one branch per span.
 #ifndef CLBUF_DETAIL_TRACE_HPP
