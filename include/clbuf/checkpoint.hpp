@@ -186,6 +186,7 @@ class Checkpoint {
   void save() {
     const char* op = "Checkpoint::save";
     static_cast<void>(manager_.context());  // fails after cleanup()
+    detail::check_output_path(op, folder_, "the checkpoint folder");
     const std::string temporary = folder_ + ".tmp";
     bool ok = collective(op, [&] {
       if (ranks_.rank != 0) return;
@@ -209,6 +210,7 @@ class Checkpoint {
   /// differs; the buffers are then unchanged.
   void load() {
     const char* op = "Checkpoint::load";
+    detail::check_output_path(op, folder_, "the checkpoint folder");
     std::vector<std::function<void()>> commits;
     const bool ok = collective(op, [&] { commits = read_files(op); });
     if (!ok) rethrow(op);

@@ -4,10 +4,14 @@
 // fsync of a file and of its folder, renames and removals, and a file written under a temporary
 // name in the folder of its destination that is renamed into place only once it is whole
 // (AtomicFile). Every failure is a clbuf::Error (CL_INVALID_VALUE: OpenCL has no code for files)
-// naming the operation, the path and the system's text (strerror). POSIX only.
+// naming the operation, the path and the system's text (strerror). POSIX only. Built on the
+// tracer's output_file.hpp where it has the piece: a path checked before the system sees it
+// (empty, or holding a NUL), the temporary file's name, and writes under a WriteGuard, so a
+// write past RLIMIT_FSIZE (ulimit -f) fails with EFBIG instead of ending the process (SIGXFSZ).
 #ifndef CLBUF_DETAIL_FILE_IO_HPP
 #define CLBUF_DETAIL_FILE_IO_HPP
 
+#include <clbuf/detail/output_file.hpp>
 #include <clbuf/error.hpp>
 
 #include <dirent.h>
@@ -16,7 +20,6 @@
 #include <sys/types.h>
 #include <unistd.h>
 
-#include <atomic>
 #include <cerrno>
 #include <cstddef>
 #include <cstdint>
@@ -69,6 +72,7 @@ class File {
   /// `path` opened for reading; refused unless it is a regular file (opened without blocking,
   /// so a FIFO is refused rather than waited on).
   static File open_read(const char* operation, const std::string& path) {
+    check_output_path(operation, path, "the file");
     int fd = -1;
     do {
       fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
@@ -88,6 +92,7 @@ class File {
 
   /// A new file `path` for writing (O_EXCL: an existing file is an error).
   static File create(const char* operation, const std::string& path) {
+    check_output_path(operation, path, "the file");
     int fd = -1;
     do {
       fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
@@ -128,16 +133,12 @@ class File {
   /// Writes all `bytes` of `data` at `offset` (a full disk or a file-size limit: an Error).
   void write_at(const char* operation, const void* data, std::size_t bytes,
                 std::uint64_t offset) const {
-    const char* at = static_cast<const char*>(data);
-    while (bytes > 0) {
-      const ssize_t put = ::pwrite(fd_, at, bytes, static_cast<off_t>(offset));
-      if (put < 0 && errno == EINTR) continue;
-      if (put < 0) fail_file(operation, path_, "cannot write", errno);
-      if (put == 0) fail_file(operation, path_, "cannot write", ENOSPC);
-      at += put;
-      bytes -= static_cast<std::size_t>(put);
-      offset += static_cast<std::uint64_t>(put);
+    int error = 0;
+    {
+      WriteGuard guard;  // EFBIG, not SIGXFSZ, past RLIMIT_FSIZE
+      error = write_output_at(fd_, static_cast<const char*>(data), bytes, offset);
     }
+    if (error != 0) fail_file(operation, path_, "cannot write", error);
   }
 
   /// Flushes the file's data and size to the storage.
@@ -240,10 +241,10 @@ inline void make_folder(const char* operation, const std::string& path) {
   if (::mkdir(path.c_str(), 0755) != 0) fail_file(operation, path, "cannot make the folder", errno);
 }
 
-/// A temporary name beside `path`, unique in this process: "<path>.tmp-<pid>-<n>".
-inline std::string temporary_name(const std::string& path) {
-  static std::atomic<std::uint64_t> counter{0};
-  return path + ".tmp-" + std::to_string(::getpid()) + "-" + std::to_string(++counter);
+/// `path`, once check_output_path() has passed it (not empty, no NUL).
+inline std::string checked_path(const char* operation, std::string path) {
+  check_output_path(operation, path, "the file");
+  return path;
 }
 
 /// A file that appears at `path` whole or not at all: written under a temporary name in the
@@ -253,7 +254,8 @@ inline std::string temporary_name(const std::string& path) {
 class AtomicFile {
  public:
   AtomicFile(const char* operation, std::string path)
-      : path_(std::move(path)), file_(File::create(operation, temporary_name(path_))) {}
+      : path_(checked_path(operation, std::move(path))),
+        file_(File::create(operation, temporary_output_path(path_))) {}
   AtomicFile(const AtomicFile&) = delete;
   AtomicFile& operator=(const AtomicFile&) = delete;
   ~AtomicFile() {
