@@ -3,8 +3,8 @@
 # Runs clbuf's tests and benchmark on the NVIDIA H200 machine (see ../shared/GPU.md), from a
 # Release build folder made on Debian 12 and the ICD loader packages in .dev/:
 #   bench/gpu_run.sh BUILD_DIR OUT_DIR STAGE...
-# (stages: suite tests bench async streaming sweep staging seed bounce every_size small mid duplex
-# fault latency ceiling rss xdev)
+# (stages: suite tests bench async streaming sweep staging seed bounce every_size small small_calls
+# mid duplex fault latency ceiling rss xdev)
 # Where .dev/*.deb and /usr/lib/libnvidia-opencl.so both exist, the loader and clinfo are unpacked
 # into /tmp/cl and OCL_ICD_VENDORS points at NVIDIA's driver alone; elsewhere (PoCL here) the
 # system's OpenCL is used as it is.
@@ -61,6 +61,10 @@
 # staged transfer; with the DMA; with the DMA and staggered first chunks; a CL_MEM_USE_HOST_PTR buffer over the caller's pages) and
 # clbuf_bench's staged transfers (CEILING_SIZES, default 64M,256M,1G; with naive and best practice)
 # in turn, into OUT_DIR/ceiling.txt.
+# small_calls (issue 47, ~1 minute): bench/small_calls in its timing mode: the seed round trip and
+# the 4 B-4 KiB rows (upload_async, download_async, download_new, download_caller), clbuf against
+# the same calls by hand, interleaved, SMALL_CALLS_ROUNDS (15) rounds of 3 x SMALL_CALLS_CALLS
+# (1000) calls, the median ns per call and the ratio, into OUT_DIR/small_calls.txt.
 # latency (~1 minute): bench/wait_latency (what completing one small command costs each way,
 # thread wake-up, memcpy with 1..12 threads into and out of pinned memory) into OUT_DIR/latency.txt.
 # BENCH_ARGS (default none) is added to every clbuf_bench call of every_size, small and mid, after the
@@ -579,6 +583,13 @@ done | tee "$out/fault.txt"
 echo "fault: seed $seed, $n shards, status $fault_status (1: a case failed or a process ran out of time)" |
   tee -a "$out/fault.txt"
 [[ $fault_status == 0 ]] || status=1
+fi
+
+if [[ $stages == *" small_calls "* ]]; then
+echo "== small calls against the same calls by hand (issue 47), discrete paths, ns per call"
+timeout 300 "$build/bench/small_calls" --rounds "${SMALL_CALLS_ROUNDS:-15}" \
+  --calls "${SMALL_CALLS_CALLS:-1000}" | tee "$out/small_calls.txt"
+echo "small_calls rc=${PIPESTATUS[0]}"
 fi
 
 if [[ $stages == *" latency "* ]]; then

@@ -115,8 +115,10 @@ class Telemetry {
 
   /// When tracing, the span of `started` from its call until `event` (null: none; the span ends
   /// now) completes, on the manager's "started transfers (host's view)" track.
-  static void traced(const AsyncSpan& started, cl_event event) noexcept {
-    if (started.tracer == nullptr) return;
+  CLBUF_DETAIL_INLINE static void traced(const AsyncSpan& started, cl_event event) noexcept {
+    if (started.tracer != nullptr) trace_started(started, event);  // inline: no call when off
+  }
+  CLBUF_DETAIL_COLD static void trace_started(const AsyncSpan& started, cl_event event) noexcept {
     started.tracer->until_complete(event, started.tracer->started_track(), started.operation,
                                    started.begin,
                                    {{"bytes", nullptr, static_cast<double>(started.bytes)},
