@@ -19,6 +19,7 @@
 #include <utility>
 #include <vector>
 
+#include "case_watchdog.hpp"
 #include "halo_grid.hpp"
 
 namespace {
@@ -580,6 +581,9 @@ int main(int argc, char** argv) {
   MPI_Init_thread(&argc, &argv, MPI_THREAD_FUNNELED, &provided);
   ::testing::InitGoogleTest(&argc, argv);
   halo_grid::share_seed();
+  int rank = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  case_watchdog::install(rank);
   const int failed = RUN_ALL_TESTS();
   int any = 0;
   MPI_Allreduce(&failed, &any, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);

@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "../support/json.hpp"
+#include "case_watchdog.hpp"
 
 #ifndef CLBUF_SOURCE_DIR
 #error "CLBUF_SOURCE_DIR: the source tree, where scripts/trace_merge.py is"
@@ -262,6 +263,9 @@ int main(int argc, char** argv) {
   int provided = 0;
   MPI_Init_thread(&argc, &argv, MPI_THREAD_FUNNELED, &provided);
   ::testing::InitGoogleTest(&argc, argv);
+  int rank = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  case_watchdog::install(rank);
   const int failed = RUN_ALL_TESTS();
   int any = 0;
   MPI_Allreduce(&failed, &any, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
