@@ -9,7 +9,7 @@ namespace clbuf_python {
 PyObject* error_type = nullptr;
 
 /// Throws clbuf::Error worded by the library's own message function (error.hpp's
-/// detail::error_message: "<operation>: <CL_NAME> (<code>): <details>", a NUL written \\0).
+/// detail::error_message: "<operation>: <CL_NAME> (<code>): <details>", a NUL written \0).
 [[noreturn]] void fail(const char* operation, cl_int code, const std::string& details) {
   throw clbuf::Error(code, clbuf::detail::error_message(operation, code, details));
 }

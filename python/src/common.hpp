@@ -45,7 +45,7 @@ extern PyObject* error_type;
 
 /// Throws clbuf::Error as the library words it, through its own message function
 /// (clbuf::detail::error_message, an access point docs/architecture.md lists):
-/// "<operation>: <CL_NAME> (<code>): <details>", a NUL in the details written as \\0.
+/// "<operation>: <CL_NAME> (<code>): <details>", a NUL in the details written as \0.
 [[noreturn]] void fail(const char* operation, cl_int code, const std::string& details);
 
 /// A type's name without its module ("ndarray", "int"), read from the type object.

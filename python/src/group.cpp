@@ -231,7 +231,7 @@ struct PythonName<Halo> {
 namespace {
 
 /// The Partition of a split in whole `unit`s of elements, as the C++ partition of the bytes (in
-/// units of unit * itemsize bytes), checked here in elements so that messages count elements.
+/// units of unit * itemsize bytes); split_of() has the library check it in elements.
 struct Split {
   clbuf::Partition partition;
   std::size_t unit = 1;
