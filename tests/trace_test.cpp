@@ -806,6 +806,17 @@ TEST_F(TraceTest, APathWithANulOrNoFileIsRefused) {
   EXPECT_CLBUF_ERROR(clbuf::detail::scoped_trace_path(&nul), CL_INVALID_VALUE, "clbuf.trace()",
                      "NUL");
   EXPECT_EQ(clbuf::detail::scoped_trace_path(), "");  // refused: nothing set
+  // A name as long as a name may be (255 bytes) is written, though no temporary name fits
+  // beside it; one byte more is the system's error.
+  const std::string longest = dir_.file(std::string(250, 'n') + ".json");
+  {
+    clbuf::detail::Tracer tracer(longest, "p", "trace");
+    tracer.counter("c", {});
+  }
+  EXPECT_NO_THROW(Trace::read(longest));
+  EXPECT_CLBUF_ERROR(
+      clbuf::detail::Tracer(dir_.file(std::string(251, 'n') + ".json"), "p", "trace"),
+      CL_INVALID_VALUE, "File name too long");
   const std::string fifo = dir_.file("fifo");
   ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
   options.trace_path = fifo;

@@ -55,6 +55,9 @@ class TraceRegistry {
         created = error == 0;
         // A symlink to no file, or a file made meanwhile (by another process): opened as it is.
         if (error == EEXIST) error = open_output_file(path, file, true);
+        // No temporary file beside it (a name too long for its suffix, say): made in place, its
+        // own error the one reported.
+        if (error != 0 && open_output_file(path, file, true) == 0) error = 0;
       }
       if (error != 0) cannot_write(operation, path, error);
       Entry& entry = files_[file.id];  // a map's entries stay where they are
