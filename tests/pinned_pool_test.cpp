@@ -255,6 +255,43 @@ TEST_F(PinnedPool, ChunkCallsMoveBytesThroughPooledAndPlainChunks) {
   }
 }
 
+// Bounced downloads from four threads at once on one manager take and give back blocks through
+// the pool's lock-free hot slot and its locked lists at once (issue 47): every byte arrives, and
+// once they are done every lease was counted, nothing is in use and every block is cached.
+TEST_F(PinnedPool, BouncedDownloadsFromSeveralThreadsCountEveryLeaseAndKeepEveryBlock) {
+  auto m = make(std::size_t{1} << 20);
+  const std::size_t bytes = 8 * kib;  // bounced (up to 32 KiB), not buffered, not staged
+  const std::vector<std::uint8_t> data = random<std::uint8_t>(bytes);
+  const clbuf::DeviceBuffer<std::uint8_t> buffer = m->upload(data);
+  const clbuf::PinnedStats before = m->stats().pinned;
+  constexpr int threads = 4;
+  constexpr int reads = 50;
+  std::atomic<int> wrong{0};
+  std::vector<std::thread> workers;
+  for (int t = 0; t < threads; ++t) {
+    workers.emplace_back([&] {
+      std::vector<std::uint8_t> out(bytes);
+      for (int i = 0; i < reads; ++i) {
+        std::fill(out.begin(), out.end(), std::uint8_t{0});
+        m->download(buffer, out.data(), bytes);
+        if (out != data) ++wrong;
+        if (m->download(buffer) != data) ++wrong;
+      }
+    });
+  }
+  for (std::thread& worker : workers) worker.join();
+  EXPECT_EQ(wrong.load(), 0);
+  const clbuf::PinnedStats after = m->stats().pinned;
+  EXPECT_EQ(after.leases - before.leases, std::uint64_t{2 * threads * reads});
+  EXPECT_EQ(after.leases, after.reuses + after.allocations + after.refusals);
+  EXPECT_EQ(after.in_use_bytes, 0u);
+  EXPECT_EQ(after.allocated_bytes, after.cached_bytes);
+  EXPECT_LE(after.allocations - before.allocations, std::uint64_t{threads})
+      << "at most one block per thread reading at once";
+  m->cleanup();
+  EXPECT_EQ(m->stats().pinned.allocated_bytes, 0u) << "cleanup() frees the hot block too";
+}
+
 // Four threads on two managers (two contexts), each moving bytes by every path at once, with a
 // budget smaller than one staging lane: a thread samples both pools' bytes all along, and none
 // ever holds more than its budget; every byte arrives exactly.
