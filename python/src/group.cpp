@@ -91,11 +91,13 @@ class Group : public std::enable_shared_from_this<Group> {
   }
 
   std::shared_ptr<Sharded> scatter(const HostData& data, const OptionalWeights& weights,
-                                   const Int& unit, const Int& halo);
+                                   const Int& unit, const Int& halo, const Int& max_shard_bytes);
   std::shared_ptr<Pending> scatter_async(const HostData& data, const OptionalWeights& weights,
-                                         const Int& unit, const Int& halo);
+                                         const Int& unit, const Int& halo,
+                                         const Int& max_shard_bytes);
   std::shared_ptr<Sharded> empty(const Shape& shape, const DType& dtype,
-                                 const OptionalWeights& weights, const Int& unit, const Int& halo);
+                                 const OptionalWeights& weights, const Int& unit, const Int& halo,
+                                 const Int& max_shard_bytes);
   py::array gather(const AnySharded& sharded);
   std::shared_ptr<Pending> gather_async(const AnySharded& sharded);
   void upload(const AnySharded& sharded, const HostData& data);
@@ -283,7 +285,7 @@ std::vector<double> as_weights(const char* operation, const py::handle& weights)
 /// of the bytes (in units of unit * itemsize bytes) that the C++ ShardedBuffer is split by.
 Split split_of(const char* operation, std::size_t itemsize, std::size_t elements,
                std::size_t devices, const py::handle& weights, const py::handle& unit,
-               const py::handle& halo) {
+               const py::handle& halo, const py::handle& max_shard_bytes) {
   Split split;
   split.unit = as_size(operation, unit, "unit");
   split.halo = as_size(operation, halo, "halo");
@@ -295,8 +297,9 @@ Split split_of(const char* operation, std::size_t itemsize, std::size_t elements
   (void)in_elements.split(operation, elements, devices);
   const std::size_t unit_bytes = times(operation, split.unit, itemsize, "unit");
   (void)times(operation, times(operation, split.halo, unit_bytes, "halo"), 2, "halo");
-  split.partition = weights.is_none() ? clbuf::Partition::even(unit_bytes)
-                                      : clbuf::Partition::weighted(std::move(shares), unit_bytes);
+  split.partition = (weights.is_none() ? clbuf::Partition::even(unit_bytes)
+                                       : clbuf::Partition::weighted(std::move(shares), unit_bytes))
+                        .max_shard_bytes(as_size(operation, max_shard_bytes, "max_shard_bytes"));
   return split;
 }
 
@@ -348,9 +351,10 @@ std::shared_ptr<Sharded> Group::wrap(clbuf::ShardedBuffer<std::uint8_t> bytes,
   out->unit = unit;
   for (std::size_t i = 0; i < out->bytes.shards(); ++i) {
     clbuf::DeviceBuffer<std::uint8_t>& shard = out->bytes.shard(i);
-    clbuf::BufferManager& manager = *managers_[i];
-    auto handle =
-        new_handle(managers_[i], dtype, {static_cast<py::ssize_t>(shard.size() / out->itemsize())});
+    const std::size_t device = out->bytes.device(i);
+    clbuf::BufferManager& manager = *managers_[device];
+    auto handle = new_handle(managers_[device], dtype,
+                             {static_cast<py::ssize_t>(shard.size() / out->itemsize())});
     handle->own(shard.size() == 0 ? manager.allocate<std::uint8_t>(0)
                                   : manager.view(shard, 0, shard.size()));
     out->shards.push_back(std::move(handle));
@@ -359,12 +363,13 @@ std::shared_ptr<Sharded> Group::wrap(clbuf::ShardedBuffer<std::uint8_t> bytes,
 }
 
 std::shared_ptr<Sharded> Group::scatter(const HostData& data, const OptionalWeights& weights,
-                                        const Int& unit, const Int& halo) {
+                                        const Int& unit, const Int& halo,
+                                        const Int& max_shard_bytes) {
   const char* op = "DeviceGroup.scatter";
   const py::array array = as_contiguous_host_array(op, data, "array");
   const auto itemsize = static_cast<std::size_t>(array.itemsize());
-  const Split split =
-      split_of(op, itemsize, static_cast<std::size_t>(array.size()), size(), weights, unit, halo);
+  const Split split = split_of(op, itemsize, static_cast<std::size_t>(array.size()), size(),
+                               weights, unit, halo, max_shard_bytes);
   const auto* bytes = static_cast<const std::uint8_t*>(array.data());
   const auto count = static_cast<std::size_t>(array.nbytes());
   clbuf::ShardedBuffer<std::uint8_t> made;
@@ -377,12 +382,13 @@ std::shared_ptr<Sharded> Group::scatter(const HostData& data, const OptionalWeig
 }
 
 std::shared_ptr<Pending> Group::scatter_async(const HostData& data, const OptionalWeights& weights,
-                                              const Int& unit, const Int& halo) {
+                                              const Int& unit, const Int& halo,
+                                              const Int& max_shard_bytes) {
   const char* op = "DeviceGroup.scatter_async";
   const py::array array = as_contiguous_host_array(op, data, "array");
   const auto itemsize = static_cast<std::size_t>(array.itemsize());
-  const Split split =
-      split_of(op, itemsize, static_cast<std::size_t>(array.size()), size(), weights, unit, halo);
+  const Split split = split_of(op, itemsize, static_cast<std::size_t>(array.size()), size(),
+                               weights, unit, halo, max_shard_bytes);
   const auto* data_bytes = static_cast<const std::uint8_t*>(array.data());
   const auto count = static_cast<std::size_t>(array.nbytes());
   clbuf::ShardedBuffer<std::uint8_t> made;
@@ -405,13 +411,14 @@ std::shared_ptr<Pending> Group::scatter_async(const HostData& data, const Option
 
 std::shared_ptr<Sharded> Group::empty(const Shape& shape, const DType& dtype,
                                       const OptionalWeights& weights, const Int& unit,
-                                      const Int& halo) {
+                                      const Int& halo, const Int& max_shard_bytes) {
   const char* op = "DeviceGroup.empty";
   const py::dtype type = as_dtype(op, dtype);
   std::vector<py::ssize_t> extents = as_shape(op, shape);
   const std::size_t bytes = shape_bytes(op, extents, type);
   const auto itemsize = static_cast<std::size_t>(type.itemsize());
-  const Split split = split_of(op, itemsize, bytes / itemsize, size(), weights, unit, halo);
+  const Split split =
+      split_of(op, itemsize, bytes / itemsize, size(), weights, unit, halo, max_shard_bytes);
   clbuf::ShardedBuffer<std::uint8_t> made;
   {
     NoGil release;
@@ -571,14 +578,14 @@ clbuf::Future<void> Group::fill_shards(const char* operation, const Sharded& sha
     using W = decltype(tag);
     // Each shard's typed alias, taken with the GIL held (alias_of() caches it on the shard's
     // DeviceBuffer; no other Python thread runs meanwhile); the fills run without it.
-    std::vector<std::shared_ptr<clbuf::DeviceBuffer<W>>> aliases(size());
+    std::vector<std::shared_ptr<clbuf::DeviceBuffer<W>>> aliases(sharded.bytes.shards());
     cpp_->each_shard(operation, sharded.bytes, [&](std::size_t i) {
-      aliases[i] = alias_of<W>(operation, *sharded.shards[i], *managers_[i]);
+      aliases[i] = alias_of<W>(operation, *sharded.shards[i], *managers_[sharded.bytes.device(i)]);
     });
     NoGil release;
     const auto fill_shard = [&](std::size_t i) {
-      return fill_as<W>(*managers_[i], *aliases[i], pattern, sharded.count(i), sharded.ghost(),
-                        async);
+      return fill_as<W>(*managers_[sharded.bytes.device(i)], *aliases[i], pattern, sharded.count(i),
+                        sharded.ghost(), async);
     };
     if (async) return cpp_->each_shard_async(operation, sharded.bytes, fill_shard);
     cpp_->each_shard(operation, sharded.bytes, [&](std::size_t i) { (void)fill_shard(i); });
@@ -721,18 +728,22 @@ void bind_group(py::module_& m) {
                              "adopted managers).")
       .def("scatter", checked("scatter", &Group::scatter), py::arg("array"), py::kw_only(),
            py::arg("weights") = none, py::arg("unit") = 1, py::arg("halo") = 0,
+           py::arg("max_shard_bytes") = 0,
            "Splits host data (flattened in C order; its shape kept) over the devices: evenly, "
            "or in proportion to `weights` (one per device), in whole `unit`s of elements (a row "
            "or a plane of a field), each shard with `halo` units of ghost elements before and "
-           "after its part holding the neighbouring elements (0 beyond the array's ends). "
+           "after its part holding the neighbouring elements (0 beyond the array's ends); a "
+           "shard holds at most `max_shard_bytes` bytes (0: the device's max allocation), so a "
+           "device may hold its part as several shards (ShardedBuffer.device(i) says whose). "
            "Returns a ShardedBuffer; nothing is left when it fails.")
       .def("scatter_async", checked("scatter_async", &Group::scatter_async), py::arg("array"),
            py::kw_only(), py::arg("weights") = none, py::arg("unit") = 1, py::arg("halo") = 0,
+           py::arg("max_shard_bytes") = 0,
            "Starts scatter(); Future.get() returns the ShardedBuffer. Do not modify `array` "
            "until the Future is done.")
       .def("empty", checked("empty", &Group::empty), py::arg("shape"),
            py::arg("dtype") = py::dtype("float64"), py::kw_only(), py::arg("weights") = none,
-           py::arg("unit") = 1, py::arg("halo") = 0,
+           py::arg("unit") = 1, py::arg("halo") = 0, py::arg("max_shard_bytes") = 0,
            "A ShardedBuffer of `shape` and `dtype` split as scatter() splits, contents "
            "unspecified.")
       .def("gather", checked("gather", &Group::gather), py::arg("sharded"),
@@ -812,9 +823,19 @@ void bind_group(py::module_& m) {
             return to_python(s->shards[i]);
           },
           py::arg("i"),
-          "Device i's DeviceBuffer: count(i) + 2 * ghost elements, 1-D, on manager(i)'s "
+          "Shard i's DeviceBuffer: count(i) + 2 * ghost elements, 1-D, on manager(device(i))'s "
           "context, sharing the shard's memory (its int_ptr and to_pyopencl() are for kernels "
           "on that device). Its elements from `ghost` are the array's from offset(i).")
+      .def(
+          "device",
+          [](Self<Sharded> self, const Int& index) {
+            const std::shared_ptr<Sharded> s = sharded_of(self, "device");
+            const std::size_t i = as_size("ShardedBuffer.device", index, "i");
+            return reported<Sharded>("device", [&] { return s->bytes.device(i); });
+          },
+          py::arg("i"),
+          "The group's device that holds shard i (one shard a device unless max_shard_bytes "
+          "or a device's max allocation cut its part into pieces).")
       .def(
           "offset",
           [](Self<Sharded> self, const Int& index) {

@@ -361,6 +361,35 @@ def test_halo_exchange_matches_numpy(group, shape, halo):
     plan.finish()  # nothing under way: nothing to do
 
 
+def test_pieces_on_one_device_move_and_exchange_halos_as_numpy(group):
+    # max_shard_bytes caps a shard (its ghost rows included): every device holds its part as
+    # several shards of whole rows, in order; halos between shards of one device too.
+    shape, halo = (40, 7), 1
+    unit = shape[1]
+    cap = 8 * unit * (3 + 2 * halo)  # three float64 rows a shard beside its ghost rows
+    data = RNG.random(shape)
+    field = group.scatter(data, unit=unit, halo=halo, max_shard_bytes=cap)
+    assert field.shards >= 2 * len(group) - 1
+    devices = [field.device(i) for i in range(field.shards)]
+    assert devices == sorted(devices) and set(devices) == set(range(len(group)))
+    assert all(field.count(i) % unit == 0 and field.shard(i).nbytes <= cap
+               for i in range(field.shards))
+    assert same_bytes(group.gather(field), data)
+    fresh = RNG.random(shape)
+    group.upload(field, fresh)
+    clbuf.ShardedHalo(group, field).exchange(field)
+    for i in range(field.shards):
+        held = group.manager(field.device(i)).download_from_device(field.shard(i))
+        assert same_bytes(held, with_ghosts(fresh, field, i, 0.0)), i
+    other = group.empty(shape, np.float64, unit=unit, halo=halo, max_shard_bytes=cap)
+    group.copy(field, other)
+    group.fill(field, 2.0)
+    assert same_bytes(group.gather(other), fresh)
+    assert (group.gather_async(field).get() == 2.0).all()
+    with pytest.raises(clbuf.Error, match="holds no unit"):
+        group.scatter(data, unit=unit, halo=halo, max_shard_bytes=8 * unit * 2)
+
+
 def test_one_plan_exchanges_both_fields_of_a_ping_pong(group):
     data = np.arange(8 * 5, dtype=np.float32).reshape(8, 5)
     a = group.scatter(data, unit=5, halo=1)
