@@ -220,8 +220,8 @@ TEST(NpyFormat, ParsesWhatItFormats) {
 }
 
 TEST(NpyFormat, LongHeaderUsesVersionTwo) {
-  const std::vector<std::size_t> shape(7000, 1);  // "1, " x 7000: over 65535 bytes? no: 21000
-  std::vector<std::size_t> longer(22000, 1);
+  const std::vector<std::size_t> shape(7000, 1);    // "1, " 7000 times: 21 kB, version 1.0
+  const std::vector<std::size_t> longer(22000, 1);  // 66 kB: past 1.0's 65535-byte header
   const std::string header = clbuf::detail::format_npy_header("<i8", longer);
   EXPECT_EQ(header[6], 2);
   EXPECT_EQ(header.size() % 64, 0U);
