@@ -350,8 +350,8 @@ class DeviceGroup {
     for (std::size_t i = 0; i < a.shards(); ++i) {
       if (a.count(i) != b.count(i) || a.device(i) != b.device(i)) {
         detail::fail(operation, CL_INVALID_VALUE,
-                     "the buffers are split differently: " + where(a, i) + " holds " +
-                         std::to_string(a.count(i) / unit) + " and " +
+                     "the buffers are split differently: " + detail::shard_label(a, i, size()) +
+                         " holds " + std::to_string(a.count(i) / unit) + " and " +
                          std::to_string(b.count(i) / unit) + " elements");
       }
     }
@@ -398,28 +398,12 @@ class DeviceGroup {
   template <class T>
   friend class ShardedHalo;
 
-  std::size_t checked(std::size_t i) const {
-    if (i >= managers_.size()) {
-      detail::fail(
-          "DeviceGroup::manager", CL_INVALID_VALUE,
-          "device " + std::to_string(i) + " of a group of " + std::to_string(managers_.size()));
-    }
-    return i;
-  }
+  std::size_t checked(std::size_t i) const { return detail::group_index(i, managers_.size()); }
 
   /// The managers of the picked devices (detail/group.hpp: their contexts and queues).
   void open(const std::vector<detail::DeviceEntry>& picked, const Options& options) {
     managers_ = detail::open_group("DeviceGroup", picked, options,
                                    sharing_ == ContextSharing::per_platform);
-  }
-
-  /// Where `partition` puts the shards of `count` elements of T with `ghost` ghost elements.
-  template <class T>
-  Partition::Placement place(const char* operation, std::size_t count, const Partition& partition,
-                             std::size_t ghost) const {
-    std::vector<std::uint64_t> max_alloc;
-    for (const auto& manager : managers_) max_alloc.push_back(manager->device().max_alloc_bytes);
-    return partition.place(operation, count, sizeof(T), ghost, max_alloc);
   }
 
   /// A ShardedBuffer of `count` elements in shards of this group (contents unspecified).
@@ -428,7 +412,8 @@ class DeviceGroup {
                         std::size_t halo) {
     const std::size_t ghost = detail::group_product(operation, halo, partition.unit());
     const std::size_t ghosts = detail::group_product(operation, ghost, 2);
-    Partition::Placement placement = place<T>(operation, count, partition, ghost);
+    Partition::Placement placement =
+        detail::place_shards<T>(operation, managers_, count, partition, ghost);
     std::vector<DeviceBuffer<T>> shards;
     for (std::size_t k = 0; k < placement.counts.size(); ++k) {
       const std::size_t n = placement.counts[k], d = placement.devices[k];
@@ -444,7 +429,8 @@ class DeviceGroup {
   template <class T>
   ShardedBuffer<T> scatter_parts(const char* operation, const T* data, std::size_t count,
                                  const Partition& partition) {
-    Partition::Placement placement = place<T>(operation, count, partition, 0);
+    Partition::Placement placement =
+        detail::place_shards<T>(operation, managers_, count, partition, 0);
     const std::size_t n = placement.counts.size();
     std::vector<std::size_t> offsets(n, 0);
     for (std::size_t k = 1; k < n; ++k) offsets[k] = offsets[k - 1] + placement.counts[k - 1];
@@ -476,12 +462,6 @@ class DeviceGroup {
   template <class T, class Each>
   void every_shard(const char* operation, const ShardedBuffer<T>& buffer, Each each) {
     detail::every_group_shard(operation, managers_, workers_, buffer, buffer.size_bytes(), each);
-  }
-  /// "device d" for a group whose buffer has a shard a device, else "shard k (device d)".
-  template <class T>
-  std::string where(const ShardedBuffer<T>& buffer, std::size_t k) const {
-    const std::string device = "device " + std::to_string(buffer.device(k));
-    return buffer.shards() == size() ? device : "shard " + std::to_string(k) + " (" + device + ")";
   }
 
   template <class T>

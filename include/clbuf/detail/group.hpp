@@ -158,6 +158,15 @@ inline cl::Context group_context(const char* operation, cl_platform_id platform,
   return context;
 }
 
+/// `i`, or an Error CL_INVALID_VALUE naming DeviceGroup::manager for i >= `size`.
+inline std::size_t group_index(std::size_t i, std::size_t size) {
+  if (i >= size) {
+    fail("DeviceGroup::manager", CL_INVALID_VALUE,
+         "device " + std::to_string(i) + " of a group of " + std::to_string(size));
+  }
+  return i;
+}
+
 /// a * b, or an Error CL_INVALID_VALUE naming both when it overflows.
 inline std::size_t group_product(const char* operation, std::size_t a, std::size_t b) {
   std::size_t out = 0;

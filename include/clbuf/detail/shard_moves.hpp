@@ -16,6 +16,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cstddef>
+#include <cstdint>
 #include <exception>
 #include <memory>
 #include <mutex>
@@ -122,6 +123,24 @@ void every_group_shard(const char* operation, const GroupManagers& managers, Wor
       if (buffer.device(k) == d) each(k);
     }
   });
+}
+
+/// Where `partition` puts the shards of `count` elements of T with `ghost` ghost elements on the
+/// devices of `managers` (each device's largest allocation bounds its shards).
+template <class T>
+Partition::Placement place_shards(const char* operation, const GroupManagers& managers,
+                                  std::size_t count, const Partition& partition,
+                                  std::size_t ghost) {
+  std::vector<std::uint64_t> max_alloc;
+  for (const auto& manager : managers) max_alloc.push_back(manager->device().max_alloc_bytes);
+  return partition.place(operation, count, sizeof(T), ghost, max_alloc);
+}
+
+/// "device d" for a buffer with a shard a device (of `devices`), else "shard k (device d)".
+template <class T>
+std::string shard_label(const ShardedBuffer<T>& buffer, std::size_t k, std::size_t devices) {
+  const std::string device = "device " + std::to_string(buffer.device(k));
+  return buffer.shards() == devices ? device : "shard " + std::to_string(k) + " (" + device + ")";
 }
 
 // ---- The per-shard calls of the group's moves -------------------------------------------------
