@@ -88,9 +88,16 @@ class CaseWatchdog : public ::testing::EmptyTestEventListener {
   std::thread thread_;  // last: starts once the members it reads are made
 };
 
-/// Adds a CaseWatchdog of kCaseLimit for `rank` to GoogleTest's listeners (which own it).
+/// Adds a CaseWatchdog for `rank` to GoogleTest's listeners (which own it): kCaseLimit, or
+/// CLBUF_TEST_CASE_LIMIT seconds where that is a positive number (the test that proves the
+/// watchdog names a hang sets 2).
 inline void install(int rank) {
-  ::testing::UnitTest::GetInstance()->listeners().Append(new CaseWatchdog(rank, kCaseLimit));
+  std::chrono::seconds limit = kCaseLimit;
+  if (const char* text = std::getenv("CLBUF_TEST_CASE_LIMIT")) {
+    const long seconds = std::strtol(text, nullptr, 10);
+    if (seconds > 0) limit = std::chrono::seconds(seconds);
+  }
+  ::testing::UnitTest::GetInstance()->listeners().Append(new CaseWatchdog(rank, limit));
 }
 
 }  // namespace case_watchdog

@@ -2147,6 +2147,20 @@ TEST(MpiCartesian, BadInputIsAnError) {
 // An MPI call's failure is a clbuf::Error (code CL_SUCCESS: OpenCL has none for it) naming the
 // call, MPI's error class and MPI's own words. MPI_COMM_NULL is an invalid communicator; the
 // world's error handler returns errors for the length of the test.
+// A hang on purpose, run only by CTest's mpi_watchdog_names_a_hang
+// (--gtest_also_run_disabled_tests, CLBUF_TEST_CASE_LIMIT=2): rank 0 waits for a message no rank
+// sends, rank 1 for rank 0 in a barrier; each rank's watchdog must abort it, naming the case.
+TEST(MpiWatchdog, DISABLED_AReceiveNoRankSendsHangs) {
+  int rank = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  if (rank == 0) {
+    int value = 0;
+    MPI_Recv(&value, 1, MPI_INT, MPI_ANY_SOURCE, 12345, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+  }
+  MPI_Barrier(MPI_COMM_WORLD);
+  FAIL() << "the receive completed: no rank sends tag 12345";
+}
+
 TEST(MpiErrors, AFailedMpiCallIsAnErrorNamingCallAndClass) {
   MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
   EXPECT_TRUE(throws([] { static_cast<void>(clbuf::mpi::local_device_selector(MPI_COMM_NULL)); },
