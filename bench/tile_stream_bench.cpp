@@ -169,6 +169,13 @@ int main(int argc, char** argv) {
   std::printf("device: %s (memory %s), %zu MiB in %zu MiB tiles, %d rounds a kernel\n",
               bm.device().name.c_str(), clbuf::to_string(bm.memory_model()), args.mib,
               args.tile_mib, args.work);
+  const clbuf::MemoryReport fits = bm.memory_report();
+  std::printf(
+      "device memory %llu MiB, max allocation %llu MiB; an automatic stream of floats: "
+      "%zu tiles in flight of %zu elements\n",
+      static_cast<unsigned long long>(fits.device_memory_bytes >> 20),
+      static_cast<unsigned long long>(fits.max_alloc_bytes >> 20), fits.stream.in_flight,
+      fits.stream.tile_elements);
   double overlapped = 1e300, serial = 1e300;
   std::vector<double> parts(5, 1e300);
   bench.stream(args.in_flight);  // warm: kernels built, pools filled
