@@ -550,7 +550,7 @@ def test_upload_async_keeps_a_temporary_array_alive(bm, count):
 DIRECTIONS = ("upload", "download", "copy")
 PATHS = ("host_copy", "staged", "buffered", "bounced", "relayed", "direct")
 POOL_KEYS = ("hits", "misses", "released", "trims", "retries", "cached_buffers", "cached_bytes",
-             "limit_bytes")
+             "limit_bytes", "in_use_buffers", "in_use_bytes")
 PINNED_KEYS = ("budget_bytes", "allocated_bytes", "in_use_bytes", "cached_bytes", "peak_bytes",
                "leases", "reuses", "allocations", "refusals", "trims", "leaked")
 

@@ -30,5 +30,15 @@ def test_the_device_group_example_runs(bm):
     exec(compile(_block("clbuf.ShardedHalo(group, sharded)"), str(README), "exec"), {})
 
 
+def test_the_files_example_runs(bm, tmp_path, monkeypatch):
+    import numpy as np
+    import clbuf
+    monkeypatch.chdir(tmp_path)  # the block writes u.npy and out.npy where it runs
+    scope = {"np": np, "clbuf": clbuf, "bm": bm}
+    exec(compile(_block('clbuf.load("u.npy", bm)'), str(README), "exec"), scope)
+    assert scope["u"].shape == (3, 4)
+    assert np.array_equal(np.load("out.npy"), np.arange(12, dtype=np.float32).reshape(3, 4))
+
+
 def test_every_python_block_is_run_or_named_here():
-    assert len(BLOCKS) == 4 and sum("mpi4py" in block for block in BLOCKS) == 1
+    assert len(BLOCKS) == 5 and sum("mpi4py" in block for block in BLOCKS) == 1
