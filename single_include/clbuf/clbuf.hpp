@@ -716,6 +716,10 @@ std::vector<T> new_vector(const char* operation, std::size_t count) {
 /// pass: no zero-filled vector written a second time.
 template <class T>
 std::vector<T> new_vector(const char* operation, const T* from, std::size_t count) {
+  if (count < huge_page_bytes / sizeof(T)) {  // no huge pages to ask for: one allocation and copy
+    return guard_host_memory(operation, count * sizeof(T), "the downloaded vector",
+                             [&] { return std::vector<T>(from, from + count); });
+  }
   return downloaded_vector<T>(
       operation, count, [from, count](std::vector<T>& out) { out.assign(from, from + count); });
 }
@@ -798,6 +802,10 @@ struct PoolStats {
   std::size_t cached_buffers = 0;  ///< buffers waiting for reuse now
   std::size_t cached_bytes = 0;    ///< their capacity in bytes
   std::size_t limit_bytes = 0;     ///< most bytes the pool keeps cached
+  /// Buffers the pool handed out that have not come back (live DeviceBuffers and their views'
+  /// memory; a release()d buffer's until its last view is gone) and their capacity in bytes.
+  std::size_t in_use_buffers = 0;
+  std::size_t in_use_bytes = 0;
 };
 
 }  // namespace clbuf
@@ -918,6 +926,8 @@ class MemoryPool {
           ++stats_.hits;
           --stats_.cached_buffers;
           stats_.cached_bytes -= capacity;
+          ++stats_.in_use_buffers;
+          stats_.in_use_bytes += capacity;
           return allocation;
         }
       }
@@ -934,13 +944,21 @@ class MemoryPool {
       allocation = create(capacity, err);
     }
     check(err, operation, host_backed_ ? "clCreateBuffer(CL_MEM_USE_HOST_PTR)" : "clCreateBuffer");
+    std::lock_guard<std::mutex> lock(mutex_);
+    ++stats_.in_use_buffers;
+    stats_.in_use_bytes += allocation.capacity;
     return allocation;
   }
 
   /// Takes a buffer back for reuse, or frees it when the pool is full or closed.
   void give_back(Allocation&& allocation) noexcept {
-    if (allocation.buffer() == nullptr) return;
+    if (allocation.buffer() == nullptr) {  // release()d to the application: no longer clbuf's
+      forget(allocation.capacity);
+      return;
+    }
     std::unique_lock<std::mutex> lock(mutex_);
+    stats_.in_use_bytes -= std::min(stats_.in_use_bytes, allocation.capacity);
+    stats_.in_use_buffers -= std::min<std::size_t>(stats_.in_use_buffers, 1);
     if (closed_ || stats_.cached_bytes + allocation.capacity > stats_.limit_bytes) {
       ++stats_.released;
       lock.unlock();
@@ -951,6 +969,15 @@ class MemoryPool {
     stats_.cached_bytes += allocation.capacity;
     ++stats_.cached_buffers;
     free_[allocation.capacity].push_back(std::move(allocation));
+  }
+
+  /// Memory of `capacity` bytes the pool handed out will not come back (the application owns
+  /// it): it no longer counts as in use. Nothing for 0 (an empty buffer's).
+  void forget(std::size_t capacity) noexcept {
+    if (capacity == 0) return;
+    std::lock_guard<std::mutex> lock(mutex_);
+    stats_.in_use_bytes -= std::min(stats_.in_use_bytes, capacity);
+    stats_.in_use_buffers -= std::min<std::size_t>(stats_.in_use_buffers, 1);
   }
 
   /// Frees every cached buffer.
@@ -1054,7 +1081,12 @@ struct Lease {
   Lease(const Lease&) = delete;
   Lease& operator=(const Lease&) = delete;
   ~Lease() {
-    if (pool && reusable.load()) pool->give_back(std::move(memory));
+    if (!pool) return;
+    if (reusable.load()) {
+      pool->give_back(std::move(memory));
+    } else {
+      pool->forget(memory.capacity);
+    }
   }
 
   /// Records a MappedView's host range [data, data + bytes) while it is mapped.
@@ -1507,11 +1539,16 @@ class DeviceBuffer {
   /// Records a command of a queue other than the owning manager's that uses this memory: the
   /// pool does not hand the memory out again before it has completed.
   /// Where the record cannot be kept (out of host memory), waits for the command instead.
-  void fence(const detail::MemoryPool* user_pool, const cl::Event& event) const noexcept {
+  CLBUF_DETAIL_INLINE void fence(const detail::MemoryPool* user_pool,
+                                 const cl::Event& event) const noexcept {
+    if (event() == nullptr || !memory_.fences) return;  // a view's fences are its root's
     const detail::Lease* lease = shared_lease();
     const detail::MemoryPool* owner = lease != nullptr ? lease->pool.get() : pool_.get();
-    const std::shared_ptr<detail::Fences>& fences = memory_.fences;  // a view's are its root's
-    if (owner == nullptr || owner == user_pool || !fences || event() == nullptr) return;
+    if (owner == nullptr || owner == user_pool) return;
+    add_fence(event);
+  }
+  CLBUF_DETAIL_COLD void add_fence(const cl::Event& event) const noexcept {
+    const std::shared_ptr<detail::Fences>& fences = memory_.fences;
     try {
       fences->add(event);
     } catch (...) {
@@ -1584,6 +1621,2682 @@ class DeviceBuffer {
 
 #endif  // CLBUF_BUFFER_HPP
 // ---- end of clbuf/buffer.hpp
+// ---- clbuf/checkpoint.hpp
+// clbuf::Checkpoint: a named set of device buffers (and the shards of sharded buffers) saved to
+// a folder and loaded back, atomic and checked (docs/design.md "Files and checkpoints").
+//
+// The folder DIR holds one .npy file per buffer (numpy reads each) and a manifest: each array's
+// file, dtype, shape, size and the CRC32C of the file's bytes (detail/crc32c.hpp), taken while
+// the chunks pass between the device and the file (no second pass), and a CRC32C of the
+// manifest itself. With several ranks (clbuf::mpi, mpi/checkpoint.hpp) each rank writes its own
+// files and manifest ("<name>.rank<r>.npy", "manifest.rank<r>").
+//
+// save(): everything is written into DIR.tmp (made afresh), every file fsync'd, then the folder;
+// then (rank 0, once every rank has finished: the collective commit) DIR, if it exists, is
+// renamed DIR.old, DIR.tmp renamed DIR, the parent folder fsync'd, and DIR.old removed. DIR only
+// ever appears by a rename of a whole, synced folder, so at any instant (a SIGKILL, a power cut
+// after the fsyncs) either DIR is a complete checkpoint, or DIR is absent and DIR.old is (killed
+// between the two renames). load() reads DIR, else DIR.old.
+//
+// load(): reads the manifest (its own CRC checked), then each file into a new buffer of the
+// manager, its header checked against the manifest and the CRC32C of its bytes against the
+// manifest's; only when every file (on every rank) has passed are the bytes copied into the
+// buffers given to add() (a device copy). Anything missing, truncated, corrupted (a byte
+// flipped in any file, the manifest too) or of another dtype or shape than the buffer given is a
+// clbuf::Error (CL_INVALID_VALUE) naming the file and what differs, and the buffers are as they
+// were.
+#ifndef CLBUF_CHECKPOINT_HPP
+#define CLBUF_CHECKPOINT_HPP
+
+// ---- clbuf/detail/buffer_access.hpp
+// The byte-level view of a DeviceBuffer for layers built over BufferManager (clbuf/mpi.hpp):
+// the pool Allocation behind it (its cl_mem and, on a CPU device, the host block clbuf allocated)
+// and its root buffer. Only the typed facades use it; everything below works on bytes.
+#ifndef CLBUF_DETAIL_BUFFER_ACCESS_HPP
+#define CLBUF_DETAIL_BUFFER_ACCESS_HPP
+
+namespace clbuf {
+namespace detail {
+
+struct BufferAccess {
+  /// The memory a buffer uses: bytes from `offset` of its OpenCL buffer (and of the host block
+  /// `host`, when the memory is one).
+  template <class T>
+  static const Allocation& memory(const DeviceBuffer<T>& buffer) noexcept {
+    return buffer.memory_;
+  }
+  /// The OpenCL buffer that owns the bytes (a view's parent).
+  template <class T>
+  static cl_mem root(const DeviceBuffer<T>& buffer) noexcept {
+    return buffer.root();
+  }
+  /// Makes `buffer`'s memory shared (as a view of it would) before other threads can see the
+  /// buffer, so that views made later from several threads change none of its members; for
+  /// front ends (the Python module) whose buffers any thread may reach.
+  template <class T>
+  static void prepare_for_views(DeviceBuffer<T>& buffer) {
+    if (buffer.valid() && !buffer.empty()) buffer.share_memory();
+  }
+  /// Keeps the memory of a buffer readied by prepare_for_views() out of clbuf's pool for good
+  /// (other code holds its cl_mem now); safe while other threads use the buffer.
+  template <class T>
+  static void keep_out_of_pool(const DeviceBuffer<T>& buffer) noexcept {
+    if (detail::Lease* lease = buffer.shared_lease()) lease->reusable.store(false);
+  }
+  /// The CL_MEM_HOST_* and CL_MEM_READ_ONLY / CL_MEM_WRITE_ONLY flags of an adopted buffer (0
+  /// for memory clbuf made).
+  template <class T>
+  static cl_mem_flags access(const DeviceBuffer<T>& buffer) noexcept {
+    return buffer.access_;
+  }
+};
+
+}  // namespace detail
+}  // namespace clbuf
+
+#endif  // CLBUF_DETAIL_BUFFER_ACCESS_HPP
+// ---- end of clbuf/detail/buffer_access.hpp
+// ---- clbuf/detail/crc32c.hpp
+// CRC32C (Castagnoli, the polynomial 0x1EDC6F41, reflected 0x82F63B78; iSCSI, ext4, Btrfs), in
+// software, eight bytes a step (slice-by-8: eight tables of 256 entries, made once). Checkpoints
+// (checkpoint.hpp) checksum each file as its chunks pass between the device and the file.
+// crc32c("123456789") == 0xE3069283, the standard check value (tests/files_test.cpp).
+#ifndef CLBUF_DETAIL_CRC32C_HPP
+#define CLBUF_DETAIL_CRC32C_HPP
+
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+
+namespace clbuf {
+namespace detail {
+
+class Crc32c {
+ public:
+  /// Adds `bytes` of `data` to the checksum.
+  void update(const void* data, std::size_t bytes) noexcept {
+    const Tables& t = tables();
+    const unsigned char* p = static_cast<const unsigned char*>(data);
+    std::uint32_t crc = ~state_;
+    while (bytes >= 8) {
+      std::uint32_t low = 0;
+      std::uint32_t high = 0;
+      std::memcpy(&low, p, 4);  // little-endian hosts (x86-64, AArch64)
+      std::memcpy(&high, p + 4, 4);
+      low ^= crc;
+      crc = t[7][low & 0xFF] ^ t[6][(low >> 8) & 0xFF] ^ t[5][(low >> 16) & 0xFF] ^
+            t[4][low >> 24] ^ t[3][high & 0xFF] ^ t[2][(high >> 8) & 0xFF] ^
+            t[1][(high >> 16) & 0xFF] ^ t[0][high >> 24];
+      p += 8;
+      bytes -= 8;
+    }
+    while (bytes-- > 0) crc = t[0][(crc ^ *p++) & 0xFF] ^ (crc >> 8);
+    state_ = ~crc;
+  }
+
+  /// The checksum of everything added so far.
+  std::uint32_t value() const noexcept { return state_; }
+
+  /// The checksum of `bytes` of `data` alone.
+  static std::uint32_t of(const void* data, std::size_t bytes) noexcept {
+    Crc32c crc;
+    crc.update(data, bytes);
+    return crc.value();
+  }
+
+ private:
+  using Tables = std::array<std::array<std::uint32_t, 256>, 8>;
+
+  static Tables make_tables() noexcept {
+    Tables t{};
+    for (std::uint32_t i = 0; i < 256; ++i) {
+      std::uint32_t crc = i;
+      for (int bit = 0; bit < 8; ++bit) crc = (crc >> 1) ^ (0x82F63B78U & (0U - (crc & 1U)));
+      t[0][i] = crc;
+    }
+    for (std::uint32_t i = 0; i < 256; ++i) {
+      for (std::size_t k = 1; k < 8; ++k) t[k][i] = (t[k - 1][i] >> 8) ^ t[0][t[k - 1][i] & 0xFF];
+    }
+    return t;
+  }
+  static const Tables& tables() noexcept {
+    static const Tables made = make_tables();
+    return made;
+  }
+
+  std::uint32_t state_ = 0;
+};
+
+}  // namespace detail
+}  // namespace clbuf
+
+#endif  // CLBUF_DETAIL_CRC32C_HPP
+// ---- end of clbuf/detail/crc32c.hpp
+// ---- clbuf/detail/file_io.hpp
+// POSIX files for clbuf's .npy files and checkpoints (npy_io.hpp, checkpoint.hpp): an owned file
+// descriptor, whole reads and writes at an offset (EINTR retried, short transfers continued),
+// fsync of a file and of its folder, renames and removals, and a file written under a temporary
+// name in the folder of its destination that is renamed into place only once it is whole
+// (AtomicFile). Every failure is a clbuf::Error (CL_INVALID_VALUE: OpenCL has no code for files)
+// naming the operation, the path and the system's text (strerror). POSIX only. Built on the
+// tracer's output_file.hpp where it has the piece: a path checked before the system sees it
+// (empty, or holding a NUL), the temporary file's name, and writes under a WriteGuard, so a
+// write past RLIMIT_FSIZE (ulimit -f) fails with EFBIG instead of ending the process (SIGXFSZ).
+#ifndef CLBUF_DETAIL_FILE_IO_HPP
+#define CLBUF_DETAIL_FILE_IO_HPP
+
+// ---- clbuf/detail/output_file.hpp
+// Files clbuf writes as it goes (the tracer's; anything written in place and read while it grows):
+// a path checked before the system sees it (check_output_path(): empty, or holding a NUL, which
+// the system would cut it at), a file opened for writing and known by what it is, not by how its
+// path is spelled (OutputFile::id: its device and inode, one for "t.json", "./t.json", an absolute
+// path, a symlink or a hard link), a file created or started afresh whole or not at all (a
+// temporary file in its folder, linked or renamed into place), positional writes that never raise
+// SIGXFSZ (WriteGuard: a write past RLIMIT_FSIZE fails with EFBIG instead of killing the process),
+// and the system's text for a failure (output_error_text()). Functions return 0 or an errno
+// value; the caller makes the Error or the report. POSIX only.
+#ifndef CLBUF_DETAIL_OUTPUT_FILE_HPP
+#define CLBUF_DETAIL_OUTPUT_FILE_HPP
+
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/stat.h>
+#include <sys/types.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cerrno>
+#include <climits>
+#include <cstddef>
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <tuple>
+
+namespace clbuf {
+namespace detail {
+
+/// A file as the system knows it: its device and inode, the same for every spelling of its path.
+struct FileId {
+  std::uint64_t device = 0;
+  std::uint64_t inode = 0;
+  friend bool operator<(const FileId& a, const FileId& b) noexcept {
+    return std::tie(a.device, a.inode) < std::tie(b.device, b.inode);
+  }
+  friend bool operator==(const FileId& a, const FileId& b) noexcept {
+    return a.device == b.device && a.inode == b.inode;
+  }
+};
+
+/// A file open for writing (`fd`, owned by the caller), with what fstat() said of it.
+struct OutputFile {
+  int fd = -1;
+  FileId id;
+  bool regular = false;  // a regular file (else a character device such as /dev/null)
+  mode_t mode = 0;
+  nlink_t links = 0;
+  uid_t owner = 0;
+};
+
+/// The error of a path that names no file to write: a folder, a FIFO, a socket, a block device.
+constexpr int not_an_output_file = -1;
+
+/// The system's text for `error` (an errno value, or not_an_output_file).
+inline std::string output_error_text(int error) {
+  if (error == not_an_output_file) {
+    return "not a regular file (a FIFO, socket or block device is never written)";
+  }
+  return std::strerror(error);
+}
+
+/// Refuses `path` before the system sees it: empty, or holding a NUL (the system would take the
+/// part before it). @throws Error CL_INVALID_VALUE of `operation` naming `what` and the path (a NUL
+/// shown as \0).
+inline void check_output_path(const char* operation, const std::string& path,
+                              const std::string& what) {
+  if (path.empty()) fail(operation, CL_INVALID_VALUE, what + ": the path is empty");
+  if (path.find('\0') != std::string::npos) {
+    fail(operation, CL_INVALID_VALUE, what + " \"" + path + "\": the path holds a NUL");
+  }
+}
+
+/// Fills `file`'s facts from fstat(file.fd); 0, or the error (not_an_output_file for anything
+/// but a regular file or a character device).
+inline int describe_output_file(OutputFile& file) noexcept {
+  struct stat facts {};
+  if (::fstat(file.fd, &facts) != 0) return errno;
+  if (S_ISDIR(facts.st_mode)) return EISDIR;
+  if (!S_ISREG(facts.st_mode) && !S_ISCHR(facts.st_mode)) return not_an_output_file;
+  file.id = {static_cast<std::uint64_t>(facts.st_dev), static_cast<std::uint64_t>(facts.st_ino)};
+  file.regular = S_ISREG(facts.st_mode);
+  file.mode = facts.st_mode;
+  file.links = facts.st_nlink;
+  file.owner = facts.st_uid;
+  return 0;
+}
+
+/// Opens the file at `path` for writing as it is (nothing truncated; created, empty, with
+/// `create`): 0 and `file`, ENOENT when there is none, else the error. A FIFO is refused before it
+/// is opened (opening one waits for a reader).
+inline int open_output_file(const std::string& path, OutputFile& file,
+                            bool create = false) noexcept {
+  struct stat facts {};
+  if (::stat(path.c_str(), &facts) == 0 && S_ISFIFO(facts.st_mode)) return not_an_output_file;
+  int fd = -1;
+  do {
+    fd = ::open(path.c_str(), O_WRONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY | (create ? O_CREAT : 0),
+                0666);
+  } while (fd < 0 && errno == EINTR);
+  if (fd < 0) return errno == ENXIO ? not_an_output_file : errno;
+  file.fd = fd;
+  const int error = describe_output_file(file);
+  if (error != 0) {
+    ::close(fd);
+    file.fd = -1;
+    return error;
+  }
+  ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) & ~O_NONBLOCK);
+  return 0;
+}
+
+/// Writes the `size` bytes at `data` at `offset` of `fd`: EINTR retried, a short write continued.
+/// 0, or the error (EFBIG past RLIMIT_FSIZE under a WriteGuard, ENOSPC, EIO, ...).
+inline int write_output_at(int fd, const char* data, std::size_t size,
+                           std::uint64_t offset) noexcept {
+  while (size > 0) {
+    const ssize_t wrote = ::pwrite(fd, data, size, static_cast<off_t>(offset));
+    if (wrote < 0) {
+      if (errno == EINTR) continue;
+      return errno;
+    }
+    if (wrote == 0) return EIO;
+    data += wrote;
+    size -= static_cast<std::size_t>(wrote);
+    offset += static_cast<std::uint64_t>(wrote);
+  }
+  return 0;
+}
+
+/// While it lives, the calling thread's writes past RLIMIT_FSIZE (ulimit -f) fail with EFBIG
+/// instead of raising SIGXFSZ, whose default ends the process: the signal is blocked for the
+/// thread, and one raised meanwhile is taken back at the end (unless it was pending before).
+class WriteGuard {
+ public:
+  WriteGuard() noexcept {
+    sigset_t only;
+    sigemptyset(&only);
+    sigaddset(&only, SIGXFSZ);
+    blocked_ = ::pthread_sigmask(SIG_BLOCK, &only, &before_) == 0;
+    sigset_t pending;
+    was_pending_ = sigpending(&pending) == 0 && sigismember(&pending, SIGXFSZ) == 1;
+  }
+  WriteGuard(const WriteGuard&) = delete;
+  WriteGuard& operator=(const WriteGuard&) = delete;
+  ~WriteGuard() {
+    if (!blocked_) return;
+    sigset_t pending;
+    if (!was_pending_ && sigpending(&pending) == 0 && sigismember(&pending, SIGXFSZ) == 1) {
+      sigset_t only;
+      sigemptyset(&only);
+      sigaddset(&only, SIGXFSZ);
+      const timespec none = {0, 0};
+      static_cast<void>(::sigtimedwait(&only, nullptr, &none));  // ours: taken back
+    }
+    ::pthread_sigmask(SIG_SETMASK, &before_, nullptr);
+  }
+
+ private:
+  sigset_t before_{};
+  bool blocked_ = false;
+  bool was_pending_ = false;
+};
+
+/// A name for a temporary file in the folder of `path`: "<folder>/.<name>.<pid>.<n>.tmp".
+inline std::string temporary_output_path(const std::string& path) {
+  static std::atomic<unsigned> made{0};
+  const std::size_t slash = path.find_last_of('/');
+  const std::string folder = slash == std::string::npos ? std::string() : path.substr(0, slash + 1);
+  const std::string name = slash == std::string::npos ? path : path.substr(slash + 1);
+  return folder + "." + name + "." + std::to_string(::getpid()) + "." +
+         std::to_string(made.fetch_add(1)) + ".tmp";
+}
+
+/// Writes `contents` into a new temporary file beside `path` (mode 0666 less the umask): 0 and
+/// `file`, open, with its name in `temporary`, else the error (nothing left behind).
+inline int write_temporary_output(const std::string& path, const std::string& contents,
+                                  OutputFile& file, std::string& temporary) {
+  temporary = temporary_output_path(path);
+  int fd = -1;
+  do {
+    fd = ::open(temporary.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
+  } while (fd < 0 && errno == EINTR);
+  if (fd < 0) return errno;
+  file.fd = fd;
+  int error = describe_output_file(file);
+  if (error == 0) {
+    WriteGuard guard;
+    error = write_output_at(fd, contents.data(), contents.size(), 0);
+  }
+  if (error != 0) {
+    ::close(fd);
+    ::unlink(temporary.c_str());
+    file.fd = -1;
+  }
+  return error;
+}
+
+/// Creates the file `path` holding `contents`, whole or not at all: it appears under its name
+/// only once written (a temporary file linked into place). 0 and `file`, open; EEXIST when a file
+/// (or a symlink) of that name exists; else the error.
+inline int create_output_file(const std::string& path, const std::string& contents,
+                              OutputFile& file) {
+  std::string temporary;
+  const int error = write_temporary_output(path, contents, file, temporary);
+  if (error != 0) return error;
+  const int linked = ::link(temporary.c_str(), path.c_str()) == 0 ? 0 : errno;
+  ::unlink(temporary.c_str());
+  if (linked != 0) {
+    ::close(file.fd);
+    file.fd = -1;
+  }
+  return linked;
+}
+
+/// Replaces the regular file `path` (its final target: symlinks followed) by one holding
+/// `contents` with mode `mode`, whole or not at all (a temporary file renamed over it): 0 and
+/// `file`, open, else the error (the file as it was).
+inline int replace_output_file(const std::string& path, const std::string& contents, mode_t mode,
+                               OutputFile& file) {
+  char* real = ::realpath(path.c_str(), nullptr);
+  if (real == nullptr) return errno;
+  const std::string target = real;
+  std::free(real);  // NOLINT(cppcoreguidelines-no-malloc): realpath's
+  std::string temporary;
+  int error = write_temporary_output(target, contents, file, temporary);
+  if (error != 0) return error;
+  if (::fchmod(file.fd, mode & 07777) != 0 || ::rename(temporary.c_str(), target.c_str()) != 0) {
+    error = errno;
+    ::close(file.fd);
+    ::unlink(temporary.c_str());
+    file.fd = -1;
+  }
+  return error;
+}
+
+}  // namespace detail
+}  // namespace clbuf
+
+#endif  // CLBUF_DETAIL_OUTPUT_FILE_HPP
+// ---- end of clbuf/detail/output_file.hpp
+
+#include <dirent.h>
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <sys/types.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace clbuf {
+namespace detail {
+
+/// An Error of `operation` about `path`: "<what> '<path>': <strerror(error)>".
+[[noreturn]] inline void fail_file(const char* operation, const std::string& path,
+                                   const std::string& what, int error) {
+  fail(operation, CL_INVALID_VALUE, what + " '" + path + "': " + std::strerror(error));
+}
+
+/// An Error of `operation` about the contents of the file `path`: "'<path>': <what>".
+[[noreturn]] inline void fail_file_contents(const char* operation, const std::string& path,
+                                            const std::string& what) {
+  fail(operation, CL_INVALID_VALUE, "'" + path + "': " + what);
+}
+
+/// The folder part of `path` ("." when it has none).
+inline std::string folder_of(const std::string& path) {
+  const std::size_t slash = path.find_last_of('/');
+  if (slash == std::string::npos) return ".";
+  if (slash == 0) return "/";
+  return path.substr(0, slash);
+}
+
+/// An open file descriptor, closed by the destructor.
+class File {
+ public:
+  File() = default;
+  File(int fd, std::string path) noexcept : fd_(fd), path_(std::move(path)) {}
+  File(File&& other) noexcept : fd_(std::exchange(other.fd_, -1)), path_(std::move(other.path_)) {}
+  File& operator=(File&& other) noexcept {
+    if (this != &other) {
+      close_quietly();
+      fd_ = std::exchange(other.fd_, -1);
+      path_ = std::move(other.path_);
+    }
+    return *this;
+  }
+  File(const File&) = delete;
+  File& operator=(const File&) = delete;
+  ~File() { close_quietly(); }
+
+  /// `path` opened for reading; refused unless it is a regular file (opened without blocking,
+  /// so a FIFO is refused rather than waited on).
+  static File open_read(const char* operation, const std::string& path) {
+    check_output_path(operation, path, "the file");
+    int fd = -1;
+    do {
+      fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+    } while (fd < 0 && errno == EINTR);
+    if (fd < 0) fail_file(operation, path, "cannot open", errno);
+    File file(fd, path);
+    struct stat facts {};
+    if (::fstat(fd, &facts) != 0) fail_file(operation, path, "cannot stat", errno);
+    if (S_ISDIR(facts.st_mode)) fail_file_contents(operation, path, "is a folder, not a file");
+    if (!S_ISREG(facts.st_mode)) fail_file_contents(operation, path, "is not a regular file");
+    const int flags = ::fcntl(fd, F_GETFL);
+    if (flags < 0 || ::fcntl(fd, F_SETFL, flags & ~O_NONBLOCK) != 0) {
+      fail_file(operation, path, "cannot set blocking reads on", errno);
+    }
+    return file;
+  }
+
+  /// A new file `path` for writing (O_EXCL: an existing file is an error).
+  static File create(const char* operation, const std::string& path) {
+    check_output_path(operation, path, "the file");
+    int fd = -1;
+    do {
+      fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
+    } while (fd < 0 && errno == EINTR);
+    if (fd < 0) fail_file(operation, path, "cannot create", errno);
+    return File(fd, path);
+  }
+
+  int fd() const noexcept { return fd_; }
+  const std::string& path() const noexcept { return path_; }
+
+  /// The file's size in bytes.
+  std::uint64_t size(const char* operation) const {
+    struct stat facts {};
+    if (::fstat(fd_, &facts) != 0) fail_file(operation, path_, "cannot stat", errno);
+    return static_cast<std::uint64_t>(facts.st_size);
+  }
+
+  /// Reads exactly `bytes` at `offset` into `out`. @throws Error at a read error or when the
+  /// file ends first ("truncated").
+  void read_at(const char* operation, void* out, std::size_t bytes, std::uint64_t offset) const {
+    char* at = static_cast<char*>(out);
+    while (bytes > 0) {
+      const ssize_t got = ::pread(fd_, at, bytes, static_cast<off_t>(offset));
+      if (got < 0 && errno == EINTR) continue;
+      if (got < 0) fail_file(operation, path_, "cannot read", errno);
+      if (got == 0) {
+        fail_file_contents(operation, path_,
+                           "the file ends at byte " + std::to_string(offset) + ", " +
+                               std::to_string(bytes) + " bytes before its header says (truncated)");
+      }
+      at += got;
+      bytes -= static_cast<std::size_t>(got);
+      offset += static_cast<std::uint64_t>(got);
+    }
+  }
+
+  /// Writes all `bytes` of `data` at `offset` (a full disk or a file-size limit: an Error).
+  void write_at(const char* operation, const void* data, std::size_t bytes,
+                std::uint64_t offset) const {
+    int error = 0;
+    {
+      WriteGuard guard;  // EFBIG, not SIGXFSZ, past RLIMIT_FSIZE
+      error = write_output_at(fd_, static_cast<const char*>(data), bytes, offset);
+    }
+    if (error != 0) fail_file(operation, path_, "cannot write", error);
+  }
+
+  /// Flushes the file's data and size to the storage.
+  void sync(const char* operation) const {
+    int err = 0;
+    do {
+      err = ::fsync(fd_);
+    } while (err != 0 && errno == EINTR);
+    if (err != 0) fail_file(operation, path_, "cannot fsync", errno);
+  }
+
+  /// Closes, reporting an error (NFS may report a failed write only here).
+  void close(const char* operation) {
+    const int fd = std::exchange(fd_, -1);
+    if (fd >= 0 && ::close(fd) != 0 && errno != EINTR) {
+      fail_file(operation, path_, "cannot close", errno);
+    }
+  }
+
+ private:
+  void close_quietly() noexcept {
+    if (fd_ >= 0) ::close(fd_);
+    fd_ = -1;
+  }
+
+  int fd_ = -1;
+  std::string path_;
+};
+
+/// fsync of the folder `folder`: a rename or a new entry in it reaches the storage.
+inline void sync_folder(const char* operation, const std::string& folder) {
+  int fd = -1;
+  do {
+    fd = ::open(folder.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  } while (fd < 0 && errno == EINTR);
+  if (fd < 0) fail_file(operation, folder, "cannot open the folder", errno);
+  File dir(fd, folder);
+  dir.sync(operation);
+}
+
+/// Renames `from` to `to` (replacing a file `to`; an empty folder `to` too).
+inline void rename_path(const char* operation, const std::string& from, const std::string& to) {
+  if (::rename(from.c_str(), to.c_str()) != 0) {
+    fail_file(operation, from, "cannot rename to '" + to + "':", errno);
+  }
+}
+
+/// True when `path` exists (of any kind).
+inline bool path_exists(const std::string& path) noexcept {
+  struct stat facts {};
+  return ::lstat(path.c_str(), &facts) == 0;
+}
+
+/// True when `path` is a folder.
+inline bool is_folder(const std::string& path) noexcept {
+  struct stat facts {};
+  return ::stat(path.c_str(), &facts) == 0 && S_ISDIR(facts.st_mode);
+}
+
+/// The names in `folder` but "." and "..". @throws Error when it cannot be read.
+inline std::vector<std::string> folder_entries(const char* operation, const std::string& folder) {
+  DIR* dir = ::opendir(folder.c_str());
+  if (dir == nullptr) fail_file(operation, folder, "cannot read the folder", errno);
+  std::vector<std::string> names;
+  try {
+    while (const dirent* entry = ::readdir(dir)) {
+      const std::string name = entry->d_name;
+      if (name != "." && name != "..") names.push_back(name);
+    }
+  } catch (...) {
+    ::closedir(dir);
+    throw;
+  }
+  ::closedir(dir);
+  return names;
+}
+
+/// Removes `path`, a file or a folder with what it holds (no symbolic link is followed);
+/// nothing when it does not exist. @throws Error when something cannot be removed.
+inline void remove_tree(const char* operation, const std::string& path) {
+  struct stat facts {};
+  if (::lstat(path.c_str(), &facts) != 0) {
+    if (errno == ENOENT) return;
+    fail_file(operation, path, "cannot stat", errno);
+  }
+  if (S_ISDIR(facts.st_mode)) {
+    for (const std::string& name : folder_entries(operation, path)) {
+      remove_tree(operation, path + "/" + name);
+    }
+    if (::rmdir(path.c_str()) != 0 && errno != ENOENT) {
+      fail_file(operation, path, "cannot remove the folder", errno);
+    }
+  } else if (::unlink(path.c_str()) != 0 && errno != ENOENT) {
+    fail_file(operation, path, "cannot remove", errno);
+  }
+}
+
+/// Makes the folder `path` (0755 less the umask). @throws Error when it cannot.
+inline void make_folder(const char* operation, const std::string& path) {
+  if (::mkdir(path.c_str(), 0755) != 0) fail_file(operation, path, "cannot make the folder", errno);
+}
+
+/// `path`, once check_output_path() has passed it (not empty, no NUL).
+inline std::string checked_path(const char* operation, std::string path) {
+  check_output_path(operation, path, "the file");
+  return path;
+}
+
+/// A file that appears at `path` whole or not at all: written under a temporary name in the
+/// same folder, and commit() fsyncs it, renames it over `path` and fsyncs the folder. Destroyed
+/// before commit() (an error on the way), it removes the temporary file: `path` is then as it
+/// was before.
+class AtomicFile {
+ public:
+  AtomicFile(const char* operation, std::string path)
+      : path_(checked_path(operation, std::move(path))),
+        file_(File::create(operation, temporary_output_path(path_))) {}
+  AtomicFile(const AtomicFile&) = delete;
+  AtomicFile& operator=(const AtomicFile&) = delete;
+  ~AtomicFile() {
+    if (!committed_) {
+      const std::string temporary = file_.path();
+      file_ = File();
+      ::unlink(temporary.c_str());
+    }
+  }
+
+  const File& file() const noexcept { return file_; }
+
+  /// fsync, close, rename into place, fsync of the folder.
+  void commit(const char* operation) {
+    file_.sync(operation);
+    file_.close(operation);
+    rename_path(operation, file_.path(), path_);
+    committed_ = true;
+    sync_folder(operation, folder_of(path_));
+  }
+
+ private:
+  std::string path_;
+  File file_;
+  bool committed_ = false;
+};
+
+}  // namespace detail
+}  // namespace clbuf
+
+#endif  // CLBUF_DETAIL_FILE_IO_HPP
+// ---- end of clbuf/detail/file_io.hpp
+// ---- clbuf/detail/npy_io.hpp
+// The .npy calls under BufferManager's load_npy / save_npy (and Checkpoint's files): a .npy file
+// opened and its header checked against the element type before any device memory is touched
+// (NpyFile), its bytes moved by file_transfer.hpp, blocking on the manager's queue or started
+// on the engine's background thread (start_file_job). A save writes a temporary file beside
+// the destination, fsyncs it and renames it into place (AtomicFile): the destination is the old
+// file or the whole new one, never part of one.
+//
+// An asynchronous file call has the shape of a staged transfer's (async.hpp): at the call, a
+// marker M of the manager's queue and a barrier B there that waits for a user event U; the job,
+// on the engine's background thread (in order with staged transfers), waits on the host for M,
+// moves the bytes by chunks on the device's side queue (nothing there ever waits for an event),
+// then completes U. The Future waits for B, so it completes after the last byte, and work
+// queued after the call runs after the file's bytes have landed (or been read).
+#ifndef CLBUF_DETAIL_NPY_IO_HPP
+#define CLBUF_DETAIL_NPY_IO_HPP
+
+// ---- clbuf/detail/async.hpp
+// The parts of asynchronous operations that clbuf finishes on the host (staged transfers, copies
+// between contexts): the Outcome a background job reports to its Future, the UserEvent that
+// holds the manager's queue until the job is done, and the Background thread that runs jobs in
+// the order they were submitted.
+//
+// The shape of one such operation, at the call (all enqueued under one lock, so queue order and
+// job order agree):
+//   main queue:   ... earlier work ... -> marker M -> barrier B (waits for user event U) -> later
+//   work background:   waits for its turn, runs its commands on a side queue (each waits for M),
+//   then
+//                 completes U
+// The Future waits for B, so it completes after the last byte has landed and after everything
+// queued before it; work the user enqueues after the call (or on another queue, waiting for
+// Future::event()) sees the result. A failure in the job is recorded in the Outcome and U still
+// completes, so the queue never stalls: the Future reports the error at wait() / get().
+#ifndef CLBUF_DETAIL_ASYNC_HPP
+#define CLBUF_DETAIL_ASYNC_HPP
+
+// ---- clbuf/detail/queue.hpp
+// Checked queue operations: each wraps one OpenCL call behind CLBUF_CL and turns a failure into
+// an Error naming the operation and the call (the shape of Boost.Compute's command_queue). The
+// queue is in order; `blocking` calls return when the command has completed.
+#ifndef CLBUF_DETAIL_QUEUE_HPP
+#define CLBUF_DETAIL_QUEUE_HPP
+
+#include <algorithm>
+#include <cstddef>
+#include <mutex>
+#include <utility>
+#include <vector>
+
+namespace clbuf {
+namespace detail {
+
+class Queue {
+ public:
+  Queue() = default;
+  explicit Queue(cl::CommandQueue queue) noexcept : queue_(std::move(queue)) {}
+
+  /// A new in-order queue of `context` on `device`. Wraps clCreateCommandQueue: the entry point
+  /// every driver has (1.2 ones lack the 2.0 clCreateCommandQueueWithProperties); the C headers
+  /// mark it deprecated from 2.0 on unless CL_USE_DEPRECATED_OPENCL_1_2_APIS, which is the
+  /// application's to choose, so the warning is silenced here, for this call alone.
+  /// `properties`: 0 (in order, no profiling) or CL_QUEUE_PROFILING_ENABLE.
+  static Queue create(const char* operation, cl_context context, cl_device_id device,
+                      cl_command_queue_properties properties = 0) {
+    cl_int err = CL_SUCCESS;
+#if defined(__GNUC__) || defined(__clang__)
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wdeprecated-declarations"
+#elif defined(_MSC_VER)
+#pragma warning(push)
+#pragma warning(disable : 4996)
+#endif
+    Queue queue(
+        cl::CommandQueue(CLBUF_CL(clCreateCommandQueue)(context, device, properties, &err), false));
+#if defined(__GNUC__) || defined(__clang__)
+#pragma GCC diagnostic pop
+#elif defined(_MSC_VER)
+#pragma warning(pop)
+#endif
+    check(err, operation, "clCreateCommandQueue");
+    return queue;
+  }
+
+  /// A new in-order queue of `context` on the device of `other` (`properties` as create()).
+  static Queue beside(const char* operation, cl_context context, const Queue& other,
+                      cl_command_queue_properties properties = 0) {
+    cl_device_id device = nullptr;
+    check(CLBUF_CL(clGetCommandQueueInfo)(other.get(), CL_QUEUE_DEVICE, sizeof(device), &device,
+                                          nullptr),
+          operation, "clGetCommandQueueInfo");
+    return create(operation, context, device, properties);
+  }
+
+  const cl::CommandQueue& handle() const noexcept { return queue_; }
+  cl_command_queue get() const noexcept { return queue_(); }
+
+  /// Host -> buffer. Non-blocking calls return the command's event; the host memory must
+  /// stay alive until it completes.
+  cl::Event write(const char* operation, cl_mem buffer, std::size_t offset, std::size_t bytes,
+                  const void* host, bool blocking) const {
+    cl_event event = nullptr;
+    check(CLBUF_CL(clEnqueueWriteBuffer)(queue_(), buffer, blocking ? CL_TRUE : CL_FALSE, offset,
+                                         bytes, host, 0, nullptr, blocking ? nullptr : &event),
+          operation, "clEnqueueWriteBuffer");
+    return cl::Event(event, false);
+  }
+
+  /// Buffer -> host; as write().
+  cl::Event read(const char* operation, cl_mem buffer, std::size_t offset, std::size_t bytes,
+                 void* host, bool blocking) const {
+    cl_event event = nullptr;
+    check(CLBUF_CL(clEnqueueReadBuffer)(queue_(), buffer, blocking ? CL_TRUE : CL_FALSE, offset,
+                                        bytes, host, 0, nullptr, blocking ? nullptr : &event),
+          operation, "clEnqueueReadBuffer");
+    return cl::Event(event, false);
+  }
+
+  /// Buffer -> host, non-blocking, once the commands of `wait` have completed; returns the
+  /// command's event. A failed one of them fails the read (its event's status, or at once with
+  /// CL_EXEC_STATUS_ERROR_FOR_EVENTS_IN_WAIT_LIST when it had failed before the call).
+  cl::Event read_after_events(const char* operation, cl_mem buffer, std::size_t offset,
+                              std::size_t bytes, void* host,
+                              const std::vector<cl_event>& wait) const {
+    cl_event event = nullptr;
+    check(CLBUF_CL(clEnqueueReadBuffer)(queue_(), buffer, CL_FALSE, offset, bytes, host,
+                                        static_cast<cl_uint>(wait.size()),
+                                        wait.empty() ? nullptr : wait.data(), &event),
+          operation, "clEnqueueReadBuffer");
+    return cl::Event(event, false);
+  }
+
+  /// Buffer -> host, blocking, once the `count` commands of `wait` have completed; the driver's
+  /// code (CL_EXEC_STATUS_ERROR_FOR_EVENTS_IN_WAIT_LIST when one of them failed), unchecked.
+  cl_int read_after(cl_mem buffer, std::size_t offset, std::size_t bytes, void* host, cl_uint count,
+                    const cl_event* wait) const noexcept {
+    return CLBUF_CL(clEnqueueReadBuffer)(queue_(), buffer, CL_TRUE, offset, bytes, host, count,
+                                         count == 0 ? nullptr : wait, nullptr);
+  }
+
+  /// Buffer -> buffer on the device; returns the command's event.
+  cl::Event copy(const char* operation, cl_mem src, cl_mem dst, std::size_t src_offset,
+                 std::size_t dst_offset, std::size_t bytes,
+                 const cl::Event* after = nullptr) const {
+    cl_event event = nullptr;
+    const cl_event wait = after != nullptr ? (*after)() : nullptr;
+    check(CLBUF_CL(clEnqueueCopyBuffer)(queue_(), src, dst, src_offset, dst_offset, bytes,
+                                        wait != nullptr ? 1 : 0, wait != nullptr ? &wait : nullptr,
+                                        &event),
+          operation, "clEnqueueCopyBuffer");
+    return cl::Event(event, false);
+  }
+
+  /// Repeats `pattern` (`size` bytes, a power of two up to 128) over `bytes` bytes.
+  cl::Event fill(const char* operation, cl_mem buffer, const void* pattern, std::size_t size,
+                 std::size_t offset, std::size_t bytes) const {
+    cl_event event = nullptr;
+    check(CLBUF_CL(clEnqueueFillBuffer)(queue_(), buffer, pattern, size, offset, bytes, 0, nullptr,
+                                        &event),
+          operation, "clEnqueueFillBuffer");
+    return cl::Event(event, false);
+  }
+
+  /// A rectangular write (`to_device`) or read between `buffer` and `host`; origins, region and
+  /// pitches in bytes as OpenCL takes them. Non-blocking calls return the command's event.
+  cl::Event transfer_rect(const char* operation, bool to_device, cl_mem buffer,
+                          const std::size_t buffer_origin[3], const std::size_t host_origin[3],
+                          const std::size_t region[3], std::size_t buffer_row_pitch,
+                          std::size_t buffer_slice_pitch, std::size_t host_row_pitch,
+                          std::size_t host_slice_pitch, void* host, bool blocking) const {
+    cl_event event = nullptr;
+    const auto enqueue = [&](auto call, const char* name) {
+      check(call(queue_(), buffer, blocking ? CL_TRUE : CL_FALSE, buffer_origin, host_origin,
+                 region, buffer_row_pitch, buffer_slice_pitch, host_row_pitch, host_slice_pitch,
+                 host, 0, nullptr, blocking ? nullptr : &event),
+            operation, name);
+    };
+    if (to_device) {
+      enqueue(CLBUF_CL(clEnqueueWriteBufferRect), "clEnqueueWriteBufferRect");
+    } else {
+      enqueue(CLBUF_CL(clEnqueueReadBufferRect), "clEnqueueReadBufferRect");
+    }
+    return cl::Event(event, false);
+  }
+
+  /// A rectangular copy on the device; returns the command's event.
+  cl::Event copy_rect(const char* operation, cl_mem src, cl_mem dst,
+                      const std::size_t src_origin[3], const std::size_t dst_origin[3],
+                      const std::size_t region[3], std::size_t src_row_pitch,
+                      std::size_t src_slice_pitch, std::size_t dst_row_pitch,
+                      std::size_t dst_slice_pitch) const {
+    cl_event event = nullptr;
+    check(CLBUF_CL(clEnqueueCopyBufferRect)(queue_(), src, dst, src_origin, dst_origin, region,
+                                            src_row_pitch, src_slice_pitch, dst_row_pitch,
+                                            dst_slice_pitch, 0, nullptr, &event),
+          operation, "clEnqueueCopyBufferRect");
+    return cl::Event(event, false);
+  }
+
+  /// Gives the queue a 4-byte buffer of its own for marker() (DeviceContext does, on OpenCL
+  /// 1.2 devices); only this queue may write it.
+  void set_fence(cl::Buffer fence) noexcept { fence_ = std::move(fence); }
+
+  /// A marker: its event completes when every command queued before it has. With a fence
+  /// buffer, a 4-byte write into it; without, clEnqueueMarkerWithWaitList (OpenCL 1.2). NVIDIA's
+  /// driver completes a marker only once the device's other queues are idle too (on the H200 a
+  /// marker on an idle queue of its own completed when a 40 ms kernel on another queue did,
+  /// bench/async_overlap), which held every staged transfer behind the application's kernels; a
+  /// write completes in its own queue's order.
+  cl::Event marker(const char* operation) const {
+    cl_event event = nullptr;
+    if (fence_() != nullptr) {
+      static const cl_uint zero = 0;  // read by the driver until the write completes: static
+      check(CLBUF_CL(clEnqueueWriteBuffer)(queue_(), fence_(), CL_FALSE, 0, sizeof(zero), &zero, 0,
+                                           nullptr, &event),
+            operation, "clEnqueueWriteBuffer (a marker)");
+    } else {
+      check(CLBUF_CL(clEnqueueMarkerWithWaitList)(queue_(), 0, nullptr, &event), operation,
+            "clEnqueueMarkerWithWaitList");
+    }
+    return cl::Event(event, false);
+  }
+
+  /// Holds every later command of the queue until each of `events` has completed; returns the
+  /// barrier's event. Wraps clEnqueueBarrierWithWaitList (OpenCL 1.2).
+  cl::Event barrier(const char* operation, const std::vector<cl_event>& events) const {
+    cl_event event = nullptr;
+    check(CLBUF_CL(clEnqueueBarrierWithWaitList)(queue_(), static_cast<cl_uint>(events.size()),
+                                                 events.empty() ? nullptr : events.data(), &event),
+          operation, "clEnqueueBarrierWithWaitList");
+    return cl::Event(event, false);
+  }
+
+  /// Maps `bytes` at `offset` for the host (blocking).
+  void* map(const char* operation, cl_mem buffer, cl_map_flags flags, std::size_t offset,
+            std::size_t bytes) const {
+    cl_int err = CL_SUCCESS;
+    void* mapped = CLBUF_CL(clEnqueueMapBuffer)(queue_(), buffer, CL_TRUE, flags, offset, bytes, 0,
+                                                nullptr, nullptr, &err);
+    check(err, operation, "clEnqueueMapBuffer");
+    return mapped;
+  }
+
+  /// Unmaps `data` of `buffer`. A mapping holds a reference to its buffer, so a lost unmap would
+  /// leak the buffer, its context and its queue: a failed unmap is retried once after the queue
+  /// has drained. Returns the last code; `event` (may be null) receives the unmap's event.
+  cl_int unmap(cl_mem buffer, void* data, cl_event* event) const noexcept {
+    cl_int err = CLBUF_CL(clEnqueueUnmapMemObject)(queue_(), buffer, data, 0, nullptr, event);
+    if (err != CL_SUCCESS) {
+      CLBUF_CL(clFinish)(queue_());
+      err = CLBUF_CL(clEnqueueUnmapMemObject)(queue_(), buffer, data, 0, nullptr, event);
+    }
+    return err;
+  }
+
+  /// clFinish's code, for cleanup(), which must release everything before it reports.
+  cl_int finish_code() const noexcept {
+    return queue_() != nullptr ? CLBUF_CL(clFinish)(queue_()) : CL_SUCCESS;
+  }
+
+  void finish(const char* operation) const {
+    check(CLBUF_CL(clFinish)(queue_()), operation, "clFinish");
+  }
+
+  /// Without a flush an asynchronous transfer may never start, and ready() would poll forever.
+  void flush(const char* operation) const {
+    check(CLBUF_CL(clFlush)(queue_()), operation, "clFlush");
+  }
+
+  /// Blocks until `event`'s command has completed.
+  static void wait(const char* operation, const cl::Event& event) {
+    cl_event handle = event();
+    check(CLBUF_CL(clWaitForEvents)(1, &handle), operation, "clWaitForEvents");
+  }
+
+  /// Blocks until `event`'s command has ended; its own error (a negative execution status) when
+  /// it failed, else the wait's code (clWaitForEvents says only that some event failed).
+  /// A status that cannot be asked leaves the wait's code.
+  static cl_int wait_code(cl_event event) noexcept {
+    const EventEnd end = wait_for_event(event);
+    return end.asked.failed() ? end.asked.status : end.waited;
+  }
+
+  /// Blocks until every one of `events` (of one context) has completed.
+  static void wait(const char* operation, const std::vector<cl_event>& events) {
+    if (events.empty()) return;
+    check(CLBUF_CL(clWaitForEvents)(static_cast<cl_uint>(events.size()), events.data()), operation,
+          "clWaitForEvents");
+  }
+
+ private:
+  cl::CommandQueue queue_;
+  cl::Buffer fence_;  // marker()'s, if set
+};
+
+/// Events kept until their commands have ended: the barriers that hold a queue for events clbuf
+/// does not own (an application's `after`). PoCL 3.1 aborts the process in clSetUserEventStatus
+/// (pocl_update_event_failed) when an event fails while a barrier waiting for it has already
+/// been released by its owner; a barrier still referenced fails like any command. Each keep()
+/// first releases those that have ended. Thread-safe.
+class KeptEvents {
+ public:
+  void keep(cl::Event event) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    events_.erase(std::remove_if(events_.begin(), events_.end(), ended), events_.end());
+    events_.push_back(std::move(event));  // std::bad_alloc: released, as before this class
+  }
+  /// Releases every event (call once the queue has finished).
+  void clear() noexcept {
+    std::lock_guard<std::mutex> lock(mutex_);
+    events_.clear();
+  }
+
+ private:
+  /// Completed or failed; one that cannot be asked is kept.
+  static bool ended(const cl::Event& event) noexcept { return event_status(event()).ended(); }
+
+  std::mutex mutex_;
+  std::vector<cl::Event> events_;
+};
+
+}  // namespace detail
+}  // namespace clbuf
+
+#endif  // CLBUF_DETAIL_QUEUE_HPP
+// ---- end of clbuf/detail/queue.hpp
+
+#include <condition_variable>
+#include <cstddef>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <utility>
+#include <vector>
+
+namespace clbuf {
+namespace detail {
+
+/// Held while an asynchronous operation enqueues its markers and barriers (on one queue or, for
+/// copies between contexts, two), takes its turn among staged transfers and posts its job to a
+/// Background thread. One lock for the process makes these steps of each operation one step in a
+/// single order: a job waits (through its markers, its turn or its thread's queue) only for jobs
+/// that came before it, so no set of them can wait for each other. Never held while waiting for a
+/// job to run (except when a job must run in place because no thread could be started: the jobs
+/// it then waits for need no lock).
+inline std::mutex& submission_mutex() noexcept {
+  static std::mutex mutex;
+  return mutex;
+}
+
+/// How a background job ended; read by the Future once the job's event has completed.
+class Outcome {
+ public:
+  /// Records the first failure only.
+  void failed(const Error& error) noexcept {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (code_ != CL_SUCCESS || error.code() == CL_SUCCESS) return;
+    code_ = error.code();
+    try {
+      message_ = error.what();
+    } catch (...) {  // NOLINT(bugprone-empty-catch): the code alone still reports the failure
+    }
+  }
+  void failed(const char* operation, cl_int code, const std::string& details) noexcept {
+    try {
+      failed(Error(code, error_message(operation, code, details)));
+    } catch (...) {  // no memory for the text
+      failed(Error(code, std::string()));
+    }
+  }
+
+  /// Throws the recorded failure; nothing when the job succeeded.
+  void rethrow() const {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (code_ != CL_SUCCESS) throw Error(code_, message_);
+  }
+
+ private:
+  mutable std::mutex mutex_;
+  cl_int code_ = CL_SUCCESS;
+  std::string message_;
+};
+
+/// Work a Future does on the thread that waits for it (or asks ready()) before its event can
+/// complete: a joined Future's parts (joined_future.hpp), on drivers that never call event
+/// callbacks. `wait`: block until done; else only when that needs no wait.
+class Settle {
+ public:
+  virtual ~Settle() = default;
+  virtual void settle(bool wait) noexcept = 0;
+};
+
+/// What an asynchronous operation started: the event its Future waits for (null when nothing is
+/// left to wait for) and, when clbuf finishes part of the work on the host, where that part
+/// reports how it ended.
+struct Started {
+  cl::Event event;
+  std::shared_ptr<Outcome> outcome;
+};
+
+/// A user event (clCreateUserEvent) that is completed exactly once: by complete(), or by the
+/// destructor, so no command waiting for it can be left waiting forever.
+class UserEvent {
+ public:
+  UserEvent() = default;
+  UserEvent(const char* operation, cl_context context) {
+    cl_int err = CL_SUCCESS;
+    event_ = cl::Event(CLBUF_CL(clCreateUserEvent)(context, &err), false);
+    check(err, operation, "clCreateUserEvent");
+  }
+  UserEvent(UserEvent&& other) noexcept
+      : event_(std::exchange(other.event_, cl::Event())),
+        barrier_(std::exchange(other.barrier_, cl::Event())) {}
+  UserEvent& operator=(UserEvent&& other) noexcept {
+    if (this != &other) {
+      complete();
+      event_ = std::exchange(other.event_, cl::Event());
+      barrier_ = std::exchange(other.barrier_, cl::Event());
+    }
+    return *this;
+  }
+  UserEvent(const UserEvent&) = delete;
+  UserEvent& operator=(const UserEvent&) = delete;
+  ~UserEvent() { complete(); }
+
+  cl_event get() const noexcept { return event_(); }
+
+  /// Holds `queue`'s later commands until complete(); returns the barrier's event. The barrier
+  /// is kept until then: PoCL 3.1 aborts the process in clSetUserEventStatus when a barrier
+  /// waiting for the user event has already failed (a command before it on the queue failed,
+  /// e.g. one waiting for an application's event that failed) and been released by its owner.
+  cl::Event barrier(const char* operation, const Queue& queue) {
+    barrier_ = queue.barrier(operation, {event_()});
+    return barrier_;
+  }
+
+  /// Lets every command waiting for the event run; a second call does nothing. A job's failure
+  /// is reported through its Outcome, never through the event's status, which would fail every
+  /// command queued after it.
+  void complete() noexcept {
+    if (event_() == nullptr) return;
+    CLBUF_CL(clSetUserEventStatus)(event_(), CL_COMPLETE);
+    event_ = cl::Event();
+    barrier_ = cl::Event();
+  }
+
+ private:
+  cl::Event event_;
+  cl::Event barrier_;  // a barrier waiting for event_, kept until complete()
+};
+
+/// The handles of `after` to wait for: null handles are skipped (a Future with nothing left to
+/// wait for has a null event), and each other one must be of `context`.
+/// @throws Error CL_INVALID_CONTEXT naming the event that is not. Wraps clGetEventInfo.
+inline std::vector<cl_event> wait_list_of(const char* operation,
+                                          const std::vector<cl::Event>& after, cl_context context) {
+  std::vector<cl_event> events;
+  for (std::size_t i = 0; i < after.size(); ++i) {
+    if (after[i]() == nullptr) continue;
+    cl_context of = nullptr;
+    check(CLBUF_CL(clGetEventInfo)(after[i](), CL_EVENT_CONTEXT, sizeof(of), &of, nullptr),
+          operation, "clGetEventInfo(CL_EVENT_CONTEXT)");
+    if (of != context) {
+      fail(operation, CL_INVALID_CONTEXT,
+           "event " + std::to_string(i) +
+               " of `after` belongs to another OpenCL context than "
+               "this BufferManager's");
+    }
+    events.push_back(after[i]());
+  }
+  return events;
+}
+
+/// One thread that runs posted jobs in order. When the host refuses the thread, post() runs the
+/// job on the calling thread instead: the operation then blocks, and stays correct.
+class Background {
+ public:
+  Background() = default;
+  Background(const Background&) = delete;
+  Background& operator=(const Background&) = delete;
+  ~Background() { stop(); }
+
+  /// Runs `job` (which must not throw) after every job posted before it.
+  void post(std::function<void()> job) noexcept {
+    bool queued = false;
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      if (start_locked()) {
+        try {
+          jobs_.emplace_back();  // may throw; the move below cannot
+          jobs_.back() = std::move(job);
+          ++posted_;
+          queued = true;
+        } catch (...) {  // NOLINT(bugprone-empty-catch): no memory for the entry: run it here
+        }
+      }
+    }
+    if (queued) {
+      wake_.notify_one();
+      return;
+    }
+    drain();  // in order behind the jobs already posted
+    job();
+  }
+
+  /// Returns when every job posted so far has run.
+  void drain() noexcept {
+    std::unique_lock<std::mutex> lock(mutex_);
+    const std::uint64_t target = posted_;
+    idle_.wait(lock, [&] { return done_ >= target; });
+  }
+
+  /// Runs what is queued, then ends the thread; post() afterwards starts a new one.
+  void stop() noexcept {
+    std::thread thread;
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      stop_ = true;
+      thread = std::move(thread_);
+    }
+    wake_.notify_all();
+    if (thread.joinable()) thread.join();
+    std::lock_guard<std::mutex> lock(mutex_);
+    stop_ = false;
+  }
+
+ private:
+  bool start_locked() noexcept {
+    if (thread_.joinable()) return true;
+    try {
+      thread_ = std::thread([this] { loop(); });
+      return true;
+    } catch (...) {  // std::system_error: no thread to be had
+      return false;
+    }
+  }
+
+  void loop() noexcept {
+    std::unique_lock<std::mutex> lock(mutex_);
+    for (;;) {
+      wake_.wait(lock, [this] { return stop_ || !jobs_.empty(); });
+      if (jobs_.empty()) return;  // stopping, and nothing left to run
+      std::function<void()> job = std::move(jobs_.front());
+      jobs_.pop_front();
+      lock.unlock();
+      job();
+      job = nullptr;  // what the job holds is let go before it counts as done
+      lock.lock();
+      ++done_;
+      idle_.notify_all();
+    }
+  }
+
+  std::mutex mutex_;
+  std::condition_variable wake_, idle_;
+  std::deque<std::function<void()>> jobs_;
+  std::thread thread_;
+  std::uint64_t posted_ = 0, done_ = 0;
+  bool stop_ = false;
+};
+
+}  // namespace detail
+}  // namespace clbuf
+
+#endif  // CLBUF_DETAIL_ASYNC_HPP
+// ---- end of clbuf/detail/async.hpp
+// ---- clbuf/detail/chunk_io.hpp
+// The transfer engine's chunk calls, for a layer that pipelines chunks of its own (clbuf::mpi's
+// streams, collectives and halo exchanges): byte ranges of a buffer read into or written out of
+// host memory the layer holds (a lease of the manager's pinned pool), mapped, packed or reduced
+// by a kernel, each one command on the manager's queue in order after the work before it.
+// TransferEngine::chunk_io() makes one; it retains the queue, so it keeps working (and failing
+// with OpenCL's own errors) after the manager's cleanup(). The layer makes no OpenCL call itself.
+#ifndef CLBUF_DETAIL_CHUNK_IO_HPP
+#define CLBUF_DETAIL_CHUNK_IO_HPP
+
+// ---- clbuf/detail/kernel_cache.hpp
+// OpenCL C programs clbuf builds for itself (clbuf::mpi's reduction and pack kernels), built for
+// the device of a queue on first use and kept with their kernels, one program a key: the one
+// place clbuf creates, builds and caches programs. A failure keeps nothing, so the next call
+// tries again; a caller that must not retry remembers the failure itself.
+#ifndef CLBUF_DETAIL_KERNEL_CACHE_HPP
+#define CLBUF_DETAIL_KERNEL_CACHE_HPP
+
+#include <cstddef>
+#include <initializer_list>
+#include <map>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace clbuf {
+namespace detail {
+
+/// Sets argument `index` of `kernel`. Wraps clSetKernelArg.
+inline void set_kernel_arg(const char* operation, cl_kernel kernel, cl_uint index, std::size_t size,
+                           const void* value) {
+  check(CLBUF_CL(clSetKernelArg)(kernel, index, size, value), operation, "clSetKernelArg");
+}
+
+/// Enqueues `kernel` on `queue` over `global` (`dimensions` of them; the driver picks the local
+/// size), in order after the work before it; returns its event. Wraps clEnqueueNDRangeKernel.
+inline cl::Event run_kernel(const char* operation, const Queue& queue, cl_kernel kernel,
+                            cl_uint dimensions, const std::size_t* global) {
+  cl_event event = nullptr;
+  check(CLBUF_CL(clEnqueueNDRangeKernel)(queue.get(), kernel, dimensions, nullptr, global, nullptr,
+                                         0, nullptr, &event),
+        operation, "clEnqueueNDRangeKernel");
+  return cl::Event(event, false);
+}
+
+/// Built programs by key, each with the kernels it was asked for.
+template <class Key>
+class KernelCache {
+ public:
+  /// The kernels `names` (in that order) of the program kept for `key`, or null when none is.
+  const std::vector<cl::Kernel>* find(const Key& key) const noexcept {
+    const auto found = programs_.find(key);
+    return found == programs_.end() ? nullptr : &found->second.kernels;
+  }
+
+  /// Builds `source` for the device of `queue`, keeps it for `key` and returns its kernels
+  /// `names` (in that order). Wraps clGetCommandQueueInfo, clCreateProgramWithSource,
+  /// clBuildProgram, clCreateKernel.
+  /// @throws Error of the first call that failed; for clBuildProgram, "clBuildProgram failed for
+  ///         the <what>: <the build log>".
+  const std::vector<cl::Kernel>& build(const char* operation, const Queue& queue, const Key& key,
+                                       const std::string& source,
+                                       std::initializer_list<const char*> names,
+                                       const std::string& what) {
+    Program built;
+    cl_device_id device = nullptr;
+    built.program = compile(operation, queue, source, what, device);
+    for (const char* name : names) {
+      cl_int err = CL_SUCCESS;
+      built.kernels.emplace_back(CLBUF_CL(clCreateKernel)(built.program(), name, &err), false);
+      check(err, operation, "clCreateKernel");
+    }
+    return programs_.insert_or_assign(key, std::move(built)).first->second.kernels;
+  }
+
+ private:
+  struct Program {
+    cl::Program program;
+    std::vector<cl::Kernel> kernels;
+  };
+
+  /// `source` built for the device of `queue` (returned in `device`).
+  static cl::Program compile(const char* operation, const Queue& queue, const std::string& source,
+                             const std::string& what, cl_device_id& device) {
+    cl_context context = nullptr;
+    check(CLBUF_CL(clGetCommandQueueInfo)(queue.get(), CL_QUEUE_CONTEXT, sizeof(context), &context,
+                                          nullptr),
+          operation, "clGetCommandQueueInfo");
+    check(CLBUF_CL(clGetCommandQueueInfo)(queue.get(), CL_QUEUE_DEVICE, sizeof(device), &device,
+                                          nullptr),
+          operation, "clGetCommandQueueInfo");
+    const char* lines = source.c_str();
+    const std::size_t length = source.size();
+    cl_int err = CL_SUCCESS;
+    cl::Program program(CLBUF_CL(clCreateProgramWithSource)(context, 1, &lines, &length, &err),
+                        false);
+    check(err, operation, "clCreateProgramWithSource");
+    err = CLBUF_CL(clBuildProgram)(program(), 1, &device, "", nullptr, nullptr);
+    if (err != CL_SUCCESS) {
+      fail(operation, err, "clBuildProgram failed for the " + what + ": " + log(program, device));
+    }
+    return program;
+  }
+
+  /// The build log of `program` for `device` ("" where it cannot be had).
+  static std::string log(const cl::Program& program, cl_device_id device) {
+    std::size_t size = 0;
+    CLBUF_CL(clGetProgramBuildInfo)(program(), device, CL_PROGRAM_BUILD_LOG, 0, nullptr, &size);
+    std::string text(size, '\0');
+    if (size > 0) {
+      CLBUF_CL(clGetProgramBuildInfo)
+      (program(), device, CL_PROGRAM_BUILD_LOG, size, &text[0], nullptr);
+    }
+    return text.c_str();  // up to the log's own NUL
+  }
+
+  std::map<Key, Program> programs_;
+};
+
+}  // namespace detail
+}  // namespace clbuf
+
+#endif  // CLBUF_DETAIL_KERNEL_CACHE_HPP
+// ---- end of clbuf/detail/kernel_cache.hpp
+// ---- clbuf/detail/pinned_pool.hpp
+// The one place clbuf makes pinned host memory for its own use: a CL_MEM_ALLOC_HOST_PTR buffer
+// mapped once (PinnedBlock), the memory a driver moves by DMA at full bus speed, and the
+// manager's pool of them (PinnedPool): budgeted, binned by size class, cached between leases and
+// trimmed when a lease would pass the budget (as cub's CachingDeviceAllocator does for device
+// memory). The staging slots, the buffered uploads' ring, the bounced reads, copy_from's chunks
+// between contexts and every clbuf::mpi chunk lease from it. The user's PinnedBuffer holds a
+// PinnedBlock of its own, outside the budget.
+#ifndef CLBUF_DETAIL_PINNED_POOL_HPP
+#define CLBUF_DETAIL_PINNED_POOL_HPP
+
+// ---- clbuf/detail/device_context.hpp
+// What a BufferManager runs on: the device it picked (or adopted), its context and in-order
+// queue, the facts about the device clbuf needs, and the Options with every `automatic`
+// resolved. Fixed at construction (but for the side queue, made on first use); cleanup() drops
+// the context and queues.
+#ifndef CLBUF_DETAIL_DEVICE_CONTEXT_HPP
+#define CLBUF_DETAIL_DEVICE_CONTEXT_HPP
+
+// ---- clbuf/detail/trace.hpp
+// The tracer (CLBUF_TRACE, Options::trace_path): a timeline of a manager's transfers in the Chrome
+// Trace Event Format, which Perfetto and chrome://tracing open (docs/performance.md "Tracing").
+// This header is the Tracer, the calls components record spans by, and the policy that picks the
+// trace path (Options::trace_path, Python's clbuf.trace(), CLBUF_TRACE, the rank). The rest, one
+// concern a header: the events and their JSON (trace_json.hpp), the rank's file names
+// (rank_files.hpp), one file with its threads' buffers and writer thread (trace_file.hpp), the
+// registry of open files with the exit hooks (trace_registry.hpp), and beneath them the opening
+// and writing of a file that grows (output_file.hpp). Timestamps are
+// std::chrono::steady_clock in microseconds (absolute: two processes on one host line up). When
+// tracing is off the components hold a null Tracer*: one branch per span.
+#ifndef CLBUF_DETAIL_TRACE_HPP
+#define CLBUF_DETAIL_TRACE_HPP
+
+// ---- clbuf/detail/rank_files.hpp
+// Files per MPI rank: this process's rank as its launcher gives it (launcher_rank(), read from the
+// environment, so that it is known before MPI_Init) and a path with the rank in its name
+// (rank_path(): "trace.json" -> "trace.rank3.json"). The tracer's files per rank use them
+// (trace_path(), scripts/trace_merge.py merges them); so can any file written once per rank.
+#ifndef CLBUF_DETAIL_RANK_FILES_HPP
+#define CLBUF_DETAIL_RANK_FILES_HPP
+
+#if defined(__unix__) || defined(__APPLE__)
+#include <sys/stat.h>
+#endif
+
+#include <cstddef>
+#include <cstdlib>
+#include <string>
+
+namespace clbuf {
+namespace detail {
+
+/// This process's rank as a launcher gives it to the processes it starts (Open MPI's
+/// OMPI_COMM_WORLD_RANK, MPICH's and Slurm's PMI_RANK, Slurm's SLURM_PROCID), or -1 outside one:
+/// read from the environment, so that a manager made before MPI_Init knows it. Not PMIX_RANK,
+/// which a singleton MPI_Init (mpi4py imported by a program run alone) sets to 0.
+inline int launcher_rank() noexcept {
+  for (const char* name : {"OMPI_COMM_WORLD_RANK", "PMI_RANK", "SLURM_PROCID"}) {
+    const char* value = std::getenv(name);
+    if (value == nullptr || *value == '\0') continue;
+    char* end = nullptr;
+    const long rank = std::strtol(value, &end, 10);
+    if (*end == '\0' && rank >= 0 && rank < 100000) return static_cast<int>(rank);
+  }
+  return -1;
+}
+
+/// True when `path` names an existing folder (its trace file cannot be written: the error says
+/// so rather than a rank's name made from it).
+inline bool names_a_folder(const std::string& path) noexcept {
+  if (!path.empty() && path.back() == '/') return true;
+#if defined(__unix__) || defined(__APPLE__)
+  struct stat info {};
+  return ::stat(path.c_str(), &info) == 0 && S_ISDIR(info.st_mode);
+#else
+  return false;
+#endif
+}
+
+/// `path` with ".rank<N>" before its file name's extension: "trace.json" -> "trace.rank3.json",
+/// "out/trace" -> "out/trace.rank3"; a path that has it already stays as it is (the Options of
+/// another manager passed on), and so does a folder.
+inline std::string rank_path(const std::string& path, int rank) {
+  if (names_a_folder(path)) return path;
+  const std::size_t slash = path.find_last_of('/');
+  const std::size_t dot = path.find_last_of('.');
+  const bool extension =
+      dot != std::string::npos && dot != 0 && (slash == std::string::npos || dot > slash + 1);
+  const std::size_t at = extension ? dot : path.size();
+  const std::string tag = ".rank" + std::to_string(rank);
+  if (at >= tag.size() && path.compare(at - tag.size(), tag.size(), tag) == 0) return path;
+  return path.substr(0, at) + tag + path.substr(at);
+}
+
+}  // namespace detail
+}  // namespace clbuf
+
+#endif  // CLBUF_DETAIL_RANK_FILES_HPP
+// ---- end of clbuf/detail/rank_files.hpp
+// ---- clbuf/detail/trace_file.hpp
+// One trace file (detail/trace.hpp): the managers that trace to it share it, each a process of
+// its own. Each thread appends to a buffer of its own (its own mutex, uncontended but for a
+// flush); a full one (buffer_events events) goes to the file's writer thread, which formats and
+// writes it off the transfer's thread; the rest are written at cleanup(), destruction and exit.
+// The file's bytes and the order they are written in (valid JSON at every instant, a failed write
+// reported) are TraceOutput's (trace_output.hpp). TraceRegistry
+// (trace_registry.hpp) opens the files and writes them out at exit.
+#ifndef CLBUF_DETAIL_TRACE_FILE_HPP
+#define CLBUF_DETAIL_TRACE_FILE_HPP
+
+// ---- clbuf/detail/trace_json.hpp
+// The tracer's events and their JSON (detail/trace.hpp): the trace's clock, an event as a thread's
+// buffer holds it (TraceEvent), and its Chrome Trace Event Format text. Names and texts of any
+// bytes are written as valid JSON in UTF-8 (append_json_string()).
+#ifndef CLBUF_DETAIL_TRACE_JSON_HPP
+#define CLBUF_DETAIL_TRACE_JSON_HPP
+
+#include <algorithm>
+#include <charconv>
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <string>
+
+namespace clbuf {
+namespace detail {
+
+/// Now, in microseconds of std::chrono::steady_clock: the trace's clock.
+inline double trace_now() noexcept {
+  return std::chrono::duration<double, std::micro>(
+             std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
+/// `time` in the trace's clock.
+inline double trace_time(std::chrono::steady_clock::time_point time) noexcept {
+  return std::chrono::duration<double, std::micro>(time.time_since_epoch()).count();
+}
+
+/// One argument of an event: a number, or `text` (a string literal) when not null.
+struct TraceArg {
+  const char* key = nullptr;  // null: no argument
+  const char* text = nullptr;
+  double number = 0;
+};
+
+/// One event as a thread's buffer holds it: no allocation but the buffer's own. `name` and every
+/// text are string literals (or outlive the file). Phases: 'X' a complete span, 'A' a span that
+/// may overlap others on its track (written as the async pair "b"/"e" with `id`), 'C' a counter,
+/// 's' and 'f' the start and the end of a flow arrow `id` (bound to the span around `begin` on
+/// its track: an MPI message's send and its receive).
+struct TraceEvent {
+  static constexpr std::size_t max_args = 5;
+  char phase = 'X';
+  const char* name = "";
+  int pid = 0;
+  int tid = 0;
+  double begin = 0;  // microseconds, trace_now()
+  double end = 0;
+  std::uint64_t id = 0;
+  TraceArg args[max_args];
+};
+
+/// The length of the well-formed UTF-8 character at `text` (RFC 3629: no overlong form, no
+/// surrogate, nothing past U+10FFFF), of at most `size` bytes; 0 when there is none there. Sets
+/// `part` to the bytes of the longest start of one (the maximal ill-formed part: 1 at least).
+inline std::size_t utf8_character(const unsigned char* text, std::size_t size,
+                                  std::size_t& part) noexcept {
+  const unsigned char lead = text[0];
+  part = 1;
+  if (lead < 0x80) return 1;
+  std::size_t length = 0;
+  unsigned char low = 0x80, high = 0xbf;  // the range of the second byte
+  if (lead >= 0xc2 && lead <= 0xdf) {
+    length = 2;
+  } else if (lead >= 0xe0 && lead <= 0xef) {
+    length = 3;
+    if (lead == 0xe0) low = 0xa0;   // overlong below
+    if (lead == 0xed) high = 0x9f;  // surrogates above
+  } else if (lead >= 0xf0 && lead <= 0xf4) {
+    length = 4;
+    if (lead == 0xf0) low = 0x90;   // overlong below
+    if (lead == 0xf4) high = 0x8f;  // past U+10FFFF above
+  } else {
+    return 0;  // a continuation byte, C0, C1 (overlong) or F5-FF: never a lead byte
+  }
+  for (std::size_t k = 1; k < length; ++k) {
+    if (k >= size) return 0;
+    const unsigned char next = text[k];
+    if (k == 1 ? (next < low || next > high) : (next < 0x80 || next > 0xbf)) return 0;
+    part = k + 1;
+  }
+  return length;
+}
+
+/// The `size` bytes at `text` as a JSON string's contents, always valid JSON in well-formed UTF-8,
+/// whatever the bytes: `"` and `\\` escaped, control characters (0x00-0x1f, 0x7f) as \\u00XX,
+/// well-formed UTF-8 as it is, and each maximal ill-formed part (a byte that starts no character,
+/// or a character cut short) as one U+FFFD, the replacement character (the Unicode standard's
+/// practice, which browsers follow).
+inline void append_json_string(std::string& out, const char* text, std::size_t size) {
+  if (text == nullptr) return;
+  const char* plain = text;  // the common case, names and keys with nothing to escape: at once
+  const char* const end = text + size;
+  while (plain != end && *plain != '"' && *plain != '\\' &&
+         static_cast<unsigned char>(*plain) >= 0x20 && static_cast<unsigned char>(*plain) < 0x7f) {
+    ++plain;
+  }
+  out.append(text, plain);
+  for (const char* c = plain; c != end;) {
+    const unsigned char byte = static_cast<unsigned char>(*c);
+    if (byte == '"' || byte == '\\') {
+      out += '\\';
+      out += *c++;
+    } else if (byte < 0x20 || byte == 0x7f) {
+      static const char hex[] = "0123456789abcdef";
+      const char escaped[6] = {'\\', 'u', '0', '0', hex[byte >> 4], hex[byte & 15]};
+      out.append(escaped, 6);
+      ++c;
+    } else if (byte < 0x80) {
+      out += *c++;
+    } else {
+      std::size_t part = 1;
+      const std::size_t length = utf8_character(reinterpret_cast<const unsigned char*>(c),
+                                                static_cast<std::size_t>(end - c), part);
+      if (length == 0) {
+        out += "\xef\xbf\xbd";  // U+FFFD for the ill-formed part
+        c += part;
+      } else {
+        out.append(c, length);
+        c += length;
+      }
+    }
+  }
+}
+
+/// The C string `text` (null: "") as a JSON string's contents (as above).
+inline void append_json_string(std::string& out, const char* text) {
+  if (text != nullptr) append_json_string(out, text, std::strlen(text));
+}
+
+/// `text` as a JSON string's contents (as above; a NUL in it as \\u0000).
+inline void append_json_string(std::string& out, const std::string& text) {
+  append_json_string(out, text.data(), text.size());
+}
+
+// The writers below format without snprintf (integers by std::to_chars): formatting is most of
+// what tracing costs (about 1 us an event by snprintf, on PoCL's host). A full buffer of 4096
+// events is formatted by its file's writer thread, off the transfer's thread, unless that thread
+// could not be started or is 8 buffers behind: then by the thread that recorded the last event,
+// inside its transfer (TraceFile::hand_over()); the rest at cleanup(), destruction and exit.
+
+/// `value` in decimal.
+inline void append_json_integer(std::string& out, long long value) {
+  char text[24];
+  const std::to_chars_result made = std::to_chars(text, text + sizeof(text), value);
+  out.append(text, made.ptr);
+}
+
+/// `value` as a JSON number: an integer up to 2^53 exactly, else 17 significant digits; never
+/// NaN or infinity, which JSON lacks (0 instead).
+inline void append_json_number(std::string& out, double value) {
+  if (!(value == value && value - value == 0)) value = 0;
+  if (value == static_cast<double>(static_cast<long long>(value)) && value <= 9007199254740992.0 &&
+      value >= -9007199254740992.0) {
+    append_json_integer(out, static_cast<long long>(value));
+    return;
+  }
+  char text[32];
+  std::snprintf(text, sizeof(text), "%.17g", value);
+  out += text;
+}
+
+/// A time in microseconds to the nanosecond (three decimals), as a JSON number.
+inline void append_json_time(std::string& out, double microseconds) {
+  if (!(microseconds >= 0 && microseconds < 9e15)) {  // not from the trace's clock: as it is
+    append_json_number(out, microseconds);
+    return;
+  }
+  const long long ns = static_cast<long long>(microseconds * 1000.0 + 0.5);
+  append_json_integer(out, ns / 1000);
+  const char fraction[4] = {'.', static_cast<char>('0' + ns / 100 % 10),
+                            static_cast<char>('0' + ns / 10 % 10),
+                            static_cast<char>('0' + ns % 10)};
+  out.append(fraction, 4);
+}
+
+/// The arguments of `event` as the members of a JSON object.
+inline void append_trace_args(std::string& out, const TraceEvent& event) {
+  for (std::size_t a = 0; a < TraceEvent::max_args && event.args[a].key != nullptr; ++a) {
+    out += a == 0 ? "\"" : ",\"";
+    append_json_string(out, event.args[a].key);
+    out += "\":";
+    if (event.args[a].text == nullptr) {
+      append_json_number(out, event.args[a].number);
+    } else {
+      out += '"';
+      append_json_string(out, event.args[a].text);
+      out += '"';
+    }
+  }
+}
+
+/// The events of a TraceEvent as JSON objects, each followed by ",\n".
+inline void append_trace_event(std::string& out, const TraceEvent& event) {
+  const bool pair = event.phase == 'A';
+  const char phases[2] = {pair ? 'b' : event.phase, 'e'};
+  for (int half = 0; half < (pair ? 2 : 1); ++half) {
+    out += "{\"ph\":\"";
+    out += phases[half];
+    out += "\",\"cat\":\"clbuf\",\"name\":\"";
+    append_json_string(out, event.name);
+    out += "\",\"pid\":";
+    append_json_integer(out, event.pid);
+    out += ",\"tid\":";
+    append_json_integer(out, event.tid);
+    out += ",\"ts\":";
+    append_json_time(out, half == 0 ? event.begin : event.end);
+    if (event.phase == 'X') {
+      out += ",\"dur\":";
+      append_json_time(out, std::max(0.0, event.end - event.begin));
+    }
+    if (pair || event.phase == 's' || event.phase == 'f') {
+      out += ",\"id\":";
+      append_json_integer(out, static_cast<long long>(event.id));
+    }
+    if (event.phase == 'f') out += ",\"bp\":\"e\"";
+    out += ",\"args\":{";
+    if (half == 0) append_trace_args(out, event);
+    out += "}},\n";
+  }
+}
+
+}  // namespace detail
+}  // namespace clbuf
+
+#endif  // CLBUF_DETAIL_TRACE_JSON_HPP
+// ---- end of clbuf/detail/trace_json.hpp
+// ---- clbuf/detail/trace_output.hpp
+// The bytes of one trace file and the order they are written in (TraceFile, trace_file.hpp, holds
+// one): the file is valid JSON at every instant the process can stop at, a kill included, and a
+// write that fails (a full disk, RLIMIT_FSIZE) ends the file's writing with the file valid JSON
+// as far as it got, reported (trace_write_failed(): one line on stderr,
+// clbuf::trace_write_errors()).
+#ifndef CLBUF_DETAIL_TRACE_OUTPUT_HPP
+#define CLBUF_DETAIL_TRACE_OUTPUT_HPP
+
+#include <fcntl.h>
+#include <unistd.h>
+#if defined(__linux__)
+#include <sys/vfs.h>
+#endif
+
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace clbuf {
+namespace detail {
+
+/// The failures to write a trace file so far, one line each (trace_write_failed()). Never
+/// destroyed: files are written out at exit, after static destruction has begun.
+struct TraceFailures {
+  std::mutex mutex;
+  std::string lines;  // under mutex
+  static TraceFailures& instance() {
+    static TraceFailures* const failures = new TraceFailures();  // NOLINT: never freed, on purpose
+    return *failures;
+  }
+};
+
+/// Reports that a write of the trace file `path` failed with `error` (an errno value): one line
+/// on stderr ("clbuf: the trace file ... could not be written (<reason>) ..."), once a file, and
+/// the line kept for clbuf::trace_write_errors(). Tracing never fails a transfer: this is how a
+/// failed write is known.
+inline void trace_write_failed(const std::string& path, int error) noexcept {
+  try {
+    const std::string line = "the trace file \"" + path + "\" could not be written (" +
+                             output_error_text(error) +
+                             "): it keeps the events written before (valid JSON); later events "
+                             "are dropped";
+    TraceFailures& failures = TraceFailures::instance();
+    {
+      std::lock_guard<std::mutex> lock(failures.mutex);
+      failures.lines += line + "\n";
+    }
+    std::fprintf(stderr, "clbuf: %s\n", line.c_str());
+  } catch (...) {  // NOLINT(bugprone-empty-catch): no memory for the report: stderr only
+    std::fputs("clbuf: a trace file could not be written\n", stderr);
+  }
+}
+
+/// One trace file's bytes: `{"otherData": ..., "traceEvents": [` records `]}`. Not thread-safe:
+/// its TraceFile writes under a lock of its own.
+class TraceOutput {
+ public:
+  /// What a new trace file holds: the array's opening and closing; the clock named for readers.
+  static std::string empty_text() { return std::string(head_text) + tail_text; }
+
+  /// The file `path`, open as `file` (which it then owns), holding empty_text().
+  TraceOutput(const OutputFile& file, std::string path)
+      : fd_(file.fd), regular_(file.regular), path_(std::move(path)) {}
+  TraceOutput(const TraceOutput&) = delete;
+  TraceOutput& operator=(const TraceOutput&) = delete;
+  /// Closes the file, the spaces after its closing "]}" removed.
+  ~TraceOutput() {
+    if (regular_ && !failed_ && size_ != end_ + tail_size) {
+      static_cast<void>(::ftruncate(fd_, static_cast<off_t>(end_ + tail_size)));
+    }
+    ::close(fd_);
+  }
+
+  /// Appends the records of `text` (each ending in ",\n"; `ends`: after each unit to keep whole)
+  /// where the closing "]}" was, so that the file is valid JSON whatever instant the process
+  /// stops at: each write() puts records and the closing "]}" after them at once, so a process
+  /// killed between two writes leaves the file as the first left it. Where direct writes reach
+  /// the device (ext2/3/4, XFS) all of `text` goes in one (write_direct()). Else a write() is whole
+  /// or not at all when it stays within a page of the file (Linux checks for a fatal signal between
+  /// the pages of one write(), so a write() across pages can be cut there): each write holds the
+  /// records that fit before the end of the page the closing "]}" is on, and one that crosses
+  /// the page's end is written alone, so that only the moment its first page is written remains
+  /// (the closing "]}" cannot move to the next page any other way). A write that fails (a full
+  /// disk, RLIMIT_FSIZE) puts the closing "]}" back where it was and ends the file's writing
+  /// (failed_).
+  void write(const std::string& text, const std::vector<std::size_t>& ends) {
+    static const std::size_t page = page_size();
+    if (failed_) return;
+    WriteGuard guard;  // past RLIMIT_FSIZE: EFBIG, never SIGXFSZ
+    if (write_direct(text)) return;
+    std::string piece;
+    std::size_t done = 0;  // of text, in the file
+    for (std::size_t unit = 0; unit < ends.size();) {
+      const std::uint64_t room = page - end_ % page;
+      const std::size_t comma = any_ ? 2 : 0;
+      std::size_t last = unit;  // the units [unit, last) that fit in the page with "]}"
+      while (last < ends.size() && comma + (ends[last] - 2 - done) + tail_size <= room) ++last;
+      if (last == unit) last = unit + 1;  // crosses the page's end: alone
+      piece.assign(any_ ? ",\n" : "");
+      piece.append(text, done, ends[last - 1] - 2 - done);  // without its last ",\n"
+      piece.append(tail_text, tail_size);
+      if (regular_ && end_ + piece.size() > size_) {
+        // Spaces after the closing "]}" first (JSON still): the write that moves it then finds
+        // its pages there, and the file's size stays, so its first page is quickly done.
+        const std::uint64_t size = (end_ + piece.size() + ahead) / page * page;
+        spaces_.resize(size - size_, ' ');
+        // Should they not fit (a size limit near), the records may still: spaces no more.
+        size_ = write_output_at(fd_, spaces_.data(), spaces_.size(), size_) == 0 ? size : no_size;
+      }
+      const int error = write_output_at(fd_, piece.data(), piece.size(), end_);
+      if (error != 0) return stop_writing(error);
+      end_ += piece.size() - tail_size;
+      any_ = true;
+      done = ends[last - 1];
+      unit = last;
+    }
+  }
+
+ private:
+  /// Writes `text` as write() does, in one direct write (O_DIRECT) of the file's blocks from
+  /// the one the closing "]}" begins in: true when done (or failed: failed_), false where the file
+  /// system has no direct writes (then write() writes through the page cache). A direct
+  /// write() is whole once begun: the kernel has no fatal-signal point inside it (a page-cache
+  /// write() has one between pages), so a kill leaves the file as it was before or after it,
+  /// whatever the pages it spans. The blocks end in spaces after "]}" (JSON still), removed at
+  /// the file's end.
+  bool write_direct(const std::string& text) {
+    if (direct_ == Direct::unknown) {
+      const int flags = ::fcntl(fd_, F_GETFL);
+      direct_ = regular_ && direct_io_is_real(fd_) && flags >= 0 &&
+                        ::fcntl(fd_, F_SETFL, flags | O_DIRECT) == 0
+                    ? Direct::on
+                    : Direct::off;
+    }
+    if (direct_ != Direct::on) return false;
+    const std::size_t body = block_.size() + (any_ ? 2 : 0) + text.size() - 2 + tail_size;
+    const std::size_t size = (body + direct_block - 1) / direct_block * direct_block;
+    void* memory = nullptr;
+    if (::posix_memalign(&memory, direct_block, size) != 0) return false;
+    const std::unique_ptr<char, void (*)(void*)> blocks(static_cast<char*>(memory), std::free);
+    char* at = std::copy(block_.begin(), block_.end(), blocks.get());
+    if (any_) at = std::copy_n(",\n", 2, at);
+    at = std::copy_n(text.data(), text.size() - 2, at);  // without its last ",\n"
+    at = std::copy_n(tail_text, tail_size, at);
+    std::fill(at, blocks.get() + size, ' ');
+    if (write_output_at(fd_, blocks.get(), size, block_start_) != 0) {
+      // No direct writes to this file after all, or not all of these records fit (a size limit,
+      // a full disk): the file as it was, and the page cache's writes from now on, which write
+      // what fits and report the failure.
+      direct_ = Direct::off;
+      static_cast<void>(::fcntl(fd_, F_SETFL, ::fcntl(fd_, F_GETFL) & ~O_DIRECT));
+      const int error = write_output_at(fd_, tail_text, tail_size, end_);
+      if (error != 0 || ::ftruncate(fd_, static_cast<off_t>(end_ + tail_size)) != 0) {
+        stop_writing(error != 0 ? error : errno);
+        return true;
+      }
+      size_ = end_ + tail_size;
+      return false;
+    }
+    end_ = block_start_ + body - tail_size;
+    size_ = std::max<std::uint64_t>(size_, block_start_ + size);
+    const std::uint64_t start = end_ / direct_block * direct_block;
+    block_.assign(blocks.get() + (start - block_start_), end_ - start);
+    block_start_ = start;
+    any_ = true;
+    return true;
+  }
+
+  /// True when `fd`'s file system writes O_DIRECT to its device (ext2/3/4, XFS), so that a
+  /// direct write() is whole once begun. Others take the flag and write through the page cache
+  /// all the same (tmpfs), or may: their files take write()'s writes a page at a time.
+  static bool direct_io_is_real(int fd) noexcept {
+#if defined(__linux__)
+    struct statfs facts {};
+    if (::fstatfs(fd, &facts) != 0) return false;
+    const auto type = static_cast<unsigned long>(facts.f_type);
+    return type == 0xEF53ul /* ext2, ext3, ext4 */ || type == 0x58465342ul /* XFS */;
+#else
+    static_cast<void>(fd);
+    return false;
+#endif
+  }
+
+  /// A write failed with `error`: the file as the last whole write left it (its closing "]}"
+  /// where it was, what a cut write put after it removed), its writing ended, the failure
+  /// reported (trace_write_failed()).
+  void stop_writing(int error) noexcept {
+    failed_ = true;
+    static_cast<void>(write_output_at(fd_, tail_text, tail_size, end_));
+    if (regular_) static_cast<void>(::ftruncate(fd_, static_cast<off_t>(end_ + tail_size)));
+    trace_write_failed(path_, error);
+  }
+
+  static std::size_t page_size() noexcept {
+    const long size = ::sysconf(_SC_PAGESIZE);
+    return size >= 512 ? static_cast<std::size_t>(size) : 4096;
+  }
+
+  static constexpr const char* head_text =
+      "{\"otherData\":{\"clock\":\"std::chrono::steady_clock\",\"unit\":\"us\"},"
+      "\"traceEvents\":[\n";
+  static constexpr const char* tail_text = "\n]}\n";
+  static constexpr std::size_t tail_size = 4;
+
+  const int fd_;
+  const bool regular_;  // a regular file (else a device such as /dev/null): truncated on failure
+  const std::string path_;
+  // Under the caller's lock: where the next records go (the closing "]}" follows them).
+  std::uint64_t end_ = std::char_traits<char>::length(head_text);
+  bool any_ = false;     // the caller's lock: the array holds a record (the next needs a comma)
+  bool failed_ = false;  // the caller's lock: a write failed; nothing more is written
+  std::uint64_t size_ = std::char_traits<char>::length(head_text) + tail_size;  // the caller's lock
+  std::string spaces_;                                                          // the caller's lock
+  static constexpr std::uint64_t ahead = 64 << 10;  // spaces written after the closing "]}"
+  static constexpr std::uint64_t no_size = ~std::uint64_t{0};  // spaces are written no more
+  // Direct writes (write_direct()): whether the file has them; its blocks' size and alignment.
+  enum class Direct { unknown, on, off };
+  Direct direct_ = Direct::unknown;                  // the caller's lock
+  static constexpr std::size_t direct_block = 4096;  // a multiple of every device's block
+  std::uint64_t block_start_ = 0;                    // the caller's lock: end_'s block
+  std::string block_ = head_text;                    // the caller's lock: its bytes before end_
+};
+
+}  // namespace detail
+}  // namespace clbuf
+
+#endif  // CLBUF_DETAIL_TRACE_OUTPUT_HPP
+// ---- end of clbuf/detail/trace_output.hpp
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstddef>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <deque>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <utility>
+#include <vector>
+
+namespace clbuf {
+namespace detail {
+
+class TraceFile;
+
+/// A thread's events for one file, until the file takes them. Its mutex is taken by the thread
+/// at each event and by the file when it writes them out: uncontended but for that.
+struct TraceBuffer {
+  std::mutex mutex;
+  std::vector<TraceEvent> events;  // under mutex
+  bool closed = false;             // under mutex: the file has ended; events are dropped
+  // The thread's own, no lock: its "API calls" track per process (pid, tid).
+  std::vector<std::pair<int, int>> api_tracks;
+};
+
+/// One trace file, shared by the managers that trace to its path (open()).
+class TraceFile {
+ public:
+  /// Events a thread's buffer holds before the thread writes them into the file.
+  static constexpr std::size_t buffer_events = 4096;
+
+  /// The file of `path`, opened (truncated) by its first manager and shared by the others while
+  /// one holds it. @throws Error CL_INVALID_VALUE naming the path and the OS error when it cannot
+  /// be written (a folder, a missing or read-only folder).
+  static std::shared_ptr<TraceFile> open(const std::string& path, const char* operation);
+
+  TraceFile(const TraceFile&) = delete;
+  TraceFile& operator=(const TraceFile&) = delete;
+  /// Writes every buffer out and closes the file (valid JSON).
+  ~TraceFile() {
+    {
+      std::lock_guard<std::mutex> lock(queue_mutex_);
+      stopping_ = true;
+    }
+    queued_.notify_all();
+    if (writer_.joinable()) writer_.join();  // never this thread: it holds no owner of the file
+    flush();
+    for (const auto& buffer : buffers_) {
+      std::lock_guard<std::mutex> lock(buffer->mutex);
+      buffer->closed = true;  // its thread drops it at its next new buffer
+    }
+  }  // output_ closes the file
+
+  /// What a new trace file holds (TraceOutput::empty_text()).
+  static std::string empty_text() { return TraceOutput::empty_text(); }
+
+  const std::string& path() const noexcept { return path_; }
+
+  /// A new process (a manager) named `name`: its pid. Under an MPI launcher (launcher_rank())
+  /// the first is the rank, named "rank N: " and the device, and further ones rank + k * 100000,
+  /// so that the files of all ranks merge without two processes of one pid.
+  int process(const std::string& name) {
+    const int n = processes_.fetch_add(1);
+    if (rank_ < 0) {
+      write_metadata("process_name", n + 1, 0, name);
+      return n + 1;
+    }
+    const int pid = rank_ + 100000 * n;
+    const std::string prefix = "clbuf: ";
+    write_metadata(
+        "process_name", pid, 0,
+        "rank " + std::to_string(rank_) + ": " +
+            (name.compare(0, prefix.size(), prefix) == 0 ? name.substr(prefix.size()) : name));
+    return pid;
+  }
+
+  /// The track of `pid` named `name` (made at its first use): its tid.
+  int track(int pid, const std::string& name) {
+    {
+      std::lock_guard<std::mutex> lock(tracks_mutex_);
+      const auto found = tracks_.find({pid, name});
+      if (found != tracks_.end()) return found->second;
+    }
+    const int tid = next_tid_.fetch_add(1);
+    write_metadata("thread_name", pid, tid, name);
+    std::lock_guard<std::mutex> lock(tracks_mutex_);
+    return tracks_.emplace(std::make_pair(pid, name), tid).first->second;
+  }
+
+  /// The calling thread's "API calls" track in `pid`.
+  int api_track(int pid) {
+    TraceBuffer& buffer = own_buffer();
+    for (const auto& known : buffer.api_tracks) {
+      if (known.first == pid) return known.second;
+    }
+    const int number = api_threads_.fetch_add(1);
+    const int tid = track(pid, "API calls, thread " + std::to_string(number));
+    buffer.api_tracks.emplace_back(pid, tid);
+    return tid;
+  }
+
+  /// Appends `event` to the calling thread's buffer, which it writes out when full. Never throws:
+  /// an event that finds no memory is dropped.
+  void record(const TraceEvent& event) noexcept {
+    try {
+      TraceBuffer& buffer = own_buffer();
+      std::vector<TraceEvent> full;
+      {
+        std::lock_guard<std::mutex> lock(buffer.mutex);
+        if (buffer.closed) return;
+        buffer.events.push_back(event);
+        if (buffer.events.size() >= buffer_events) full.swap(buffer.events);
+      }
+      if (!full.empty()) hand_over(std::move(full));
+    } catch (...) {  // NOLINT(bugprone-empty-catch): tracing never fails a transfer
+    }
+  }
+
+  /// Writes every thread's buffer into the file, and the full ones the writer thread has not
+  /// written yet (cleanup(), exit, std::terminate): on return all recorded before are in it.
+  void flush() noexcept {
+    write_queued();
+    std::vector<std::shared_ptr<TraceBuffer>> buffers;
+    {
+      std::lock_guard<std::mutex> lock(buffers_mutex_);
+      buffers = buffers_;
+      // Buffers of threads that have ended (the file alone holds them) go once written.
+      buffers_.erase(std::remove_if(buffers_.begin(), buffers_.end(),
+                                    [](const auto& b) { return b.use_count() == 2; }),
+                     buffers_.end());
+    }
+    for (const auto& buffer : buffers) {
+      std::vector<TraceEvent> events;
+      {
+        std::lock_guard<std::mutex> lock(buffer->mutex);
+        events.swap(buffer->events);
+      }
+      try {
+        write_events(events);
+      } catch (...) {  // NOLINT(bugprone-empty-catch): out of memory: those events are lost
+      }
+    }
+  }
+
+  /// A span is waiting for an event's callback (Tracer::until_complete).
+  void pending() noexcept { pending_.fetch_add(1); }
+  /// That callback has recorded its span.
+  void recorded() noexcept {
+    {
+      std::lock_guard<std::mutex> lock(pending_mutex_);
+      pending_.fetch_sub(1);
+    }
+    drained_.notify_all();
+  }
+  /// Waits, at most `limit`, until no span waits for a callback: once the queue has finished,
+  /// every callback is about to run (cleanup(), a manager's end).
+  void drain(std::chrono::milliseconds limit) noexcept {
+    std::unique_lock<std::mutex> lock(pending_mutex_);
+    drained_.wait_for(lock, limit, [&] { return pending_.load() == 0; });
+  }
+
+  /// A number unique in the file, for the ids of spans that may overlap.
+  std::uint64_t next_id() noexcept { return next_id_.fetch_add(1); }
+
+ private:
+  /// The file `path`, open as `file` (which it then owns), holding empty_text().
+  TraceFile(const OutputFile& file, std::string path)
+      : output_(file, path), path_(std::move(path)) {}
+
+  /// The calling thread's buffer for this file (made and registered at its first event).
+  TraceBuffer& own_buffer() {
+    thread_local std::vector<std::pair<std::uint64_t, std::shared_ptr<TraceBuffer>>> mine;
+    for (const auto& entry : mine) {
+      if (entry.first == serial_) return *entry.second;
+    }
+    // Entries of files that have ended are dropped here, so a thread holds few.
+    mine.erase(std::remove_if(mine.begin(), mine.end(),
+                              [](const auto& entry) {
+                                std::lock_guard<std::mutex> lock(entry.second->mutex);
+                                return entry.second->closed;
+                              }),
+               mine.end());
+    bool many = false;
+    {
+      std::lock_guard<std::mutex> lock(buffers_mutex_);
+      many = buffers_.size() >= buffers_before_flush;
+    }
+    if (many) flush();  // writes out, and drops, the buffers of threads that have ended
+    auto buffer = std::make_shared<TraceBuffer>();
+    buffer->events.reserve(64);
+    {
+      std::lock_guard<std::mutex> lock(buffers_mutex_);
+      buffers_.push_back(buffer);
+    }
+    mine.emplace_back(serial_, buffer);
+    return *buffer;
+  }
+
+  /// A full buffer goes to the writer thread (started at the first), which formats and writes it
+  /// off the thread that recorded it (a transfer's); when queued_max are waiting already, or no
+  /// thread could be started, this thread writes it (memory stays bounded).
+  void hand_over(std::vector<TraceEvent> full) {
+    std::unique_lock<std::mutex> lock(queue_mutex_);
+    if (!writer_.joinable() && !stopping_) {
+      try {
+        writer_ = std::thread([this] { write_loop(); });
+      } catch (...) {  // NOLINT(bugprone-empty-catch): no thread: written here
+      }
+    }
+    if (!writer_.joinable() || queue_.size() >= queued_max) {
+      lock.unlock();
+      write_events(full);
+      return;
+    }
+    queue_.push_back(std::move(full));
+    lock.unlock();
+    queued_.notify_one();
+  }
+
+  /// The writer thread: writes the queued buffers until the file ends.
+  void write_loop() noexcept {
+    std::unique_lock<std::mutex> lock(queue_mutex_);
+    while (true) {
+      queued_.wait(lock, [this] { return stopping_ || !queue_.empty(); });
+      if (queue_.empty()) return;  // stopping, all written
+      std::vector<TraceEvent> events = std::move(queue_.front());
+      queue_.pop_front();
+      ++writing_;
+      lock.unlock();
+      try {
+        write_events(events);
+      } catch (...) {  // NOLINT(bugprone-empty-catch): out of memory: those events are lost
+      }
+      lock.lock();
+      --writing_;
+      written_.notify_all();
+    }
+  }
+
+  /// Writes the queued buffers in this thread, and waits for the one the writer is writing.
+  void write_queued() noexcept {
+    std::unique_lock<std::mutex> lock(queue_mutex_);
+    while (!queue_.empty()) {
+      std::vector<TraceEvent> events = std::move(queue_.front());
+      queue_.pop_front();
+      lock.unlock();
+      try {
+        write_events(events);
+      } catch (...) {  // NOLINT(bugprone-empty-catch): out of memory: those events are lost
+      }
+      lock.lock();
+    }
+    written_.wait(lock, [this] { return writing_ == 0; });
+  }
+
+  // Full buffers waiting for the writer thread before a recording thread writes its own.
+  static constexpr std::size_t queued_max = 8;
+
+  // Buffers a file holds before a new thread's first event writes them all out: a program that
+  // starts many short threads keeps at most this many buffers of ended threads.
+  static constexpr std::size_t buffers_before_flush = 64;
+
+  void write_metadata(const char* kind, int pid, int tid, const std::string& name) {
+    std::string text = "{\"ph\":\"M\",\"name\":\"";
+    text += kind;
+    text += "\",\"pid\":" + std::to_string(pid) + ",\"tid\":" + std::to_string(tid);
+    text += ",\"args\":{\"name\":\"";
+    append_json_string(text, name);
+    text += "\"}},\n";
+    write_text(text, {text.size()});
+  }
+
+  void write_events(const std::vector<TraceEvent>& events) {
+    if (events.empty()) return;
+    std::string text;
+    text.reserve(events.size() * 160);
+    std::vector<std::size_t> ends;  // where each event's records end
+    ends.reserve(events.size());
+    for (const TraceEvent& event : events) {
+      append_trace_event(text, event);
+      ends.push_back(text.size());
+    }
+    write_text(text, ends);
+  }
+
+  /// Writes `text` (records each ending in ",\n"; `ends`: after each unit to keep whole) into
+  /// the file (TraceOutput::write()).
+  void write_text(const std::string& text, const std::vector<std::size_t>& ends) {
+    std::lock_guard<std::mutex> lock(write_mutex_);
+    output_.write(text, ends);
+  }
+
+  friend class TraceRegistry;
+
+  TraceOutput output_;  // under write_mutex_
+  const std::string path_;
+  const std::uint64_t serial_ = next_serial();
+  std::mutex write_mutex_;
+  std::mutex queue_mutex_;
+  std::condition_variable queued_;             // a full buffer was queued, or the file ends
+  std::condition_variable written_;            // the writer thread finished a buffer
+  std::deque<std::vector<TraceEvent>> queue_;  // under queue_mutex_: full buffers to write
+  int writing_ = 0;                            // under queue_mutex_: the writer's, 0 or 1
+  bool stopping_ = false;                      // under queue_mutex_: the file ends
+  std::thread writer_;                         // started at the first full buffer
+  std::mutex buffers_mutex_;
+  std::vector<std::shared_ptr<TraceBuffer>> buffers_;  // every thread's, under buffers_mutex_
+  std::mutex tracks_mutex_;
+  std::map<std::pair<int, std::string>, int> tracks_;  // under tracks_mutex_
+  const int rank_ = launcher_rank();                   // -1: not under an MPI launcher
+  std::atomic<int> processes_{0};
+  std::atomic<int> next_tid_{1};
+  std::atomic<int> api_threads_{0};
+  std::atomic<std::uint64_t> next_id_{1};
+  std::atomic<int> pending_{0};  // spans waiting for their event's callback
+  std::mutex pending_mutex_;
+  std::condition_variable drained_;
+
+  static std::uint64_t next_serial() noexcept {
+    static std::atomic<std::uint64_t> serial{1};
+    return serial.fetch_add(1);
+  }
+};
+
+}  // namespace detail
+}  // namespace clbuf
+
+#endif  // CLBUF_DETAIL_TRACE_FILE_HPP
+// ---- end of clbuf/detail/trace_file.hpp
+// ---- clbuf/detail/trace_registry.hpp
+// The open trace files of the process (detail/trace.hpp): a path opens the file open already, else
+// a new one; every open file is written out at exit and on std::terminate (an uncaught
+// exception), whose handler writes the buffers first.
+#ifndef CLBUF_DETAIL_TRACE_REGISTRY_HPP
+#define CLBUF_DETAIL_TRACE_REGISTRY_HPP
+
+#include <cerrno>
+#include <chrono>
+#include <condition_variable>
+#include <cstdlib>
+#include <cstring>
+#include <exception>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace clbuf {
+namespace detail {
+
+/// The open trace files by what they are (FileId: every spelling of a path, links included, is
+/// one file, written by one TraceFile); writes them out at exit and on std::terminate. Never
+/// destroyed (a file's last holder may let it go after static destruction: a driver's callback
+/// thread).
+class TraceRegistry {
+ public:
+  static TraceRegistry& instance() {
+    static TraceRegistry* const registry = new TraceRegistry();  // NOLINT: never freed, on purpose
+    return *registry;
+  }
+
+  /// The file of `path`: the one open, whatever the spelling that opened it, else the file started
+  /// afresh (TraceFile::empty_text(), whole or not at all: see start_afresh()), once a file of it
+  /// that is still being closed has been (two writers must never write one file), waiting at most
+  /// close_wait. @throws Error CL_INVALID_VALUE of `operation` naming the path and the reason
+  /// when it is empty, holds a NUL, or cannot be written (a folder, a missing or read-only folder,
+  /// a FIFO, a full device).
+  std::shared_ptr<TraceFile> open(const std::string& path, const char* operation) {
+    check_output_path(operation, path, "the trace file");
+    std::unique_lock<std::mutex> lock(mutex_);
+    const auto give_up = std::chrono::steady_clock::now() + close_wait;
+    while (true) {
+      OutputFile file;
+      int error = open_output_file(path, file);
+      bool created = false;
+      if (error == ENOENT) {
+        error = create_output_file(path, TraceFile::empty_text(), file);
+        created = error == 0;
+        // A symlink to no file, or a file made meanwhile (by another process): opened as it is.
+        if (error == EEXIST) error = open_output_file(path, file, true);
+        // No temporary file beside it (a name too long for its suffix, say): made in place, its
+        // own error the one reported.
+        if (error != 0 && open_output_file(path, file, true) == 0) error = 0;
+      }
+      if (error != 0) cannot_write(operation, path, error);
+      Entry& entry = files_[file.id];  // a map's entries stay where they are
+      if (!created) {
+        std::shared_ptr<TraceFile> open = entry.file.lock();
+        if (open != nullptr || entry.closing) {
+          ::close(file.fd);
+          if (open != nullptr) return open;
+          if (closed_.wait_until(lock, give_up) == std::cv_status::timeout) {
+            fail(operation, CL_INVALID_VALUE,
+                 "the trace file \"" + path + "\" of an earlier manager is still being closed");
+          }
+          continue;  // closed: open it again
+        }
+        error = start_afresh(path, file);
+        if (error != 0) cannot_write(operation, path, error);
+      }
+      Entry& started = files_[file.id];  // start_afresh() may have made a new file
+      started.closing = true;            // until close() has run; others wait for the file above
+      lock.unlock();
+      std::shared_ptr<TraceFile> made = make(path, file);
+      lock.lock();
+      started.file = made;
+      lock.unlock();
+      closed_.notify_all();
+      return made;
+    }
+  }
+
+  /// Writes every open file's buffers out.
+  void flush_all() noexcept {
+    std::vector<std::shared_ptr<TraceFile>> open;
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      for (const auto& entry : files_) {
+        if (auto file = entry.second.file.lock()) open.push_back(std::move(file));
+      }
+    }
+    for (const auto& file : open) file->flush();
+  }
+
+  TraceRegistry(const TraceRegistry&) = delete;
+  TraceRegistry& operator=(const TraceRegistry&) = delete;
+
+ private:
+  struct Entry {
+    std::weak_ptr<TraceFile> file;
+    bool closing = false;  // a writer of this file exists (open, or its last holder closing it)
+  };
+
+  // How long open() waits for a file that is being closed.
+  static constexpr std::chrono::seconds close_wait{5};
+
+  /// Installs the std::terminate handler, and the exit handler (files still open at exit: a
+  /// manager never destroyed, get their events).
+  TraceRegistry() {
+    previous_ = std::set_terminate(&TraceRegistry::on_terminate);
+    std::atexit([] { instance().flush_all(); });
+  }
+
+  [[noreturn]] static void cannot_write(const char* operation, const std::string& path, int error) {
+    fail(operation, CL_INVALID_VALUE,
+         "cannot write the trace file \"" + path +
+             "\" (CLBUF_TRACE, Options::trace_path or Python's clbuf.trace()): " +
+             output_error_text(error));
+  }
+
+  /// Starts the existing `file` of `path` afresh (TraceFile::empty_text()), so that it is valid
+  /// JSON at every instant: a regular file of one link that this process owns is replaced by a
+  /// new one renamed over it (`file` becomes the new one); else (a hard link, another owner, a
+  /// folder this process may not write) it is emptied and written in place, which leaves it
+  /// empty for the moment between the two; a device (/dev/null) is written. 0, or the error (the
+  /// file closed).
+  static int start_afresh(const std::string& path, OutputFile& file) {
+    const std::string text = TraceFile::empty_text();
+    if (file.regular && file.links == 1 && file.owner == ::geteuid()) {
+      OutputFile fresh;
+      if (replace_output_file(path, text, file.mode, fresh) == 0) {
+        ::close(file.fd);
+        file = fresh;
+        return 0;
+      }
+    }
+    int error = file.regular && ::ftruncate(file.fd, 0) != 0 ? errno : 0;
+    if (error == 0) {
+      WriteGuard guard;
+      error = write_output_at(file.fd, text.data(), text.size(), 0);
+    }
+    if (error != 0) ::close(file.fd);
+    return error;
+  }
+
+  /// The TraceFile of `file` (holding TraceFile::empty_text()); its deleter is close().
+  std::shared_ptr<TraceFile> make(const std::string& path, const OutputFile& file) {
+    TraceFile* made = nullptr;
+    try {
+      made = new TraceFile(file, path);
+    } catch (...) {
+      ::close(file.fd);
+      ended(file.id);
+      throw;
+    }
+    // Should the shared_ptr find no memory, it calls the deleter: the file is closed all the same.
+    const FileId id = file.id;
+    return std::shared_ptr<TraceFile>(made, [this, id](TraceFile* done) { close(id, done); });
+  }
+
+  /// The deleter of a file: closes it (its last events written), then lets it be opened again.
+  void close(FileId id, TraceFile* file) noexcept {
+    delete file;
+    ended(id);
+  }
+
+  /// No writer of file `id` exists any more: it may be opened again.
+  void ended(FileId id) noexcept {
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      files_[id].closing = false;  // the entry exists: open() made it
+    }
+    closed_.notify_all();
+  }
+
+  /// The program ends by an uncaught exception: the buffers written, then the handler before.
+  static void on_terminate() {
+    instance().flush_all();
+    if (previous_ != nullptr) previous_();
+    std::abort();
+  }
+
+  std::mutex mutex_;
+  std::condition_variable closed_;
+  std::map<FileId, Entry> files_;  // under mutex_
+  static inline std::terminate_handler previous_ = nullptr;
+};
+
+inline std::shared_ptr<TraceFile> TraceFile::open(const std::string& path, const char* operation) {
+  return TraceRegistry::instance().open(path, operation);
+}
+
+}  // namespace detail
+}  // namespace clbuf
+
+#endif  // CLBUF_DETAIL_TRACE_REGISTRY_HPP
+// ---- end of clbuf/detail/trace_registry.hpp
+
+#include <algorithm>
+#include <chrono>
+#include <cstdint>
+#include <cstdlib>
+#include <initializer_list>
+#include <memory>
+#include <mutex>
+#include <string>
+
+namespace clbuf {
+namespace detail {
+
+/// A manager's tracer: its process in a trace file, and the calls components record spans by.
+/// Components hold a Tracer* that is null when tracing is off.
+class Tracer {
+ public:
+  /// A process named `process` in the file of `path`. @throws Error as TraceFile::open().
+  Tracer(const std::string& path, const std::string& process, const char* operation)
+      : file_(TraceFile::open(path, operation)),
+        pid_(file_->process(process)),
+        started_track_(file_->track(pid_, "started transfers (host's view)")) {}
+  Tracer(const Tracer&) = delete;
+  Tracer& operator=(const Tracer&) = delete;
+  ~Tracer() { flush(); }
+
+  /// The track named `name` in this manager's process.
+  int track(const std::string& name) { return file_->track(pid_, name); }
+
+  /// A span from `begin` to `end` on the calling thread's "API calls" track.
+  void api_span(const char* name, double begin, double end,
+                std::initializer_list<TraceArg> args) noexcept {
+    try {
+      span(file_->api_track(pid_), name, begin, end, args);
+    } catch (...) {  // NOLINT(bugprone-empty-catch): tracing never fails a transfer
+    }
+  }
+
+  /// The track of started transfers, from their call until their event completes.
+  int started_track() const noexcept { return started_track_; }
+
+  /// A span on track `tid` from `begin` to `end` ('X': spans of one track nest or follow).
+  void span(int tid, const char* name, double begin, double end,
+            std::initializer_list<TraceArg> args) noexcept {
+    file_->record(make_event('X', tid, name, begin, end, args));
+  }
+
+  /// A span that may overlap others of its track (a pair "b"/"e" of its own id).
+  void overlapping(int tid, const char* name, double begin, double end,
+                   std::initializer_list<TraceArg> args) noexcept {
+    TraceEvent e = make_event('A', tid, name, begin, end, args);
+    e.id = file_->next_id();
+    file_->record(e);
+  }
+
+  /// A span from `begin` to when `event` completes (a started transfer: from its call until the
+  /// device has done it, as the host sees it), recorded by the event's callback on a thread of
+  /// the driver's; the record keeps the file open until then. Without an event, or when the
+  /// callback cannot be set, the span ends now.
+  void until_complete(cl_event event, int tid, const char* name, double begin,
+                      std::initializer_list<TraceArg> args) noexcept {
+    Pending* pending = nullptr;
+    try {
+      pending = new Pending{file_, make_event('A', tid, name, begin, begin, args)};
+    } catch (...) {
+      return;  // no memory for the record: the span is lost, never the transfer
+    }
+    pending->event.id = file_->next_id();
+    file_->pending();
+    if (event != nullptr && CLBUF_CL(clSetEventCallback)(event, CL_COMPLETE, &Tracer::completed,
+                                                         pending) == CL_SUCCESS) {
+      return;
+    }
+    completed(nullptr, CL_COMPLETE, pending);
+  }
+
+  /// One end of the flow arrow `id` (`start`: where it leaves) at `at`, on track `tid`: bound to
+  /// the span of that track around `at` (Perfetto draws the arrow between the two spans).
+  void flow(int tid, bool start, std::uint64_t id, double at) noexcept {
+    TraceEvent e = make_event(start ? 's' : 'f', tid, "MPI message", at, at, {});
+    e.id = id;
+    file_->record(e);
+  }
+
+  /// A counter `name` at now, with up to three series.
+  void counter(const char* name, std::initializer_list<TraceArg> series) noexcept {
+    const double now = trace_now();
+    file_->record(make_event('C', 0, name, now, now, series));
+  }
+
+  /// Writes every thread's buffer out, once the spans of started transfers are in them (cleanup(),
+  /// after the queue has finished; the manager's end).
+  void flush() noexcept {
+    file_->drain(std::chrono::milliseconds(2000));
+    file_->flush();
+  }
+
+  const std::shared_ptr<TraceFile>& file() const noexcept { return file_; }
+  int pid() const noexcept { return pid_; }
+
+ private:
+  TraceEvent make_event(char phase, int tid, const char* name, double begin, double end,
+                        std::initializer_list<TraceArg> args) const noexcept {
+    TraceEvent e;
+    e.phase = phase;
+    e.name = name;
+    e.pid = pid_;
+    e.tid = tid;
+    e.begin = begin;
+    e.end = end;
+    std::copy_n(args.begin(), std::min(args.size(), TraceEvent::max_args), e.args);
+    return e;
+  }
+
+  struct Pending {
+    std::shared_ptr<TraceFile> file;
+    TraceEvent event;
+  };
+
+  static void CL_CALLBACK completed(cl_event, cl_int, void* data) {
+    std::unique_ptr<Pending> pending(static_cast<Pending*>(data));
+    pending->event.end = trace_now();
+    pending->file->record(pending->event);
+    pending->file->recorded();
+  }
+
+  std::shared_ptr<TraceFile> file_;
+  int pid_ = 0;
+  int started_track_ = 0;
+};
+
+/// The path of Python's `with clbuf.trace(path):` block (empty: none), process-wide: managers
+/// made while it is set trace there unless their Options name a path (trace_path()). With `set`,
+/// it becomes `*set`, and every open trace file is written out. Returns the path before.
+inline std::string scoped_trace_path(const std::string* set = nullptr) {
+  if (set != nullptr && !set->empty()) check_output_path("clbuf.trace()", *set, "the trace file");
+  static std::mutex mutex;
+  static std::string path;
+  std::string before;
+  {
+    std::lock_guard<std::mutex> lock(mutex);
+    before = path;
+    if (set != nullptr) path = *set;
+  }
+  if (set != nullptr) TraceRegistry::instance().flush_all();
+  return before;
+}
+
+/// Python's `with clbuf.trace(path):` entered: the managers made from now on trace to `path`
+/// (scoped_trace_path()). Returns the path before, which the block's end sets again. @throws Error
+/// CL_INVALID_VALUE of "clbuf.trace()" when `path` is empty or holds a NUL, nothing set.
+inline std::string enter_trace_scope(const std::string& path) {
+  check_output_path("clbuf.trace()", path, "the trace file");
+  return scoped_trace_path(&path);
+}
+
+/// The trace path in force: `option` (Options::trace_path) when set, else the scoped path (Python's
+/// clbuf.trace()), else CLBUF_TRACE, else ""; under an MPI launcher with the rank in its name
+/// (rank_path()), so that each rank writes a file of its own (scripts/trace_merge.py merges them).
+inline std::string trace_path(const std::string& option) {
+  std::string path = !option.empty() ? option : scoped_trace_path();
+  if (path.empty()) {
+    const char* env = std::getenv("CLBUF_TRACE");
+    if (env != nullptr) path = env;
+  }
+  const int rank = path.empty() ? -1 : launcher_rank();
+  return rank < 0 ? path : rank_path(path, rank);
+}
+
+}  // namespace detail
+
+/// The trace files whose writing has failed since the program started (a full disk, the file-size
+/// limit RLIMIT_FSIZE / `ulimit -f`), one line each naming the file and the system's reason; ""
+/// when every write succeeded. Tracing never fails a transfer: a failed write ends that file's
+/// writing (the file keeps the events written before, valid JSON), prints one line on stderr, and
+/// is known here. A file that cannot be opened or started is an Error at the manager's
+/// construction instead.
+inline std::string trace_write_errors() {
+  detail::TraceFailures& failures = detail::TraceFailures::instance();
+  std::lock_guard<std::mutex> lock(failures.mutex);
+  return failures.lines;
+}
+}  // namespace clbuf
+
+#endif  // CLBUF_DETAIL_TRACE_HPP
+// ---- end of clbuf/detail/trace.hpp
 // ---- clbuf/device.hpp
 // Device discovery and selection: list_devices(), the selector grammar shared by CLBUF_DEVICE
 // and BufferManager(selector), and the GPU-first default (the workings in detail/selection.hpp).
@@ -2123,2280 +4836,6 @@ inline SelectionReport explain_selection(const std::string& selector = std::stri
 
 #endif  // CLBUF_DEVICE_HPP
 // ---- end of clbuf/device.hpp
-// ---- clbuf/device_group.hpp
-// clbuf::DeviceGroup: one BufferManager per device of a selection, and the moves of a
-// ShardedBuffer (scatter, gather, upload, download, copy, fill) over all of them at once: each
-// shard moves through its own manager (its own staging lane and background thread), so the host
-// copies of one shard never wait for another's DMA. The blocking forms run each device's
-// blocking call, on a thread a device when the move is large; the _async forms join the shards'
-// Futures into one (detail/joined_future.hpp).
-#ifndef CLBUF_DEVICE_GROUP_HPP
-#define CLBUF_DEVICE_GROUP_HPP
-
-// ---- clbuf/detail/group.hpp
-// What a DeviceGroup is made of: its selector grammar (every device of a type, "all", one
-// device by P:D, every device whose name matches, or a comma-separated list of single selectors,
-// each device with a verdict and its reason, as explain_selection() gives for one device), the
-// report of a group, and its contexts and queues.
-#ifndef CLBUF_DETAIL_GROUP_HPP
-#define CLBUF_DETAIL_GROUP_HPP
-
-// ---- clbuf/detail/queue.hpp
-// Checked queue operations: each wraps one OpenCL call behind CLBUF_CL and turns a failure into
-// an Error naming the operation and the call (the shape of Boost.Compute's command_queue). The
-// queue is in order; `blocking` calls return when the command has completed.
-#ifndef CLBUF_DETAIL_QUEUE_HPP
-#define CLBUF_DETAIL_QUEUE_HPP
-
-#include <algorithm>
-#include <cstddef>
-#include <mutex>
-#include <utility>
-#include <vector>
-
-namespace clbuf {
-namespace detail {
-
-class Queue {
- public:
-  Queue() = default;
-  explicit Queue(cl::CommandQueue queue) noexcept : queue_(std::move(queue)) {}
-
-  /// A new in-order queue of `context` on `device`. Wraps clCreateCommandQueue: the entry point
-  /// every driver has (1.2 ones lack the 2.0 clCreateCommandQueueWithProperties); the C headers
-  /// mark it deprecated from 2.0 on unless CL_USE_DEPRECATED_OPENCL_1_2_APIS, which is the
-  /// application's to choose, so the warning is silenced here, for this call alone.
-  static Queue create(const char* operation, cl_context context, cl_device_id device) {
-    cl_int err = CL_SUCCESS;
-#if defined(__GNUC__) || defined(__clang__)
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wdeprecated-declarations"
-#elif defined(_MSC_VER)
-#pragma warning(push)
-#pragma warning(disable : 4996)
-#endif
-    Queue queue(cl::CommandQueue(CLBUF_CL(clCreateCommandQueue)(context, device, 0, &err), false));
-#if defined(__GNUC__) || defined(__clang__)
-#pragma GCC diagnostic pop
-#elif defined(_MSC_VER)
-#pragma warning(pop)
-#endif
-    check(err, operation, "clCreateCommandQueue");
-    return queue;
-  }
-
-  /// A new in-order queue of `context` on the device of `other`.
-  static Queue beside(const char* operation, cl_context context, const Queue& other) {
-    cl_device_id device = nullptr;
-    check(CLBUF_CL(clGetCommandQueueInfo)(other.get(), CL_QUEUE_DEVICE, sizeof(device), &device,
-                                          nullptr),
-          operation, "clGetCommandQueueInfo");
-    return create(operation, context, device);
-  }
-
-  const cl::CommandQueue& handle() const noexcept { return queue_; }
-  cl_command_queue get() const noexcept { return queue_(); }
-
-  /// Host -> buffer. Non-blocking calls return the command's event; the host memory must
-  /// stay alive until it completes.
-  cl::Event write(const char* operation, cl_mem buffer, std::size_t offset, std::size_t bytes,
-                  const void* host, bool blocking) const {
-    cl_event event = nullptr;
-    check(CLBUF_CL(clEnqueueWriteBuffer)(queue_(), buffer, blocking ? CL_TRUE : CL_FALSE, offset,
-                                         bytes, host, 0, nullptr, blocking ? nullptr : &event),
-          operation, "clEnqueueWriteBuffer");
-    return cl::Event(event, false);
-  }
-
-  /// Buffer -> host; as write().
-  cl::Event read(const char* operation, cl_mem buffer, std::size_t offset, std::size_t bytes,
-                 void* host, bool blocking) const {
-    cl_event event = nullptr;
-    check(CLBUF_CL(clEnqueueReadBuffer)(queue_(), buffer, blocking ? CL_TRUE : CL_FALSE, offset,
-                                        bytes, host, 0, nullptr, blocking ? nullptr : &event),
-          operation, "clEnqueueReadBuffer");
-    return cl::Event(event, false);
-  }
-
-  /// Buffer -> host, blocking, once the `count` commands of `wait` have completed; the driver's
-  /// code (CL_EXEC_STATUS_ERROR_FOR_EVENTS_IN_WAIT_LIST when one of them failed), unchecked.
-  cl_int read_after(cl_mem buffer, std::size_t offset, std::size_t bytes, void* host, cl_uint count,
-                    const cl_event* wait) const noexcept {
-    return CLBUF_CL(clEnqueueReadBuffer)(queue_(), buffer, CL_TRUE, offset, bytes, host, count,
-                                         count == 0 ? nullptr : wait, nullptr);
-  }
-
-  /// Buffer -> buffer on the device; returns the command's event.
-  cl::Event copy(const char* operation, cl_mem src, cl_mem dst, std::size_t src_offset,
-                 std::size_t dst_offset, std::size_t bytes,
-                 const cl::Event* after = nullptr) const {
-    cl_event event = nullptr;
-    const cl_event wait = after != nullptr ? (*after)() : nullptr;
-    check(CLBUF_CL(clEnqueueCopyBuffer)(queue_(), src, dst, src_offset, dst_offset, bytes,
-                                        wait != nullptr ? 1 : 0, wait != nullptr ? &wait : nullptr,
-                                        &event),
-          operation, "clEnqueueCopyBuffer");
-    return cl::Event(event, false);
-  }
-
-  /// Repeats `pattern` (`size` bytes, a power of two up to 128) over `bytes` bytes.
-  cl::Event fill(const char* operation, cl_mem buffer, const void* pattern, std::size_t size,
-                 std::size_t offset, std::size_t bytes) const {
-    cl_event event = nullptr;
-    check(CLBUF_CL(clEnqueueFillBuffer)(queue_(), buffer, pattern, size, offset, bytes, 0, nullptr,
-                                        &event),
-          operation, "clEnqueueFillBuffer");
-    return cl::Event(event, false);
-  }
-
-  /// A rectangular write (`to_device`) or read between `buffer` and `host`; origins, region and
-  /// pitches in bytes as OpenCL takes them. Non-blocking calls return the command's event.
-  cl::Event transfer_rect(const char* operation, bool to_device, cl_mem buffer,
-                          const std::size_t buffer_origin[3], const std::size_t host_origin[3],
-                          const std::size_t region[3], std::size_t buffer_row_pitch,
-                          std::size_t buffer_slice_pitch, std::size_t host_row_pitch,
-                          std::size_t host_slice_pitch, void* host, bool blocking) const {
-    cl_event event = nullptr;
-    const auto enqueue = [&](auto call, const char* name) {
-      check(call(queue_(), buffer, blocking ? CL_TRUE : CL_FALSE, buffer_origin, host_origin,
-                 region, buffer_row_pitch, buffer_slice_pitch, host_row_pitch, host_slice_pitch,
-                 host, 0, nullptr, blocking ? nullptr : &event),
-            operation, name);
-    };
-    if (to_device) {
-      enqueue(CLBUF_CL(clEnqueueWriteBufferRect), "clEnqueueWriteBufferRect");
-    } else {
-      enqueue(CLBUF_CL(clEnqueueReadBufferRect), "clEnqueueReadBufferRect");
-    }
-    return cl::Event(event, false);
-  }
-
-  /// A rectangular copy on the device; returns the command's event.
-  cl::Event copy_rect(const char* operation, cl_mem src, cl_mem dst,
-                      const std::size_t src_origin[3], const std::size_t dst_origin[3],
-                      const std::size_t region[3], std::size_t src_row_pitch,
-                      std::size_t src_slice_pitch, std::size_t dst_row_pitch,
-                      std::size_t dst_slice_pitch) const {
-    cl_event event = nullptr;
-    check(CLBUF_CL(clEnqueueCopyBufferRect)(queue_(), src, dst, src_origin, dst_origin, region,
-                                            src_row_pitch, src_slice_pitch, dst_row_pitch,
-                                            dst_slice_pitch, 0, nullptr, &event),
-          operation, "clEnqueueCopyBufferRect");
-    return cl::Event(event, false);
-  }
-
-  /// Gives the queue a 4-byte buffer of its own for marker() (DeviceContext does, on OpenCL
-  /// 1.2 devices); only this queue may write it.
-  void set_fence(cl::Buffer fence) noexcept { fence_ = std::move(fence); }
-
-  /// A marker: its event completes when every command queued before it has. With a fence
-  /// buffer, a 4-byte write into it; without, clEnqueueMarkerWithWaitList (OpenCL 1.2). NVIDIA's
-  /// driver completes a marker only once the device's other queues are idle too (on the H200 a
-  /// marker on an idle queue of its own completed when a 40 ms kernel on another queue did,
-  /// bench/async_overlap), which held every staged transfer behind the application's kernels; a
-  /// write completes in its own queue's order.
-  cl::Event marker(const char* operation) const {
-    cl_event event = nullptr;
-    if (fence_() != nullptr) {
-      static const cl_uint zero = 0;  // read by the driver until the write completes: static
-      check(CLBUF_CL(clEnqueueWriteBuffer)(queue_(), fence_(), CL_FALSE, 0, sizeof(zero), &zero, 0,
-                                           nullptr, &event),
-            operation, "clEnqueueWriteBuffer (a marker)");
-    } else {
-      check(CLBUF_CL(clEnqueueMarkerWithWaitList)(queue_(), 0, nullptr, &event), operation,
-            "clEnqueueMarkerWithWaitList");
-    }
-    return cl::Event(event, false);
-  }
-
-  /// Holds every later command of the queue until each of `events` has completed; returns the
-  /// barrier's event. Wraps clEnqueueBarrierWithWaitList (OpenCL 1.2).
-  cl::Event barrier(const char* operation, const std::vector<cl_event>& events) const {
-    cl_event event = nullptr;
-    check(CLBUF_CL(clEnqueueBarrierWithWaitList)(queue_(), static_cast<cl_uint>(events.size()),
-                                                 events.empty() ? nullptr : events.data(), &event),
-          operation, "clEnqueueBarrierWithWaitList");
-    return cl::Event(event, false);
-  }
-
-  /// Maps `bytes` at `offset` for the host (blocking).
-  void* map(const char* operation, cl_mem buffer, cl_map_flags flags, std::size_t offset,
-            std::size_t bytes) const {
-    cl_int err = CL_SUCCESS;
-    void* mapped = CLBUF_CL(clEnqueueMapBuffer)(queue_(), buffer, CL_TRUE, flags, offset, bytes, 0,
-                                                nullptr, nullptr, &err);
-    check(err, operation, "clEnqueueMapBuffer");
-    return mapped;
-  }
-
-  /// Unmaps `data` of `buffer`. A mapping holds a reference to its buffer, so a lost unmap would
-  /// leak the buffer, its context and its queue: a failed unmap is retried once after the queue
-  /// has drained. Returns the last code; `event` (may be null) receives the unmap's event.
-  cl_int unmap(cl_mem buffer, void* data, cl_event* event) const noexcept {
-    cl_int err = CLBUF_CL(clEnqueueUnmapMemObject)(queue_(), buffer, data, 0, nullptr, event);
-    if (err != CL_SUCCESS) {
-      CLBUF_CL(clFinish)(queue_());
-      err = CLBUF_CL(clEnqueueUnmapMemObject)(queue_(), buffer, data, 0, nullptr, event);
-    }
-    return err;
-  }
-
-  /// clFinish's code, for cleanup(), which must release everything before it reports.
-  cl_int finish_code() const noexcept {
-    return queue_() != nullptr ? CLBUF_CL(clFinish)(queue_()) : CL_SUCCESS;
-  }
-
-  void finish(const char* operation) const {
-    check(CLBUF_CL(clFinish)(queue_()), operation, "clFinish");
-  }
-
-  /// Without a flush an asynchronous transfer may never start, and ready() would poll forever.
-  void flush(const char* operation) const {
-    check(CLBUF_CL(clFlush)(queue_()), operation, "clFlush");
-  }
-
-  /// Blocks until `event`'s command has completed.
-  static void wait(const char* operation, const cl::Event& event) {
-    cl_event handle = event();
-    check(CLBUF_CL(clWaitForEvents)(1, &handle), operation, "clWaitForEvents");
-  }
-
-  /// Blocks until `event`'s command has ended; its own error (a negative execution status) when
-  /// it failed, else the wait's code (clWaitForEvents says only that some event failed).
-  /// A status that cannot be asked leaves the wait's code.
-  static cl_int wait_code(cl_event event) noexcept {
-    const EventEnd end = wait_for_event(event);
-    return end.asked.failed() ? end.asked.status : end.waited;
-  }
-
-  /// Blocks until every one of `events` (of one context) has completed.
-  static void wait(const char* operation, const std::vector<cl_event>& events) {
-    if (events.empty()) return;
-    check(CLBUF_CL(clWaitForEvents)(static_cast<cl_uint>(events.size()), events.data()), operation,
-          "clWaitForEvents");
-  }
-
- private:
-  cl::CommandQueue queue_;
-  cl::Buffer fence_;  // marker()'s, if set
-};
-
-/// Events kept until their commands have ended: the barriers that hold a queue for events clbuf
-/// does not own (an application's `after`). PoCL 3.1 aborts the process in clSetUserEventStatus
-/// (pocl_update_event_failed) when an event fails while a barrier waiting for it has already
-/// been released by its owner; a barrier still referenced fails like any command. Each keep()
-/// first releases those that have ended. Thread-safe.
-class KeptEvents {
- public:
-  void keep(cl::Event event) {
-    std::lock_guard<std::mutex> lock(mutex_);
-    events_.erase(std::remove_if(events_.begin(), events_.end(), ended), events_.end());
-    events_.push_back(std::move(event));  // std::bad_alloc: released, as before this class
-  }
-  /// Releases every event (call once the queue has finished).
-  void clear() noexcept {
-    std::lock_guard<std::mutex> lock(mutex_);
-    events_.clear();
-  }
-
- private:
-  /// Completed or failed; one that cannot be asked is kept.
-  static bool ended(const cl::Event& event) noexcept { return event_status(event()).ended(); }
-
-  std::mutex mutex_;
-  std::vector<cl::Event> events_;
-};
-
-}  // namespace detail
-}  // namespace clbuf
-
-#endif  // CLBUF_DETAIL_QUEUE_HPP
-// ---- end of clbuf/detail/queue.hpp
-// ---- clbuf/detail/range.hpp
-// Pure host arithmetic behind every pre-check: overflow-safe sizes, ranges and overlaps.
-// No OpenCL here, so these functions can be fuzzed against a wide-integer reference.
-#ifndef CLBUF_DETAIL_RANGE_HPP
-#define CLBUF_DETAIL_RANGE_HPP
-
-#include <cstddef>
-#include <limits>
-#include <vector>
-
-namespace clbuf {
-namespace detail {
-
-/// a * b into `out`; false (and `out` untouched) when the product does not fit in size_t.
-constexpr bool checked_multiply(std::size_t a, std::size_t b, std::size_t& out) noexcept {
-  if (b != 0 && a > std::numeric_limits<std::size_t>::max() / b) return false;
-  out = a * b;
-  return true;
-}
-
-/// [offset, offset + length) lies inside [0, capacity). Written so that nothing wraps:
-/// the naive `offset + length <= capacity` accepts offset = SIZE_MAX.
-constexpr bool range_fits(std::size_t offset, std::size_t length, std::size_t capacity) noexcept {
-  return offset <= capacity && length <= capacity - offset;
-}
-
-/// [a, a + length) and [b, b + length) share a byte. Both ranges must already fit in one buffer.
-constexpr bool ranges_overlap(std::size_t a, std::size_t b, std::size_t length) noexcept {
-  return length != 0 && (a < b ? b - a < length : a - b < length);
-}
-
-/// The product of a shape's extents into `out` (1 for a rank-0 shape); false on overflow.
-inline bool shape_elements(const std::vector<std::size_t>& shape, std::size_t& out) noexcept {
-  std::size_t product = 1;
-  for (std::size_t extent : shape) {
-    if (extent == 0) {  // a zero extent makes the product 0, even past an overflowing prefix
-      out = 0;
-      return true;
-    }
-  }
-  for (std::size_t extent : shape) {
-    if (!checked_multiply(product, extent, product)) return false;
-  }
-  out = product;
-  return true;
-}
-
-}  // namespace detail
-}  // namespace clbuf
-
-#endif  // CLBUF_DETAIL_RANGE_HPP
-// ---- end of clbuf/detail/range.hpp
-
-#include <algorithm>
-#include <cstddef>
-#include <string>
-#include <vector>
-
-namespace clbuf {
-namespace detail {
-
-/// The type the default selection picks (the first GPU, else the first CPU device, else the
-/// first device's type).
-inline DeviceType default_group_type(const std::vector<DeviceEntry>& entries) {
-  if (first_of_type(entries, DeviceType::gpu) < entries.size()) return DeviceType::gpu;
-  if (first_of_type(entries, DeviceType::cpu) < entries.size()) return DeviceType::cpu;
-  return entries.empty() ? DeviceType::gpu : entries.front().info.type;
-}
-
-/// "a, b, c": each part a single selector (judge_devices), its pick in the group.
-/// @throws Error CL_DEVICE_NOT_FOUND for a part that picks nothing; CL_INVALID_VALUE for an
-///         empty part or a device named twice.
-inline void judge_group_list(const char* operation, const std::vector<DeviceEntry>& entries,
-                             const std::string& text, std::vector<Verdict>& verdicts,
-                             std::vector<std::size_t>& order) {
-  std::size_t start = 0;
-  while (start <= text.size()) {
-    const std::size_t comma = std::min(text.find(',', start), text.size());
-    const std::string part = trimmed(text.substr(start, comma - start));
-    if (part.empty()) {
-      fail(operation, CL_INVALID_VALUE, "the device list \"" + text + "\" has an empty entry");
-    }
-    const std::string quoted = "\"" + part + "\" of \"" + text + "\"";
-    bool found = false;
-    for (Verdict& verdict : judge_devices(entries, parse_selector(part), quoted)) {
-      if (!verdict.picked) continue;
-      found = true;
-      if (verdicts[verdict.entry].picked) {
-        fail(operation, CL_INVALID_VALUE,
-             "the device list \"" + text + "\" names " + device_label(entries[verdict.entry]) +
-                 " twice");
-      }
-      verdicts[verdict.entry] = verdict;
-      order.push_back(verdict.entry);
-    }
-    if (!found) {
-      fail(operation, CL_DEVICE_NOT_FOUND,
-           "no device matches " + quoted + "; devices: " + describe_entries(entries));
-    }
-    start = comma + 1;
-  }
-}
-
-/// Picks every device that `match` accepts, with `reason`; the others get `rejected`.
-template <class Match>
-void judge_group_each(const std::vector<DeviceEntry>& entries, std::vector<Verdict>& verdicts,
-                      Match match, const std::string& reason, const std::string& rejected) {
-  for (std::size_t i = 0; i < entries.size(); ++i) {
-    verdicts[i].picked = match(entries[i]);
-    verdicts[i].reason = verdicts[i].picked ? reason : rejected;
-  }
-}
-
-/// "" (the type the default picks), "gpu", "cpu", "accelerator": every device of that type.
-inline void judge_group_by_type(const std::vector<DeviceEntry>& entries, const Selector& single,
-                                const std::string& text, std::vector<Verdict>& verdicts) {
-  const bool asked = single.kind == Selector::Kind::type;
-  const DeviceType type = asked ? single.type : default_group_type(entries);
-  const std::string why =
-      asked ? std::string("a ") + to_string(type) + " device, as \"" + text + "\" asks"
-            : std::string("a ") + to_string(type) +
-                  " device (default: every device of the type clbuf picks)";
-  judge_group_each(
-      entries, verdicts, [&](const DeviceEntry& entry) { return entry.info.type == type; }, why,
-      std::string("not a ") + to_string(type) + " device");
-}
-
-/// Judges every device for a DeviceGroup `selector` ("" default: every device of the type the
-/// default picks; "all"; "gpu", "cpu", "accelerator": every device of that type; "P:D"; a list
-/// "s1, s2, ..."; else every device whose name contains the text, ignoring case). `order`
-/// receives the picked entries in the group's order (a list's, else list_devices()').
-/// @throws Error as judge_group_list().
-inline std::vector<Verdict> judge_group(const char* operation,
-                                        const std::vector<DeviceEntry>& entries,
-                                        const std::string& selector,
-                                        std::vector<std::size_t>& order) {
-  std::vector<Verdict> verdicts(entries.size());
-  for (std::size_t i = 0; i < entries.size(); ++i) verdicts[i].entry = i;
-  const std::string text = trimmed(selector);
-  const std::string key = lower_case(text);
-  if (text.find(',') != std::string::npos) {
-    for (Verdict& verdict : verdicts) verdict.reason = "not in the list \"" + text + "\"";
-    judge_group_list(operation, entries, text, verdicts, order);
-    return verdicts;
-  }
-  const Selector single = parse_selector(text);
-  if (key == "all") {
-    judge_group_each(
-        entries, verdicts, [](const DeviceEntry&) { return true; }, "\"all\"", "");
-  } else if (single.kind == Selector::Kind::automatic || single.kind == Selector::Kind::type) {
-    judge_group_by_type(entries, single, text, verdicts);
-  } else if (single.kind == Selector::Kind::index) {
-    verdicts = judge_devices(entries, single, "\"" + text + "\"");
-  } else {
-    judge_group_each(
-        entries, verdicts,
-        [&](const DeviceEntry& entry) {
-          return lower_case(entry.info.name).find(single.name) != std::string::npos;
-        },
-        "its name contains \"" + text + "\"", "its name does not contain \"" + text + "\"");
-  }
-  for (const Verdict& verdict : verdicts) {
-    if (verdict.picked) order.push_back(verdict.entry);
-  }
-  return verdicts;
-}
-
-/// The report of a group made of `picked` (listed devices): each picked device, every other
-/// rejected.
-inline SelectionReport group_report(const std::vector<DeviceEntry>& entries,
-                                    const std::vector<DeviceEntry>& picked) {
-  SelectionReport report;
-  report.origin = "selector";
-  for (const DeviceEntry& entry : entries) {
-    bool in = false;
-    for (const DeviceEntry& chosen : picked) in = in || chosen.device == entry.device;
-    report.devices.push_back({entry.info, in, in ? "listed" : "not listed"});
-  }
-  return report;
-}
-
-/// One context of `devices` (all of one platform). Wraps clCreateContext.
-inline cl::Context group_context(const char* operation, cl_platform_id platform,
-                                 const std::vector<cl_device_id>& devices) {
-  const cl_context_properties properties[] = {CL_CONTEXT_PLATFORM,
-                                              reinterpret_cast<cl_context_properties>(platform), 0};
-  cl_int err = CL_SUCCESS;
-  const auto serial = discovery_lock();
-  cl::Context context(CLBUF_CL(clCreateContext)(properties, static_cast<cl_uint>(devices.size()),
-                                                devices.data(), nullptr, nullptr, &err),
-                      false);
-  check(err, operation, "clCreateContext");
-  return context;
-}
-
-/// a * b, or an Error CL_INVALID_VALUE naming both when it overflows.
-inline std::size_t group_product(const char* operation, std::size_t a, std::size_t b) {
-  std::size_t out = 0;
-  if (!checked_multiply(a, b, out)) fail_overflow(operation, a, b);
-  return out;
-}
-
-}  // namespace detail
-}  // namespace clbuf
-
-#endif  // CLBUF_DETAIL_GROUP_HPP
-// ---- end of clbuf/detail/group.hpp
-// ---- clbuf/detail/joined_future.hpp
-// One Future over several: a DeviceGroup's call starts a Future on each device's manager and
-// hands back one whose event is a user event (of the first manager's context) that completes
-// once every part's event has: when the last part's event callback runs, or when a thread waits
-// for the joined Future (or asks ready()), whichever comes first. The second matters where a
-// driver accepts callbacks and never calls them (oclgrind 21.10), and it keeps every blocking
-// wait on the application's threads (oclgrind's runtime is not safe against a second thread
-// waiting on a queue). A part that failed on the device, or in the work clbuf finished on the
-// host, is reported through the joined Future's Outcome, never through the user event's status
-// (which would fail every command queued after it). The joined Future keeps the parts' Futures:
-// what host memory they own lives until it is done.
-#ifndef CLBUF_DETAIL_JOINED_FUTURE_HPP
-#define CLBUF_DETAIL_JOINED_FUTURE_HPP
-
-// ---- clbuf/detail/async.hpp
-// The parts of asynchronous operations that clbuf finishes on the host (staged transfers, copies
-// between contexts): the Outcome a background job reports to its Future, the UserEvent that
-// holds the manager's queue until the job is done, and the Background thread that runs jobs in
-// the order they were submitted.
-//
-// The shape of one such operation, at the call (all enqueued under one lock, so queue order and
-// job order agree):
-//   main queue:   ... earlier work ... -> marker M -> barrier B (waits for user event U) -> later
-//   work background:   waits for its turn, runs its commands on a side queue (each waits for M),
-//   then
-//                 completes U
-// The Future waits for B, so it completes after the last byte has landed and after everything
-// queued before it; work the user enqueues after the call (or on another queue, waiting for
-// Future::event()) sees the result. A failure in the job is recorded in the Outcome and U still
-// completes, so the queue never stalls: the Future reports the error at wait() / get().
-#ifndef CLBUF_DETAIL_ASYNC_HPP
-#define CLBUF_DETAIL_ASYNC_HPP
-
-#include <condition_variable>
-#include <cstddef>
-#include <cstdint>
-#include <deque>
-#include <functional>
-#include <memory>
-#include <mutex>
-#include <string>
-#include <thread>
-#include <utility>
-#include <vector>
-
-namespace clbuf {
-namespace detail {
-
-/// Held while an asynchronous operation enqueues its markers and barriers (on one queue or, for
-/// copies between contexts, two), takes its turn among staged transfers and posts its job to a
-/// Background thread. One lock for the process makes these steps of each operation one step in a
-/// single order: a job waits (through its markers, its turn or its thread's queue) only for jobs
-/// that came before it, so no set of them can wait for each other. Never held while waiting for a
-/// job to run (except when a job must run in place because no thread could be started: the jobs
-/// it then waits for need no lock).
-inline std::mutex& submission_mutex() noexcept {
-  static std::mutex mutex;
-  return mutex;
-}
-
-/// How a background job ended; read by the Future once the job's event has completed.
-class Outcome {
- public:
-  /// Records the first failure only.
-  void failed(const Error& error) noexcept {
-    std::lock_guard<std::mutex> lock(mutex_);
-    if (code_ != CL_SUCCESS || error.code() == CL_SUCCESS) return;
-    code_ = error.code();
-    try {
-      message_ = error.what();
-    } catch (...) {  // NOLINT(bugprone-empty-catch): the code alone still reports the failure
-    }
-  }
-  void failed(const char* operation, cl_int code, const std::string& details) noexcept {
-    try {
-      failed(Error(code, error_message(operation, code, details)));
-    } catch (...) {  // no memory for the text
-      failed(Error(code, std::string()));
-    }
-  }
-
-  /// Throws the recorded failure; nothing when the job succeeded.
-  void rethrow() const {
-    std::lock_guard<std::mutex> lock(mutex_);
-    if (code_ != CL_SUCCESS) throw Error(code_, message_);
-  }
-
- private:
-  mutable std::mutex mutex_;
-  cl_int code_ = CL_SUCCESS;
-  std::string message_;
-};
-
-/// Work a Future does on the thread that waits for it (or asks ready()) before its event can
-/// complete: a joined Future's parts (joined_future.hpp), on drivers that never call event
-/// callbacks. `wait`: block until done; else only when that needs no wait.
-class Settle {
- public:
-  virtual ~Settle() = default;
-  virtual void settle(bool wait) noexcept = 0;
-};
-
-/// What an asynchronous operation started: the event its Future waits for (null when nothing is
-/// left to wait for) and, when clbuf finishes part of the work on the host, where that part
-/// reports how it ended.
-struct Started {
-  cl::Event event;
-  std::shared_ptr<Outcome> outcome;
-};
-
-/// A user event (clCreateUserEvent) that is completed exactly once: by complete(), or by the
-/// destructor, so no command waiting for it can be left waiting forever.
-class UserEvent {
- public:
-  UserEvent() = default;
-  UserEvent(const char* operation, cl_context context) {
-    cl_int err = CL_SUCCESS;
-    event_ = cl::Event(CLBUF_CL(clCreateUserEvent)(context, &err), false);
-    check(err, operation, "clCreateUserEvent");
-  }
-  UserEvent(UserEvent&& other) noexcept
-      : event_(std::exchange(other.event_, cl::Event())),
-        barrier_(std::exchange(other.barrier_, cl::Event())) {}
-  UserEvent& operator=(UserEvent&& other) noexcept {
-    if (this != &other) {
-      complete();
-      event_ = std::exchange(other.event_, cl::Event());
-      barrier_ = std::exchange(other.barrier_, cl::Event());
-    }
-    return *this;
-  }
-  UserEvent(const UserEvent&) = delete;
-  UserEvent& operator=(const UserEvent&) = delete;
-  ~UserEvent() { complete(); }
-
-  cl_event get() const noexcept { return event_(); }
-
-  /// Holds `queue`'s later commands until complete(); returns the barrier's event. The barrier
-  /// is kept until then: PoCL 3.1 aborts the process in clSetUserEventStatus when a barrier
-  /// waiting for the user event has already failed (a command before it on the queue failed,
-  /// e.g. one waiting for an application's event that failed) and been released by its owner.
-  cl::Event barrier(const char* operation, const Queue& queue) {
-    barrier_ = queue.barrier(operation, {event_()});
-    return barrier_;
-  }
-
-  /// Lets every command waiting for the event run; a second call does nothing. A job's failure
-  /// is reported through its Outcome, never through the event's status, which would fail every
-  /// command queued after it.
-  void complete() noexcept {
-    if (event_() == nullptr) return;
-    CLBUF_CL(clSetUserEventStatus)(event_(), CL_COMPLETE);
-    event_ = cl::Event();
-    barrier_ = cl::Event();
-  }
-
- private:
-  cl::Event event_;
-  cl::Event barrier_;  // a barrier waiting for event_, kept until complete()
-};
-
-/// The handles of `after` to wait for: null handles are skipped (a Future with nothing left to
-/// wait for has a null event), and each other one must be of `context`.
-/// @throws Error CL_INVALID_CONTEXT naming the event that is not. Wraps clGetEventInfo.
-inline std::vector<cl_event> wait_list_of(const char* operation,
-                                          const std::vector<cl::Event>& after, cl_context context) {
-  std::vector<cl_event> events;
-  for (std::size_t i = 0; i < after.size(); ++i) {
-    if (after[i]() == nullptr) continue;
-    cl_context of = nullptr;
-    check(CLBUF_CL(clGetEventInfo)(after[i](), CL_EVENT_CONTEXT, sizeof(of), &of, nullptr),
-          operation, "clGetEventInfo(CL_EVENT_CONTEXT)");
-    if (of != context) {
-      fail(operation, CL_INVALID_CONTEXT,
-           "event " + std::to_string(i) +
-               " of `after` belongs to another OpenCL context than "
-               "this BufferManager's");
-    }
-    events.push_back(after[i]());
-  }
-  return events;
-}
-
-/// One thread that runs posted jobs in order. When the host refuses the thread, post() runs the
-/// job on the calling thread instead: the operation then blocks, and stays correct.
-class Background {
- public:
-  Background() = default;
-  Background(const Background&) = delete;
-  Background& operator=(const Background&) = delete;
-  ~Background() { stop(); }
-
-  /// Runs `job` (which must not throw) after every job posted before it.
-  void post(std::function<void()> job) noexcept {
-    bool queued = false;
-    {
-      std::lock_guard<std::mutex> lock(mutex_);
-      if (start_locked()) {
-        try {
-          jobs_.emplace_back();  // may throw; the move below cannot
-          jobs_.back() = std::move(job);
-          ++posted_;
-          queued = true;
-        } catch (...) {  // NOLINT(bugprone-empty-catch): no memory for the entry: run it here
-        }
-      }
-    }
-    if (queued) {
-      wake_.notify_one();
-      return;
-    }
-    drain();  // in order behind the jobs already posted
-    job();
-  }
-
-  /// Returns when every job posted so far has run.
-  void drain() noexcept {
-    std::unique_lock<std::mutex> lock(mutex_);
-    const std::uint64_t target = posted_;
-    idle_.wait(lock, [&] { return done_ >= target; });
-  }
-
-  /// Runs what is queued, then ends the thread; post() afterwards starts a new one.
-  void stop() noexcept {
-    std::thread thread;
-    {
-      std::lock_guard<std::mutex> lock(mutex_);
-      stop_ = true;
-      thread = std::move(thread_);
-    }
-    wake_.notify_all();
-    if (thread.joinable()) thread.join();
-    std::lock_guard<std::mutex> lock(mutex_);
-    stop_ = false;
-  }
-
- private:
-  bool start_locked() noexcept {
-    if (thread_.joinable()) return true;
-    try {
-      thread_ = std::thread([this] { loop(); });
-      return true;
-    } catch (...) {  // std::system_error: no thread to be had
-      return false;
-    }
-  }
-
-  void loop() noexcept {
-    std::unique_lock<std::mutex> lock(mutex_);
-    for (;;) {
-      wake_.wait(lock, [this] { return stop_ || !jobs_.empty(); });
-      if (jobs_.empty()) return;  // stopping, and nothing left to run
-      std::function<void()> job = std::move(jobs_.front());
-      jobs_.pop_front();
-      lock.unlock();
-      job();
-      job = nullptr;  // what the job holds is let go before it counts as done
-      lock.lock();
-      ++done_;
-      idle_.notify_all();
-    }
-  }
-
-  std::mutex mutex_;
-  std::condition_variable wake_, idle_;
-  std::deque<std::function<void()>> jobs_;
-  std::thread thread_;
-  std::uint64_t posted_ = 0, done_ = 0;
-  bool stop_ = false;
-};
-
-}  // namespace detail
-}  // namespace clbuf
-
-#endif  // CLBUF_DETAIL_ASYNC_HPP
-// ---- end of clbuf/detail/async.hpp
-// ---- clbuf/future.hpp
-// clbuf::Future<R>: the result of an asynchronous transfer, owning the host memory it touches.
-#ifndef CLBUF_FUTURE_HPP
-#define CLBUF_FUTURE_HPP
-
-#include <memory>
-#include <optional>
-#include <type_traits>
-#include <utility>
-#include <vector>
-
-namespace clbuf {
-
-class BufferManager;
-namespace detail {
-struct FutureAccess;
-}  // namespace detail
-
-/// The result of an asynchronous operation (upload_async(), download_async(), fill_async(), ...);
-/// Future<void> for operations with no value to hand over. Move-only. Owns (or keeps alive)
-/// every byte of host memory the operation reads or writes that the caller did not promise to
-/// keep, so that memory is never released while the device may still touch it: destroying a
-/// Future that was never waited for waits first. event() is what a kernel of the application
-/// waits for to run after the operation, without a host wait in between.
-template <class R>
-class [[nodiscard]] Future {
- public:
-  Future() = default;
-  Future(const Future&) = delete;
-  Future& operator=(const Future&) = delete;
-
-  /// Takes over `other`'s transfer; `other` becomes empty (valid() is false).
-  Future(Future&& other) noexcept
-      : operation_(other.operation_),
-        event_(std::move(other.event_)),
-        value_(std::exchange(other.value_, std::nullopt)),
-        host_(std::move(other.host_)),
-        outcome_(std::move(other.outcome_)),
-        settle_(std::move(other.settle_)) {}
-
-  /// Waits for this Future's own transfer (errors ignored, as the destructor does), then takes
-  /// over `other`'s; `other` becomes empty.
-  Future& operator=(Future&& other) noexcept {
-    if (this != &other) {
-      wait_quietly();
-      operation_ = other.operation_;
-      event_ = std::move(other.event_);
-      value_ = std::exchange(other.value_, std::nullopt);
-      host_ = std::move(other.host_);
-      outcome_ = std::move(other.outcome_);
-      settle_ = std::move(other.settle_);
-    }
-    return *this;
-  }
-
-  ~Future() { wait_quietly(); }
-
-  /// True while the result has not been taken by get().
-  bool valid() const noexcept { return value_.has_value(); }
-
-  /// The event that completes with the operation, for the wait list of an application's own
-  /// command (a kernel on manager.queue() or on another queue of its context). A null handle
-  /// when nothing was left to wait for (the operation finished during the call, or moved no
-  /// bytes); wait_list() gives a list to pass either way.
-  const cl::Event& event() const noexcept { return event_; }
-
-  /// {event()}, or an empty list when event() is null: a wait list OpenCL accepts as it is.
-  std::vector<cl::Event> wait_list() const {
-    return event_() == nullptr ? std::vector<cl::Event>() : std::vector<cl::Event>{event_};
-  }
-
-  /// The transfer has completed (successfully or not). Wraps clGetEventInfo.
-  /// @throws Error if the event cannot be queried.
-  bool ready() const {
-    if (settle_) settle_->settle(false);
-    if (event_() == nullptr) return true;
-    const cl_int status = status_of_event();
-    return status == CL_COMPLETE || status < 0;
-  }
-
-  /// Blocks until the transfer has completed. Several threads may wait on one Future at once.
-  /// Wraps clWaitForEvents.
-  /// @throws Error with the failed command's code if the transfer failed on the device.
-  void wait() const {
-    if (settle_) settle_->settle(true);
-    if (event_() == nullptr) return;
-    cl_event event = event_();
-    const cl_int err = CLBUF_CL(clWaitForEvents)(1, &event);
-    // Nothing is released here: wait() is const, and several threads may wait at once. The
-    // host memory is let go by get(), by assignment or by destruction.
-    if (err != CL_SUCCESS) {
-      // A command that failed makes clWaitForEvents fail (CL_EXEC_STATUS_ERROR_FOR_EVENTS_IN_
-      // WAIT_LIST); its own code is its execution status. Asked only then: the query costs as
-      // much again as a small transfer's wait on NVIDIA's driver (1.2 us, bench/seed_profile).
-      const cl_int status = status_of_event();
-      if (status < 0) detail::fail(operation_, status, "the transfer failed on the device");
-      detail::check(err, operation_, "clWaitForEvents");
-    }
-    if (outcome_) outcome_->rethrow();  // a failure in the part clbuf ran on the host
-  }
-
-  /// wait(), then hands over the result; once only.
-  /// @throws Error if the transfer failed, or (code CL_SUCCESS) if the result was already taken.
-  R get() {
-    if (!value_) {
-      detail::fail(operation_, CL_SUCCESS, "the result of this Future was already taken by get()");
-    }
-    wait();
-    host_.reset();  // the transfer has ended: its host memory is no longer in use
-    if constexpr (std::is_void<R>::value) {
-      value_.reset();
-    } else {
-      R result = std::move(*value_);
-      value_.reset();
-      return result;
-    }
-  }
-
- private:
-  friend class BufferManager;
-  friend struct detail::FutureAccess;
-
-  struct Nothing {};
-  using Stored = std::conditional_t<std::is_void<R>::value, Nothing, R>;
-
-  Future(const char* operation, cl::Event event, Stored value, std::shared_ptr<const void> host,
-         std::shared_ptr<const detail::Outcome> outcome = nullptr)
-      : operation_(operation),
-        event_(std::move(event)),
-        value_(std::move(value)),
-        host_(std::move(host)),
-        outcome_(std::move(outcome)) {}
-
-  cl_int status_of_event() const { return detail::checked_event_status(operation_, event_()); }
-
-  void wait_quietly() noexcept {
-    if (settle_) settle_->settle(true);
-    if (event_() == nullptr) return;
-    cl_event event = event_();
-    CLBUF_CL(clWaitForEvents)(1, &event);
-    host_.reset();
-  }
-
-  const char* operation_ = "wait";
-  cl::Event event_;
-  std::optional<Stored> value_;       // a download's vector is written in place by the device
-  std::shared_ptr<const void> host_;  // host memory the transfer reads (an upload's data)
-  std::shared_ptr<const detail::Outcome> outcome_;  // set when clbuf finishes the work on the host
-  std::shared_ptr<detail::Settle> settle_;          // set for a Future joined over others
-};
-
-}  // namespace clbuf
-
-#endif  // CLBUF_FUTURE_HPP
-// ---- end of clbuf/future.hpp
-
-#include <atomic>
-#include <cstddef>
-#include <memory>
-#include <mutex>
-#include <string>
-#include <type_traits>
-#include <unordered_set>
-#include <utility>
-#include <vector>
-
-namespace clbuf {
-namespace detail {
-
-/// The value of a joined Future<void>.
-struct NoValue {};
-
-/// What a Future holds, for the helpers below (Future's friend).
-struct FutureAccess {
-  /// A Future<R> of `value` (NoValue for Future<void>).
-  template <class R, class V>
-  static Future<R> make(const char* operation, cl::Event event, V value,
-                        std::shared_ptr<const void> host, std::shared_ptr<const Outcome> outcome,
-                        std::shared_ptr<Settle> settle) {
-    using Stored = typename Future<R>::Stored;
-    Stored stored;
-    if constexpr (!std::is_same<V, NoValue>::value) stored = Stored(std::move(value));
-    Future<R> future(operation, std::move(event), std::move(stored), std::move(host),
-                     std::move(outcome));
-    future.settle_ = std::move(settle);
-    return future;
-  }
-  template <class R>
-  static const std::shared_ptr<const Outcome>& outcome(const Future<R>& future) noexcept {
-    return future.outcome_;
-  }
-  template <class R>
-  static void keep(Future<R>& future, std::shared_ptr<const void> more) {
-    future.host_ =
-        std::make_shared<std::pair<std::shared_ptr<const void>, std::shared_ptr<const void>>>(
-            std::move(future.host_), std::move(more));
-  }
-};
-
-/// The state of a joined Future: the parts' events and Outcomes, the user event to complete,
-/// and where failures go.
-class JoinState : public Settle {
- public:
-  /// From a waiting thread: collects the parts (waiting for them when `wait`; else only once
-  /// all have ended) and completes the user event.
-  void settle(bool wait) noexcept override {
-    if (claimed_.load(std::memory_order_acquire)) return;  // done, or being done
-    if (!wait) {
-      for (const cl::Event& event : events) {
-        if (status_of(event()) > 0) return;  // queued, submitted or running
-      }
-    }
-    finish(wait);
-  }
-
-  /// From a part's event callback: the last one collects the parts (all have ended: no wait,
-  /// which a callback must not do).
-  void part_ended() noexcept {
-    if (remaining.fetch_sub(1) == 1) finish(false);
-  }
-
-  /// Once (the first caller; the others return at once: a callback must never block, and a
-  /// waiting thread then waits for the user event): records each part's failure, then
-  /// completes the user event.
-  void finish(bool wait) noexcept {
-    if (claimed_.exchange(true, std::memory_order_acq_rel)) return;
-    for (std::size_t i = 0; i < events.size(); ++i) {
-      cl_event event = events[i]();
-      if (wait) CLBUF_CL(clWaitForEvents)(1, &event);  // a failure shows in the status
-      const cl_int status = status_of(event);
-      if (status < 0) {
-        outcome->failed(operation, status,
-                        "part " + std::to_string(i) + " of the transfer failed on the device");
-      }
-    }
-    for (const auto& part : parts) {
-      try {
-        part->rethrow();
-      } catch (const Error& error) {
-        outcome->failed(error);
-      }
-    }
-    if (user() != nullptr) CLBUF_CL(clSetUserEventStatus)(user(), CL_COMPLETE);
-  }
-
-  cl::Event user;
-  std::vector<cl::Event> events;  // the parts' (not null)
-  std::atomic<std::size_t> remaining{0};
-  const char* operation = "wait";
-  std::shared_ptr<Outcome> outcome = std::make_shared<Outcome>();
-  std::vector<std::shared_ptr<const Outcome>> parts;  // the parts' own Outcomes
-
- private:
-  static cl_int status_of(cl_event event) noexcept {
-    cl_int status = CL_COMPLETE;
-    if (CLBUF_CL(clGetEventInfo)(event, CL_EVENT_COMMAND_EXECUTION_STATUS, sizeof(status), &status,
-                                 nullptr) != CL_SUCCESS) {
-      return CL_OUT_OF_RESOURCES;
-    }
-    return status;
-  }
-
-  std::atomic<bool> claimed_{false};
-};
-
-/// The callbacks a driver has not called yet, each a heap-held shared_ptr to its state. Held
-/// here, so that memory stays reachable: a driver may call a callback after the joined Future
-/// has been settled and destroyed, even after main() has returned (a leak check at exit would
-/// count it lost), and oclgrind never calls one. Never destroyed, as a callback may come late.
-struct PendingCallbacks {
-  std::mutex mutex;
-  std::unordered_set<std::shared_ptr<JoinState>*> held;
-
-  static PendingCallbacks& instance() {
-    static PendingCallbacks* pending = new PendingCallbacks();  // NOLINT: never destroyed
-    return *pending;
-  }
-};
-
-/// clSetEventCallback's callback: one part has ended. `data` is a holder of the state from
-/// PendingCallbacks, deleted here.
-inline void CL_CALLBACK joined_part_ended(cl_event, cl_int, void* data) {
-  auto* holder = static_cast<std::shared_ptr<JoinState>*>(data);
-  {
-    PendingCallbacks& pending = PendingCallbacks::instance();
-    std::lock_guard<std::mutex> lock(pending.mutex);
-    pending.held.erase(holder);
-  }
-  (*holder)->part_ended();
-  delete holder;
-}
-
-/// Asks for joined_part_ended() when `part` ends; when the driver refuses, a waiting thread
-/// settles the state.
-inline void join_callback(const std::shared_ptr<JoinState>& state, cl_event part) {
-  PendingCallbacks& pending = PendingCallbacks::instance();
-  auto* holder = new std::shared_ptr<JoinState>(state);
-  {
-    std::lock_guard<std::mutex> lock(pending.mutex);
-    pending.held.insert(holder);
-  }
-  if (CLBUF_CL(clSetEventCallback)(part, CL_COMPLETE, joined_part_ended, holder) != CL_SUCCESS) {
-    {
-      std::lock_guard<std::mutex> lock(pending.mutex);
-      pending.held.erase(holder);
-    }
-    delete holder;
-  }
-}
-
-/// One Future<R> holding `value` over `parts` (Futures of managers, started): it completes once
-/// all have, its event a user event of `context` (null when no part left anything to wait for).
-template <class R, class V = NoValue>
-Future<R> joined(const char* operation, cl_context context, std::vector<Future<void>> parts,
-                 V value = V()) {
-  auto state = std::make_shared<JoinState>();
-  state->operation = operation;
-  for (const Future<void>& part : parts) {
-    if (part.event()() != nullptr) state->events.push_back(part.event());
-    if (FutureAccess::outcome(part)) state->parts.push_back(FutureAccess::outcome(part));
-  }
-  auto kept = std::make_shared<std::vector<Future<void>>>(std::move(parts));
-  cl::Event event;
-  if (state->events.empty()) {
-    state->finish(false);
-  } else {
-    cl_int err = CL_SUCCESS;
-    state->user = cl::Event(CLBUF_CL(clCreateUserEvent)(context, &err), false);
-    check(err, operation, "clCreateUserEvent");
-    event = state->user;
-    state->remaining.store(state->events.size());
-    for (const cl::Event& part : state->events) join_callback(state, part());
-  }
-  return FutureAccess::make<R>(operation, std::move(event), std::move(value), std::move(kept),
-                               state->outcome, state);
-}
-
-/// `future`, also keeping `more` alive until its work is done.
-template <class R>
-Future<R> keeping(Future<R> future, std::shared_ptr<const void> more) {
-  FutureAccess::keep(future, std::move(more));
-  return future;
-}
-
-}  // namespace detail
-}  // namespace clbuf
-
-#endif  // CLBUF_DETAIL_JOINED_FUTURE_HPP
-// ---- end of clbuf/detail/joined_future.hpp
-// ---- clbuf/manager.hpp
-// clbuf::BufferManager: owns a context and an in-order queue on one device, and moves typed data
-// between host memory and device memory. This file is the typed facade: each call enters the
-// gate, checks its input (detail/checks.hpp) before OpenCL is called, converts elements to bytes
-// once, and hands the bytes to the transfer engine (detail/transfer_engine.hpp), where the one
-// path rule picks how they move. Rectangles: detail/regions.hpp; other contexts:
-// detail/cross_context.hpp; the device, context and queue: detail/device_context.hpp.
-#ifndef CLBUF_MANAGER_HPP
-#define CLBUF_MANAGER_HPP
-
-// ---- clbuf/detail/checks.hpp
-// Every check a BufferManager call makes before OpenCL is called, as free functions on sizes,
-// offsets and handles (testable without a device). A failed check throws the Error its factory
-// in error.hpp words, and nothing has been changed.
-#ifndef CLBUF_DETAIL_CHECKS_HPP
-#define CLBUF_DETAIL_CHECKS_HPP
-
-// ---- clbuf/rect.hpp
-// Rectangular 2D/3D regions of row-major arrays, in elements: clbuf::Extents, clbuf::Offset,
-// clbuf::Region, and the pure checks behind upload_rect/download_rect/copy_rect (bounds and
-// overlap, overflow-safe, no OpenCL here). Pitches are always derived from the extents.
-#ifndef CLBUF_RECT_HPP
-#define CLBUF_RECT_HPP
-
-#include <cstddef>
-#include <string>
-
-namespace clbuf {
-
-/// The size of a row-major array or of a region, in elements: `x` elements per row, `y` rows per
-/// slice, `z` slices. A 2D array is {width, height}; a 1D array {length}.
-struct Extents {
-  std::size_t x = 1;  ///< elements per row
-  std::size_t y = 1;  ///< rows per slice
-  std::size_t z = 1;  ///< slices
-};
-
-/// A position in a row-major array, in elements (column x, row y, slice z).
-struct Offset {
-  std::size_t x = 0;  ///< column (element within its row)
-  std::size_t y = 0;  ///< row within its slice
-  std::size_t z = 0;  ///< slice
-};
-
-/// A box of `size` elements copied from `src_origin` of an array laid out as `src_extents` to
-/// `dst_origin` of an array laid out as `dst_extents`. Row and slice pitches are derived from
-/// the extents (row pitch = extents.x * sizeof(T), slice pitch = row pitch * extents.y); each
-/// array must fit in the buffer or host memory it describes.
-struct Region {
-  Extents size;         ///< the box copied, in elements
-  Offset src_origin;    ///< where the box starts in the source array
-  Extents src_extents;  ///< the source array's layout
-  Offset dst_origin;    ///< where the box goes in the destination array
-  Extents dst_extents;  ///< the destination array's layout
-};
-
-namespace detail {
-
-inline std::string describe(const Extents& e) {
-  return std::to_string(e.x) + "x" + std::to_string(e.y) + "x" + std::to_string(e.z);
-}
-
-inline std::string describe(const Offset& o) {
-  return "(" + std::to_string(o.x) + ", " + std::to_string(o.y) + ", " + std::to_string(o.z) + ")";
-}
-
-/// The byte geometry of one side of a region, derived from its extents.
-struct RectSide {
-  std::size_t row_pitch = 0;     ///< bytes per row of the whole array
-  std::size_t slice_pitch = 0;   ///< bytes per slice of the whole array
-  std::size_t array_bytes = 0;   ///< bytes of the whole array
-  std::size_t origin_bytes = 0;  ///< byte offset of the region's first element
-};
-
-/// Why a side of a region does not fit, or "" when it does. `capacity` is the number of elements
-/// the buffer or host memory holds. On success fills `side` (every product is overflow-checked).
-inline std::string rect_side_problem(const Extents& size, const Offset& origin,
-                                     const Extents& extents, std::size_t capacity,
-                                     std::size_t element_size, RectSide& side) {
-  const std::size_t origins[3] = {origin.x, origin.y, origin.z};
-  const std::size_t sizes[3] = {size.x, size.y, size.z};
-  const std::size_t limits[3] = {extents.x, extents.y, extents.z};
-  const char* axes = "xyz";
-  for (int d = 0; d < 3; ++d) {
-    if (!range_fits(origins[d], sizes[d], limits[d])) {
-      return std::string("region of ") + describe(size) + " at " + describe(origin) +
-             " leaves an array of " + describe(extents) + " elements along " + axes[d];
-    }
-  }
-  std::size_t elements = 0;
-  if (!checked_multiply(extents.x, extents.y, elements) ||
-      !checked_multiply(elements, extents.z, elements) ||
-      !checked_multiply(elements, element_size, side.array_bytes)) {
-    return "array of " + describe(extents) + " elements of " + std::to_string(element_size) +
-           " bytes overflows size_t";
-  }
-  if (elements > capacity) {
-    return "array of " + describe(extents) + " elements (" + std::to_string(elements) +
-           ") is larger than the " + std::to_string(capacity) + " elements it describes";
-  }
-  side.row_pitch = extents.x * element_size;
-  side.slice_pitch = side.row_pitch * extents.y;
-  side.origin_bytes =
-      origin.z * side.slice_pitch + origin.y * side.row_pitch + origin.x * element_size;
-  return {};
-}
-
-/// The region moves no element.
-constexpr bool rect_empty(const Extents& size) noexcept {
-  return size.x == 0 || size.y == 0 || size.z == 0;
-}
-
-/// Rows of `width` bytes starting at base + z * slice + y * row (y < rows, z < slices), for two
-/// bases `a` and `b` with the same pitches: does any byte belong to both? Exact, with no
-/// signed arithmetic and no overflow, for regions that fit in one buffer (rect_side_problem):
-/// then rows * row <= slice and width <= row, so only slice pairs whose starts differ by less
-/// than one slice pitch, and within them the two nearest row pairs, can share a byte.
-inline bool rect_rows_overlap(std::size_t a, std::size_t b, std::size_t width, std::size_t rows,
-                              std::size_t slices, std::size_t row, std::size_t slice) noexcept {
-  if (width == 0 || rows == 0 || slices == 0) return false;
-  if (a < b) {
-    const std::size_t t = a;
-    a = b;
-    b = t;
-  }
-  // Now a >= b. Slice starts differ by |gap - j * slice| for some j in (-slices, slices); rows
-  // within two slices at distance g differ by |g - k * row| for k in (-rows, rows).
-  const std::size_t gap = a - b;
-  auto slices_share = [&](std::size_t g) {
-    std::size_t k = g / row;
-    if (k > rows - 1) k = rows - 1;
-    for (std::size_t next = k; next <= k + 1 && next <= rows - 1; ++next) {
-      const std::size_t shift = next * row;
-      if ((shift <= g ? g - shift : shift - g) < width) return true;
-    }
-    return false;
-  };
-  const std::size_t q = gap / slice;
-  for (std::size_t j = q == 0 ? 0 : q - 1; j <= q + 1 && j <= slices - 1; ++j) {
-    const std::size_t shift = j * slice;
-    if (slices_share(shift <= gap ? gap - shift : shift - gap)) return true;
-  }
-  return false;
-}
-
-}  // namespace detail
-}  // namespace clbuf
-
-#endif  // CLBUF_RECT_HPP
-// ---- end of clbuf/rect.hpp
-
-#include <cstddef>
-#include <cstdint>
-#include <string>
-#include <vector>
-
-namespace clbuf {
-namespace detail {
-
-/// A buffer this manager may use: valid (not moved from) and of its context.
-inline void check_buffer(const char* operation, bool valid, cl_context buffer_context,
-                         cl_context context) {
-  if (!valid) fail_invalid_buffer(operation);
-  if (buffer_context != context) fail_other_context(operation);
-}
-
-inline void check_host_pointer(const char* operation, const void* pointer, std::size_t count) {
-  if (pointer == nullptr && count != 0) fail_null_pointer(operation, count);
-}
-
-/// `count` elements at element `offset` lie within `size` elements; `access` names the use
-/// ("read", "write", "view").
-inline void check_range(const char* operation, const char* access, std::size_t count,
-                        std::size_t offset, std::size_t size, std::size_t element_size) {
-  if (!range_fits(offset, count, size)) {
-    fail_range(operation, access, count, offset, size, element_size);
-  }
-}
-
-/// count * element_size, which must neither overflow nor exceed the device's max allocation.
-inline std::size_t checked_bytes(const char* operation, std::size_t count, std::size_t element_size,
-                                 std::uint64_t max_alloc_bytes) {
-  std::size_t bytes = 0;
-  if (!checked_multiply(count, element_size, bytes)) fail_overflow(operation, count, element_size);
-  if (bytes > max_alloc_bytes) fail_too_large(operation, bytes, max_alloc_bytes);
-  return bytes;
-}
-
-/// Two byte ranges of one root buffer (views included, by absolute offset) share no byte.
-inline void check_no_overlap(const char* operation, cl_mem src_root, std::size_t src_at,
-                             cl_mem dst_root, std::size_t dst_at, std::size_t bytes) {
-  if (src_root == dst_root && ranges_overlap(src_at, dst_at, bytes)) {
-    fail_overlap(operation, src_at, dst_at, bytes);
-  }
-}
-
-/// Whole-buffer copies need equal element counts.
-inline void check_same_size(const char* operation, std::size_t src_count, std::size_t dst_count) {
-  if (src_count != dst_count) {
-    fail(operation, CL_INVALID_VALUE,
-         "source has " + std::to_string(src_count) + " elements but destination has " +
-             std::to_string(dst_count));
-  }
-}
-
-/// A shape whose product is `count`.
-inline void check_shape(const char* operation, const std::vector<std::size_t>& shape,
-                        std::size_t count) {
-  std::size_t elements = 0;
-  const bool fits = shape_elements(shape, elements);
-  if (fits && elements == count) return;
-  std::string extents;
-  for (std::size_t extent : shape)
-    extents += (extents.empty() ? "" : ", ") + std::to_string(extent);
-  fail(operation, CL_INVALID_VALUE,
-       "shape [" + extents + "] holds " +
-           (fits ? std::to_string(elements) : std::string("more than SIZE_MAX")) +
-           " elements but the data has " + std::to_string(count));
-}
-
-/// An adopted buffer of `capacity` bytes (CL_MEM_SIZE) holds `count` elements.
-inline void check_adopt_capacity(const char* operation, std::size_t count, std::size_t element_size,
-                                 std::size_t capacity) {
-  std::size_t bytes = 0;
-  if (!checked_multiply(count, element_size, bytes)) fail_overflow(operation, count, element_size);
-  if (bytes > capacity) {
-    fail(operation, CL_INVALID_VALUE,
-         std::to_string(count) + " elements of " + std::to_string(element_size) + " bytes need " +
-             std::to_string(bytes) + " bytes but the buffer has " + std::to_string(capacity) +
-             " (CL_MEM_SIZE)");
-  }
-}
-
-/// The host may read (`read`) and write (`write`) a buffer whose CL_MEM_HOST_* flags are those
-/// of `host_access` (0 for every buffer clbuf makes; an adopted buffer's own; other bits are
-/// ignored). Checked by clbuf on
-/// every vendor: some drivers (NVIDIA's) let a host-read-only buffer be mapped for writing.
-inline void check_host_access(const char* operation, cl_mem_flags host_access, bool read,
-                              bool write) {
-  const bool no_access = (host_access & CL_MEM_HOST_NO_ACCESS) != 0;
-  const char* flag = no_access                                     ? "CL_MEM_HOST_NO_ACCESS"
-                     : (host_access & CL_MEM_HOST_WRITE_ONLY) != 0 ? "CL_MEM_HOST_WRITE_ONLY"
-                                                                   : "CL_MEM_HOST_READ_ONLY";
-  if (read && (no_access || (host_access & CL_MEM_HOST_WRITE_ONLY) != 0)) {
-    fail(operation, CL_INVALID_OPERATION,
-         std::string("the buffer was created with ") + flag +
-             ", so the host may not read it; copy it on the device (copy, copy_bytes) into a "
-             "buffer the host may read, and read that");
-  }
-  if (write && (no_access || (host_access & CL_MEM_HOST_READ_ONLY) != 0)) {
-    fail(operation, CL_INVALID_OPERATION,
-         std::string("the buffer was created with ") + flag +
-             ", so the host may not write it; write a buffer the host may write and copy it on "
-             "the device (copy, copy_bytes), or fill() it");
-  }
-}
-
-/// The host memory of a transfer is not the buffer's own mapped memory (a live MappedView):
-/// OpenCL leaves a transfer into or out of a mapped region undefined, and on a device that
-/// shares host memory the copy would overlap itself. `lease` may be null (never mapped).
-inline void check_not_mapped(const char* operation, Lease* lease, const void* host,
-                             std::size_t count, std::size_t element_size) {
-  std::size_t bytes = 0;
-  if (lease != nullptr && checked_multiply(count, element_size, bytes) &&
-      lease->maps_onto(host, bytes)) {
-    fail(operation, CL_INVALID_OPERATION,
-         "the " + std::to_string(bytes) +
-             " bytes of host memory overlap a MappedView of the same buffer; unmap the view "
-             "first, or copy from memory of your own");
-  }
-}
-
-/// One side of a region, checked against `capacity` elements; `side` names it in messages.
-inline RectSide rect_side(const char* operation, const char* side, const Extents& size,
-                          const Offset& origin, const Extents& extents, std::size_t capacity,
-                          std::size_t element_size) {
-  RectSide geometry;
-  const std::string problem =
-      rect_side_problem(size, origin, extents, capacity, element_size, geometry);
-  if (!problem.empty()) fail(operation, CL_INVALID_VALUE, side + (": " + problem));
-  return geometry;
-}
-
-/// Regions of one buffer at absolute byte offsets `a` and `b` (checked sides) share no byte.
-/// With equal pitches the test is exact; with different pitches the byte spans must be apart.
-inline void check_rect_overlap(const char* operation, std::size_t a, const RectSide& from,
-                               std::size_t b, const RectSide& to, const Extents& size,
-                               std::size_t element_size) {
-  const std::size_t width = size.x * element_size;
-  bool overlap = false;
-  if (from.row_pitch == to.row_pitch && from.slice_pitch == to.slice_pitch) {
-    overlap = rect_rows_overlap(a, b, width, size.y, size.z, from.row_pitch, from.slice_pitch);
-  } else {
-    const std::size_t a_span =
-        (size.z - 1) * from.slice_pitch + (size.y - 1) * from.row_pitch + width;
-    const std::size_t b_span = (size.z - 1) * to.slice_pitch + (size.y - 1) * to.row_pitch + width;
-    overlap = a < b ? b - a < a_span : a - b < b_span;
-  }
-  if (overlap) {
-    fail(operation, CL_MEM_COPY_OVERLAP,
-         "source region at byte " + std::to_string(a) + " and destination region at byte " +
-             std::to_string(b) + " of one buffer share bytes (region of " + describe(size) +
-             " elements, row pitches " + std::to_string(from.row_pitch) + " and " +
-             std::to_string(to.row_pitch) + ", slice pitches " + std::to_string(from.slice_pitch) +
-             " and " + std::to_string(to.slice_pitch) + " bytes)");
-  }
-}
-
-}  // namespace detail
-}  // namespace clbuf
-
-#endif  // CLBUF_DETAIL_CHECKS_HPP
-// ---- end of clbuf/detail/checks.hpp
-// ---- clbuf/detail/cross_context.hpp
-// copy_from between managers of different contexts (other devices or platforms): OpenCL has no
-// copy between contexts, so bytes go through host memory, never as a full host copy: straight
-// into or out of a CPU device's own host block, or pipelined through two pinned chunks.
-#ifndef CLBUF_DETAIL_CROSS_CONTEXT_HPP
-#define CLBUF_DETAIL_CROSS_CONTEXT_HPP
-
-// ---- clbuf/detail/device_context.hpp
-// What a BufferManager runs on: the device it picked (or adopted), its context and in-order
-// queue, the facts about the device clbuf needs, and the Options with every `automatic`
-// resolved. Fixed at construction (but for the side queue, made on first use); cleanup() drops
-// the context and queues.
-#ifndef CLBUF_DETAIL_DEVICE_CONTEXT_HPP
-#define CLBUF_DETAIL_DEVICE_CONTEXT_HPP
-
-// ---- clbuf/detail/trace.hpp
-// The tracer (CLBUF_TRACE, Options::trace_path): a timeline of a manager's transfers in the Chrome
-// Trace Event Format, which Perfetto and chrome://tracing open (docs/performance.md "Tracing").
-// Managers tracing to one path share one file (TraceFile, a registry by path), each its own pid.
-// Each thread appends to a buffer of its own (its own mutex, uncontended but for a flush); a full
-// one (buffer_events events) goes to the file's writer thread, which formats and writes it off the
-// transfer's thread; the rest are written at cleanup(), destruction and exit. The
-// file is rewritten to end in "]}" after every write, so it is valid JSON whenever the program
-// stops: at exit, and on std::terminate (an uncaught exception), whose handler writes the buffers
-// first. Timestamps are std::chrono::steady_clock in microseconds (absolute: two processes on one
-// host line up). When tracing is off the components hold a null Tracer*: one branch per span.
-#ifndef CLBUF_DETAIL_TRACE_HPP
-#define CLBUF_DETAIL_TRACE_HPP
-
-#if defined(__unix__) || defined(__APPLE__)
-#include <sys/stat.h>
-#endif
-
-#include <algorithm>
-#include <atomic>
-#include <cerrno>
-#include <charconv>
-#include <chrono>
-#include <condition_variable>
-#include <cstddef>
-#include <cstdint>
-#include <cstdio>
-#include <cstdlib>
-#include <cstring>
-#include <deque>
-#include <exception>
-#include <initializer_list>
-#include <map>
-#include <memory>
-#include <mutex>
-#include <string>
-#include <thread>
-#include <utility>
-#include <vector>
-
-namespace clbuf {
-namespace detail {
-
-/// Now, in microseconds of std::chrono::steady_clock: the trace's clock.
-inline double trace_now() noexcept {
-  return std::chrono::duration<double, std::micro>(
-             std::chrono::steady_clock::now().time_since_epoch())
-      .count();
-}
-
-/// `time` in the trace's clock.
-inline double trace_time(std::chrono::steady_clock::time_point time) noexcept {
-  return std::chrono::duration<double, std::micro>(time.time_since_epoch()).count();
-}
-
-/// One argument of an event: a number, or `text` (a string literal) when not null.
-struct TraceArg {
-  const char* key = nullptr;  // null: no argument
-  const char* text = nullptr;
-  double number = 0;
-};
-
-/// One event as a thread's buffer holds it: no allocation but the buffer's own. `name` and every
-/// text are string literals (or outlive the file). Phases: 'X' a complete span, 'A' a span that
-/// may overlap others on its track (written as the async pair "b"/"e" with `id`), 'C' a counter,
-/// 's' and 'f' the start and the end of a flow arrow `id` (bound to the span around `begin` on
-/// its track: an MPI message's send and its receive).
-struct TraceEvent {
-  static constexpr std::size_t max_args = 5;
-  char phase = 'X';
-  const char* name = "";
-  int pid = 0;
-  int tid = 0;
-  double begin = 0;  // microseconds, trace_now()
-  double end = 0;
-  std::uint64_t id = 0;
-  TraceArg args[max_args];
-};
-
-/// `text` as a JSON string's contents.
-inline void append_json_string(std::string& out, const char* text) {
-  const char* plain = text;  // the common case, names and keys with nothing to escape: at once
-  while (*plain != '\0' && *plain != '"' && *plain != '\\' &&
-         static_cast<unsigned char>(*plain) >= 0x20) {
-    ++plain;
-  }
-  out.append(text, plain);
-  for (const char* c = plain; *c != '\0'; ++c) {
-    const unsigned char byte = static_cast<unsigned char>(*c);
-    if (byte == '"' || byte == '\\') {
-      out += '\\';
-      out += *c;
-    } else if (byte < 0x20) {
-      char escaped[8];
-      std::snprintf(escaped, sizeof(escaped), "\\u%04x", byte);
-      out += escaped;
-    } else {
-      out += *c;
-    }
-  }
-}
-
-// The writers below format without snprintf (integers by std::to_chars): a full buffer of 4096
-// events is formatted on the thread that recorded the last, inside a transfer, so formatting is
-// most of what tracing costs a staged transfer (about 1 us an event by snprintf, on PoCL's host).
-
-/// `value` in decimal.
-inline void append_json_integer(std::string& out, long long value) {
-  char text[24];
-  const std::to_chars_result made = std::to_chars(text, text + sizeof(text), value);
-  out.append(text, made.ptr);
-}
-
-/// `value` as a JSON number: an integer up to 2^53 exactly, else 17 significant digits; never
-/// NaN or infinity, which JSON lacks (0 instead).
-inline void append_json_number(std::string& out, double value) {
-  if (!(value == value && value - value == 0)) value = 0;
-  if (value == static_cast<double>(static_cast<long long>(value)) && value <= 9007199254740992.0 &&
-      value >= -9007199254740992.0) {
-    append_json_integer(out, static_cast<long long>(value));
-    return;
-  }
-  char text[32];
-  std::snprintf(text, sizeof(text), "%.17g", value);
-  out += text;
-}
-
-/// A time in microseconds to the nanosecond (three decimals), as a JSON number.
-inline void append_json_time(std::string& out, double microseconds) {
-  if (!(microseconds >= 0 && microseconds < 9e15)) {  // not from the trace's clock: as it is
-    append_json_number(out, microseconds);
-    return;
-  }
-  const long long ns = static_cast<long long>(microseconds * 1000.0 + 0.5);
-  append_json_integer(out, ns / 1000);
-  const char fraction[4] = {'.', static_cast<char>('0' + ns / 100 % 10),
-                            static_cast<char>('0' + ns / 10 % 10),
-                            static_cast<char>('0' + ns % 10)};
-  out.append(fraction, 4);
-}
-
-/// The arguments of `event` as the members of a JSON object.
-inline void append_trace_args(std::string& out, const TraceEvent& event) {
-  for (std::size_t a = 0; a < TraceEvent::max_args && event.args[a].key != nullptr; ++a) {
-    out += a == 0 ? "\"" : ",\"";
-    append_json_string(out, event.args[a].key);
-    out += "\":";
-    if (event.args[a].text == nullptr) {
-      append_json_number(out, event.args[a].number);
-    } else {
-      out += '"';
-      append_json_string(out, event.args[a].text);
-      out += '"';
-    }
-  }
-}
-
-/// The events of a TraceEvent as JSON objects, each followed by ",\n".
-inline void append_trace_event(std::string& out, const TraceEvent& event) {
-  const bool pair = event.phase == 'A';
-  const char phases[2] = {pair ? 'b' : event.phase, 'e'};
-  for (int half = 0; half < (pair ? 2 : 1); ++half) {
-    out += "{\"ph\":\"";
-    out += phases[half];
-    out += "\",\"cat\":\"clbuf\",\"name\":\"";
-    append_json_string(out, event.name);
-    out += "\",\"pid\":";
-    append_json_integer(out, event.pid);
-    out += ",\"tid\":";
-    append_json_integer(out, event.tid);
-    out += ",\"ts\":";
-    append_json_time(out, half == 0 ? event.begin : event.end);
-    if (event.phase == 'X') {
-      out += ",\"dur\":";
-      append_json_time(out, std::max(0.0, event.end - event.begin));
-    }
-    if (pair || event.phase == 's' || event.phase == 'f') {
-      out += ",\"id\":";
-      append_json_integer(out, static_cast<long long>(event.id));
-    }
-    if (event.phase == 'f') out += ",\"bp\":\"e\"";
-    out += ",\"args\":{";
-    if (half == 0) append_trace_args(out, event);
-    out += "}},\n";
-  }
-}
-
-/// This process's rank as a launcher gives it to the processes it starts (Open MPI's
-/// OMPI_COMM_WORLD_RANK, MPICH's and Slurm's PMI_RANK, Slurm's SLURM_PROCID), or -1 outside one:
-/// read from the environment, so that a manager made before MPI_Init knows it. Not PMIX_RANK,
-/// which a singleton MPI_Init (mpi4py imported by a program run alone) sets to 0.
-inline int launcher_rank() noexcept {
-  for (const char* name : {"OMPI_COMM_WORLD_RANK", "PMI_RANK", "SLURM_PROCID"}) {
-    const char* value = std::getenv(name);
-    if (value == nullptr || *value == '\0') continue;
-    char* end = nullptr;
-    const long rank = std::strtol(value, &end, 10);
-    if (*end == '\0' && rank >= 0 && rank < 100000) return static_cast<int>(rank);
-  }
-  return -1;
-}
-
-/// True when `path` names an existing folder (its trace file cannot be written: the error says
-/// so rather than a rank's name made from it).
-inline bool names_a_folder(const std::string& path) noexcept {
-  if (!path.empty() && path.back() == '/') return true;
-#if defined(__unix__) || defined(__APPLE__)
-  struct stat info {};
-  return ::stat(path.c_str(), &info) == 0 && S_ISDIR(info.st_mode);
-#else
-  return false;
-#endif
-}
-
-/// `path` with ".rank<N>" before its file name's extension: "trace.json" -> "trace.rank3.json",
-/// "out/trace" -> "out/trace.rank3"; a path that has it already stays as it is (the Options of
-/// another manager passed on), and so does a folder.
-inline std::string rank_path(const std::string& path, int rank) {
-  if (names_a_folder(path)) return path;
-  const std::size_t slash = path.find_last_of('/');
-  const std::size_t dot = path.find_last_of('.');
-  const bool extension =
-      dot != std::string::npos && dot != 0 && (slash == std::string::npos || dot > slash + 1);
-  const std::size_t at = extension ? dot : path.size();
-  const std::string tag = ".rank" + std::to_string(rank);
-  if (at >= tag.size() && path.compare(at - tag.size(), tag.size(), tag) == 0) return path;
-  return path.substr(0, at) + tag + path.substr(at);
-}
-
-class TraceFile;
-
-/// A thread's events for one file, until the file takes them. Its mutex is taken by the thread
-/// at each event and by the file when it writes them out: uncontended but for that.
-struct TraceBuffer {
-  std::mutex mutex;
-  std::vector<TraceEvent> events;  // under mutex
-  bool closed = false;             // under mutex: the file has ended; events are dropped
-  // The thread's own, no lock: its "API calls" track per process (pid, tid).
-  std::vector<std::pair<int, int>> api_tracks;
-};
-
-/// One trace file, shared by the managers that trace to its path (open()).
-class TraceFile {
- public:
-  /// Events a thread's buffer holds before the thread writes them into the file.
-  static constexpr std::size_t buffer_events = 4096;
-
-  /// The file of `path`, opened (truncated) by its first manager and shared by the others while
-  /// one holds it. @throws Error CL_INVALID_VALUE naming the path and the OS error when it cannot
-  /// be written (a folder, a missing or read-only folder).
-  static std::shared_ptr<TraceFile> open(const std::string& path, const char* operation);
-
-  TraceFile(const TraceFile&) = delete;
-  TraceFile& operator=(const TraceFile&) = delete;
-  /// Writes every buffer out and closes the file (valid JSON).
-  ~TraceFile() {
-    {
-      std::lock_guard<std::mutex> lock(queue_mutex_);
-      stopping_ = true;
-    }
-    queued_.notify_all();
-    if (writer_.joinable()) writer_.join();  // never this thread: it holds no owner of the file
-    flush();
-    for (const auto& buffer : buffers_) {
-      std::lock_guard<std::mutex> lock(buffer->mutex);
-      buffer->closed = true;  // its thread drops it at its next new buffer
-    }
-    std::lock_guard<std::mutex> lock(write_mutex_);
-    std::fclose(file_);
-  }
-
-  const std::string& path() const noexcept { return path_; }
-
-  /// A new process (a manager) named `name`: its pid. Under an MPI launcher (launcher_rank())
-  /// the first is the rank, named "rank N: " and the device, and further ones rank + k * 100000,
-  /// so that the files of all ranks merge without two processes of one pid.
-  int process(const std::string& name) {
-    const int n = processes_.fetch_add(1);
-    if (rank_ < 0) {
-      write_metadata("process_name", n + 1, 0, name);
-      return n + 1;
-    }
-    const int pid = rank_ + 100000 * n;
-    const std::string prefix = "clbuf: ";
-    write_metadata(
-        "process_name", pid, 0,
-        "rank " + std::to_string(rank_) + ": " +
-            (name.compare(0, prefix.size(), prefix) == 0 ? name.substr(prefix.size()) : name));
-    return pid;
-  }
-
-  /// The track of `pid` named `name` (made at its first use): its tid.
-  int track(int pid, const std::string& name) {
-    {
-      std::lock_guard<std::mutex> lock(tracks_mutex_);
-      const auto found = tracks_.find({pid, name});
-      if (found != tracks_.end()) return found->second;
-    }
-    const int tid = next_tid_.fetch_add(1);
-    write_metadata("thread_name", pid, tid, name);
-    std::lock_guard<std::mutex> lock(tracks_mutex_);
-    return tracks_.emplace(std::make_pair(pid, name), tid).first->second;
-  }
-
-  /// The calling thread's "API calls" track in `pid`.
-  int api_track(int pid) {
-    TraceBuffer& buffer = own_buffer();
-    for (const auto& known : buffer.api_tracks) {
-      if (known.first == pid) return known.second;
-    }
-    const int number = api_threads_.fetch_add(1);
-    const int tid = track(pid, "API calls, thread " + std::to_string(number));
-    buffer.api_tracks.emplace_back(pid, tid);
-    return tid;
-  }
-
-  /// Appends `event` to the calling thread's buffer, which it writes out when full. Never throws:
-  /// an event that finds no memory is dropped.
-  void record(const TraceEvent& event) noexcept {
-    try {
-      TraceBuffer& buffer = own_buffer();
-      std::vector<TraceEvent> full;
-      {
-        std::lock_guard<std::mutex> lock(buffer.mutex);
-        if (buffer.closed) return;
-        buffer.events.push_back(event);
-        if (buffer.events.size() >= buffer_events) full.swap(buffer.events);
-      }
-      if (!full.empty()) hand_over(std::move(full));
-    } catch (...) {  // NOLINT(bugprone-empty-catch): tracing never fails a transfer
-    }
-  }
-
-  /// Writes every thread's buffer into the file, and the full ones the writer thread has not
-  /// written yet (cleanup(), exit, std::terminate): on return all recorded before are in it.
-  void flush() noexcept {
-    write_queued();
-    std::vector<std::shared_ptr<TraceBuffer>> buffers;
-    {
-      std::lock_guard<std::mutex> lock(buffers_mutex_);
-      buffers = buffers_;
-      // Buffers of threads that have ended (the file alone holds them) go once written.
-      buffers_.erase(std::remove_if(buffers_.begin(), buffers_.end(),
-                                    [](const auto& b) { return b.use_count() == 2; }),
-                     buffers_.end());
-    }
-    for (const auto& buffer : buffers) {
-      std::vector<TraceEvent> events;
-      {
-        std::lock_guard<std::mutex> lock(buffer->mutex);
-        events.swap(buffer->events);
-      }
-      try {
-        write_events(events);
-      } catch (...) {  // NOLINT(bugprone-empty-catch): out of memory: those events are lost
-      }
-    }
-  }
-
-  /// A span is waiting for an event's callback (Tracer::until_complete).
-  void pending() noexcept { pending_.fetch_add(1); }
-  /// That callback has recorded its span.
-  void recorded() noexcept {
-    {
-      std::lock_guard<std::mutex> lock(pending_mutex_);
-      pending_.fetch_sub(1);
-    }
-    drained_.notify_all();
-  }
-  /// Waits, at most `limit`, until no span waits for a callback: once the queue has finished,
-  /// every callback is about to run (cleanup(), a manager's end).
-  void drain(std::chrono::milliseconds limit) noexcept {
-    std::unique_lock<std::mutex> lock(pending_mutex_);
-    drained_.wait_for(lock, limit, [&] { return pending_.load() == 0; });
-  }
-
-  /// A number unique in the file, for the ids of spans that may overlap.
-  std::uint64_t next_id() noexcept { return next_id_.fetch_add(1); }
-
- private:
-  TraceFile(std::FILE* file, std::string path) : file_(file), path_(std::move(path)) {}
-
-  /// The calling thread's buffer for this file (made and registered at its first event).
-  TraceBuffer& own_buffer() {
-    thread_local std::vector<std::pair<std::uint64_t, std::shared_ptr<TraceBuffer>>> mine;
-    for (const auto& entry : mine) {
-      if (entry.first == serial_) return *entry.second;
-    }
-    // Entries of files that have ended are dropped here, so a thread holds few.
-    mine.erase(std::remove_if(mine.begin(), mine.end(),
-                              [](const auto& entry) {
-                                std::lock_guard<std::mutex> lock(entry.second->mutex);
-                                return entry.second->closed;
-                              }),
-               mine.end());
-    bool many = false;
-    {
-      std::lock_guard<std::mutex> lock(buffers_mutex_);
-      many = buffers_.size() >= buffers_before_flush;
-    }
-    if (many) flush();  // writes out, and drops, the buffers of threads that have ended
-    auto buffer = std::make_shared<TraceBuffer>();
-    buffer->events.reserve(64);
-    {
-      std::lock_guard<std::mutex> lock(buffers_mutex_);
-      buffers_.push_back(buffer);
-    }
-    mine.emplace_back(serial_, buffer);
-    return *buffer;
-  }
-
-  /// A full buffer goes to the writer thread (started at the first), which formats and writes it
-  /// off the thread that recorded it (a transfer's); when queued_max are waiting already, or no
-  /// thread could be started, this thread writes it (memory stays bounded).
-  void hand_over(std::vector<TraceEvent> full) {
-    std::unique_lock<std::mutex> lock(queue_mutex_);
-    if (!writer_.joinable() && !stopping_) {
-      try {
-        writer_ = std::thread([this] { write_loop(); });
-      } catch (...) {  // NOLINT(bugprone-empty-catch): no thread: written here
-      }
-    }
-    if (!writer_.joinable() || queue_.size() >= queued_max) {
-      lock.unlock();
-      write_events(full);
-      return;
-    }
-    queue_.push_back(std::move(full));
-    lock.unlock();
-    queued_.notify_one();
-  }
-
-  /// The writer thread: writes the queued buffers until the file ends.
-  void write_loop() noexcept {
-    std::unique_lock<std::mutex> lock(queue_mutex_);
-    while (true) {
-      queued_.wait(lock, [this] { return stopping_ || !queue_.empty(); });
-      if (queue_.empty()) return;  // stopping, all written
-      std::vector<TraceEvent> events = std::move(queue_.front());
-      queue_.pop_front();
-      ++writing_;
-      lock.unlock();
-      try {
-        write_events(events);
-      } catch (...) {  // NOLINT(bugprone-empty-catch): out of memory: those events are lost
-      }
-      lock.lock();
-      --writing_;
-      written_.notify_all();
-    }
-  }
-
-  /// Writes the queued buffers in this thread, and waits for the one the writer is writing.
-  void write_queued() noexcept {
-    std::unique_lock<std::mutex> lock(queue_mutex_);
-    while (!queue_.empty()) {
-      std::vector<TraceEvent> events = std::move(queue_.front());
-      queue_.pop_front();
-      lock.unlock();
-      try {
-        write_events(events);
-      } catch (...) {  // NOLINT(bugprone-empty-catch): out of memory: those events are lost
-      }
-      lock.lock();
-    }
-    written_.wait(lock, [this] { return writing_ == 0; });
-  }
-
-  // Full buffers waiting for the writer thread before a recording thread writes its own.
-  static constexpr std::size_t queued_max = 8;
-
-  // Buffers a file holds before a new thread's first event writes them all out: a program that
-  // starts many short threads keeps at most this many buffers of ended threads.
-  static constexpr std::size_t buffers_before_flush = 64;
-
-  void write_metadata(const char* kind, int pid, int tid, const std::string& name) {
-    std::string text = "{\"ph\":\"M\",\"name\":\"";
-    text += kind;
-    text += "\",\"pid\":" + std::to_string(pid) + ",\"tid\":" + std::to_string(tid);
-    text += ",\"args\":{\"name\":\"";
-    append_json_string(text, name.c_str());
-    text += "\"}},\n";
-    write_text(text);
-  }
-
-  void write_events(const std::vector<TraceEvent>& events) {
-    if (events.empty()) return;
-    std::string text;
-    text.reserve(events.size() * 160);
-    for (const TraceEvent& event : events) append_trace_event(text, event);
-    write_text(text);
-  }
-
-  /// Appends `text` (events, each ending in ",\n") where the closing bracket was, and closes the
-  /// array again, so that the file is valid JSON after each write.
-  void write_text(const std::string& text) {
-    static const char tail[] = "\n]}\n";
-    if (text.size() < 2) return;
-    std::lock_guard<std::mutex> lock(write_mutex_);
-    std::fseek(file_, end_, SEEK_SET);
-    if (any_) std::fwrite(",\n", 1, 2, file_);
-    std::fwrite(text.data(), 1, text.size() - 2, file_);  // without its last ",\n"
-    end_ += static_cast<long>(text.size() - (any_ ? 0 : 2));
-    any_ = true;
-    std::fwrite(tail, 1, sizeof(tail) - 1, file_);
-    std::fflush(file_);
-  }
-
-  friend class TraceRegistry;
-
-  std::FILE* const file_;
-  const std::string path_;
-  const std::uint64_t serial_ = next_serial();
-  long end_ = 0;      // under write_mutex_: where the next events go (the tail follows them)
-  bool any_ = false;  // under write_mutex_: the array holds an event (the next needs a comma)
-  std::mutex write_mutex_;
-  std::mutex queue_mutex_;
-  std::condition_variable queued_;             // a full buffer was queued, or the file ends
-  std::condition_variable written_;            // the writer thread finished a buffer
-  std::deque<std::vector<TraceEvent>> queue_;  // under queue_mutex_: full buffers to write
-  int writing_ = 0;                            // under queue_mutex_: the writer's, 0 or 1
-  bool stopping_ = false;                      // under queue_mutex_: the file ends
-  std::thread writer_;                         // started at the first full buffer
-  std::mutex buffers_mutex_;
-  std::vector<std::shared_ptr<TraceBuffer>> buffers_;  // every thread's, under buffers_mutex_
-  std::mutex tracks_mutex_;
-  std::map<std::pair<int, std::string>, int> tracks_;  // under tracks_mutex_
-  const int rank_ = launcher_rank();                   // -1: not under an MPI launcher
-  std::atomic<int> processes_{0};
-  std::atomic<int> next_tid_{1};
-  std::atomic<int> api_threads_{0};
-  std::atomic<std::uint64_t> next_id_{1};
-  std::atomic<int> pending_{0};  // spans waiting for their event's callback
-  std::mutex pending_mutex_;
-  std::condition_variable drained_;
-
-  static std::uint64_t next_serial() noexcept {
-    static std::atomic<std::uint64_t> serial{1};
-    return serial.fetch_add(1);
-  }
-};
-
-/// The open trace files by path; writes them out at exit and on std::terminate. Never destroyed
-/// (a file's last holder may let it go after static destruction: a driver's callback thread).
-class TraceRegistry {
- public:
-  static TraceRegistry& instance() {
-    static TraceRegistry* const registry = new TraceRegistry();  // NOLINT: never freed, on purpose
-    return *registry;
-  }
-
-  /// The file of `path`: the one open, else a new one, once a file of that path that is still
-  /// being closed has been (two FILEs must never write one path), waiting at most close_wait.
-  std::shared_ptr<TraceFile> open(const std::string& path, const char* operation) {
-    std::unique_lock<std::mutex> lock(mutex_);
-    Entry& entry = files_[path];  // a map's entries stay where they are
-    const auto give_up = std::chrono::steady_clock::now() + close_wait;
-    while (true) {
-      if (std::shared_ptr<TraceFile> file = entry.file.lock()) return file;
-      if (!entry.closing) break;
-      if (closed_.wait_until(lock, give_up) == std::cv_status::timeout) {
-        fail(operation, CL_INVALID_VALUE,
-             "the trace file \"" + path + "\" of an earlier manager is still being closed");
-      }
-    }
-    std::FILE* handle = std::fopen(path.c_str(), "w");
-    if (handle == nullptr) {
-      const int error = errno;
-      fail(operation, CL_INVALID_VALUE,
-           "cannot write the trace file \"" + path +
-               "\" (CLBUF_TRACE, Options::trace_path or Python's clbuf.trace()): " +
-               std::strerror(error));
-    }
-    entry.closing = true;  // until close() has run; others wait for the file below
-    lock.unlock();
-    std::shared_ptr<TraceFile> file = make(path, handle);
-    lock.lock();
-    entry.file = file;
-    lock.unlock();
-    closed_.notify_all();
-    return file;
-  }
-
-  /// Writes every open file's buffers out.
-  void flush_all() noexcept {
-    std::vector<std::shared_ptr<TraceFile>> open;
-    {
-      std::lock_guard<std::mutex> lock(mutex_);
-      for (const auto& entry : files_) {
-        if (auto file = entry.second.file.lock()) open.push_back(std::move(file));
-      }
-    }
-    for (const auto& file : open) file->flush();
-  }
-
-  TraceRegistry(const TraceRegistry&) = delete;
-  TraceRegistry& operator=(const TraceRegistry&) = delete;
-
- private:
-  struct Entry {
-    std::weak_ptr<TraceFile> file;
-    bool closing = false;  // a file of this path exists (open, or its last holder closing it)
-  };
-
-  // How long open() waits for a file of its path that is being closed.
-  static constexpr std::chrono::seconds close_wait{5};
-
-  /// Installs the std::terminate handler, and the exit handler (files still open at exit: a
-  /// manager never destroyed, get their events).
-  TraceRegistry() {
-    previous_ = std::set_terminate(&TraceRegistry::on_terminate);
-    std::atexit([] { instance().flush_all(); });
-  }
-
-  /// The file of `path`, writing to `handle`; its deleter is close().
-  std::shared_ptr<TraceFile> make(const std::string& path, std::FILE* handle) {
-    TraceFile* made = nullptr;
-    try {
-      made = new TraceFile(handle, path);
-    } catch (...) {
-      std::fclose(handle);
-      ended(path);
-      throw;
-    }
-    start(*made);
-    // Should the shared_ptr find no memory, it calls the deleter: the file is closed all the same.
-    return std::shared_ptr<TraceFile>(made, [this, path](TraceFile* file) { close(path, file); });
-  }
-
-  /// The deleter of a file: closes it (its last events written), then lets its path be opened.
-  void close(const std::string& path, TraceFile* file) noexcept {
-    delete file;
-    ended(path);
-  }
-
-  /// No file of `path` exists any more: it may be opened again.
-  void ended(const std::string& path) noexcept {
-    {
-      std::lock_guard<std::mutex> lock(mutex_);
-      files_[path].closing = false;  // the entry exists: open() made it
-    }
-    closed_.notify_all();
-  }
-
-  /// The array's opening and its first closing; the clock named for readers of the file.
-  static void start(TraceFile& file) {
-    static const char head[] =
-        "{\"otherData\":{\"clock\":\"std::chrono::steady_clock\",\"unit\":\"us\"},"
-        "\"traceEvents\":[\n";
-    static const char tail[] = "]}\n";
-    std::fwrite(head, 1, sizeof(head) - 1, file.file_);
-    std::fwrite(tail, 1, sizeof(tail) - 1, file.file_);
-    std::fflush(file.file_);
-    file.end_ = static_cast<long>(sizeof(head) - 1);
-  }
-
-  /// The program ends by an uncaught exception: the buffers written, then the handler before.
-  static void on_terminate() {
-    instance().flush_all();
-    if (previous_ != nullptr) previous_();
-    std::abort();
-  }
-
-  std::mutex mutex_;
-  std::condition_variable closed_;
-  std::map<std::string, Entry> files_;  // under mutex_
-  static inline std::terminate_handler previous_ = nullptr;
-};
-
-inline std::shared_ptr<TraceFile> TraceFile::open(const std::string& path, const char* operation) {
-  return TraceRegistry::instance().open(path, operation);
-}
-
-/// A manager's tracer: its process in a trace file, and the calls components record spans by.
-/// Components hold a Tracer* that is null when tracing is off.
-class Tracer {
- public:
-  /// A process named `process` in the file of `path`. @throws Error as TraceFile::open().
-  Tracer(const std::string& path, const std::string& process, const char* operation)
-      : file_(TraceFile::open(path, operation)),
-        pid_(file_->process(process)),
-        started_track_(file_->track(pid_, "started transfers (host's view)")) {}
-  Tracer(const Tracer&) = delete;
-  Tracer& operator=(const Tracer&) = delete;
-  ~Tracer() { flush(); }
-
-  /// The track named `name` in this manager's process.
-  int track(const std::string& name) { return file_->track(pid_, name); }
-
-  /// A span from `begin` to `end` on the calling thread's "API calls" track.
-  void api_span(const char* name, double begin, double end,
-                std::initializer_list<TraceArg> args) noexcept {
-    try {
-      span(file_->api_track(pid_), name, begin, end, args);
-    } catch (...) {  // NOLINT(bugprone-empty-catch): tracing never fails a transfer
-    }
-  }
-
-  /// The track of started transfers, from their call until their event completes.
-  int started_track() const noexcept { return started_track_; }
-
-  /// A span on track `tid` from `begin` to `end` ('X': spans of one track nest or follow).
-  void span(int tid, const char* name, double begin, double end,
-            std::initializer_list<TraceArg> args) noexcept {
-    file_->record(make_event('X', tid, name, begin, end, args));
-  }
-
-  /// A span that may overlap others of its track (a pair "b"/"e" of its own id).
-  void overlapping(int tid, const char* name, double begin, double end,
-                   std::initializer_list<TraceArg> args) noexcept {
-    TraceEvent e = make_event('A', tid, name, begin, end, args);
-    e.id = file_->next_id();
-    file_->record(e);
-  }
-
-  /// A span from `begin` to when `event` completes (a started transfer: from its call until the
-  /// device has done it, as the host sees it), recorded by the event's callback on a thread of
-  /// the driver's; the record keeps the file open until then. Without an event, or when the
-  /// callback cannot be set, the span ends now.
-  void until_complete(cl_event event, int tid, const char* name, double begin,
-                      std::initializer_list<TraceArg> args) noexcept {
-    Pending* pending = nullptr;
-    try {
-      pending = new Pending{file_, make_event('A', tid, name, begin, begin, args)};
-    } catch (...) {
-      return;  // no memory for the record: the span is lost, never the transfer
-    }
-    pending->event.id = file_->next_id();
-    file_->pending();
-    if (event != nullptr && CLBUF_CL(clSetEventCallback)(event, CL_COMPLETE, &Tracer::completed,
-                                                         pending) == CL_SUCCESS) {
-      return;
-    }
-    completed(nullptr, CL_COMPLETE, pending);
-  }
-
-  /// One end of the flow arrow `id` (`start`: where it leaves) at `at`, on track `tid`: bound to
-  /// the span of that track around `at` (Perfetto draws the arrow between the two spans).
-  void flow(int tid, bool start, std::uint64_t id, double at) noexcept {
-    TraceEvent e = make_event(start ? 's' : 'f', tid, "MPI message", at, at, {});
-    e.id = id;
-    file_->record(e);
-  }
-
-  /// A counter `name` at now, with up to three series.
-  void counter(const char* name, std::initializer_list<TraceArg> series) noexcept {
-    const double now = trace_now();
-    file_->record(make_event('C', 0, name, now, now, series));
-  }
-
-  /// Writes every thread's buffer out, once the spans of started transfers are in them (cleanup(),
-  /// after the queue has finished; the manager's end).
-  void flush() noexcept {
-    file_->drain(std::chrono::milliseconds(2000));
-    file_->flush();
-  }
-
-  const std::shared_ptr<TraceFile>& file() const noexcept { return file_; }
-  int pid() const noexcept { return pid_; }
-
- private:
-  TraceEvent make_event(char phase, int tid, const char* name, double begin, double end,
-                        std::initializer_list<TraceArg> args) const noexcept {
-    TraceEvent e;
-    e.phase = phase;
-    e.name = name;
-    e.pid = pid_;
-    e.tid = tid;
-    e.begin = begin;
-    e.end = end;
-    std::copy_n(args.begin(), std::min(args.size(), TraceEvent::max_args), e.args);
-    return e;
-  }
-
-  struct Pending {
-    std::shared_ptr<TraceFile> file;
-    TraceEvent event;
-  };
-
-  static void CL_CALLBACK completed(cl_event, cl_int, void* data) {
-    std::unique_ptr<Pending> pending(static_cast<Pending*>(data));
-    pending->event.end = trace_now();
-    pending->file->record(pending->event);
-    pending->file->recorded();
-  }
-
-  std::shared_ptr<TraceFile> file_;
-  int pid_ = 0;
-  int started_track_ = 0;
-};
-
-/// The path of Python's `with clbuf.trace(path):` block (empty: none), process-wide: managers
-/// made while it is set trace there unless their Options name a path (trace_path()). With `set`,
-/// it becomes `*set`, and every open trace file is written out. Returns the path before.
-inline std::string scoped_trace_path(const std::string* set = nullptr) {
-  static std::mutex mutex;
-  static std::string path;
-  std::string before;
-  {
-    std::lock_guard<std::mutex> lock(mutex);
-    before = path;
-    if (set != nullptr) path = *set;
-  }
-  if (set != nullptr) TraceRegistry::instance().flush_all();
-  return before;
-}
-
-/// The trace path in force: `option` (Options::trace_path) when set, else the scoped path (Python's
-/// clbuf.trace()), else CLBUF_TRACE, else ""; under an MPI launcher with the rank in its name
-/// (rank_path()), so that each rank writes a file of its own (scripts/trace_merge.py merges them).
-inline std::string trace_path(const std::string& option) {
-  std::string path = !option.empty() ? option : scoped_trace_path();
-  if (path.empty()) {
-    const char* env = std::getenv("CLBUF_TRACE");
-    if (env != nullptr) path = env;
-  }
-  const int rank = path.empty() ? -1 : launcher_rank();
-  return rank < 0 ? path : rank_path(path, rank);
-}
-
-}  // namespace detail
-}  // namespace clbuf
-
-#endif  // CLBUF_DETAIL_TRACE_HPP
-// ---- end of clbuf/detail/trace.hpp
 // ---- clbuf/options.hpp
 // clbuf::Options: how a BufferManager moves bytes (memory model, pool, staging, copy threads).
 #ifndef CLBUF_OPTIONS_HPP
@@ -4721,17 +5160,6 @@ class DeviceContext {
 
 #endif  // CLBUF_DETAIL_DEVICE_CONTEXT_HPP
 // ---- end of clbuf/detail/device_context.hpp
-// ---- clbuf/detail/pinned_pool.hpp
-// The one place clbuf makes pinned host memory for its own use: a CL_MEM_ALLOC_HOST_PTR buffer
-// mapped once (PinnedBlock), the memory a driver moves by DMA at full bus speed, and the
-// manager's pool of them (PinnedPool): budgeted, binned by size class, cached between leases and
-// trimmed when a lease would pass the budget (as cub's CachingDeviceAllocator does for device
-// memory). The staging slots, the buffered uploads' ring, the bounced reads, copy_from's chunks
-// between contexts and every clbuf::mpi chunk lease from it. The user's PinnedBuffer holds a
-// PinnedBlock of its own, outside the budget.
-#ifndef CLBUF_DETAIL_PINNED_POOL_HPP
-#define CLBUF_DETAIL_PINNED_POOL_HPP
-
 // ---- clbuf/telemetry.hpp
 // clbuf::TransferStats: a manager's bytes, operations and time per direction, and its pool's
 // counters (the counters themselves: detail/telemetry.hpp).
@@ -4834,7 +5262,10 @@ struct TransferStats {
 // ---- end of clbuf/telemetry.hpp
 
 #include <algorithm>
+#include <atomic>
 #include <cstddef>
+#include <cstdint>
+#include <memory>
 #include <mutex>
 #include <utility>
 #include <vector>
@@ -4915,8 +5346,10 @@ class PinnedBlock {
 /// transfer waits for) and cached for users of that queue. Thread-safe; outlives its leases.
 class PinnedPool {
  public:
-  /// A block held for one use; given back on destruction. Holds the block by value: taking and
-  /// giving back a lease allocates nothing on the heap.
+  /// A block held for one use; given back on destruction. The pool keeps each block on the heap
+  /// from its making to its freeing and a lease holds it by pointer: taking and giving back a
+  /// lease moves one pointer (a bounced read takes and gives back one per call; moving the
+  /// block's handles by value cost ~500 instructions of a 4-byte download, issue 47).
   class Lease {
    public:
     Lease() = default;
@@ -4934,33 +5367,36 @@ class PinnedPool {
     }
     ~Lease() { reset(); }
 
-    explicit operator bool() const noexcept { return block_.data() != nullptr; }
+    explicit operator bool() const noexcept { return data() != nullptr; }
     /// The block's first byte; null for an empty lease.
-    void* data() const noexcept { return block_.data(); }
+    void* data() const noexcept { return block_ ? block_->data() : nullptr; }
     /// The block's bytes (its size class, at least the bytes asked for); 0 when empty.
-    std::size_t size() const noexcept { return block_.size(); }
+    std::size_t size() const noexcept { return block_ ? block_->size() : 0; }
 
     /// Gives the block back now; the lease is empty afterwards.
     void reset() noexcept {
-      if (pool_ != nullptr && block_.data() != nullptr) pool_->give(std::move(block_));
-      block_ = PinnedBlock();
+      if (pool_ != nullptr && block_) pool_->give(std::move(block_));
+      block_.reset();
       pool_ = nullptr;
     }
 
     /// Leaves the block to something outside clbuf that may still write it (an MPI request of a
     /// failed transfer): mapped and allocated for good, no longer counted against the budget.
     void leak() noexcept {
-      if (pool_ != nullptr && block_.data() != nullptr) pool_->forget(block_.size());
-      block_.leak();
-      block_ = PinnedBlock();
+      if (block_) {
+        if (pool_ != nullptr && block_->data() != nullptr) pool_->forget(block_->size());
+        block_->leak();
+      }
+      block_.reset();
       pool_ = nullptr;
     }
 
    private:
     friend class PinnedPool;
-    Lease(PinnedPool* pool, PinnedBlock block) noexcept : pool_(pool), block_(std::move(block)) {}
+    Lease(PinnedPool* pool, std::unique_ptr<PinnedBlock> block) noexcept
+        : pool_(pool), block_(std::move(block)) {}
     PinnedPool* pool_ = nullptr;
-    PinnedBlock block_;
+    std::unique_ptr<PinnedBlock> block_;  // null: an empty lease
   };
 
   PinnedPool(const DeviceContext& device, std::size_t budget) : device_(device) {
@@ -4968,14 +5404,21 @@ class PinnedPool {
   }
   PinnedPool(const PinnedPool&) = delete;
   PinnedPool& operator=(const PinnedPool&) = delete;
+  ~PinnedPool() { delete hot_.exchange(nullptr); }
 
   /// The size class of a lease of `bytes`.
   static std::size_t size_class(std::size_t bytes) noexcept {
     constexpr std::size_t large = std::size_t{64} << 20;
     if (bytes > large) return (bytes + (std::size_t{1} << 20) - 1) & ~((std::size_t{1} << 20) - 1);
-    std::size_t size = 4096;
-    while (size < bytes) size *= 2;
-    return size;
+    if (bytes <= 4096) return 4096;
+    std::size_t size = bytes - 1;  // the next power of two, with no loop
+    size |= size >> 1;
+    size |= size >> 2;
+    size |= size >> 4;
+    size |= size >> 8;
+    size |= size >> 16;
+    size |= (size >> 16) >> 16;  // 64-bit sizes (two shifts: no warning where size_t is 32-bit)
+    return size + 1;
   }
 
   /// A block of at least `bytes` (> 0) mapped on `map_on`, or an empty lease when the budget
@@ -4983,11 +5426,15 @@ class PinnedPool {
   /// @throws Error when OpenCL cannot allocate or map it (nothing is counted then).
   Lease take(const char* operation, std::size_t bytes, const Queue& map_on) {
     const std::size_t size = size_class(bytes);
+    if (PinnedBlock* hot = take_hot(size, map_on.get())) {
+      return Lease(this, std::unique_ptr<PinnedBlock>(hot));
+    }
     {
       std::lock_guard<std::mutex> lock(mutex_);
+      cool();
       ++stats_.leases;
-      PinnedBlock cached = take_cached(size, map_on.get());
-      if (cached.data() != nullptr) {
+      std::unique_ptr<PinnedBlock> cached = take_cached(size, map_on.get());
+      if (cached) {
         traced();
         return Lease(this, std::move(cached));
       }
@@ -5004,7 +5451,15 @@ class PinnedPool {
   /// A snapshot of the counters.
   PinnedStats stats() const {
     std::lock_guard<std::mutex> lock(mutex_);
-    return stats_;
+    PinnedStats stats = stats_;
+    // The hot slot's block counts as cached while it is there, and its leases as reuses.
+    const std::size_t hot = hot_bytes_.load(std::memory_order_relaxed);
+    stats.in_use_bytes -= hot;
+    stats.cached_bytes += hot;
+    const std::uint64_t hot_leases = hot_leases_.load(std::memory_order_relaxed);
+    stats.leases += hot_leases;
+    stats.reuses += hot_leases;
+    return stats;
   }
 
   /// Records the bytes in use and cached as the counter "pinned bytes" of `tracer` at each lease
@@ -5014,26 +5469,90 @@ class PinnedPool {
   /// Frees every cached block and caches none from now on (cleanup(): the queues go next;
   /// leases still out free their blocks when given back).
   void close() noexcept {
-    std::vector<PinnedBlock> blocks;  // unmapped outside the lock
+    std::vector<std::unique_ptr<PinnedBlock>> blocks;  // unmapped outside the lock
     std::lock_guard<std::mutex> lock(mutex_);
-    closed_ = true;
+    closed_.store(true);
+    cool();
     blocks.swap(free_);
-    for (const PinnedBlock& block : blocks) release_bytes(block.size(), false);
+    for (const std::unique_ptr<PinnedBlock>& block : blocks) release_bytes(block->size(), false);
   }
 
  private:
+  /// The hot slot: one cached block that a lease takes and gives back with one atomic exchange
+  /// each, no lock (a bounced read does both on every call: the lock, the list and the stats
+  /// cost ~300 instructions of a 4-byte download, issue 47). Under the lock the block counts as
+  /// in use (stats_) and hot_bytes_ says it is cached; the lists of the lock (trims, close())
+  /// see it once cool() has moved it back. Not used while tracing (each lease is a counter then).
+  PinnedBlock* take_hot(std::size_t size, cl_command_queue queue) noexcept {
+    if (tracer_ != nullptr || hot_.load(std::memory_order_relaxed) == nullptr) return nullptr;
+    PinnedBlock* block = hot_.exchange(nullptr, std::memory_order_acquire);
+    if (block == nullptr) return nullptr;
+    if (block->size() != size || block->queue() != queue) {  // not this lease's: back to the lists
+      std::lock_guard<std::mutex> lock(mutex_);
+      hot_bytes_.fetch_sub(block->size(), std::memory_order_relaxed);
+      cache_locked(std::unique_ptr<PinnedBlock>(block));
+      return nullptr;
+    }
+    hot_bytes_.fetch_sub(size, std::memory_order_relaxed);
+    hot_leases_.fetch_add(1, std::memory_order_relaxed);
+    return block;
+  }
+
+  /// Puts `block` (a lease's, counted in use) into the empty hot slot; false when the slot is
+  /// taken, or the pool closed or tracing.
+  bool give_hot(std::unique_ptr<PinnedBlock>& block) noexcept {
+    if (tracer_ != nullptr || closed_.load(std::memory_order_acquire)) return false;
+    PinnedBlock* expected = nullptr;
+    hot_bytes_.fetch_add(block->size(), std::memory_order_relaxed);
+    if (!hot_.compare_exchange_strong(expected, block.get(), std::memory_order_release,
+                                      std::memory_order_relaxed)) {
+      hot_bytes_.fetch_sub(block->size(), std::memory_order_relaxed);
+      return false;
+    }
+    block.release();
+    if (closed_.load(std::memory_order_acquire)) {  // close() ran meanwhile: not kept
+      std::lock_guard<std::mutex> lock(mutex_);
+      cool();
+    }
+    return true;
+  }
+
+  /// Moves the hot slot's block (if any) to the lists. Under mutex_.
+  void cool() noexcept {
+    PinnedBlock* block = hot_.exchange(nullptr, std::memory_order_acquire);
+    if (block == nullptr) return;
+    hot_bytes_.fetch_sub(block->size(), std::memory_order_relaxed);
+    cache_locked(std::unique_ptr<PinnedBlock>(block));
+  }
+
+  /// Caches a block counted in use (freed once closed, or when the cache cannot grow). Under
+  /// mutex_.
+  void cache_locked(std::unique_ptr<PinnedBlock> block) noexcept {
+    const std::size_t size = block->size();
+    stats_.in_use_bytes -= size;
+    if (!closed_.load(std::memory_order_relaxed)) {
+      try {
+        free_.push_back(std::move(block));
+        stats_.cached_bytes += size;
+        return;
+      } catch (...) {  // NOLINT(bugprone-empty-catch): no room to keep it: freed below
+      }
+    }
+    stats_.allocated_bytes -= size;
+  }
+
   /// A cached block of `size` bytes mapped on `queue`, or an empty one. Under mutex_.
-  PinnedBlock take_cached(std::size_t size, cl_command_queue queue) noexcept {
+  std::unique_ptr<PinnedBlock> take_cached(std::size_t size, cl_command_queue queue) noexcept {
     for (auto it = free_.begin(); it != free_.end(); ++it) {
-      if (it->size() != size || it->queue() != queue) continue;
-      PinnedBlock block = std::move(*it);
+      if ((*it)->size() != size || (*it)->queue() != queue) continue;
+      std::unique_ptr<PinnedBlock> block = std::move(*it);
       free_.erase(it);
       stats_.cached_bytes -= size;
       stats_.in_use_bytes += size;
       ++stats_.reuses;
       return block;
     }
-    return PinnedBlock();
+    return nullptr;
   }
 
   /// The counter "pinned bytes" now, when tracing. Under mutex_ (its values are the counts').
@@ -5050,7 +5569,7 @@ class PinnedPool {
     if (size > stats_.budget_bytes) return false;
     if (stats_.in_use_bytes + size > stats_.budget_bytes) return false;  // trimming won't help
     while (stats_.allocated_bytes + size > stats_.budget_bytes && !free_.empty()) {
-      release_bytes(free_.front().size(), false);
+      release_bytes(free_.front()->size(), false);
       ++stats_.trims;
       free_.erase(free_.begin());
     }
@@ -5065,9 +5584,9 @@ class PinnedPool {
   }
 
   /// A new block of `size` bytes, reserved by take(); the reservation undone if it fails.
-  PinnedBlock make(const char* operation, std::size_t size, const Queue& map_on) {
+  std::unique_ptr<PinnedBlock> make(const char* operation, std::size_t size, const Queue& map_on) {
     try {
-      return PinnedBlock(device_.context(), map_on, size, operation);
+      return std::make_unique<PinnedBlock>(device_.context(), map_on, size, operation);
     } catch (...) {
       std::lock_guard<std::mutex> lock(mutex_);
       release_bytes(size, true);
@@ -5083,12 +5602,13 @@ class PinnedPool {
   }
 
   /// Caches a block given back (frees it once closed, or when the cache cannot grow).
-  void give(PinnedBlock&& block) noexcept {
-    PinnedBlock dropped;  // unmapped outside the lock
+  void give(std::unique_ptr<PinnedBlock>&& block) noexcept {
+    if (give_hot(block)) return;
+    std::unique_ptr<PinnedBlock> dropped;  // unmapped outside the lock
     std::lock_guard<std::mutex> lock(mutex_);
-    const std::size_t size = block.size();
+    const std::size_t size = block->size();
     stats_.in_use_bytes -= size;
-    if (!closed_) {
+    if (!closed_.load(std::memory_order_relaxed)) {
       try {
         free_.push_back(std::move(block));
         stats_.cached_bytes += size;
@@ -5110,10 +5630,13 @@ class PinnedPool {
 
   const DeviceContext& device_;
   mutable std::mutex mutex_;
-  std::vector<PinnedBlock> free_;  // cached, oldest first
+  std::vector<std::unique_ptr<PinnedBlock>> free_;  // cached, oldest first
   PinnedStats stats_;
-  bool closed_ = false;
-  Tracer* tracer_ = nullptr;  // the manager's, when it traces
+  std::atomic<bool> closed_{false};           // written under mutex_
+  Tracer* tracer_ = nullptr;                  // the manager's, when it traces
+  std::atomic<PinnedBlock*> hot_{nullptr};    // the hot slot's block, owned (take_hot())
+  std::atomic<std::size_t> hot_bytes_{0};     // its bytes while there (counted in use)
+  std::atomic<std::uint64_t> hot_leases_{0};  // leases it served
 };
 
 }  // namespace detail
@@ -5121,6 +5644,804 @@ class PinnedPool {
 
 #endif  // CLBUF_DETAIL_PINNED_POOL_HPP
 // ---- end of clbuf/detail/pinned_pool.hpp
+
+#include <cstddef>
+#include <initializer_list>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace clbuf {
+namespace detail {
+
+/// Host memory for one chunk: a lease of the manager's pinned pool, or, when its budget holds
+/// none, host memory of clbuf's (the driver then moves it at pageable speed), so that a
+/// pipeline never waits on the budget: its own bounds (chunks in flight) keep it in check.
+class HostChunk {
+ public:
+  HostChunk() = default;
+  /// A chunk of `bytes` for commands on `queue`.
+  HostChunk(PinnedPool& pool, const char* operation, std::size_t bytes, const Queue& queue)
+      : pinned_(pool.take(operation, bytes, queue)) {
+    if (!pinned_) {
+      pageable_ = guard_host_memory(operation, bytes, "a chunk of host memory",
+                                    [&] { return std::unique_ptr<char[]>(new char[bytes]); });
+    }
+  }
+
+  explicit operator bool() const noexcept { return pinned_ || pageable_; }
+  void* data() const noexcept { return pinned_ ? pinned_.data() : pageable_.get(); }
+  bool pinned() const noexcept { return static_cast<bool>(pinned_); }
+
+  /// Gives the memory back now (to the pool, or frees it).
+  void reset() noexcept {
+    pinned_.reset();
+    pageable_.reset();
+  }
+
+  /// Leaves the memory to something outside clbuf that may still write it (an MPI request of a
+  /// failed transfer): never freed, no longer counted.
+  void leak() noexcept {
+    pinned_.leak();
+    static_cast<void>(pageable_.release());
+  }
+
+ private:
+  PinnedPool::Lease pinned_;
+  std::unique_ptr<char[]> pageable_;
+};
+
+class ChunkIo {
+ public:
+  ChunkIo() = default;
+  ChunkIo(Queue queue, PinnedPool& pinned) noexcept : queue_(std::move(queue)), pinned_(&pinned) {}
+
+  /// Host memory for a chunk of `bytes`: pinned from the manager's pool where its budget allows.
+  HostChunk chunk(const char* operation, std::size_t bytes) const {
+    return HostChunk(*pinned_, operation, bytes, queue_);
+  }
+
+  /// `bytes` at byte `offset` of `buffer` -> host `into`. Blocking, or started (flushed) with
+  /// its event returned; `into` stays alive and untouched until the event completes.
+  cl::Event read(const char* operation, cl_mem buffer, std::size_t offset, std::size_t bytes,
+                 void* into, bool blocking) const {
+    cl::Event event = queue_.read(operation, buffer, offset, bytes, into, blocking);
+    if (!blocking) queue_.flush(operation);
+    return event;
+  }
+
+  /// As read(), started once the commands of `after` have completed (events of other queues,
+  /// which may fail: the read then fails with them and `into` is left as it was).
+  cl::Event read_after(const char* operation, cl_mem buffer, std::size_t offset, std::size_t bytes,
+                       void* into, const std::vector<cl_event>& after) const {
+    cl::Event event = queue_.read_after_events(operation, buffer, offset, bytes, into, after);
+    queue_.flush(operation);
+    return event;
+  }
+
+  /// Holds the queue's later commands until each of `events` has completed; returns the
+  /// barrier's event, which the caller keeps until it has ended (KeptEvents: PoCL 3.1).
+  cl::Event barrier(const char* operation, const std::vector<cl_event>& events) const {
+    return queue_.barrier(operation, events);
+  }
+
+  /// The queue the calls go to.
+  const Queue& queue() const noexcept { return queue_; }
+
+  /// Host `from` -> `bytes` at byte `offset` of `buffer`; as read().
+  cl::Event write(const char* operation, cl_mem buffer, std::size_t offset, std::size_t bytes,
+                  const void* from, bool blocking) const {
+    cl::Event event = queue_.write(operation, buffer, offset, bytes, from, blocking);
+    if (!blocking) queue_.flush(operation);
+    return event;
+  }
+
+  /// Maps `bytes` at `offset` of `buffer` for the host (`flags`), blocking.
+  void* map(const char* operation, cl_mem buffer, cl_map_flags flags, std::size_t offset,
+            std::size_t bytes) const {
+    return queue_.map(operation, buffer, flags, offset, bytes);
+  }
+
+  /// Unmaps `mapped` and waits for the unmap.
+  void unmap(const char* operation, cl_mem buffer, void* mapped) const {
+    cl_event event = nullptr;
+    const cl_int err = queue_.unmap(buffer, mapped, &event);
+    check(err, operation, "clEnqueueUnmapMemObject");
+    Queue::wait(operation, cl::Event(event, false));
+  }
+
+  /// Unmaps `mapped` without waiting or reporting (a destructor's way out).
+  void unmap_quietly(cl_mem buffer, void* mapped) const noexcept {
+    queue_.unmap(buffer, mapped, nullptr);
+  }
+
+  /// A marker of the work queued so far, flushed.
+  cl::Event marker(const char* operation) const {
+    cl::Event marker = queue_.marker(operation);
+    queue_.flush(operation);
+    return marker;
+  }
+  void flush(const char* operation) const { queue_.flush(operation); }
+  void finish(const char* operation) const { queue_.finish(operation); }
+
+  /// Blocks until `event` has completed; throws when it failed.
+  static void wait(const char* operation, const cl::Event& event) { Queue::wait(operation, event); }
+  /// Blocks until `event` has ended, reporting nothing (a destructor's way out).
+  static void wait_quietly(const cl::Event& event) noexcept {
+    if (event() != nullptr) static_cast<void>(wait_for_event(event()));
+  }
+
+  /// The kernels `names` of `source`, built for the queue's device once and kept in `cache`.
+  template <class Key>
+  const std::vector<cl::Kernel>& build(KernelCache<Key>& cache, const char* operation,
+                                       const Key& key, const std::string& source,
+                                       std::initializer_list<const char*> names,
+                                       const std::string& what) const {
+    return cache.build(operation, queue_, key, source, names, what);
+  }
+
+  /// Enqueues `kernel` over `global` (`dimensions` of them), flushed; returns its event.
+  cl::Event run(const char* operation, cl_kernel kernel, cl_uint dimensions,
+                const std::size_t* global) const {
+    cl::Event event = run_kernel(operation, queue_, kernel, dimensions, global);
+    queue_.flush(operation);
+    return event;
+  }
+
+ private:
+  Queue queue_;
+  PinnedPool* pinned_ = nullptr;
+};
+
+}  // namespace detail
+}  // namespace clbuf
+
+#endif  // CLBUF_DETAIL_CHUNK_IO_HPP
+// ---- end of clbuf/detail/chunk_io.hpp
+// ---- clbuf/detail/file_transfer.hpp
+// Bytes between a file and device memory with no whole host copy (npy_io.hpp, checkpoint.hpp).
+// A host block of a CPU device (PoCL) is the device's memory: the file is read straight into it
+// or written straight out of it, once the queue's earlier work has finished. Any other device:
+// chunks of Options::staging_chunk_bytes leased from the manager's pinned pool by the engine's
+// chunk calls (chunk_io.hpp; plain host memory where its budget holds none), at most
+// file_chunks_in_flight at once: the file's read of chunk i+1 runs while chunk i's DMA does
+// (loads), and the device's read of the next chunks while chunk i is written to the file
+// (saves). Each chunk passes a FilePass on the host on the way: a CRC32C of its bytes
+// (checkpoints, no second pass) and, for a big-endian file, the byte swap.
+#ifndef CLBUF_DETAIL_FILE_TRANSFER_HPP
+#define CLBUF_DETAIL_FILE_TRANSFER_HPP
+
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+#include <utility>
+#include <vector>
+
+namespace clbuf {
+namespace detail {
+
+/// Chunks of one file transfer in flight at once (pinned memory: this x staging_chunk_bytes).
+constexpr std::size_t file_chunks_in_flight = 4;
+
+/// What happens to each chunk's bytes on the host: counted into `crc` (null: no checksum), and
+/// for a load swapped in place in units of `swap_bytes` (0: none; the file is big-endian). The
+/// checksum is of the file's bytes (a load's taken before its swap); saves write the host's
+/// order, little-endian, and never swap.
+struct FilePass {
+  std::size_t swap_bytes = 0;
+  Crc32c* crc = nullptr;
+
+  void loaded(void* data, std::size_t bytes) const noexcept {
+    if (crc != nullptr) crc->update(data, bytes);
+    swap(data, bytes);
+  }
+  void saving(const void* data, std::size_t bytes) const noexcept {
+    if (crc != nullptr) crc->update(data, bytes);
+  }
+  void swap(void* data, std::size_t bytes) const noexcept {
+    if (swap_bytes < 2) return;
+    unsigned char* p = static_cast<unsigned char*>(data);
+    for (std::size_t at = 0; at + swap_bytes <= bytes; at += swap_bytes) {
+      std::reverse(p + at, p + at + swap_bytes);
+    }
+  }
+};
+
+/// The events of chunks in flight; waits for every one on its way out, so no chunk's memory
+/// goes back to the pool while a command may still use it (declared after the chunks).
+class InFlight {
+ public:
+  explicit InFlight(std::size_t slots) : events_(slots) {}
+  InFlight(const InFlight&) = delete;
+  InFlight& operator=(const InFlight&) = delete;
+  ~InFlight() {
+    for (const cl::Event& event : events_) ChunkIo::wait_quietly(event);
+  }
+  cl::Event& operator[](std::size_t slot) noexcept { return events_[slot]; }
+  /// Waits for the chunk in `slot`, if any (throws when its command failed).
+  void wait(const char* operation, std::size_t slot) {
+    cl::Event event = std::exchange(events_[slot], cl::Event());
+    if (event() != nullptr) ChunkIo::wait(operation, event);
+  }
+  void wait_all(const char* operation) {
+    for (std::size_t slot = 0; slot < events_.size(); ++slot) wait(operation, slot);
+  }
+
+ private:
+  std::vector<cl::Event> events_;
+};
+
+/// The chunk size of a file transfer of `bytes` (a chunk never larger than the transfer).
+inline std::size_t file_chunk_bytes(std::size_t chunk_bytes, std::size_t bytes) noexcept {
+  return std::max<std::size_t>(1, std::min(chunk_bytes, bytes));
+}
+
+/// `bytes` of `file` at `file_offset` -> `memory` at byte `offset`, blocking. A host block is
+/// written straight (the caller has waited for the queue's earlier work); else pinned chunks
+/// through `io`, whose commands follow the queue's earlier work in order.
+inline void file_to_device(const char* operation, const File& file, std::uint64_t file_offset,
+                           const Allocation& memory, std::size_t offset, std::size_t bytes,
+                           const ChunkIo& io, std::size_t chunk_bytes, const FilePass& pass) {
+  const std::size_t chunk = file_chunk_bytes(chunk_bytes, bytes);
+  if (memory.host != nullptr) {
+    char* into = memory.host_at(offset);
+    for (std::size_t done = 0; done < bytes; done += chunk) {
+      const std::size_t n = std::min(chunk, bytes - done);
+      file.read_at(operation, into + done, n, file_offset + done);
+      pass.loaded(into + done, n);
+    }
+    return;
+  }
+  std::vector<HostChunk> chunks(file_chunks_in_flight);
+  InFlight busy(file_chunks_in_flight);
+  std::size_t i = 0;
+  for (std::size_t done = 0; done < bytes; done += chunk, ++i) {
+    const std::size_t slot = i % file_chunks_in_flight, n = std::min(chunk, bytes - done);
+    busy.wait(operation, slot);
+    if (!chunks[slot]) chunks[slot] = io.chunk(operation, chunk);
+    file.read_at(operation, chunks[slot].data(), n, file_offset + done);
+    pass.loaded(chunks[slot].data(), n);
+    busy[slot] = io.write(operation, memory.buffer(), memory.at(offset + done), n,
+                          chunks[slot].data(), false);
+  }
+  busy.wait_all(operation);
+}
+
+/// `memory` at byte `offset` -> `bytes` of `file` at `file_offset`, blocking; the mirror of
+/// file_to_device(): the device's reads of the next chunks run while a chunk is written out.
+inline void device_to_file(const char* operation, const Allocation& memory, std::size_t offset,
+                           std::size_t bytes, const File& file, std::uint64_t file_offset,
+                           const ChunkIo& io, std::size_t chunk_bytes, const FilePass& pass) {
+  const std::size_t chunk = file_chunk_bytes(chunk_bytes, bytes);
+  if (memory.host != nullptr) {
+    const char* from = memory.host_at(offset);  // saves write the host's order: no swap
+    for (std::size_t done = 0; done < bytes; done += chunk) {
+      const std::size_t n = std::min(chunk, bytes - done);
+      if (pass.crc != nullptr) pass.crc->update(from + done, n);
+      file.write_at(operation, from + done, n, file_offset + done);
+    }
+    return;
+  }
+  const std::size_t count = (bytes + chunk - 1) / chunk;
+  std::vector<HostChunk> chunks(file_chunks_in_flight);
+  InFlight busy(file_chunks_in_flight);
+  const auto start_read = [&](std::size_t k) {
+    const std::size_t slot = k % file_chunks_in_flight, at = k * chunk;
+    if (!chunks[slot]) chunks[slot] = io.chunk(operation, chunk);
+    busy[slot] = io.read(operation, memory.buffer(), memory.at(offset + at),
+                         std::min(chunk, bytes - at), chunks[slot].data(), false);
+  };
+  for (std::size_t k = 0; k < std::min(count, file_chunks_in_flight); ++k) start_read(k);
+  for (std::size_t k = 0; k < count; ++k) {
+    const std::size_t slot = k % file_chunks_in_flight, at = k * chunk;
+    const std::size_t n = std::min(chunk, bytes - at);
+    busy.wait(operation, slot);
+    pass.saving(chunks[slot].data(), n);
+    file.write_at(operation, chunks[slot].data(), n, file_offset + at);
+    if (k + file_chunks_in_flight < count) start_read(k + file_chunks_in_flight);
+  }
+}
+
+}  // namespace detail
+}  // namespace clbuf
+
+#endif  // CLBUF_DETAIL_FILE_TRANSFER_HPP
+// ---- end of clbuf/detail/file_transfer.hpp
+// ---- clbuf/detail/npy_format.hpp
+// numpy's .npy header (NEP 1, numpy/lib/format.py), read and written: pure functions on bytes,
+// no file and no OpenCL (fuzzed like checks.hpp). A file is the magic "\x93NUMPY", the format
+// version (major, minor: 1.0, 2.0 or 3.0), the header's length (little-endian: 2 bytes in 1.0,
+// 4 in 2.0 and 3.0), the header, then the array's bytes. The header is a Python dict literal
+//   {'descr': '<f4', 'fortran_order': False, 'shape': (2, 3), }
+// padded with spaces and ended by '\n' so that the array's bytes start at a multiple of 64.
+// clbuf reads the numeric dtypes only (bool, signed and unsigned integers, floats, complex), in
+// C order; a big-endian descr ('>') is read and byte-swapped as the chunks pass (npy_io.hpp).
+// It writes version 1.0 (2.0 when the header passes 65535 bytes), little-endian, C order.
+#ifndef CLBUF_DETAIL_NPY_FORMAT_HPP
+#define CLBUF_DETAIL_NPY_FORMAT_HPP
+
+#include <complex>
+#include <cstddef>
+#include <cstdint>
+#include <limits>
+#include <string>
+#include <type_traits>
+#include <vector>
+
+namespace clbuf {
+
+/// The numpy dtype of an element type T, for .npy files: `kind` ('b' bool, 'i' signed integer,
+/// 'u' unsigned integer, 'f' float, 'c' complex) and `bytes`. Defined for bool, every integer
+/// type, float, double, std::complex<float> and std::complex<double>; a program may specialize it
+/// for a type of its own (e.g. a 2-byte half float: kind 'f', bytes 2). cl_half is uint16_t to
+/// C++, so a DeviceBuffer<cl_half> reads and writes '<u2'.
+template <class T, class = void>
+struct NpyType {};
+template <>
+struct NpyType<bool> {
+  static constexpr char kind = 'b';
+  static constexpr std::size_t bytes = 1;
+};
+template <class T>
+struct NpyType<T, std::enable_if_t<std::is_integral<T>::value && !std::is_same<T, bool>::value>> {
+  static constexpr char kind = std::is_signed<T>::value ? 'i' : 'u';
+  static constexpr std::size_t bytes = sizeof(T);
+};
+template <class T>
+struct NpyType<T,
+               std::enable_if_t<std::is_same<T, float>::value || std::is_same<T, double>::value>> {
+  static constexpr char kind = 'f';
+  static constexpr std::size_t bytes = sizeof(T);
+};
+template <class T>
+struct NpyType<std::complex<T>,
+               std::enable_if_t<std::is_same<T, float>::value || std::is_same<T, double>::value>> {
+  static constexpr char kind = 'c';
+  static constexpr std::size_t bytes = sizeof(std::complex<T>);
+};
+
+/// What a .npy file's header says (read_npy_header(), BufferManager::load_npy()).
+struct NpyHeader {
+  unsigned major = 1, minor = 0;   ///< the format version
+  char byte_order = '<';           ///< '<' little, '>' big, '|' not applicable (one byte)
+  char kind = 'f';                 ///< 'b' bool, 'i' signed, 'u' unsigned, 'f' float, 'c' complex
+  std::size_t item_bytes = 0;      ///< bytes of one element
+  bool fortran_order = false;      ///< true: column-major (clbuf refuses it)
+  std::vector<std::size_t> shape;  ///< () for a scalar: one element
+  std::size_t elements = 0;        ///< the product of shape
+  std::size_t data_bytes = 0;      ///< elements * item_bytes
+  std::uint64_t data_offset = 0;   ///< where the array's bytes start in the file
+
+  /// The descr as numpy writes it: "<f4", "|u1", ...
+  std::string descr() const {
+    return std::string(1, byte_order) + kind + std::to_string(item_bytes);
+  }
+};
+
+namespace detail {
+
+/// The magic and the version and length fields: what a reader needs before the header.
+constexpr std::size_t npy_prefix_bytes = 12;
+
+/// Given the first `n` bytes of a file (at least 10, 12 for versions 2.0 and 3.0), sets `total`
+/// to the bytes of magic, version, length and header together (where the array starts).
+/// Returns "" or why the bytes are not a .npy file's beginning.
+inline std::string npy_header_length(const unsigned char* bytes, std::size_t n,
+                                     std::uint64_t& total) {
+  static const char magic[] = "\x93NUMPY";
+  if (n < 10) return "the file has " + std::to_string(n) + " bytes, too few for a .npy header";
+  for (int i = 0; i < 6; ++i) {
+    if (bytes[i] != static_cast<unsigned char>(magic[i])) {
+      return "not a .npy file (its first bytes are not \\x93NUMPY)";
+    }
+  }
+  const unsigned major = bytes[6], minor = bytes[7];
+  if (minor != 0 || major < 1 || major > 3) {
+    return "format version " + std::to_string(major) + "." + std::to_string(minor) +
+           " of .npy is not one clbuf reads (1.0, 2.0, 3.0)";
+  }
+  if (major == 1) {
+    total = 10 + (std::uint64_t{bytes[8]} | std::uint64_t{bytes[9]} << 8);
+    return std::string();
+  }
+  if (n < 12) return "the file has " + std::to_string(n) + " bytes, too few for a .npy header";
+  total = 12 + (std::uint64_t{bytes[8]} | std::uint64_t{bytes[9]} << 8 |
+                std::uint64_t{bytes[10]} << 16 | std::uint64_t{bytes[11]} << 24);
+  return std::string();
+}
+
+/// A reader of the header's dict literal, strict about what numpy writes.
+class NpyDictReader {
+ public:
+  NpyDictReader(const char* text, std::size_t n) : at_(text), end_(text + n) {}
+
+  /// Parses the dict into `out`; returns "" or what is wrong.
+  std::string parse(NpyHeader& out) {
+    skip_space();
+    if (!take('{')) return "the header is not a dict literal (no '{')";
+    bool descr = false, order = false, shape = false;
+    for (;;) {
+      skip_space();
+      if (take('}')) break;
+      std::string key;
+      if (!string(key)) return "a key of the header's dict is not a quoted string";
+      skip_space();
+      if (!take(':')) return "no ':' after the key '" + key + "'";
+      skip_space();
+      std::string why;
+      if (key == "descr" && !descr) {
+        descr = true;
+        why = parse_descr(out);
+      } else if (key == "fortran_order" && !order) {
+        order = true;
+        if (!boolean(out.fortran_order)) why = "'fortran_order' is not True or False";
+      } else if (key == "shape" && !shape) {
+        shape = true;
+        why = parse_shape(out.shape);
+      } else {
+        why = "the header's key '" + key + "' is not one of descr, fortran_order, shape once each";
+      }
+      if (!why.empty()) return why;
+      skip_space();
+      if (take('}')) break;
+      if (!take(',')) return "no ',' or '}' after the value of '" + key + "'";
+    }
+    if (!descr || !order || !shape) {
+      return "the header lacks one of 'descr', 'fortran_order', 'shape'";
+    }
+    while (at_ + 1 < end_ && *at_ == ' ') ++at_;
+    if (at_ + 1 != end_ || *at_ != '\n') {
+      return "the header does not end in spaces and one '\\n' after its dict";
+    }
+    return std::string();
+  }
+
+ private:
+  void skip_space() {
+    while (at_ < end_ && (*at_ == ' ' || *at_ == '\t' || *at_ == '\n' || *at_ == '\r')) ++at_;
+  }
+  bool take(char c) {
+    if (at_ < end_ && *at_ == c) {
+      ++at_;
+      return true;
+    }
+    return false;
+  }
+  bool string(std::string& out) {
+    if (at_ >= end_ || (*at_ != '\'' && *at_ != '"')) return false;
+    const char quote = *at_++;
+    const char* start = at_;
+    while (at_ < end_ && *at_ != quote) {
+      if (*at_ == '\\' || *at_ == '\n') return false;
+      ++at_;
+    }
+    if (at_ >= end_) return false;
+    out.assign(start, at_);
+    ++at_;
+    return true;
+  }
+  bool word(const char* w) {
+    const char* p = at_;
+    for (; *w != '\0'; ++w, ++p) {
+      if (p >= end_ || *p != *w) return false;
+    }
+    at_ = p;
+    return true;
+  }
+  bool boolean(bool& out) {
+    if (word("True")) return out = true, true;
+    if (word("False")) return out = false, true;
+    return false;
+  }
+  bool number(std::size_t& out) {
+    if (at_ >= end_ || *at_ < '0' || *at_ > '9') return false;
+    std::size_t value = 0;
+    while (at_ < end_ && *at_ >= '0' && *at_ <= '9') {
+      const std::size_t digit = static_cast<std::size_t>(*at_ - '0');
+      if (value > (std::numeric_limits<std::size_t>::max() - digit) / 10) return false;
+      value = value * 10 + digit;
+      ++at_;
+    }
+    if (at_ < end_ && (*at_ == 'L' || *at_ == 'l')) ++at_;  // Python 2's long
+    out = value;
+    return true;
+  }
+  std::string parse_shape(std::vector<std::size_t>& shape) {
+    if (!take('(')) return "'shape' is not a tuple";
+    bool comma = false;
+    for (;;) {
+      skip_space();
+      if (take(')')) break;
+      std::size_t extent = 0;
+      if (!number(extent)) return "'shape' holds something other than whole numbers of size_t";
+      shape.push_back(extent);
+      skip_space();
+      comma = take(',');
+      if (!comma) {
+        skip_space();
+        if (!take(')')) return "'shape' is not a tuple of numbers";
+        break;
+      }
+    }
+    if (shape.size() == 1 && !comma) return "'shape' is (n), a number, not a tuple (n,)";
+    return std::string();
+  }
+  std::string parse_descr(NpyHeader& out) {
+    std::string d;
+    if (!string(d)) return "'descr' is not a quoted string (a structured dtype?)";
+    std::size_t at = 0;
+    out.byte_order = '|';
+    if (!d.empty() && (d[0] == '<' || d[0] == '>' || d[0] == '|' || d[0] == '=')) {
+      out.byte_order = d[0] == '=' ? '<' : d[0];  // '=': native, little-endian on clbuf's hosts
+      ++at;
+    }
+    if (at >= d.size()) return "'descr' '" + d + "' names no dtype";
+    out.kind = d[at++];
+    std::size_t size = 0;
+    bool digits = at < d.size();
+    for (; at < d.size(); ++at) {
+      if (d[at] < '0' || d[at] > '9' || size > 64) {
+        digits = false;
+        break;
+      }
+      size = size * 10 + static_cast<std::size_t>(d[at] - '0');
+    }
+    const bool fits = digits && ((out.kind == 'b' && size == 1) ||
+                                 ((out.kind == 'i' || out.kind == 'u') &&
+                                  (size == 1 || size == 2 || size == 4 || size == 8)) ||
+                                 (out.kind == 'f' && (size == 2 || size == 4 || size == 8)) ||
+                                 (out.kind == 'c' && (size == 8 || size == 16)));
+    if (!fits) {
+      return "dtype '" + d +
+             "' is not one clbuf reads (bool, int8-int64, uint8-uint64, float16-float64, "
+             "complex64, complex128)";
+    }
+    if (out.byte_order == '|' && size != 1) return "dtype '" + d + "' has no byte order";
+    if (size == 1) out.byte_order = '|';
+    out.item_bytes = size;
+    return std::string();
+  }
+
+  const char* at_;
+  const char* end_;
+};
+
+/// Parses a whole .npy header (`n` bytes: magic, version, length and the dict; `n` at least
+/// what npy_header_length() gave) into `out`. Returns "" or what is wrong. Fortran order is
+/// parsed, not refused: the caller refuses it.
+inline std::string parse_npy_header(const unsigned char* bytes, std::size_t n, NpyHeader& out) {
+  std::uint64_t total = 0;
+  std::string why = npy_header_length(bytes, n, total);
+  if (!why.empty()) return why;
+  if (total > n) return "the header is cut short (truncated)";
+  out = NpyHeader();
+  out.major = bytes[6];
+  out.minor = bytes[7];
+  const std::size_t start = out.major == 1 ? 10 : 12;
+  for (std::size_t i = start; i < total; ++i) {
+    if (bytes[i] >= 0x80 && out.major != 3) return "the header has bytes that are not ASCII";
+    if (bytes[i] == 0) return "the header has a NUL byte";
+  }
+  why = NpyDictReader(reinterpret_cast<const char*>(bytes) + start,
+                      static_cast<std::size_t>(total - start))
+            .parse(out);
+  if (!why.empty()) return why;
+  std::size_t elements = 1;
+  for (std::size_t extent : out.shape) {
+    if (extent != 0 && elements > std::numeric_limits<std::size_t>::max() / extent) {
+      return "the shape's elements overflow size_t";
+    }
+    elements *= extent;
+  }
+  if (elements > std::numeric_limits<std::size_t>::max() / out.item_bytes) {
+    return "the array's bytes (" + std::to_string(elements) + " elements of " +
+           std::to_string(out.item_bytes) + " bytes) overflow size_t";
+  }
+  out.elements = elements;
+  out.data_bytes = elements * out.item_bytes;
+  out.data_offset = total;
+  return std::string();
+}
+
+/// The bytes of a .npy header (magic to '\n') for `descr` ("<f4") and `shape`, C order: version
+/// 1.0, or 2.0 when the header passes 65535 bytes; the array starts at a multiple of 64.
+inline std::string format_npy_header(const std::string& descr,
+                                     const std::vector<std::size_t>& shape) {
+  std::string dict = "{'descr': '" + descr + "', 'fortran_order': False, 'shape': (";
+  for (std::size_t i = 0; i < shape.size(); ++i) {
+    dict += std::to_string(shape[i]);
+    if (i + 1 < shape.size() || shape.size() == 1) dict += ',';
+    if (i + 1 < shape.size()) dict += ' ';
+  }
+  dict += "), }";
+  std::size_t prefix = 10;
+  std::size_t length = (dict.size() + 1 + prefix + 63) / 64 * 64 - prefix;
+  if (length > 65535) {
+    prefix = 12;
+    length = (dict.size() + 1 + prefix + 63) / 64 * 64 - prefix;
+  }
+  std::string out("\x93NUMPY", 6);
+  out += static_cast<char>(prefix == 10 ? 1 : 2);
+  out += '\0';
+  for (std::size_t i = 0; i < prefix - 8; ++i) out += static_cast<char>((length >> (8 * i)) & 0xFF);
+  out += dict;
+  out.append(length - dict.size() - 1, ' ');
+  out += '\n';
+  return out;
+}
+
+}  // namespace detail
+}  // namespace clbuf
+
+#endif  // CLBUF_DETAIL_NPY_FORMAT_HPP
+// ---- end of clbuf/detail/npy_format.hpp
+// ---- clbuf/detail/telemetry.hpp
+// A manager's transfer counters: bytes, operations, time and the path taken per direction. Cheap
+// enough to stay on: a few relaxed atomic additions and two clock reads per blocking call. Every
+// transfer the engine counts is also a span of the trace when the manager traces (trace.hpp): the
+// counting is the one place each transfer passes, so it is instrumented once, here.
+#ifndef CLBUF_DETAIL_TELEMETRY_HPP
+#define CLBUF_DETAIL_TELEMETRY_HPP
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+
+namespace clbuf {
+namespace detail {
+
+class Telemetry {
+ public:
+  enum Direction { upload, download, copy };
+  /// The paths of PathStats, in its order.
+  enum Path { host_copy, staged, buffered, bounced, relayed, direct, path_count };
+  /// The name of `path` as PathStats' member.
+  static const char* name(Path path) noexcept {
+    static const char* const names[path_count] = {"host_copy", "staged",  "buffered",
+                                                  "bounced",   "relayed", "direct"};
+    return path < path_count ? names[path] : "unknown";
+  }
+
+ private:
+  struct Counter {
+    std::atomic<std::uint64_t> operations{0};
+    std::atomic<std::uint64_t> bytes{0};
+    std::atomic<std::uint64_t> nanoseconds{0};
+    std::atomic<std::uint64_t> paths[path_count] = {};
+
+    void count(Path path, std::uint64_t moved) noexcept {
+      operations.fetch_add(1, std::memory_order_relaxed);
+      bytes.fetch_add(moved, std::memory_order_relaxed);
+      paths[path].fetch_add(1, std::memory_order_relaxed);
+    }
+  };
+
+ public:
+  /// The name of `direction`, as the trace's spans give it.
+  static const char* name(Direction direction) noexcept {
+    static const char* const names[3] = {"upload", "download", "copy"};
+    return names[direction];
+  }
+
+  /// Counts a transfer on `path`; time it by keeping the returned Timer alive across the
+  /// blocking call. When tracing, its end records a span named `operation` (a string literal) on
+  /// the calling thread's "API calls" track.
+  class Timer {
+   public:
+    Timer(Telemetry& telemetry, Direction direction, Path path, std::uint64_t bytes,
+          const char* operation) noexcept
+        : counter_(telemetry.counters_[direction]),
+          tracer_(telemetry.tracer_),
+          operation_(operation),
+          direction_(direction),
+          path_(path),
+          bytes_(bytes),
+          start_(std::chrono::steady_clock::now()) {
+      counter_.count(path, bytes);
+    }
+    Timer(const Timer&) = delete;
+    Timer& operator=(const Timer&) = delete;
+    ~Timer() {
+      const auto end = std::chrono::steady_clock::now();
+      counter_.nanoseconds.fetch_add(
+          static_cast<std::uint64_t>(
+              std::chrono::duration_cast<std::chrono::nanoseconds>(end - start_).count()),
+          std::memory_order_relaxed);
+      if (tracer_ != nullptr) trace(end);
+    }
+
+   private:
+    // Out of line, so that the Timer of a call that does not trace stays small enough to inline
+    // (with the span inline, a 4-byte download on the host model took ~80 instructions more).
+    CLBUF_DETAIL_COLD void trace(std::chrono::steady_clock::time_point end) const noexcept {
+      tracer_->api_span(operation_, trace_time(start_), trace_time(end),
+                        {{"bytes", nullptr, static_cast<double>(bytes_)},
+                         {"path", Telemetry::name(path_)},
+                         {"direction", Telemetry::name(direction_)}});
+    }
+
+    Counter& counter_;
+    Tracer* const tracer_;  // null: not tracing
+    const char* const operation_;
+    const Direction direction_;
+    const Path path_;
+    const std::uint64_t bytes_;
+    const std::chrono::steady_clock::time_point start_;
+  };
+
+  /// A started transfer, counted; traced() records its span once its event is known.
+  struct AsyncSpan {
+    Tracer* tracer = nullptr;  // null: not tracing
+    const char* operation = "";
+    Direction direction = upload;
+    Path path = direct;
+    std::uint64_t bytes = 0;
+    double begin = 0;
+  };
+
+  /// Counts a started transfer (its time is not counted: it overlaps other work).
+  AsyncSpan count_async(Direction direction, Path path, std::uint64_t bytes,
+                        const char* operation) noexcept {
+    counters_[direction].count(path, bytes);
+    if (tracer_ == nullptr) return AsyncSpan();
+    return AsyncSpan{tracer_, operation, direction, path, bytes, trace_now()};
+  }
+
+  /// When tracing, the span of `started` from its call until `event` (null: none; the span ends
+  /// now) completes, on the manager's "started transfers (host's view)" track.
+  CLBUF_DETAIL_INLINE static void traced(const AsyncSpan& started, cl_event event) noexcept {
+    if (started.tracer != nullptr) trace_started(started, event);  // inline: no call when off
+  }
+  CLBUF_DETAIL_COLD static void trace_started(const AsyncSpan& started, cl_event event) noexcept {
+    started.tracer->until_complete(event, started.tracer->started_track(), started.operation,
+                                   started.begin,
+                                   {{"bytes", nullptr, static_cast<double>(started.bytes)},
+                                    {"path", Telemetry::name(started.path)},
+                                    {"direction", Telemetry::name(started.direction)}});
+  }
+
+  /// Traces every transfer counted from now on into `tracer` (null: no tracing); set before any.
+  void trace(Tracer* tracer) noexcept { tracer_ = tracer; }
+  /// The manager's tracer (null: not tracing), for layers that trace spans of their own
+  /// (clbuf::mpi's messages).
+  Tracer* tracer() const noexcept { return tracer_; }
+
+  void fill(TransferStats& stats) const noexcept {
+    DirectionStats* out[] = {&stats.upload, &stats.download, &stats.copy};
+    for (int d = 0; d < 3; ++d) {
+      const Counter& in = counters_[d];
+      out[d]->operations = in.operations.load(std::memory_order_relaxed);
+      out[d]->bytes = in.bytes.load(std::memory_order_relaxed);
+      out[d]->nanoseconds = in.nanoseconds.load(std::memory_order_relaxed);
+      PathStats& paths = out[d]->paths;
+      std::uint64_t* const by_path[path_count] = {&paths.host_copy, &paths.staged,  &paths.buffered,
+                                                  &paths.bounced,   &paths.relayed, &paths.direct};
+      for (int p = 0; p < path_count; ++p) {
+        *by_path[p] = in.paths[p].load(std::memory_order_relaxed);
+      }
+    }
+  }
+
+  void reset() noexcept {
+    for (Counter& c : counters_) {
+      c.operations.store(0, std::memory_order_relaxed);
+      c.bytes.store(0, std::memory_order_relaxed);
+      c.nanoseconds.store(0, std::memory_order_relaxed);
+      for (std::atomic<std::uint64_t>& path : c.paths) path.store(0, std::memory_order_relaxed);
+    }
+  }
+
+ private:
+  Counter counters_[3];
+  Tracer* tracer_ = nullptr;  // the manager's, when it traces
+};
+
+}  // namespace detail
+
+}  // namespace clbuf
+
+#endif  // CLBUF_DETAIL_TELEMETRY_HPP
+// ---- end of clbuf/detail/telemetry.hpp
 // ---- clbuf/detail/transfer_engine.hpp
 // The transfer engine: moves bytes between host memory and device memory (a pool Allocation
 // plus a byte offset) by the one path rule below, and counts what it moves. Everything under
@@ -5128,7 +6449,7 @@ class PinnedPool {
 // cross_context.hpp, which build on it.
 //
 // THE path rule (route()), for a transfer of `bytes` between host memory and `memory`:
-//   1. host_block: `memory` is a host block clbuf allocated itself (a CPU device, PoCL): once the
+//   1. host_copy: `memory` is a host block clbuf allocated itself (a CPU device, PoCL): once the
 //      queue has finished earlier work the host copies with memcpy (ParallelCopier), no command;
 //   2. staged: a discrete device, pageable host memory and at least staging_threshold_bytes:
 //      pinned chunks pipelined by several threads (Stager);
@@ -5142,7 +6463,7 @@ class PinnedPool {
 //      memory far below the bus speed even for small transfers: a 4 B read waits 17 us, into
 //      pinned memory 8; 1 MiB took 196 us against 80 through pinned memory on the H200). Writes
 //      never bounce: the driver's pageable write was as fast as a bounce at every size measured;
-//   5. queue: one clEnqueueWriteBuffer / clEnqueueReadBuffer.
+//   5. direct: one clEnqueueWriteBuffer / clEnqueueReadBuffer.
 // A message of clbuf::mpi (route_message()) goes zero copy out of a host block, through pinned
 // chunks to or from a discrete device, else mapped around MPI; its chunks move by chunk_io().
 //
@@ -5175,6 +6496,7 @@ class PinnedPool {
 
 #include <algorithm>
 #include <array>
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
@@ -5230,6 +6552,7 @@ class BufferedWrites {
     cl::Event event = device_.queue().write(operation, buffer, offset, bytes, slot, false);
     pending_.push_back(
         Pending{std::move(event), at, at + round_up(bytes), operation, bytes, offset, ++written_});
+    update_quiet();
     if (tracer_ != nullptr) {  // under mutex_: the track's spans follow one another
       tracer_->span(track_, "buffered write", begin, trace_now(),
                     {{"bytes", nullptr, static_cast<double>(bytes)},
@@ -5272,24 +6595,36 @@ class BufferedWrites {
   /// the first that failed since the last call (its code, the upload named in the message) as an
   /// Error of `operation`. One lock for both: the round trip's download takes this path.
   void settle(const char* operation, std::uint64_t confirmed = 0) {
+    if (quiet()) return;  // nothing pending, nothing failed: no lock on a small call's path
     std::string what;
     cl_int code = CL_SUCCESS;
     {
       std::lock_guard<std::mutex> lock(mutex_);
       while (!pending_.empty() && pending_.front().number <= confirmed) pending_.pop_front();
       reap();
-      if (failure_ == CL_SUCCESS) return;
+      if (failure_ == CL_SUCCESS) {
+        update_quiet();
+        return;
+      }
       code = take_failure(&what);
+      update_quiet();
     }
     fail(operation, code, what);
   }
+
+  /// True when no write is pending and no failure waits to be reported, as of the last change
+  /// under the lock (a write of this thread, or a settle, is seen; another thread's write that
+  /// is under way may not be, which no order between the two threads' calls promises anyway).
+  bool quiet() const noexcept { return quiet_.load(std::memory_order_acquire); }
 
   /// settle() without throwing: the failure's code (CL_SUCCESS for none) and, in `what`, its
   /// description.
   cl_int settle_code(std::string* what) noexcept {
     std::lock_guard<std::mutex> lock(mutex_);
     reap();
-    return take_failure(what);
+    const cl_int code = take_failure(what);
+    update_quiet();
+    return code;
   }
 
   /// How many writes the ring holds (not yet known to have completed).
@@ -5303,6 +6638,7 @@ class BufferedWrites {
     std::lock_guard<std::mutex> lock(mutex_);
     pending_.clear();
     ring_.reset();
+    update_quiet();
   }
 
  private:
@@ -5386,6 +6722,12 @@ class BufferedWrites {
     }
   }
 
+  /// quiet() as the ring stands now. Under mutex_, after each change to pending_ or failure_
+  /// that a call can leave behind.
+  void update_quiet() noexcept {
+    quiet_.store(pending_.empty() && failure_ == CL_SUCCESS, std::memory_order_release);
+  }
+
   /// The failure recorded (CL_SUCCESS for none), forgotten; its description moved into `what`.
   /// Under mutex_.
   cl_int take_failure(std::string* what) noexcept {
@@ -5420,6 +6762,7 @@ class BufferedWrites {
   }
 
   void record(const Pending& write, cl_int code) noexcept {
+    quiet_.store(false, std::memory_order_release);  // a failure waits to be reported
     if (failure_ != CL_SUCCESS) {  // most likely a consequence of the first: counted
       ++later_failures_;
       return;
@@ -5448,6 +6791,7 @@ class BufferedWrites {
   cl_int failure_ = CL_SUCCESS;  // the first failed write not yet reported
   std::string failure_what_;
   std::size_t later_failures_ = 0;  // failed writes after the first, before it was reported
+  std::atomic<bool> quiet_{true};   // pending_ empty and failure_ CL_SUCCESS (update_quiet())
 };
 
 }  // namespace detail
@@ -5455,266 +6799,6 @@ class BufferedWrites {
 
 #endif  // CLBUF_DETAIL_BUFFERED_WRITES_HPP
 // ---- end of clbuf/detail/buffered_writes.hpp
-// ---- clbuf/detail/chunk_io.hpp
-// The transfer engine's chunk calls, for a layer that pipelines chunks of its own (clbuf::mpi's
-// streams, collectives and halo exchanges): byte ranges of a buffer read into or written out of
-// host memory the layer holds (a lease of the manager's pinned pool), mapped, packed or reduced
-// by a kernel, each one command on the manager's queue in order after the work before it.
-// TransferEngine::chunk_io() makes one; it retains the queue, so it keeps working (and failing
-// with OpenCL's own errors) after the manager's cleanup(). The layer makes no OpenCL call itself.
-#ifndef CLBUF_DETAIL_CHUNK_IO_HPP
-#define CLBUF_DETAIL_CHUNK_IO_HPP
-
-// ---- clbuf/detail/kernel_cache.hpp
-// OpenCL C programs clbuf builds for itself (clbuf::mpi's reduction and pack kernels), built for
-// the device of a queue on first use and kept with their kernels, one program a key: the one
-// place clbuf creates, builds and caches programs. A failure keeps nothing, so the next call
-// tries again; a caller that must not retry remembers the failure itself.
-#ifndef CLBUF_DETAIL_KERNEL_CACHE_HPP
-#define CLBUF_DETAIL_KERNEL_CACHE_HPP
-
-#include <cstddef>
-#include <initializer_list>
-#include <map>
-#include <string>
-#include <utility>
-#include <vector>
-
-namespace clbuf {
-namespace detail {
-
-/// Sets argument `index` of `kernel`. Wraps clSetKernelArg.
-inline void set_kernel_arg(const char* operation, cl_kernel kernel, cl_uint index, std::size_t size,
-                           const void* value) {
-  check(CLBUF_CL(clSetKernelArg)(kernel, index, size, value), operation, "clSetKernelArg");
-}
-
-/// Enqueues `kernel` on `queue` over `global` (`dimensions` of them; the driver picks the local
-/// size), in order after the work before it; returns its event. Wraps clEnqueueNDRangeKernel.
-inline cl::Event run_kernel(const char* operation, const Queue& queue, cl_kernel kernel,
-                            cl_uint dimensions, const std::size_t* global) {
-  cl_event event = nullptr;
-  check(CLBUF_CL(clEnqueueNDRangeKernel)(queue.get(), kernel, dimensions, nullptr, global, nullptr,
-                                         0, nullptr, &event),
-        operation, "clEnqueueNDRangeKernel");
-  return cl::Event(event, false);
-}
-
-/// Built programs by key, each with the kernels it was asked for.
-template <class Key>
-class KernelCache {
- public:
-  /// The kernels `names` (in that order) of the program kept for `key`, or null when none is.
-  const std::vector<cl::Kernel>* find(const Key& key) const noexcept {
-    const auto found = programs_.find(key);
-    return found == programs_.end() ? nullptr : &found->second.kernels;
-  }
-
-  /// Builds `source` for the device of `queue`, keeps it for `key` and returns its kernels
-  /// `names` (in that order). Wraps clGetCommandQueueInfo, clCreateProgramWithSource,
-  /// clBuildProgram, clCreateKernel.
-  /// @throws Error of the first call that failed; for clBuildProgram, "clBuildProgram failed for
-  ///         the <what>: <the build log>".
-  const std::vector<cl::Kernel>& build(const char* operation, const Queue& queue, const Key& key,
-                                       const std::string& source,
-                                       std::initializer_list<const char*> names,
-                                       const std::string& what) {
-    Program built;
-    cl_device_id device = nullptr;
-    built.program = compile(operation, queue, source, what, device);
-    for (const char* name : names) {
-      cl_int err = CL_SUCCESS;
-      built.kernels.emplace_back(CLBUF_CL(clCreateKernel)(built.program(), name, &err), false);
-      check(err, operation, "clCreateKernel");
-    }
-    return programs_.insert_or_assign(key, std::move(built)).first->second.kernels;
-  }
-
- private:
-  struct Program {
-    cl::Program program;
-    std::vector<cl::Kernel> kernels;
-  };
-
-  /// `source` built for the device of `queue` (returned in `device`).
-  static cl::Program compile(const char* operation, const Queue& queue, const std::string& source,
-                             const std::string& what, cl_device_id& device) {
-    cl_context context = nullptr;
-    check(CLBUF_CL(clGetCommandQueueInfo)(queue.get(), CL_QUEUE_CONTEXT, sizeof(context), &context,
-                                          nullptr),
-          operation, "clGetCommandQueueInfo");
-    check(CLBUF_CL(clGetCommandQueueInfo)(queue.get(), CL_QUEUE_DEVICE, sizeof(device), &device,
-                                          nullptr),
-          operation, "clGetCommandQueueInfo");
-    const char* lines = source.c_str();
-    const std::size_t length = source.size();
-    cl_int err = CL_SUCCESS;
-    cl::Program program(CLBUF_CL(clCreateProgramWithSource)(context, 1, &lines, &length, &err),
-                        false);
-    check(err, operation, "clCreateProgramWithSource");
-    err = CLBUF_CL(clBuildProgram)(program(), 1, &device, "", nullptr, nullptr);
-    if (err != CL_SUCCESS) {
-      fail(operation, err, "clBuildProgram failed for the " + what + ": " + log(program, device));
-    }
-    return program;
-  }
-
-  /// The build log of `program` for `device` ("" where it cannot be had).
-  static std::string log(const cl::Program& program, cl_device_id device) {
-    std::size_t size = 0;
-    CLBUF_CL(clGetProgramBuildInfo)(program(), device, CL_PROGRAM_BUILD_LOG, 0, nullptr, &size);
-    std::string text(size, '\0');
-    if (size > 0) {
-      CLBUF_CL(clGetProgramBuildInfo)
-      (program(), device, CL_PROGRAM_BUILD_LOG, size, &text[0], nullptr);
-    }
-    return text.c_str();  // up to the log's own NUL
-  }
-
-  std::map<Key, Program> programs_;
-};
-
-}  // namespace detail
-}  // namespace clbuf
-
-#endif  // CLBUF_DETAIL_KERNEL_CACHE_HPP
-// ---- end of clbuf/detail/kernel_cache.hpp
-
-#include <cstddef>
-#include <initializer_list>
-#include <memory>
-#include <string>
-#include <vector>
-
-namespace clbuf {
-namespace detail {
-
-/// Host memory for one chunk: a lease of the manager's pinned pool, or, when its budget holds
-/// none, host memory of clbuf's (the driver then moves it at pageable speed), so that a
-/// pipeline never waits on the budget: its own bounds (chunks in flight) keep it in check.
-class HostChunk {
- public:
-  HostChunk() = default;
-  /// A chunk of `bytes` for commands on `queue`.
-  HostChunk(PinnedPool& pool, const char* operation, std::size_t bytes, const Queue& queue)
-      : pinned_(pool.take(operation, bytes, queue)) {
-    if (!pinned_) {
-      pageable_ = guard_host_memory(operation, bytes, "a chunk of host memory",
-                                    [&] { return std::unique_ptr<char[]>(new char[bytes]); });
-    }
-  }
-
-  explicit operator bool() const noexcept { return pinned_ || pageable_; }
-  void* data() const noexcept { return pinned_ ? pinned_.data() : pageable_.get(); }
-  bool pinned() const noexcept { return static_cast<bool>(pinned_); }
-
-  /// Gives the memory back now (to the pool, or frees it).
-  void reset() noexcept {
-    pinned_.reset();
-    pageable_.reset();
-  }
-
-  /// Leaves the memory to something outside clbuf that may still write it (an MPI request of a
-  /// failed transfer): never freed, no longer counted.
-  void leak() noexcept {
-    pinned_.leak();
-    static_cast<void>(pageable_.release());
-  }
-
- private:
-  PinnedPool::Lease pinned_;
-  std::unique_ptr<char[]> pageable_;
-};
-
-class ChunkIo {
- public:
-  ChunkIo() = default;
-  ChunkIo(Queue queue, PinnedPool& pinned) noexcept : queue_(std::move(queue)), pinned_(&pinned) {}
-
-  /// Host memory for a chunk of `bytes`: pinned from the manager's pool where its budget allows.
-  HostChunk chunk(const char* operation, std::size_t bytes) const {
-    return HostChunk(*pinned_, operation, bytes, queue_);
-  }
-
-  /// `bytes` at byte `offset` of `buffer` -> host `into`. Blocking, or started (flushed) with
-  /// its event returned; `into` stays alive and untouched until the event completes.
-  cl::Event read(const char* operation, cl_mem buffer, std::size_t offset, std::size_t bytes,
-                 void* into, bool blocking) const {
-    cl::Event event = queue_.read(operation, buffer, offset, bytes, into, blocking);
-    if (!blocking) queue_.flush(operation);
-    return event;
-  }
-
-  /// Host `from` -> `bytes` at byte `offset` of `buffer`; as read().
-  cl::Event write(const char* operation, cl_mem buffer, std::size_t offset, std::size_t bytes,
-                  const void* from, bool blocking) const {
-    cl::Event event = queue_.write(operation, buffer, offset, bytes, from, blocking);
-    if (!blocking) queue_.flush(operation);
-    return event;
-  }
-
-  /// Maps `bytes` at `offset` of `buffer` for the host (`flags`), blocking.
-  void* map(const char* operation, cl_mem buffer, cl_map_flags flags, std::size_t offset,
-            std::size_t bytes) const {
-    return queue_.map(operation, buffer, flags, offset, bytes);
-  }
-
-  /// Unmaps `mapped` and waits for the unmap.
-  void unmap(const char* operation, cl_mem buffer, void* mapped) const {
-    cl_event event = nullptr;
-    const cl_int err = queue_.unmap(buffer, mapped, &event);
-    check(err, operation, "clEnqueueUnmapMemObject");
-    Queue::wait(operation, cl::Event(event, false));
-  }
-
-  /// Unmaps `mapped` without waiting or reporting (a destructor's way out).
-  void unmap_quietly(cl_mem buffer, void* mapped) const noexcept {
-    queue_.unmap(buffer, mapped, nullptr);
-  }
-
-  /// A marker of the work queued so far, flushed.
-  cl::Event marker(const char* operation) const {
-    cl::Event marker = queue_.marker(operation);
-    queue_.flush(operation);
-    return marker;
-  }
-  void flush(const char* operation) const { queue_.flush(operation); }
-  void finish(const char* operation) const { queue_.finish(operation); }
-
-  /// Blocks until `event` has completed; throws when it failed.
-  static void wait(const char* operation, const cl::Event& event) { Queue::wait(operation, event); }
-  /// Blocks until `event` has ended, reporting nothing (a destructor's way out).
-  static void wait_quietly(const cl::Event& event) noexcept {
-    if (event() != nullptr) static_cast<void>(wait_for_event(event()));
-  }
-
-  /// The kernels `names` of `source`, built for the queue's device once and kept in `cache`.
-  template <class Key>
-  const std::vector<cl::Kernel>& build(KernelCache<Key>& cache, const char* operation,
-                                       const Key& key, const std::string& source,
-                                       std::initializer_list<const char*> names,
-                                       const std::string& what) const {
-    return cache.build(operation, queue_, key, source, names, what);
-  }
-
-  /// Enqueues `kernel` over `global` (`dimensions` of them), flushed; returns its event.
-  cl::Event run(const char* operation, cl_kernel kernel, cl_uint dimensions,
-                const std::size_t* global) const {
-    cl::Event event = run_kernel(operation, queue_, kernel, dimensions, global);
-    queue_.flush(operation);
-    return event;
-  }
-
- private:
-  Queue queue_;
-  PinnedPool* pinned_ = nullptr;
-};
-
-}  // namespace detail
-}  // namespace clbuf
-
-#endif  // CLBUF_DETAIL_CHUNK_IO_HPP
-// ---- end of clbuf/detail/chunk_io.hpp
 // ---- clbuf/detail/staging.hpp
 // Pinned staging for large transfers between pageable host memory and a discrete device.
 // Drivers move pageable memory at a fraction of the bus speed (7-17 GB/s against 55 GB/s pinned
@@ -6259,171 +7343,6 @@ class Stager {
 
 #endif  // CLBUF_DETAIL_STAGING_HPP
 // ---- end of clbuf/detail/staging.hpp
-// ---- clbuf/detail/telemetry.hpp
-// A manager's transfer counters: bytes, operations, time and the path taken per direction. Cheap
-// enough to stay on: a few relaxed atomic additions and two clock reads per blocking call. Every
-// transfer the engine counts is also a span of the trace when the manager traces (trace.hpp): the
-// counting is the one place each transfer passes, so it is instrumented once, here.
-#ifndef CLBUF_DETAIL_TELEMETRY_HPP
-#define CLBUF_DETAIL_TELEMETRY_HPP
-
-#include <atomic>
-#include <chrono>
-#include <cstdint>
-
-namespace clbuf {
-namespace detail {
-
-class Telemetry {
- public:
-  enum Direction { upload, download, copy };
-  /// The paths of PathStats, in its order.
-  enum Path { host_copy, staged, buffered, bounced, relayed, direct, path_count };
-  /// The name of `path` as PathStats' member.
-  static const char* name(Path path) noexcept {
-    static const char* const names[path_count] = {"host_copy", "staged",  "buffered",
-                                                  "bounced",   "relayed", "direct"};
-    return path < path_count ? names[path] : "unknown";
-  }
-
- private:
-  struct Counter {
-    std::atomic<std::uint64_t> operations{0};
-    std::atomic<std::uint64_t> bytes{0};
-    std::atomic<std::uint64_t> nanoseconds{0};
-    std::atomic<std::uint64_t> paths[path_count] = {};
-
-    void count(Path path, std::uint64_t moved) noexcept {
-      operations.fetch_add(1, std::memory_order_relaxed);
-      bytes.fetch_add(moved, std::memory_order_relaxed);
-      paths[path].fetch_add(1, std::memory_order_relaxed);
-    }
-  };
-
- public:
-  /// The name of `direction`, as the trace's spans give it.
-  static const char* name(Direction direction) noexcept {
-    static const char* const names[3] = {"upload", "download", "copy"};
-    return names[direction];
-  }
-
-  /// Counts a transfer on `path`; time it by keeping the returned Timer alive across the
-  /// blocking call. When tracing, its end records a span named `operation` (a string literal) on
-  /// the calling thread's "API calls" track.
-  class Timer {
-   public:
-    Timer(Telemetry& telemetry, Direction direction, Path path, std::uint64_t bytes,
-          const char* operation) noexcept
-        : counter_(telemetry.counters_[direction]),
-          tracer_(telemetry.tracer_),
-          operation_(operation),
-          direction_(direction),
-          path_(path),
-          bytes_(bytes),
-          start_(std::chrono::steady_clock::now()) {
-      counter_.count(path, bytes);
-    }
-    Timer(const Timer&) = delete;
-    Timer& operator=(const Timer&) = delete;
-    ~Timer() {
-      const auto end = std::chrono::steady_clock::now();
-      counter_.nanoseconds.fetch_add(
-          static_cast<std::uint64_t>(
-              std::chrono::duration_cast<std::chrono::nanoseconds>(end - start_).count()),
-          std::memory_order_relaxed);
-      if (tracer_ != nullptr) trace(end);
-    }
-
-   private:
-    // Out of line, so that the Timer of a call that does not trace stays small enough to inline
-    // (with the span inline, a 4-byte download on the host model took ~80 instructions more).
-    CLBUF_DETAIL_COLD void trace(std::chrono::steady_clock::time_point end) const noexcept {
-      tracer_->api_span(operation_, trace_time(start_), trace_time(end),
-                        {{"bytes", nullptr, static_cast<double>(bytes_)},
-                         {"path", Telemetry::name(path_)},
-                         {"direction", Telemetry::name(direction_)}});
-    }
-
-    Counter& counter_;
-    Tracer* const tracer_;  // null: not tracing
-    const char* const operation_;
-    const Direction direction_;
-    const Path path_;
-    const std::uint64_t bytes_;
-    const std::chrono::steady_clock::time_point start_;
-  };
-
-  /// A started transfer, counted; traced() records its span once its event is known.
-  struct AsyncSpan {
-    Tracer* tracer = nullptr;  // null: not tracing
-    const char* operation = "";
-    Direction direction = upload;
-    Path path = direct;
-    std::uint64_t bytes = 0;
-    double begin = 0;
-  };
-
-  /// Counts a started transfer (its time is not counted: it overlaps other work).
-  AsyncSpan count_async(Direction direction, Path path, std::uint64_t bytes,
-                        const char* operation) noexcept {
-    counters_[direction].count(path, bytes);
-    if (tracer_ == nullptr) return AsyncSpan();
-    return AsyncSpan{tracer_, operation, direction, path, bytes, trace_now()};
-  }
-
-  /// When tracing, the span of `started` from its call until `event` (null: none; the span ends
-  /// now) completes, on the manager's "started transfers (host's view)" track.
-  static void traced(const AsyncSpan& started, cl_event event) noexcept {
-    if (started.tracer == nullptr) return;
-    started.tracer->until_complete(event, started.tracer->started_track(), started.operation,
-                                   started.begin,
-                                   {{"bytes", nullptr, static_cast<double>(started.bytes)},
-                                    {"path", Telemetry::name(started.path)},
-                                    {"direction", Telemetry::name(started.direction)}});
-  }
-
-  /// Traces every transfer counted from now on into `tracer` (null: no tracing); set before any.
-  void trace(Tracer* tracer) noexcept { tracer_ = tracer; }
-  /// The manager's tracer (null: not tracing), for layers that trace spans of their own
-  /// (clbuf::mpi's messages).
-  Tracer* tracer() const noexcept { return tracer_; }
-
-  void fill(TransferStats& stats) const noexcept {
-    DirectionStats* out[] = {&stats.upload, &stats.download, &stats.copy};
-    for (int d = 0; d < 3; ++d) {
-      const Counter& in = counters_[d];
-      out[d]->operations = in.operations.load(std::memory_order_relaxed);
-      out[d]->bytes = in.bytes.load(std::memory_order_relaxed);
-      out[d]->nanoseconds = in.nanoseconds.load(std::memory_order_relaxed);
-      PathStats& paths = out[d]->paths;
-      std::uint64_t* const by_path[path_count] = {&paths.host_copy, &paths.staged,  &paths.buffered,
-                                                  &paths.bounced,   &paths.relayed, &paths.direct};
-      for (int p = 0; p < path_count; ++p) {
-        *by_path[p] = in.paths[p].load(std::memory_order_relaxed);
-      }
-    }
-  }
-
-  void reset() noexcept {
-    for (Counter& c : counters_) {
-      c.operations.store(0, std::memory_order_relaxed);
-      c.bytes.store(0, std::memory_order_relaxed);
-      c.nanoseconds.store(0, std::memory_order_relaxed);
-      for (std::atomic<std::uint64_t>& path : c.paths) path.store(0, std::memory_order_relaxed);
-    }
-  }
-
- private:
-  Counter counters_[3];
-  Tracer* tracer_ = nullptr;  // the manager's, when it traces
-};
-
-}  // namespace detail
-
-}  // namespace clbuf
-
-#endif  // CLBUF_DETAIL_TELEMETRY_HPP
-// ---- end of clbuf/detail/telemetry.hpp
 
 #include <algorithm>
 #include <cstddef>
@@ -6440,7 +7359,7 @@ enum class HostMemory { pageable, pinned };
 
 class TransferEngine {
  public:
-  enum class Path { host_block, staged, buffered, bounced, queue };
+  enum class Path { host_copy, staged, buffered, bounced, direct };
 
   /// The engine of `device`; traces to Options::trace_path when it is set (resolved with
   /// CLBUF_TRACE). @throws Error CL_INVALID_VALUE when the trace file cannot be written.
@@ -6476,7 +7395,7 @@ class TransferEngine {
 
   /// The path rule, the one place clbuf chooses how bytes move.
   Path route(const Allocation& memory, std::size_t bytes, HostMemory host, Use use) const noexcept {
-    if (memory.host != nullptr) return Path::host_block;
+    if (memory.host != nullptr) return Path::host_copy;
     if (stager_ && !redirected() && host == HostMemory::pageable &&
         bytes >= device_.options().staging_threshold_bytes) {
       return Path::staged;
@@ -6489,7 +7408,7 @@ class TransferEngine {
         return Path::bounced;
       }
     }
-    return Path::queue;
+    return Path::direct;
   }
 
   /// How a message's bytes (clbuf::mpi) reach MPI: straight out of a host block, mapped, or
@@ -6519,7 +7438,7 @@ class TransferEngine {
     const Path path = route(memory, bytes, host, Use::blocking_write);
     Telemetry::Timer timer(telemetry_, Telemetry::upload, counted(path), bytes, operation);
     switch (path) {
-      case Path::host_block:
+      case Path::host_copy:
         queue().finish(operation);
         copier_.copy(memory.host_at(offset), data, bytes);
         break;
@@ -6530,7 +7449,7 @@ class TransferEngine {
         buffered_->write(operation, memory.buffer(), memory.at(offset), data, bytes);
         return;            // not a synchronising call: nothing to settle
       case Path::bounced:  // reads only
-      case Path::queue:
+      case Path::direct:
         queue().write(operation, memory.buffer(), memory.at(offset), bytes, data, true);
         break;
     }
@@ -6557,7 +7476,7 @@ class TransferEngine {
     const Path path = route(memory, bytes, host, Use::blocking_read);
     Telemetry::Timer timer(telemetry_, Telemetry::download, counted(path), bytes, operation);
     switch (path) {
-      case Path::host_block:
+      case Path::host_copy:
         queue().finish(operation);
         copier_.copy(out, memory.host_at(offset), bytes);
         break;
@@ -6571,7 +7490,7 @@ class TransferEngine {
             [&] { read_blocking(operation, memory.buffer(), memory.at(offset), bytes, out); });
         return;             // read_blocking() settled
       case Path::buffered:  // writes only
-      case Path::queue:
+      case Path::direct:
         read_blocking(operation, memory.buffer(), memory.at(offset), bytes, out);
         return;
     }
@@ -6610,7 +7529,7 @@ class TransferEngine {
     if (bytes == 0) return Started();  // zero-sized work counts nothing
     const Path path = route(memory, bytes, HostMemory::pageable, Use::started);
     const bool at_once =
-        path == Path::host_block && now_if_fresh && memory.fresh && bytes < huge_page_bytes;
+        path == Path::host_copy && now_if_fresh && memory.fresh && bytes < huge_page_bytes;
     const Telemetry::AsyncSpan span = telemetry_.count_async(
         Telemetry::upload, at_once ? Telemetry::host_copy : started(path), bytes, operation);
     Started start;
@@ -6782,7 +7701,7 @@ class TransferEngine {
   /// The path of PathStats a blocking transfer routed to `path` is counted on.
   static Telemetry::Path counted(Path path) noexcept {
     switch (path) {
-      case Path::host_block:
+      case Path::host_copy:
         return Telemetry::host_copy;
       case Path::staged:
         return Telemetry::staged;
@@ -6790,7 +7709,7 @@ class TransferEngine {
         return Telemetry::buffered;
       case Path::bounced:
         return Telemetry::bounced;
-      case Path::queue:
+      case Path::direct:
         break;
     }
     return Telemetry::direct;
@@ -6858,7 +7777,7 @@ class TransferEngine {
   /// a failed write stops the read: the caller's memory is not written.
   void read_blocking(const char* operation, cl_mem buffer, std::size_t offset, std::size_t bytes,
                      void* out) {
-    if (!buffered_) {
+    if (!buffered_ || buffered_->quiet()) {  // no buffered write to wait for or report
       queue().read(operation, buffer, offset, bytes, out, true);
       return;
     }
@@ -6909,6 +7828,668 @@ class TransferEngine {
 
 #endif  // CLBUF_DETAIL_TRANSFER_ENGINE_HPP
 // ---- end of clbuf/detail/transfer_engine.hpp
+
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace clbuf {
+namespace detail {
+
+/// "[2, 3]".
+inline std::string shape_text(const std::vector<std::size_t>& shape) {
+  std::string text = "[";
+  for (std::size_t i = 0; i < shape.size(); ++i) {
+    text += (i == 0 ? "" : ", ") + std::to_string(shape[i]);
+  }
+  return text + "]";
+}
+
+/// A .npy file open for reading, its header parsed and its size checked against the header.
+struct NpyFile {
+  File file;
+  NpyHeader header;
+  std::vector<unsigned char> head;  // the bytes before the array (for a checksum of the file)
+
+  /// Opens and checks `path`. @throws Error (CL_INVALID_VALUE) naming `operation` and the path:
+  /// missing, a folder, unreadable, not a .npy header, or a size other than the header says.
+  static NpyFile open(const char* operation, const std::string& path) {
+    NpyFile npy;
+    npy.file = File::open_read(operation, path);
+    const std::uint64_t size = npy.file.size(operation);
+    std::vector<unsigned char> prefix(
+        static_cast<std::size_t>(std::min<std::uint64_t>(size, npy_prefix_bytes)));
+    npy.file.read_at(operation, prefix.data(), prefix.size(), 0);
+    std::uint64_t total = 0;
+    std::string why = npy_header_length(prefix.data(), prefix.size(), total);
+    if (!why.empty()) fail_file_contents(operation, path, why);
+    if (total > size) {
+      fail_file_contents(operation, path,
+                         "the file has " + std::to_string(size) + " bytes, its header says it " +
+                             "alone has " + std::to_string(total) + " (truncated)");
+    }
+    npy.head.resize(static_cast<std::size_t>(total));
+    npy.file.read_at(operation, npy.head.data(), npy.head.size(), 0);
+    why = parse_npy_header(npy.head.data(), npy.head.size(), npy.header);
+    if (!why.empty()) fail_file_contents(operation, path, why);
+    const std::uint64_t expected = total + npy.header.data_bytes;
+    if (expected < total || size != expected) {  // (an overflow counts as "not what it says")
+      fail_file_contents(operation, path,
+                         "the file has " + std::to_string(size - total) +
+                             " bytes of data, its header (" + npy.header.descr() + ", shape " +
+                             shape_text(npy.header.shape) + ") says " +
+                             std::to_string(npy.header.data_bytes) +
+                             (size < expected ? " (truncated)" : " (longer than its header says)"));
+    }
+    return npy;
+  }
+
+  /// The file's dtype is `kind` of `bytes` (NpyType<T>) and its order C.
+  void check_type(const char* operation, char kind, std::size_t bytes) const {
+    if (header.kind != kind || header.item_bytes != bytes) {
+      const std::string wanted =
+          std::string(1, bytes == 1 ? '|' : '<') + kind + std::to_string(bytes);
+      fail_file_contents(
+          operation, file.path(),
+          "the file's dtype is " + header.descr() + ", the buffer's element type " + wanted);
+    }
+    if (header.fortran_order) {
+      fail_file_contents(operation, file.path(),
+                         "the array is in Fortran order (fortran_order: True); clbuf reads C "
+                         "order only (np.ascontiguousarray before np.save)");
+    }
+  }
+
+  /// How the bytes pass on the way in: swapped for a big-endian file, counted into `crc`.
+  FilePass pass(Crc32c* crc) const noexcept {
+    FilePass pass;
+    if (header.byte_order == '>') {
+      pass.swap_bytes = header.kind == 'c' ? header.item_bytes / 2 : header.item_bytes;
+    }
+    pass.crc = crc;
+    return pass;
+  }
+};
+
+/// `path` opened as a .npy file of T's dtype (NpyType<T>), C order.
+template <class T>
+NpyFile open_npy(const char* operation, const std::string& path) {
+  NpyFile npy = NpyFile::open(operation, path);
+  npy.check_type(operation, NpyType<T>::kind, NpyType<T>::bytes);
+  return npy;
+}
+
+/// The descr clbuf writes for T: little-endian ("<f4"), "|" for one byte.
+template <class T>
+std::string npy_descr() {
+  static_assert(NpyType<T>::bytes == sizeof(T), "NpyType<T>::bytes must be sizeof(T)");
+  return std::string(1, sizeof(T) == 1 ? '|' : '<') + NpyType<T>::kind + std::to_string(sizeof(T));
+}
+
+/// A load into an existing buffer: the file holds as many elements as the buffer.
+inline void check_file_elements(const char* operation, const NpyFile& npy, std::size_t count) {
+  if (npy.header.elements != count) {
+    fail_file_contents(operation, npy.file.path(),
+                       "the file holds " + std::to_string(npy.header.elements) +
+                           " elements (shape " + shape_text(npy.header.shape) + "), the buffer " +
+                           std::to_string(count));
+  }
+}
+
+/// The chunk bytes of the engine's file transfers: Options::staging_chunk_bytes, a whole number
+/// of `item_bytes` (so a byte swap never splits an element).
+inline std::size_t file_chunk(const TransferEngine& engine, std::size_t item_bytes) noexcept {
+  const std::size_t chunk = engine.options().staging_chunk_bytes;
+  return item_bytes == 0 || chunk < item_bytes ? item_bytes : chunk / item_bytes * item_bytes;
+}
+
+/// The array of `npy` -> `memory` (npy.header.data_bytes of it), blocking, after the queue's
+/// earlier work (`fresh`: memory just taken from the pool for a new buffer, which no command can
+/// be using); `crc`, when set, gets the file's bytes.
+inline void npy_read(TransferEngine& engine, const char* operation, const NpyFile& npy,
+                     const Allocation& memory, bool fresh, Crc32c* crc = nullptr) {
+  const std::size_t bytes = npy.header.data_bytes;
+  if (crc != nullptr) crc->update(npy.head.data(), npy.head.size());
+  if (bytes == 0) return;
+  Telemetry::Timer timer(engine.telemetry(), Telemetry::upload,
+                         memory.host != nullptr ? Telemetry::host_copy : Telemetry::staged, bytes,
+                         operation);
+  if (memory.host != nullptr && !(fresh && memory.fresh)) engine.queue().finish(operation);
+  file_to_device(operation, npy.file, npy.header.data_offset, memory, 0, bytes, engine.chunk_io(),
+                 file_chunk(engine, npy.header.item_bytes), npy.pass(crc));
+  engine.settle(operation);
+}
+
+/// `bytes` of `memory` -> `file` after `header` (the .npy header's bytes), blocking, after the
+/// queue's earlier work; `crc`, when set, gets the file's bytes (header included).
+inline void npy_write(TransferEngine& engine, const char* operation, const File& file,
+                      const std::string& header, const Allocation& memory, std::size_t bytes,
+                      std::size_t item_bytes, Crc32c* crc = nullptr) {
+  file.write_at(operation, header.data(), header.size(), 0);
+  if (crc != nullptr) crc->update(header.data(), header.size());
+  if (bytes == 0) return;
+  Telemetry::Timer timer(engine.telemetry(), Telemetry::download,
+                         memory.host != nullptr ? Telemetry::host_copy : Telemetry::staged, bytes,
+                         operation);
+  if (memory.host != nullptr) engine.queue().finish(operation);
+  FilePass pass;
+  pass.crc = crc;
+  device_to_file(operation, memory, 0, bytes, file, header.size(), engine.chunk_io(),
+                 file_chunk(engine, item_bytes), pass);
+  engine.settle(operation);
+}
+
+/// save_npy: `memory` (`bytes`) as the .npy file `path` of `descr` and `shape`, atomically.
+inline void save_npy_file(TransferEngine& engine, const char* operation, const std::string& path,
+                          const std::string& descr, const std::vector<std::size_t>& shape,
+                          const Allocation& memory, std::size_t bytes, std::size_t item_bytes) {
+  const std::string header = format_npy_header(descr, shape);
+  AtomicFile out(operation, path);
+  npy_write(engine, operation, out.file(), header, memory, bytes, item_bytes);
+  out.commit(operation);
+}
+
+/// An asynchronous file call's job (the shape above).
+struct FileJob {
+  const char* operation = "";
+  Queue main, side;
+  cl::Event before;  // M: the main queue's marker at the call
+  UserEvent landed;  // U: completed when the job ends; B waits for it
+  std::shared_ptr<Outcome> outcome = std::make_shared<Outcome>();
+  std::function<void(const ChunkIo&)> work;  // moves the bytes by the chunk calls it is given
+};
+
+/// Runs a FileJob on the background thread: waits for M, works, reports, completes U.
+inline void run_file_job(FileJob& job, PinnedPool& pinned) noexcept {
+  const cl_int err = CLBUF_CL(clFlush)(job.main.get());  // M must reach the device
+  if (err != CL_SUCCESS) {
+    job.outcome->failed(job.operation, err, "clFlush failed before a file transfer");
+  } else {
+    try {
+      Queue::wait(job.operation, job.before);
+      job.work(ChunkIo(job.side, pinned));
+    } catch (const Error& e) {
+      job.outcome->failed(e);
+    } catch (...) {
+      job.outcome->failed(job.operation, CL_OUT_OF_HOST_MEMORY,
+                          "a file transfer ran out of host memory");
+    }
+  }
+  job.work = nullptr;  // what it holds (the file, a temporary file to remove) goes now
+  job.landed.complete();
+  CLBUF_CL(clFlush)(job.main.get());  // lets B, and what follows it, run
+}
+
+/// Starts `work` as a FileJob of `bytes` (`upload`: into the device) and returns what its
+/// Future waits for (B) and where it reports.
+inline Started start_file_job(TransferEngine& engine, const DeviceContext& device,
+                              const char* operation, bool upload, std::size_t bytes,
+                              std::function<void(const ChunkIo&)> work) {
+  auto job = std::make_shared<FileJob>();
+  job->operation = operation;
+  job->work = std::move(work);
+  job->main = device.queue();
+  job->side = device.side_queue(operation);
+  job->landed = UserEvent(operation, device.context()());
+  PinnedPool* pinned = &engine.pinned();
+  std::function<void()> task = [job, pinned]() noexcept { run_file_job(*job, *pinned); };
+  const Telemetry::AsyncSpan span = engine.telemetry().count_async(
+      upload ? Telemetry::upload : Telemetry::download, Telemetry::staged, bytes, operation);
+  Started started{cl::Event(), job->outcome};
+  {
+    std::lock_guard<std::mutex> submitting(submission_mutex());  // async.hpp: one order
+    job->before = job->main.marker(operation);
+    started.event = job->landed.barrier(operation, job->main);
+    engine.background().post(std::move(task));
+  }
+  Telemetry::traced(span, started.event());
+  return started;
+}
+
+/// load_npy_async: the array of `npy` -> `memory`, started.
+inline Started npy_read_async(TransferEngine& engine, const DeviceContext& device,
+                              const char* operation, NpyFile npy, const Allocation& memory) {
+  if (npy.header.data_bytes == 0) return Started();
+  const std::size_t bytes = npy.header.data_bytes;
+  const std::size_t chunk = file_chunk(engine, npy.header.item_bytes);
+  auto file = std::make_shared<NpyFile>(std::move(npy));
+  return start_file_job(engine, device, operation, true, bytes,
+                        [operation, file, memory, chunk](const ChunkIo& io) {
+                          file_to_device(operation, file->file, file->header.data_offset, memory, 0,
+                                         file->header.data_bytes, io, chunk, file->pass(nullptr));
+                        });
+}
+
+/// save_npy_async: `memory` as the .npy file `path`, started; the temporary file is made at
+/// the call (a folder that cannot be written fails there).
+inline Started save_npy_async(TransferEngine& engine, const DeviceContext& device,
+                              const char* operation, const std::string& path,
+                              const std::string& descr, const std::vector<std::size_t>& shape,
+                              const Allocation& memory, std::size_t bytes, std::size_t item_bytes) {
+  const std::string header = format_npy_header(descr, shape);
+  auto out = std::make_shared<AtomicFile>(operation, path);
+  out->file().write_at(operation, header.data(), header.size(), 0);
+  const std::size_t chunk = file_chunk(engine, item_bytes);
+  const std::size_t offset = header.size();
+  return start_file_job(engine, device, operation, false, bytes,
+                        [operation, out, memory, bytes, chunk, offset](const ChunkIo& io) {
+                          device_to_file(operation, memory, 0, bytes, out->file(), offset, io,
+                                         chunk, FilePass());
+                          out->commit(operation);
+                        });
+}
+
+}  // namespace detail
+}  // namespace clbuf
+
+#endif  // CLBUF_DETAIL_NPY_IO_HPP
+// ---- end of clbuf/detail/npy_io.hpp
+// ---- clbuf/device_group.hpp
+// clbuf::DeviceGroup: one BufferManager per device of a selection, and the moves of a
+// ShardedBuffer (scatter, gather, upload, download, copy, fill) over all of them at once: each
+// shard moves through its own manager (its own staging lane and background thread), so the host
+// copies of one shard never wait for another's DMA. The blocking forms run each device's
+// blocking call, on a thread a device when the move is large; the _async forms join the shards'
+// Futures into one (detail/joined_future.hpp).
+#ifndef CLBUF_DEVICE_GROUP_HPP
+#define CLBUF_DEVICE_GROUP_HPP
+
+// ---- clbuf/detail/group.hpp
+// What a DeviceGroup is made of: its selection (the selector grammar of docs/design.md "Which
+// devices", each device with a verdict and its reason, as explain_selection() gives for one
+// device; a list of DeviceInfo; adopted managers), the report of a group, and its OpenCL
+// contexts and queues (the group layer's only OpenCL calls besides the joined Future's user
+// event, detail/joined_future.hpp). What each device does in a group's move: shard_moves.hpp.
+#ifndef CLBUF_DETAIL_GROUP_HPP
+#define CLBUF_DETAIL_GROUP_HPP
+
+// ---- clbuf/detail/range.hpp
+// Pure host arithmetic behind every pre-check: overflow-safe sizes, ranges and overlaps.
+// No OpenCL here, so these functions can be fuzzed against a wide-integer reference.
+#ifndef CLBUF_DETAIL_RANGE_HPP
+#define CLBUF_DETAIL_RANGE_HPP
+
+#include <cstddef>
+#include <limits>
+#include <vector>
+
+namespace clbuf {
+namespace detail {
+
+/// a * b into `out`; false (and `out` untouched) when the product does not fit in size_t.
+constexpr bool checked_multiply(std::size_t a, std::size_t b, std::size_t& out) noexcept {
+  if (b != 0 && a > std::numeric_limits<std::size_t>::max() / b) return false;
+  out = a * b;
+  return true;
+}
+
+/// [offset, offset + length) lies inside [0, capacity). Written so that nothing wraps:
+/// the naive `offset + length <= capacity` accepts offset = SIZE_MAX.
+constexpr bool range_fits(std::size_t offset, std::size_t length, std::size_t capacity) noexcept {
+  return offset <= capacity && length <= capacity - offset;
+}
+
+/// [a, a + length) and [b, b + length) share a byte. Both ranges must already fit in one buffer.
+constexpr bool ranges_overlap(std::size_t a, std::size_t b, std::size_t length) noexcept {
+  return length != 0 && (a < b ? b - a < length : a - b < length);
+}
+
+/// The product of a shape's extents into `out` (1 for a rank-0 shape); false on overflow.
+inline bool shape_elements(const std::vector<std::size_t>& shape, std::size_t& out) noexcept {
+  std::size_t product = 1;
+  for (std::size_t extent : shape) {
+    if (extent == 0) {  // a zero extent makes the product 0, even past an overflowing prefix
+      out = 0;
+      return true;
+    }
+  }
+  for (std::size_t extent : shape) {
+    if (!checked_multiply(product, extent, product)) return false;
+  }
+  out = product;
+  return true;
+}
+
+}  // namespace detail
+}  // namespace clbuf
+
+#endif  // CLBUF_DETAIL_RANGE_HPP
+// ---- end of clbuf/detail/range.hpp
+// ---- clbuf/manager.hpp
+// clbuf::BufferManager: owns a context and an in-order queue on one device, and moves typed data
+// between host memory and device memory. This file is the typed facade: each call enters the
+// gate, checks its input (detail/checks.hpp) before OpenCL is called, converts elements to bytes
+// once, and hands the bytes to the transfer engine (detail/transfer_engine.hpp), where the one
+// path rule picks how they move. Rectangles: detail/regions.hpp; other contexts:
+// detail/cross_context.hpp; the device, context and queue: detail/device_context.hpp.
+#ifndef CLBUF_MANAGER_HPP
+#define CLBUF_MANAGER_HPP
+
+// ---- clbuf/detail/checks.hpp
+// Every check a BufferManager call makes before OpenCL is called, as free functions on sizes,
+// offsets and handles (testable without a device). A failed check throws the Error its factory
+// in error.hpp words, and nothing has been changed.
+#ifndef CLBUF_DETAIL_CHECKS_HPP
+#define CLBUF_DETAIL_CHECKS_HPP
+
+// ---- clbuf/rect.hpp
+// Rectangular 2D/3D regions of row-major arrays, in elements: clbuf::Extents, clbuf::Offset,
+// clbuf::Region, and the pure checks behind upload_rect/download_rect/copy_rect (bounds and
+// overlap, overflow-safe, no OpenCL here). Pitches are always derived from the extents.
+#ifndef CLBUF_RECT_HPP
+#define CLBUF_RECT_HPP
+
+#include <cstddef>
+#include <string>
+
+namespace clbuf {
+
+/// The size of a row-major array or of a region, in elements: `x` elements per row, `y` rows per
+/// slice, `z` slices. A 2D array is {width, height}; a 1D array {length}.
+struct Extents {
+  std::size_t x = 1;  ///< elements per row
+  std::size_t y = 1;  ///< rows per slice
+  std::size_t z = 1;  ///< slices
+};
+
+/// A position in a row-major array, in elements (column x, row y, slice z).
+struct Offset {
+  std::size_t x = 0;  ///< column (element within its row)
+  std::size_t y = 0;  ///< row within its slice
+  std::size_t z = 0;  ///< slice
+};
+
+/// A box of `size` elements copied from `src_origin` of an array laid out as `src_extents` to
+/// `dst_origin` of an array laid out as `dst_extents`. Row and slice pitches are derived from
+/// the extents (row pitch = extents.x * sizeof(T), slice pitch = row pitch * extents.y); each
+/// array must fit in the buffer or host memory it describes.
+struct Region {
+  Extents size;         ///< the box copied, in elements
+  Offset src_origin;    ///< where the box starts in the source array
+  Extents src_extents;  ///< the source array's layout
+  Offset dst_origin;    ///< where the box goes in the destination array
+  Extents dst_extents;  ///< the destination array's layout
+};
+
+namespace detail {
+
+inline std::string describe(const Extents& e) {
+  return std::to_string(e.x) + "x" + std::to_string(e.y) + "x" + std::to_string(e.z);
+}
+
+inline std::string describe(const Offset& o) {
+  return "(" + std::to_string(o.x) + ", " + std::to_string(o.y) + ", " + std::to_string(o.z) + ")";
+}
+
+/// The byte geometry of one side of a region, derived from its extents.
+struct RectSide {
+  std::size_t row_pitch = 0;     ///< bytes per row of the whole array
+  std::size_t slice_pitch = 0;   ///< bytes per slice of the whole array
+  std::size_t array_bytes = 0;   ///< bytes of the whole array
+  std::size_t origin_bytes = 0;  ///< byte offset of the region's first element
+};
+
+/// Why a side of a region does not fit, or "" when it does. `capacity` is the number of elements
+/// the buffer or host memory holds. On success fills `side` (every product is overflow-checked).
+inline std::string rect_side_problem(const Extents& size, const Offset& origin,
+                                     const Extents& extents, std::size_t capacity,
+                                     std::size_t element_size, RectSide& side) {
+  const std::size_t origins[3] = {origin.x, origin.y, origin.z};
+  const std::size_t sizes[3] = {size.x, size.y, size.z};
+  const std::size_t limits[3] = {extents.x, extents.y, extents.z};
+  const char* axes = "xyz";
+  for (int d = 0; d < 3; ++d) {
+    if (!range_fits(origins[d], sizes[d], limits[d])) {
+      return std::string("region of ") + describe(size) + " at " + describe(origin) +
+             " leaves an array of " + describe(extents) + " elements along " + axes[d];
+    }
+  }
+  std::size_t elements = 0;
+  if (!checked_multiply(extents.x, extents.y, elements) ||
+      !checked_multiply(elements, extents.z, elements) ||
+      !checked_multiply(elements, element_size, side.array_bytes)) {
+    return "array of " + describe(extents) + " elements of " + std::to_string(element_size) +
+           " bytes overflows size_t";
+  }
+  if (elements > capacity) {
+    return "array of " + describe(extents) + " elements (" + std::to_string(elements) +
+           ") is larger than the " + std::to_string(capacity) + " elements it describes";
+  }
+  side.row_pitch = extents.x * element_size;
+  side.slice_pitch = side.row_pitch * extents.y;
+  side.origin_bytes =
+      origin.z * side.slice_pitch + origin.y * side.row_pitch + origin.x * element_size;
+  return {};
+}
+
+/// The region moves no element.
+constexpr bool rect_empty(const Extents& size) noexcept {
+  return size.x == 0 || size.y == 0 || size.z == 0;
+}
+
+/// Rows of `width` bytes starting at base + z * slice + y * row (y < rows, z < slices), for two
+/// bases `a` and `b` with the same pitches: does any byte belong to both? Exact, with no
+/// signed arithmetic and no overflow, for regions that fit in one buffer (rect_side_problem):
+/// then rows * row <= slice and width <= row, so only slice pairs whose starts differ by less
+/// than one slice pitch, and within them the two nearest row pairs, can share a byte.
+inline bool rect_rows_overlap(std::size_t a, std::size_t b, std::size_t width, std::size_t rows,
+                              std::size_t slices, std::size_t row, std::size_t slice) noexcept {
+  if (width == 0 || rows == 0 || slices == 0) return false;
+  if (a < b) {
+    const std::size_t t = a;
+    a = b;
+    b = t;
+  }
+  // Now a >= b. Slice starts differ by |gap - j * slice| for some j in (-slices, slices); rows
+  // within two slices at distance g differ by |g - k * row| for k in (-rows, rows).
+  const std::size_t gap = a - b;
+  auto slices_share = [&](std::size_t g) {
+    std::size_t k = g / row;
+    if (k > rows - 1) k = rows - 1;
+    for (std::size_t next = k; next <= k + 1 && next <= rows - 1; ++next) {
+      const std::size_t shift = next * row;
+      if ((shift <= g ? g - shift : shift - g) < width) return true;
+    }
+    return false;
+  };
+  const std::size_t q = gap / slice;
+  for (std::size_t j = q == 0 ? 0 : q - 1; j <= q + 1 && j <= slices - 1; ++j) {
+    const std::size_t shift = j * slice;
+    if (slices_share(shift <= gap ? gap - shift : shift - gap)) return true;
+  }
+  return false;
+}
+
+}  // namespace detail
+}  // namespace clbuf
+
+#endif  // CLBUF_RECT_HPP
+// ---- end of clbuf/rect.hpp
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace clbuf {
+namespace detail {
+
+/// A buffer this manager may use: valid (not moved from) and of its context.
+inline void check_buffer(const char* operation, bool valid, cl_context buffer_context,
+                         cl_context context) {
+  if (!valid) fail_invalid_buffer(operation);
+  if (buffer_context != context) fail_other_context(operation);
+}
+
+inline void check_host_pointer(const char* operation, const void* pointer, std::size_t count) {
+  if (pointer == nullptr && count != 0) fail_null_pointer(operation, count);
+}
+
+/// `count` elements at element `offset` lie within `size` elements; `access` names the use
+/// ("read", "write", "view").
+inline void check_range(const char* operation, const char* access, std::size_t count,
+                        std::size_t offset, std::size_t size, std::size_t element_size) {
+  if (!range_fits(offset, count, size)) {
+    fail_range(operation, access, count, offset, size, element_size);
+  }
+}
+
+/// count * element_size, which must neither overflow nor exceed the device's max allocation.
+inline std::size_t checked_bytes(const char* operation, std::size_t count, std::size_t element_size,
+                                 std::uint64_t max_alloc_bytes) {
+  std::size_t bytes = 0;
+  if (!checked_multiply(count, element_size, bytes)) fail_overflow(operation, count, element_size);
+  if (bytes > max_alloc_bytes) fail_too_large(operation, bytes, max_alloc_bytes);
+  return bytes;
+}
+
+/// Two byte ranges of one root buffer (views included, by absolute offset) share no byte.
+inline void check_no_overlap(const char* operation, cl_mem src_root, std::size_t src_at,
+                             cl_mem dst_root, std::size_t dst_at, std::size_t bytes) {
+  if (src_root == dst_root && ranges_overlap(src_at, dst_at, bytes)) {
+    fail_overlap(operation, src_at, dst_at, bytes);
+  }
+}
+
+/// Whole-buffer copies need equal element counts.
+inline void check_same_size(const char* operation, std::size_t src_count, std::size_t dst_count) {
+  if (src_count != dst_count) {
+    fail(operation, CL_INVALID_VALUE,
+         "source has " + std::to_string(src_count) + " elements but destination has " +
+             std::to_string(dst_count));
+  }
+}
+
+/// A shape whose product is `count`.
+inline void check_shape(const char* operation, const std::vector<std::size_t>& shape,
+                        std::size_t count) {
+  std::size_t elements = 0;
+  const bool fits = shape_elements(shape, elements);
+  if (fits && elements == count) return;
+  std::string extents;
+  for (std::size_t extent : shape)
+    extents += (extents.empty() ? "" : ", ") + std::to_string(extent);
+  fail(operation, CL_INVALID_VALUE,
+       "shape [" + extents + "] holds " +
+           (fits ? std::to_string(elements) : std::string("more than SIZE_MAX")) +
+           " elements but the data has " + std::to_string(count));
+}
+
+/// An adopted buffer of `capacity` bytes (CL_MEM_SIZE) holds `count` elements.
+inline void check_adopt_capacity(const char* operation, std::size_t count, std::size_t element_size,
+                                 std::size_t capacity) {
+  std::size_t bytes = 0;
+  if (!checked_multiply(count, element_size, bytes)) fail_overflow(operation, count, element_size);
+  if (bytes > capacity) {
+    fail(operation, CL_INVALID_VALUE,
+         std::to_string(count) + " elements of " + std::to_string(element_size) + " bytes need " +
+             std::to_string(bytes) + " bytes but the buffer has " + std::to_string(capacity) +
+             " (CL_MEM_SIZE)");
+  }
+}
+
+/// The host may read (`read`) and write (`write`) a buffer whose CL_MEM_HOST_* flags are those
+/// of `host_access` (0 for every buffer clbuf makes; an adopted buffer's own; other bits are
+/// ignored). Checked by clbuf on
+/// every vendor: some drivers (NVIDIA's) let a host-read-only buffer be mapped for writing.
+CLBUF_DETAIL_COLD inline void check_host_access_flags(const char* operation,
+                                                      cl_mem_flags host_access, bool read,
+                                                      bool write) {
+  const bool no_access = (host_access & CL_MEM_HOST_NO_ACCESS) != 0;
+  const char* flag = no_access                                     ? "CL_MEM_HOST_NO_ACCESS"
+                     : (host_access & CL_MEM_HOST_WRITE_ONLY) != 0 ? "CL_MEM_HOST_WRITE_ONLY"
+                                                                   : "CL_MEM_HOST_READ_ONLY";
+  if (read && (no_access || (host_access & CL_MEM_HOST_WRITE_ONLY) != 0)) {
+    fail(operation, CL_INVALID_OPERATION,
+         std::string("the buffer was created with ") + flag +
+             ", so the host may not read it; copy it on the device (copy, copy_bytes) into a "
+             "buffer the host may read, and read that");
+  }
+  if (write && (no_access || (host_access & CL_MEM_HOST_READ_ONLY) != 0)) {
+    fail(operation, CL_INVALID_OPERATION,
+         std::string("the buffer was created with ") + flag +
+             ", so the host may not write it; write a buffer the host may write and copy it on "
+             "the device (copy, copy_bytes), or fill() it");
+  }
+}
+/// As check_host_access_flags(); inlined, and only a test of the flags for a buffer the host
+/// may read and write (every buffer clbuf allocates), on every small call's path.
+CLBUF_DETAIL_INLINE void check_host_access(const char* operation, cl_mem_flags host_access,
+                                           bool read, bool write) {
+  if ((host_access & (CL_MEM_HOST_NO_ACCESS | CL_MEM_HOST_WRITE_ONLY | CL_MEM_HOST_READ_ONLY)) ==
+      0) {
+    return;
+  }
+  check_host_access_flags(operation, host_access, read, write);
+}
+
+/// The host memory of a transfer is not the buffer's own mapped memory (a live MappedView):
+/// OpenCL leaves a transfer into or out of a mapped region undefined, and on a device that
+/// shares host memory the copy would overlap itself. `lease` may be null (never mapped).
+inline void check_not_mapped(const char* operation, Lease* lease, const void* host,
+                             std::size_t count, std::size_t element_size) {
+  std::size_t bytes = 0;
+  if (lease != nullptr && checked_multiply(count, element_size, bytes) &&
+      lease->maps_onto(host, bytes)) {
+    fail(operation, CL_INVALID_OPERATION,
+         "the " + std::to_string(bytes) +
+             " bytes of host memory overlap a MappedView of the same buffer; unmap the view "
+             "first, or copy from memory of your own");
+  }
+}
+
+/// One side of a region, checked against `capacity` elements; `side` names it in messages.
+inline RectSide rect_side(const char* operation, const char* side, const Extents& size,
+                          const Offset& origin, const Extents& extents, std::size_t capacity,
+                          std::size_t element_size) {
+  RectSide geometry;
+  const std::string problem =
+      rect_side_problem(size, origin, extents, capacity, element_size, geometry);
+  if (!problem.empty()) fail(operation, CL_INVALID_VALUE, side + (": " + problem));
+  return geometry;
+}
+
+/// Regions of one buffer at absolute byte offsets `a` and `b` (checked sides) share no byte.
+/// With equal pitches the test is exact; with different pitches the byte spans must be apart.
+inline void check_rect_overlap(const char* operation, std::size_t a, const RectSide& from,
+                               std::size_t b, const RectSide& to, const Extents& size,
+                               std::size_t element_size) {
+  const std::size_t width = size.x * element_size;
+  bool overlap = false;
+  if (from.row_pitch == to.row_pitch && from.slice_pitch == to.slice_pitch) {
+    overlap = rect_rows_overlap(a, b, width, size.y, size.z, from.row_pitch, from.slice_pitch);
+  } else {
+    const std::size_t a_span =
+        (size.z - 1) * from.slice_pitch + (size.y - 1) * from.row_pitch + width;
+    const std::size_t b_span = (size.z - 1) * to.slice_pitch + (size.y - 1) * to.row_pitch + width;
+    overlap = a < b ? b - a < a_span : a - b < b_span;
+  }
+  if (overlap) {
+    fail(operation, CL_MEM_COPY_OVERLAP,
+         "source region at byte " + std::to_string(a) + " and destination region at byte " +
+             std::to_string(b) + " of one buffer share bytes (region of " + describe(size) +
+             " elements, row pitches " + std::to_string(from.row_pitch) + " and " +
+             std::to_string(to.row_pitch) + ", slice pitches " + std::to_string(from.slice_pitch) +
+             " and " + std::to_string(to.slice_pitch) + " bytes)");
+  }
+}
+
+}  // namespace detail
+}  // namespace clbuf
+
+#endif  // CLBUF_DETAIL_CHECKS_HPP
+// ---- end of clbuf/detail/checks.hpp
+// ---- clbuf/detail/cross_context.hpp
+// copy_from between managers of different contexts (other devices or platforms): OpenCL has no
+// copy between contexts, so bytes go through host memory, never as a full host copy: straight
+// into or out of a CPU device's own host block, or pipelined through two pinned chunks.
+#ifndef CLBUF_DETAIL_CROSS_CONTEXT_HPP
+#define CLBUF_DETAIL_CROSS_CONTEXT_HPP
 
 #include <algorithm>
 #include <cstddef>
@@ -7096,7 +8677,7 @@ class Gate {
   };
 
   /// Enters for one call. @throws Error (code CL_SUCCESS) once closing has begun.
-  Entry enter(const char* operation) const {
+  CLBUF_DETAIL_INLINE Entry enter(const char* operation) const {
     // Calls that come once closing has begun leave without counting themselves in, so that
     // threads that keep calling cannot keep close() waiting.
     if (closing_.load(std::memory_order_relaxed)) fail_cleaned_up(operation);
@@ -7138,13 +8719,14 @@ class Gate {
   }
 
  private:
-  void leave() const noexcept {
+  CLBUF_DETAIL_INLINE void leave() const noexcept {
     // The last call out after closing began wakes close(): it stored closing_ before it saw
     // this call inside, so this load sees it (both sequentially consistent).
-    if (inside_.fetch_sub(1) == 1 && closing_.load()) {
-      std::lock_guard<std::mutex> lock(mutex_);  // close() is waiting, or about to wait
-      changed_.notify_all();
-    }
+    if (inside_.fetch_sub(1) == 1 && closing_.load()) wake_close();
+  }
+  CLBUF_DETAIL_COLD void wake_close() const noexcept {
+    std::lock_guard<std::mutex> lock(mutex_);  // close() is waiting, or about to wait
+    changed_.notify_all();
   }
 
   mutable std::atomic<std::size_t> inside_{0};  // calls inside
@@ -7577,6 +9159,166 @@ inline cl::Event copy_rect(TransferEngine& engine, const char* operation, const 
 
 #endif  // CLBUF_DETAIL_REGIONS_HPP
 // ---- end of clbuf/detail/regions.hpp
+// ---- clbuf/future.hpp
+// clbuf::Future<R>: the result of an asynchronous transfer, owning the host memory it touches.
+#ifndef CLBUF_FUTURE_HPP
+#define CLBUF_FUTURE_HPP
+
+#include <memory>
+#include <optional>
+#include <type_traits>
+#include <utility>
+#include <vector>
+
+namespace clbuf {
+
+class BufferManager;
+namespace detail {
+struct FutureAccess;
+}  // namespace detail
+
+/// The result of an asynchronous operation (upload_async(), download_async(), fill_async(), ...);
+/// Future<void> for operations with no value to hand over. Move-only. Owns (or keeps alive)
+/// every byte of host memory the operation reads or writes that the caller did not promise to
+/// keep, so that memory is never released while the device may still touch it: destroying a
+/// Future that was never waited for waits first. event() is what a kernel of the application
+/// waits for to run after the operation, without a host wait in between.
+template <class R>
+class [[nodiscard]] Future {
+ public:
+  Future() = default;
+  Future(const Future&) = delete;
+  Future& operator=(const Future&) = delete;
+
+  /// Takes over `other`'s transfer; `other` becomes empty (valid() is false).
+  Future(Future&& other) noexcept
+      : operation_(other.operation_),
+        event_(std::move(other.event_)),
+        value_(std::exchange(other.value_, std::nullopt)),
+        host_(std::move(other.host_)),
+        outcome_(std::move(other.outcome_)),
+        settle_(std::move(other.settle_)),
+        taken_(other.taken_) {}
+
+  /// Waits for this Future's own transfer (errors ignored, as the destructor does), then takes
+  /// over `other`'s; `other` becomes empty.
+  Future& operator=(Future&& other) noexcept {
+    if (this != &other) {
+      wait_quietly();
+      operation_ = other.operation_;
+      event_ = std::move(other.event_);
+      value_ = std::exchange(other.value_, std::nullopt);
+      host_ = std::move(other.host_);
+      outcome_ = std::move(other.outcome_);
+      settle_ = std::move(other.settle_);
+      taken_ = other.taken_;
+    }
+    return *this;
+  }
+
+  ~Future() { wait_quietly(); }
+
+  /// True while the result has not been taken by get().
+  bool valid() const noexcept { return value_.has_value(); }
+
+  /// The event that completes with the operation, for the wait list of an application's own
+  /// command (a kernel on manager.queue() or on another queue of its context). A null handle
+  /// when nothing was left to wait for (the operation finished during the call, or moved no
+  /// bytes); wait_list() gives a list to pass either way.
+  const cl::Event& event() const noexcept { return event_; }
+
+  /// {event()}, or an empty list when event() is null: a wait list OpenCL accepts as it is.
+  std::vector<cl::Event> wait_list() const {
+    return event_() == nullptr ? std::vector<cl::Event>() : std::vector<cl::Event>{event_};
+  }
+
+  /// The transfer has completed (successfully or not). Wraps clGetEventInfo.
+  /// @throws Error if the event cannot be queried.
+  bool ready() const {
+    if (settle_) settle_->settle(false);
+    if (event_() == nullptr) return true;
+    const cl_int status = status_of_event();
+    return status == CL_COMPLETE || status < 0;
+  }
+
+  /// Blocks until the transfer has completed. Several threads may wait on one Future at once.
+  /// Wraps clWaitForEvents.
+  /// @throws Error with the failed command's code if the transfer failed on the device.
+  void wait() const {
+    if (settle_) settle_->settle(true);
+    if (event_() == nullptr) return;
+    cl_event event = event_();
+    const cl_int err = CLBUF_CL(clWaitForEvents)(1, &event);
+    // Nothing is released here: wait() is const, and several threads may wait at once. The
+    // host memory is let go by get(), by assignment or by destruction.
+    if (err != CL_SUCCESS) {
+      // A command that failed makes clWaitForEvents fail (CL_EXEC_STATUS_ERROR_FOR_EVENTS_IN_
+      // WAIT_LIST); its own code is its execution status. Asked only then: the query costs as
+      // much again as a small transfer's wait on NVIDIA's driver (1.2 us, bench/seed_profile).
+      const cl_int status = status_of_event();
+      if (status < 0) detail::fail(operation_, status, "the transfer failed on the device");
+      detail::check(err, operation_, "clWaitForEvents");
+    }
+    if (outcome_) outcome_->rethrow();  // a failure in the part clbuf ran on the host
+  }
+
+  /// wait(), then hands over the result; once only.
+  /// @throws Error if the transfer failed, or (code CL_SUCCESS) if the result was already taken.
+  R get() {
+    if (!value_) {
+      detail::fail(operation_, CL_SUCCESS, "the result of this Future was already taken by get()");
+    }
+    wait();
+    host_.reset();  // the transfer has ended: its host memory is no longer in use
+    taken_ = true;  // nothing left for the destructor to wait for
+    if constexpr (std::is_void<R>::value) {
+      value_.reset();
+    } else {
+      R result = std::move(*value_);
+      value_.reset();
+      return result;
+    }
+  }
+
+ private:
+  friend class BufferManager;
+  friend struct detail::FutureAccess;
+
+  struct Nothing {};
+  using Stored = std::conditional_t<std::is_void<R>::value, Nothing, R>;
+
+  Future(const char* operation, cl::Event event, Stored value, std::shared_ptr<const void> host,
+         std::shared_ptr<const detail::Outcome> outcome = nullptr)
+      : operation_(operation),
+        event_(std::move(event)),
+        value_(std::move(value)),
+        host_(std::move(host)),
+        outcome_(std::move(outcome)) {}
+
+  cl_int status_of_event() const { return detail::checked_event_status(operation_, event_()); }
+
+  void wait_quietly() noexcept {
+    if (taken_) return;  // get() has waited: the transfer has ended
+    if (settle_) settle_->settle(true);
+    if (event_() == nullptr) return;
+    cl_event event = event_();
+    CLBUF_CL(clWaitForEvents)(1, &event);
+    host_.reset();
+  }
+
+  const char* operation_ = "wait";
+  cl::Event event_;
+  std::optional<Stored> value_;       // a download's vector is written in place by the device
+  std::shared_ptr<const void> host_;  // host memory the transfer reads (an upload's data)
+  std::shared_ptr<const detail::Outcome> outcome_;  // set when clbuf finishes the work on the host
+  std::shared_ptr<detail::Settle> settle_;          // set for a Future joined over others
+  bool taken_ = false;  // get() has waited and handed over the result (one wait is enough)
+};
+
+}  // namespace clbuf
+
+#endif  // CLBUF_FUTURE_HPP
+// ---- end of clbuf/future.hpp
 // ---- clbuf/mapped_view.hpp
 // clbuf::MappedView<T>: a typed, move-only span over device memory mapped into the host's address
 // space (clEnqueueMapBuffer), unmapped by its destructor. Zero-copy where the device shares host
@@ -7791,8 +9533,148 @@ class PinnedBuffer {
 
 #endif  // CLBUF_PINNED_HPP
 // ---- end of clbuf/pinned.hpp
+// ---- clbuf/tile_plan.hpp
+// How a stream of tiles (clbuf/tile_stream.hpp) cuts an array: TileOptions (what the caller may
+// set), TilePlan (what a stream of given elements would do) and plan_tiles(), pure arithmetic
+// on the device's facts, so BufferManager::memory_report() can say it with no stream made.
+#ifndef CLBUF_TILE_PLAN_HPP
+#define CLBUF_TILE_PLAN_HPP
+
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+namespace clbuf {
+
+/// How stream_tiles() cuts an array into tiles; every field 0 means "clbuf chooses".
+struct TileOptions {
+  /// Elements per tile (the last tile may hold fewer); 0: the most that fit the budget with
+  /// `in_flight` tiles in flight, at most 32 MiB of the larger element type a buffer and at most
+  /// an `in_flight`-th of the array (rounded up), so a small array still overlaps.
+  std::size_t tile_elements = 0;
+  /// Tiles in flight at once (each with its own device buffers and pinned chunk), 1 to 64; 0: 3,
+  /// or 2 (1) when the budget holds fewer tiles of 1 MiB.
+  std::size_t in_flight = 0;
+  /// Most bytes of device memory the stream's buffers take (in_flight x a tile's input and
+  /// output buffers; one buffer a tile in place); 0: a quarter of the device's memory.
+  std::size_t memory_budget_bytes = 0;
+};
+
+/// What a stream of a given array does: computed by plan_tiles() before any OpenCL call.
+struct TilePlan {
+  std::size_t tile_elements = 0;  ///< elements per tile (the last may hold fewer)
+  std::size_t in_flight = 0;      ///< tiles in flight at once: the device buffers in use
+  std::size_t tiles = 0;          ///< tiles of the array (0 for an empty array)
+  std::size_t device_bytes = 0;   ///< device memory the stream's buffers take
+  std::size_t budget_bytes = 0;   ///< the budget it kept within
+};
+
+/// How much fits: the device's memory, what this manager holds of it and of pinned host
+/// memory now, and the tiles a stream would choose (BufferManager::memory_report()).
+struct MemoryReport {
+  std::uint64_t device_memory_bytes = 0;  ///< CL_DEVICE_GLOBAL_MEM_SIZE
+  std::uint64_t max_alloc_bytes = 0;      ///< CL_DEVICE_MAX_MEM_ALLOC_SIZE: one buffer's most
+  std::size_t buffers = 0;                ///< the manager's buffers in use (PoolStats::in_use_*)
+  std::size_t buffers_bytes = 0;          ///< their capacity
+  std::size_t pool_cached_bytes = 0;      ///< freed buffers the pool keeps for reuse
+  std::size_t pinned_bytes = 0;           ///< clbuf's pinned host memory held (leased + cached)
+  std::size_t pinned_budget_bytes = 0;    ///< Options::pinned_budget_bytes, resolved
+  /// The plan of a stream of elements of the asked size, in and out, over an array larger than
+  /// any tile (`tiles` is 0: it depends on the array).
+  TilePlan stream;
+};
+
+namespace detail {
+
+/// An automatic tile's largest buffer: large enough for the bus's full speed, small enough that
+/// three tiles' pinned chunks fit the pinned pool's default share for copies (128 MiB).
+constexpr std::size_t tile_cap_bytes = std::size_t{32} << 20;
+/// An automatic stream keeps tiles of at least this many bytes in flight (fewer tiles if need be).
+constexpr std::size_t tile_floor_bytes = std::size_t{1} << 20;
+constexpr std::size_t tile_most_in_flight = 64;
+
+/// The stream's device bytes for `tile` elements (no overflow: callers keep tile within bounds).
+inline std::size_t tile_device_bytes(std::size_t tile, std::size_t in_flight,
+                                     std::size_t element_bytes) noexcept {
+  return tile * element_bytes * in_flight;
+}
+
+/// The tiles in flight: the caller's, else 3 (fewer when the budget holds fewer 1 MiB tiles).
+inline std::size_t tiles_in_flight(const char* operation, const TileOptions& options,
+                                   std::size_t budget) {
+  if (options.in_flight > tile_most_in_flight) {
+    fail(operation, CL_INVALID_VALUE,
+         "TileOptions::in_flight " + std::to_string(options.in_flight) + " is above " +
+             std::to_string(tile_most_in_flight));
+  }
+  if (options.in_flight != 0) return options.in_flight;
+  std::size_t in_flight = 3;
+  while (in_flight > 1 && budget / in_flight < tile_floor_bytes) --in_flight;
+  return in_flight;
+}
+
+/// The elements of an automatic tile: the budget's share, capped (tile_cap_bytes, the device's
+/// max allocation, an in_flight-th of the array), at least 1.
+inline std::size_t automatic_tile(std::size_t count, std::size_t in_flight, std::size_t budget,
+                                  std::size_t element_bytes, std::size_t largest,
+                                  std::uint64_t max_alloc) {
+  std::size_t tile = budget / in_flight / element_bytes;
+  tile = std::min(tile, tile_cap_bytes / largest);
+  if (max_alloc != 0) tile = std::min<std::uint64_t>(tile, max_alloc / largest);
+  tile = std::min(tile, count / in_flight + (count % in_flight != 0 ? 1 : 0));
+  return std::max<std::size_t>(tile, 1);
+}
+
+/// The plan of a stream over `count` elements of `in_bytes` in and `out_bytes` out (0 in place)
+/// on `device`. @throws Error CL_INVALID_VALUE for a budget that holds no tile or a tile over the
+/// budget, CL_INVALID_BUFFER_SIZE for a tile over the device's max allocation.
+inline TilePlan plan_tiles(const char* operation, const DeviceInfo& device, std::size_t count,
+                           std::size_t in_bytes, std::size_t out_bytes,
+                           const TileOptions& options) {
+  if (in_bytes == 0) fail(operation, CL_INVALID_VALUE, "an element of 0 bytes");
+  const std::size_t element = in_bytes + out_bytes;
+  const std::size_t largest = std::max(in_bytes, out_bytes);
+  TilePlan plan;
+  plan.budget_bytes = options.memory_budget_bytes != 0
+                          ? options.memory_budget_bytes
+                          : static_cast<std::size_t>(device.global_mem_bytes / 4);
+  plan.in_flight = tiles_in_flight(operation, options, plan.budget_bytes);
+  if (plan.budget_bytes / plan.in_flight < element) {
+    fail(operation, CL_INVALID_VALUE,
+         "TileOptions::memory_budget_bytes " + std::to_string(plan.budget_bytes) +
+             " holds no tile: " + std::to_string(plan.in_flight) + " tiles in flight of " +
+             std::to_string(element) + " bytes an element need " +
+             std::to_string(plan.in_flight * element));
+  }
+  plan.tile_elements = options.tile_elements != 0
+                           ? options.tile_elements
+                           : automatic_tile(count, plan.in_flight, plan.budget_bytes, element,
+                                            largest, device.max_alloc_bytes);
+  if (plan.tile_elements > plan.budget_bytes / plan.in_flight / element) {
+    fail(operation, CL_INVALID_VALUE,
+         "TileOptions::tile_elements " + std::to_string(plan.tile_elements) + " x " +
+             std::to_string(plan.in_flight) + " tiles in flight x " + std::to_string(element) +
+             " bytes an element exceed memory_budget_bytes " + std::to_string(plan.budget_bytes));
+  }
+  if (device.max_alloc_bytes != 0 && plan.tile_elements > device.max_alloc_bytes / largest) {
+    fail_too_large(operation, plan.tile_elements * largest, device.max_alloc_bytes);
+  }
+  plan.tiles = count / plan.tile_elements + (count % plan.tile_elements != 0 ? 1 : 0);
+  plan.in_flight = std::max<std::size_t>(1, std::min(plan.in_flight, plan.tiles));
+  plan.device_bytes =
+      plan.tiles == 0 ? 0 : tile_device_bytes(plan.tile_elements, plan.in_flight, element);
+  return plan;
+}
+
+}  // namespace detail
+}  // namespace clbuf
+
+#endif  // CLBUF_TILE_PLAN_HPP
+// ---- end of clbuf/tile_plan.hpp
 
 #include <cstddef>
+#include <limits>
 #include <memory>
 #include <new>
 #include <string>
@@ -7901,6 +9783,28 @@ class BufferManager {
     stats.pool = pool_->stats();
     stats.pinned = engine_.pinned().stats();
     return stats;
+  }
+  /// How much fits: the device's memory and max allocation, what this manager holds now (its
+  /// buffers in use, the pool's cached buffers, its pinned host memory) and the tiles
+  /// stream_tiles() would choose with `options` for elements of `element_bytes` in and out.
+  /// No OpenCL call. @throws Error CL_INVALID_VALUE for options out of range (TileOptions).
+  MemoryReport memory_report(const TileOptions& options = TileOptions(),
+                             std::size_t element_bytes = sizeof(float)) const {
+    MemoryReport report;
+    report.device_memory_bytes = device_.info().global_mem_bytes;
+    report.max_alloc_bytes = device_.info().max_alloc_bytes;
+    const PoolStats pool = pool_->stats();
+    report.buffers = pool.in_use_buffers;
+    report.buffers_bytes = pool.in_use_bytes;
+    report.pool_cached_bytes = pool.cached_bytes;
+    const PinnedStats pinned = engine_.pinned().stats();
+    report.pinned_bytes = pinned.allocated_bytes;
+    report.pinned_budget_bytes = pinned.budget_bytes;
+    report.stream =
+        detail::plan_tiles("memory_report", device_.info(), std::numeric_limits<std::size_t>::max(),
+                           element_bytes, element_bytes, options);
+    report.stream.tiles = 0;
+    return report;
   }
   /// Sets the transfer counters of stats() back to zero (the pool's counters stay).
   void reset_stats() noexcept { engine_.telemetry().reset(); }
@@ -8107,10 +10011,9 @@ class BufferManager {
       detail::check_host_access(op, buffer.access_, true, false);
       const std::vector<cl_event> wait = wait_list(op, after);
       std::vector<T> out = detail::new_vector<T>(op, buffer.size());
-      detail::GatedCall gated = gated_call(op, wait);
-      detail::Started start =
-          engine_.read_async(op, buffer.memory_, 0, out.data(), buffer.size_bytes());
-      gated.done(start.event);
+      detail::Started start = start_after(op, wait, [&] {
+        return engine_.read_async(op, buffer.memory_, 0, out.data(), buffer.size_bytes());
+      });
       buffer.fence(pool_.get(), start.event);
       // Moving the vector into the Future keeps its heap block, which the device writes into.
       return future<std::vector<T>>(op, std::move(start), std::move(out));
@@ -8128,10 +10031,125 @@ class BufferManager {
       const char* op = "download_async";
       auto entry = gate_.enter(op);
       check_host_transfer(op, buffer, out, count, src_offset, false);
-      detail::GatedCall gated = gated_call(op, wait_list(op, after));
+      detail::Started start = start_after(op, wait_list(op, after), [&] {
+        return engine_.read_async(op, buffer.memory_, src_offset * sizeof(T), out,
+                                  count * sizeof(T));
+      });
+      buffer.fence(pool_.get(), start.event);
+      return future<void>(op, std::move(start), {});
+    });
+  }
+  /// @}
+
+  /// @name Files: numpy's .npy (docs/design.md "Files and checkpoints")
+  /// @{
+
+  /// A new buffer holding the array of the .npy file `path`, whose dtype must be T's
+  /// (NpyType<T>: "<f4" for float; big-endian files are swapped on the host) in C order; the
+  /// file's shape is the buffer's shape() and, when `shape` is set, stored there. The bytes go
+  /// from the file through pinned chunks to the device, the read of each chunk overlapping the
+  /// DMA of the one before (Options::staging_chunk_bytes each); into a CPU device's memory
+  /// straight. @throws Error CL_INVALID_VALUE naming the path and what differs: a missing file, a
+  /// folder, no permission, not a .npy file, another dtype, Fortran order, a size other than the
+  /// header says; CL_INVALID_BUFFER_SIZE past the device's max allocation.
+  template <class T>
+  [[nodiscard]] DeviceBuffer<T> load_npy(const std::string& path,
+                                         std::vector<std::size_t>* shape = nullptr) {
+    return detail::guard_host_memory("load_npy", [&] {
+      const char* op = "load_npy";
+      auto entry = gate_.enter(op);
+      const detail::NpyFile npy = detail::open_npy<T>(op, path);
+      DeviceBuffer<T> buffer = new_buffer<T>(op, npy.header.elements, npy.header.shape);
+      detail::npy_read(engine_, op, npy, buffer.memory_, true);
+      if (shape != nullptr) *shape = npy.header.shape;
+      return buffer;
+    });
+  }
+
+  /// As load_npy(path, shape), into `dst` (a buffer or a view), which must hold as many
+  /// elements as the file. @throws Error as load_npy(); CL_INVALID_VALUE when the counts differ.
+  template <class T>
+  void load_npy(const std::string& path, DeviceBuffer<T>& dst,
+                std::vector<std::size_t>* shape = nullptr) {
+    detail::guard_host_memory("load_npy", [&] {
+      const char* op = "load_npy";
+      auto entry = gate_.enter(op);
+      check(op, dst);
+      detail::check_host_access(op, dst.access_, false, true);
+      const detail::NpyFile npy = detail::open_npy<T>(op, path);
+      detail::check_file_elements(op, npy, dst.size());
+      detail::npy_read(engine_, op, npy, dst.memory_, false);
+      if (shape != nullptr) *shape = npy.header.shape;
+    });
+  }
+
+  /// Writes `buffer` (or a view) as the .npy file `path` of `shape` (empty: 1-D of size()),
+  /// little-endian, C order, readable by np.load. Written to a temporary file in the same folder,
+  /// fsync'd, then renamed over `path`: `path` holds its old contents or the whole new file, and
+  /// a failure (a full disk) leaves no temporary file. The device's reads of the next chunks
+  /// overlap the file's write of each. @throws Error CL_INVALID_VALUE naming the path (a folder
+  /// that is missing or not writable, a full disk) or a shape that does not hold size().
+  template <class T>
+  void save_npy(const std::string& path, const DeviceBuffer<T>& buffer,
+                std::vector<std::size_t> shape = {}) {
+    detail::guard_host_memory("save_npy", [&] {
+      const char* op = "save_npy";
+      auto entry = gate_.enter(op);
+      check_save(op, buffer, shape);
+      detail::save_npy_file(engine_, op, path, detail::npy_descr<T>(), shape, buffer.memory_,
+                            buffer.size_bytes(), sizeof(T));
+    });
+  }
+
+  /// As load_npy(path), returning at once: the header is read and checked during the call
+  /// (errors there are thrown), the bytes move on clbuf's background thread; work queued on the
+  /// manager's queue after the call runs after they have landed. get() returns the buffer.
+  template <class T>
+  Future<DeviceBuffer<T>> load_npy_async(const std::string& path) {
+    return detail::guard_host_memory("load_npy_async", [&] {
+      const char* op = "load_npy_async";
+      auto entry = gate_.enter(op);
+      detail::NpyFile npy = detail::open_npy<T>(op, path);
+      DeviceBuffer<T> buffer = new_buffer<T>(op, npy.header.elements, npy.header.shape);
       detail::Started start =
-          engine_.read_async(op, buffer.memory_, src_offset * sizeof(T), out, count * sizeof(T));
-      gated.done(start.event);
+          detail::npy_read_async(engine_, device_, op, std::move(npy), buffer.memory_);
+      buffer.fence(pool_.get(), start.event);
+      return future<DeviceBuffer<T>>(op, std::move(start), std::move(buffer));
+    });
+  }
+
+  /// As load_npy(path, dst), returning at once; `dst` must stay alive until the Future has
+  /// completed.
+  template <class T>
+  Future<void> load_npy_async(const std::string& path, DeviceBuffer<T>& dst) {
+    return detail::guard_host_memory("load_npy_async", [&] {
+      const char* op = "load_npy_async";
+      auto entry = gate_.enter(op);
+      check(op, dst);
+      detail::check_host_access(op, dst.access_, false, true);
+      detail::NpyFile npy = detail::open_npy<T>(op, path);
+      detail::check_file_elements(op, npy, dst.size());
+      detail::Started start =
+          detail::npy_read_async(engine_, device_, op, std::move(npy), dst.memory_);
+      dst.fence(pool_.get(), start.event);
+      return future<void>(op, std::move(start), {});
+    });
+  }
+
+  /// As save_npy(), returning at once: the temporary file is made during the call, the bytes
+  /// and the rename follow on clbuf's background thread; a failure then (a full disk) surfaces
+  /// at wait() / get(), the temporary file removed. Work queued after the call that writes
+  /// `buffer` runs after it has been read.
+  template <class T>
+  Future<void> save_npy_async(const std::string& path, const DeviceBuffer<T>& buffer,
+                              std::vector<std::size_t> shape = {}) {
+    return detail::guard_host_memory("save_npy_async", [&] {
+      const char* op = "save_npy_async";
+      auto entry = gate_.enter(op);
+      check_save(op, buffer, shape);
+      detail::Started start =
+          detail::save_npy_async(engine_, device_, op, path, detail::npy_descr<T>(), shape,
+                                 buffer.memory_, buffer.size_bytes(), sizeof(T));
       buffer.fence(pool_.get(), start.event);
       return future<void>(op, std::move(start), {});
     });
@@ -8587,6 +10605,17 @@ class BufferManager {
     detail::check_buffer(operation, buffer.valid(), buffer.context(), device_.context()());
   }
 
+  /// save_npy: `buffer` is usable here and readable by the host; an empty `shape` becomes
+  /// {size()}, any other must hold size() elements.
+  template <class T>
+  void check_save(const char* operation, const DeviceBuffer<T>& buffer,
+                  std::vector<std::size_t>& shape) const {
+    check(operation, buffer);
+    detail::check_host_access(operation, buffer.access_, true, false);
+    if (shape.empty()) shape.push_back(buffer.size());
+    detail::check_shape(operation, shape, buffer.size());
+  }
+
   template <class T>
   std::size_t bytes_of(const char* operation, std::size_t count) const {
     return detail::checked_bytes(operation, count, sizeof(T), device_.info().max_alloc_bytes);
@@ -8656,6 +10685,7 @@ class BufferManager {
   /// The handles of `after` (checked: this context) to hold the queue for.
   std::vector<cl_event> wait_list(const char* operation,
                                   const std::vector<cl::Event>& after) const {
+    if (after.empty()) return {};  // the common case, inline: no call, no context asked
     return detail::wait_list_of(operation, after, device_.context()());
   }
 
@@ -8672,6 +10702,19 @@ class BufferManager {
     }
     return detail::GatedCall(operation, gated_, engine_, device_.context()(), device_.queue(),
                              events);
+  }
+
+  /// Runs `start` (which enqueues a call's commands and returns what it started) behind `events`
+  /// as gated_call() arranges; with no events (the common case: a call without `after`) it only
+  /// runs `start`, with no gate to make and take down on the call's fast path.
+  template <class Start>
+  detail::Started start_after(const char* operation, const std::vector<cl_event>& events,
+                              Start&& start) {
+    if (events.empty()) return start();
+    detail::GatedCall gated = gated_call(operation, events);
+    detail::Started started = start();
+    gated.done(started.event);
+    return started;
   }
 
   /// Holds the queue's later commands until each of `events` has completed (before OpenCL 1.2,
@@ -8786,10 +10829,10 @@ class BufferManager {
     detail::check_host_pointer(op, data, count);
     const std::vector<cl_event> wait = wait_list(op, after);
     DeviceBuffer<T> buffer = new_buffer<T>(op, count, {count});
-    detail::GatedCall gated = gated_call(op, wait);
-    detail::Started start =
-        engine_.write_async(op, buffer.memory_, 0, data, buffer.size_bytes(), host, wait.empty());
-    gated.done(start.event);
+    detail::Started start = start_after(op, wait, [&] {
+      return engine_.write_async(op, buffer.memory_, 0, data, buffer.size_bytes(), host,
+                                 wait.empty());
+    });
     buffer.fence(pool_.get(), start.event);
     return future<DeviceBuffer<T>>(op, std::move(start), std::move(buffer), std::move(host));
   }
@@ -8802,10 +10845,10 @@ class BufferManager {
     const char* op = "upload_async";
     auto entry = gate_.enter(op);
     check_host_transfer(op, dst, data, count, dst_offset, true);
-    detail::GatedCall gated = gated_call(op, wait_list(op, after));
-    detail::Started start = engine_.write_async(op, dst.memory_, dst_offset * sizeof(T), data,
-                                                count * sizeof(T), host, false);
-    gated.done(start.event);
+    detail::Started start = start_after(op, wait_list(op, after), [&] {
+      return engine_.write_async(op, dst.memory_, dst_offset * sizeof(T), data, count * sizeof(T),
+                                 host, false);
+    });
     dst.fence(pool_.get(), start.event);
     return future<void>(op, std::move(start), {}, std::move(host));
   }
@@ -8869,6 +10912,486 @@ struct ManagerAccess {
 
 #endif  // CLBUF_MANAGER_HPP
 // ---- end of clbuf/manager.hpp
+
+#include <algorithm>
+#include <cstddef>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace clbuf {
+namespace detail {
+
+/// The type the default selection picks (the first GPU, else the first CPU device, else the
+/// first device's type).
+inline DeviceType default_group_type(const std::vector<DeviceEntry>& entries) {
+  if (first_of_type(entries, DeviceType::gpu) < entries.size()) return DeviceType::gpu;
+  if (first_of_type(entries, DeviceType::cpu) < entries.size()) return DeviceType::cpu;
+  return entries.empty() ? DeviceType::gpu : entries.front().info.type;
+}
+
+/// "a, b, c": each part a single selector (judge_devices), its pick in the group.
+/// @throws Error CL_DEVICE_NOT_FOUND for a part that picks nothing; CL_INVALID_VALUE for an
+///         empty part or a device named twice.
+inline void judge_group_list(const char* operation, const std::vector<DeviceEntry>& entries,
+                             const std::string& text, std::vector<Verdict>& verdicts,
+                             std::vector<std::size_t>& order) {
+  std::size_t start = 0;
+  while (start <= text.size()) {
+    const std::size_t comma = std::min(text.find(',', start), text.size());
+    const std::string part = trimmed(text.substr(start, comma - start));
+    if (part.empty()) {
+      fail(operation, CL_INVALID_VALUE, "the device list \"" + text + "\" has an empty entry");
+    }
+    const std::string quoted = "\"" + part + "\" of \"" + text + "\"";
+    bool found = false;
+    for (Verdict& verdict : judge_devices(entries, parse_selector(part), quoted)) {
+      if (!verdict.picked) continue;
+      found = true;
+      if (verdicts[verdict.entry].picked) {
+        fail(operation, CL_INVALID_VALUE,
+             "the device list \"" + text + "\" names " + device_label(entries[verdict.entry]) +
+                 " twice");
+      }
+      verdicts[verdict.entry] = verdict;
+      order.push_back(verdict.entry);
+    }
+    if (!found) {
+      fail(operation, CL_DEVICE_NOT_FOUND,
+           "no device matches " + quoted + "; devices: " + describe_entries(entries));
+    }
+    start = comma + 1;
+  }
+}
+
+/// Picks every device that `match` accepts, with `reason`; the others get `rejected`.
+template <class Match>
+void judge_group_each(const std::vector<DeviceEntry>& entries, std::vector<Verdict>& verdicts,
+                      Match match, const std::string& reason, const std::string& rejected) {
+  for (std::size_t i = 0; i < entries.size(); ++i) {
+    verdicts[i].picked = match(entries[i]);
+    verdicts[i].reason = verdicts[i].picked ? reason : rejected;
+  }
+}
+
+/// "" (the type the default picks), "gpu", "cpu", "accelerator": every device of that type.
+inline void judge_group_by_type(const std::vector<DeviceEntry>& entries, const Selector& single,
+                                const std::string& text, std::vector<Verdict>& verdicts) {
+  const bool asked = single.kind == Selector::Kind::type;
+  const DeviceType type = asked ? single.type : default_group_type(entries);
+  const std::string why =
+      asked ? std::string("a ") + to_string(type) + " device, as \"" + text + "\" asks"
+            : std::string("a ") + to_string(type) +
+                  " device (default: every device of the type clbuf picks)";
+  judge_group_each(
+      entries, verdicts, [&](const DeviceEntry& entry) { return entry.info.type == type; }, why,
+      std::string("not a ") + to_string(type) + " device");
+}
+
+/// Judges every device for a DeviceGroup `selector` (its grammar: docs/design.md "Which
+/// devices"; "" is every device of the type the default picks). `order`
+/// receives the picked entries in the group's order (a list's, else list_devices()').
+/// @throws Error as judge_group_list().
+inline std::vector<Verdict> judge_group(const char* operation,
+                                        const std::vector<DeviceEntry>& entries,
+                                        const std::string& selector,
+                                        std::vector<std::size_t>& order) {
+  std::vector<Verdict> verdicts(entries.size());
+  for (std::size_t i = 0; i < entries.size(); ++i) verdicts[i].entry = i;
+  const std::string text = trimmed(selector);
+  const std::string key = lower_case(text);
+  if (text.find(',') != std::string::npos) {
+    for (Verdict& verdict : verdicts) verdict.reason = "not in the list \"" + text + "\"";
+    judge_group_list(operation, entries, text, verdicts, order);
+    return verdicts;
+  }
+  const Selector single = parse_selector(text);
+  if (key == "all") {
+    judge_group_each(
+        entries, verdicts, [](const DeviceEntry&) { return true; }, "\"all\"", "");
+  } else if (single.kind == Selector::Kind::automatic || single.kind == Selector::Kind::type) {
+    judge_group_by_type(entries, single, text, verdicts);
+  } else if (single.kind == Selector::Kind::index) {
+    verdicts = judge_devices(entries, single, "\"" + text + "\"");
+  } else {
+    judge_group_each(
+        entries, verdicts,
+        [&](const DeviceEntry& entry) {
+          return lower_case(entry.info.name).find(single.name) != std::string::npos;
+        },
+        "its name contains \"" + text + "\"", "its name does not contain \"" + text + "\"");
+  }
+  for (const Verdict& verdict : verdicts) {
+    if (verdict.picked) order.push_back(verdict.entry);
+  }
+  return verdicts;
+}
+
+/// The report of a group made of `picked` (listed devices): each picked device, every other
+/// rejected.
+inline SelectionReport group_report(const std::vector<DeviceEntry>& entries,
+                                    const std::vector<DeviceEntry>& picked) {
+  SelectionReport report;
+  report.origin = "selector";
+  for (const DeviceEntry& entry : entries) {
+    bool in = false;
+    for (const DeviceEntry& chosen : picked) in = in || chosen.device == entry.device;
+    report.devices.push_back({entry.info, in, in ? "listed" : "not listed"});
+  }
+  return report;
+}
+
+/// One context of `devices` (all of one platform). Wraps clCreateContext.
+inline cl::Context group_context(const char* operation, cl_platform_id platform,
+                                 const std::vector<cl_device_id>& devices) {
+  const cl_context_properties properties[] = {CL_CONTEXT_PLATFORM,
+                                              reinterpret_cast<cl_context_properties>(platform), 0};
+  cl_int err = CL_SUCCESS;
+  const auto serial = discovery_lock();
+  cl::Context context(CLBUF_CL(clCreateContext)(properties, static_cast<cl_uint>(devices.size()),
+                                                devices.data(), nullptr, nullptr, &err),
+                      false);
+  check(err, operation, "clCreateContext");
+  return context;
+}
+
+/// `i`, or an Error CL_INVALID_VALUE naming DeviceGroup::manager for i >= `size`.
+inline std::size_t group_index(std::size_t i, std::size_t size) {
+  if (i >= size) {
+    fail("DeviceGroup::manager", CL_INVALID_VALUE,
+         "device " + std::to_string(i) + " of a group of " + std::to_string(size));
+  }
+  return i;
+}
+
+/// a * b, or an Error CL_INVALID_VALUE naming both when it overflows.
+inline std::size_t group_product(const char* operation, std::size_t a, std::size_t b) {
+  std::size_t out = 0;
+  if (!checked_multiply(a, b, out)) fail_overflow(operation, a, b);
+  return out;
+}
+
+// ---- A group's devices: picked, opened or adopted --------------------------------------------
+
+/// The entries `selector` picks (in the group's order), each device's verdict in `report`.
+/// @throws Error CL_DEVICE_NOT_FOUND when there is no device or nothing matches (naming every
+///         device); as judge_group().
+inline std::vector<DeviceEntry> select_group(const char* operation, const std::string& selector,
+                                             SelectionReport& report) {
+  const std::vector<DeviceEntry> entries = enumerate_devices(operation);
+  if (entries.empty()) fail_no_devices(operation);
+  report.selector = selector;
+  report.origin = trimmed(selector).empty() ? "default" : "selector";
+  std::vector<std::size_t> order;
+  for (Verdict& verdict : judge_group(operation, entries, selector, order)) {
+    report.devices.push_back(
+        {entries[verdict.entry].info, verdict.picked, std::move(verdict.reason)});
+  }
+  if (order.empty()) {
+    fail(operation, CL_DEVICE_NOT_FOUND,
+         "no device matches \"" + selector + "\"; devices: " + describe_entries(entries));
+  }
+  std::vector<DeviceEntry> picked;
+  for (std::size_t i : order) picked.push_back(entries[i]);
+  return picked;
+}
+
+/// The entries of `devices`, matched by platform and device index, with the group's report.
+/// @throws Error CL_INVALID_VALUE for an empty list or a device listed twice;
+///         CL_DEVICE_NOT_FOUND for a device no platform has.
+inline std::vector<DeviceEntry> select_group_devices(const char* operation,
+                                                     const std::vector<DeviceInfo>& devices,
+                                                     SelectionReport& report) {
+  if (devices.empty()) fail(operation, CL_INVALID_VALUE, "an empty list of devices");
+  const std::vector<DeviceEntry> entries = enumerate_devices(operation);
+  std::vector<DeviceEntry> picked;
+  for (const DeviceInfo& device : devices) {
+    const auto found = std::find_if(entries.begin(), entries.end(), [&](const auto& entry) {
+      return entry.info.platform_index == device.platform_index &&
+             entry.info.device_index == device.device_index;
+    });
+    if (found == entries.end()) {
+      fail(operation, CL_DEVICE_NOT_FOUND,
+           "no device " + std::to_string(device.platform_index) + ":" +
+               std::to_string(device.device_index) + " (" + device.name + ")");
+    }
+    for (const DeviceEntry& entry : picked) {
+      if (entry.device == found->device) {
+        fail(operation, CL_INVALID_VALUE, "device " + found->info.name + " listed twice");
+      }
+    }
+    picked.push_back(*found);
+  }
+  report = group_report(entries, picked);
+  return picked;
+}
+
+/// A manager per entry: one context per platform (`per_platform`) or per device, an in-order
+/// queue each. Wraps clCreateContext (group_context()) and clCreateCommandQueue (Queue::create).
+inline std::vector<std::shared_ptr<BufferManager>> open_group(
+    const char* operation, const std::vector<DeviceEntry>& picked, const Options& options,
+    bool per_platform) {
+  std::map<cl_platform_id, cl::Context> contexts;
+  if (per_platform) {
+    std::map<cl_platform_id, std::vector<cl_device_id>> devices;
+    for (const DeviceEntry& entry : picked) devices[entry.platform].push_back(entry.device);
+    for (const auto& [platform, list] : devices) {
+      contexts[platform] = group_context(operation, platform, list);
+    }
+  }
+  std::vector<std::shared_ptr<BufferManager>> managers;
+  for (const DeviceEntry& entry : picked) {
+    const cl::Context context = per_platform
+                                    ? contexts[entry.platform]
+                                    : group_context(operation, entry.platform, {entry.device});
+    const Queue queue = Queue::create(operation, context(), entry.device);
+    managers.push_back(std::make_shared<BufferManager>(context, queue.handle(), options));
+  }
+  return managers;
+}
+
+/// The report of a group of the application's own managers, checked first.
+/// @throws Error CL_INVALID_VALUE for an empty list, a null manager or one listed twice.
+inline SelectionReport adopted_group_report(
+    const char* operation, const std::vector<std::shared_ptr<BufferManager>>& managers) {
+  if (managers.empty()) fail(operation, CL_INVALID_VALUE, "an empty list of managers");
+  for (std::size_t i = 0; i < managers.size(); ++i) {
+    if (!managers[i])
+      fail(operation, CL_INVALID_VALUE, "manager " + std::to_string(i) + " is null");
+    for (std::size_t j = 0; j < i; ++j) {
+      if (managers[j] == managers[i]) {
+        fail(operation, CL_INVALID_VALUE, "manager " + std::to_string(i) + " is listed twice");
+      }
+    }
+  }
+  SelectionReport report;
+  report.origin = "adopted";
+  for (const auto& manager : managers)
+    report.devices.push_back({manager->device(), true, "adopted"});
+  return report;
+}
+
+}  // namespace detail
+}  // namespace clbuf
+
+#endif  // CLBUF_DETAIL_GROUP_HPP
+// ---- end of clbuf/detail/group.hpp
+// ---- clbuf/detail/joined_future.hpp
+// One Future over several: a DeviceGroup's call starts a Future on each device's manager and
+// hands back one whose event is a user event (of the first manager's context) that completes
+// once every part's event has: when the last part's event callback runs, or when a thread waits
+// for the joined Future (or asks ready()), whichever comes first. The second matters where a
+// driver accepts callbacks and never calls them (oclgrind 21.10), and it keeps every blocking
+// wait on the application's threads (oclgrind's runtime is not safe against a second thread
+// waiting on a queue). A part that failed on the device, or in the work clbuf finished on the
+// host, is reported through the joined Future's Outcome, never through the user event's status
+// (which would fail every command queued after it). The joined Future keeps the parts' Futures:
+// what host memory they own lives until it is done.
+#ifndef CLBUF_DETAIL_JOINED_FUTURE_HPP
+#define CLBUF_DETAIL_JOINED_FUTURE_HPP
+
+#include <atomic>
+#include <cstddef>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <type_traits>
+#include <unordered_set>
+#include <utility>
+#include <vector>
+
+namespace clbuf {
+namespace detail {
+
+/// The value of a joined Future<void>.
+struct NoValue {};
+
+/// What a Future holds, for the helpers below (Future's friend).
+struct FutureAccess {
+  /// A Future<R> of `value` (NoValue for Future<void>).
+  template <class R, class V>
+  static Future<R> make(const char* operation, cl::Event event, V value,
+                        std::shared_ptr<const void> host, std::shared_ptr<const Outcome> outcome,
+                        std::shared_ptr<Settle> settle) {
+    using Stored = typename Future<R>::Stored;
+    Stored stored;
+    if constexpr (!std::is_same<V, NoValue>::value) stored = Stored(std::move(value));
+    Future<R> future(operation, std::move(event), std::move(stored), std::move(host),
+                     std::move(outcome));
+    future.settle_ = std::move(settle);
+    return future;
+  }
+  template <class R>
+  static const std::shared_ptr<const Outcome>& outcome(const Future<R>& future) noexcept {
+    return future.outcome_;
+  }
+  template <class R>
+  static void keep(Future<R>& future, std::shared_ptr<const void> more) {
+    future.host_ =
+        std::make_shared<std::pair<std::shared_ptr<const void>, std::shared_ptr<const void>>>(
+            std::move(future.host_), std::move(more));
+  }
+};
+
+/// The state of a joined Future: the parts' events and Outcomes, the user event to complete,
+/// and where failures go.
+class JoinState : public Settle {
+ public:
+  /// From a waiting thread: collects the parts (waiting for them when `wait`; else only once
+  /// all have ended) and completes the user event.
+  void settle(bool wait) noexcept override {
+    if (claimed_.load(std::memory_order_acquire)) return;  // done, or being done
+    if (!wait) {
+      for (const cl::Event& event : events) {
+        if (status_of(event()) > 0) return;  // queued, submitted or running
+      }
+    }
+    finish(wait);
+  }
+
+  /// From a part's event callback: the last one collects the parts (all have ended: no wait,
+  /// which a callback must not do).
+  void part_ended() noexcept {
+    if (remaining.fetch_sub(1) == 1) finish(false);
+  }
+
+  /// Once (the first caller; the others return at once: a callback must never block, and a
+  /// waiting thread then waits for the user event): records each part's failure, then
+  /// completes the user event.
+  void finish(bool wait) noexcept {
+    if (claimed_.exchange(true, std::memory_order_acq_rel)) return;
+    for (std::size_t i = 0; i < events.size(); ++i) {
+      cl_event event = events[i]();
+      if (wait) CLBUF_CL(clWaitForEvents)(1, &event);  // a failure shows in the status
+      const cl_int status = status_of(event);
+      if (status < 0) {
+        outcome->failed(operation, status,
+                        "part " + std::to_string(i) + " of the transfer failed on the device");
+      }
+    }
+    for (const auto& part : parts) {
+      try {
+        part->rethrow();
+      } catch (const Error& error) {
+        outcome->failed(error);
+      }
+    }
+    if (user() != nullptr) CLBUF_CL(clSetUserEventStatus)(user(), CL_COMPLETE);
+  }
+
+  cl::Event user;
+  std::vector<cl::Event> events;  // the parts' (not null)
+  std::atomic<std::size_t> remaining{0};
+  const char* operation = "wait";
+  std::shared_ptr<Outcome> outcome = std::make_shared<Outcome>();
+  std::vector<std::shared_ptr<const Outcome>> parts;  // the parts' own Outcomes
+
+ private:
+  static cl_int status_of(cl_event event) noexcept {
+    cl_int status = CL_COMPLETE;
+    if (CLBUF_CL(clGetEventInfo)(event, CL_EVENT_COMMAND_EXECUTION_STATUS, sizeof(status), &status,
+                                 nullptr) != CL_SUCCESS) {
+      return CL_OUT_OF_RESOURCES;
+    }
+    return status;
+  }
+
+  std::atomic<bool> claimed_{false};
+};
+
+/// The callbacks a driver has not called yet, each a heap-held shared_ptr to its state. Held
+/// here, so that memory stays reachable: a driver may call a callback after the joined Future
+/// has been settled and destroyed, even after main() has returned (a leak check at exit would
+/// count it lost), and oclgrind never calls one. Never destroyed, as a callback may come late.
+struct PendingCallbacks {
+  std::mutex mutex;
+  std::unordered_set<std::shared_ptr<JoinState>*> held;
+
+  static PendingCallbacks& instance() {
+    static PendingCallbacks* pending = new PendingCallbacks();  // NOLINT: never destroyed
+    return *pending;
+  }
+};
+
+/// clSetEventCallback's callback: one part has ended. `data` is a holder of the state from
+/// PendingCallbacks, deleted here.
+inline void CL_CALLBACK joined_part_ended(cl_event, cl_int, void* data) {
+  auto* holder = static_cast<std::shared_ptr<JoinState>*>(data);
+  {
+    PendingCallbacks& pending = PendingCallbacks::instance();
+    std::lock_guard<std::mutex> lock(pending.mutex);
+    pending.held.erase(holder);
+  }
+  (*holder)->part_ended();
+  delete holder;
+}
+
+/// Asks for joined_part_ended() when `part` ends; when the driver refuses, a waiting thread
+/// settles the state.
+inline void join_callback(const std::shared_ptr<JoinState>& state, cl_event part) {
+  PendingCallbacks& pending = PendingCallbacks::instance();
+  auto* holder = new std::shared_ptr<JoinState>(state);
+  {
+    std::lock_guard<std::mutex> lock(pending.mutex);
+    pending.held.insert(holder);
+  }
+  if (CLBUF_CL(clSetEventCallback)(part, CL_COMPLETE, joined_part_ended, holder) != CL_SUCCESS) {
+    {
+      std::lock_guard<std::mutex> lock(pending.mutex);
+      pending.held.erase(holder);
+    }
+    delete holder;
+  }
+}
+
+/// One Future<R> holding `value` over `parts` (Futures of managers, started): it completes once
+/// all have, its event a user event of `context` (null when no part left anything to wait for).
+template <class R, class V = NoValue>
+Future<R> joined(const char* operation, cl_context context, std::vector<Future<void>> parts,
+                 V value = V()) {
+  auto state = std::make_shared<JoinState>();
+  state->operation = operation;
+  for (const Future<void>& part : parts) {
+    if (part.event()() != nullptr) state->events.push_back(part.event());
+    if (FutureAccess::outcome(part)) state->parts.push_back(FutureAccess::outcome(part));
+  }
+  auto kept = std::make_shared<std::vector<Future<void>>>(std::move(parts));
+  cl::Event event;
+  if (state->events.empty()) {
+    state->finish(false);
+  } else {
+    cl_int err = CL_SUCCESS;
+    state->user = cl::Event(CLBUF_CL(clCreateUserEvent)(context, &err), false);
+    check(err, operation, "clCreateUserEvent");
+    event = state->user;
+    state->remaining.store(state->events.size());
+    for (const cl::Event& part : state->events) join_callback(state, part());
+  }
+  return FutureAccess::make<R>(operation, std::move(event), std::move(value), std::move(kept),
+                               state->outcome, state);
+}
+
+/// `future`, also keeping `more` alive until its work is done.
+template <class R>
+Future<R> keeping(Future<R> future, std::shared_ptr<const void> more) {
+  FutureAccess::keep(future, std::move(more));
+  return future;
+}
+
+}  // namespace detail
+}  // namespace clbuf
+
+#endif  // CLBUF_DETAIL_JOINED_FUTURE_HPP
+// ---- end of clbuf/detail/joined_future.hpp
+// ---- clbuf/detail/shard_moves.hpp
+// What each device does in a DeviceGroup's move of a ShardedBuffer: the running of a call on every
+// device (on the group's threads at once when large; every error naming its device), what a
+// scatter writes into each shard (ScatterSpan: a plain record made before anything moves), and
+// the per-shard calls of the group's moves: each shard through its own manager's public calls.
+#ifndef CLBUF_DETAIL_SHARD_MOVES_HPP
+#define CLBUF_DETAIL_SHARD_MOVES_HPP
+
 // ---- clbuf/sharded_buffer.hpp
 // clbuf::Partition (how a logical array is split over a DeviceGroup's devices) and
 // clbuf::ShardedBuffer<T> (the array as one DeviceBuffer per device, optionally with ghost
@@ -8876,10 +11399,215 @@ struct ManagerAccess {
 #ifndef CLBUF_SHARDED_BUFFER_HPP
 #define CLBUF_SHARDED_BUFFER_HPP
 
+// ---- clbuf/detail/apportion.hpp
+// Splits a count of units in proportion to weights (Partition::weighted) by largest remainders,
+// in exact integer arithmetic: every finite weight >= 0 is an integer times a power of two, so
+// the shares units * w_i / sum(w) are compared and rounded exactly, whatever the weights' range
+// (1e308 beside 1e-308 and denormals) and whatever the count (up to the largest std::size_t).
+#ifndef CLBUF_DETAIL_APPORTION_HPP
+#define CLBUF_DETAIL_APPORTION_HPP
+
 #include <algorithm>
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
+#include <numeric>
+#include <vector>
+
+namespace clbuf {
+namespace detail {
+
+/// A natural number of any size in 32-bit limbs, lowest first, without high zero limbs: only
+/// the operations apportion() needs. Pure arithmetic.
+class Natural {
+ public:
+  Natural() = default;
+
+  /// `mantissa` * 2^`shift`.
+  static Natural shifted(std::uint64_t mantissa, std::size_t shift) {
+    Natural out;
+    out.limbs_.reserve(shift / 32 + 3);
+    out.limbs_.assign(shift / 32, 0);
+    const unsigned bits = static_cast<unsigned>(shift % 32);
+    std::uint64_t carry = 0;
+    for (int i = 0; i < 3; ++i) {
+      const std::uint64_t low = (mantissa & 0xffffffffu) << bits;
+      out.limbs_.push_back(static_cast<std::uint32_t>(low + carry));
+      carry = (low + carry) >> 32;
+      mantissa >>= 32;
+    }
+    out.trim();
+    return out;
+  }
+
+  void add(const Natural& other) {
+    if (limbs_.size() < other.limbs_.size()) limbs_.resize(other.limbs_.size(), 0);
+    std::uint64_t carry = 0;
+    for (std::size_t i = 0; i < limbs_.size(); ++i) {
+      carry += limbs_[i];
+      if (i < other.limbs_.size()) carry += other.limbs_[i];
+      limbs_[i] = static_cast<std::uint32_t>(carry);
+      carry >>= 32;
+    }
+    if (carry != 0) limbs_.push_back(static_cast<std::uint32_t>(carry));
+  }
+
+  /// This times `factor`.
+  Natural times(std::uint64_t factor) const {
+    Natural out;
+    out.limbs_.assign(limbs_.size() + 2, 0);
+    const std::uint64_t halves[2] = {factor & 0xffffffffu, factor >> 32};
+    for (std::size_t h = 0; h < 2; ++h) {
+      std::uint64_t carry = 0;
+      for (std::size_t i = 0; i < limbs_.size(); ++i) {
+        carry += out.limbs_[i + h] + halves[h] * limbs_[i];  // < 2^64: (2^32-1)^2 + 2 (2^32-1)
+        out.limbs_[i + h] = static_cast<std::uint32_t>(carry);
+        carry >>= 32;
+      }
+      for (std::size_t i = limbs_.size() + h; carry != 0; ++i) {
+        carry += out.limbs_[i];
+        out.limbs_[i] = static_cast<std::uint32_t>(carry);
+        carry >>= 32;
+      }
+    }
+    out.trim();
+    return out;
+  }
+
+  /// -1, 0 or 1 as this is below, equal to or above `other` * 2^`shift`.
+  int compare(const Natural& other, std::size_t shift = 0) const {
+    const std::size_t top = std::max(limbs_.size(), other.limbs_.size() + shift / 32 + 1);
+    for (std::size_t i = top; i-- > 0;) {
+      const std::uint32_t mine = limb(i);
+      const std::uint32_t theirs = other.shifted_limb(i, shift);
+      if (mine != theirs) return mine < theirs ? -1 : 1;
+    }
+    return 0;
+  }
+
+  /// Subtracts `other` * 2^`shift`, which is not above this.
+  void subtract(const Natural& other, std::size_t shift = 0) {
+    std::int64_t borrow = 0;
+    for (std::size_t i = 0; i < limbs_.size(); ++i) {
+      std::int64_t value = static_cast<std::int64_t>(limbs_[i]) -
+                           static_cast<std::int64_t>(other.shifted_limb(i, shift)) - borrow;
+      borrow = value < 0 ? 1 : 0;
+      if (value < 0) value += std::int64_t{1} << 32;
+      limbs_[i] = static_cast<std::uint32_t>(value);
+    }
+    trim();
+  }
+
+  /// Divides by `divisor` (not 0) when the quotient is below 2^64: returns the quotient and
+  /// leaves the remainder in this.
+  std::uint64_t divide(const Natural& divisor) {
+    std::uint64_t quotient = 0;
+    if (bits() < divisor.bits()) return 0;
+    // divisor * 2^bit has more bits than this above that: those quotient bits are 0
+    for (std::size_t bit = std::min<std::size_t>(63, bits() - divisor.bits()) + 1; bit-- > 0;) {
+      if (compare(divisor, bit) >= 0) {
+        subtract(divisor, bit);
+        quotient |= std::uint64_t{1} << bit;
+      }
+    }
+    return quotient;
+  }
+
+ private:
+  /// How many bits this has (0 for 0).
+  std::size_t bits() const {
+    if (limbs_.empty()) return 0;
+    std::size_t count = 32 * (limbs_.size() - 1);
+    for (std::uint32_t top = limbs_.back(); top != 0; top >>= 1) ++count;
+    return count;
+  }
+
+  std::uint32_t limb(std::size_t i) const { return i < limbs_.size() ? limbs_[i] : 0; }
+
+  /// Limb i of this * 2^shift.
+  std::uint32_t shifted_limb(std::size_t i, std::size_t shift) const {
+    const std::size_t whole = shift / 32;
+    const unsigned bits = static_cast<unsigned>(shift % 32);
+    if (i < whole) return 0;
+    const std::uint32_t high = limb(i - whole);
+    if (bits == 0) return high;
+    const std::uint32_t low = i > whole ? limb(i - whole - 1) : 0;
+    return static_cast<std::uint32_t>((high << bits) | (low >> (32 - bits)));
+  }
+
+  void trim() {
+    while (!limbs_.empty() && limbs_.back() == 0) limbs_.pop_back();
+  }
+
+  std::vector<std::uint32_t> limbs_;
+};
+
+/// Exact integers in proportion to `weights` (finite, >= 0, one > 0): weight i is
+/// mantissa_i * 2^(exponent_i - lowest), lowest the least exponent of a weight > 0.
+inline std::vector<Natural> exact_weights(const std::vector<double>& weights) {
+  constexpr int digits = 64;  // mantissas as 64-bit integers: exact for every double
+  int lowest = 0;
+  bool any = false;
+  std::vector<int> exponents(weights.size(), 0);
+  std::vector<std::uint64_t> mantissas(weights.size(), 0);
+  for (std::size_t i = 0; i < weights.size(); ++i) {
+    if (!(weights[i] > 0)) continue;
+    const double fraction = std::frexp(weights[i], &exponents[i]);  // in [0.5, 1)
+    mantissas[i] = static_cast<std::uint64_t>(std::ldexp(fraction, digits));
+    // odd mantissas: small weights such as {2, 1} become the integers {2, 1}, not 65-bit ones
+    for (; (mantissas[i] & 1) == 0; mantissas[i] >>= 1) ++exponents[i];
+    lowest = any ? std::min(lowest, exponents[i]) : exponents[i];
+    any = true;
+  }
+  std::vector<Natural> out(weights.size());
+  for (std::size_t i = 0; i < weights.size(); ++i) {
+    if (mantissas[i] != 0) {
+      out[i] = Natural::shifted(mantissas[i], static_cast<std::size_t>(exponents[i] - lowest));
+    }
+  }
+  return out;
+}
+
+/// `units` split in proportion to `weights` (finite, >= 0, one > 0): part i is the whole part
+/// of its exact share units * w_i / sum(w), and the units those leave (fewer than the weights)
+/// go one each to the largest exact remainders, the lower index first on a tie. So the parts
+/// sum to `units`, each is its share rounded down or up, a weight of 0 gets 0, equal weights
+/// get parts at most 1 apart and a larger weight never gets a smaller part.
+inline std::vector<std::size_t> apportion(std::size_t units, const std::vector<double>& weights) {
+  const std::vector<Natural> exact = exact_weights(weights);
+  Natural total;
+  for (const Natural& weight : exact) total.add(weight);
+  std::vector<std::size_t> parts(weights.size(), 0);
+  std::vector<Natural> rests(weights.size());
+  std::size_t given = 0;
+  for (std::size_t i = 0; i < weights.size(); ++i) {
+    if (!(weights[i] > 0)) continue;
+    rests[i] = exact[i].times(units);
+    parts[i] = static_cast<std::size_t>(rests[i].divide(total));  // <= units: w_i <= sum(w)
+    given += parts[i];
+  }
+  std::vector<std::size_t> order(weights.size());
+  std::iota(order.begin(), order.end(), std::size_t{0});
+  std::stable_sort(order.begin(), order.end(), [&rests](std::size_t a, std::size_t b) {
+    return rests[a].compare(rests[b]) > 0;
+  });
+  // The remainders sum to (units - given) * sum(w), each below sum(w): so fewer than the
+  // weights are left, and each goes to a weight > 0 (a weight of 0 has remainder 0).
+  for (std::size_t k = 0; given < units; ++k, ++given) ++parts[order[k]];
+  return parts;
+}
+
+}  // namespace detail
+}  // namespace clbuf
+
+#endif  // CLBUF_DETAIL_APPORTION_HPP
+// ---- end of clbuf/detail/apportion.hpp
+
+#include <algorithm>
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include <cstdio>
 #include <string>
 #include <utility>
 #include <vector>
@@ -8903,29 +11631,76 @@ class Partition {
     return partition;
   }
 
-  /// A split in proportion to `weights` (one per device), in whole `unit`s; the units left by
-  /// rounding down go to the largest remainders (the lower device first on a tie).
+  /// A split in proportion to `weights` (one per device), in whole `unit`s: device i gets its
+  /// exact share units * w_i / sum(w) rounded down, and the units that leaves (fewer than the
+  /// devices) go one each to the largest exact remainders, the lower device first on a tie.
+  /// Exact for every finite weight and every count: the parts sum to the count, a weight of 0
+  /// gets 0 elements, equal weights get parts at most one unit apart, and a larger weight
+  /// never gets fewer elements.
   static Partition weighted(std::vector<double> weights, std::size_t unit = 1) {
     Partition partition;
     partition.weights_ = std::move(weights);
     partition.unit_ = unit;
+    partition.by_weight_ = true;
     return partition;
   }
 
-  /// The weights (empty: even).
+  /// A copy of this partition whose shards hold at most `bytes` bytes each, ghost elements
+  /// included: a device whose part is larger holds it as several shards (pieces), consecutive
+  /// and in order, as evenly as whole units allow. 0 (the default), and anything above a
+  /// device's CL_DEVICE_MAX_MEM_ALLOC_SIZE, mean that max allocation: a part larger than one
+  /// allocation is held in pieces even without a cap.
+  Partition max_shard_bytes(std::size_t bytes) const {
+    Partition capped = *this;
+    capped.max_shard_bytes_ = bytes;
+    return capped;
+  }
+  /// The cap on a shard's bytes (0: the device's max allocation).
+  std::size_t max_shard_bytes() const noexcept { return max_shard_bytes_; }
+
+  /// Where the shards of an array go: shard k holds counts[k] elements of the array on device
+  /// devices[k]; the shards are consecutive in the array and in device order.
+  struct Placement {
+    std::vector<std::size_t> devices;
+    std::vector<std::size_t> counts;
+  };
+
+  /// The shards of `count` elements of `element_bytes` bytes, each with `ghost` ghost elements
+  /// before and after, over devices whose max allocations are `max_alloc` (one per device):
+  /// each device's part (split()) in the fewest shards of at most max_shard_bytes() bytes (at
+  /// most its max allocation), at least one a device. @throws Error as split();
+  /// CL_INVALID_BUFFER_SIZE when a shard of one unit and its ghost elements exceeds the cap.
+  Placement place(const char* operation, std::size_t count, std::size_t element_bytes,
+                  std::size_t ghost, const std::vector<std::uint64_t>& max_alloc) const {
+    const std::vector<std::size_t> parts = split(operation, count, max_alloc.size());
+    Placement placement;
+    for (std::size_t d = 0; d < parts.size(); ++d) {
+      const std::size_t units = parts[d] / unit_;
+      const std::size_t most = units_per_shard(operation, element_bytes, ghost, max_alloc[d]);
+      const std::size_t pieces = std::max<std::size_t>(1, units / most + (units % most != 0));
+      for (std::size_t k = 0; k < pieces; ++k) {
+        placement.devices.push_back(d);
+        placement.counts.push_back((units / pieces + (k < units % pieces ? 1 : 0)) * unit_);
+      }
+    }
+    return placement;
+  }
+
+  /// The weights (empty for an even split).
   const std::vector<double>& weights() const noexcept { return weights_; }
   /// Elements per indivisible unit.
   std::size_t unit() const noexcept { return unit_; }
 
   /// The element counts of `count` elements over `devices` devices.
   /// @throws Error CL_INVALID_VALUE for a unit of 0, a count that is not a multiple of it, a
-  ///         weight count other than `devices`, a negative or non-finite weight, all weights 0.
+  ///         weight count other than `devices` (an empty list included), a negative or
+  ///         non-finite weight, all weights 0.
   std::vector<std::size_t> split(const char* operation, std::size_t count,
                                  std::size_t devices) const {
     check(operation, count, devices);
     const std::size_t units = count / unit_;
     std::vector<std::size_t> parts =
-        weights_.empty() ? split_even(units, devices) : split_weighted(units);
+        by_weight_ ? detail::apportion(units, weights_) : split_even(units, devices);
     for (std::size_t& part : parts) part *= unit_;
     return parts;
   }
@@ -8937,23 +11712,43 @@ class Partition {
                    "a partition in units of " + std::to_string(unit_) + " elements cannot split " +
                        std::to_string(count) + " elements");
     }
-    if (!weights_.empty() && weights_.size() != devices) {
+    if (!by_weight_) return;
+    if (weights_.size() != devices) {
       detail::fail(
           operation, CL_INVALID_VALUE,
           std::to_string(weights_.size()) + " weights for " + std::to_string(devices) + " devices");
     }
-    double total = 0;
     for (std::size_t i = 0; i < weights_.size(); ++i) {
       if (!std::isfinite(weights_[i]) || weights_[i] < 0) {
-        detail::fail(operation, CL_INVALID_VALUE,
-                     "weight " + std::to_string(i) + " is " + std::to_string(weights_[i]) +
-                         " (weights must be finite and >= 0)");
+        char value[32];
+        std::snprintf(value, sizeof value, "%.17g", weights_[i]);
+        detail::fail(
+            operation, CL_INVALID_VALUE,
+            "weight " + std::to_string(i) + " is " + value + " (weights must be finite and >= 0)");
       }
-      total += weights_[i];
     }
-    if (!weights_.empty() && !(total > 0)) {
+    if (std::none_of(weights_.begin(), weights_.end(), [](double w) { return w > 0; })) {
       detail::fail(operation, CL_INVALID_VALUE, "every weight is 0");
     }
+  }
+
+  /// The most units a shard of a device of max allocation `max_alloc` may hold under the cap.
+  std::size_t units_per_shard(const char* operation, std::size_t element_bytes, std::size_t ghost,
+                              std::uint64_t max_alloc) const {
+    std::uint64_t cap = max_alloc != 0 ? max_alloc : ~std::uint64_t{0};
+    if (max_shard_bytes_ != 0) cap = std::min<std::uint64_t>(cap, max_shard_bytes_);
+    const std::uint64_t elements = cap / element_bytes;
+    const std::uint64_t ghosts = std::uint64_t{2} * ghost;
+    if (elements <= ghosts || (elements - ghosts) / unit_ == 0) {
+      detail::fail(operation, CL_INVALID_BUFFER_SIZE,
+                   "a shard of at most " + std::to_string(cap) + " bytes (max_shard_bytes " +
+                       std::to_string(max_shard_bytes_) + ", the device's max allocation " +
+                       std::to_string(max_alloc) + ") holds no unit of " + std::to_string(unit_) +
+                       " elements of " + std::to_string(element_bytes) + " bytes beside " +
+                       std::to_string(ghosts) + " ghost elements");
+    }
+    const std::uint64_t units = (elements - ghosts) / unit_;
+    return units > SIZE_MAX ? SIZE_MAX : static_cast<std::size_t>(units);
   }
 
   static std::vector<std::size_t> split_even(std::size_t units, std::size_t devices) {
@@ -8962,38 +11757,17 @@ class Partition {
     return parts;
   }
 
-  std::vector<std::size_t> split_weighted(std::size_t units) const {
-    double total = 0;
-    for (double weight : weights_) total += weight;
-    std::vector<std::size_t> parts(weights_.size());
-    std::vector<double> rest(weights_.size());
-    std::size_t given = 0;
-    for (std::size_t i = 0; i < weights_.size(); ++i) {
-      const double share = static_cast<double>(units) * (weights_[i] / total);
-      parts[i] = std::min(units - given, static_cast<std::size_t>(std::floor(share)));
-      rest[i] = share - std::floor(share);
-      given += parts[i];
-    }
-    while (given < units) {  // fewer than weights_.size() rounds
-      std::size_t most = 0;
-      for (std::size_t i = 1; i < rest.size(); ++i) {
-        if (rest[i] > rest[most]) most = i;
-      }
-      ++parts[most];
-      rest[most] = -1;
-      ++given;
-    }
-    return parts;
-  }
-
   std::vector<double> weights_;
   std::size_t unit_ = 1;
+  std::size_t max_shard_bytes_ = 0;  // 0: the device's max allocation
+  bool by_weight_ = false;
 };
 
 class DeviceGroup;
 
 /// A logical array of size() elements of T split over the devices of one DeviceGroup: shard(i)
-/// is device i's DeviceBuffer (for the application's kernels on manager(i)'s queue), holding the
+/// is a DeviceBuffer of device(i) (for the application's kernels on manager(device(i))'s queue;
+/// one shard a device unless a part exceeds Partition::max_shard_bytes()), holding the
 /// elements [offset(i), offset(i) + count(i)) at element ghost() of it, with ghost() elements of
 /// ghost layer before and after (0 unless made with a halo: then they hold the neighbouring
 /// parts' edge elements after a ShardedHalo exchange). Move-only; made by DeviceGroup::scatter()
@@ -9021,17 +11795,21 @@ class ShardedBuffer {
   bool empty() const noexcept { return size_ == 0; }
   /// False when default-constructed or moved from.
   bool valid() const noexcept { return group_ != 0; }
-  /// How many shards (the group's device count).
+  /// How many shards: one a device, more on a device whose part exceeds the partition's
+  /// max_shard_bytes() (or the device's max allocation).
   std::size_t shards() const noexcept { return shards_.size(); }
+  /// The group's device that holds shard i (manager(device(i)) moves it; shards of one device
+  /// are consecutive). @throws Error CL_INVALID_VALUE for i >= shards().
+  std::size_t device(std::size_t i) const { return devices_[checked(i)]; }
   /// Ghost elements before and after each part in its shard (halo * partition unit).
   std::size_t ghost() const noexcept { return ghost_; }
   /// The partition it was split by.
   const Partition& partition() const noexcept { return partition_; }
 
-  /// Device i's buffer: count(i) + 2 ghost() elements (empty when count(i) is 0 and there is
-  /// no ghost layer). @throws Error CL_INVALID_VALUE for i >= shards().
+  /// Shard i's buffer, on device(i): count(i) + 2 ghost() elements (empty when count(i) is 0
+  /// and there is no ghost layer). @throws Error CL_INVALID_VALUE for i >= shards().
   DeviceBuffer<T>& shard(std::size_t i) { return shards_[checked(i)]; }
-  /// Device i's buffer. @throws Error CL_INVALID_VALUE for i >= shards().
+  /// Shard i's buffer. @throws Error CL_INVALID_VALUE for i >= shards().
   const DeviceBuffer<T>& shard(std::size_t i) const { return shards_[checked(i)]; }
   /// The first element of the logical array that shard i holds.
   /// @throws Error CL_INVALID_VALUE for i >= shards().
@@ -9044,10 +11822,11 @@ class ShardedBuffer {
   friend class DeviceGroup;
 
   ShardedBuffer(std::uint64_t group, std::vector<DeviceBuffer<T>> shards,
-                std::vector<std::size_t> counts, std::size_t ghost, Partition partition)
+                Partition::Placement placement, std::size_t ghost, Partition partition)
       : group_(group),
         shards_(std::move(shards)),
-        counts_(std::move(counts)),
+        devices_(std::move(placement.devices)),
+        counts_(std::move(placement.counts)),
         ghost_(ghost),
         partition_(std::move(partition)) {
     for (std::size_t count : counts_) {
@@ -9059,12 +11838,14 @@ class ShardedBuffer {
   void take(ShardedBuffer& other) noexcept {
     group_ = std::exchange(other.group_, 0);
     shards_ = std::move(other.shards_);
+    devices_ = std::move(other.devices_);
     counts_ = std::move(other.counts_);
     offsets_ = std::move(other.offsets_);
     size_ = std::exchange(other.size_, 0);
     ghost_ = std::exchange(other.ghost_, 0);
     partition_ = std::move(other.partition_);
     other.shards_.clear();
+    other.devices_.clear();
     other.counts_.clear();
     other.offsets_.clear();
   }
@@ -9079,6 +11860,7 @@ class ShardedBuffer {
 
   std::uint64_t group_ = 0;  // the DeviceGroup's id (0: none)
   std::vector<DeviceBuffer<T>> shards_;
+  std::vector<std::size_t> devices_;  // shard i is on the group's device devices_[i]
   std::vector<std::size_t> counts_;
   std::vector<std::size_t> offsets_;
   std::size_t size_ = 0;
@@ -9090,6 +11872,231 @@ class ShardedBuffer {
 
 #endif  // CLBUF_SHARDED_BUFFER_HPP
 // ---- end of clbuf/sharded_buffer.hpp
+
+#include <algorithm>
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <exception>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+namespace clbuf {
+namespace detail {
+
+/// A group's managers, device i's at i.
+using GroupManagers = std::vector<std::shared_ptr<BufferManager>>;
+
+// ---- What a scatter writes into each shard ---------------------------------------------------
+
+/// What a scatter writes into one shard (elements of T): the array's elements [first, end) at
+/// element `at` of the shard, and T() in its first `fill_before` elements and in its elements
+/// [fill_from, total). Without ghost elements only the part: fill_before 0, fill_from total.
+struct ScatterSpan {
+  std::size_t first = 0;        ///< the first element of the array written (an index)
+  std::size_t end = 0;          ///< one past the last element of the array written (an index)
+  std::size_t at = 0;           ///< where element `first` lands in the shard (an index)
+  std::size_t fill_before = 0;  ///< T() elements at the shard's start (a count)
+  std::size_t fill_from = 0;    ///< T() from this element of the shard to its end (an index)
+  std::size_t total = 0;        ///< the shard's elements (a count)
+};
+
+/// The ScatterSpan of the shard holding the array's elements [offset, offset + count) at element
+/// `ghost` of its `total` elements, in an array of `size` elements; with `ghosts`, its ghost
+/// elements too (the array's neighbouring elements, T() beyond its ends).
+inline ScatterSpan scatter_span(std::size_t offset, std::size_t count, std::size_t ghost,
+                                std::size_t size, std::size_t total, bool ghosts) {
+  const std::size_t g = ghosts ? ghost : 0;
+  ScatterSpan span;
+  span.first = offset >= g ? offset - g : 0;
+  span.end = std::min(offset + count + g, size);
+  span.at = ghost - (offset - span.first);
+  span.fill_before = ghosts ? span.at : 0;
+  span.total = total;
+  span.fill_from = ghosts ? span.at + (span.end - span.first) : total;
+  return span;
+}
+
+// ---- A call on each device -------------------------------------------------------------------
+
+/// f() for device i (of `manager`): its clbuf::Error names `operation` and the device first, as
+/// every error of a group's call does ("op: CL_NAME (code): device 1 (<name>): ...").
+template <class F>
+auto on_group_device(const char* operation, std::size_t i, const BufferManager& manager, F f)
+    -> decltype(f()) {
+  try {
+    return f();
+  } catch (const Error& error) {
+    throw Error(error.code(), error_message(operation, error.code(),
+                                            "device " + std::to_string(i) + " (" +
+                                                manager.device().name + "): " + error.what()));
+  }
+}
+
+/// Moves of at least this many bytes a device run on the devices at once.
+inline constexpr std::size_t group_parallel_bytes = std::size_t{1} << 20;
+
+/// each(i) for every device of `managers`, on `workers` at once when the move is large (one
+/// device per thread; the calling thread too) and some device's bytes cross a bus of its own,
+/// else one after the other on this thread: between host memory and host-model devices (CPU
+/// devices) each call's copy already runs on the manager's copy threads over the one memory
+/// bus, and two at once only contend (PoCL, 2 devices: 64 MiB uploads 1.15x slower). Every
+/// device's call ends before it returns.
+/// @throws Error as the first call that failed (naming its device).
+template <class Each>
+void every_group_device(const char* operation, const GroupManagers& managers, WorkerPool& workers,
+                        std::size_t bytes, Each each) {
+  const std::size_t n = managers.size();
+  std::atomic<std::size_t> next{0};
+  std::mutex failed;
+  std::exception_ptr first;
+  auto task = [&](unsigned) {
+    for (std::size_t i = next++; i < n; i = next++) {
+      try {
+        on_group_device(operation, i, *managers[i], [&] { each(i); });
+      } catch (...) {
+        std::lock_guard<std::mutex> lock(failed);
+        if (!first) first = std::current_exception();
+      }
+    }
+  };
+  const bool all_host_model = std::all_of(managers.begin(), managers.end(), [](const auto& m) {
+    return m->memory_model() == MemoryModel::host;
+  });
+  if (n > 1 && bytes / n >= group_parallel_bytes && !all_host_model) {
+    workers.run(static_cast<unsigned>(n), task);
+  } else {
+    task(0u);
+  }
+  if (first) std::rethrow_exception(first);
+}
+
+/// each(k) for every shard k of `buffer`, as every_group_device() runs each device's call: a
+/// device's shards one after the other, in order, on its thread (an error names the device).
+template <class T, class Each>
+void every_group_shard(const char* operation, const GroupManagers& managers, WorkerPool& workers,
+                       const ShardedBuffer<T>& buffer, std::size_t bytes, Each each) {
+  every_group_device(operation, managers, workers, bytes, [&](std::size_t d) {
+    for (std::size_t k = 0; k < buffer.shards(); ++k) {
+      if (buffer.device(k) == d) each(k);
+    }
+  });
+}
+
+/// Where `partition` puts the shards of `count` elements of T with `ghost` ghost elements on the
+/// devices of `managers` (each device's largest allocation bounds its shards).
+template <class T>
+Partition::Placement place_shards(const char* operation, const GroupManagers& managers,
+                                  std::size_t count, const Partition& partition,
+                                  std::size_t ghost) {
+  std::vector<std::uint64_t> max_alloc;
+  for (const auto& manager : managers) max_alloc.push_back(manager->device().max_alloc_bytes);
+  return partition.place(operation, count, sizeof(T), ghost, max_alloc);
+}
+
+/// "device d" for a buffer with a shard a device (of `devices`), else "shard k (device d)".
+template <class T>
+std::string shard_label(const ShardedBuffer<T>& buffer, std::size_t k, std::size_t devices) {
+  const std::string device = "device " + std::to_string(buffer.device(k));
+  return buffer.shards() == devices ? device : "shard " + std::to_string(k) + " (" + device + ")";
+}
+
+// ---- The per-shard calls of the group's moves -------------------------------------------------
+
+/// The ScatterSpan of shard i of `buffer` (with `ghosts`: its ghost elements too).
+template <class T>
+ScatterSpan span_of(const ShardedBuffer<T>& buffer, std::size_t i, bool ghosts) {
+  return scatter_span(buffer.offset(i), buffer.count(i), buffer.ghost(), buffer.size(),
+                      buffer.shard(i).size(), ghosts);
+}
+
+/// Writes each shard's part of `data` and its ghost elements (the array's neighbouring elements,
+/// T() beyond its ends), blocking (every_group_device()).
+template <class T>
+void write_spans(const char* operation, const GroupManagers& managers, WorkerPool& workers,
+                 ShardedBuffer<T>& buffer, const T* data) {
+  every_group_shard(operation, managers, workers, buffer, buffer.size_bytes(), [&](std::size_t i) {
+    const ScatterSpan span = span_of(buffer, i, true);
+    BufferManager& manager = *managers[buffer.device(i)];
+    DeviceBuffer<T>& shard = buffer.shard(i);
+    if (span.end > span.first) {
+      manager.upload(shard, data + span.first, span.end - span.first, span.at);
+    }
+    if (span.fill_before > 0) manager.fill(shard, T(), span.fill_before, 0);
+    if (span.fill_from < span.total) {
+      manager.fill(shard, T(), span.total - span.fill_from, span.fill_from);
+    }
+  });
+}
+
+/// Starts each shard's upload of its part of `data` (with `ghosts`: and its ghost elements, the
+/// array's neighbouring elements and T() beyond its ends): the started Futures.
+template <class T>
+std::vector<Future<void>> start_spans(const char* operation, const GroupManagers& managers,
+                                      ShardedBuffer<T>& buffer, const T* data, bool ghosts) {
+  std::vector<Future<void>> parts;
+  for (std::size_t i = 0; i < buffer.shards(); ++i) {
+    on_group_device(operation, buffer.device(i), *managers[buffer.device(i)], [&] {
+      const ScatterSpan span = span_of(buffer, i, ghosts);
+      BufferManager& manager = *managers[buffer.device(i)];
+      DeviceBuffer<T>& shard = buffer.shard(i);
+      if (span.end > span.first) {
+        parts.push_back(
+            manager.upload_async(shard, data + span.first, span.end - span.first, span.at));
+      }
+      if (span.fill_before > 0)
+        parts.push_back(manager.fill_async(shard, T(), span.fill_before, 0));
+      if (span.fill_from < span.total) {
+        parts.push_back(
+            manager.fill_async(shard, T(), span.total - span.fill_from, span.fill_from));
+      }
+    });
+  }
+  return parts;
+}
+
+/// Reads every shard's part into `out` (the logical array's layout), blocking.
+template <class T>
+void read_parts(const char* operation, const GroupManagers& managers, WorkerPool& workers,
+                const ShardedBuffer<T>& buffer, T* out) {
+  every_group_shard(operation, managers, workers, buffer, buffer.size_bytes(), [&](std::size_t i) {
+    managers[buffer.device(i)]->download(buffer.shard(i), out + buffer.offset(i), buffer.count(i),
+                                         buffer.ghost());
+  });
+}
+
+/// start(i) for each shard i of `buffer` that holds a part (count(i) > 0), on its device
+/// buffer.device(i): the started Futures; an Error start(i) throws names the device (those
+/// started are waited for by theirs).
+template <class T, class Start>
+std::vector<Future<void>> start_parts(const char* operation, const GroupManagers& managers,
+                                      const ShardedBuffer<T>& buffer, Start start) {
+  std::vector<Future<void>> parts;
+  for (std::size_t i = 0; i < buffer.shards(); ++i) {
+    if (buffer.count(i) == 0) continue;
+    const std::size_t d = buffer.device(i);
+    parts.push_back(on_group_device(operation, d, *managers[d], [&] { return start(i); }));
+  }
+  return parts;
+}
+
+/// Starts each shard's download of its part into `out` (the logical array's layout).
+template <class T>
+std::vector<Future<void>> start_reads(const char* operation, const GroupManagers& managers,
+                                      const ShardedBuffer<T>& buffer, T* out) {
+  return start_parts(operation, managers, buffer, [&](std::size_t i) {
+    return managers[buffer.device(i)]->download_async(buffer.shard(i), out + buffer.offset(i),
+                                                      buffer.count(i), buffer.ghost());
+  });
+}
+
+}  // namespace detail
+}  // namespace clbuf
+
+#endif  // CLBUF_DETAIL_SHARD_MOVES_HPP
+// ---- end of clbuf/detail/shard_moves.hpp
 
 #include <algorithm>
 #include <atomic>
@@ -9120,11 +12127,9 @@ enum class ContextSharing {
 /// users refer to it). Every call may be made from several threads at once, as a manager's.
 class DeviceGroup {
  public:
-  /// The devices `selector` names: "" (every device of the type the default selection picks: the
-  /// GPUs, else the CPU devices), "all", "gpu", "cpu", "accelerator" (every device of that type),
-  /// "P:D" (one device), "s1, s2, ..." (each a single selector, as BufferManager takes), or
-  /// else every device whose name contains the text (ignoring case). Devices in list_devices()
-  /// order (a list: in its order).
+  /// The devices `selector` names, in list_devices() order (a list: in its order); the grammar
+  /// ("", "all", a type, "P:D", a list "s1, s2", part of a name) is docs/design.md's "Which
+  /// devices".
   /// @throws Error CL_DEVICE_NOT_FOUND when nothing matches (naming every device);
   ///         CL_INVALID_VALUE for a list that names a device twice; as BufferManager's
   ///         constructor.
@@ -9132,7 +12137,9 @@ class DeviceGroup {
                        const Options& options = Options(),
                        ContextSharing sharing = ContextSharing::per_platform)
       : sharing_(sharing) {
-    detail::guard_host_memory("DeviceGroup", [&] { open(select(selector), options); });
+    detail::guard_host_memory("DeviceGroup", [&] {
+      open(detail::select_group("DeviceGroup", selector, report_), options);
+    });
   }
 
   /// The listed devices (as list_devices() gives them), in this order.
@@ -9141,14 +12148,17 @@ class DeviceGroup {
   explicit DeviceGroup(const std::vector<DeviceInfo>& devices, const Options& options = Options(),
                        ContextSharing sharing = ContextSharing::per_platform)
       : sharing_(sharing) {
-    detail::guard_host_memory("DeviceGroup", [&] { open(select(devices), options); });
+    detail::guard_host_memory("DeviceGroup", [&] {
+      open(detail::select_group_devices("DeviceGroup", devices, report_), options);
+    });
   }
 
   /// Adopts the application's managers (shared with it), in this order.
   /// @throws Error CL_INVALID_VALUE for an empty list, a null manager or one listed twice.
   explicit DeviceGroup(std::vector<std::shared_ptr<BufferManager>> managers)
       : sharing_(ContextSharing::per_device), managers_(std::move(managers)) {
-    detail::guard_host_memory("DeviceGroup", [&] { adopt(); });
+    detail::guard_host_memory(
+        "DeviceGroup", [&] { report_ = detail::adopted_group_report("DeviceGroup", managers_); });
   }
 
   DeviceGroup(const DeviceGroup&) = delete;
@@ -9216,7 +12226,7 @@ class DeviceGroup {
     return detail::guard_host_memory(op, [&] {
       detail::check_host_pointer(op, data, count);
       ShardedBuffer<T> out = make<T>(op, count, partition, halo);
-      std::vector<Future<void>> parts = put(op, out, data, true);
+      std::vector<Future<void>> parts = detail::start_spans(op, managers_, out, data, true);
       return detail::joined<ShardedBuffer<T>>(op, managers_.front()->context()(), std::move(parts),
                                               std::move(out));
     });
@@ -9231,6 +12241,35 @@ class DeviceGroup {
     return detail::keeping(std::move(started), std::move(kept));
   }
 
+  /// Writes `count` elements (exactly buffer.size()) from `data` into `buffer` as scatter()
+  /// writes a new one: each shard's part and its ghost elements (the array's neighbouring
+  /// elements, T() beyond its ends). For a buffer made by allocate() (or to refresh the ghost
+  /// elements from the host).
+  /// @throws Error as upload().
+  template <class T>
+  void scatter_into(ShardedBuffer<T>& buffer, const T* data, std::size_t count) {
+    const char* op = "DeviceGroup::scatter_into";
+    detail::guard_host_memory(op, [&] {
+      check_member(op, buffer);
+      detail::check_same_size(op, count, buffer.size());
+      detail::check_host_pointer(op, data, count);
+      detail::write_spans(op, managers_, workers_, buffer, data);
+    });
+  }
+  /// As scatter_into(), returning at once; `data` must stay alive and unchanged until it
+  /// completes.
+  template <class T>
+  Future<void> scatter_into_async(ShardedBuffer<T>& buffer, const T* data, std::size_t count) {
+    const char* op = "DeviceGroup::scatter_into";
+    return detail::guard_host_memory(op, [&] {
+      check_member(op, buffer);
+      detail::check_same_size(op, count, buffer.size());
+      detail::check_host_pointer(op, data, count);
+      return detail::joined<void>(op, managers_.front()->context()(),
+                                  detail::start_spans(op, managers_, buffer, data, true));
+    });
+  }
+
   /// The logical array of `buffer` (its ghost elements left out), in order.
   /// @throws Error for a buffer of another group; as the managers' downloads.
   template <class T>
@@ -9239,7 +12278,7 @@ class DeviceGroup {
     return detail::guard_host_memory(op, [&] {
       check_member(op, buffer);
       std::vector<T> out(buffer.size());
-      download_parts(op, buffer, out.data());
+      detail::read_parts(op, managers_, workers_, buffer, out.data());
       return out;
     });
   }
@@ -9250,7 +12289,7 @@ class DeviceGroup {
     return detail::guard_host_memory(op, [&] {
       check_member(op, buffer);
       std::vector<T> out(buffer.size());
-      std::vector<Future<void>> parts = get(op, buffer, out.data());
+      std::vector<Future<void>> parts = detail::start_reads(op, managers_, buffer, out.data());
       return detail::joined<std::vector<T>>(op, managers_.front()->context()(), std::move(parts),
                                             std::move(out));
     });
@@ -9266,9 +12305,9 @@ class DeviceGroup {
       check_member(op, buffer);
       detail::check_same_size(op, count, buffer.size());
       detail::check_host_pointer(op, data, count);
-      every_device(op, buffer.size_bytes(), [&](std::size_t i) {
-        managers_[i]->upload(buffer.shard(i), data + buffer.offset(i), buffer.count(i),
-                             buffer.ghost());
+      every_shard(op, buffer, [&](std::size_t i) {
+        managers_[buffer.device(i)]->upload(buffer.shard(i), data + buffer.offset(i),
+                                            buffer.count(i), buffer.ghost());
       });
     });
   }
@@ -9285,7 +12324,8 @@ class DeviceGroup {
       check_member(op, buffer);
       detail::check_same_size(op, count, buffer.size());
       detail::check_host_pointer(op, data, count);
-      return detail::joined<void>(op, managers_.front()->context()(), put(op, buffer, data, false));
+      return detail::joined<void>(op, managers_.front()->context()(),
+                                  detail::start_spans(op, managers_, buffer, data, false));
     });
   }
 
@@ -9298,7 +12338,7 @@ class DeviceGroup {
       check_member(op, buffer);
       detail::check_same_size(op, buffer.size(), count);
       detail::check_host_pointer(op, out, count);
-      download_parts(op, buffer, out);
+      detail::read_parts(op, managers_, workers_, buffer, out);
     });
   }
   /// As download(), returning at once; `out` must stay alive until it completes.
@@ -9309,7 +12349,10 @@ class DeviceGroup {
       check_member(op, buffer);
       detail::check_same_size(op, buffer.size(), count);
       detail::check_host_pointer(op, out, count);
-      return detail::joined<void>(op, managers_.front()->context()(), get(op, buffer, out));
+      return each_shard_async(op, buffer, [&](std::size_t i) {
+        return managers_[buffer.device(i)]->download_async(buffer.shard(i), out + buffer.offset(i),
+                                                           buffer.count(i), buffer.ghost());
+      });
     });
   }
 
@@ -9322,9 +12365,9 @@ class DeviceGroup {
     const char* op = "DeviceGroup::copy";
     detail::guard_host_memory(op, [&] {
       check_alike(op, src, dst);
-      every_device(op, src.size_bytes(), [&](std::size_t i) {
-        managers_[i]->copy_bytes(src.shard(i), dst.shard(i), src.count(i) * sizeof(T),
-                                 src.ghost() * sizeof(T), dst.ghost() * sizeof(T));
+      every_shard(op, src, [&](std::size_t i) {
+        managers_[src.device(i)]->copy_bytes(src.shard(i), dst.shard(i), src.count(i) * sizeof(T),
+                                             src.ghost() * sizeof(T), dst.ghost() * sizeof(T));
       });
     });
   }
@@ -9334,11 +12377,11 @@ class DeviceGroup {
     const char* op = "DeviceGroup::copy";
     return detail::guard_host_memory(op, [&] {
       check_alike(op, src, dst);
-      std::vector<Future<void>> parts = each_part(op, src, [&](std::size_t i) {
-        return managers_[i]->copy_bytes_async(src.shard(i), dst.shard(i), src.count(i) * sizeof(T),
-                                              src.ghost() * sizeof(T), dst.ghost() * sizeof(T));
+      return each_shard_async(op, src, [&](std::size_t i) {
+        return managers_[src.device(i)]->copy_bytes_async(
+            src.shard(i), dst.shard(i), src.count(i) * sizeof(T), src.ghost() * sizeof(T),
+            dst.ghost() * sizeof(T));
       });
-      return detail::joined<void>(op, managers_.front()->context()(), std::move(parts));
     });
   }
 
@@ -9349,8 +12392,8 @@ class DeviceGroup {
     const char* op = "DeviceGroup::fill";
     detail::guard_host_memory(op, [&] {
       check_member(op, buffer);
-      every_device(op, buffer.size_bytes(), [&](std::size_t i) {
-        managers_[i]->fill(buffer.shard(i), value, buffer.count(i), buffer.ghost());
+      every_shard(op, buffer, [&](std::size_t i) {
+        managers_[buffer.device(i)]->fill(buffer.shard(i), value, buffer.count(i), buffer.ghost());
       });
     });
   }
@@ -9360,11 +12403,58 @@ class DeviceGroup {
     const char* op = "DeviceGroup::fill";
     return detail::guard_host_memory(op, [&] {
       check_member(op, buffer);
-      std::vector<Future<void>> parts = each_part(op, buffer, [&](std::size_t i) {
-        return managers_[i]->fill_async(buffer.shard(i), value, buffer.count(i), buffer.ghost());
+      return each_shard_async(op, buffer, [&](std::size_t i) {
+        return managers_[buffer.device(i)]->fill_async(buffer.shard(i), value, buffer.count(i),
+                                                       buffer.ghost());
       });
-      return detail::joined<void>(op, managers_.front()->context()(), std::move(parts));
     });
+  }
+
+  /// Throws unless `a` and `b` are ShardedBuffers of this group split alike (the same count on
+  /// each device), as copy() checks them; counts in elements of `element_bytes` (a
+  /// ShardedBuffer<std::uint8_t> holding elements of a size known at run time, as Python's do).
+  /// @throws Error CL_INVALID_VALUE naming `operation`.
+  template <class T>
+  void check_alike(const char* operation, const ShardedBuffer<T>& a, const ShardedBuffer<T>& b,
+                   std::size_t element_bytes = sizeof(T)) const {
+    check_member(operation, a);
+    check_member(operation, b);
+    const std::size_t unit = std::max<std::size_t>(element_bytes / sizeof(T), 1);
+    if (a.shards() != b.shards()) {
+      detail::fail(operation, CL_INVALID_VALUE,
+                   "the buffers are split differently: " + std::to_string(a.shards()) + " and " +
+                       std::to_string(b.shards()) + " shards");
+    }
+    for (std::size_t i = 0; i < a.shards(); ++i) {
+      if (a.count(i) != b.count(i) || a.device(i) != b.device(i)) {
+        detail::fail(operation, CL_INVALID_VALUE,
+                     "the buffers are split differently: " + detail::shard_label(a, i, size()) +
+                         " holds " + std::to_string(a.count(i) / unit) + " and " +
+                         std::to_string(b.count(i) / unit) + " elements");
+      }
+    }
+  }
+
+  /// Per-shard work of your own over `buffer` (a typed fill, a kernel): start(i), returning a
+  /// Future<void>, for each shard i that holds a part (count(i) > 0; on manager(buffer.device(i))),
+  /// their Futures joined into one as the _async calls join theirs. An Error start(i) throws
+  /// names `operation` and shard i's device; the parts already started are waited for.
+  template <class T, class Start>
+  Future<void> each_shard_async(const char* operation, const ShardedBuffer<T>& buffer,
+                                Start start) {
+    std::vector<Future<void>> parts = detail::start_parts(operation, managers_, buffer, start);
+    return detail::joined<void>(operation, managers_.front()->context()(), std::move(parts));
+  }
+  /// As each_shard_async(), blocking: each(i) for each shard that holds a part, the devices on
+  /// the group's threads at once when the buffer is large (as upload()), a device's shards in
+  /// order; returns when all have. @throws Error as the first each(i) that failed, naming its
+  /// device.
+  template <class T, class Each>
+  void each_shard(const char* operation, const ShardedBuffer<T>& buffer, Each each) {
+    detail::every_group_shard(operation, managers_, workers_, buffer, buffer.size_bytes(),
+                              [&](std::size_t i) {
+                                if (buffer.count(i) != 0) each(i);
+                              });
   }
   /// @}
 
@@ -9386,129 +12476,30 @@ class DeviceGroup {
   template <class T>
   friend class ShardedHalo;
 
-  std::size_t checked(std::size_t i) const {
-    if (i >= managers_.size()) {
-      detail::fail(
-          "DeviceGroup::manager", CL_INVALID_VALUE,
-          "device " + std::to_string(i) + " of a group of " + std::to_string(managers_.size()));
-    }
-    return i;
-  }
+  std::size_t checked(std::size_t i) const { return detail::group_index(i, managers_.size()); }
 
-  /// The entries a selector picks (in the group's order), with the report of every verdict.
-  std::vector<detail::DeviceEntry> select(const std::string& selector) {
-    const char* op = "DeviceGroup";
-    const std::vector<detail::DeviceEntry> entries = detail::enumerate_devices(op);
-    if (entries.empty()) detail::fail_no_devices(op);
-    report_.selector = selector;
-    report_.origin = detail::trimmed(selector).empty() ? "default" : "selector";
-    std::vector<std::size_t> order;
-    for (detail::Verdict& verdict : detail::judge_group(op, entries, selector, order)) {
-      report_.devices.push_back(
-          {entries[verdict.entry].info, verdict.picked, std::move(verdict.reason)});
-    }
-    if (order.empty()) {
-      detail::fail(
-          op, CL_DEVICE_NOT_FOUND,
-          "no device matches \"" + selector + "\"; devices: " + detail::describe_entries(entries));
-    }
-    std::vector<detail::DeviceEntry> picked;
-    for (std::size_t i : order) picked.push_back(entries[i]);
-    return picked;
-  }
-
-  /// The entries of `devices`, matched by platform and device index.
-  std::vector<detail::DeviceEntry> select(const std::vector<DeviceInfo>& devices) {
-    const char* op = "DeviceGroup";
-    if (devices.empty()) detail::fail(op, CL_INVALID_VALUE, "an empty list of devices");
-    const std::vector<detail::DeviceEntry> entries = detail::enumerate_devices(op);
-    std::vector<detail::DeviceEntry> picked;
-    for (const DeviceInfo& device : devices) {
-      const auto found = std::find_if(entries.begin(), entries.end(), [&](const auto& entry) {
-        return entry.info.platform_index == device.platform_index &&
-               entry.info.device_index == device.device_index;
-      });
-      if (found == entries.end()) {
-        detail::fail(op, CL_DEVICE_NOT_FOUND,
-                     "no device " + std::to_string(device.platform_index) + ":" +
-                         std::to_string(device.device_index) + " (" + device.name + ")");
-      }
-      for (const detail::DeviceEntry& entry : picked) {
-        if (entry.device == found->device) {
-          detail::fail(op, CL_INVALID_VALUE, "device " + found->info.name + " listed twice");
-        }
-      }
-      picked.push_back(*found);
-    }
-    report_ = detail::group_report(entries, picked);
-    return picked;
-  }
-
-  /// A manager per entry: a context per platform (or per device), an in-order queue each.
+  /// The managers of the picked devices (detail/group.hpp: their contexts and queues).
   void open(const std::vector<detail::DeviceEntry>& picked, const Options& options) {
-    const char* op = "DeviceGroup";
-    std::map<cl_platform_id, cl::Context> contexts;
-    if (sharing_ == ContextSharing::per_platform) {
-      std::map<cl_platform_id, std::vector<cl_device_id>> devices;
-      for (const detail::DeviceEntry& entry : picked)
-        devices[entry.platform].push_back(entry.device);
-      for (const auto& [platform, list] : devices) {
-        contexts[platform] = detail::group_context(op, platform, list);
-      }
-    }
-    for (const detail::DeviceEntry& entry : picked) {
-      const cl::Context context = sharing_ == ContextSharing::per_platform
-                                      ? contexts[entry.platform]
-                                      : detail::group_context(op, entry.platform, {entry.device});
-      const detail::Queue queue = detail::Queue::create(op, context(), entry.device);
-      managers_.push_back(std::make_shared<BufferManager>(context, queue.handle(), options));
-    }
-  }
-
-  void adopt() {
-    const char* op = "DeviceGroup";
-    if (managers_.empty()) detail::fail(op, CL_INVALID_VALUE, "an empty list of managers");
-    for (std::size_t i = 0; i < managers_.size(); ++i) {
-      if (!managers_[i])
-        detail::fail(op, CL_INVALID_VALUE, "manager " + std::to_string(i) + " is null");
-      for (std::size_t j = 0; j < i; ++j) {
-        if (managers_[j] == managers_[i]) {
-          detail::fail(op, CL_INVALID_VALUE, "manager " + std::to_string(i) + " is listed twice");
-        }
-      }
-    }
-    report_.origin = "adopted";
-    for (const auto& manager : managers_)
-      report_.devices.push_back({manager->device(), true, "adopted"});
-  }
-
-  /// f() for device i: its clbuf::Error names `operation` and the device first.
-  template <class F>
-  auto on_device(const char* operation, std::size_t i, F f) -> decltype(f()) {
-    try {
-      return f();
-    } catch (const Error& error) {
-      throw Error(error.code(),
-                  detail::error_message(operation, error.code(),
-                                        "device " + std::to_string(i) + " (" +
-                                            managers_[i]->device().name + "): " + error.what()));
-    }
+    managers_ = detail::open_group("DeviceGroup", picked, options,
+                                   sharing_ == ContextSharing::per_platform);
   }
 
   /// A ShardedBuffer of `count` elements in shards of this group (contents unspecified).
   template <class T>
   ShardedBuffer<T> make(const char* operation, std::size_t count, const Partition& partition,
                         std::size_t halo) {
-    std::vector<std::size_t> counts = partition.split(operation, count, size());
     const std::size_t ghost = detail::group_product(operation, halo, partition.unit());
     const std::size_t ghosts = detail::group_product(operation, ghost, 2);
+    Partition::Placement placement =
+        detail::place_shards<T>(operation, managers_, count, partition, ghost);
     std::vector<DeviceBuffer<T>> shards;
-    for (std::size_t i = 0; i < size(); ++i) {
-      if (counts[i] > SIZE_MAX - ghosts) detail::fail_overflow(operation, counts[i], sizeof(T));
-      shards.push_back(
-          on_device(operation, i, [&] { return managers_[i]->allocate<T>(counts[i] + ghosts); }));
+    for (std::size_t k = 0; k < placement.counts.size(); ++k) {
+      const std::size_t n = placement.counts[k], d = placement.devices[k];
+      if (n > SIZE_MAX - ghosts) detail::fail_overflow(operation, n, sizeof(T));
+      shards.push_back(detail::on_group_device(
+          operation, d, *managers_[d], [&] { return managers_[d]->allocate<T>(n + ghosts); }));
     }
-    return ShardedBuffer<T>(id_, std::move(shards), std::move(counts), ghost, partition);
+    return ShardedBuffer<T>(id_, std::move(shards), std::move(placement), ghost, partition);
   }
 
   /// scatter() without a halo: each shard a new buffer uploaded from its part (fresh memory,
@@ -9516,14 +12507,19 @@ class DeviceGroup {
   template <class T>
   ShardedBuffer<T> scatter_parts(const char* operation, const T* data, std::size_t count,
                                  const Partition& partition) {
-    std::vector<std::size_t> counts = partition.split(operation, count, size());
-    std::vector<std::size_t> offsets(size(), 0);
-    for (std::size_t i = 1; i < size(); ++i) offsets[i] = offsets[i - 1] + counts[i - 1];
-    std::vector<DeviceBuffer<T>> shards(size());
-    every_device(operation, count * sizeof(T), [&](std::size_t i) {
-      shards[i] = managers_[i]->upload(data + offsets[i], counts[i]);
+    Partition::Placement placement =
+        detail::place_shards<T>(operation, managers_, count, partition, 0);
+    const std::size_t n = placement.counts.size();
+    std::vector<std::size_t> offsets(n, 0);
+    for (std::size_t k = 1; k < n; ++k) offsets[k] = offsets[k - 1] + placement.counts[k - 1];
+    std::vector<DeviceBuffer<T>> shards(n);
+    every_device(operation, count * sizeof(T), [&](std::size_t d) {
+      for (std::size_t k = 0; k < n; ++k) {
+        if (placement.devices[k] != d) continue;
+        shards[k] = managers_[d]->upload(data + offsets[k], placement.counts[k]);
+      }
     });
-    return ShardedBuffer<T>(id_, std::move(shards), std::move(counts), 0, partition);
+    return ShardedBuffer<T>(id_, std::move(shards), std::move(placement), 0, partition);
   }
 
   /// scatter() with a halo: each shard allocated, its part and ghost elements written.
@@ -9531,123 +12527,19 @@ class DeviceGroup {
   ShardedBuffer<T> scatter_with_halo(const char* operation, const T* data, std::size_t count,
                                      const Partition& partition, std::size_t halo) {
     ShardedBuffer<T> out = make<T>(operation, count, partition, halo);
-    every_device(operation, out.size_bytes(), [&](std::size_t i) {
-      const ShardSpan span = span_of(out, i, true);
-      BufferManager& manager = *managers_[i];
-      if (span.last > span.first) {
-        manager.upload(out.shard(i), data + span.first, span.last - span.first, span.at);
-      }
-      if (span.before > 0) manager.fill(out.shard(i), T(), span.before, 0);
-      if (span.end < span.total) manager.fill(out.shard(i), T(), span.total - span.end, span.end);
-    });
+    detail::write_spans(operation, managers_, workers_, out, data);
     return out;
   }
 
-  /// Starts each shard's upload of its part of `data` (with `ghosts`: and its ghost elements,
-  /// T() beyond the array's ends).
-  template <class T>
-  std::vector<Future<void>> put(const char* operation, ShardedBuffer<T>& buffer, const T* data,
-                                bool ghosts) {
-    std::vector<Future<void>> parts;
-    for (std::size_t i = 0; i < size(); ++i) {
-      on_device(operation, i, [&] { put_shard(buffer, i, data, ghosts, parts); });
-    }
-    return parts;
-  }
-
-  /// Starts shard i's upload of its part of `data` (with `ghosts`: and its ghost elements, the
-  /// array's neighbouring elements and T() beyond its ends).
-  template <class T>
-  void put_shard(ShardedBuffer<T>& buffer, std::size_t i, const T* data, bool ghosts,
-                 std::vector<Future<void>>& parts) {
-    BufferManager& manager = *managers_[i];
-    const ShardSpan span = span_of(buffer, i, ghosts);
-    if (span.last > span.first) {
-      parts.push_back(manager.upload_async(buffer.shard(i), data + span.first,
-                                           span.last - span.first, span.at));
-    }
-    if (span.before > 0) parts.push_back(manager.fill_async(buffer.shard(i), T(), span.before, 0));
-    if (span.end < span.total) {
-      parts.push_back(manager.fill_async(buffer.shard(i), T(), span.total - span.end, span.end));
-    }
-  }
-
-  /// What a scatter writes into shard i: the array's elements [first, last) at element `at`,
-  /// T() in the first `before` elements and from `end` to `total` (with `ghosts`; else only its
-  /// part: before 0, end total).
-  struct ShardSpan {
-    std::size_t first, last, at, before, end, total;
-  };
-  template <class T>
-  static ShardSpan span_of(const ShardedBuffer<T>& buffer, std::size_t i, bool ghosts) {
-    const std::size_t g = ghosts ? buffer.ghost() : 0;
-    ShardSpan span{};
-    span.first = buffer.offset(i) >= g ? buffer.offset(i) - g : 0;
-    span.last = std::min(buffer.offset(i) + buffer.count(i) + g, buffer.size());
-    span.at = buffer.ghost() - (buffer.offset(i) - span.first);
-    span.before = ghosts ? span.at : 0;
-    span.total = buffer.shard(i).size();
-    span.end = ghosts ? span.at + (span.last - span.first) : span.total;
-    return span;
-  }
-
-  /// Reads every shard's part into `out` (the logical array's layout), blocking.
-  template <class T>
-  void download_parts(const char* operation, const ShardedBuffer<T>& buffer, T* out) {
-    every_device(operation, buffer.size_bytes(), [&](std::size_t i) {
-      managers_[i]->download(buffer.shard(i), out + buffer.offset(i), buffer.count(i),
-                             buffer.ghost());
-    });
-  }
-
-  /// each(i) for every device, on the group's threads at once when the move is large (one
-  /// device per thread; the calling thread too) and some device's bytes cross a bus of its own,
-  /// else one after the other on this thread: between host memory and host-model devices (CPU
-  /// devices) each call's copy already runs on the manager's copy threads over the one memory
-  /// bus, and two at once only contend (PoCL, 2 devices: 64 MiB uploads 1.15x slower). Every
-  /// device's call ends before it returns.
-  /// @throws Error as the first call that failed (naming its device).
+  /// each(i) for every device (detail::every_group_device: on the group's threads when large).
   template <class Each>
   void every_device(const char* operation, std::size_t bytes, Each each) {
-    std::atomic<std::size_t> next{0};
-    std::mutex failed;
-    std::exception_ptr first;
-    auto task = [&](unsigned) {
-      for (std::size_t i = next++; i < size(); i = next++) {
-        try {
-          on_device(operation, i, [&] { each(i); });
-        } catch (...) {
-          std::lock_guard<std::mutex> lock(failed);
-          if (!first) first = std::current_exception();
-        }
-      }
-    };
-    if (size() > 1 && bytes / size() >= parallel_bytes && !all_host_model()) {
-      workers_.run(static_cast<unsigned>(size()), task);
-    } else {
-      task(0u);
-    }
-    if (first) std::rethrow_exception(first);
+    detail::every_group_device(operation, managers_, workers_, bytes, each);
   }
-
-  /// Starts each shard's download of its part into `out` (the logical array's layout).
-  template <class T>
-  std::vector<Future<void>> get(const char* operation, const ShardedBuffer<T>& buffer, T* out) {
-    return each_part(operation, buffer, [&](std::size_t i) {
-      return managers_[i]->download_async(buffer.shard(i), out + buffer.offset(i), buffer.count(i),
-                                          buffer.ghost());
-    });
-  }
-
-  /// start(i) for each device whose shard holds a part of `buffer`: their Futures.
-  template <class T, class Start>
-  std::vector<Future<void>> each_part(const char* operation, const ShardedBuffer<T>& buffer,
-                                      Start start) {
-    std::vector<Future<void>> parts;
-    for (std::size_t i = 0; i < size(); ++i) {
-      if (buffer.count(i) != 0) parts.push_back(on_device(operation, i, [&] { return start(i); }));
-    }
-    return parts;
+  /// each(k) for every shard k of `buffer` (detail::every_group_shard).
+  template <class T, class Each>
+  void every_shard(const char* operation, const ShardedBuffer<T>& buffer, Each each) {
+    detail::every_group_shard(operation, managers_, workers_, buffer, buffer.size_bytes(), each);
   }
 
   template <class T>
@@ -9660,35 +12552,10 @@ class DeviceGroup {
     }
   }
 
-  template <class T>
-  void check_alike(const char* operation, const ShardedBuffer<T>& a,
-                   const ShardedBuffer<T>& b) const {
-    check_member(operation, a);
-    check_member(operation, b);
-    for (std::size_t i = 0; i < size(); ++i) {
-      if (a.count(i) != b.count(i)) {
-        detail::fail(operation, CL_INVALID_VALUE,
-                     "the buffers are split differently: device " + std::to_string(i) + " holds " +
-                         std::to_string(a.count(i)) + " and " + std::to_string(b.count(i)) +
-                         " elements");
-      }
-    }
-  }
-
-  bool all_host_model() const noexcept {
-    for (const auto& manager : managers_) {
-      if (manager->memory_model() != MemoryModel::host) return false;
-    }
-    return true;
-  }
-
   static std::uint64_t next_id() noexcept {
     static std::atomic<std::uint64_t> last{0};
     return ++last;
   }
-
-  /// Moves of at least this many bytes a device run on the devices at once.
-  static constexpr std::size_t parallel_bytes = std::size_t{1} << 20;
 
   ContextSharing sharing_ = ContextSharing::per_platform;
   std::vector<std::shared_ptr<BufferManager>> managers_;
@@ -9701,6 +12568,443 @@ class DeviceGroup {
 
 #endif  // CLBUF_DEVICE_GROUP_HPP
 // ---- end of clbuf/device_group.hpp
+
+#include <cstddef>
+#include <cstdint>
+#include <cstdio>
+#include <exception>
+#include <functional>
+#include <memory>
+#include <new>
+#include <sstream>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace clbuf {
+
+/// The ranks that write one checkpoint together (a single process: rank 0 of 1).
+/// clbuf::mpi::checkpoint_ranks() makes one of a Communicator.
+struct CheckpointRanks {
+  int rank = 0;
+  int size = 1;
+  /// True on every rank when `ok` is true on every rank (a collective; also a barrier).
+  std::function<bool(bool ok)> all_ok = [](bool ok) { return ok; };
+};
+
+namespace detail {
+
+/// One array's line of a manifest.
+struct ManifestEntry {
+  std::string name, file, descr;
+  std::uint64_t bytes = 0;  // the file's
+  std::uint32_t crc = 0;    // CRC32C of the file's bytes
+  std::vector<std::size_t> shape;
+};
+
+/// A checkpoint's manifest: its text and its parse, each with the CRC32C of the text before its
+/// last line.
+struct Manifest {
+  int rank = 0, ranks = 1;
+  std::vector<ManifestEntry> entries;
+
+  std::string text() const {
+    std::ostringstream out;
+    out << "clbuf-checkpoint 1\nrank " << rank << " of " << ranks << "\n";
+    for (const ManifestEntry& e : entries) {
+      out << "array " << e.name << ' ' << e.file << ' ' << e.descr << ' ' << e.bytes << ' ' << e.crc
+          << ' ' << e.shape.size();
+      for (std::size_t extent : e.shape) out << ' ' << extent;
+      out << '\n';
+    }
+    std::string body = out.str();
+    return body + "crc32c " + std::to_string(Crc32c::of(body.data(), body.size())) + "\n";
+  }
+
+  /// Parses `text` of the file `path`. @throws Error naming the path and what is wrong.
+  static Manifest parse(const char* operation, const std::string& path, const std::string& text) {
+    const std::size_t last = text.rfind("crc32c ");
+    if (last == std::string::npos || (last != 0 && text[last - 1] != '\n')) {
+      fail_file_contents(operation, path, "the manifest has no checksum line (truncated?)");
+    }
+    std::uint64_t stated = 0;
+    std::istringstream tail(text.substr(last + 7));
+    if (!(tail >> stated) || Crc32c::of(text.data(), last) != stated || text.back() != '\n') {
+      fail_file_contents(operation, path,
+                         "the manifest's checksum does not match its contents (corrupted)");
+    }
+    std::istringstream in(text.substr(0, last));
+    Manifest m;
+    std::string word, of;
+    int version = 0;
+    if (!(in >> word >> version) || word != "clbuf-checkpoint" || version != 1 ||
+        !(in >> word >> m.rank >> of >> m.ranks) || word != "rank" || of != "of") {
+      fail_file_contents(operation, path, "not a clbuf checkpoint manifest (version 1)");
+    }
+    while (in >> word) {
+      ManifestEntry e;
+      std::size_t dims = 0;
+      if (word != "array" || !(in >> e.name >> e.file >> e.descr >> e.bytes >> e.crc >> dims) ||
+          dims > 64) {
+        fail_file_contents(operation, path, "a line of the manifest is not an array's");
+      }
+      e.shape.resize(dims);
+      for (std::size_t& extent : e.shape) {
+        if (!(in >> extent)) fail_file_contents(operation, path, "an array's shape is cut short");
+      }
+      m.entries.push_back(std::move(e));
+    }
+    return m;
+  }
+};
+
+/// Reads the whole small file `path`.
+inline std::string read_small_file(const char* operation, const std::string& path) {
+  const File file = File::open_read(operation, path);
+  std::string text(static_cast<std::size_t>(file.size(operation)), '\0');
+  file.read_at(operation, &text[0], text.size(), 0);
+  return text;
+}
+
+/// Writes `text` as the new file `path`, fsync'd.
+inline void write_small_file(const char* operation, const std::string& path,
+                             const std::string& text) {
+  File file = File::create(operation, path);
+  file.write_at(operation, text.data(), text.size(), 0);
+  file.sync(operation);
+  file.close(operation);
+}
+
+}  // namespace detail
+
+/// A named set of device buffers of one manager, saved to a folder and loaded back atomically
+/// and checked (the header's comment has the protocol). Not thread-safe; the buffers given to
+/// add() must outlive it. Another process (or Checkpoint) must not save to the same folder at
+/// the same time.
+class Checkpoint {
+ public:
+  /// The checkpoint of `manager`'s buffers in the folder `folder` (for several ranks, `ranks`:
+  /// clbuf::mpi::checkpoint_ranks(comm); the folder then on a file system they all see).
+  Checkpoint(BufferManager& manager, std::string folder, CheckpointRanks ranks = {})
+      : manager_(manager), folder_(std::move(folder)), ranks_(std::move(ranks)) {
+    while (folder_.size() > 1 && folder_.back() == '/') folder_.pop_back();
+  }
+
+  /// Adds `buffer` (a buffer or a view) as the array `name` ([A-Za-z0-9_-], unique), of `shape`
+  /// (empty: buffer.shape()). @throws Error CL_INVALID_VALUE for a bad or repeated name or a
+  /// shape that does not hold buffer.size() elements.
+  template <class T>
+  Checkpoint& add(const std::string& name, DeviceBuffer<T>& buffer,
+                  std::vector<std::size_t> shape = {}) {
+    add_on(manager_, name, buffer, std::move(shape));
+    return *this;
+  }
+
+  /// Adds every shard of `array`, a ShardedBuffer of `group` (its ghost elements too), as the
+  /// arrays "<name>-shard<k>", each saved and loaded through its own device's manager; a load
+  /// needs an array of the same partition (shard sizes). @throws Error as add().
+  template <class T>
+  Checkpoint& add(const std::string& name, DeviceGroup& group, ShardedBuffer<T>& array) {
+    check_name("Checkpoint::add", name);
+    for (std::size_t k = 0; k < array.shards(); ++k) {
+      add_on(group.manager(array.device(k)), name + "-shard" + std::to_string(k), array.shard(k),
+             {array.shard(k).size()});
+    }
+    return *this;
+  }
+
+  /// Writes every array, atomically: the folder holds the previous checkpoint until this one is
+  /// whole (collective over the ranks). @throws Error CL_INVALID_VALUE naming the file (a full
+  /// disk, no permission, a folder of that name that is not a checkpoint); the previous
+  /// checkpoint is kept and the temporary folder removed.
+  void save() {
+    const char* op = "Checkpoint::save";
+    static_cast<void>(manager_.context());  // fails after cleanup()
+    detail::check_output_path(op, folder_, "the checkpoint folder");
+    const std::string temporary = folder_ + ".tmp";
+    bool ok = collective(op, [&] {
+      if (ranks_.rank != 0) return;
+      refuse_foreign_folder(op);
+      detail::remove_tree(op, temporary);
+      detail::make_folder(op, temporary);
+    });
+    if (ok) ok = collective(op, [&] { write_files(op, temporary); });
+    if (ok)
+      ok = collective(op, [&] {
+        if (ranks_.rank == 0) commit(op, temporary);
+      });
+    if (!ok) {
+      if (ranks_.rank == 0) remove_quietly(temporary);
+      rethrow(op);
+    }
+  }
+
+  /// Loads every array into the buffers given to add(), once every file has been checked
+  /// (collective over the ranks). @throws Error CL_INVALID_VALUE naming the file and what
+  /// differs; the buffers are then unchanged.
+  void load() {
+    const char* op = "Checkpoint::load";
+    detail::check_output_path(op, folder_, "the checkpoint folder");
+    std::vector<std::function<void()>> commits;
+    const bool ok = collective(op, [&] { commits = read_files(op); });
+    if (!ok) rethrow(op);
+    for (const auto& commit : commits) commit();
+    manager_.finish();
+  }
+
+  /// The folder a load() reads: `folder`, or `folder`.old where a save was cut off between its
+  /// two renames; empty when neither exists.
+  static std::string complete_folder(const std::string& folder) {
+    if (detail::is_folder(folder)) return folder;
+    if (detail::is_folder(folder + ".old")) return folder + ".old";
+    return std::string();
+  }
+
+ private:
+  struct Array {
+    std::string name, descr;
+    std::vector<std::size_t> shape;
+    // Writes the .npy file; returns its CRC32C and size.
+    std::function<std::pair<std::uint32_t, std::uint64_t>(const char*, const detail::File&)> save;
+    // Loads the checked file into a new buffer; returns its CRC32C and the copy into the target.
+    std::function<std::pair<std::uint32_t, std::function<void()>>(const char*,
+                                                                  const detail::NpyFile&)>
+        load;
+  };
+
+  template <class T>
+  void add_on(BufferManager& on, const std::string& name, DeviceBuffer<T>& buffer,
+              std::vector<std::size_t> shape) {
+    const char* op = "Checkpoint::add";
+    check_name(op, name);
+    for (const Array& earlier : arrays_) {
+      if (earlier.name == name) detail::fail(op, CL_INVALID_VALUE, "'" + name + "' added twice");
+    }
+    if (shape.empty()) shape = buffer.shape();
+    detail::check_shape(op, shape, buffer.size());
+    Array array;
+    array.name = name;
+    array.descr = detail::npy_descr<T>();
+    array.shape = shape;
+    DeviceBuffer<T>* target = &buffer;
+    BufferManager* manager = &on;
+    array.save = [manager, target, shape](const char* o, const detail::File& file) {
+      return save_array(*manager, o, file, *target, shape);
+    };
+    array.load = [manager, target](const char* o, const detail::NpyFile& npy) {
+      return load_array(*manager, o, npy, *target);
+    };
+    arrays_.push_back(std::move(array));
+  }
+
+  static void check_name(const char* op, const std::string& name) {
+    bool good = !name.empty() && name.size() <= 200;
+    for (char c : name) {
+      good = good && ((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+                      c == '_' || c == '-');
+    }
+    if (!good) {
+      detail::fail(op, CL_INVALID_VALUE,
+                   "the array name '" + name + "' is not 1-200 of [A-Za-z0-9_-]");
+    }
+  }
+
+  std::string file_name(const std::string& name) const {
+    return ranks_.size == 1 ? name + ".npy" : name + ".rank" + std::to_string(ranks_.rank) + ".npy";
+  }
+  std::string manifest_name() const {
+    return ranks_.size == 1 ? "manifest" : "manifest.rank" + std::to_string(ranks_.rank);
+  }
+
+  template <class T>
+  static std::pair<std::uint32_t, std::uint64_t> save_array(BufferManager& manager, const char* op,
+                                                            const detail::File& file,
+                                                            const DeviceBuffer<T>& buffer,
+                                                            const std::vector<std::size_t>& shape) {
+    if (!buffer.valid()) detail::fail_invalid_buffer(op);
+    const std::string header = detail::format_npy_header(detail::npy_descr<T>(), shape);
+    detail::Crc32c crc;
+    detail::npy_write(detail::ManagerAccess::engine(manager), op, file, header,
+                      detail::BufferAccess::memory(buffer), buffer.size_bytes(), sizeof(T), &crc);
+    return {crc.value(), header.size() + buffer.size_bytes()};
+  }
+
+  template <class T>
+  static std::pair<std::uint32_t, std::function<void()>> load_array(BufferManager& manager,
+                                                                    const char* op,
+                                                                    const detail::NpyFile& npy,
+                                                                    DeviceBuffer<T>& target) {
+    npy.check_type(op, NpyType<T>::kind, NpyType<T>::bytes);
+    detail::check_file_elements(op, npy, target.size());
+    auto fresh = std::make_shared<DeviceBuffer<T>>(manager.allocate<T>(target.size()));
+    detail::Crc32c crc;
+    detail::npy_read(detail::ManagerAccess::engine(manager), op, npy,
+                     detail::BufferAccess::memory(*fresh), true, &crc);
+    BufferManager* m = &manager;
+    DeviceBuffer<T>* into = &target;
+    return {crc.value(), [m, fresh, into] {
+              if (!fresh->empty()) m->copy(*fresh, *into);
+            }};
+  }
+
+  /// Runs `step` on every rank; true when it succeeded on all. The first local failure is kept
+  /// for rethrow().
+  template <class Step>
+  bool collective(const char* op, Step&& step) {
+    bool ok = true;
+    try {
+      step();
+    } catch (const Error& e) {
+      ok = false;
+      error_ = std::make_unique<Error>(e);
+    } catch (const std::bad_alloc&) {
+      ok = false;
+      error_ = std::make_unique<Error>(
+          CL_OUT_OF_HOST_MEMORY, detail::error_message(op, CL_OUT_OF_HOST_MEMORY, "no memory"));
+    } catch (const std::exception& e) {  // never skip the collective: other ranks wait in it
+      ok = false;
+      error_ = std::make_unique<Error>(CL_INVALID_VALUE,
+                                       detail::error_message(op, CL_INVALID_VALUE, e.what()));
+    }
+    return ranks_.all_ok(ok);
+  }
+
+  [[noreturn]] void rethrow(const char* op) {
+    if (error_) {
+      const Error e = *error_;
+      error_.reset();
+      throw e;
+    }
+    detail::fail(
+        op, CL_INVALID_VALUE,
+        "another rank failed (its own error names the file); '" + folder_ + "' is as it was");
+  }
+
+  static void remove_quietly(const std::string& path) noexcept {
+    try {
+      detail::remove_tree("Checkpoint::save", path);
+    } catch (...) {  // NOLINT(bugprone-empty-catch): the error being reported matters more
+    }
+  }
+
+  /// A folder `folder_` that is not a checkpoint is never replaced.
+  void refuse_foreign_folder(const char* op) const {
+    if (!detail::path_exists(folder_)) return;
+    if (detail::path_exists(folder_ + "/manifest") ||
+        detail::path_exists(folder_ + "/manifest.rank0")) {
+      return;
+    }
+    detail::fail_file_contents(op, folder_,
+                               "exists and is not a clbuf checkpoint (no manifest): not replaced");
+  }
+
+  void write_files(const char* op, const std::string& temporary) {
+    detail::Manifest manifest;
+    manifest.rank = ranks_.rank;
+    manifest.ranks = ranks_.size;
+    for (const Array& array : arrays_) {
+      detail::ManifestEntry entry;
+      entry.name = array.name;
+      entry.file = file_name(array.name);
+      entry.descr = array.descr;
+      entry.shape = array.shape;
+      detail::File file = detail::File::create(op, temporary + "/" + entry.file);
+      const auto written = array.save(op, file);
+      file.sync(op);
+      file.close(op);
+      entry.crc = written.first;
+      entry.bytes = written.second;
+      manifest.entries.push_back(std::move(entry));
+    }
+    detail::write_small_file(op, temporary + "/" + manifest_name(), manifest.text());
+    detail::sync_folder(op, temporary);
+  }
+
+  /// Rank 0, once every rank's files are synced: the renames (header comment).
+  void commit(const char* op, const std::string& temporary) {
+    const std::string old = folder_ + ".old";
+    const std::string parent = detail::folder_of(folder_);
+    if (detail::path_exists(folder_)) {
+      detail::remove_tree(op, old);  // folder_ is whole: the old one is not needed
+      detail::rename_path(op, folder_, old);
+    }
+    detail::rename_path(op, temporary, folder_);
+    detail::sync_folder(op, parent);
+    detail::remove_tree(op, old);
+    detail::sync_folder(op, parent);
+  }
+
+  std::vector<std::function<void()>> read_files(const char* op) {
+    const std::string folder = complete_folder(folder_);
+    if (folder.empty()) {
+      detail::fail_file(op, folder_, "no checkpoint (nor a .old one) at", ENOENT);
+    }
+    const std::string manifest_path = folder + "/" + manifest_name();
+    const detail::Manifest manifest =
+        detail::Manifest::parse(op, manifest_path, detail::read_small_file(op, manifest_path));
+    if (manifest.ranks != ranks_.size || manifest.rank != ranks_.rank) {
+      detail::fail_file_contents(op, manifest_path,
+                                 "written by rank " + std::to_string(manifest.rank) + " of " +
+                                     std::to_string(manifest.ranks) + ", read by rank " +
+                                     std::to_string(ranks_.rank) + " of " +
+                                     std::to_string(ranks_.size));
+    }
+    std::vector<std::function<void()>> commits;
+    for (const Array& array : arrays_) {
+      const detail::ManifestEntry* entry = nullptr;
+      for (const detail::ManifestEntry& e : manifest.entries) {
+        if (e.name == array.name) entry = &e;
+      }
+      if (entry == nullptr) {
+        detail::fail_file_contents(op, manifest_path, "has no array '" + array.name + "'");
+      }
+      commits.push_back(read_one(op, folder + "/" + entry->file, *entry, array));
+    }
+    return commits;
+  }
+
+  static std::function<void()> read_one(const char* op, const std::string& path,
+                                        const detail::ManifestEntry& entry, const Array& array) {
+    if (entry.descr != array.descr || entry.shape != array.shape) {
+      detail::fail_file_contents(op, path,
+                                 "holds " + entry.descr + " of shape " +
+                                     detail::shape_text(entry.shape) + ", the buffer added as '" +
+                                     array.name + "' is " + array.descr + " of shape " +
+                                     detail::shape_text(array.shape));
+    }
+    const detail::NpyFile npy = detail::NpyFile::open(op, path);
+    const std::uint64_t size = npy.file.size(op);
+    if (size != entry.bytes || npy.header.descr() != entry.descr ||
+        npy.header.shape != entry.shape) {
+      detail::fail_file_contents(
+          op, path,
+          "the file (" + std::to_string(size) + " bytes, " + npy.header.descr() + ", shape " +
+              detail::shape_text(npy.header.shape) + ") is not what the manifest says (" +
+              std::to_string(entry.bytes) + " bytes, " + entry.descr + ", shape " +
+              detail::shape_text(entry.shape) + ")");
+    }
+    auto loaded = array.load(op, npy);
+    if (loaded.first != entry.crc) {
+      char text[64];
+      std::snprintf(text, sizeof(text), "0x%08x, the manifest says 0x%08x", loaded.first,
+                    entry.crc);
+      detail::fail_file_contents(op, path,
+                                 std::string("corrupted: the CRC32C of its bytes is ") + text);
+    }
+    return std::move(loaded.second);
+  }
+
+  BufferManager& manager_;
+  std::string folder_;
+  CheckpointRanks ranks_;
+  std::vector<Array> arrays_;
+  std::unique_ptr<Error> error_;
+};
+
+}  // namespace clbuf
+
+#endif  // CLBUF_CHECKPOINT_HPP
+// ---- end of clbuf/checkpoint.hpp
 // ---- clbuf/kernel.hpp
 // clbuf::set_view_args: a buffer or a view of one as two kernel arguments (the OpenCL buffer its
 // bytes live in and the element offset), so kernels reach views at any offset with no
@@ -9744,6 +13048,82 @@ void set_view_args(const cl::Kernel& kernel, cl_uint index, const DeviceBuffer<T
 
 #endif  // CLBUF_KERNEL_HPP
 // ---- end of clbuf/kernel.hpp
+// ---- clbuf/npy.hpp
+// numpy's .npy files: BufferManager::load_npy / save_npy (manager.hpp) move a buffer's bytes
+// between a .npy file and the device through pinned chunks; this header gives the dtype of an
+// element type (NpyType<T>, detail/npy_format.hpp) and read_npy_header(), which says what a
+// file holds before a buffer is made for it (the Python module's clbuf.load picks the dtype by
+// it). docs/design.md "Files and checkpoints".
+#ifndef CLBUF_NPY_HPP
+#define CLBUF_NPY_HPP
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace clbuf {
+
+/// What the .npy file `path` holds: its dtype, order and shape, checked as load_npy() checks
+/// them (the file's size agrees with its header). Reads the header only.
+/// @throws Error CL_INVALID_VALUE naming the path and what is wrong.
+inline NpyHeader read_npy_header(const std::string& path) {
+  return detail::guard_host_memory(
+      "read_npy_header", [&] { return detail::NpyFile::open("read_npy_header", path).header; });
+}
+
+/// For front ends that carry the dtype themselves (the Python module's clbuf.load): the array of
+/// the .npy file `path`, of any dtype NpyHeader reads, as a new buffer of its bytes (in the
+/// host's byte order: a big-endian file is swapped), its header in `header`. As load_npy()
+/// otherwise (pinned chunks, errors), but the manager's cleanup() must not run meanwhile.
+inline DeviceBuffer<std::uint8_t> load_npy_bytes(BufferManager& manager, const std::string& path,
+                                                 NpyHeader& header) {
+  return detail::guard_host_memory("load", [&] {
+    const char* op = "load";
+    static_cast<void>(manager.context());  // fails after cleanup()
+    detail::NpyFile npy = detail::NpyFile::open(op, path);
+    if (npy.header.fortran_order) npy.check_type(op, npy.header.kind, npy.header.item_bytes);
+    DeviceBuffer<std::uint8_t> bytes = manager.allocate<std::uint8_t>(npy.header.data_bytes);
+    detail::npy_read(detail::ManagerAccess::engine(manager), op, npy,
+                     detail::BufferAccess::memory(bytes), true);
+    header = npy.header;
+    header.byte_order = header.item_bytes == 1 ? '|' : '<';  // as the bytes are now
+    return bytes;
+  });
+}
+
+/// For front ends: `bytes` (a buffer or a view) as the .npy file `path` of `descr` (numpy's
+/// dtype.str: "<f4", "|b1", ">i8" for bytes held big-endian) and `shape`, atomically as
+/// save_npy(). @throws Error CL_INVALID_VALUE for a descr clbuf does not read or a shape whose
+/// bytes are not bytes.size(); as save_npy().
+inline void save_npy_bytes(BufferManager& manager, const std::string& path,
+                           const DeviceBuffer<std::uint8_t>& bytes, const std::string& descr,
+                           const std::vector<std::size_t>& shape) {
+  detail::guard_host_memory("save", [&] {
+    const char* op = "save";
+    static_cast<void>(manager.context());  // fails after cleanup()
+    if (!bytes.valid()) detail::fail_invalid_buffer(op);
+    const std::string header = detail::format_npy_header(descr, shape);
+    NpyHeader parsed;
+    const std::string why = detail::parse_npy_header(
+        reinterpret_cast<const unsigned char*>(header.data()), header.size(), parsed);
+    if (!why.empty()) detail::fail(op, CL_INVALID_VALUE, why);
+    if (parsed.data_bytes != bytes.size_bytes()) {
+      detail::fail(op, CL_INVALID_VALUE,
+                   "shape " + detail::shape_text(shape) + " of " + descr + " is " +
+                       std::to_string(parsed.data_bytes) + " bytes, the buffer " +
+                       std::to_string(bytes.size_bytes()));
+    }
+    detail::AtomicFile out(op, path);
+    detail::npy_write(detail::ManagerAccess::engine(manager), op, out.file(), header,
+                      detail::BufferAccess::memory(bytes), bytes.size_bytes(), parsed.item_bytes);
+    out.commit(op);
+  });
+}
+
+}  // namespace clbuf
+
+#endif  // CLBUF_NPY_HPP
+// ---- end of clbuf/npy.hpp
 // ---- clbuf/sharded_halo.hpp
 // clbuf::ShardedHalo<T>: the halo exchange between the shards of a ShardedBuffer made with a
 // halo (a field split along its slowest axis into slabs of whole rows or planes, each shard with
@@ -9792,17 +13172,19 @@ class ShardedHalo {
     if (layout.ghost() == 0) {
       detail::fail(op, CL_INVALID_VALUE, "the ShardedBuffer has no ghost layer (made with halo 0)");
     }
-    for (std::size_t i = 0; i < layout.shards(); ++i) counts_.push_back(layout.count(i));
+    for (std::size_t i = 0; i < layout.shards(); ++i) {
+      counts_.push_back(layout.count(i));
+      devices_.push_back(layout.device(i));
+    }
     ghost_ = layout.ghost();
     plan(layout);
     for (const ShardCopy& copy : copies_) {
-      const bool host = group.manager(copy.from).memory_model() == MemoryModel::host &&
-                        group.manager(copy.to).memory_model() == MemoryModel::host;
-      modes_.push_back(host                                       ? Mode::host_copy
-                       : group.shares_context(copy.from, copy.to) ? Mode::device_copy
-                                                                  : Mode::pinned);
+      const bool host = manager_of(copy.from).memory_model() == MemoryModel::host &&
+                        manager_of(copy.to).memory_model() == MemoryModel::host;
+      const bool shared = group.shares_context(devices_[copy.from], devices_[copy.to]);
+      modes_.push_back(host ? Mode::host_copy : shared ? Mode::device_copy : Mode::pinned);
       pinned_.push_back(modes_.back() == Mode::pinned
-                            ? group.manager(copy.to).template allocate_pinned<T>(copy.count)
+                            ? manager_of(copy.to).template allocate_pinned<T>(copy.count)
                             : PinnedBuffer<T>());
     }
   }
@@ -9849,8 +13231,8 @@ class ShardedHalo {
         const ShardCopy& copy = copies_[k];
         if (modes_[k] == Mode::host_copy) copy_now(copy, field);
         if (modes_[k] != Mode::pinned) continue;  // done
-        started[k] = group_.manager(copy.to).upload_async(field.shard(copy.to), pinned_[k].data(),
-                                                          copy.count, copy.to_offset);
+        started[k] = manager_of(copy.to).upload_async(field.shard(copy.to), pinned_[k].data(),
+                                                      copy.count, copy.to_offset);
       } catch (...) {
         if (!first) first = std::current_exception();
       }
@@ -9904,8 +13286,8 @@ class ShardedHalo {
   /// finish(): an empty Future).
   void begin(std::size_t k, ShardedBuffer<T>& field) {
     const ShardCopy& copy = copies_[k];
-    BufferManager& from = group_.manager(copy.from);
-    BufferManager& to = group_.manager(copy.to);
+    BufferManager& from = manager_of(copy.from);
+    BufferManager& to = manager_of(copy.to);
     if (modes_[k] == Mode::host_copy) {
       futures_.emplace_back();
     } else if (modes_[k] == Mode::device_copy) {
@@ -9921,8 +13303,8 @@ class ShardedHalo {
   /// Copy `copy` now (blocking): between host-model devices a copy of host memory, which a
   /// command would only slow down.
   void copy_now(const ShardCopy& copy, ShardedBuffer<T>& field) {
-    BufferManager& from = group_.manager(copy.from);
-    BufferManager& to = group_.manager(copy.to);
+    BufferManager& from = manager_of(copy.from);
+    BufferManager& to = manager_of(copy.to);
     DeviceBuffer<T> src = from.view(field.shard(copy.from), copy.from_offset, copy.count);
     DeviceBuffer<T> dst = to.view(field.shard(copy.to), copy.to_offset, copy.count);
     to.copy_from(from, src, dst);
@@ -9931,15 +13313,21 @@ class ShardedHalo {
   void check(const char* operation, const ShardedBuffer<T>& field) const {
     group_.check_member(operation, field);
     bool alike = field.ghost() == ghost_ && field.shards() == counts_.size();
-    for (std::size_t i = 0; alike && i < counts_.size(); ++i) alike = field.count(i) == counts_[i];
+    for (std::size_t i = 0; alike && i < counts_.size(); ++i) {
+      alike = field.count(i) == counts_[i] && field.device(i) == devices_[i];
+    }
     if (!alike) {
       detail::fail(operation, CL_INVALID_VALUE,
                    "the ShardedBuffer is laid out otherwise than the plan's (split or halo)");
     }
   }
 
+  /// The manager of shard `shard`'s device.
+  BufferManager& manager_of(std::size_t shard) const { return group_.manager(devices_[shard]); }
+
   DeviceGroup& group_;
   std::vector<std::size_t> counts_;
+  std::vector<std::size_t> devices_;  // each shard's device
   std::size_t ghost_ = 0;
   /// How a copy moves: between host-model devices at finish(), host memory to host memory;
   /// within a context a device copy from start(); else a read into a pinned chunk at start()
@@ -9957,6 +13345,478 @@ class ShardedHalo {
 
 #endif  // CLBUF_SHARDED_HALO_HPP
 // ---- end of clbuf/sharded_halo.hpp
+// ---- clbuf/sharded_npy.hpp
+// numpy's .npy files and a DeviceGroup's ShardedBuffer: one file, each shard's part of the array
+// read from (or written at) its own place in it, through its device's manager: pinned chunks of
+// that manager's pool pipelined with its DMAs (a CPU device's memory read into straight), as
+// BufferManager::load_npy / save_npy do for one buffer (docs/design.md "Files and checkpoints").
+// The shards are moved one after another (one file, one disk); the header is checked before
+// any shard is allocated, and a save is atomic (temporary file, fsync, rename) over all shards.
+#ifndef CLBUF_SHARDED_NPY_HPP
+#define CLBUF_SHARDED_NPY_HPP
+
+#include <cstddef>
+#include <string>
+#include <vector>
+
+namespace clbuf {
+
+/// The array of the .npy file `path` (T's dtype, C order; as BufferManager::load_npy checks it)
+/// as a ShardedBuffer of `group` split by `partition`, with `halo` units of ghost elements
+/// before and after each part (left unwritten); the file's shape in `shape` when set.
+/// @throws Error as BufferManager::load_npy() (naming "DeviceGroup::load_npy") and
+///         DeviceGroup::allocate().
+template <class T>
+ShardedBuffer<T> load_npy(DeviceGroup& group, const std::string& path,
+                          const Partition& partition = Partition(), std::size_t halo = 0,
+                          std::vector<std::size_t>* shape = nullptr) {
+  return detail::guard_host_memory("DeviceGroup::load_npy", [&] {
+    const char* op = "DeviceGroup::load_npy";
+    const detail::NpyFile npy = detail::open_npy<T>(op, path);
+    ShardedBuffer<T> array = group.allocate<T>(npy.header.elements, partition, halo);
+    for (std::size_t i = 0; i < array.shards(); ++i) {
+      if (array.count(i) == 0) continue;
+      detail::TransferEngine& engine =
+          detail::ManagerAccess::engine(group.manager(array.device(i)));
+      const detail::Allocation& memory = detail::BufferAccess::memory(array.shard(i));
+      if (memory.host != nullptr && !memory.fresh) engine.queue().finish(op);
+      detail::file_to_device(op, npy.file, npy.header.data_offset + array.offset(i) * sizeof(T),
+                             memory, array.ghost() * sizeof(T), array.count(i) * sizeof(T),
+                             engine.chunk_io(), detail::file_chunk(engine, sizeof(T)),
+                             npy.pass(nullptr));
+      engine.settle(op);
+    }
+    if (shape != nullptr) *shape = npy.header.shape;
+    return array;
+  });
+}
+
+/// Writes `array` (its parts, not the ghost elements) as the .npy file `path` of `shape`
+/// (empty: 1-D of size()), atomically as BufferManager::save_npy() does.
+/// @throws Error as BufferManager::save_npy() (naming "DeviceGroup::save_npy"); CL_INVALID_VALUE
+///         for a moved-from array.
+template <class T>
+void save_npy(DeviceGroup& group, const std::string& path, const ShardedBuffer<T>& array,
+              std::vector<std::size_t> shape = {}) {
+  detail::guard_host_memory("DeviceGroup::save_npy", [&] {
+    const char* op = "DeviceGroup::save_npy";
+    if (!array.valid()) detail::fail(op, CL_INVALID_VALUE, "the ShardedBuffer holds nothing");
+    if (shape.empty()) shape.push_back(array.size());
+    detail::check_shape(op, shape, array.size());
+    const std::string header = detail::format_npy_header(detail::npy_descr<T>(), shape);
+    detail::AtomicFile out(op, path);
+    out.file().write_at(op, header.data(), header.size(), 0);
+    for (std::size_t i = 0; i < array.shards(); ++i) {
+      if (array.count(i) == 0) continue;
+      detail::TransferEngine& engine =
+          detail::ManagerAccess::engine(group.manager(array.device(i)));
+      const detail::Allocation& memory = detail::BufferAccess::memory(array.shard(i));
+      if (memory.host != nullptr) engine.queue().finish(op);
+      detail::device_to_file(op, memory, array.ghost() * sizeof(T), array.count(i) * sizeof(T),
+                             out.file(), header.size() + array.offset(i) * sizeof(T),
+                             engine.chunk_io(), detail::file_chunk(engine, sizeof(T)),
+                             detail::FilePass());
+      engine.settle(op);
+    }
+    out.commit(op);
+  });
+}
+
+}  // namespace clbuf
+
+#endif  // CLBUF_SHARDED_NPY_HPP
+// ---- end of clbuf/sharded_npy.hpp
+// ---- clbuf/tile_stream.hpp
+// clbuf::stream_tiles: the application's kernels over a host array of any size, tile by tile,
+// with a fixed number of tiles in flight, so that the upload of one tile, the kernels of another
+// and the download of a third overlap (docs/design.md "Tiles streamed through the device").
+//
+// A layer over one BufferManager: its device buffers come from the manager's pool
+// (allocate()), its host chunks from the manager's pinned pool (ChunkIo::chunk()), and its
+// bytes move by the chunk calls (detail/chunk_io.hpp) on three in-order queues of its own beside
+// the manager's: uploads, the application's kernels, downloads. Per tile k (slot k % in_flight):
+//   host: the slot's last tile finished (its download waited for, its output copied out) ->
+//         tile k's input copied into the slot's pinned chunk -> upload enqueued -> the
+//         function enqueues its kernels after the upload -> download enqueued after them,
+//         into the same pinned chunk.
+// The host waits only when it reuses a slot. Outputs reach the caller's array only from the
+// pinned chunk and only in tile order, once the tile's download has succeeded: a tile that
+// fails stops the stream with every earlier tile's output written and no later tile's byte.
+#ifndef CLBUF_TILE_STREAM_HPP
+#define CLBUF_TILE_STREAM_HPP
+
+#include <algorithm>
+#include <atomic>
+#include <cstddef>
+#include <exception>
+#include <limits>
+#include <string>
+#include <type_traits>
+#include <utility>
+#include <vector>
+
+namespace clbuf {
+
+/// One tile, as the function of stream_tiles() gets it. The function enqueues its kernels on
+/// `queue` (or on any queue of the manager's context) after the events of `after`, reading the
+/// first `count` elements of `in` and writing the first `count` of `out`, and returns the event
+/// of its last kernel (a null event: every command it enqueued on `queue`). It must not wait for
+/// the device itself, and must not keep the buffers: the next tiles reuse them.
+template <class T, class U>
+struct Tile {
+  std::size_t index;                    ///< k: the tile's number, from 0
+  std::size_t tiles;                    ///< n: the stream's tiles
+  std::size_t first;                    ///< the array's element the tile begins at
+  std::size_t count;                    ///< the tile's elements (the last tile may hold fewer)
+  const DeviceBuffer<T>& in;            ///< input; size() is the plan's tile_elements
+  DeviceBuffer<U>& out;                 ///< output; the same buffer as `in` in place
+  const cl::CommandQueue& queue;        ///< the stream's in-order queue for kernels
+  const std::vector<cl::Event>& after;  ///< the wait list of the first kernel: the upload
+};
+
+/// What a stream did.
+struct TileReport {
+  TilePlan plan;               ///< how it cut the array
+  std::size_t tiles_done = 0;  ///< tiles whose output is in the caller's array (in order)
+  bool cancelled = false;      ///< TileOptions::cancel stopped it before the last tile
+};
+
+/// The options of one stream: the plan's (TileOptions) and a cancel flag.
+struct TileStreamOptions : TileOptions {
+  /// When it reads true (checked before each tile is started, from any thread), the stream
+  /// starts no further tile, finishes those in flight (their outputs written) and returns
+  /// with TileReport::cancelled set.
+  const std::atomic<bool>* cancel = nullptr;
+};
+
+namespace detail {
+
+/// One stream's run: its queues, its slots, its trace. The destructor waits for every command
+/// it enqueued (the slots' memory goes back only then), whichever way the run ended.
+template <class T, class U>
+class TileRun {
+ public:
+  TileRun(BufferManager& manager, const T* in, U* out, std::size_t count, const TilePlan& plan,
+          const std::atomic<bool>* cancel)
+      : manager_(manager),
+        in_(in),
+        out_(out),
+        count_(count),
+        plan_(plan),
+        cancel_(cancel),
+        in_place_(static_cast<const void*>(in) == static_cast<const void*>(out)),
+        tracer_(ManagerAccess::engine(manager).telemetry().tracer()) {}
+  TileRun(const TileRun&) = delete;
+  TileRun& operator=(const TileRun&) = delete;
+  ~TileRun() {
+    drain();
+    trace();
+  }
+
+  /// Runs the stream; fn(const Tile<T, U>&) -> cl::Event per tile.
+  template <class Fn>
+  TileReport run(Fn& fn) {
+    TileReport report;
+    report.plan = plan_;
+    if (plan_.tiles == 0) return report;
+    open();
+    for (std::size_t k = 0; k < plan_.tiles; ++k) {
+      Slot& slot = slots_[k % slots_.size()];
+      if (slot.tile != none) finish(slot);
+      if (cancel_ != nullptr && cancel_->load()) {
+        report.cancelled = true;
+        break;
+      }
+      start_guarded(slot, k, fn);
+    }
+    finish_started();
+    report.tiles_done = finished_;
+    return report;
+  }
+
+ private:
+  static constexpr std::size_t none = std::numeric_limits<std::size_t>::max();
+  static constexpr const char* op = "stream_tiles";
+
+  struct Slot {
+    DeviceBuffer<T> in;
+    DeviceBuffer<U> out;  // unused in place
+    HostChunk host;       // the tile's input, then its output
+    cl::Event up, kernel, down;
+    std::size_t tile = none;
+  };
+  struct Times {  // device nanoseconds (profiling), 0 where unknown
+    cl_ulong up[2] = {0, 0}, kernel[2] = {0, 0}, down[2] = {0, 0};
+  };
+
+  DeviceBuffer<U>& out_of(Slot& slot) noexcept {
+    if constexpr (std::is_same<T, U>::value) {
+      if (in_place_) return slot.in;
+    }
+    return slot.out;
+  }
+  std::size_t first_of(std::size_t k) const noexcept { return k * plan_.tile_elements; }
+  std::size_t count_of(std::size_t k) const noexcept {
+    return std::min(plan_.tile_elements, count_ - first_of(k));
+  }
+
+  /// The queues (profiling when the manager traces), held after the manager's earlier work,
+  /// and a slot per tile in flight.
+  void open() {
+    TransferEngine& engine = ManagerAccess::engine(manager_);
+    const cl_context context = manager_.context()();
+    const Queue mine(manager_.queue());
+    const cl_command_queue_properties properties =
+        tracer_ != nullptr ? CL_QUEUE_PROFILING_ENABLE : 0;
+    upload_ = ChunkIo(Queue::beside(op, context, mine, properties), engine.pinned());
+    compute_ = Queue::beside(op, context, mine, properties);
+    download_ = ChunkIo(Queue::beside(op, context, mine, properties), engine.pinned());
+    // The pool's buffers were last used on the manager's queue: the uploads come after its work.
+    const cl::Event before = engine.chunk_io().marker(op);
+    start_ = upload_.barrier(op, {before()});
+    slots_.resize(plan_.in_flight);
+    const std::size_t chunk = plan_.tile_elements * std::max(sizeof(T), sizeof(U));
+    for (Slot& slot : slots_) {
+      slot.in = manager_.allocate<T>(plan_.tile_elements);
+      if (!in_place_) slot.out = manager_.allocate<U>(plan_.tile_elements);
+      slot.host = engine.chunk_io().chunk(op, chunk);
+    }
+    if (tracer_ != nullptr) times_.resize(plan_.tiles);
+  }
+
+  /// start(), a failure of it named as tile k's; the tiles before k are finished first (their
+  /// outputs written; an earlier tile's failure is the one reported).
+  template <class Fn>
+  void start_guarded(Slot& slot, std::size_t k, Fn& fn) {
+    try {
+      start(slot, k, fn);
+    } catch (...) {
+      const std::exception_ptr failure = std::current_exception();
+      finish_started();
+      fail_tile(k, failure);
+    }
+  }
+
+  /// Tile k: input into the slot's chunk, upload, the function's kernels, download.
+  template <class Fn>
+  void start(Slot& slot, std::size_t k, Fn& fn) {
+    const std::size_t first = first_of(k), count = count_of(k);
+    Telemetry& telemetry = ManagerAccess::engine(manager_).telemetry();
+    ManagerAccess::engine(manager_).copier().copy(slot.host.data(), in_ + first, count * sizeof(T));
+    static_cast<void>(
+        telemetry.count_async(Telemetry::upload, Telemetry::direct, count * sizeof(T), op));
+    slot.up = upload_.write(op, BufferAccess::memory(slot.in).buffer(),
+                            BufferAccess::memory(slot.in).at(0), count * sizeof(T),
+                            slot.host.data(), false);
+    const std::vector<cl::Event> after{slot.up};
+    const Tile<T, U> tile{k,    plan_.tiles, first, count, slot.in, out_of(slot), compute_.handle(),
+                          after};
+    slot.kernel = fn(tile);
+    compute_.flush(op);
+    if (slot.kernel() == nullptr) slot.kernel = compute_.marker(op);
+    if (event_status(slot.kernel()).failed())
+      fail(op, event_status(slot.kernel()).status, cause(slot));
+    static_cast<void>(
+        telemetry.count_async(Telemetry::download, Telemetry::direct, count * sizeof(U), op));
+    const Allocation& out = BufferAccess::memory(out_of(slot));
+    slot.down = download_.read_after(op, out.buffer(), out.at(0), count * sizeof(U),
+                                     slot.host.data(), {slot.up(), slot.kernel()});
+    slot.tile = k;
+    ++started_;
+  }
+
+  /// Waits for the slot's download; on success copies the output out (tiles finish in order).
+  void finish(Slot& slot) {
+    const std::size_t k = slot.tile;
+    const cl_int code = Queue::wait_code(slot.down());
+    if (code != CL_SUCCESS) {
+      slot.tile = none;
+      fail(op, code, where(k) + ": " + cause(slot));
+    }
+    if (tracer_ != nullptr) record(slot, k);
+    ManagerAccess::engine(manager_).copier().copy(out_ + first_of(k), slot.host.data(),
+                                                  count_of(k) * sizeof(U));
+    slot.tile = none;
+    ++finished_;
+  }
+
+  /// Finishes every started tile in order.
+  void finish_started() {
+    while (finished_ < started_) finish(slots_[finished_ % slots_.size()]);
+  }
+
+  std::string where(std::size_t k) const {
+    return "tile " + std::to_string(k) + " of " + std::to_string(plan_.tiles) + " (elements " +
+           std::to_string(first_of(k)) + " to " + std::to_string(first_of(k) + count_of(k)) +
+           " of " + std::to_string(count_) + ")";
+  }
+
+  /// Which of the tile's commands failed, in words.
+  static std::string cause(const Slot& slot) {
+    if (event_status(slot.up()).failed()) return "its upload failed";
+    const EventStatus kernel = event_status(slot.kernel());
+    if (kernel.failed()) {
+      return std::string("the event the function returned failed with ") +
+             error_name(kernel.status) + " (" + std::to_string(kernel.status) + ")";
+    }
+    return "its download failed";
+  }
+
+  /// Throws tile k's failure: a clbuf::Error naming the tile (the function's own exception
+  /// nested in it, std::rethrow_if_nested).
+  [[noreturn]] void fail_tile(std::size_t k, const std::exception_ptr& failure) {
+    try {
+      std::rethrow_exception(failure);
+    } catch (const Error& error) {  // the stream's own ("stream_tiles: ..."), or the function's
+      std::string what = error.what();
+      const std::string own = std::string(op) + ": ";
+      if (what.compare(0, own.size(), own) == 0) what.erase(0, own.size());
+      std::throw_with_nested(Error(error.code(), own + where(k) + ": " + what));
+    } catch (const std::exception& error) {
+      std::throw_with_nested(Error(
+          CL_SUCCESS, std::string(op) + ": " + where(k) + ": the function threw: " + error.what()));
+    } catch (...) {
+      std::throw_with_nested(
+          Error(CL_SUCCESS, std::string(op) + ": " + where(k) + ": the function threw"));
+    }
+  }
+
+  /// Waits for every command of the stream, reporting nothing (its memory is let go next).
+  void drain() noexcept {
+    compute_.finish_code();
+    if (upload_.queue().get() != nullptr) upload_.queue().finish_code();
+    if (download_.queue().get() != nullptr) download_.queue().finish_code();
+  }
+
+  /// The device times of tile k's three commands (profiling), and the clock's offset to the
+  /// trace's, from the host's first sight of the download's end (the smallest gap seen).
+  void record(const Slot& slot, std::size_t k) noexcept {
+    const double now = trace_now();
+    Times& t = times_[k];
+    profile(slot.up(), t.up);
+    profile(slot.kernel(), t.kernel);
+    profile(slot.down(), t.down);
+    if (t.down[1] != 0) offset_ = std::min(offset_, now - static_cast<double>(t.down[1]) / 1e3);
+  }
+  static void profile(cl_event event, cl_ulong (&at)[2]) noexcept {
+    if (CLBUF_CL(clGetEventProfilingInfo)(event, CL_PROFILING_COMMAND_START, sizeof(cl_ulong),
+                                          &at[0], nullptr) != CL_SUCCESS ||
+        CLBUF_CL(clGetEventProfilingInfo)(event, CL_PROFILING_COMMAND_END, sizeof(cl_ulong), &at[1],
+                                          nullptr) != CL_SUCCESS) {
+      at[0] = at[1] = 0;
+    }
+  }
+
+  /// The finished tiles' commands as spans of three tracks (the device's times on the trace's
+  /// clock): the upload of tile k+1 beside the kernels of tile k shows the overlap.
+  void trace() noexcept {
+    if (tracer_ == nullptr || !(offset_ < std::numeric_limits<double>::max())) return;
+    try {
+      const int tracks[3] = {tracer_->track("tile stream: uploads"),
+                             tracer_->track("tile stream: kernels"),
+                             tracer_->track("tile stream: downloads")};
+      const char* const names[3] = {"tile upload", "tile kernels", "tile download"};
+      for (std::size_t k = 0; k < times_.size(); ++k) {
+        const cl_ulong* spans[3] = {times_[k].up, times_[k].kernel, times_[k].down};
+        for (int s = 0; s < 3; ++s) {
+          if (spans[s][1] == 0) continue;
+          tracer_->overlapping(tracks[s], names[s],
+                               offset_ + static_cast<double>(spans[s][0]) / 1e3,
+                               offset_ + static_cast<double>(spans[s][1]) / 1e3,
+                               {{"tile", nullptr, static_cast<double>(k)}});
+        }
+      }
+    } catch (...) {  // NOLINT(bugprone-empty-catch): tracing never fails the caller
+    }
+  }
+
+  BufferManager& manager_;
+  const T* in_;
+  U* out_;
+  std::size_t count_;
+  TilePlan plan_;
+  const std::atomic<bool>* cancel_;
+  bool in_place_;
+  Tracer* tracer_;
+  ChunkIo upload_, download_;
+  Queue compute_;
+  cl::Event start_;  // the uploads' barrier behind the manager's queue, kept until the end
+  std::vector<Slot> slots_;
+  std::size_t started_ = 0, finished_ = 0;
+  std::vector<Times> times_;
+  double offset_ = std::numeric_limits<double>::max();
+};
+
+/// The stream's checks: pointers, sizes, and in and out either one array or apart.
+template <class T, class U>
+void check_tile_arrays(const T* in, const U* out, std::size_t count) {
+  const char* op = "stream_tiles";
+  check_host_pointer(op, in, count);
+  check_host_pointer(op, out, count);
+  const std::size_t in_bytes =
+      checked_bytes(op, count, sizeof(T), std::numeric_limits<std::uint64_t>::max());
+  const std::size_t out_bytes =
+      checked_bytes(op, count, sizeof(U), std::numeric_limits<std::uint64_t>::max());
+  const auto a = reinterpret_cast<std::uintptr_t>(in);
+  const auto b = reinterpret_cast<std::uintptr_t>(out);
+  const bool same = a == b && std::is_same<T, U>::value;
+  if (!same && count != 0 && a < b + out_bytes && b < a + in_bytes) {
+    fail(op, CL_MEM_COPY_OVERLAP,
+         "the input (" + std::to_string(in_bytes) + " bytes) and the output (" +
+             std::to_string(out_bytes) + " bytes) share bytes but are not one array");
+  }
+}
+
+}  // namespace detail
+
+/// Runs `fn` over `count` elements of `in`, tile by tile, writing `count` elements of `out`
+/// (`in` and `out` are one array, or apart). Per tile: its input uploaded from a pinned chunk,
+/// `fn(const Tile<T, U>&)` enqueues the kernels and returns the last one's event, the output
+/// downloaded into the chunk and copied into `out` once every earlier tile's is. Up to
+/// plan.in_flight tiles are in flight; the host waits only to reuse a tile's buffers. Returns
+/// when every tile's output is in `out` (or the stream was cancelled).
+/// @throws Error CL_INVALID_VALUE for null arrays with count > 0 or options out of range (see
+///         TileOptions), CL_MEM_COPY_OVERLAP for arrays that overlap without being one,
+///         CL_INVALID_BUFFER_SIZE for a tile over the device's max allocation; a failure at tile
+///         k (the function threw, its event failed, a transfer failed) as an Error naming
+///         "tile k of n" and its elements, the function's own exception nested: then tiles 0 to
+///         k-1 are written to `out` and nothing of a later tile is.
+template <class T, class U, class Fn>
+TileReport stream_tiles(BufferManager& manager, const T* in, U* out, std::size_t count, Fn&& fn,
+                        const TileStreamOptions& options = TileStreamOptions()) {
+  return detail::guard_host_memory("stream_tiles", [&] {
+    detail::check_tile_arrays(in, out, count);
+    const bool in_place =
+        static_cast<const void*>(in) == static_cast<const void*>(out) && std::is_same<T, U>::value;
+    const TilePlan plan = detail::plan_tiles("stream_tiles", manager.device(), count, sizeof(T),
+                                             in_place ? 0 : sizeof(U), options);
+    detail::TileRun<T, U> run(manager, in, out, count, plan, options.cancel);
+    return run.run(fn);
+  });
+}
+
+/// As stream_tiles(manager, data, data, count, fn, options): in place, one device buffer a tile.
+template <class T, class Fn>
+TileReport stream_tiles(BufferManager& manager, T* data, std::size_t count, Fn&& fn,
+                        const TileStreamOptions& options = TileStreamOptions()) {
+  return stream_tiles(manager, static_cast<const T*>(data), data, count, std::forward<Fn>(fn),
+                      options);
+}
+
+/// The plan stream_tiles() would follow for `count` elements of T in and U out (`in_place`: one
+/// array of T) on `manager`'s device; no OpenCL call. @throws Error as stream_tiles() for
+/// options out of range.
+template <class T, class U = T>
+TilePlan plan_tiles(const BufferManager& manager, std::size_t count,
+                    const TileOptions& options = TileOptions(), bool in_place = false) {
+  return detail::plan_tiles("plan_tiles", manager.device(), count, sizeof(T),
+                            in_place ? 0 : sizeof(U), options);
+}
+
+}  // namespace clbuf
+
+#endif  // CLBUF_TILE_STREAM_HPP
+// ---- end of clbuf/tile_stream.hpp
 #endif
 
 #endif  // CLBUF_CLBUF_HPP
