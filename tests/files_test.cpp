@@ -647,6 +647,10 @@ TEST_P(Files, DISABLED_ChildUnderAFileSizeLimit) {
   clbuf::Future<void> saved = manager().save_npy_async(path, buffer);
   EXPECT_CLBUF_ERROR(saved.get(), CL_INVALID_VALUE, "save_npy_async", "File too large");
   if (!HasFailure()) write_all(std::string(dir) + "/child-ran", "");  // small: under the limit
+  // The limit lifted before exit: a coverage build's counters are written then (past 64 KiB).
+  struct rlimit limit {};
+  limit.rlim_cur = limit.rlim_max = RLIM_INFINITY;
+  ::setrlimit(RLIMIT_FSIZE, &limit);
 }
 
 /// Runs the disabled case `name` of this binary on `model` in a child process with
@@ -661,7 +665,8 @@ pid_t start_child(const std::string& name, clbuf::MemoryModel model, const std::
   if (child != 0) return child;
   if (fsize_limit != 0) {  // SIGXFSZ left at its default (end the process): clbuf blocks it
     struct rlimit limit {};
-    limit.rlim_cur = limit.rlim_max = fsize_limit;
+    limit.rlim_cur = fsize_limit;
+    limit.rlim_max = RLIM_INFINITY;  // the child lifts it again before it exits
     ::setrlimit(RLIMIT_FSIZE, &limit);
   }
   ::setenv("CLBUF_FILES_CHILD_DIR", folder.c_str(), 1);
