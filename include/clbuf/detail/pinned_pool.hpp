@@ -340,7 +340,11 @@ class PinnedPool {
   /// A new block of `size` bytes, reserved by take(); the reservation undone if it fails.
   std::unique_ptr<PinnedBlock> make(const char* operation, std::size_t size, const Queue& map_on) {
     try {
-      return std::make_unique<PinnedBlock>(device_.context(), map_on, size, operation);
+      // The block's record is a heap allocation of its own (a lease holds it by pointer): its
+      // std::bad_alloc an Error as any other of clbuf's (error.hpp's one conversion).
+      return guard_host_memory(operation, sizeof(PinnedBlock), "a pinned block's record", [&] {
+        return std::make_unique<PinnedBlock>(device_.context(), map_on, size, operation);
+      });
     } catch (...) {
       std::lock_guard<std::mutex> lock(mutex_);
       release_bytes(size, true);
