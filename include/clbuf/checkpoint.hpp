@@ -52,8 +52,8 @@ namespace clbuf {
 /// The ranks that write one checkpoint together (a single process: rank 0 of 1).
 /// clbuf::mpi::checkpoint_ranks() makes one of a Communicator.
 struct CheckpointRanks {
-  int rank = 0;
-  int size = 1;
+  int rank = 0;  ///< this process's rank among them
+  int size = 1;  ///< how many ranks write the checkpoint
   /// True on every rank when `ok` is true on every rank (a collective; also a barrier).
   std::function<bool(bool ok)> all_ok = [](bool ok) { return ok; };
 };

@@ -19,9 +19,9 @@ struct PoolStats {
   std::size_t cached_bytes = 0;    ///< their capacity in bytes
   std::size_t limit_bytes = 0;     ///< most bytes the pool keeps cached
   /// Buffers the pool handed out that have not come back (live DeviceBuffers and their views'
-  /// memory; a release()d buffer's until its last view is gone) and their capacity in bytes.
+  /// memory; a release()d buffer's until its last view is gone).
   std::size_t in_use_buffers = 0;
-  std::size_t in_use_bytes = 0;
+  std::size_t in_use_bytes = 0;  ///< the capacity in bytes of the in_use_buffers
 };
 
 }  // namespace clbuf

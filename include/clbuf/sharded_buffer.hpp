@@ -68,8 +68,8 @@ class Partition {
   /// Where the shards of an array go: shard k holds counts[k] elements of the array on device
   /// devices[k]; the shards are consecutive in the array and in device order.
   struct Placement {
-    std::vector<std::size_t> devices;
-    std::vector<std::size_t> counts;
+    std::vector<std::size_t> devices;  ///< devices[k]: the device (group index) of shard k
+    std::vector<std::size_t> counts;   ///< counts[k]: the array's elements shard k holds
   };
 
   /// The shards of `count` elements of `element_bytes` bytes, each with `ghost` ghost elements
