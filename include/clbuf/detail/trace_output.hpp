@@ -135,14 +135,7 @@ class TraceOutput {
   /// whatever the pages it spans. The blocks end in spaces after "]}" (JSON still), removed at
   /// the file's end.
   bool write_direct(const std::string& text) {
-    if (direct_ == Direct::unknown) {
-      const int flags = ::fcntl(fd_, F_GETFL);
-      direct_ = regular_ && direct_io_is_real(fd_) && flags >= 0 &&
-                        ::fcntl(fd_, F_SETFL, flags | O_DIRECT) == 0
-                    ? Direct::on
-                    : Direct::off;
-    }
-    if (direct_ != Direct::on) return false;
+    if (!direct_on()) return false;
     const std::size_t body = block_.size() + (any_ ? 2 : 0) + text.size() - 2 + tail_size;
     const std::size_t size = (body + direct_block - 1) / direct_block * direct_block;
     void* memory = nullptr;
@@ -174,6 +167,18 @@ class TraceOutput {
     block_start_ = start;
     any_ = true;
     return true;
+  }
+
+  /// Whether the file takes direct writes: decided at its first write, O_DIRECT set then.
+  bool direct_on() noexcept {
+    if (direct_ == Direct::unknown) {
+      const int flags = ::fcntl(fd_, F_GETFL);
+      direct_ = regular_ && direct_io_is_real(fd_) && flags >= 0 &&
+                        ::fcntl(fd_, F_SETFL, flags | O_DIRECT) == 0
+                    ? Direct::on
+                    : Direct::off;
+    }
+    return direct_ == Direct::on;
   }
 
   /// True when `fd`'s file system writes O_DIRECT to its device (ext2/3/4, XFS), so that a

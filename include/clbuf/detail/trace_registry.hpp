@@ -48,17 +48,8 @@ class TraceRegistry {
     const auto give_up = std::chrono::steady_clock::now() + close_wait;
     while (true) {
       OutputFile file;
-      int error = open_output_file(path, file);
       bool created = false;
-      if (error == ENOENT) {
-        error = create_output_file(path, TraceFile::empty_text(), file);
-        created = error == 0;
-        // A symlink to no file, or a file made meanwhile (by another process): opened as it is.
-        if (error == EEXIST) error = open_output_file(path, file, true);
-        // No temporary file beside it (a name too long for its suffix, say): made in place, its
-        // own error the one reported.
-        if (error != 0 && open_output_file(path, file, true) == 0) error = 0;
-      }
+      int error = open_or_create(path, file, created);
       if (error != 0) cannot_write(operation, path, error);
       Entry& entry = files_[file.id];  // a map's entries stay where they are
       if (!created) {
@@ -85,6 +76,21 @@ class TraceRegistry {
       closed_.notify_all();
       return made;
     }
+  }
+
+  /// Opens the file at `path`, or makes it whole (TraceFile::empty_text()) where there is none
+  /// (`created`). Returns 0, or the errno of the failure.
+  static int open_or_create(const std::string& path, OutputFile& file, bool& created) {
+    int error = open_output_file(path, file);
+    if (error != ENOENT) return error;
+    error = create_output_file(path, TraceFile::empty_text(), file);
+    created = error == 0;
+    // A symlink to no file, or a file made meanwhile (by another process): opened as it is.
+    if (error == EEXIST) error = open_output_file(path, file, true);
+    // No temporary file beside it (a name too long for its suffix, say): made in place, its own
+    // error the one reported.
+    if (error != 0 && open_output_file(path, file, true) == 0) error = 0;
+    return error;
   }
 
   /// Writes every open file's buffers out.
