@@ -21,6 +21,7 @@
 #include <cstdint>
 #include <memory>
 #include <mutex>
+#include <new>
 #include <utility>
 #include <vector>
 
@@ -337,20 +338,27 @@ class PinnedPool {
     ++stats_.allocations;
   }
 
-  /// A new block of `size` bytes, reserved by take(); the reservation undone if it fails.
+  /// A new block of `size` bytes, reserved by take(); the reservation undone if it fails. Null
+  /// when there is no host memory for the block's record (a lease holds it by pointer): the use
+  /// goes without, as when the budget cannot hold the block (a refusal).
   std::unique_ptr<PinnedBlock> make(const char* operation, std::size_t size, const Queue& map_on) {
+    std::unique_ptr<PinnedBlock> block;
     try {
-      // The block's record is a heap allocation of its own (a lease holds it by pointer): its
-      // std::bad_alloc an Error as any other of clbuf's (error.hpp's one conversion).
-      return guard_host_memory(operation, sizeof(PinnedBlock), "a pinned block's record", [&] {
-        return std::make_unique<PinnedBlock>(device_.context(), map_on, size, operation);
-      });
+      block.reset(new (std::nothrow) PinnedBlock(device_.context(), map_on, size, operation));
     } catch (...) {
-      std::lock_guard<std::mutex> lock(mutex_);
-      release_bytes(size, true);
-      --stats_.allocations;
+      unreserve(size);
       throw;
     }
+    if (!block) unreserve(size, true);
+    return block;
+  }
+
+  /// Undoes reserve(size); counts a refusal when `refused`.
+  void unreserve(std::size_t size, bool refused = false) noexcept {
+    std::lock_guard<std::mutex> lock(mutex_);
+    release_bytes(size, true);
+    --stats_.allocations;
+    if (refused) ++stats_.refusals;
   }
 
   /// Takes `size` bytes off the counts (leased ones when `in_use`, else cached ones).
