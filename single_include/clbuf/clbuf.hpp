@@ -803,9 +803,9 @@ struct PoolStats {
   std::size_t cached_bytes = 0;    ///< their capacity in bytes
   std::size_t limit_bytes = 0;     ///< most bytes the pool keeps cached
   /// Buffers the pool handed out that have not come back (live DeviceBuffers and their views'
-  /// memory; a release()d buffer's until its last view is gone) and their capacity in bytes.
+  /// memory; a release()d buffer's until its last view is gone).
   std::size_t in_use_buffers = 0;
-  std::size_t in_use_bytes = 0;
+  std::size_t in_use_bytes = 0;  ///< the capacity in bytes of the in_use_buffers
 };
 
 }  // namespace clbuf
@@ -3473,14 +3473,7 @@ class TraceOutput {
   /// whatever the pages it spans. The blocks end in spaces after "]}" (JSON still), removed at
   /// the file's end.
   bool write_direct(const std::string& text) {
-    if (direct_ == Direct::unknown) {
-      const int flags = ::fcntl(fd_, F_GETFL);
-      direct_ = regular_ && direct_io_is_real(fd_) && flags >= 0 &&
-                        ::fcntl(fd_, F_SETFL, flags | O_DIRECT) == 0
-                    ? Direct::on
-                    : Direct::off;
-    }
-    if (direct_ != Direct::on) return false;
+    if (!direct_on()) return false;
     const std::size_t body = block_.size() + (any_ ? 2 : 0) + text.size() - 2 + tail_size;
     const std::size_t size = (body + direct_block - 1) / direct_block * direct_block;
     void* memory = nullptr;
@@ -3512,6 +3505,18 @@ class TraceOutput {
     block_start_ = start;
     any_ = true;
     return true;
+  }
+
+  /// Whether the file takes direct writes: decided at its first write, O_DIRECT set then.
+  bool direct_on() noexcept {
+    if (direct_ == Direct::unknown) {
+      const int flags = ::fcntl(fd_, F_GETFL);
+      direct_ = regular_ && direct_io_is_real(fd_) && flags >= 0 &&
+                        ::fcntl(fd_, F_SETFL, flags | O_DIRECT) == 0
+                    ? Direct::on
+                    : Direct::off;
+    }
+    return direct_ == Direct::on;
   }
 
   /// True when `fd`'s file system writes O_DIRECT to its device (ext2/3/4, XFS), so that a
@@ -3957,17 +3962,8 @@ class TraceRegistry {
     const auto give_up = std::chrono::steady_clock::now() + close_wait;
     while (true) {
       OutputFile file;
-      int error = open_output_file(path, file);
       bool created = false;
-      if (error == ENOENT) {
-        error = create_output_file(path, TraceFile::empty_text(), file);
-        created = error == 0;
-        // A symlink to no file, or a file made meanwhile (by another process): opened as it is.
-        if (error == EEXIST) error = open_output_file(path, file, true);
-        // No temporary file beside it (a name too long for its suffix, say): made in place, its
-        // own error the one reported.
-        if (error != 0 && open_output_file(path, file, true) == 0) error = 0;
-      }
+      int error = open_or_create(path, file, created);
       if (error != 0) cannot_write(operation, path, error);
       Entry& entry = files_[file.id];  // a map's entries stay where they are
       if (!created) {
@@ -3994,6 +3990,21 @@ class TraceRegistry {
       closed_.notify_all();
       return made;
     }
+  }
+
+  /// Opens the file at `path`, or makes it whole (TraceFile::empty_text()) where there is none
+  /// (`created`). Returns 0, or the errno of the failure.
+  static int open_or_create(const std::string& path, OutputFile& file, bool& created) {
+    int error = open_output_file(path, file);
+    if (error != ENOENT) return error;
+    error = create_output_file(path, TraceFile::empty_text(), file);
+    created = error == 0;
+    // A symlink to no file, or a file made meanwhile (by another process): opened as it is.
+    if (error == EEXIST) error = open_output_file(path, file, true);
+    // No temporary file beside it (a name too long for its suffix, say): made in place, its own
+    // error the one reported.
+    if (error != 0 && open_output_file(path, file, true) == 0) error = 0;
+    return error;
   }
 
   /// Writes every open file's buffers out.
@@ -5267,6 +5278,7 @@ struct TransferStats {
 #include <cstdint>
 #include <memory>
 #include <mutex>
+#include <new>
 #include <utility>
 #include <vector>
 
@@ -5583,16 +5595,27 @@ class PinnedPool {
     ++stats_.allocations;
   }
 
-  /// A new block of `size` bytes, reserved by take(); the reservation undone if it fails.
+  /// A new block of `size` bytes, reserved by take(); the reservation undone if it fails. Null
+  /// when there is no host memory for the block's record (a lease holds it by pointer): the use
+  /// goes without, as when the budget cannot hold the block (a refusal).
   std::unique_ptr<PinnedBlock> make(const char* operation, std::size_t size, const Queue& map_on) {
+    std::unique_ptr<PinnedBlock> block;
     try {
-      return std::make_unique<PinnedBlock>(device_.context(), map_on, size, operation);
+      block.reset(new (std::nothrow) PinnedBlock(device_.context(), map_on, size, operation));
     } catch (...) {
-      std::lock_guard<std::mutex> lock(mutex_);
-      release_bytes(size, true);
-      --stats_.allocations;
+      unreserve(size);
       throw;
     }
+    if (!block) unreserve(size, true);
+    return block;
+  }
+
+  /// Undoes reserve(size); counts a refusal when `refused`.
+  void unreserve(std::size_t size, bool refused = false) noexcept {
+    std::lock_guard<std::mutex> lock(mutex_);
+    release_bytes(size, true);
+    --stats_.allocations;
+    if (refused) ++stats_.refusals;
   }
 
   /// Takes `size` bytes off the counts (leased ones when `in_use`, else cached ones).
@@ -11661,8 +11684,8 @@ class Partition {
   /// Where the shards of an array go: shard k holds counts[k] elements of the array on device
   /// devices[k]; the shards are consecutive in the array and in device order.
   struct Placement {
-    std::vector<std::size_t> devices;
-    std::vector<std::size_t> counts;
+    std::vector<std::size_t> devices;  ///< devices[k]: the device (group index) of shard k
+    std::vector<std::size_t> counts;   ///< counts[k]: the array's elements shard k holds
   };
 
   /// The shards of `count` elements of `element_bytes` bytes, each with `ghost` ghost elements
@@ -12586,8 +12609,8 @@ namespace clbuf {
 /// The ranks that write one checkpoint together (a single process: rank 0 of 1).
 /// clbuf::mpi::checkpoint_ranks() makes one of a Communicator.
 struct CheckpointRanks {
-  int rank = 0;
-  int size = 1;
+  int rank = 0;  ///< this process's rank among them
+  int size = 1;  ///< how many ranks write the checkpoint
   /// True on every rank when `ok` is true on every rank (a collective; also a barrier).
   std::function<bool(bool ok)> all_ok = [](bool ok) { return ok; };
 };
