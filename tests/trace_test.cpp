@@ -902,6 +902,11 @@ TEST(TraceFiles, AKillAtAnyInstantLeavesValidJson) {
     const std::string path = dir.file("k" + std::to_string(kill) + ".json");
     const pid_t pid = ::fork();
     if (pid == 0) trace_forever(path);
+    // The random instant counts from the file's making, however slowly the child starts (a
+    // sanitizer's or a busy machine's start-up), so the kills fall in its writing.
+    for (int wait = 0; wait < 10000 && !std::filesystem::exists(path); ++wait) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
     state = state * 1664525u + 1013904223u;
     std::this_thread::sleep_for(std::chrono::microseconds(200 + (state >> 8) % 10000));
     ::kill(pid, SIGKILL);
