@@ -467,6 +467,17 @@ inline EventEnd wait_for_event(cl_event event) noexcept {
   return end;
 }
 
+/// The device's start and end times of `event`'s command in ns (a profiling queue's), into
+/// `at`; both 0 where the driver has none.
+inline void profiled_times(cl_event event, cl_ulong (&at)[2]) noexcept {
+  if (CLBUF_CL(clGetEventProfilingInfo)(event, CL_PROFILING_COMMAND_START, sizeof(cl_ulong), &at[0],
+                                        nullptr) != CL_SUCCESS ||
+      CLBUF_CL(clGetEventProfilingInfo)(event, CL_PROFILING_COMMAND_END, sizeof(cl_ulong), &at[1],
+                                        nullptr) != CL_SUCCESS) {
+    at[0] = at[1] = 0;
+  }
+}
+
 }  // namespace detail
 }  // namespace clbuf
 
@@ -13716,18 +13727,10 @@ class TileRun {
   void record(const Slot& slot, std::size_t k) noexcept {
     const double now = trace_now();
     Times& t = times_[k];
-    profile(slot.up(), t.up);
-    profile(slot.kernel(), t.kernel);
-    profile(slot.down(), t.down);
+    detail::profiled_times(slot.up(), t.up);
+    detail::profiled_times(slot.kernel(), t.kernel);
+    detail::profiled_times(slot.down(), t.down);
     if (t.down[1] != 0) offset_ = std::min(offset_, now - static_cast<double>(t.down[1]) / 1e3);
-  }
-  static void profile(cl_event event, cl_ulong (&at)[2]) noexcept {
-    if (CLBUF_CL(clGetEventProfilingInfo)(event, CL_PROFILING_COMMAND_START, sizeof(cl_ulong),
-                                          &at[0], nullptr) != CL_SUCCESS ||
-        CLBUF_CL(clGetEventProfilingInfo)(event, CL_PROFILING_COMMAND_END, sizeof(cl_ulong), &at[1],
-                                          nullptr) != CL_SUCCESS) {
-      at[0] = at[1] = 0;
-    }
   }
 
   /// The finished tiles' commands as spans of three tracks (the device's times on the trace's

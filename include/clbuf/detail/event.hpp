@@ -58,6 +58,17 @@ inline EventEnd wait_for_event(cl_event event) noexcept {
   return end;
 }
 
+/// The device's start and end times of `event`'s command in ns (a profiling queue's), into
+/// `at`; both 0 where the driver has none.
+inline void profiled_times(cl_event event, cl_ulong (&at)[2]) noexcept {
+  if (CLBUF_CL(clGetEventProfilingInfo)(event, CL_PROFILING_COMMAND_START, sizeof(cl_ulong), &at[0],
+                                        nullptr) != CL_SUCCESS ||
+      CLBUF_CL(clGetEventProfilingInfo)(event, CL_PROFILING_COMMAND_END, sizeof(cl_ulong), &at[1],
+                                        nullptr) != CL_SUCCESS) {
+    at[0] = at[1] = 0;
+  }
+}
+
 }  // namespace detail
 }  // namespace clbuf
 
