@@ -7,6 +7,7 @@
 // process), another dtype, Fortran order, a header that lies about the size, a corrupted header.
 #include <gtest/gtest.h>
 
+#include <cerrno>
 #include <chrono>
 #include <clbuf/checkpoint.hpp>
 #include <clbuf/clbuf.hpp>
@@ -17,6 +18,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <fstream>
 #include <random>
 #include <sstream>
@@ -625,9 +627,22 @@ TEST_P(Files, NoPermissionIsAnErrorNamingThePath) {
   ::chmod(locked.c_str(), 0755);
 }
 
+/// In a child started by start_child: the file-size limit it was given (CLBUF_FILES_CHILD_FSIZE,
+/// bytes; 0 or unset: none), SIGXFSZ left at its default (end the process): clbuf blocks it.
+/// The child lifts the limit again before it exits.
+void apply_child_file_size_limit() {
+  const char* bytes = std::getenv("CLBUF_FILES_CHILD_FSIZE");
+  if (bytes == nullptr || std::strtoull(bytes, nullptr, 10) == 0) return;
+  struct rlimit limit {};
+  limit.rlim_cur = std::strtoull(bytes, nullptr, 10);
+  limit.rlim_max = RLIM_INFINITY;
+  ASSERT_EQ(::setrlimit(RLIMIT_FSIZE, &limit), 0) << std::strerror(errno);
+}
+
 /// The child of FullDiskLeavesTheOldFileAndNoTemporaryFile: runs in a fresh process of this
 /// binary under RLIMIT_FSIZE (SIGXFSZ at its default), given the folder by CLBUF_FILES_CHILD_DIR.
 TEST_P(Files, DISABLED_ChildUnderAFileSizeLimit) {
+  apply_child_file_size_limit();
   // Also a checkpoint's save: the previous checkpoint stays, no temporary folder is left.
   if (std::getenv("CLBUF_FILES_CHILD_DIR") != nullptr) {
     const std::string folder = std::string(std::getenv("CLBUF_FILES_CHILD_DIR")) + "/ckpt";
@@ -655,7 +670,9 @@ TEST_P(Files, DISABLED_ChildUnderAFileSizeLimit) {
 
 /// Runs the disabled case `name` of this binary on `model` in a child process with
 /// CLBUF_FILES_CHILD_DIR=`folder` (and `extra` in CLBUF_FILES_CHILD_ARG), under a file-size limit
-/// of `fsize_limit` bytes (0: none); returns the child's pid.
+/// of `fsize_limit` bytes (0: none) that the child sets itself (apply_child_file_size_limit):
+/// set here, between fork and exec, it would kill the forked copy in a coverage build, whose
+/// wrapped execl writes the copy's counters (.gcda, past the limit) first. Returns the child's pid.
 pid_t start_child(const std::string& name, clbuf::MemoryModel model, const std::string& folder,
                   std::size_t fsize_limit, const std::string& extra = "") {
   const std::string filter =
@@ -663,12 +680,7 @@ pid_t start_child(const std::string& name, clbuf::MemoryModel model, const std::
   std::fflush(nullptr);
   const pid_t child = ::fork();
   if (child != 0) return child;
-  if (fsize_limit != 0) {  // SIGXFSZ left at its default (end the process): clbuf blocks it
-    struct rlimit limit {};
-    limit.rlim_cur = fsize_limit;
-    limit.rlim_max = RLIM_INFINITY;  // the child lifts it again before it exits
-    ::setrlimit(RLIMIT_FSIZE, &limit);
-  }
+  ::setenv("CLBUF_FILES_CHILD_FSIZE", std::to_string(fsize_limit).c_str(), 1);
   ::setenv("CLBUF_FILES_CHILD_DIR", folder.c_str(), 1);
   ::setenv("CLBUF_FILES_CHILD_ARG", extra.c_str(), 1);
   const int null = ::open("/dev/null", O_WRONLY);
