@@ -850,6 +850,17 @@ TEST_P(Files, CheckpointRefusesMissingTruncatedAndMismatchedFiles) {
   other_name.add("w", u);
   EXPECT_CLBUF_ERROR(other_name.load(), CL_INVALID_VALUE, "manifest", "no array 'w'");
   EXPECT_CLBUF_ERROR(other_name.add("a b", u), CL_INVALID_VALUE, "'a b'");
+  // A manifest (its checksum right) that names a file outside the folder is refused unread.
+  write_all(folder_ / "outside.npy", bytes);
+  std::string manifest = read_all(folder + "/manifest");
+  manifest = manifest.substr(0, manifest.rfind("crc32c "));
+  const std::size_t name_at = manifest.find(" u.npy ");
+  ASSERT_NE(name_at, std::string::npos) << manifest;
+  manifest.replace(name_at, 7, " ../outside.npy ");
+  manifest += "crc32c " +
+              std::to_string(clbuf::detail::Crc32c::of(manifest.data(), manifest.size())) + "\n";
+  write_all(folder + "/manifest", manifest);
+  EXPECT_CLBUF_ERROR(none.load(), CL_INVALID_VALUE, "manifest", "'../outside.npy'", "'u.npy'");
   ASSERT_EQ(::unlink((folder + "/manifest").c_str()), 0);
   EXPECT_CLBUF_ERROR(none.load(), CL_INVALID_VALUE, folder + "/manifest", "No such file");
 }
@@ -899,6 +910,50 @@ TEST_P(Files, DISABLED_ChildSavesCheckpointsUntilKilled) {
     manager().fill(w, -static_cast<double>(g));
     checkpoint.save();
   }
+}
+
+// A load while another process saves checkpoints into the same folder, again and again (a
+// monitor reading a running simulation's checkpoints; a rank left running after its mpiexec was
+// killed): every load reads one whole checkpoint, never one file of it and another of the next
+// (a CRC32C mismatch) nor a file removed meanwhile, and the generations it finds only grow.
+TEST_P(Files, ALoadWhileAnotherProcessSavesReadsOneWholeCheckpoint) {
+  auto u = manager().upload(std::vector<float>(3000, 0.0f));
+  auto v = manager().upload(std::vector<std::int32_t>(1500, 0));
+  auto w = manager().upload(std::vector<double>(700, -0.0));
+  clbuf::Checkpoint checkpoint(manager(), folder_ / "ckpt");
+  checkpoint.add("u", u).add("v", v).add("w", w);
+  checkpoint.save();  // generation 0
+  const pid_t child =
+      start_child("ChildSavesCheckpointsUntilKilled", GetParam(), folder_.path(), 0, "1");
+  ASSERT_GT(child, 0);
+  struct KilledAtExit {  // an assertion's early return leaves no child saving
+    pid_t pid;
+    ~KilledAtExit() {
+      if (pid > 0 && ::kill(pid, SIGKILL) == 0) ::waitpid(pid, nullptr, 0);
+    }
+  } running{child};
+  long newest = 0;
+  int loads = 0;
+  const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(2);
+  while (std::chrono::steady_clock::now() < until || newest < 20) {
+    ASSERT_NO_THROW(checkpoint.load()) << "load " << loads << " after generation " << newest;
+    ++loads;
+    const std::vector<float> us = manager().download(u);
+    const auto gen = static_cast<long>(us[0]);
+    ASSERT_TRUE(us == std::vector<float>(3000, us[0])) << "load " << loads;
+    ASSERT_TRUE(manager().download(v) ==
+                std::vector<std::int32_t>(1500, static_cast<std::int32_t>(2 * gen)))
+        << "load " << loads << ": generation " << gen;
+    ASSERT_TRUE(manager().download(w) == std::vector<double>(700, -static_cast<double>(gen)))
+        << "load " << loads << ": generation " << gen;
+    ASSERT_GE(gen, newest) << "load " << loads;
+    newest = gen;
+    if (std::chrono::steady_clock::now() > until + std::chrono::seconds(60)) break;  // a slow child
+  }
+  running.pid = 0;
+  ::kill(child, SIGKILL);
+  EXPECT_EQ(wait_child(child), -1) << "the child ended by itself";
+  EXPECT_GT(newest, 0) << "the child saved nothing while " << loads << " loads ran";
 }
 
 TEST_P(Files, CheckpointKilledAtRandomPointsAlwaysLeavesACompleteOne) {

@@ -4,7 +4,7 @@
   - `--iters 2K` straight and `--iters K --checkpoint D --checkpoint-every K`, then
     `--restart D --iters 2K`, print the same `field checksum:`;
   - a run restarted from D that checkpoints every K iterations into D is killed (SIGKILL to
-    mpiexec and every rank) at a random instant, usually inside a checkpoint; `--restart D`
+    mpiexec, then to every rank left) at a random instant, usually inside a checkpoint; `--restart D`
     then resumes from the last complete checkpoint and `--iters M` prints the checksum of
     `--iters M` straight;
   - a checkpoint of one rank count restarted on another is refused (non-zero status).
@@ -25,6 +25,47 @@ N = 17
 K = 5
 LONG = 150  # iterations of the run that is killed (a checkpoint every K: one is often in flight)
 HANG_S = 900  # a run this long is stuck, not slow (a busy machine is slow)
+
+
+def saved_once(folder, run):
+    """Waits until the run has replaced the checkpoint `folder` by a new one (its start-up takes
+    a while on a busy machine; a kill before that would test nothing), at most HANG_S."""
+    first = os.stat(folder).st_ino
+    start = time.time()
+    while time.time() - start < HANG_S and run.poll() is None:
+        try:
+            if os.stat(folder).st_ino != first:
+                return
+        except OSError:  # between the save's two renames
+            pass
+        time.sleep(0.01)
+
+
+def kill_ranks(folder):
+    """SIGKILL to every process whose command line names `folder`, until none is left: Open MPI
+    starts the ranks in process groups of their own, so a rank outlives its killed mpiexec for
+    up to a second, saving checkpoints (the resumed run would read while it saves)."""
+    needle = folder.encode()
+    for _ in range(100):
+        found = []
+        for pid in os.listdir('/proc'):
+            if not pid.isdigit() or int(pid) == os.getpid():
+                continue
+            try:
+                with open('/proc/%s/cmdline' % pid, 'rb') as f:
+                    if needle in f.read().split(b'\0'):
+                        found.append(int(pid))
+            except OSError:
+                pass
+        if not found:
+            return
+        for pid in found:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except OSError:
+                pass
+        time.sleep(0.05)
+    sys.exit('FAILED: the killed run\'s ranks did not end')
 
 
 def main():
@@ -55,18 +96,16 @@ def main():
             print('%d ranks: straight %s, restarted %s' % (ranks, straight, restarted))
             if restarted != straight:
                 sys.exit('FAILED: %d ranks: the restart differs' % ranks)
-            # Killed while checkpointing every K iterations from the restart on. Opt-in for now
-            # (CLBUF_TEST_RESTART_KILL=1): once in a few runs the resumed run found a checkpoint
-            # whose record.npy failed its CRC32C (1 rank, PoCL, 8c41989): an open bug.
-            if os.environ.get('CLBUF_TEST_RESTART_KILL') != '1':
-                continue
+            # Killed while checkpointing every K iterations from the restart on.
             run = subprocess.Popen(command(ranks, '--iters', str(LONG), '--restart', d,
                                            '--checkpoint', d, '--checkpoint-every', str(K)),
                                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                                    start_new_session=True)
-            time.sleep(random.uniform(0.2, 0.8))
+            saved_once(d, run)
+            time.sleep(random.uniform(0.0, 0.3))
             os.killpg(run.pid, signal.SIGKILL)
             run.wait()
+            kill_ranks(d)
             resumed = checksum(ranks, '--iters', str(LONG), '--restart', d)
             print('%d ranks: killed at random, resumed from iteration %s: %s (straight %s)' %
                   (ranks, checksum.restarted[0], resumed, straight_long))

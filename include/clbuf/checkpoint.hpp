@@ -21,7 +21,8 @@
 // buffers given to add() (a device copy). Anything missing, truncated, corrupted (a byte
 // flipped in any file, the manifest too) or of another dtype or shape than the buffer given is a
 // clbuf::Error (CL_INVALID_VALUE) naming the file and what differs, and the buffers are as they
-// were.
+// were. Every file is read through the folder as opened (detail::OpenFolder), so a load while
+// another process saves reads one whole checkpoint, the old or the new.
 #ifndef CLBUF_CHECKPOINT_HPP
 #define CLBUF_CHECKPOINT_HPP
 
@@ -35,6 +36,7 @@
 #include <clbuf/manager.hpp>
 #include <clbuf/sharded_buffer.hpp>
 
+#include <cerrno>
 #include <cstddef>
 #include <cstdint>
 #include <cstdio>
@@ -124,9 +126,8 @@ struct Manifest {
   }
 };
 
-/// Reads the whole small file `path`.
-inline std::string read_small_file(const char* operation, const std::string& path) {
-  const File file = File::open_read(operation, path);
+/// Reads the whole small file `file`.
+inline std::string read_small_file(const char* operation, const File& file) {
   std::string text(static_cast<std::size_t>(file.size(operation)), '\0');
   file.read_at(operation, &text[0], text.size(), 0);
   return text;
@@ -146,7 +147,7 @@ inline void write_small_file(const char* operation, const std::string& path,
 /// A named set of device buffers of one manager, saved to a folder and loaded back atomically
 /// and checked (the header's comment has the protocol). Not thread-safe; the buffers given to
 /// add() must outlive it. Another process (or Checkpoint) must not save to the same folder at
-/// the same time.
+/// the same time; one may load from it meanwhile (it reads one whole checkpoint).
 class Checkpoint {
  public:
   /// The checkpoint of `manager`'s buffers in the folder `folder` (for several ranks, `ranks`:
@@ -400,14 +401,31 @@ class Checkpoint {
     detail::sync_folder(op, parent);
   }
 
+  /// Reads and checks every file of the checkpoint into new buffers; returns the copies into the
+  /// buffers given to add(). A save by another process at the same time replaces the folder by
+  /// a rename: what is read is one checkpoint, the old or the new (read_checkpoint() reads
+  /// through the folder it opened); where the folder was replaced while it was read (a file of
+  /// it removed meanwhile), the new one is read, up to 8 times.
   std::vector<std::function<void()>> read_files(const char* op) {
-    const std::string folder = complete_folder(folder_);
-    if (folder.empty()) {
-      detail::fail_file(op, folder_, "no checkpoint (nor a .old one) at", ENOENT);
+    for (int attempt = 1;; ++attempt) {
+      const std::string path = complete_folder(folder_);
+      if (path.empty()) detail::fail_file(op, folder_, "no checkpoint (nor a .old one) at", ENOENT);
+      std::unique_ptr<detail::OpenFolder> folder;
+      try {
+        folder = std::make_unique<detail::OpenFolder>(op, path);
+        return read_checkpoint(op, *folder);
+      } catch (const Error&) {
+        const bool replaced = folder == nullptr || folder->replaced_at(path);
+        if (!replaced || attempt == 8) throw;
+      }
     }
-    const std::string manifest_path = folder + "/" + manifest_name();
-    const detail::Manifest manifest =
-        detail::Manifest::parse(op, manifest_path, detail::read_small_file(op, manifest_path));
+  }
+
+  std::vector<std::function<void()>> read_checkpoint(const char* op,
+                                                     const detail::OpenFolder& folder) {
+    const std::string manifest_path = folder.path() + "/" + manifest_name();
+    const detail::Manifest manifest = detail::Manifest::parse(
+        op, manifest_path, detail::read_small_file(op, folder.open_read(op, manifest_name())));
     if (manifest.ranks != ranks_.size || manifest.rank != ranks_.rank) {
       detail::fail_file_contents(op, manifest_path,
                                  "written by rank " + std::to_string(manifest.rank) + " of " +
@@ -424,13 +442,19 @@ class Checkpoint {
       if (entry == nullptr) {
         detail::fail_file_contents(op, manifest_path, "has no array '" + array.name + "'");
       }
-      commits.push_back(read_one(op, folder + "/" + entry->file, *entry, array));
+      if (entry->file != file_name(array.name)) {  // never a path outside the folder
+        detail::fail_file_contents(op, manifest_path,
+                                   "names the file '" + entry->file + "' for the array '" +
+                                       array.name + "', not '" + file_name(array.name) + "'");
+      }
+      commits.push_back(read_one(op, folder, *entry, array));
     }
     return commits;
   }
 
-  static std::function<void()> read_one(const char* op, const std::string& path,
+  static std::function<void()> read_one(const char* op, const detail::OpenFolder& folder,
                                         const detail::ManifestEntry& entry, const Array& array) {
+    const std::string path = folder.path() + "/" + entry.file;
     if (entry.descr != array.descr || entry.shape != array.shape) {
       detail::fail_file_contents(op, path,
                                  "holds " + entry.descr + " of shape " +
@@ -438,7 +462,7 @@ class Checkpoint {
                                      array.name + "' is " + array.descr + " of shape " +
                                      detail::shape_text(array.shape));
     }
-    const detail::NpyFile npy = detail::NpyFile::open(op, path);
+    const detail::NpyFile npy = detail::NpyFile::of(op, folder.open_read(op, entry.file));
     const std::uint64_t size = npy.file.size(op);
     if (size != entry.bytes || npy.header.descr() != entry.descr ||
         npy.header.shape != entry.shape) {

@@ -1655,7 +1655,8 @@ class DeviceBuffer {
 // buffers given to add() (a device copy). Anything missing, truncated, corrupted (a byte
 // flipped in any file, the manifest too) or of another dtype or shape than the buffer given is a
 // clbuf::Error (CL_INVALID_VALUE) naming the file and what differs, and the buffers are as they
-// were.
+// were. Every file is read through the folder as opened (detail::OpenFolder), so a load while
+// another process saves reads one whole checkpoint, the old or the new.
 #ifndef CLBUF_CHECKPOINT_HPP
 #define CLBUF_CHECKPOINT_HPP
 
@@ -2100,10 +2101,17 @@ class File {
   /// `path` opened for reading; refused unless it is a regular file (opened without blocking,
   /// so a FIFO is refused rather than waited on).
   static File open_read(const char* operation, const std::string& path) {
+    return open_read_at(operation, AT_FDCWD, path, path);
+  }
+
+  /// As open_read(), `name` in the folder open as `folder` (a descriptor; AT_FDCWD: the current
+  /// folder), named `path` in errors.
+  static File open_read_at(const char* operation, int folder, const std::string& name,
+                           const std::string& path) {
     check_output_path(operation, path, "the file");
     int fd = -1;
     do {
-      fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+      fd = ::openat(folder, name.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
     } while (fd < 0 && errno == EINTR);
     if (fd < 0) fail_file(operation, path, "cannot open", errno);
     File file(fd, path);
@@ -2206,6 +2214,45 @@ inline void sync_folder(const char* operation, const std::string& folder) {
   File dir(fd, folder);
   dir.sync(operation);
 }
+
+/// A folder held open: the files opened through it are that folder's even when it is renamed,
+/// replaced or removed meanwhile (a checkpoint read while another process saves one: a save
+/// replaces the folder by a rename and never changes a file in place).
+class OpenFolder {
+ public:
+  /// `path` opened. @throws Error when it cannot be (missing, not a folder, no permission).
+  OpenFolder(const char* operation, const std::string& path) : path_(path) {
+    int fd = -1;
+    do {
+      fd = ::open(path.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    } while (fd < 0 && errno == EINTR);
+    if (fd < 0) fail_file(operation, path, "cannot open the folder", errno);
+    dir_ = File(fd, path);
+    struct stat facts {};
+    if (::fstat(fd, &facts) != 0) fail_file(operation, path, "cannot stat", errno);
+    device_ = facts.st_dev;
+    inode_ = facts.st_ino;
+  }
+
+  const std::string& path() const noexcept { return path_; }
+
+  /// The file `name` of this folder, opened for reading (File::open_read's checks).
+  File open_read(const char* operation, const std::string& name) const {
+    return File::open_read_at(operation, dir_.fd(), name, path_ + "/" + name);
+  }
+
+  /// True when `path` is no longer this folder (another took its place, or none is there).
+  bool replaced_at(const std::string& path) const noexcept {
+    struct stat facts {};
+    return ::stat(path.c_str(), &facts) != 0 || facts.st_dev != device_ || facts.st_ino != inode_;
+  }
+
+ private:
+  std::string path_;
+  File dir_;
+  dev_t device_ = 0;
+  ino_t inode_ = 0;
+};
 
 /// Renames `from` to `to` (replacing a file `to`; an empty folder `to` too).
 inline void rename_path(const char* operation, const std::string& from, const std::string& to) {
@@ -7893,8 +7940,14 @@ struct NpyFile {
   /// Opens and checks `path`. @throws Error (CL_INVALID_VALUE) naming `operation` and the path:
   /// missing, a folder, unreadable, not a .npy header, or a size other than the header says.
   static NpyFile open(const char* operation, const std::string& path) {
+    return of(operation, File::open_read(operation, path));
+  }
+
+  /// As open(), the file `file` opened for reading.
+  static NpyFile of(const char* operation, File file) {
     NpyFile npy;
-    npy.file = File::open_read(operation, path);
+    npy.file = std::move(file);
+    const std::string& path = npy.file.path();
     const std::uint64_t size = npy.file.size(operation);
     std::vector<unsigned char> prefix(
         static_cast<std::size_t>(std::min<std::uint64_t>(size, npy_prefix_bytes)));
@@ -12603,6 +12656,7 @@ class DeviceGroup {
 #endif  // CLBUF_DEVICE_GROUP_HPP
 // ---- end of clbuf/device_group.hpp
 
+#include <cerrno>
 #include <cstddef>
 #include <cstdint>
 #include <cstdio>
@@ -12692,9 +12746,8 @@ struct Manifest {
   }
 };
 
-/// Reads the whole small file `path`.
-inline std::string read_small_file(const char* operation, const std::string& path) {
-  const File file = File::open_read(operation, path);
+/// Reads the whole small file `file`.
+inline std::string read_small_file(const char* operation, const File& file) {
   std::string text(static_cast<std::size_t>(file.size(operation)), '\0');
   file.read_at(operation, &text[0], text.size(), 0);
   return text;
@@ -12714,7 +12767,7 @@ inline void write_small_file(const char* operation, const std::string& path,
 /// A named set of device buffers of one manager, saved to a folder and loaded back atomically
 /// and checked (the header's comment has the protocol). Not thread-safe; the buffers given to
 /// add() must outlive it. Another process (or Checkpoint) must not save to the same folder at
-/// the same time.
+/// the same time; one may load from it meanwhile (it reads one whole checkpoint).
 class Checkpoint {
  public:
   /// The checkpoint of `manager`'s buffers in the folder `folder` (for several ranks, `ranks`:
@@ -12968,14 +13021,31 @@ class Checkpoint {
     detail::sync_folder(op, parent);
   }
 
+  /// Reads and checks every file of the checkpoint into new buffers; returns the copies into the
+  /// buffers given to add(). A save by another process at the same time replaces the folder by
+  /// a rename: what is read is one checkpoint, the old or the new (read_checkpoint() reads
+  /// through the folder it opened); where the folder was replaced while it was read (a file of
+  /// it removed meanwhile), the new one is read, up to 8 times.
   std::vector<std::function<void()>> read_files(const char* op) {
-    const std::string folder = complete_folder(folder_);
-    if (folder.empty()) {
-      detail::fail_file(op, folder_, "no checkpoint (nor a .old one) at", ENOENT);
+    for (int attempt = 1;; ++attempt) {
+      const std::string path = complete_folder(folder_);
+      if (path.empty()) detail::fail_file(op, folder_, "no checkpoint (nor a .old one) at", ENOENT);
+      std::unique_ptr<detail::OpenFolder> folder;
+      try {
+        folder = std::make_unique<detail::OpenFolder>(op, path);
+        return read_checkpoint(op, *folder);
+      } catch (const Error&) {
+        const bool replaced = folder == nullptr || folder->replaced_at(path);
+        if (!replaced || attempt == 8) throw;
+      }
     }
-    const std::string manifest_path = folder + "/" + manifest_name();
-    const detail::Manifest manifest =
-        detail::Manifest::parse(op, manifest_path, detail::read_small_file(op, manifest_path));
+  }
+
+  std::vector<std::function<void()>> read_checkpoint(const char* op,
+                                                     const detail::OpenFolder& folder) {
+    const std::string manifest_path = folder.path() + "/" + manifest_name();
+    const detail::Manifest manifest = detail::Manifest::parse(
+        op, manifest_path, detail::read_small_file(op, folder.open_read(op, manifest_name())));
     if (manifest.ranks != ranks_.size || manifest.rank != ranks_.rank) {
       detail::fail_file_contents(op, manifest_path,
                                  "written by rank " + std::to_string(manifest.rank) + " of " +
@@ -12992,13 +13062,19 @@ class Checkpoint {
       if (entry == nullptr) {
         detail::fail_file_contents(op, manifest_path, "has no array '" + array.name + "'");
       }
-      commits.push_back(read_one(op, folder + "/" + entry->file, *entry, array));
+      if (entry->file != file_name(array.name)) {  // never a path outside the folder
+        detail::fail_file_contents(op, manifest_path,
+                                   "names the file '" + entry->file + "' for the array '" +
+                                       array.name + "', not '" + file_name(array.name) + "'");
+      }
+      commits.push_back(read_one(op, folder, *entry, array));
     }
     return commits;
   }
 
-  static std::function<void()> read_one(const char* op, const std::string& path,
+  static std::function<void()> read_one(const char* op, const detail::OpenFolder& folder,
                                         const detail::ManifestEntry& entry, const Array& array) {
+    const std::string path = folder.path() + "/" + entry.file;
     if (entry.descr != array.descr || entry.shape != array.shape) {
       detail::fail_file_contents(op, path,
                                  "holds " + entry.descr + " of shape " +
@@ -13006,7 +13082,7 @@ class Checkpoint {
                                      array.name + "' is " + array.descr + " of shape " +
                                      detail::shape_text(array.shape));
     }
-    const detail::NpyFile npy = detail::NpyFile::open(op, path);
+    const detail::NpyFile npy = detail::NpyFile::of(op, folder.open_read(op, entry.file));
     const std::uint64_t size = npy.file.size(op);
     if (size != entry.bytes || npy.header.descr() != entry.descr ||
         npy.header.shape != entry.shape) {

@@ -72,10 +72,17 @@ class File {
   /// `path` opened for reading; refused unless it is a regular file (opened without blocking,
   /// so a FIFO is refused rather than waited on).
   static File open_read(const char* operation, const std::string& path) {
+    return open_read_at(operation, AT_FDCWD, path, path);
+  }
+
+  /// As open_read(), `name` in the folder open as `folder` (a descriptor; AT_FDCWD: the current
+  /// folder), named `path` in errors.
+  static File open_read_at(const char* operation, int folder, const std::string& name,
+                           const std::string& path) {
     check_output_path(operation, path, "the file");
     int fd = -1;
     do {
-      fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+      fd = ::openat(folder, name.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
     } while (fd < 0 && errno == EINTR);
     if (fd < 0) fail_file(operation, path, "cannot open", errno);
     File file(fd, path);
@@ -178,6 +185,45 @@ inline void sync_folder(const char* operation, const std::string& folder) {
   File dir(fd, folder);
   dir.sync(operation);
 }
+
+/// A folder held open: the files opened through it are that folder's even when it is renamed,
+/// replaced or removed meanwhile (a checkpoint read while another process saves one: a save
+/// replaces the folder by a rename and never changes a file in place).
+class OpenFolder {
+ public:
+  /// `path` opened. @throws Error when it cannot be (missing, not a folder, no permission).
+  OpenFolder(const char* operation, const std::string& path) : path_(path) {
+    int fd = -1;
+    do {
+      fd = ::open(path.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    } while (fd < 0 && errno == EINTR);
+    if (fd < 0) fail_file(operation, path, "cannot open the folder", errno);
+    dir_ = File(fd, path);
+    struct stat facts {};
+    if (::fstat(fd, &facts) != 0) fail_file(operation, path, "cannot stat", errno);
+    device_ = facts.st_dev;
+    inode_ = facts.st_ino;
+  }
+
+  const std::string& path() const noexcept { return path_; }
+
+  /// The file `name` of this folder, opened for reading (File::open_read's checks).
+  File open_read(const char* operation, const std::string& name) const {
+    return File::open_read_at(operation, dir_.fd(), name, path_ + "/" + name);
+  }
+
+  /// True when `path` is no longer this folder (another took its place, or none is there).
+  bool replaced_at(const std::string& path) const noexcept {
+    struct stat facts {};
+    return ::stat(path.c_str(), &facts) != 0 || facts.st_dev != device_ || facts.st_ino != inode_;
+  }
+
+ private:
+  std::string path_;
+  File dir_;
+  dev_t device_ = 0;
+  ino_t inode_ = 0;
+};
 
 /// Renames `from` to `to` (replacing a file `to`; an empty folder `to` too).
 inline void rename_path(const char* operation, const std::string& from, const std::string& to) {

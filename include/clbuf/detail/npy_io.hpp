@@ -57,8 +57,14 @@ struct NpyFile {
   /// Opens and checks `path`. @throws Error (CL_INVALID_VALUE) naming `operation` and the path:
   /// missing, a folder, unreadable, not a .npy header, or a size other than the header says.
   static NpyFile open(const char* operation, const std::string& path) {
+    return of(operation, File::open_read(operation, path));
+  }
+
+  /// As open(), the file `file` opened for reading.
+  static NpyFile of(const char* operation, File file) {
     NpyFile npy;
-    npy.file = File::open_read(operation, path);
+    npy.file = std::move(file);
+    const std::string& path = npy.file.path();
     const std::uint64_t size = npy.file.size(operation);
     std::vector<unsigned char> prefix(
         static_cast<std::size_t>(std::min<std::uint64_t>(size, npy_prefix_bytes)));
