@@ -3,12 +3,18 @@
 // between threads, and cleanup() while other threads are mid-transfer.
 #include <atomic>
 #include <chrono>
+#include <clbuf/checkpoint.hpp>
+#include <clbuf/npy.hpp>
 #include <cstdint>
+#include <filesystem>
+#include <functional>
 #include <mutex>
 #include <random>
 #include <string>
 #include <thread>
 #include <vector>
+
+#include <unistd.h>
 
 #include "support/device_test.hpp"
 
@@ -300,6 +306,85 @@ TEST_F(Threads, CleanupWhileOtherThreadsTransfer) {
   for (auto& thread : threads) thread.join();
   EXPECT_TRUE(failures.none());
   EXPECT_EQ(rejected_after_cleanup.load(), thread_count);
+}
+
+// cleanup() while other threads move files: .npy loads and saves (typed and by bytes, as the
+// Python module calls them) and a Checkpoint's saves and loads. Each call completes or throws the
+// cleaned-up error; cleanup() waits for the calls using the manager's engine (no call touches a
+// released queue or pinned pool: ASan and TSan watch this one).
+/// One round of CleanupWhileFilesAndCheckpointsMove on a manager of `model` (every transfer past
+/// 8 KiB staged through 4 KiB pinned chunks: many chunk calls of the engine in flight).
+void cleanup_while_files_move(clbuf::MemoryModel model) {
+  clbuf::BufferManager manager(std::string(), clbuf_test::fault_options(model));
+  const std::filesystem::path folder =
+      std::filesystem::temp_directory_path() / ("clbuf-thread-files-" + std::to_string(::getpid()));
+  std::filesystem::remove_all(folder);
+  std::filesystem::create_directories(folder);
+  Failures failures;
+  std::atomic<int> started{0};
+  std::atomic<int> rejected{0};
+  const auto expect_cleaned_up = [&](const clbuf::Error& error) {
+    if (error.code() != CL_SUCCESS ||
+        std::string(error.what()).find("cleanup") == std::string::npos) {
+      failures.add(std::string("unexpected error: ") + error.what());
+    }
+    ++rejected;
+  };
+  const std::vector<float> data(300000, 2.5f);  // 1.2 MB: several staging chunks
+  std::vector<std::function<void(int)>> work = {
+      [&](int i) {
+        const std::string path = (folder / ("a" + std::to_string(i % 2) + ".npy")).string();
+        auto buffer = manager.upload(data);
+        manager.save_npy(path, buffer);
+        if (manager.download(manager.load_npy<float>(path)) != data) failures.add("npy");
+      },
+      [&](int i) {
+        const std::string path = (folder / ("b" + std::to_string(i % 2) + ".npy")).string();
+        auto bytes = manager.upload(std::vector<std::uint8_t>(400000, 7));
+        clbuf::save_npy_bytes(manager, path, bytes, "|u1", {400000});
+        clbuf::NpyHeader header;
+        auto back = clbuf::load_npy_bytes(manager, path, header);
+        if (back.size() != 400000) failures.add("npy bytes");
+      },
+      [&](int) {
+        auto u = manager.upload(data);
+        clbuf::Checkpoint checkpoint(manager, (folder / "ckpt").string());
+        checkpoint.add("u", u);
+        checkpoint.save();
+        checkpoint.load();
+        if (manager.download(u) != data) failures.add("checkpoint");
+      }};
+  std::vector<std::thread> threads;
+  for (std::size_t t = 0; t < work.size(); ++t) {
+    threads.emplace_back([&, t] {
+      ++started;
+      for (int i = 0; i < 100000; ++i) {
+        try {
+          work[t](i);
+        } catch (const clbuf::Error& error) {
+          expect_cleaned_up(error);
+          return;
+        } catch (const std::exception& error) {
+          failures.add(std::string("unexpected exception: ") + error.what());
+          return;
+        }
+      }
+      failures.add("thread " + std::to_string(t) + " never saw the cleanup");
+    });
+  }
+  while (started.load() < static_cast<int>(work.size())) std::this_thread::yield();
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  manager.cleanup();
+  for (auto& thread : threads) thread.join();
+  std::filesystem::remove_all(folder);
+  EXPECT_TRUE(failures.none()) << clbuf::to_string(model);
+  EXPECT_EQ(rejected.load(), static_cast<int>(work.size())) << clbuf::to_string(model);
+}
+
+TEST_F(Threads, CleanupWhileFilesAndCheckpointsMove) {
+  for (const clbuf::MemoryModel model : {clbuf::MemoryModel::host, clbuf::MemoryModel::discrete}) {
+    cleanup_while_files_move(model);
+  }
 }
 
 TEST_F(Threads, CleanupFromSeveralThreadsAtOnceReleasesOnceAndEveryCallReturns) {

@@ -288,6 +288,7 @@ class Checkpoint {
                                                             const detail::File& file,
                                                             const DeviceBuffer<T>& buffer,
                                                             const std::vector<std::size_t>& shape) {
+    const auto entry = detail::ManagerAccess::enter(manager, op);  // cleanup() waits
     if (!buffer.valid()) detail::fail_invalid_buffer(op);
     const std::string header = detail::format_npy_header(detail::npy_descr<T>(), shape);
     detail::Crc32c crc;
@@ -301,6 +302,7 @@ class Checkpoint {
                                                                     const char* op,
                                                                     const detail::NpyFile& npy,
                                                                     DeviceBuffer<T>& target) {
+    const auto entry = detail::ManagerAccess::enter(manager, op);  // cleanup() waits
     npy.check_type(op, NpyType<T>::kind, NpyType<T>::bytes);
     detail::check_file_elements(op, npy, target.size());
     auto fresh = std::make_shared<DeviceBuffer<T>>(manager.allocate<T>(target.size()));

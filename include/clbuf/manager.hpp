@@ -1230,6 +1230,12 @@ namespace detail {
 struct ManagerAccess {
   /// The manager's transfer engine: its path rule, chunk calls and pinned pool (clbuf::mpi).
   static TransferEngine& engine(BufferManager& manager) noexcept { return manager.engine_; }
+  /// The manager's gate entered for one call of a layer built over it that uses the engine
+  /// directly (a .npy file's bytes, a checkpoint's array): cleanup() waits until the Entry is
+  /// gone. @throws Error (code CL_SUCCESS) once cleanup() has begun.
+  static Gate::Entry enter(const BufferManager& manager, const char* operation) {
+    return manager.gate_.enter(operation);
+  }
   static void write(BufferManager& manager, const char* operation, cl_mem buffer,
                     std::size_t offset, const void* data, std::size_t bytes) {
     auto entry = manager.gate_.enter(operation);

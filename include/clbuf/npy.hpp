@@ -30,12 +30,12 @@ inline NpyHeader read_npy_header(const std::string& path) {
 /// For front ends that carry the dtype themselves (the Python module's clbuf.load): the array of
 /// the .npy file `path`, of any dtype NpyHeader reads, as a new buffer of its bytes (in the
 /// host's byte order: a big-endian file is swapped), its header in `header`. As load_npy()
-/// otherwise (pinned chunks, errors), but the manager's cleanup() must not run meanwhile.
+/// otherwise (pinned chunks, errors; cleanup() waits for it).
 inline DeviceBuffer<std::uint8_t> load_npy_bytes(BufferManager& manager, const std::string& path,
                                                  NpyHeader& header) {
   return detail::guard_host_memory("load", [&] {
     const char* op = "load";
-    static_cast<void>(manager.context());  // fails after cleanup()
+    const auto entry = detail::ManagerAccess::enter(manager, op);
     detail::NpyFile npy = detail::NpyFile::open(op, path);
     if (npy.header.fortran_order) npy.check_type(op, npy.header.kind, npy.header.item_bytes);
     DeviceBuffer<std::uint8_t> bytes = manager.allocate<std::uint8_t>(npy.header.data_bytes);
@@ -56,7 +56,7 @@ inline void save_npy_bytes(BufferManager& manager, const std::string& path,
                            const std::vector<std::size_t>& shape) {
   detail::guard_host_memory("save", [&] {
     const char* op = "save";
-    static_cast<void>(manager.context());  // fails after cleanup()
+    const auto entry = detail::ManagerAccess::enter(manager, op);
     if (!bytes.valid()) detail::fail_invalid_buffer(op);
     const std::string header = detail::format_npy_header(descr, shape);
     NpyHeader parsed;

@@ -36,8 +36,9 @@ ShardedBuffer<T> load_npy(DeviceGroup& group, const std::string& path,
     ShardedBuffer<T> array = group.allocate<T>(npy.header.elements, partition, halo);
     for (std::size_t i = 0; i < array.shards(); ++i) {
       if (array.count(i) == 0) continue;
-      detail::TransferEngine& engine =
-          detail::ManagerAccess::engine(group.manager(array.device(i)));
+      BufferManager& manager = group.manager(array.device(i));
+      const auto entry = detail::ManagerAccess::enter(manager, op);
+      detail::TransferEngine& engine = detail::ManagerAccess::engine(manager);
       const detail::Allocation& memory = detail::BufferAccess::memory(array.shard(i));
       if (memory.host != nullptr && !memory.fresh) engine.queue().finish(op);
       detail::file_to_device(op, npy.file, npy.header.data_offset + array.offset(i) * sizeof(T),
@@ -68,8 +69,9 @@ void save_npy(DeviceGroup& group, const std::string& path, const ShardedBuffer<T
     out.file().write_at(op, header.data(), header.size(), 0);
     for (std::size_t i = 0; i < array.shards(); ++i) {
       if (array.count(i) == 0) continue;
-      detail::TransferEngine& engine =
-          detail::ManagerAccess::engine(group.manager(array.device(i)));
+      BufferManager& manager = group.manager(array.device(i));
+      const auto entry = detail::ManagerAccess::enter(manager, op);
+      detail::TransferEngine& engine = detail::ManagerAccess::engine(manager);
       const detail::Allocation& memory = detail::BufferAccess::memory(array.shard(i));
       if (memory.host != nullptr) engine.queue().finish(op);
       detail::device_to_file(op, memory, array.ghost() * sizeof(T), array.count(i) * sizeof(T),
