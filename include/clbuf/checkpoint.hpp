@@ -305,7 +305,8 @@ class Checkpoint {
     const auto entry = detail::ManagerAccess::enter(manager, op);  // cleanup() waits
     npy.check_type(op, NpyType<T>::kind, NpyType<T>::bytes);
     detail::check_file_elements(op, npy, target.size());
-    auto fresh = std::make_shared<DeviceBuffer<T>>(manager.allocate<T>(target.size()));
+    auto fresh = std::make_shared<DeviceBuffer<T>>(
+        detail::ManagerAccess::allocate<T>(manager, op, target.size()));
     detail::Crc32c crc;
     detail::npy_read(detail::ManagerAccess::engine(manager), op, npy,
                      detail::BufferAccess::memory(*fresh), true, &crc);

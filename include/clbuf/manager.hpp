@@ -1236,6 +1236,13 @@ struct ManagerAccess {
   static Gate::Entry enter(const BufferManager& manager, const char* operation) {
     return manager.gate_.enter(operation);
   }
+  /// A new buffer of `count` elements (1-D) of the manager's pool for a layer built over it, its
+  /// errors naming `operation` (a checkpoint's load, not "allocate"). The caller holds an Entry.
+  template <class T>
+  static DeviceBuffer<T> allocate(BufferManager& manager, const char* operation,
+                                  std::size_t count) {
+    return manager.new_buffer<T>(operation, count, {count});
+  }
   static void write(BufferManager& manager, const char* operation, cl_mem buffer,
                     std::size_t offset, const void* data, std::size_t bytes) {
     auto entry = manager.gate_.enter(operation);
