@@ -148,6 +148,34 @@ class UserEvent {
   cl::Event barrier_;  // a barrier waiting for event_, kept until complete()
 };
 
+/// The background half of an asynchronous job whose bytes clbuf moves on the host (a staged
+/// transfer, a file's bytes): flushes `main` (the job's marker on it must reach the device), runs
+/// `work`, records its failure in `outcome` (an Error as it is, anything else as out of host
+/// memory: "<what> ran out of host memory"), runs `release` (gives back what the job holds: a
+/// turn, the caller's memory, a file), completes `landed` and flushes `main` again, so that the
+/// barrier waiting for `landed`, and what follows it, run.
+template <class Work, class Release>
+void finish_background_job(cl_command_queue main, const char* operation, const char* what,
+                           Outcome& outcome, UserEvent& landed, Work&& work,
+                           Release&& release) noexcept {
+  const cl_int err = CLBUF_CL(clFlush)(main);
+  if (err != CL_SUCCESS) {
+    outcome.failed(operation, err, std::string("clFlush failed before ") + what);
+  } else {
+    try {
+      work();
+    } catch (const Error& e) {
+      outcome.failed(e);
+    } catch (...) {
+      outcome.failed(operation, CL_OUT_OF_HOST_MEMORY,
+                     std::string(what) + " ran out of host memory");
+    }
+  }
+  release();
+  landed.complete();
+  CLBUF_CL(clFlush)(main);
+}
+
 /// The handles of `after` to wait for: null handles are skipped (a Future with nothing left to
 /// wait for has a null event), and each other one must be of `context`.
 /// @throws Error CL_INVALID_CONTEXT naming the event that is not. Wraps clGetEventInfo.

@@ -210,23 +210,14 @@ struct FileJob {
 
 /// Runs a FileJob on the background thread: waits for M, works, reports, completes U.
 inline void run_file_job(FileJob& job, PinnedPool& pinned) noexcept {
-  const cl_int err = CLBUF_CL(clFlush)(job.main.get());  // M must reach the device
-  if (err != CL_SUCCESS) {
-    job.outcome->failed(job.operation, err, "clFlush failed before a file transfer");
-  } else {
-    try {
-      Queue::wait(job.operation, job.before);
-      job.work(ChunkIo(job.side, pinned));
-    } catch (const Error& e) {
-      job.outcome->failed(e);
-    } catch (...) {
-      job.outcome->failed(job.operation, CL_OUT_OF_HOST_MEMORY,
-                          "a file transfer ran out of host memory");
-    }
-  }
-  job.work = nullptr;  // what it holds (the file, a temporary file to remove) goes now
-  job.landed.complete();
-  CLBUF_CL(clFlush)(job.main.get());  // lets B, and what follows it, run
+  finish_background_job(
+      job.main.get(), job.operation, "a file transfer", *job.outcome, job.landed,
+      [&] {
+        Queue::wait(job.operation, job.before);
+        job.work(ChunkIo(job.side, pinned));
+      },
+      // what the work holds (the file, a temporary file to remove) goes now
+      [&]() noexcept { job.work = nullptr; });
 }
 
 /// Starts `work` as a FileJob of `bytes` (`upload`: into the device) and returns what its

@@ -180,25 +180,17 @@ class Stager {
   /// the main queue go on.
   void finish_async(AsyncJob& job) noexcept {
     Turn turn(*this, job.place);
-    const cl_int err = CLBUF_CL(clFlush)(main().get());  // the marker must reach the device
-    if (err != CL_SUCCESS) {
-      job.outcome->failed(job.operation, err, "clFlush failed before a staged transfer");
-    } else {
-      try {
-        turn.wait();
-        run(job.to_device, job.memory(), job.offset, job.host, job.bytes, job.before(),
-            job.operation);
-      } catch (const Error& e) {
-        job.outcome->failed(e);
-      } catch (...) {
-        job.outcome->failed(job.operation, CL_OUT_OF_HOST_MEMORY,
-                            "a staged transfer ran out of host memory");
-      }
-    }
-    turn.release();
-    job.keep.reset();
-    job.landed.complete();
-    CLBUF_CL(clFlush)(main().get());  // lets the barrier, and what follows it, run
+    finish_background_job(
+        main().get(), job.operation, "a staged transfer", *job.outcome, job.landed,
+        [&] {
+          turn.wait();
+          run(job.to_device, job.memory(), job.offset, job.host, job.bytes, job.before(),
+              job.operation);
+        },
+        [&]() noexcept {
+          turn.release();
+          job.keep.reset();
+        });
   }
 
   /// A transfer's turn; waits for it, and gives it up on every way out so that later transfers
