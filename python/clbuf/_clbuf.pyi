@@ -6,7 +6,7 @@ them); pyopencl's and mpi4py's classes are Any here (neither library ships type 
 help() names them.
 """
 import array
-from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
 
 import numpy as np
 import numpy.typing as npt
@@ -270,6 +270,71 @@ class ShardedHalo:
     def exchange(self, field: ShardedBuffer) -> None: ...
     def copies(self) -> List[Dict[str, int]]: ...
 
+# Checkpoints (python/src/checkpoint.cpp, issue 44).
+
+class Checkpoint:
+    """A named set of DeviceBuffers and ShardedBuffers saved to a folder and loaded back."""
+
+    def __init__(self, manager: BufferManager, folder: str) -> None: ...
+    def add(
+        self,
+        name: str,
+        buffer: Union[DeviceBuffer, ShardedBuffer],
+        shape: Optional[_Shape] = None,
+    ) -> "Checkpoint": ...
+    def save(self) -> None: ...
+    def load(self) -> None: ...
+    @property
+    def arrays(self) -> int: ...
+    @staticmethod
+    def complete_folder(folder: str) -> str: ...
+
+# Tiles streamed through the device (python/src/tiles.cpp, issue 43).
+
+class Tile:
+    """One tile of stream_tiles(), as its function gets it."""
+
+    @property
+    def index(self) -> int: ...
+    @property
+    def tiles(self) -> int: ...
+    @property
+    def first(self) -> int: ...
+    @property
+    def count(self) -> int: ...
+    @property
+    def input(self) -> DeviceBuffer: ...
+    @property
+    def output(self) -> DeviceBuffer: ...
+    @property
+    def queue(self) -> Any: ...  # pyopencl.CommandQueue
+    @property
+    def queue_int_ptr(self) -> int: ...
+    @property
+    def wait_for(self) -> List[Any]: ...  # pyopencl.Event
+
+def stream_tiles(
+    manager: BufferManager,
+    data: _HostData,
+    fn: Callable[[Tile], Optional[Union[Any, Future]]],  # returns a pyopencl.Event
+    out: Optional[_WritableData] = None,
+    *,
+    dtype: Optional[_DType] = None,
+    tile_elements: int = 0,
+    in_flight: int = 0,
+    memory_budget_bytes: int = 0,
+) -> np.ndarray: ...
+def plan_tiles(
+    manager: BufferManager,
+    count: int,
+    dtype: _DType,
+    out_dtype: Optional[_DType] = None,
+    *,
+    in_place: bool = False,
+    tile_elements: int = 0,
+    in_flight: int = 0,
+    memory_budget_bytes: int = 0,
+) -> Dict[str, Any]: ...
 def list_devices() -> List[DeviceInfo]: ...
 def explain_selection(selector: Optional[str] = None) -> str: ...
 def error_name(code: int) -> str: ...

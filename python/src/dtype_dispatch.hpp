@@ -79,6 +79,92 @@ clbuf::Future<void> fill_as(clbuf::BufferManager& manager, clbuf::DeviceBuffer<W
   return manager.fill_async(buffer, value, count, at, after);
 }
 
+// ---- Dispatch on the numpy dtype, for calls whose files carry the dtype --------------------
+//
+// The library's .npy-typed calls (clbuf::Checkpoint's add: each array's descr in its file and in
+// the manifest) take the dtype from the C++ element type (clbuf::NpyType<T>), so there the size
+// alone is not enough: float32 and int32 must write '<f4' and '<i4'. NumpyElement<Kind, Bytes> is
+// an element of the dtype of numpy kind `Kind` and `Bytes` bytes, moved as bytes, that
+// clbuf::NpyType knows (the specialization after this namespace):
+//
+//   with_numpy_element(op, dtype, "checkpoint", [&](auto tag) {
+//     using E = decltype(tag);                  // NpyType<E>: the dtype's kind and size
+//     ... clbuf::DeviceBuffer<E> ... checkpoint.add(name, buffer) ...
+//   });
+//
+// The dtypes: bool, int8-int64, uint8-uint64, float16-float64, complex64, complex128 in the
+// host's byte order (those clbuf's .npy reader takes); any other is refused by
+// check_numpy_element() with "cannot <action> elements of <dtype>".
+
+/// An element of the numpy dtype of kind `Kind` ('b', 'i', 'u', 'f', 'c') and `Bytes` bytes.
+template <char Kind, std::size_t Bytes>
+struct NumpyElement {
+  unsigned char bytes[Bytes];
+};
+
+/// The dtype's numpy kind, or 0 when with_numpy_element() does not dispatch it.
+inline char numpy_element_kind(const py::dtype& dtype) {
+  const char kind = dtype.kind();
+  const auto size = static_cast<std::size_t>(dtype.itemsize());
+  if (!dtype.attr("isnative").cast<bool>()) return 0;  // the library writes the host's order
+  const bool sized =
+      (kind == 'b' && size == 1) ||
+      ((kind == 'i' || kind == 'u') && (size == 1 || size == 2 || size == 4 || size == 8)) ||
+      (kind == 'f' && (size == 2 || size == 4 || size == 8)) ||
+      (kind == 'c' && (size == 8 || size == 16));
+  return sized ? kind : 0;
+}
+
+/// clbuf.Error (CL_INVALID_VALUE) naming `operation`, "cannot <action> elements of <dtype>",
+/// unless with_numpy_element() dispatches `dtype`.
+inline void check_numpy_element(const char* operation, const py::dtype& dtype, const char* action) {
+  if (numpy_element_kind(dtype) == 0) {
+    fail(operation, CL_INVALID_VALUE,
+         std::string("cannot ") + action + " elements of " + describe_dtype(dtype) +
+             " (bool, integers, float16-float64, complex64 and complex128 in the host's byte "
+             "order only)");
+  }
+}
+
+/// f(E{}) with E the NumpyElement of `dtype`, and its result; clbuf.Error as
+/// check_numpy_element() for any other dtype.
+template <class F>
+decltype(auto) with_numpy_element(const char* operation, const py::dtype& dtype, const char* action,
+                                  F&& f) {
+  const auto size = static_cast<std::size_t>(dtype.itemsize());
+  switch (numpy_element_kind(dtype)) {
+    case 'b':
+      return f(NumpyElement<'b', 1>{});
+    case 'i':
+      if (size == 1) return f(NumpyElement<'i', 1>{});
+      if (size == 2) return f(NumpyElement<'i', 2>{});
+      if (size == 4) return f(NumpyElement<'i', 4>{});
+      return f(NumpyElement<'i', 8>{});
+    case 'u':
+      if (size == 1) return f(NumpyElement<'u', 1>{});
+      if (size == 2) return f(NumpyElement<'u', 2>{});
+      if (size == 4) return f(NumpyElement<'u', 4>{});
+      return f(NumpyElement<'u', 8>{});
+    case 'f':
+      if (size == 2) return f(NumpyElement<'f', 2>{});
+      if (size == 4) return f(NumpyElement<'f', 4>{});
+      return f(NumpyElement<'f', 8>{});
+    case 'c':
+      if (size == 8) return f(NumpyElement<'c', 8>{});
+      return f(NumpyElement<'c', 16>{});
+    default:
+      check_numpy_element(operation, dtype, action);  // throws
+      return f(NumpyElement<'u', 1>{});               // never reached
+  }
+}
+
 }  // namespace clbuf_python
+
+/// The .npy dtype of a NumpyElement: its kind and size.
+template <char Kind, std::size_t Bytes>
+struct clbuf::NpyType<clbuf_python::NumpyElement<Kind, Bytes>, void> {
+  static constexpr char kind = Kind;
+  static constexpr std::size_t bytes = Bytes;
+};
 
 #endif  // CLBUF_PYTHON_DTYPE_DISPATCH_HPP

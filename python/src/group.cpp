@@ -681,6 +681,18 @@ std::shared_ptr<Sharded> sharded_of(const Self<Sharded>& self, const char* membe
 
 }  // namespace
 
+bool is_sharded(const py::handle& value) { return py::isinstance<Sharded>(value); }
+
+ShardedParts sharded_parts(const char* operation, const py::handle& value) {
+  const std::shared_ptr<Sharded> sharded = held_object<Sharded>(value);
+  if (!sharded) {
+    fail(operation, CL_INVALID_MEM_OBJECT,
+         "an uninitialised clbuf.ShardedBuffer (made by clbuf.ShardedBuffer.__new__); " +
+             std::string(PythonName<Sharded>::made_by));
+  }
+  return ShardedParts{&sharded->group->cpp(), &sharded->bytes};
+}
+
 void bind_group(py::module_& m) {
   const auto none = py::none();
   // Classes first: each is named before any signature names it.

@@ -9,9 +9,25 @@
 
 #include "common.hpp"
 
+#include <clbuf/device_group.hpp>
+
 namespace clbuf_python {
 
 void bind_group(py::module_& m);
+
+/// A clbuf.ShardedBuffer's C++ parts, for the library's calls on a sharded array of any dtype
+/// (clbuf.Checkpoint): valid while the Python object lives (it keeps its group alive).
+struct ShardedParts {
+  clbuf::DeviceGroup* group = nullptr;
+  clbuf::ShardedBuffer<std::uint8_t>* bytes = nullptr;
+};
+
+/// True when `value` is a clbuf.ShardedBuffer (initialised or not).
+bool is_sharded(const py::handle& value);
+
+/// The parts of `value`, a clbuf.ShardedBuffer; clbuf.Error naming `operation` when it was never
+/// initialised.
+ShardedParts sharded_parts(const char* operation, const py::handle& value);
 
 }  // namespace clbuf_python
 

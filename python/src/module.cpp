@@ -13,6 +13,8 @@
 //   group.*     clbuf.DeviceGroup, clbuf.ShardedBuffer, clbuf.ShardedHalo (several devices)
 //   paths.cpp   the transfer path of each size and the resolved options, for `clbuf info`
 //   files.cpp   clbuf.load and clbuf.save: .npy files straight to and from device memory
+//   checkpoint.cpp  clbuf.Checkpoint: buffers saved to a folder and loaded back, atomic, checked
+//   tiles.cpp   clbuf.stream_tiles, clbuf.plan_tiles, clbuf.Tile: arrays streamed in tiles
 // Every failure is a clbuf.Error (a RuntimeError) with `.code`, the OpenCL error code, and
 // nothing is changed. All OpenCL work, and every check of buffers, ranges and the manager's
 // state, is the library's (clbuf::BufferManager); this extension checks only what Python passes
@@ -22,8 +24,10 @@
 #include "values.hpp"
 
 namespace clbuf_python {
-void bind_paths(py::module_& m);  // paths.cpp
-void bind_files(py::module_& m);  // files.cpp
+void bind_paths(py::module_& m);       // paths.cpp
+void bind_files(py::module_& m);       // files.cpp
+void bind_checkpoint(py::module_& m);  // checkpoint.cpp
+void bind_tiles(py::module_& m);       // tiles.cpp
 }  // namespace clbuf_python
 
 #ifdef CLBUF_PYTHON_MPI
@@ -92,6 +96,8 @@ PYBIND11_MODULE(_clbuf, m) {
   bind_group(m);
   bind_paths(m);
   bind_files(m);
+  bind_checkpoint(m);
+  bind_tiles(m);
 #ifdef CLBUF_PYTHON_MPI
   bind_mpi(m);
 #endif

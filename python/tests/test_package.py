@@ -30,14 +30,15 @@ def test_error_is_a_python_class_of_the_package_raised_by_the_extension():
 
 
 def test_the_classes_are_the_extensions_shown_as_the_packages():
-    for name in ("BufferManager", "DeviceBuffer", "DeviceGroup", "DeviceInfo", "Future",
-                 "ShardedBuffer", "ShardedHalo"):
+    for name in ("BufferManager", "Checkpoint", "DeviceBuffer", "DeviceGroup", "DeviceInfo",
+                 "Future", "ShardedBuffer", "ShardedHalo", "Tile"):
         assert getattr(clbuf, name) is getattr(extension, name)
         assert getattr(clbuf, name).__module__ == "clbuf"
     assert sorted(clbuf.__all__) == sorted(
-        ["BufferManager", "DeviceBuffer", "DeviceGroup", "DeviceInfo", "Error", "Future",
-         "MappedArray", "Region", "ShardedBuffer", "ShardedHalo", "__version__", "error_name",
-         "explain_selection", "list_devices", "load", "save", "trace", "trace_write_errors"])
+        ["BufferManager", "Checkpoint", "DeviceBuffer", "DeviceGroup", "DeviceInfo", "Error",
+         "Future", "MappedArray", "Region", "ShardedBuffer", "ShardedHalo", "Tile",
+         "__version__", "error_name", "explain_selection", "list_devices", "load", "plan_tiles",
+         "save", "stream_tiles", "trace", "trace_write_errors"])
     assert clbuf.__version__.count(".") == 2
 
 

@@ -40,5 +40,26 @@ def test_the_files_example_runs(bm, tmp_path, monkeypatch):
     assert np.array_equal(np.load("out.npy"), np.arange(12, dtype=np.float32).reshape(3, 4))
 
 
+def test_the_checkpoint_example_runs(bm, tmp_path, monkeypatch):
+    import numpy as np
+    import clbuf
+    monkeypatch.chdir(tmp_path)  # the block saves the folder ckpt where it runs
+    scope = {"np": np, "clbuf": clbuf, "bm": bm}
+    exec(compile(_block('clbuf.Checkpoint(bm, "ckpt")'), str(README), "exec"), scope)
+    assert np.array_equal(np.load("ckpt/field.npy"), np.zeros((64, 64)))
+
+
+def test_the_tile_stream_example_runs():
+    pytest.importorskip("pyopencl")
+    import numpy as np
+    import clbuf
+    scope = {"np": np, "clbuf": clbuf}
+    exec(compile(_block("clbuf.stream_tiles(bm, data, fn"), str(README), "exec"), scope)
+    expected = np.arange(1_000_000, dtype=np.float32)
+    assert np.array_equal(scope["y"], 2 * expected + 1)
+    assert np.array_equal(scope["data"], 2 * expected + 1)
+    scope["bm"].cleanup()
+
+
 def test_every_python_block_is_run_or_named_here():
-    assert len(BLOCKS) == 5 and sum("mpi4py" in block for block in BLOCKS) == 1
+    assert len(BLOCKS) == 7 and sum("mpi4py" in block for block in BLOCKS) == 1
