@@ -17,6 +17,7 @@
 #include <clbuf/device_info.hpp>
 #include <clbuf/error.hpp>
 #include <clbuf/future.hpp>
+#include <clbuf/group_tile_stream.hpp>
 #include <clbuf/kernel.hpp>
 #include <clbuf/manager.hpp>
 #include <clbuf/mapped_view.hpp>

@@ -25,6 +25,7 @@
 #include <clbuf/detail/host_memory.hpp>
 #include <clbuf/detail/queue.hpp>
 #include <clbuf/detail/telemetry.hpp>
+#include <clbuf/detail/tile_deal.hpp>
 #include <clbuf/detail/trace.hpp>
 #include <clbuf/error.hpp>
 #include <clbuf/manager.hpp>
@@ -33,8 +34,10 @@
 #include <algorithm>
 #include <atomic>
 #include <cstddef>
+#include <deque>
 #include <exception>
 #include <limits>
+#include <memory>
 #include <string>
 #include <type_traits>
 #include <utility>
@@ -57,6 +60,8 @@ struct Tile {
   DeviceBuffer<U>& out;                 ///< output; the same buffer as `in` in place
   const cl::CommandQueue& queue;        ///< the stream's in-order queue for kernels
   const std::vector<cl::Event>& after;  ///< the wait list of the first kernel: the upload
+  std::size_t device;                   ///< the device it runs on: 0, or a DeviceGroup's index
+  BufferManager& manager;               ///< that device's manager (its context: the kernels')
 };
 
 /// What a stream did.
@@ -64,6 +69,8 @@ struct TileReport {
   TilePlan plan;               ///< how it cut the array
   std::size_t tiles_done = 0;  ///< tiles whose output is in the caller's array (in order)
   bool cancelled = false;      ///< TileOptions::cancel stopped it before the last tile
+  /// Per device (a DeviceGroup's order; one entry for one manager): its tiles in the array.
+  std::vector<std::size_t> device_tiles;
 };
 
 /// The options of one stream: the plan's (TileOptions) and a cancel flag.
@@ -76,50 +83,14 @@ struct TileStreamOptions : TileOptions {
 
 namespace detail {
 
-/// One stream's run: its queues, its slots, its trace. The destructor waits for every command
-/// it enqueued (the slots' memory goes back only then), whichever way the run ended.
+/// One device's part of a stream: its three queues beside its manager's, a slot per tile in
+/// flight on it (device buffers and a pinned chunk), the times of the tiles it finished, and
+/// its trace. TileRun (below) deals the tiles to its lanes and finishes them in tile order.
+/// The destructor waits for every command the lane enqueued (the slots' memory goes back only
+/// then), whichever way the run ended.
 template <class T, class U>
-class TileRun {
+class TileLane {
  public:
-  TileRun(BufferManager& manager, const T* in, U* out, std::size_t count, const TilePlan& plan,
-          const std::atomic<bool>* cancel)
-      : manager_(manager),
-        in_(in),
-        out_(out),
-        count_(count),
-        plan_(plan),
-        cancel_(cancel),
-        in_place_(static_cast<const void*>(in) == static_cast<const void*>(out)),
-        tracer_(ManagerAccess::engine(manager).telemetry().tracer()) {}
-  TileRun(const TileRun&) = delete;
-  TileRun& operator=(const TileRun&) = delete;
-  ~TileRun() {
-    drain();
-    trace();
-  }
-
-  /// Runs the stream; fn(const Tile<T, U>&) -> cl::Event per tile.
-  template <class Fn>
-  TileReport run(Fn& fn) {
-    TileReport report;
-    report.plan = plan_;
-    if (plan_.tiles == 0) return report;
-    open();
-    for (std::size_t k = 0; k < plan_.tiles; ++k) {
-      Slot& slot = slots_[k % slots_.size()];
-      if (slot.tile != none) finish(slot);
-      if (cancel_ != nullptr && cancel_->load()) {
-        report.cancelled = true;
-        break;
-      }
-      start_guarded(slot, k, fn);
-    }
-    finish_started();
-    report.tiles_done = finished_;
-    return report;
-  }
-
- private:
   static constexpr std::size_t none = std::numeric_limits<std::size_t>::max();
   static constexpr const char* op = "stream_tiles";
 
@@ -130,7 +101,110 @@ class TileRun {
     cl::Event up, kernel, down;
     std::size_t tile = none;
   };
+
+  TileLane(BufferManager& manager, std::size_t device, const T* in, U* out, std::size_t count,
+           const TilePlan& plan)
+      : manager_(manager),
+        device_(device),
+        in_(in),
+        out_(out),
+        count_(count),
+        plan_(plan),
+        in_place_(static_cast<const void*>(in) == static_cast<const void*>(out)),
+        tracer_(ManagerAccess::engine(manager).telemetry().tracer()) {}
+  TileLane(const TileLane&) = delete;
+  TileLane& operator=(const TileLane&) = delete;
+  ~TileLane() {
+    drain();
+    trace();
+  }
+
+  /// The queues (profiling when the manager traces), held after the manager's earlier work,
+  /// and `slots` slots.
+  void open(std::size_t slots) {
+    TransferEngine& engine = ManagerAccess::engine(manager_);
+    const cl_context context = manager_.context()();
+    const Queue mine(manager_.queue());
+    const cl_command_queue_properties properties =
+        tracer_ != nullptr ? CL_QUEUE_PROFILING_ENABLE : 0;
+    upload_ = ChunkIo(Queue::beside(op, context, mine, properties), engine.pinned());
+    compute_ = Queue::beside(op, context, mine, properties);
+    download_ = ChunkIo(Queue::beside(op, context, mine, properties), engine.pinned());
+    // The pool's buffers were last used on the manager's queue: the uploads come after its work.
+    const cl::Event before = engine.chunk_io().marker(op);
+    start_ = upload_.barrier(op, {before()});
+    slots_.resize(slots);
+    const std::size_t chunk = plan_.tile_elements * std::max(sizeof(T), sizeof(U));
+    for (Slot& slot : slots_) {
+      slot.in = manager_.allocate<T>(plan_.tile_elements);
+      if (!in_place_) slot.out = manager_.allocate<U>(plan_.tile_elements);
+      slot.host = engine.chunk_io().chunk(op, chunk);
+    }
+  }
+
+  /// The slot of the lane's next tile (its slots in turn); its `tile` is the one to finish
+  /// first, or none.
+  Slot& next_slot() noexcept { return slots_[next_++ % slots_.size()]; }
+
+  /// Tile k in `slot`: input into the slot's chunk, upload, the function's kernels, download.
+  template <class Fn>
+  void start(Slot& slot, std::size_t k, Fn& fn) {
+    const std::size_t first = first_of(k), count = count_of(k);
+    Telemetry& telemetry = ManagerAccess::engine(manager_).telemetry();
+    ManagerAccess::engine(manager_).copier().copy(slot.host.data(), in_ + first, count * sizeof(T));
+    static_cast<void>(
+        telemetry.count_async(Telemetry::upload, Telemetry::direct, count * sizeof(T), op));
+    slot.up = upload_.write(op, BufferAccess::memory(slot.in).buffer(),
+                            BufferAccess::memory(slot.in).at(0), count * sizeof(T),
+                            slot.host.data(), false);
+    const std::vector<cl::Event> after{slot.up};
+    const Tile<T, U> tile{
+        k,     plan_.tiles, first,   count, slot.in, out_of(slot), compute_.handle(),
+        after, device_,     manager_};
+    slot.kernel = fn(tile);
+    compute_.flush(op);
+    if (slot.kernel() == nullptr) slot.kernel = compute_.marker(op);
+    if (event_status(slot.kernel()).failed())
+      fail(op, event_status(slot.kernel()).status, cause(slot));
+    static_cast<void>(
+        telemetry.count_async(Telemetry::download, Telemetry::direct, count * sizeof(U), op));
+    const Allocation& out = BufferAccess::memory(out_of(slot));
+    slot.down = download_.read_after(op, out.buffer(), out.at(0), count * sizeof(U),
+                                     slot.host.data(), {slot.up(), slot.kernel()});
+    slot.tile = k;
+  }
+
+  /// Waits for the slot's download; on success copies the output out and returns CL_SUCCESS,
+  /// else returns the failure's code, the output left as it was. The slot is free after.
+  cl_int finish(Slot& slot) {
+    const std::size_t k = slot.tile;
+    slot.tile = none;
+    const cl_int code = Queue::wait_code(slot.down());
+    if (code != CL_SUCCESS) return code;
+    if (tracer_ != nullptr) record(slot, k);
+    ManagerAccess::engine(manager_).copier().copy(out_ + first_of(k), slot.host.data(),
+                                                  count_of(k) * sizeof(U));
+    ++finished_;
+    return CL_SUCCESS;
+  }
+
+  /// Which of the tile's commands failed, in words.
+  static std::string cause(const Slot& slot) {
+    if (event_status(slot.up()).failed()) return "its upload failed";
+    const EventStatus kernel = event_status(slot.kernel());
+    if (kernel.failed()) {
+      return std::string("the event the function returned failed with ") +
+             error_name(kernel.status) + " (" + std::to_string(kernel.status) + ")";
+    }
+    return "its download failed";
+  }
+
+  /// The tiles whose output this lane copied out.
+  std::size_t finished() const noexcept { return finished_; }
+
+ private:
   struct Times {  // device nanoseconds (profiling), 0 where unknown
+    std::size_t tile = 0;
     cl_ulong up[2] = {0, 0}, kernel[2] = {0, 0}, down[2] = {0, 0};
   };
 
@@ -145,128 +219,7 @@ class TileRun {
     return std::min(plan_.tile_elements, count_ - first_of(k));
   }
 
-  /// The queues (profiling when the manager traces), held after the manager's earlier work,
-  /// and a slot per tile in flight.
-  void open() {
-    TransferEngine& engine = ManagerAccess::engine(manager_);
-    const cl_context context = manager_.context()();
-    const Queue mine(manager_.queue());
-    const cl_command_queue_properties properties =
-        tracer_ != nullptr ? CL_QUEUE_PROFILING_ENABLE : 0;
-    upload_ = ChunkIo(Queue::beside(op, context, mine, properties), engine.pinned());
-    compute_ = Queue::beside(op, context, mine, properties);
-    download_ = ChunkIo(Queue::beside(op, context, mine, properties), engine.pinned());
-    // The pool's buffers were last used on the manager's queue: the uploads come after its work.
-    const cl::Event before = engine.chunk_io().marker(op);
-    start_ = upload_.barrier(op, {before()});
-    slots_.resize(plan_.in_flight);
-    const std::size_t chunk = plan_.tile_elements * std::max(sizeof(T), sizeof(U));
-    for (Slot& slot : slots_) {
-      slot.in = manager_.allocate<T>(plan_.tile_elements);
-      if (!in_place_) slot.out = manager_.allocate<U>(plan_.tile_elements);
-      slot.host = engine.chunk_io().chunk(op, chunk);
-    }
-    if (tracer_ != nullptr) times_.resize(plan_.tiles);
-  }
-
-  /// start(), a failure of it named as tile k's; the tiles before k are finished first (their
-  /// outputs written; an earlier tile's failure is the one reported).
-  template <class Fn>
-  void start_guarded(Slot& slot, std::size_t k, Fn& fn) {
-    try {
-      start(slot, k, fn);
-    } catch (...) {
-      const std::exception_ptr failure = std::current_exception();
-      finish_started();
-      fail_tile(k, failure);
-    }
-  }
-
-  /// Tile k: input into the slot's chunk, upload, the function's kernels, download.
-  template <class Fn>
-  void start(Slot& slot, std::size_t k, Fn& fn) {
-    const std::size_t first = first_of(k), count = count_of(k);
-    Telemetry& telemetry = ManagerAccess::engine(manager_).telemetry();
-    ManagerAccess::engine(manager_).copier().copy(slot.host.data(), in_ + first, count * sizeof(T));
-    static_cast<void>(
-        telemetry.count_async(Telemetry::upload, Telemetry::direct, count * sizeof(T), op));
-    slot.up = upload_.write(op, BufferAccess::memory(slot.in).buffer(),
-                            BufferAccess::memory(slot.in).at(0), count * sizeof(T),
-                            slot.host.data(), false);
-    const std::vector<cl::Event> after{slot.up};
-    const Tile<T, U> tile{k,    plan_.tiles, first, count, slot.in, out_of(slot), compute_.handle(),
-                          after};
-    slot.kernel = fn(tile);
-    compute_.flush(op);
-    if (slot.kernel() == nullptr) slot.kernel = compute_.marker(op);
-    if (event_status(slot.kernel()).failed())
-      fail(op, event_status(slot.kernel()).status, cause(slot));
-    static_cast<void>(
-        telemetry.count_async(Telemetry::download, Telemetry::direct, count * sizeof(U), op));
-    const Allocation& out = BufferAccess::memory(out_of(slot));
-    slot.down = download_.read_after(op, out.buffer(), out.at(0), count * sizeof(U),
-                                     slot.host.data(), {slot.up(), slot.kernel()});
-    slot.tile = k;
-    ++started_;
-  }
-
-  /// Waits for the slot's download; on success copies the output out (tiles finish in order).
-  void finish(Slot& slot) {
-    const std::size_t k = slot.tile;
-    const cl_int code = Queue::wait_code(slot.down());
-    if (code != CL_SUCCESS) {
-      slot.tile = none;
-      fail(op, code, where(k) + ": " + cause(slot));
-    }
-    if (tracer_ != nullptr) record(slot, k);
-    ManagerAccess::engine(manager_).copier().copy(out_ + first_of(k), slot.host.data(),
-                                                  count_of(k) * sizeof(U));
-    slot.tile = none;
-    ++finished_;
-  }
-
-  /// Finishes every started tile in order.
-  void finish_started() {
-    while (finished_ < started_) finish(slots_[finished_ % slots_.size()]);
-  }
-
-  std::string where(std::size_t k) const {
-    return "tile " + std::to_string(k) + " of " + std::to_string(plan_.tiles) + " (elements " +
-           std::to_string(first_of(k)) + " to " + std::to_string(first_of(k) + count_of(k)) +
-           " of " + std::to_string(count_) + ")";
-  }
-
-  /// Which of the tile's commands failed, in words.
-  static std::string cause(const Slot& slot) {
-    if (event_status(slot.up()).failed()) return "its upload failed";
-    const EventStatus kernel = event_status(slot.kernel());
-    if (kernel.failed()) {
-      return std::string("the event the function returned failed with ") +
-             error_name(kernel.status) + " (" + std::to_string(kernel.status) + ")";
-    }
-    return "its download failed";
-  }
-
-  /// Throws tile k's failure: a clbuf::Error naming the tile (the function's own exception
-  /// nested in it, std::rethrow_if_nested).
-  [[noreturn]] void fail_tile(std::size_t k, const std::exception_ptr& failure) {
-    try {
-      std::rethrow_exception(failure);
-    } catch (const Error& error) {  // the stream's own ("stream_tiles: ..."), or the function's
-      std::string what = error.what();
-      const std::string own = std::string(op) + ": ";
-      if (what.compare(0, own.size(), own) == 0) what.erase(0, own.size());
-      std::throw_with_nested(Error(error.code(), own + where(k) + ": " + what));
-    } catch (const std::exception& error) {
-      std::throw_with_nested(Error(
-          CL_SUCCESS, std::string(op) + ": " + where(k) + ": the function threw: " + error.what()));
-    } catch (...) {
-      std::throw_with_nested(
-          Error(CL_SUCCESS, std::string(op) + ": " + where(k) + ": the function threw"));
-    }
-  }
-
-  /// Waits for every command of the stream, reporting nothing (its memory is let go next).
+  /// Waits for every command of the lane, reporting nothing (its memory is let go next).
   void drain() noexcept {
     compute_.finish_code();
     if (upload_.queue().get() != nullptr) upload_.queue().finish_code();
@@ -277,7 +230,13 @@ class TileRun {
   /// trace's, from the host's first sight of the download's end (the smallest gap seen).
   void record(const Slot& slot, std::size_t k) noexcept {
     const double now = trace_now();
-    Times& t = times_[k];
+    try {
+      times_.emplace_back();
+    } catch (...) {  // NOLINT(bugprone-empty-catch): tracing never fails the caller
+      return;
+    }
+    Times& t = times_.back();
+    t.tile = k;
     detail::profiled_times(slot.up(), t.up);
     detail::profiled_times(slot.kernel(), t.kernel);
     detail::profiled_times(slot.down(), t.down);
@@ -293,14 +252,14 @@ class TileRun {
                              tracer_->track("tile stream: kernels"),
                              tracer_->track("tile stream: downloads")};
       const char* const names[3] = {"tile upload", "tile kernels", "tile download"};
-      for (std::size_t k = 0; k < times_.size(); ++k) {
-        const cl_ulong* spans[3] = {times_[k].up, times_[k].kernel, times_[k].down};
+      for (const Times& t : times_) {
+        const cl_ulong* spans[3] = {t.up, t.kernel, t.down};
         for (int s = 0; s < 3; ++s) {
           if (spans[s][1] == 0) continue;
           tracer_->overlapping(tracks[s], names[s],
                                offset_ + static_cast<double>(spans[s][0]) / 1e3,
                                offset_ + static_cast<double>(spans[s][1]) / 1e3,
-                               {{"tile", nullptr, static_cast<double>(k)}});
+                               {{"tile", nullptr, static_cast<double>(t.tile)}});
         }
       }
     } catch (...) {  // NOLINT(bugprone-empty-catch): tracing never fails the caller
@@ -308,20 +267,147 @@ class TileRun {
   }
 
   BufferManager& manager_;
+  std::size_t device_;
   const T* in_;
   U* out_;
   std::size_t count_;
   TilePlan plan_;
-  const std::atomic<bool>* cancel_;
   bool in_place_;
   Tracer* tracer_;
   ChunkIo upload_, download_;
   Queue compute_;
   cl::Event start_;  // the uploads' barrier behind the manager's queue, kept until the end
   std::vector<Slot> slots_;
-  std::size_t started_ = 0, finished_ = 0;
+  std::size_t next_ = 0, finished_ = 0;
   std::vector<Times> times_;
   double offset_ = std::numeric_limits<double>::max();
+};
+
+/// One stream's run over one device or several (a lane each): tile k goes to the lane
+/// deal.owner(k), into that lane's next slot, once the tile last in that slot is finished; the
+/// tiles are started in order and finished in order, whichever lane holds them, so outputs
+/// reach the caller's array in tile order only. The host waits only when a lane reuses a slot
+/// (for the tiles up to the one in it); meanwhile every lane's queued tiles run.
+template <class T, class U>
+class TileRun {
+ public:
+  using Lane = TileLane<T, U>;
+
+  /// `managers`: one per lane (the deal's devices, in order); `grouped`: errors name the device.
+  TileRun(const std::vector<BufferManager*>& managers, const T* in, U* out, std::size_t count,
+          const TilePlan& plan, TileDeal deal, const std::atomic<bool>* cancel, bool grouped)
+      : count_(count), plan_(plan), deal_(std::move(deal)), cancel_(cancel), grouped_(grouped) {
+    for (std::size_t d = 0; d < managers.size(); ++d) {
+      lanes_.push_back(std::make_unique<Lane>(*managers[d], d, in, out, count, plan));
+    }
+  }
+
+  /// Runs the stream; fn(const Tile<T, U>&) -> cl::Event per tile.
+  template <class Fn>
+  TileReport run(Fn& fn) {
+    TileReport report;
+    report.plan = plan_;
+    report.device_tiles.assign(lanes_.size(), 0);
+    if (plan_.tiles == 0) return report;
+    for (std::size_t d = 0; d < lanes_.size(); ++d) {
+      const std::size_t tiles = deal_.tiles_of(d, plan_.tiles);
+      if (tiles != 0) lanes_[d]->open(std::min(plan_.in_flight, tiles));
+    }
+    for (std::size_t k = 0; k < plan_.tiles; ++k) {
+      const std::size_t d = deal_.owner(k);
+      typename Lane::Slot& slot = lanes_[d]->next_slot();
+      if (slot.tile != Lane::none) finish_through(slot.tile);
+      if (cancel_ != nullptr && cancel_->load()) {
+        report.cancelled = true;
+        break;
+      }
+      start_guarded(d, slot, k, fn);
+    }
+    finish_started();
+    report.tiles_done = finished_;
+    for (std::size_t d = 0; d < lanes_.size(); ++d) report.device_tiles[d] = lanes_[d]->finished();
+    return report;
+  }
+
+ private:
+  static constexpr const char* op = Lane::op;
+
+  struct Started {
+    std::size_t lane;
+    typename Lane::Slot* slot;
+  };
+
+  /// start(), a failure of it named as tile k's; the tiles before k are finished first (their
+  /// outputs written; an earlier tile's failure is the one reported).
+  template <class Fn>
+  void start_guarded(std::size_t d, typename Lane::Slot& slot, std::size_t k, Fn& fn) {
+    try {
+      lanes_[d]->start(slot, k, fn);
+      started_.push_back({d, &slot});
+    } catch (...) {
+      const std::exception_ptr failure = std::current_exception();
+      finish_started();
+      fail_tile(k, d, failure);
+    }
+  }
+
+  /// Finishes the oldest started tile: its output written, or its failure thrown.
+  void finish_one() {
+    const Started oldest = started_.front();
+    started_.pop_front();
+    const std::size_t k = oldest.slot->tile;
+    const cl_int code = lanes_[oldest.lane]->finish(*oldest.slot);
+    if (code != CL_SUCCESS) {
+      fail(op, code, where(k, oldest.lane) + ": " + Lane::cause(*oldest.slot));
+    }
+    ++finished_;
+  }
+
+  /// Finishes the started tiles in order up to tile k.
+  void finish_through(std::size_t k) {
+    while (finished_ <= k) finish_one();
+  }
+
+  /// Finishes every started tile in order.
+  void finish_started() {
+    while (!started_.empty()) finish_one();
+  }
+
+  std::string where(std::size_t k, std::size_t d) const {
+    const std::size_t first = k * plan_.tile_elements;
+    const std::size_t last = first + std::min(plan_.tile_elements, count_ - first);
+    return "tile " + std::to_string(k) + " of " + std::to_string(plan_.tiles) + " (elements " +
+           std::to_string(first) + " to " + std::to_string(last) + " of " + std::to_string(count_) +
+           ")" + (grouped_ ? " on device " + std::to_string(d) : std::string());
+  }
+
+  /// Throws tile k's failure: a clbuf::Error naming the tile (the function's own exception
+  /// nested in it, std::rethrow_if_nested).
+  [[noreturn]] void fail_tile(std::size_t k, std::size_t d, const std::exception_ptr& failure) {
+    try {
+      std::rethrow_exception(failure);
+    } catch (const Error& error) {  // the stream's own ("stream_tiles: ..."), or the function's
+      std::string what = error.what();
+      const std::string own = std::string(op) + ": ";
+      if (what.compare(0, own.size(), own) == 0) what.erase(0, own.size());
+      std::throw_with_nested(Error(error.code(), own + where(k, d) + ": " + what));
+    } catch (const std::exception& error) {
+      std::throw_with_nested(Error(CL_SUCCESS, std::string(op) + ": " + where(k, d) +
+                                                   ": the function threw: " + error.what()));
+    } catch (...) {
+      std::throw_with_nested(
+          Error(CL_SUCCESS, std::string(op) + ": " + where(k, d) + ": the function threw"));
+    }
+  }
+
+  std::size_t count_;
+  TilePlan plan_;
+  TileDeal deal_;
+  const std::atomic<bool>* cancel_;
+  bool grouped_;
+  std::vector<std::unique_ptr<Lane>> lanes_;
+  std::deque<Started> started_;  // tiles started and not finished, in tile order
+  std::size_t finished_ = 0;
 };
 
 /// The stream's checks: pointers, sizes, and in and out either one array or apart.
@@ -367,7 +453,8 @@ TileReport stream_tiles(BufferManager& manager, const T* in, U* out, std::size_t
         static_cast<const void*>(in) == static_cast<const void*>(out) && std::is_same<T, U>::value;
     const TilePlan plan = detail::plan_tiles("stream_tiles", manager.device(), count, sizeof(T),
                                              in_place ? 0 : sizeof(U), options);
-    detail::TileRun<T, U> run(manager, in, out, count, plan, options.cancel);
+    detail::TileRun<T, U> run({&manager}, in, out, count, plan, detail::TileDeal({1}),
+                              options.cancel, false);
     return run.run(fn);
   });
 }
