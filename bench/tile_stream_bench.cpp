@@ -5,8 +5,12 @@
 // same tiles: the host's copies into and out of the pinned chunks, the uploads, the kernels, the
 // downloads. Best of --reps runs each, interleaved. Prints one line per variant, then the ratios:
 //   overlapped / serial, overlapped / sum of parts, overlapped / largest part.
+// --group N adds a row: the same stream over a DeviceGroup of the first N devices (the tiles
+// dealt round robin) against the stream through the group's first device alone, best of --reps
+// each, interleaved, and their ratio.
 // Usage: tile_stream_bench [--mib N] [--tile-mib N] [--reps N] [--work N] [--in-flight N]
 //                          [--copy-threads N] [--memory discrete|host|automatic] [--check]
+//                          [--group N]
 #include <clbuf/clbuf.hpp>
 
 #include <algorithm>
@@ -36,7 +40,7 @@ double now_ms() {
 }
 
 struct Args {
-  std::size_t mib = 64, tile_mib = 4, reps = 3, in_flight = 3;
+  std::size_t mib = 64, tile_mib = 4, reps = 3, in_flight = 3, group = 0;
   unsigned copy_threads = 0;
   int work = 64;
   std::string memory = "discrete";
@@ -62,6 +66,8 @@ Args parse(int argc, char** argv) {
       a.in_flight = std::strtoul(next, nullptr, 10), ++i;
     else if (arg == "--copy-threads")
       a.copy_threads = static_cast<unsigned>(std::atoi(next)), ++i;
+    else if (arg == "--group")
+      a.group = std::strtoul(next, nullptr, 10), ++i;
     else if (arg == "--check")
       a.check = true;
   }
@@ -146,6 +152,63 @@ struct Bench {
   }
 };
 
+/// The group row: the stream over `devices` devices against the first device alone.
+int group_row(const Args& args, const clbuf::Options& options, Bench& bench) {
+  std::vector<clbuf::DeviceInfo> devices = clbuf::list_devices();
+  if (devices.size() < args.group) {
+    std::printf(
+        "group row skipped: --group %zu, %zu devices (POCL_DEVICES=\"pthread pthread\" "
+        "makes two PoCL devices)\n",
+        args.group, devices.size());
+    return 0;
+  }
+  devices.resize(args.group);
+  clbuf::DeviceGroup group(devices, options);
+  std::vector<cl::Kernel> kernels;
+  for (std::size_t d = 0; d < group.size(); ++d) {
+    cl::Program program(group.manager(d).context(), kSource);
+    program.build();
+    kernels.emplace_back(program, "work");
+  }
+  clbuf::GroupTileOptions stream;
+  stream.tile_elements = bench.tile;
+  stream.in_flight = args.in_flight;
+  stream.memory_budget_bytes = std::size_t{1} << 40;
+  const auto fn = [&](const clbuf::Tile<float, float>& t) {
+    cl::Kernel& kernel = kernels[t.device];
+    kernel.setArg(0, t.in.native());
+    kernel.setArg(1, t.out.native());
+    kernel.setArg(2, static_cast<cl_ulong>(t.count));
+    kernel.setArg(3, bench.work);
+    cl::Event done;
+    t.queue.enqueueNDRangeKernel(kernel, cl::NullRange, cl::NDRange(t.count), cl::NullRange,
+                                 &t.after, &done);
+    return done;
+  };
+  const auto timed = [&](bool all) {
+    const double start = now_ms();
+    if (all) {
+      clbuf::stream_tiles(group, bench.in.data(), bench.out.data(), bench.count, fn, stream);
+    } else {
+      clbuf::stream_tiles(group.manager(0), bench.in.data(), bench.out.data(), bench.count, fn,
+                          stream);
+    }
+    return now_ms() - start;
+  };
+  timed(true);  // warm: every device's pools filled
+  double one = 1e300, many = 1e300;
+  for (std::size_t r = 0; r < args.reps; ++r) {
+    one = std::min(one, timed(false));
+    if (args.check && !bench.correct()) return std::printf("WRONG (one device)\n"), 1;
+    many = std::min(many, timed(true));
+    if (args.check && !bench.correct()) return std::printf("WRONG (group)\n"), 1;
+  }
+  std::printf("group of %zu devices (%zu in flight each): one device %9.2f ms, group %9.2f ms\n",
+              group.size(), args.in_flight, one, many);
+  std::printf("ratio group/one %.3f\n", many / one);
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -199,5 +262,6 @@ int main(int argc, char** argv) {
   std::printf("overlapped (%zu) %9.2f ms\n", args.in_flight, overlapped);
   std::printf("ratio overlapped/serial %.3f  overlapped/sum %.3f  overlapped/largest %.3f\n",
               overlapped / serial, overlapped / sum, overlapped / largest);
+  if (args.group > 0) return group_row(args, options, bench);
   return 0;
 }
