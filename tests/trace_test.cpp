@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
@@ -30,6 +31,7 @@
 #include <thread>
 #include <vector>
 
+#include "support/child_exit.hpp"
 #include "support/device_test.hpp"
 #include "support/json.hpp"
 
@@ -160,6 +162,28 @@ TEST(TraceJson, ANullNameIsEmpty) {
   event.name = nullptr;
   clbuf::detail::append_trace_event(out, event);
   EXPECT_NE(out.find("\"name\":\"\""), std::string::npos) << out;
+}
+
+// Numbers that are not whole (a ratio an argument carries) keep 17 significant digits, and a
+// time not from the trace's clock (negative, or past 9e15 us) is written as such a number: both
+// valid JSON that reads back as the value.
+TEST(TraceJson, FractionsAndTimesOffTheClockAreWrittenAsTheyAre) {
+  clbuf::detail::TraceEvent event;
+  event.name = "n";
+  event.begin = -2.5;
+  event.end = 1e16;
+  event.args[0] = {"ratio", nullptr, 0.1};
+  event.args[1] = {"huge", nullptr, 1e300};
+  std::string out;
+  clbuf::detail::append_trace_event(out, event);
+  out.erase(out.size() - 2);  // the ",\n" after the record
+  const Json record = JsonReader::parse(out);
+  EXPECT_EQ(record.number_of("ts"), -2.5) << out;
+  EXPECT_EQ(record.number_of("dur"), 1e16 + 2.5) << out;
+  const Json* args = record.find("args");
+  ASSERT_NE(args, nullptr) << out;
+  EXPECT_EQ(args->number_of("ratio"), 0.1) << out;
+  EXPECT_EQ(args->number_of("huge"), 1e300) << out;
 }
 
 /// A fresh folder (mkdtemp, in TMPDIR or /tmp) for the test's trace files, removed with what it
@@ -832,7 +856,7 @@ int in_child_process(const std::function<int()>& child, const std::string& stder
       const int fd = ::open(stderr_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
       ::dup2(fd, 2);
     }
-    ::_exit(child());
+    clbuf_test::exit_child(child());  // what the child ran counted in a coverage build
   }
   int status = 0;
   ::waitpid(pid, &status, 0);
@@ -997,6 +1021,108 @@ TEST(TraceFiles, AFullDiskIsReportedAndTheFileStaysValid) {
   const Json root = JsonReader::parse(file_text(path));
   EXPECT_GT(root.find("traceEvents")->items.size(), 1000u);
   ::umount2(disk.c_str(), MNT_DETACH);
+}
+
+// A trace path that is a symbolic link to no file yet: the link stays, and the file it names is
+// made and holds the trace.
+TEST(TraceFiles, ASymlinkToNoFileGetsItsTargetMadeAndWritten) {
+  TempDir dir;
+  const std::string link = dir.file("link.json");
+  const std::string target = dir.file("target.json");
+  ASSERT_EQ(::symlink(target.c_str(), link.c_str()), 0);
+  {
+    clbuf::detail::Tracer tracer(link, "linked", "trace");
+    tracer.span(tracer.track("spans"), "span", 1, 2, {});
+  }
+  EXPECT_TRUE(std::filesystem::is_symlink(link));
+  EXPECT_EQ(Trace::read(target).named("X", "span").size(), 1u);
+}
+
+// A trace file on a full disk (a tmpfs of 64 KiB, filled; where the test may mount one) is an
+// Error at construction naming the path and "No space left on device": not even the empty
+// trace fits.
+TEST(TraceFiles, ATraceFileOnAFullDiskIsAnErrorAtConstruction) {
+  TempDir dir;
+  const std::string disk = dir.file("disk");
+  std::filesystem::create_directory(disk);
+  if (::mount("tmpfs", disk.c_str(), "tmpfs", 0, "size=64k") != 0) {
+    GTEST_SKIP() << "cannot mount a small tmpfs here: " << std::strerror(errno);
+  }
+  struct Unmounted {
+    std::string at;
+    ~Unmounted() { ::umount2(at.c_str(), MNT_DETACH); }
+  } unmount{disk};
+  {
+    std::ofstream filler(disk + "/filler", std::ios::binary);
+    const std::string block(4096, 'x');
+    for (int i = 0; i < 64 && filler.write(block.data(), 4096).flush(); ++i) {
+    }
+  }
+  const std::string path = disk + "/trace.json";
+  EXPECT_CLBUF_ERROR(clbuf::detail::Tracer(path, "full", "trace"), CL_INVALID_VALUE, path,
+                     "No space left on device");
+}
+
+// A thread that records far faster than the writer thread formats (full buffers queue up, and
+// past 8 the recording thread writes its own) loses no event, and a flush meanwhile writes the
+// queued buffers itself: every span is in the file once.
+TEST(TraceFiles, RecordingFasterThanTheWriterLosesNoEvent) {
+  TempDir dir;
+  const std::string path = dir.file("burst.json");
+  const int spans = 16 * 4096;
+  {
+    clbuf::detail::Tracer tracer(path, "burst", "trace");
+    const int track = tracer.track("spans");
+    for (int n = 0; n < spans; ++n) {
+      tracer.span(track, "span", n, n + 1, {});
+      if (n == spans / 2) tracer.flush();
+    }
+  }
+  const Trace trace = Trace::read(path);
+  const std::vector<const Json*> found = trace.named("X", "span");
+  ASSERT_EQ(found.size(), static_cast<std::size_t>(spans));
+  std::vector<bool> seen(spans, false);
+  for (const Json* span : found) {
+    const auto n = static_cast<std::size_t>(span->number_of("ts"));
+    ASSERT_LT(n, seen.size());
+    EXPECT_FALSE(seen[n]) << "span " << n << " twice";
+    seen[n] = true;
+  }
+}
+
+// A file opened again while its last holder is still closing it (its writer thread writing out a
+// backlog of full buffers) waits for that close, then starts the file afresh: the file holds
+// the new writer's events only, whole.
+TEST(TraceFiles, AFileOpenedWhileItsLastHolderClosesItWaitsThenStartsAfresh) {
+  TempDir dir;
+  const std::string path = dir.file("reopened.json");
+  for (int round = 0; round < 3; ++round) {
+    std::shared_ptr<clbuf::detail::TraceFile> held;
+    clbuf::detail::TraceEvent event;
+    event.name = "old span";
+    {
+      clbuf::detail::Tracer first(path, "first", "trace");
+      held = first.file();
+      event.pid = first.pid();
+      event.tid = first.track("old");
+    }
+    for (int n = 0; n < 12 * 4096; ++n) {  // full buffers queued for the writer thread
+      event.begin = n;
+      event.end = n + 1;
+      held->record(event);
+    }
+    const std::weak_ptr<clbuf::detail::TraceFile> watch = held;
+    std::thread closer([&] { held.reset(); });  // its last holder: the backlog written now
+    while (!watch.expired()) std::this_thread::yield();
+    {
+      clbuf::detail::Tracer second(path, "second", "trace");
+      second.span(second.track("new"), "new span", 1, 2, {});
+    }
+    closer.join();
+    const Trace trace = Trace::read(path);
+    EXPECT_EQ(trace.named("X", "new span").size(), 1u) << "round " << round;
+    EXPECT_TRUE(trace.named("X", "old span").empty()) << "round " << round;
+  }
 }
 
 }  // namespace

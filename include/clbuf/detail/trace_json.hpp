@@ -153,8 +153,9 @@ inline void append_json_integer(std::string& out, long long value) {
 /// NaN or infinity, which JSON lacks (0 instead).
 inline void append_json_number(std::string& out, double value) {
   if (!(value == value && value - value == 0)) value = 0;
-  if (value == static_cast<double>(static_cast<long long>(value)) && value <= 9007199254740992.0 &&
-      value >= -9007199254740992.0) {
+  // The range first: a double past long long's range converted to it is undefined behaviour.
+  if (value <= 9007199254740992.0 && value >= -9007199254740992.0 &&
+      value == static_cast<double>(static_cast<long long>(value))) {
     append_json_integer(out, static_cast<long long>(value));
     return;
   }
