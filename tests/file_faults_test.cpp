@@ -30,9 +30,12 @@
 
 #include <fcntl.h>
 #include <sys/mount.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
+#include "support/child_exit.hpp"
 #include "support/device_test.hpp"
 
 namespace {
@@ -368,6 +371,70 @@ TEST_P(FileFaults, AManifestWithARightChecksumAndWrongContentsIsRefused) {
   write_all(folder + "/manifest", original);
   checkpoint.load();
   EXPECT_TRUE(manager().download(u) == ramp(300, 5.0f));
+}
+
+// A manifest of a size no manifest has (here a sparse file of 1 TiB) is refused at once, naming
+// it, before memory is taken for it: not an allocation of a terabyte, nor a read of one.
+TEST_P(FileFaults, AManifestOfATerabyteIsRefusedBeforeItIsRead) {
+  auto u = manager().upload(ramp(100, 5.0f));
+  const std::string folder = folder_ / "ckpt";
+  clbuf::Checkpoint checkpoint(manager(), folder);
+  checkpoint.add("u", u);
+  checkpoint.save();
+  const std::string manifest = folder + "/manifest";
+  ASSERT_EQ(::truncate(manifest.c_str(), off_t{1} << 40), 0) << std::strerror(errno);
+  EXPECT_CLBUF_ERROR(checkpoint.load(), CL_INVALID_VALUE, "Checkpoint::load", manifest,
+                     "1099511627776 bytes, more than a manifest may");
+  EXPECT_TRUE(manager().download(u) == ramp(100, 5.0f));
+}
+
+// Out of host memory while a checkpoint's manifest is read (a child process whose address space
+// is capped 64 MiB above what it uses, reading a manifest of 512 MiB): the load's error is
+// CL_OUT_OF_HOST_MEMORY naming Checkpoint::load, never std::bad_alloc. The load fails before
+// any OpenCL call, so the forked child needs no driver thread.
+TEST_P(FileFaults, NoMemoryForTheManifestIsAnOutOfHostMemoryError) {
+  if (clbuf_test::address_sanitizer || clbuf_test::thread_sanitizer) {
+    GTEST_SKIP() << "caps the address space; the sanitizers' shadow memory does not fit it";
+  }
+  auto u = manager().upload(ramp(100, 5.0f));
+  const std::string folder = folder_ / "ckpt";
+  clbuf::Checkpoint checkpoint(manager(), folder);
+  checkpoint.add("u", u);
+  checkpoint.save();
+  ASSERT_EQ(::truncate((folder + "/manifest").c_str(), off_t{512} << 20), 0);
+  std::fflush(nullptr);
+  const pid_t child = ::fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    int status = 0;
+    long pages = 0;
+    std::ifstream statm("/proc/self/statm");
+    if (!(statm >> pages)) clbuf_test::exit_child(90);
+    struct rlimit cap {};
+    cap.rlim_cur = static_cast<rlim_t>(pages) * static_cast<rlim_t>(::sysconf(_SC_PAGESIZE)) +
+                   (rlim_t{64} << 20);
+    cap.rlim_max = RLIM_INFINITY;
+    if (::setrlimit(RLIMIT_AS, &cap) != 0) clbuf_test::exit_child(91);
+    try {
+      checkpoint.load();
+      status = 1;
+    } catch (const clbuf::Error& error) {
+      const std::string what = error.what();
+      if (error.code() != CL_OUT_OF_HOST_MEMORY) status = 2;
+      if (what.find("Checkpoint::load") == std::string::npos) status = 3;
+    } catch (...) {
+      status = 4;
+    }
+    cap.rlim_cur = RLIM_INFINITY;
+    ::setrlimit(RLIMIT_AS, &cap);
+    clbuf_test::exit_child(status);
+  }
+  int status = 0;
+  ASSERT_EQ(::waitpid(child, &status, 0), child);
+  ASSERT_TRUE(WIFEXITED(status)) << "the child was killed by signal " << WTERMSIG(status);
+  EXPECT_EQ(WEXITSTATUS(status), 0)
+      << "1: loaded; 2: another code; 3: not naming Checkpoint::load; 4: not a clbuf::Error";
+  EXPECT_TRUE(manager().download(u) == ramp(100, 5.0f));
 }
 
 // ---------------------------------------------------------------------------------------------

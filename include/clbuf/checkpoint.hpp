@@ -126,9 +126,21 @@ struct Manifest {
   }
 };
 
-/// Reads the whole small file `file`.
+/// The most bytes a manifest may have: far more than any holds (a line an array, 2 KB at most),
+/// and a size past it (a corrupted file, a sparse one of terabytes) is refused before memory is
+/// taken for it or its bytes read.
+constexpr std::uint64_t manifest_max_bytes = std::uint64_t{1} << 30;
+
+/// Reads the whole small file `file` (a manifest: at most manifest_max_bytes).
 inline std::string read_small_file(const char* operation, const File& file) {
-  std::string text(static_cast<std::size_t>(file.size(operation)), '\0');
+  const std::uint64_t size = file.size(operation);
+  if (size > manifest_max_bytes) {
+    fail_file_contents(operation, file.path(),
+                       "has " + std::to_string(size) + " bytes, more than a manifest may (" +
+                           std::to_string(manifest_max_bytes) +
+                           "): not a clbuf checkpoint manifest");
+  }
+  std::string text(static_cast<std::size_t>(size), '\0');
   file.read_at(operation, &text[0], text.size(), 0);
   return text;
 }
