@@ -23,6 +23,18 @@ using clbuf::Partition;
 using clbuf::ShardedBuffer;
 using clbuf_test::expect_error;
 
+// The split by weights (Partition::weights; detail::apportion), exact in integers: a fraction's
+// share of a count above 2^32 / its top bits (the product's carry runs past its limbs), and
+// weights 600 binary orders apart, each part its exact share rounded down or up.
+TEST(Apportion, WeightsOfAnySizeSplitACountExactly) {
+  using clbuf::detail::apportion;
+  EXPECT_EQ(apportion(1000000, {0.3, 0.7}), (std::vector<std::size_t>{300000, 700000}));
+  EXPECT_EQ(apportion(std::size_t{1} << 62, {0.25, 0.75}),
+            (std::vector<std::size_t>{std::size_t{1} << 60, std::size_t{3} << 60}));
+  EXPECT_EQ(apportion(10, {1e300, 1e-300}), (std::vector<std::size_t>{10, 0}));
+  EXPECT_EQ(apportion(7, {1e-300, 0.0, 1e-300}), (std::vector<std::size_t>{4, 0, 3}));
+}
+
 class Pieces : public clbuf_test::DeviceTest {
  protected:
   void SetUp() override {
