@@ -106,6 +106,8 @@ struct Shift {
 
   cl::Event operator()(const clbuf::Tile<T, U>& tile) {
     seen.push_back(tile.index);
+    EXPECT_EQ(tile.device, 0u);  // one manager: device 0, that manager's context
+    EXPECT_EQ(tile.manager.context()(), kernel.getInfo<CL_KERNEL_CONTEXT>()());
     cl_uint arg = 0;
     kernel.setArg(arg++, tile.in.native());
     if (!in_place) kernel.setArg(arg++, tile.out.native());
@@ -155,6 +157,7 @@ class TileStream : public DeviceTest, public ::testing::WithParamInterface<clbuf
     EXPECT_FALSE(report.cancelled);
     EXPECT_EQ(report.plan.in_flight, std::max<std::size_t>(1, std::min(in_flight, tiles)));
     EXPECT_EQ(fn.seen.size(), tiles);
+    EXPECT_EQ(report.device_tiles, std::vector<std::size_t>{tiles});
     for (std::size_t i = 0; i < count; ++i) {
       ASSERT_EQ(out[i], (reference_of<T, U>(in[i], i))) << "element " << i;
     }
