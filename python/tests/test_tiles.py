@@ -21,7 +21,12 @@ __kernel void affine_{t}(__global const {t}* x, __global {t}* y, const unsigned 
   const size_t i = get_global_id(0);
   if (i < n) y[i] = ({t})2 * x[i] + ({t})1;
 }}
-""" for t in CTYPES.values())
+""" for t in CTYPES.values()) + """
+__kernel void widen(__global const float* x, __global double* y, const unsigned long n) {
+  const size_t i = get_global_id(0);
+  if (i < n) y[i] = 2.0 * (double)x[i] + 1.0;
+}
+"""
 
 
 @pytest.fixture(scope="module")
@@ -99,6 +104,25 @@ def test_the_tile_gives_its_buffers_queue_and_wait_list(shared):
     out = clbuf.stream_tiles(bm, data, fn, dtype=np.float64, tile_elements=TILE)
     assert out.dtype == np.float64 and out.shape == data.shape and len(tiles) == 3
     assert tiles[2].index == 2 and tiles[2].count == TILE  # still readable after the stream
+
+
+def test_another_output_dtype_and_a_strided_input(shared):
+    bm, program = shared
+    wide = np.arange(5 * TILE + 3, dtype=np.float32) * np.float32(0.5)
+    data = np.repeat(wide, 2)[::2]  # not contiguous: streamed from a contiguous copy
+
+    def fn(tile):
+        x = cl.Buffer.from_int_ptr(tile.input.int_ptr, retain=True)
+        y = cl.Buffer.from_int_ptr(tile.output.int_ptr, retain=True)
+        return program.widen(tile.queue, (tile.count,), None, x, y, np.uint64(tile.count),
+                             wait_for=tile.wait_for)
+
+    out = clbuf.stream_tiles(bm, data, fn, dtype=np.float64, tile_elements=TILE, in_flight=3)
+    assert out.dtype == np.float64
+    np.testing.assert_array_equal(out, 2 * wide.astype(np.float64) + 1)
+    given = np.zeros(data.size, np.float64)
+    assert clbuf.stream_tiles(bm, data, fn, out=given, tile_elements=TILE) is given
+    np.testing.assert_array_equal(given, out)
 
 
 def test_a_function_returning_none_or_a_future_is_waited_for(shared):
