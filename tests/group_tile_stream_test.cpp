@@ -249,6 +249,15 @@ TEST_P(GroupTileStream, SeveralElementTypesInAndOut) {
   in_place<std::uint8_t>(257, 16, 2);
 }
 
+TEST_P(GroupTileStream, DevicesOfContextsOfTheirOwnEachGetTheirOwnBuffersAndQueue) {
+  clbuf::Options options;
+  options.memory = GetParam();
+  kernel_cache().clear();
+  group_ = std::make_unique<clbuf::DeviceGroup>("all", options, clbuf::ContextSharing::per_device);
+  out_of_place<float, float>(1001, 64, 2);
+  in_place<std::int32_t>(333, 50, 3);
+}
+
 TEST_P(GroupTileStream, AutomaticPlanKeepsEachDeviceWithinItsBudget) {
   const std::size_t count = 100000;
   const std::vector<float> in = small_values<float>(rng_, count);
