@@ -421,7 +421,7 @@ TEST_P(GroupTileStream, ACancelledStreamWritesTheTilesItStarted) {
     if (t.index == 6) cancel = true;
     return shift(t);
   };
-  clbuf::GroupTileOptions options;
+  clbuf::TileStreamOptions options;  // a one-device stream's options: the group form takes them
   options.tile_elements = tile;
   options.in_flight = 2;
   options.cancel = &cancel;
