@@ -133,8 +133,10 @@ class DeviceBuffer {
   /// Where the record cannot be kept (out of host memory), waits for the command instead.
   CLBUF_DETAIL_INLINE void fence(const detail::MemoryPool* user_pool,
                                  const cl::Event& event) const noexcept {
-    if (event() == nullptr || !memory_.fences) return;  // a view's fences are its root's
+    // A buffer of the pool `user_pool` with no view is the common case, decided first (issue 47).
     const detail::Lease* lease = shared_lease();
+    if (lease == nullptr && pool_.get() == user_pool) return;
+    if (event() == nullptr || !memory_.fences) return;  // a view's fences are its root's
     const detail::MemoryPool* owner = lease != nullptr ? lease->pool.get() : pool_.get();
     if (owner == nullptr || owner == user_pool) return;
     add_fence(event);

@@ -59,7 +59,7 @@ class [[nodiscard]] Future {
     return *this;
   }
 
-  ~Future() { wait_quietly(); }
+  CLBUF_DETAIL_INLINE ~Future() { wait_quietly(); }
 
   /// True while the result has not been taken by get().
   bool valid() const noexcept { return value_.has_value(); }
@@ -94,23 +94,14 @@ class [[nodiscard]] Future {
     const cl_int err = CLBUF_CL(clWaitForEvents)(1, &event);
     // Nothing is released here: wait() is const, and several threads may wait at once. The
     // host memory is let go by get(), by assignment or by destruction.
-    if (err != CL_SUCCESS) {
-      // A command that failed makes clWaitForEvents fail (CL_EXEC_STATUS_ERROR_FOR_EVENTS_IN_
-      // WAIT_LIST); its own code is its execution status. Asked only then: the query costs as
-      // much again as a small transfer's wait on NVIDIA's driver (1.2 us, bench/seed_profile).
-      const cl_int status = status_of_event();
-      if (status < 0) detail::fail(operation_, status, "the transfer failed on the device");
-      detail::check(err, operation_, "clWaitForEvents");
-    }
+    if (err != CL_SUCCESS) fail_wait(err);
     if (outcome_) outcome_->rethrow();  // a failure in the part clbuf ran on the host
   }
 
   /// wait(), then hands over the result; once only.
   /// @throws Error if the transfer failed, or (code CL_SUCCESS) if the result was already taken.
   R get() {
-    if (!value_) {
-      detail::fail(operation_, CL_SUCCESS, "the result of this Future was already taken by get()");
-    }
+    if (!value_) fail_taken();
     wait();
     host_.reset();  // the transfer has ended: its host memory is no longer in use
     taken_ = true;  // nothing left for the destructor to wait for
@@ -139,6 +130,20 @@ class [[nodiscard]] Future {
         outcome_(std::move(outcome)) {}
 
   cl_int status_of_event() const { return detail::checked_event_status(operation_, event_()); }
+
+  // The failures of wait() and get(), out of line: their messages kept both from inlining into
+  // a small call's caller (issue 47).
+  [[noreturn]] CLBUF_DETAIL_COLD void fail_wait(cl_int err) const {
+    // A command that failed makes clWaitForEvents fail (CL_EXEC_STATUS_ERROR_FOR_EVENTS_IN_
+    // WAIT_LIST); its own code is its execution status. Asked only then: the query costs as
+    // much again as a small transfer's wait on NVIDIA's driver (1.2 us, bench/seed_profile).
+    const cl_int status = status_of_event();
+    if (status < 0) detail::fail(operation_, status, "the transfer failed on the device");
+    detail::fail_call(err, operation_, "clWaitForEvents");
+  }
+  [[noreturn]] CLBUF_DETAIL_COLD void fail_taken() const {
+    detail::fail(operation_, CL_SUCCESS, "the result of this Future was already taken by get()");
+  }
 
   void wait_quietly() noexcept {
     if (taken_) return;  // get() has waited: the transfer has ended

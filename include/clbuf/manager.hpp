@@ -276,7 +276,7 @@ class BufferManager {
                                        const std::vector<cl::Event>& after = {}) {
     return detail::guard_host_memory("upload_async", [&] {
       const auto host = detail::shared_vector("upload_async", std::move(data));
-      return start_upload(host->data(), host->size(), host, after);
+      return start_upload(host->data(), host->size(), std::shared_ptr<const void>(host), after);
     });
   }
   /// As upload_async(std::vector), without a copy of `data`, which the caller keeps alive and
@@ -299,7 +299,8 @@ class BufferManager {
   Future<void> upload_async(DeviceBuffer<T>& dst, std::vector<T> data, std::size_t dst_offset = 0,
                             const std::vector<cl::Event>& after = {}) {
     const auto host = detail::shared_vector("upload_async", std::move(data));
-    return start_upload_into(dst, host->data(), host->size(), dst_offset, host, after);
+    return start_upload_into(dst, host->data(), host->size(), dst_offset,
+                             std::shared_ptr<const void>(host), after);
   }
   /// As upload_async(dst, std::vector), without a copy of `data`, which the caller keeps alive
   /// and unchanged until the Future has completed.
@@ -388,7 +389,7 @@ class BufferManager {
       const char* op = "download_async";
       auto entry = gate_.enter(op);
       check_host_transfer(op, buffer, out, count, src_offset, false);
-      detail::Started start = start_after(op, wait_list(op, after), [&] {
+      detail::Started start = start_after(op, after, [&] {
         return engine_.read_async(op, buffer.memory_, src_offset * sizeof(T), out,
                                   count * sizeof(T));
       });
@@ -1074,6 +1075,16 @@ class BufferManager {
     return started;
   }
 
+  /// start_after() for the events of `after`: with none (the common case) no wait list is made
+  /// and taken down (issue 47).
+  template <class Start>
+  CLBUF_DETAIL_INLINE detail::Started start_after(const char* operation,
+                                                  const std::vector<cl::Event>& after,
+                                                  Start&& start) {
+    if (after.empty()) return start();
+    return start_after(operation, wait_list(operation, after), std::forward<Start>(start));
+  }
+
   /// Holds the queue's later commands until each of `events` has completed (before OpenCL 1.2,
   /// which has no barrier with a wait list, the host waits for them). The barrier's event is
   /// kept until it has ended (detail::KeptEvents: an event of another queue may fail).
@@ -1089,9 +1100,12 @@ class BufferManager {
   /// The Future of a started operation; `host`, when set, owns host memory the operation uses.
   /// Flushes the queue once the Future owns that memory, so that a failed flush cannot free
   /// memory the device is using (the Future's destructor waits).
+  /// Takes its arguments by reference: each value passed by value was one more move and one
+  /// more destructor on every small call's path (issue 47).
   template <class R>
-  Future<R> future(const char* operation, detail::Started start, typename Future<R>::Stored value,
-                   std::shared_ptr<const void> host = nullptr) {
+  Future<R> future(const char* operation, detail::Started&& start,
+                   typename Future<R>::Stored&& value,
+                   std::shared_ptr<const void>&& host = nullptr) {
     const bool enqueued = start.event() != nullptr;
     Future<R> result(operation, std::move(start.event), std::move(value),
                      enqueued ? std::move(host) : nullptr, std::move(start.outcome));
@@ -1179,7 +1193,7 @@ class BufferManager {
   /// upload_async: `host`, when set, owns `data` until the write completes.
   template <class T>
   Future<DeviceBuffer<T>> start_upload(const T* data, std::size_t count,
-                                       std::shared_ptr<const void> host,
+                                       std::shared_ptr<const void>&& host,
                                        const std::vector<cl::Event>& after) {
     const char* op = "upload_async";
     auto entry = gate_.enter(op);
@@ -1194,11 +1208,13 @@ class BufferManager {
     return future<DeviceBuffer<T>>(op, std::move(start), std::move(buffer), std::move(host));
   }
 
-  /// upload_async into an existing buffer: `host`, when set, owns `data`.
+  /// upload_async into an existing buffer: `host`, when set, owns `data`. Inline: the public
+  /// calls are its only callers, and a call less is ~30 instructions of a small upload (issue 47).
   template <class T>
-  Future<void> start_upload_into(DeviceBuffer<T>& dst, const T* data, std::size_t count,
-                                 std::size_t dst_offset, std::shared_ptr<const void> host,
-                                 const std::vector<cl::Event>& after) {
+  CLBUF_DETAIL_INLINE Future<void> start_upload_into(DeviceBuffer<T>& dst, const T* data,
+                                                     std::size_t count, std::size_t dst_offset,
+                                                     std::shared_ptr<const void>&& host,
+                                                     const std::vector<cl::Event>& after) {
     const char* op = "upload_async";
     auto entry = gate_.enter(op);
     check_host_transfer(op, dst, data, count, dst_offset, true);

@@ -129,8 +129,8 @@ class PinnedPool {
     std::size_t size() const noexcept { return block_ ? block_->size() : 0; }
 
     /// Gives the block back now; the lease is empty afterwards.
-    void reset() noexcept {
-      if (pool_ != nullptr && block_) pool_->give(std::move(block_));
+    CLBUF_DETAIL_INLINE void reset() noexcept {
+      if (pool_ != nullptr && block_ && !pool_->give_hot(block_)) pool_->give(std::move(block_));
       block_.reset();
       pool_ = nullptr;
     }
@@ -179,11 +179,17 @@ class PinnedPool {
   /// A block of at least `bytes` (> 0) mapped on `map_on`, or an empty lease when the budget
   /// cannot hold one.
   /// @throws Error when OpenCL cannot allocate or map it (nothing is counted then).
-  Lease take(const char* operation, std::size_t bytes, const Queue& map_on) {
+  /// Inline up to the hot slot, the rest out of line (issue 47: a bounced read's call).
+  CLBUF_DETAIL_INLINE Lease take(const char* operation, std::size_t bytes, const Queue& map_on) {
     const std::size_t size = size_class(bytes);
     if (PinnedBlock* hot = take_hot(size, map_on.get())) {
       return Lease(this, std::unique_ptr<PinnedBlock>(hot));
     }
+    return take_listed(operation, size, map_on);
+  }
+
+  /// take() past the hot slot: a cached block of the lists, else a new one.
+  Lease take_listed(const char* operation, std::size_t size, const Queue& map_on) {
     {
       std::lock_guard<std::mutex> lock(mutex_);
       cool();
@@ -238,14 +244,12 @@ class PinnedPool {
   /// cost ~300 instructions of a 4-byte download, issue 47). Under the lock the block counts as
   /// in use (stats_) and hot_bytes_ says it is cached; the lists of the lock (trims, close())
   /// see it once cool() has moved it back. Not used while tracing (each lease is a counter then).
-  PinnedBlock* take_hot(std::size_t size, cl_command_queue queue) noexcept {
+  CLBUF_DETAIL_INLINE PinnedBlock* take_hot(std::size_t size, cl_command_queue queue) noexcept {
     if (tracer_ != nullptr || hot_.load(std::memory_order_relaxed) == nullptr) return nullptr;
     PinnedBlock* block = hot_.exchange(nullptr, std::memory_order_acquire);
     if (block == nullptr) return nullptr;
     if (block->size() != size || block->queue() != queue) {  // not this lease's: back to the lists
-      std::lock_guard<std::mutex> lock(mutex_);
-      hot_bytes_.fetch_sub(block->size(), std::memory_order_relaxed);
-      cache_locked(std::unique_ptr<PinnedBlock>(block));
+      cool_other(block);
       return nullptr;
     }
     hot_bytes_.fetch_sub(size, std::memory_order_relaxed);
@@ -255,7 +259,7 @@ class PinnedPool {
 
   /// Puts `block` (a lease's, counted in use) into the empty hot slot; false when the slot is
   /// taken, or the pool closed or tracing.
-  bool give_hot(std::unique_ptr<PinnedBlock>& block) noexcept {
+  CLBUF_DETAIL_INLINE bool give_hot(std::unique_ptr<PinnedBlock>& block) noexcept {
     if (tracer_ != nullptr || closed_.load(std::memory_order_acquire)) return false;
     PinnedBlock* expected = nullptr;
     hot_bytes_.fetch_add(block->size(), std::memory_order_relaxed);
@@ -265,11 +269,19 @@ class PinnedPool {
       return false;
     }
     block.release();
-    if (closed_.load(std::memory_order_acquire)) {  // close() ran meanwhile: not kept
-      std::lock_guard<std::mutex> lock(mutex_);
-      cool();
-    }
+    if (closed_.load(std::memory_order_acquire)) cool_closed();  // close() ran meanwhile
     return true;
+  }
+  CLBUF_DETAIL_COLD void cool_closed() noexcept {  // the hot slot's block is not kept
+    std::lock_guard<std::mutex> lock(mutex_);
+    cool();
+  }
+
+  /// Moves `block`, taken from the hot slot for a lease of another size or queue, to the lists.
+  CLBUF_DETAIL_COLD void cool_other(PinnedBlock* block) noexcept {
+    std::lock_guard<std::mutex> lock(mutex_);
+    hot_bytes_.fetch_sub(block->size(), std::memory_order_relaxed);
+    cache_locked(std::unique_ptr<PinnedBlock>(block));
   }
 
   /// Moves the hot slot's block (if any) to the lists. Under mutex_.
@@ -367,9 +379,9 @@ class PinnedPool {
     (in_use ? stats_.in_use_bytes : stats_.cached_bytes) -= size;
   }
 
-  /// Caches a block given back (frees it once closed, or when the cache cannot grow).
+  /// Caches a block given back that the hot slot did not take (frees it once closed, or when
+  /// the cache cannot grow).
   void give(std::unique_ptr<PinnedBlock>&& block) noexcept {
-    if (give_hot(block)) return;
     std::unique_ptr<PinnedBlock> dropped;  // unmapped outside the lock
     std::lock_guard<std::mutex> lock(mutex_);
     const std::size_t size = block->size();

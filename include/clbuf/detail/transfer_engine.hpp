@@ -94,8 +94,9 @@ class TransferEngine {
   /// The path rule, the one place clbuf chooses how bytes move.
   Path route(const Allocation& memory, std::size_t bytes, HostMemory host, Use use) const noexcept {
     if (memory.host != nullptr) return Path::host_copy;
-    if (stager_ && !redirected() && host == HostMemory::pageable &&
-        bytes >= device_.options().staging_threshold_bytes) {
+    // The size first: a small transfer asks no thread-local Redirect (issue 47).
+    if (bytes >= device_.options().staging_threshold_bytes && stager_ &&
+        host == HostMemory::pageable && !redirected()) {
       return Path::staged;
     }
     if (host == HostMemory::pageable && device_.options().memory == MemoryModel::discrete) {
@@ -222,7 +223,7 @@ class TransferEngine {
   /// no command can be using) is filled by memcpy at once, cheaper than a command: then nothing
   /// is left to wait for.
   Started write_async(const char* operation, const Allocation& memory, std::size_t offset,
-                      const void* data, std::size_t bytes, std::shared_ptr<const void> keep,
+                      const void* data, std::size_t bytes, const std::shared_ptr<const void>& keep,
                       bool now_if_fresh) {
     if (bytes == 0) return Started();  // zero-sized work counts nothing
     const Path path = route(memory, bytes, HostMemory::pageable, Use::started);
@@ -235,7 +236,7 @@ class TransferEngine {
       std::memcpy(memory.host_at(offset), data, bytes);
     } else if (path == Path::staged) {
       start = stager_->submit(true, memory.buffer, memory.at(offset), const_cast<void*>(data),
-                              bytes, operation, std::move(keep), background_);
+                              bytes, operation, keep, background_);
     } else {
       start.event =
           queue().write(operation, memory.buffer(), memory.at(offset), bytes, data, false);
