@@ -10,6 +10,7 @@
 #include <sys/mount.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
+#include <sys/sysmacros.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -1130,6 +1131,51 @@ TEST(TraceFiles, AFileOpenedWhileItsLastHolderClosesItWaitsThenStartsAfresh) {
     EXPECT_EQ(trace.named("X", "new span").size(), 1u) << "round " << round;
     EXPECT_TRUE(trace.named("X", "old span").empty()) << "round " << round;
   }
+}
+
+// A block device (a node of the loop driver, made where the test may: as root) named as the trace
+// file is refused at construction and never written: only a regular file or a character device
+// (/dev/null) takes a trace.
+TEST(TraceFiles, ABlockDeviceIsRefusedAsATraceFile) {
+  TempDir dir;
+  const std::string node = dir.file("block");
+  if (::mknod(node.c_str(), S_IFBLK | 0600, makedev(7, 0)) != 0) {
+    GTEST_SKIP() << "cannot make a block device node here: " << std::strerror(errno);
+  }
+  EXPECT_CLBUF_ERROR(clbuf::detail::Tracer(node, "block", "trace"), CL_INVALID_VALUE, node,
+                     "not a regular file");
+}
+
+// A trace file that is a mount point (a file bound over it, where the test may mount) cannot be
+// replaced by a rename: it is started afresh in place, and holds the new trace only.
+TEST(TraceFiles, ATraceFileThatIsAMountPointIsStartedAfreshInPlace) {
+  TempDir dir;
+  const std::string path = dir.file("bound.json");
+  const std::string source = dir.file("source.json");
+  {
+    clbuf::detail::Tracer old(source, "old", "trace");
+    old.span(old.track("old"), "old span", 1, 2, {});
+  }
+  std::ofstream(path) << "placeholder";
+  if (::mount(source.c_str(), path.c_str(), nullptr, MS_BIND, nullptr) != 0) {
+    GTEST_SKIP() << "cannot bind-mount a file here: " << std::strerror(errno);
+  }
+  struct Unmounted {
+    std::string at;
+    ~Unmounted() { ::umount2(at.c_str(), MNT_DETACH); }
+  } unmount{path};
+  {
+    clbuf::detail::Tracer fresh(path, "fresh", "trace");
+    fresh.span(fresh.track("new"), "new span", 1, 2, {});
+  }
+  const Trace trace = Trace::read(path);
+  EXPECT_EQ(trace.named("X", "new span").size(), 1u);
+  EXPECT_TRUE(trace.named("X", "old span").empty());
+  std::set<std::string> names;  // the temporary file of the refused rename is gone
+  for (const auto& entry : std::filesystem::directory_iterator(dir.path())) {
+    names.insert(entry.path().filename().string());
+  }
+  EXPECT_EQ(names, (std::set<std::string>{"bound.json", "source.json"}));
 }
 
 }  // namespace
