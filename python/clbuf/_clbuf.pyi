@@ -303,6 +303,8 @@ class Tile:
     @property
     def count(self) -> int: ...
     @property
+    def device(self) -> int: ...
+    @property
     def input(self) -> DeviceBuffer: ...
     @property
     def output(self) -> DeviceBuffer: ...
@@ -314,23 +316,25 @@ class Tile:
     def wait_for(self) -> List[Any]: ...  # pyopencl.Event
 
 def stream_tiles(
-    manager: BufferManager,
+    manager: Union[BufferManager, DeviceGroup],
     data: _HostData,
     fn: Callable[[Tile], Optional[Union[Any, Future]]],  # returns a pyopencl.Event
     out: Optional[_WritableData] = None,
     *,
     dtype: Optional[_DType] = None,
+    weights: Optional[Sequence[float]] = None,
     tile_elements: int = 0,
     in_flight: int = 0,
     memory_budget_bytes: int = 0,
 ) -> np.ndarray: ...
 def plan_tiles(
-    manager: BufferManager,
+    manager: Union[BufferManager, DeviceGroup],
     count: int,
     dtype: _DType,
     out_dtype: Optional[_DType] = None,
     *,
     in_place: bool = False,
+    weights: Optional[Sequence[float]] = None,
     tile_elements: int = 0,
     in_flight: int = 0,
     memory_budget_bytes: int = 0,

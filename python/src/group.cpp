@@ -681,6 +681,25 @@ std::shared_ptr<Sharded> sharded_of(const Self<Sharded>& self, const char* membe
 
 }  // namespace
 
+bool is_group(const py::handle& value) { return py::isinstance<Group>(value); }
+
+GroupParts group_parts(const char* operation, const py::handle& value) {
+  const std::shared_ptr<Group> group = held_object<Group>(value);
+  if (!group) {
+    fail(operation, CL_INVALID_VALUE,
+         "an uninitialised clbuf.DeviceGroup (made by clbuf.DeviceGroup.__new__); " +
+             std::string(PythonName<Group>::made_by));
+  }
+  GroupParts parts;
+  parts.group = &group->cpp();
+  for (std::size_t i = 0; i < group->size(); ++i) parts.managers.push_back(group->manager_of(i));
+  return parts;
+}
+
+std::vector<double> group_weights(const char* operation, const py::handle& weights) {
+  return as_weights(operation, weights);
+}
+
 bool is_sharded(const py::handle& value) { return py::isinstance<Sharded>(value); }
 
 ShardedParts sharded_parts(const char* operation, const py::handle& value) {

@@ -22,6 +22,24 @@ struct ShardedParts {
   clbuf::ShardedBuffer<std::uint8_t>* bytes = nullptr;
 };
 
+/// A clbuf.DeviceGroup's C++ group and its managers (each an aliasing pointer that keeps the
+/// group alive), for the library's calls over a group (clbuf.stream_tiles).
+struct GroupParts {
+  clbuf::DeviceGroup* group = nullptr;
+  std::vector<std::shared_ptr<clbuf::BufferManager>> managers;
+};
+
+/// True when `value` is a clbuf.DeviceGroup (initialised or not).
+bool is_group(const py::handle& value);
+
+/// The parts of `value`, a clbuf.DeviceGroup; clbuf.Error naming `operation` when it was never
+/// initialised.
+GroupParts group_parts(const char* operation, const py::handle& value);
+
+/// `weights` (a sequence of ints or floats, one per device) as DeviceGroup.scatter reads them;
+/// clbuf.Error naming `operation` otherwise.
+std::vector<double> group_weights(const char* operation, const py::handle& weights);
+
 /// True when `value` is a clbuf.ShardedBuffer (initialised or not).
 bool is_sharded(const py::handle& value);
 

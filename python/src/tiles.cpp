@@ -4,7 +4,9 @@
 // streamed through the device tile by tile, the application's kernels (pyopencl) run on each
 // tile, with uploads, kernels and downloads overlapped. The plan, the slots, the queues, the
 // order of the outputs and what a failure leaves written are the library's; this file hands it
-// the arrays and calls the Python function.
+// the arrays and calls the Python function. Over a clbuf.DeviceGroup the library deals the tiles
+// to the group's devices (clbuf/group_tile_stream.hpp); each tile's buffers are then of its
+// device's manager (Tile.device).
 //
 // Threads: the library calls the function on the calling thread, between its own enqueues. The
 // GIL is released for the whole stream (NoGil) and taken back only to call the function
@@ -17,9 +19,11 @@
 #include "buffers.hpp"
 #include "dtype_dispatch.hpp"
 #include "futures.hpp"
+#include "group.hpp"
 #include "interop.hpp"
 #include "manager.hpp"
 
+#include <clbuf/group_tile_stream.hpp>
 #include <clbuf/tile_stream.hpp>
 
 #include <memory>
@@ -38,6 +42,8 @@ inline constexpr char pyopencl_events[] = "List[pyopencl.Event]";
 inline constexpr char pyopencl_command_queue[] = "pyopencl.CommandQueue";
 inline constexpr char ndarray[] = "numpy.ndarray";
 inline constexpr char flag[] = "bool";
+inline constexpr char manager_or_group[] = "Union[clbuf.BufferManager, clbuf.DeviceGroup]";
+inline constexpr char tile_weights[] = "Optional[Sequence[float]]";
 }  // namespace names
 
 using TileFunction = Typed<names::tile_function>;
@@ -45,10 +51,12 @@ using PyopenclEvents = Typed<names::pyopencl_events>;
 using PyopenclCommandQueue = Typed<names::pyopencl_command_queue>;
 using NdArray = Typed<names::ndarray>;
 using Flag = Typed<names::flag>;
+using ManagerOrGroup = Typed<names::manager_or_group>;
+using TileWeights = Typed<names::tile_weights>;
 
 /// clbuf.Tile: one tile as the function of clbuf.stream_tiles() gets it (clbuf::Tile).
 struct TileView {
-  std::size_t index = 0, tiles = 0, first = 0, count = 0;
+  std::size_t index = 0, tiles = 0, first = 0, count = 0, device = 0;
   py::object input, output;
   cl::CommandQueue queue;
   std::vector<cl::Event> after;
@@ -68,8 +76,9 @@ constexpr const char* stream_op = "stream_tiles";
 /// The function's calls during one stream, and what it raised.
 class Stream {
  public:
-  Stream(std::shared_ptr<clbuf::BufferManager> manager, py::object fn, py::dtype in, py::dtype out)
-      : manager_(std::move(manager)),
+  Stream(std::vector<std::shared_ptr<clbuf::BufferManager>> managers, py::object fn, py::dtype in,
+         py::dtype out)
+      : managers_(std::move(managers)),
         fn_(std::move(fn)),
         in_dtype_(std::move(in)),
         out_dtype_(std::move(out)) {}
@@ -84,9 +93,10 @@ class Stream {
       view->tiles = tile.tiles;
       view->first = tile.first;
       view->count = tile.count;
-      view->input = buffer_of(tile.in, in_dtype_);
+      view->device = tile.device;
+      view->input = buffer_of(tile.in, in_dtype_, tile.device);
       const bool in_place = static_cast<const void*>(&tile.in) == static_cast<void*>(&tile.out);
-      view->output = in_place ? view->input : buffer_of(tile.out, out_dtype_);
+      view->output = in_place ? view->input : buffer_of(tile.out, out_dtype_, tile.device);
       view->queue = tile.queue;
       view->after = tile.after;
       const py::object result = fn_(to_python(view));
@@ -119,19 +129,21 @@ class Stream {
   }
 
  private:
-  /// The tile's buffer as a DeviceBuffer of `dtype` on the same memory, one per slot buffer.
+  /// The tile's buffer as a DeviceBuffer of `dtype` on the same memory, one per slot buffer,
+  /// of the manager of the tile's device.
   template <class X>
-  py::object buffer_of(const clbuf::DeviceBuffer<X>& buffer, const py::dtype& dtype) {
+  py::object buffer_of(const clbuf::DeviceBuffer<X>& buffer, const py::dtype& dtype,
+                       std::size_t device) {
+    const std::shared_ptr<clbuf::BufferManager>& manager = managers_.at(device);
     const cl_mem root = buffer.native_root()();
     const std::size_t offset = buffer.native_offset_bytes();
     for (const auto& [mem, at, object] : buffers_) {
       if (mem == root && at == offset) return object;  // in place: input and output are one
     }
-    auto handle = new_handle(manager_, dtype, {static_cast<py::ssize_t>(buffer.size())});
+    auto handle = new_handle(manager, dtype, {static_cast<py::ssize_t>(buffer.size())});
     clbuf::DeviceBuffer<std::uint8_t> whole =
-        manager_->adopt<std::uint8_t>(cl::Buffer(root, true), offset + buffer.size_bytes());
-    handle->own(offset == 0 ? std::move(whole)
-                            : manager_->view(whole, offset, buffer.size_bytes()));
+        manager->adopt<std::uint8_t>(cl::Buffer(root, true), offset + buffer.size_bytes());
+    handle->own(offset == 0 ? std::move(whole) : manager->view(whole, offset, buffer.size_bytes()));
     py::object object = to_python(handle);
     buffers_.emplace_back(root, offset, object);
     return object;
@@ -151,13 +163,35 @@ class Stream {
     return events.empty() ? cl::Event() : events.front();
   }
 
-  std::shared_ptr<clbuf::BufferManager> manager_;
+  std::vector<std::shared_ptr<clbuf::BufferManager>> managers_;  // by device
   py::object fn_;
   py::dtype in_dtype_, out_dtype_;
   std::vector<std::tuple<cl_mem, std::size_t, py::object>> buffers_;
   py::object cause_;
   std::size_t cause_tile_ = 0;
 };
+
+/// Where a stream runs: one manager (`manager` set), or a DeviceGroup's devices; `parts.managers`
+/// holds the manager of each device (one for a manager).
+struct Target {
+  std::shared_ptr<Manager> manager;
+  GroupParts parts;
+};
+
+Target target_of(const char* op, const py::handle& value) {
+  Target target;
+  if (py::isinstance<Manager>(value)) {
+    target.manager = held_object<Manager>(value);
+    if (!target.manager) fail_uninitialised<Manager>(op);
+    target.parts.managers.push_back(target.manager->shared());
+  } else if (is_group(value)) {
+    target.parts = group_parts(op, value);
+  } else {
+    fail(op, CL_INVALID_VALUE,
+         "manager must be a clbuf.BufferManager or a clbuf.DeviceGroup, not " + type_name(value));
+  }
+  return target;
+}
 
 /// TileOptions from the keyword arguments.
 clbuf::TileStreamOptions tile_options(const char* op, const py::handle& tile_elements,
@@ -167,6 +201,22 @@ clbuf::TileStreamOptions tile_options(const char* op, const py::handle& tile_ele
   options.tile_elements = as_size(op, tile_elements, "tile_elements");
   options.in_flight = as_size(op, in_flight, "in_flight");
   options.memory_budget_bytes = as_size(op, memory_budget_bytes, "memory_budget_bytes");
+  return options;
+}
+
+/// The options of a stream or plan on `target`, weights (a group's only) included.
+clbuf::GroupTileOptions group_options(const char* op, const Target& target,
+                                      const py::handle& weights, const py::handle& tile_elements,
+                                      const py::handle& in_flight,
+                                      const py::handle& memory_budget_bytes) {
+  clbuf::GroupTileOptions options(tile_options(op, tile_elements, in_flight, memory_budget_bytes));
+  if (!weights.is_none()) {
+    if (target.manager) {
+      fail(op, CL_INVALID_VALUE,
+           "weights deal the tiles to a DeviceGroup's devices; a BufferManager has one device");
+    }
+    options.weights = group_weights(op, weights);
+  }
   return options;
 }
 
@@ -210,34 +260,39 @@ std::pair<py::array, py::array> stream_arrays(const py::handle& data, const py::
   return {in, result};
 }
 
-NdArray stream_tiles(Self<Manager> manager_arg, const HostData& data, const TileFunction& fn,
+NdArray stream_tiles(const ManagerOrGroup& manager, const HostData& data, const TileFunction& fn,
                      const OptionalWritableData& out, const OptionalDType& dtype,
-                     const Int& tile_elements, const Int& in_flight,
+                     const TileWeights& weights, const Int& tile_elements, const Int& in_flight,
                      const Int& memory_budget_bytes) {
   const char* op = stream_op;
-  const std::shared_ptr<Manager>& manager = initialised(manager_arg, op);
+  const Target target = target_of(op, manager);
   if (PyCallable_Check(fn.ptr()) == 0) {
     fail(op, CL_INVALID_VALUE,
          "fn must be callable (fn(tile) -> pyopencl.Event or None), not " + type_name(fn));
   }
-  const clbuf::TileStreamOptions options =
-      tile_options(op, tile_elements, in_flight, memory_budget_bytes);
+  const clbuf::GroupTileOptions options =
+      group_options(op, target, weights, tile_elements, in_flight, memory_budget_bytes);
   const std::pair<py::array, py::array> arrays = stream_arrays(data, out, dtype);
   const py::array in = arrays.first;
   py::array result = arrays.second;
   const auto count = static_cast<std::size_t>(in.size());
   const void* in_data = in.data();
   void* out_data = result.mutable_data();
-  Stream stream(manager->shared(), fn, in.dtype(), result.dtype());
+  Stream stream(target.parts.managers, fn, in.dtype(), result.dtype());
   with_element_type(op, static_cast<std::size_t>(in.itemsize()), "stream", [&](auto t) {
     using T = decltype(t);
     with_element_type(op, static_cast<std::size_t>(result.itemsize()), "stream", [&](auto u) {
       using U = decltype(u);
+      const auto call = [&stream](const clbuf::Tile<T, U>& tile) { return stream.call(tile); };
+      const auto* from = static_cast<const T*>(in_data);
+      auto* into = static_cast<U*>(out_data);
       try {
         NoGil release;
-        clbuf::stream_tiles(
-            manager->cpp(), static_cast<const T*>(in_data), static_cast<U*>(out_data), count,
-            [&stream](const clbuf::Tile<T, U>& tile) { return stream.call(tile); }, options);
+        if (target.manager) {
+          clbuf::stream_tiles(target.manager->cpp(), from, into, count, call, options);
+        } else {
+          clbuf::stream_tiles(*target.parts.group, from, into, count, call, options);
+        }
       } catch (const clbuf::Error& error) {
         stream.raise(error);
       }
@@ -246,11 +301,11 @@ NdArray stream_tiles(Self<Manager> manager_arg, const HostData& data, const Tile
   return NdArray(result);
 }
 
-Dict plan_tiles(Self<Manager> manager_arg, const Int& count, const DType& dtype,
-                const OptionalDType& out_dtype, const Flag& in_place, const Int& tile_elements,
-                const Int& in_flight, const Int& memory_budget_bytes) {
+Dict plan_tiles(const ManagerOrGroup& manager, const Int& count, const DType& dtype,
+                const OptionalDType& out_dtype, const Flag& in_place, const TileWeights& weights,
+                const Int& tile_elements, const Int& in_flight, const Int& memory_budget_bytes) {
   const char* op = "plan_tiles";
-  const std::shared_ptr<Manager>& manager = initialised(manager_arg, op);
+  const Target target = target_of(op, manager);
   if (!PyBool_Check(in_place.ptr())) {
     fail(op, CL_INVALID_VALUE, "in_place must be True or False, not " + short_repr(in_place));
   }
@@ -261,15 +316,19 @@ Dict plan_tiles(Self<Manager> manager_arg, const Int& count, const DType& dtype,
   const std::size_t elements = as_size(op, count, "count");
   const py::dtype in_type = as_dtype(op, dtype);
   const py::dtype out_type = out_dtype.is_none() ? in_type : as_dtype(op, out_dtype);
-  const clbuf::TileOptions options =
-      tile_options(op, tile_elements, in_flight, memory_budget_bytes);
+  const clbuf::GroupTileOptions options =
+      group_options(op, target, weights, tile_elements, in_flight, memory_budget_bytes);
   const auto in_size = static_cast<std::size_t>(in_type.itemsize());
   const auto out_size = static_cast<std::size_t>(out_type.itemsize());
   return with_element_type(op, in_size, "stream", [&](auto t) {
     return with_element_type(op, out_size, "stream", [&](auto u) {
       using T = decltype(t);
       using U = decltype(u);
-      return plan_dict(clbuf::plan_tiles<T, U>(manager->cpp(), elements, options, one_array));
+      if (target.manager) {
+        return plan_dict(
+            clbuf::plan_tiles<T, U>(target.manager->cpp(), elements, options, one_array));
+      }
+      return plan_dict(clbuf::plan_tiles<T, U>(*target.parts.group, elements, options, one_array));
     });
   });
 }
@@ -301,6 +360,10 @@ void bind_tiles(py::module_& m) {
       .def_property_readonly(
           "count", [](Self<TileView> self) { return tile_of(self, "count")->count; },
           "The tile's elements (the last tile may hold fewer than the others).")
+      .def_property_readonly(
+          "device", [](Self<TileView> self) { return tile_of(self, "device")->device; },
+          "The device the tile runs on: 0, or its index in the DeviceGroup streamed over (its "
+          "buffers and queue are of that device's manager, group.manager(device)).")
       .def_property_readonly(
           "input", [](Self<TileView> self) -> AnyBuffer { return tile_of(self, "input")->input; },
           "The tile's input: a 1-D DeviceBuffer of the array's dtype and the plan's "
@@ -338,8 +401,8 @@ void bind_tiles(py::module_& m) {
           "pass as wait_for=.");
 
   m.def("stream_tiles", &stream_tiles, py::arg("manager"), py::arg("data"), py::arg("fn"),
-        py::arg("out") = none, py::kw_only(), py::arg("dtype") = none, py::arg("tile_elements") = 0,
-        py::arg("in_flight") = 0, py::arg("memory_budget_bytes") = 0,
+        py::arg("out") = none, py::kw_only(), py::arg("dtype") = none, py::arg("weights") = none,
+        py::arg("tile_elements") = 0, py::arg("in_flight") = 0, py::arg("memory_budget_bytes") = 0,
         "Runs fn(tile) over the elements of `data` (flattened, C order), tile by tile, and "
         "returns the output: `out` (a writable C-contiguous array of as many elements; out=data "
         "streams in place) or a new array of data's shape and `dtype` (None: data's). Per tile "
@@ -348,17 +411,22 @@ void bind_tiles(py::module_& m) {
         "enqueued on tile.queue), the output downloaded and written in tile order; up to "
         "`in_flight` tiles are in flight (0: 3, or fewer on a small budget), each of "
         "`tile_elements` (0: chosen from the budget), within `memory_budget_bytes` of device "
-        "memory (0: a quarter of the device's). The GIL is released while the stream waits and "
+        "memory (0: a quarter of the device's). `manager` may be a DeviceGroup: the tiles are "
+        "dealt to its devices (evenly, or in proportion to `weights`, one per device), each "
+        "streaming through its own manager (tile.device says which; in_flight and the budget "
+        "hold per device). The GIL is released while the stream waits and "
         "taken to call fn, on the calling thread. clbuf.Error for options out of range; a "
         "failure at tile k (fn raised, its event failed, a transfer failed) is a clbuf.Error "
         "naming 'tile k of n' and its elements (fn's exception as __cause__): tiles 0 to k-1 "
         "are written then, nothing of a later tile is.");
   m.def("plan_tiles", &plan_tiles, py::arg("manager"), py::arg("count"), py::arg("dtype"),
         py::arg("out_dtype") = none, py::kw_only(), py::arg("in_place") = false,
-        py::arg("tile_elements") = 0, py::arg("in_flight") = 0, py::arg("memory_budget_bytes") = 0,
+        py::arg("weights") = none, py::arg("tile_elements") = 0, py::arg("in_flight") = 0,
+        py::arg("memory_budget_bytes") = 0,
         "The plan stream_tiles() would follow for `count` elements of `dtype` in and "
-        "`out_dtype` (None: dtype) out, or one array in place, on `manager`'s device, with the "
-        "same options: a dict of tile_elements, in_flight, tiles, device_bytes and "
+        "`out_dtype` (None: dtype) out, or one array in place, on `manager`'s device (a "
+        "DeviceGroup: in_flight, device_bytes and budget_bytes per device), with the same "
+        "options: a dict of tile_elements, in_flight, tiles, device_bytes and "
         "budget_bytes. No OpenCL call. clbuf.Error as stream_tiles() for options out of range.");
 }
 

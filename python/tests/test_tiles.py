@@ -255,3 +255,53 @@ def test_plan_tiles_is_the_plan_the_stream_follows(shared):
         clbuf.plan_tiles(bm, 10, np.float32, np.float64, in_place=True)
     with pytest.raises(clbuf.Error, match=r"exceed memory_budget_bytes"):
         clbuf.plan_tiles(bm, 10, np.float32, tile_elements=1000, memory_budget_bytes=4000)
+
+
+def test_a_device_group_deals_the_tiles_to_its_devices(shared):
+    bm, program = shared
+    # A second manager on the same context (its own queue): a group of two whose tiles one
+    # pyopencl program serves.
+    context = cl.Context.from_int_ptr(bm.context_int_ptr)
+    second = clbuf.BufferManager.from_pyopencl(cl.CommandQueue(context))
+    group = clbuf.DeviceGroup([bm, second])
+    try:
+        data = data_of(np.float32, 9 * TILE + 5)
+        kernel = affine(program, np.float32)
+        devices = []
+
+        def fn(tile):
+            devices.append(tile.device)
+            assert tile.input.int_ptr != 0 and tile.queue.context.int_ptr == bm.context_int_ptr
+            return kernel(tile)
+
+        out = clbuf.stream_tiles(group, data, fn, tile_elements=TILE, in_flight=2)
+        np.testing.assert_array_equal(out, 2 * data + 1)
+        assert devices == [k % 2 for k in range(10)]  # even: round robin
+        devices.clear()
+        copy = data.copy()
+        clbuf.stream_tiles(group, copy, fn, out=copy, weights=[3, 1], tile_elements=TILE)
+        np.testing.assert_array_equal(copy, 2 * data + 1)
+        assert devices.count(0) > devices.count(1) > 0
+        plan = clbuf.plan_tiles(group, data.size, np.float32, tile_elements=TILE, in_flight=2)
+        assert plan["tiles"] == 10 and plan["in_flight"] == 2
+        assert clbuf.plan_tiles(group, data.size, np.float32, weights=[1, 0],
+                                tile_elements=TILE)["tiles"] == 10
+
+        def raising(tile):
+            if tile.index == 3:
+                raise RuntimeError("no")
+            return kernel(tile)
+
+        out = np.zeros_like(data)
+        with pytest.raises(clbuf.Error, match=r"^stream_tiles: tile 3 of 10 .*RuntimeError: no"):
+            clbuf.stream_tiles(group, data, raising, out=out, tile_elements=TILE)
+        np.testing.assert_array_equal(out[:3 * TILE], 2 * data[:3 * TILE] + 1)
+        assert not out[3 * TILE:].any()
+        with pytest.raises(clbuf.Error, match=r"weights"):
+            clbuf.stream_tiles(group, data, fn, weights=[1, 2, 3])
+        with pytest.raises(clbuf.Error, match=r"weights deal the tiles to a DeviceGroup"):
+            clbuf.stream_tiles(bm, data, fn, weights=[1])
+        with pytest.raises(clbuf.Error, match=r"a clbuf\.BufferManager or a clbuf\.DeviceGroup"):
+            clbuf.stream_tiles("bm", data, fn)
+    finally:
+        second.cleanup()
