@@ -430,7 +430,10 @@ class Checkpoint {
         folder = std::make_unique<detail::OpenFolder>(op, path);
         return read_checkpoint(op, *folder);
       } catch (const Error&) {
-        const bool replaced = folder == nullptr || folder->replaced_at(path);
+        // Read again where a save moved on meanwhile: the folder opened is no longer at `path`,
+        // or `path` is DIR.old while DIR is back (its files being removed as they were read).
+        const bool replaced =
+            folder == nullptr || folder->replaced_at(path) || complete_folder(folder_) != path;
         if (!replaced || attempt == 8) throw;
       }
     }
