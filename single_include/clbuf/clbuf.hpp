@@ -341,9 +341,16 @@ CLBUF_DETAIL_INLINE decltype(auto) guard_host_memory(const char* operation, Body
   return guard_host_memory(operation, 0, nullptr, std::forward<Body>(body));
 }
 
-/// Turns the return code of an OpenCL C call into an Error naming the call.
-inline void check(cl_int code, const char* operation, const char* call) {
-  if (code != CL_SUCCESS) fail(operation, code, std::string(call) + " failed");
+/// check()'s failure: an Error naming the OpenCL C call.
+[[noreturn]] CLBUF_DETAIL_COLD inline void fail_call(cl_int code, const char* operation,
+                                                     const char* call) {
+  fail(operation, code, std::string(call) + " failed");
+}
+/// Turns the return code of an OpenCL C call into an Error naming the call. Inline, the
+/// failure's text out of line: a test and a branch on every call's path (issue 47: as a call of
+/// its own it cost a small transfer ~6 instructions per OpenCL call).
+CLBUF_DETAIL_INLINE void check(cl_int code, const char* operation, const char* call) {
+  if (code != CL_SUCCESS) fail_call(code, operation, call);
 }
 
 /// `count * element_size` as a number of bytes, or, when that does not fit in size_t,
@@ -849,12 +856,19 @@ class Fences {
     std::lock_guard<std::mutex> lock(mutex_);
     prune();
     events_.push_back(event);
+    recorded_.store(true, std::memory_order_relaxed);
   }
 
-  /// True while a recorded command has not completed.
+  /// True while a recorded command has not completed. With none recorded (the common case: a
+  /// buffer only its own manager used) no lock is taken: the pool asks this of every buffer it
+  /// hands out again (issue 47: the lock and the prune cost a small upload ~60 instructions).
+  /// A buffer in the pool is used by nobody, so what its last user recorded was recorded before
+  /// the pool took it back, under the pool's lock, which acquire() holds too.
   bool busy() noexcept {
+    if (!recorded_.load(std::memory_order_relaxed)) return false;
     std::lock_guard<std::mutex> lock(mutex_);
     prune();
+    recorded_.store(!events_.empty(), std::memory_order_relaxed);
     return !events_.empty();
   }
 
@@ -869,6 +883,7 @@ class Fences {
 
   std::mutex mutex_;
   std::vector<cl::Event> events_;
+  std::atomic<bool> recorded_{false};  // events_ is not empty; written under mutex_
 };
 
 /// The memory of one DeviceBuffer: bytes [offset, offset + capacity) of the OpenCL buffer
@@ -1552,8 +1567,10 @@ class DeviceBuffer {
   /// Where the record cannot be kept (out of host memory), waits for the command instead.
   CLBUF_DETAIL_INLINE void fence(const detail::MemoryPool* user_pool,
                                  const cl::Event& event) const noexcept {
-    if (event() == nullptr || !memory_.fences) return;  // a view's fences are its root's
+    // A buffer of the pool `user_pool` with no view is the common case, decided first (issue 47).
     const detail::Lease* lease = shared_lease();
+    if (lease == nullptr && pool_.get() == user_pool) return;
+    if (event() == nullptr || !memory_.fences) return;  // a view's fences are its root's
     const detail::MemoryPool* owner = lease != nullptr ? lease->pool.get() : pool_.get();
     if (owner == nullptr || owner == user_pool) return;
     add_fence(event);
@@ -2817,6 +2834,34 @@ class UserEvent {
   cl::Event barrier_;  // a barrier waiting for event_, kept until complete()
 };
 
+/// The background half of an asynchronous job whose bytes clbuf moves on the host (a staged
+/// transfer, a file's bytes): flushes `main` (the job's marker on it must reach the device), runs
+/// `work`, records its failure in `outcome` (an Error as it is, anything else as out of host
+/// memory: "<what> ran out of host memory"), runs `release` (gives back what the job holds: a
+/// turn, the caller's memory, a file), completes `landed` and flushes `main` again, so that the
+/// barrier waiting for `landed`, and what follows it, run.
+template <class Work, class Release>
+void finish_background_job(cl_command_queue main, const char* operation, const char* what,
+                           Outcome& outcome, UserEvent& landed, Work&& work,
+                           Release&& release) noexcept {
+  const cl_int err = CLBUF_CL(clFlush)(main);
+  if (err != CL_SUCCESS) {
+    outcome.failed(operation, err, std::string("clFlush failed before ") + what);
+  } else {
+    try {
+      work();
+    } catch (const Error& e) {
+      outcome.failed(e);
+    } catch (...) {
+      outcome.failed(operation, CL_OUT_OF_HOST_MEMORY,
+                     std::string(what) + " ran out of host memory");
+    }
+  }
+  release();
+  landed.complete();
+  CLBUF_CL(clFlush)(main);
+}
+
 /// The handles of `after` to wait for: null handles are skipped (a Future with nothing left to
 /// wait for has a null event), and each other one must be of `context`.
 /// @throws Error CL_INVALID_CONTEXT naming the event that is not. Wraps clGetEventInfo.
@@ -3321,8 +3366,9 @@ inline void append_json_integer(std::string& out, long long value) {
 /// NaN or infinity, which JSON lacks (0 instead).
 inline void append_json_number(std::string& out, double value) {
   if (!(value == value && value - value == 0)) value = 0;
-  if (value == static_cast<double>(static_cast<long long>(value)) && value <= 9007199254740992.0 &&
-      value >= -9007199254740992.0) {
+  // The range first: a double past long long's range converted to it is undefined behaviour.
+  if (value <= 9007199254740992.0 && value >= -9007199254740992.0 &&
+      value == static_cast<double>(static_cast<long long>(value))) {
     append_json_integer(out, static_cast<long long>(value));
     return;
   }
@@ -5444,8 +5490,8 @@ class PinnedPool {
     std::size_t size() const noexcept { return block_ ? block_->size() : 0; }
 
     /// Gives the block back now; the lease is empty afterwards.
-    void reset() noexcept {
-      if (pool_ != nullptr && block_) pool_->give(std::move(block_));
+    CLBUF_DETAIL_INLINE void reset() noexcept {
+      if (pool_ != nullptr && block_ && !pool_->give_hot(block_)) pool_->give(std::move(block_));
       block_.reset();
       pool_ = nullptr;
     }
@@ -5494,11 +5540,17 @@ class PinnedPool {
   /// A block of at least `bytes` (> 0) mapped on `map_on`, or an empty lease when the budget
   /// cannot hold one.
   /// @throws Error when OpenCL cannot allocate or map it (nothing is counted then).
-  Lease take(const char* operation, std::size_t bytes, const Queue& map_on) {
+  /// Inline up to the hot slot, the rest out of line (issue 47: a bounced read's call).
+  CLBUF_DETAIL_INLINE Lease take(const char* operation, std::size_t bytes, const Queue& map_on) {
     const std::size_t size = size_class(bytes);
     if (PinnedBlock* hot = take_hot(size, map_on.get())) {
       return Lease(this, std::unique_ptr<PinnedBlock>(hot));
     }
+    return take_listed(operation, size, map_on);
+  }
+
+  /// take() past the hot slot: a cached block of the lists, else a new one.
+  Lease take_listed(const char* operation, std::size_t size, const Queue& map_on) {
     {
       std::lock_guard<std::mutex> lock(mutex_);
       cool();
@@ -5553,14 +5605,12 @@ class PinnedPool {
   /// cost ~300 instructions of a 4-byte download, issue 47). Under the lock the block counts as
   /// in use (stats_) and hot_bytes_ says it is cached; the lists of the lock (trims, close())
   /// see it once cool() has moved it back. Not used while tracing (each lease is a counter then).
-  PinnedBlock* take_hot(std::size_t size, cl_command_queue queue) noexcept {
+  CLBUF_DETAIL_INLINE PinnedBlock* take_hot(std::size_t size, cl_command_queue queue) noexcept {
     if (tracer_ != nullptr || hot_.load(std::memory_order_relaxed) == nullptr) return nullptr;
     PinnedBlock* block = hot_.exchange(nullptr, std::memory_order_acquire);
     if (block == nullptr) return nullptr;
     if (block->size() != size || block->queue() != queue) {  // not this lease's: back to the lists
-      std::lock_guard<std::mutex> lock(mutex_);
-      hot_bytes_.fetch_sub(block->size(), std::memory_order_relaxed);
-      cache_locked(std::unique_ptr<PinnedBlock>(block));
+      cool_other(block);
       return nullptr;
     }
     hot_bytes_.fetch_sub(size, std::memory_order_relaxed);
@@ -5570,7 +5620,7 @@ class PinnedPool {
 
   /// Puts `block` (a lease's, counted in use) into the empty hot slot; false when the slot is
   /// taken, or the pool closed or tracing.
-  bool give_hot(std::unique_ptr<PinnedBlock>& block) noexcept {
+  CLBUF_DETAIL_INLINE bool give_hot(std::unique_ptr<PinnedBlock>& block) noexcept {
     if (tracer_ != nullptr || closed_.load(std::memory_order_acquire)) return false;
     PinnedBlock* expected = nullptr;
     hot_bytes_.fetch_add(block->size(), std::memory_order_relaxed);
@@ -5580,11 +5630,19 @@ class PinnedPool {
       return false;
     }
     block.release();
-    if (closed_.load(std::memory_order_acquire)) {  // close() ran meanwhile: not kept
-      std::lock_guard<std::mutex> lock(mutex_);
-      cool();
-    }
+    if (closed_.load(std::memory_order_acquire)) cool_closed();  // close() ran meanwhile
     return true;
+  }
+  CLBUF_DETAIL_COLD void cool_closed() noexcept {  // the hot slot's block is not kept
+    std::lock_guard<std::mutex> lock(mutex_);
+    cool();
+  }
+
+  /// Moves `block`, taken from the hot slot for a lease of another size or queue, to the lists.
+  CLBUF_DETAIL_COLD void cool_other(PinnedBlock* block) noexcept {
+    std::lock_guard<std::mutex> lock(mutex_);
+    hot_bytes_.fetch_sub(block->size(), std::memory_order_relaxed);
+    cache_locked(std::unique_ptr<PinnedBlock>(block));
   }
 
   /// Moves the hot slot's block (if any) to the lists. Under mutex_.
@@ -5682,9 +5740,9 @@ class PinnedPool {
     (in_use ? stats_.in_use_bytes : stats_.cached_bytes) -= size;
   }
 
-  /// Caches a block given back (frees it once closed, or when the cache cannot grow).
+  /// Caches a block given back that the hot slot did not take (frees it once closed, or when
+  /// the cache cannot grow).
   void give(std::unique_ptr<PinnedBlock>&& block) noexcept {
-    if (give_hot(block)) return;
     std::unique_ptr<PinnedBlock> dropped;  // unmapped outside the lock
     std::lock_guard<std::mutex> lock(mutex_);
     const std::size_t size = block->size();
@@ -7053,25 +7111,17 @@ class Stager {
   /// the main queue go on.
   void finish_async(AsyncJob& job) noexcept {
     Turn turn(*this, job.place);
-    const cl_int err = CLBUF_CL(clFlush)(main().get());  // the marker must reach the device
-    if (err != CL_SUCCESS) {
-      job.outcome->failed(job.operation, err, "clFlush failed before a staged transfer");
-    } else {
-      try {
-        turn.wait();
-        run(job.to_device, job.memory(), job.offset, job.host, job.bytes, job.before(),
-            job.operation);
-      } catch (const Error& e) {
-        job.outcome->failed(e);
-      } catch (...) {
-        job.outcome->failed(job.operation, CL_OUT_OF_HOST_MEMORY,
-                            "a staged transfer ran out of host memory");
-      }
-    }
-    turn.release();
-    job.keep.reset();
-    job.landed.complete();
-    CLBUF_CL(clFlush)(main().get());  // lets the barrier, and what follows it, run
+    finish_background_job(
+        main().get(), job.operation, "a staged transfer", *job.outcome, job.landed,
+        [&] {
+          turn.wait();
+          run(job.to_device, job.memory(), job.offset, job.host, job.bytes, job.before(),
+              job.operation);
+        },
+        [&]() noexcept {
+          turn.release();
+          job.keep.reset();
+        });
   }
 
   /// A transfer's turn; waits for it, and gives it up on every way out so that later transfers
@@ -7477,8 +7527,9 @@ class TransferEngine {
   /// The path rule, the one place clbuf chooses how bytes move.
   Path route(const Allocation& memory, std::size_t bytes, HostMemory host, Use use) const noexcept {
     if (memory.host != nullptr) return Path::host_copy;
-    if (stager_ && !redirected() && host == HostMemory::pageable &&
-        bytes >= device_.options().staging_threshold_bytes) {
+    // The size first: a small transfer asks no thread-local Redirect (issue 47).
+    if (bytes >= device_.options().staging_threshold_bytes && stager_ &&
+        host == HostMemory::pageable && !redirected()) {
       return Path::staged;
     }
     if (host == HostMemory::pageable && device_.options().memory == MemoryModel::discrete) {
@@ -7605,7 +7656,7 @@ class TransferEngine {
   /// no command can be using) is filled by memcpy at once, cheaper than a command: then nothing
   /// is left to wait for.
   Started write_async(const char* operation, const Allocation& memory, std::size_t offset,
-                      const void* data, std::size_t bytes, std::shared_ptr<const void> keep,
+                      const void* data, std::size_t bytes, const std::shared_ptr<const void>& keep,
                       bool now_if_fresh) {
     if (bytes == 0) return Started();  // zero-sized work counts nothing
     const Path path = route(memory, bytes, HostMemory::pageable, Use::started);
@@ -7618,7 +7669,7 @@ class TransferEngine {
       std::memcpy(memory.host_at(offset), data, bytes);
     } else if (path == Path::staged) {
       start = stager_->submit(true, memory.buffer, memory.at(offset), const_cast<void*>(data),
-                              bytes, operation, std::move(keep), background_);
+                              bytes, operation, keep, background_);
     } else {
       start.event =
           queue().write(operation, memory.buffer(), memory.at(offset), bytes, data, false);
@@ -8093,23 +8144,14 @@ struct FileJob {
 
 /// Runs a FileJob on the background thread: waits for M, works, reports, completes U.
 inline void run_file_job(FileJob& job, PinnedPool& pinned) noexcept {
-  const cl_int err = CLBUF_CL(clFlush)(job.main.get());  // M must reach the device
-  if (err != CL_SUCCESS) {
-    job.outcome->failed(job.operation, err, "clFlush failed before a file transfer");
-  } else {
-    try {
-      Queue::wait(job.operation, job.before);
-      job.work(ChunkIo(job.side, pinned));
-    } catch (const Error& e) {
-      job.outcome->failed(e);
-    } catch (...) {
-      job.outcome->failed(job.operation, CL_OUT_OF_HOST_MEMORY,
-                          "a file transfer ran out of host memory");
-    }
-  }
-  job.work = nullptr;  // what it holds (the file, a temporary file to remove) goes now
-  job.landed.complete();
-  CLBUF_CL(clFlush)(job.main.get());  // lets B, and what follows it, run
+  finish_background_job(
+      job.main.get(), job.operation, "a file transfer", *job.outcome, job.landed,
+      [&] {
+        Queue::wait(job.operation, job.before);
+        job.work(ChunkIo(job.side, pinned));
+      },
+      // what the work holds (the file, a temporary file to remove) goes now
+      [&]() noexcept { job.work = nullptr; });
 }
 
 /// Starts `work` as a FileJob of `bytes` (`upload`: into the device) and returns what its
@@ -9303,7 +9345,7 @@ class [[nodiscard]] Future {
     return *this;
   }
 
-  ~Future() { wait_quietly(); }
+  CLBUF_DETAIL_INLINE ~Future() { wait_quietly(); }
 
   /// True while the result has not been taken by get().
   bool valid() const noexcept { return value_.has_value(); }
@@ -9338,23 +9380,14 @@ class [[nodiscard]] Future {
     const cl_int err = CLBUF_CL(clWaitForEvents)(1, &event);
     // Nothing is released here: wait() is const, and several threads may wait at once. The
     // host memory is let go by get(), by assignment or by destruction.
-    if (err != CL_SUCCESS) {
-      // A command that failed makes clWaitForEvents fail (CL_EXEC_STATUS_ERROR_FOR_EVENTS_IN_
-      // WAIT_LIST); its own code is its execution status. Asked only then: the query costs as
-      // much again as a small transfer's wait on NVIDIA's driver (1.2 us, bench/seed_profile).
-      const cl_int status = status_of_event();
-      if (status < 0) detail::fail(operation_, status, "the transfer failed on the device");
-      detail::check(err, operation_, "clWaitForEvents");
-    }
+    if (err != CL_SUCCESS) fail_wait(err);
     if (outcome_) outcome_->rethrow();  // a failure in the part clbuf ran on the host
   }
 
   /// wait(), then hands over the result; once only.
   /// @throws Error if the transfer failed, or (code CL_SUCCESS) if the result was already taken.
   R get() {
-    if (!value_) {
-      detail::fail(operation_, CL_SUCCESS, "the result of this Future was already taken by get()");
-    }
+    if (!value_) fail_taken();
     wait();
     host_.reset();  // the transfer has ended: its host memory is no longer in use
     taken_ = true;  // nothing left for the destructor to wait for
@@ -9383,6 +9416,20 @@ class [[nodiscard]] Future {
         outcome_(std::move(outcome)) {}
 
   cl_int status_of_event() const { return detail::checked_event_status(operation_, event_()); }
+
+  // The failures of wait() and get(), out of line: their messages kept both from inlining into
+  // a small call's caller (issue 47).
+  [[noreturn]] CLBUF_DETAIL_COLD void fail_wait(cl_int err) const {
+    // A command that failed makes clWaitForEvents fail (CL_EXEC_STATUS_ERROR_FOR_EVENTS_IN_
+    // WAIT_LIST); its own code is its execution status. Asked only then: the query costs as
+    // much again as a small transfer's wait on NVIDIA's driver (1.2 us, bench/seed_profile).
+    const cl_int status = status_of_event();
+    if (status < 0) detail::fail(operation_, status, "the transfer failed on the device");
+    detail::fail_call(err, operation_, "clWaitForEvents");
+  }
+  [[noreturn]] CLBUF_DETAIL_COLD void fail_taken() const {
+    detail::fail(operation_, CL_SUCCESS, "the result of this Future was already taken by get()");
+  }
 
   void wait_quietly() noexcept {
     if (taken_) return;  // get() has waited: the transfer has ended
@@ -10006,7 +10053,7 @@ class BufferManager {
                                        const std::vector<cl::Event>& after = {}) {
     return detail::guard_host_memory("upload_async", [&] {
       const auto host = detail::shared_vector("upload_async", std::move(data));
-      return start_upload(host->data(), host->size(), host, after);
+      return start_upload(host->data(), host->size(), std::shared_ptr<const void>(host), after);
     });
   }
   /// As upload_async(std::vector), without a copy of `data`, which the caller keeps alive and
@@ -10029,7 +10076,8 @@ class BufferManager {
   Future<void> upload_async(DeviceBuffer<T>& dst, std::vector<T> data, std::size_t dst_offset = 0,
                             const std::vector<cl::Event>& after = {}) {
     const auto host = detail::shared_vector("upload_async", std::move(data));
-    return start_upload_into(dst, host->data(), host->size(), dst_offset, host, after);
+    return start_upload_into(dst, host->data(), host->size(), dst_offset,
+                             std::shared_ptr<const void>(host), after);
   }
   /// As upload_async(dst, std::vector), without a copy of `data`, which the caller keeps alive
   /// and unchanged until the Future has completed.
@@ -10118,7 +10166,7 @@ class BufferManager {
       const char* op = "download_async";
       auto entry = gate_.enter(op);
       check_host_transfer(op, buffer, out, count, src_offset, false);
-      detail::Started start = start_after(op, wait_list(op, after), [&] {
+      detail::Started start = start_after(op, after, [&] {
         return engine_.read_async(op, buffer.memory_, src_offset * sizeof(T), out,
                                   count * sizeof(T));
       });
@@ -10804,6 +10852,16 @@ class BufferManager {
     return started;
   }
 
+  /// start_after() for the events of `after`: with none (the common case) no wait list is made
+  /// and taken down (issue 47).
+  template <class Start>
+  CLBUF_DETAIL_INLINE detail::Started start_after(const char* operation,
+                                                  const std::vector<cl::Event>& after,
+                                                  Start&& start) {
+    if (after.empty()) return start();
+    return start_after(operation, wait_list(operation, after), std::forward<Start>(start));
+  }
+
   /// Holds the queue's later commands until each of `events` has completed (before OpenCL 1.2,
   /// which has no barrier with a wait list, the host waits for them). The barrier's event is
   /// kept until it has ended (detail::KeptEvents: an event of another queue may fail).
@@ -10819,9 +10877,12 @@ class BufferManager {
   /// The Future of a started operation; `host`, when set, owns host memory the operation uses.
   /// Flushes the queue once the Future owns that memory, so that a failed flush cannot free
   /// memory the device is using (the Future's destructor waits).
+  /// Takes its arguments by reference: each value passed by value was one more move and one
+  /// more destructor on every small call's path (issue 47).
   template <class R>
-  Future<R> future(const char* operation, detail::Started start, typename Future<R>::Stored value,
-                   std::shared_ptr<const void> host = nullptr) {
+  Future<R> future(const char* operation, detail::Started&& start,
+                   typename Future<R>::Stored&& value,
+                   std::shared_ptr<const void>&& host = nullptr) {
     const bool enqueued = start.event() != nullptr;
     Future<R> result(operation, std::move(start.event), std::move(value),
                      enqueued ? std::move(host) : nullptr, std::move(start.outcome));
@@ -10909,7 +10970,7 @@ class BufferManager {
   /// upload_async: `host`, when set, owns `data` until the write completes.
   template <class T>
   Future<DeviceBuffer<T>> start_upload(const T* data, std::size_t count,
-                                       std::shared_ptr<const void> host,
+                                       std::shared_ptr<const void>&& host,
                                        const std::vector<cl::Event>& after) {
     const char* op = "upload_async";
     auto entry = gate_.enter(op);
@@ -10924,11 +10985,13 @@ class BufferManager {
     return future<DeviceBuffer<T>>(op, std::move(start), std::move(buffer), std::move(host));
   }
 
-  /// upload_async into an existing buffer: `host`, when set, owns `data`.
+  /// upload_async into an existing buffer: `host`, when set, owns `data`. Inline: the public
+  /// calls are its only callers, and a call less is ~30 instructions of a small upload (issue 47).
   template <class T>
-  Future<void> start_upload_into(DeviceBuffer<T>& dst, const T* data, std::size_t count,
-                                 std::size_t dst_offset, std::shared_ptr<const void> host,
-                                 const std::vector<cl::Event>& after) {
+  CLBUF_DETAIL_INLINE Future<void> start_upload_into(DeviceBuffer<T>& dst, const T* data,
+                                                     std::size_t count, std::size_t dst_offset,
+                                                     std::shared_ptr<const void>&& host,
+                                                     const std::vector<cl::Event>& after) {
     const char* op = "upload_async";
     auto entry = gate_.enter(op);
     check_host_transfer(op, dst, data, count, dst_offset, true);
@@ -10960,6 +11023,19 @@ namespace detail {
 struct ManagerAccess {
   /// The manager's transfer engine: its path rule, chunk calls and pinned pool (clbuf::mpi).
   static TransferEngine& engine(BufferManager& manager) noexcept { return manager.engine_; }
+  /// The manager's gate entered for one call of a layer built over it that uses the engine
+  /// directly (a .npy file's bytes, a checkpoint's array): cleanup() waits until the Entry is
+  /// gone. @throws Error (code CL_SUCCESS) once cleanup() has begun.
+  static Gate::Entry enter(const BufferManager& manager, const char* operation) {
+    return manager.gate_.enter(operation);
+  }
+  /// A new buffer of `count` elements (1-D) of the manager's pool for a layer built over it, its
+  /// errors naming `operation` (a checkpoint's load, not "allocate"). The caller holds an Entry.
+  template <class T>
+  static DeviceBuffer<T> allocate(BufferManager& manager, const char* operation,
+                                  std::size_t count) {
+    return manager.new_buffer<T>(operation, count, {count});
+  }
   static void write(BufferManager& manager, const char* operation, cl_mem buffer,
                     std::size_t offset, const void* data, std::size_t bytes) {
     auto entry = manager.gate_.enter(operation);
@@ -12746,9 +12822,21 @@ struct Manifest {
   }
 };
 
-/// Reads the whole small file `file`.
+/// The most bytes a manifest may have: far more than any holds (a line an array, 2 KB at most),
+/// and a size past it (a corrupted file, a sparse one of terabytes) is refused before memory is
+/// taken for it or its bytes read.
+constexpr std::uint64_t manifest_max_bytes = std::uint64_t{1} << 30;
+
+/// Reads the whole small file `file` (a manifest: at most manifest_max_bytes).
 inline std::string read_small_file(const char* operation, const File& file) {
-  std::string text(static_cast<std::size_t>(file.size(operation)), '\0');
+  const std::uint64_t size = file.size(operation);
+  if (size > manifest_max_bytes) {
+    fail_file_contents(operation, file.path(),
+                       "has " + std::to_string(size) + " bytes, more than a manifest may (" +
+                           std::to_string(manifest_max_bytes) +
+                           "): not a clbuf checkpoint manifest");
+  }
+  std::string text(static_cast<std::size_t>(size), '\0');
   file.read_at(operation, &text[0], text.size(), 0);
   return text;
 }
@@ -12908,6 +12996,7 @@ class Checkpoint {
                                                             const detail::File& file,
                                                             const DeviceBuffer<T>& buffer,
                                                             const std::vector<std::size_t>& shape) {
+    const auto entry = detail::ManagerAccess::enter(manager, op);  // cleanup() waits
     if (!buffer.valid()) detail::fail_invalid_buffer(op);
     const std::string header = detail::format_npy_header(detail::npy_descr<T>(), shape);
     detail::Crc32c crc;
@@ -12921,9 +13010,11 @@ class Checkpoint {
                                                                     const char* op,
                                                                     const detail::NpyFile& npy,
                                                                     DeviceBuffer<T>& target) {
+    const auto entry = detail::ManagerAccess::enter(manager, op);  // cleanup() waits
     npy.check_type(op, NpyType<T>::kind, NpyType<T>::bytes);
     detail::check_file_elements(op, npy, target.size());
-    auto fresh = std::make_shared<DeviceBuffer<T>>(manager.allocate<T>(target.size()));
+    auto fresh = std::make_shared<DeviceBuffer<T>>(
+        detail::ManagerAccess::allocate<T>(manager, op, target.size()));
     detail::Crc32c crc;
     detail::npy_read(detail::ManagerAccess::engine(manager), op, npy,
                      detail::BufferAccess::memory(*fresh), true, &crc);
@@ -13035,7 +13126,10 @@ class Checkpoint {
         folder = std::make_unique<detail::OpenFolder>(op, path);
         return read_checkpoint(op, *folder);
       } catch (const Error&) {
-        const bool replaced = folder == nullptr || folder->replaced_at(path);
+        // Read again where a save moved on meanwhile: the folder opened is no longer at `path`,
+        // or `path` is DIR.old while DIR is back (its files being removed as they were read).
+        const bool replaced =
+            folder == nullptr || folder->replaced_at(path) || complete_folder(folder_) != path;
         if (!replaced || attempt == 8) throw;
       }
     }
@@ -13115,6 +13209,688 @@ class Checkpoint {
 
 #endif  // CLBUF_CHECKPOINT_HPP
 // ---- end of clbuf/checkpoint.hpp
+// ---- clbuf/group_tile_stream.hpp
+// clbuf::stream_tiles over a DeviceGroup: the tiles of one host array dealt to the group's
+// devices, each device streaming its tiles through its own manager (its own queues, device
+// buffers and pinned chunks: clbuf/tile_stream.hpp's TileLane), all at once, driven by the
+// calling thread alone (docs/design.md "Arrays larger than the device: tiles streamed through
+// it"). The deal (detail/tile_deal.hpp) gives tile k to one device, in proportion to the
+// weights; the run (TileRun) starts the tiles in order and finishes them in order, so outputs
+// reach the caller's array in tile order whichever device ran them: an error at tile k leaves
+// every earlier tile written and no byte of a later one, as on one device.
+#ifndef CLBUF_GROUP_TILE_STREAM_HPP
+#define CLBUF_GROUP_TILE_STREAM_HPP
+
+// ---- clbuf/detail/tile_deal.hpp
+// Which device of a stream takes which tile (clbuf/group_tile_stream.hpp; one device takes
+// every tile of clbuf/tile_stream.hpp's stream): pure arithmetic. The tiles are dealt in turn
+// by a table of `period` places repeated; device d holds parts[d] places of it, spread through
+// it (the place goes to the device with the largest parts[d] / (dealt[d] + 1), the lower device
+// on a tie: equal parts deal round robin, 0, 1, ..., D-1, 0, ...).
+#ifndef CLBUF_DETAIL_TILE_DEAL_HPP
+#define CLBUF_DETAIL_TILE_DEAL_HPP
+
+#include <cstddef>
+#include <cstdint>
+#include <utility>
+#include <vector>
+
+namespace clbuf {
+namespace detail {
+
+class TileDeal {
+ public:
+  /// Device d takes parts[d] places of every sum(parts) tiles (a part may be 0; one is not).
+  explicit TileDeal(std::vector<std::size_t> parts) : parts_(std::move(parts)) {
+    std::size_t period = 0;
+    for (std::size_t part : parts_) period += part;
+    std::vector<std::size_t> dealt(parts_.size(), 0);
+    table_.reserve(period);
+    for (std::size_t place = 0; place < period; ++place) {
+      std::size_t best = parts_.size();
+      for (std::size_t d = 0; d < parts_.size(); ++d) {
+        if (dealt[d] == parts_[d]) continue;
+        // parts[d] / (dealt[d] + 1) > parts[best] / (dealt[best] + 1), in integers
+        if (best == parts_.size() ||
+            static_cast<std::uint64_t>(parts_[d]) * (dealt[best] + 1) >
+                static_cast<std::uint64_t>(parts_[best]) * (dealt[d] + 1)) {
+          best = d;
+        }
+      }
+      table_.push_back(best);
+      ++dealt[best];
+    }
+  }
+
+  /// The device that takes tile k.
+  std::size_t owner(std::size_t k) const noexcept { return table_[k % table_.size()]; }
+
+  /// How many of `tiles` tiles (0 to tiles - 1) device d takes.
+  std::size_t tiles_of(std::size_t d, std::size_t tiles) const noexcept {
+    std::size_t count = tiles / table_.size() * parts_[d];
+    for (std::size_t place = 0; place < tiles % table_.size(); ++place) {
+      if (table_[place] == d) ++count;
+    }
+    return count;
+  }
+
+  /// How many devices.
+  std::size_t devices() const noexcept { return parts_.size(); }
+
+ private:
+  std::vector<std::size_t> parts_;
+  std::vector<std::size_t> table_;
+};
+
+}  // namespace detail
+}  // namespace clbuf
+
+#endif  // CLBUF_DETAIL_TILE_DEAL_HPP
+// ---- end of clbuf/detail/tile_deal.hpp
+// ---- clbuf/tile_stream.hpp
+// clbuf::stream_tiles: the application's kernels over a host array of any size, tile by tile,
+// with a fixed number of tiles in flight, so that the upload of one tile, the kernels of another
+// and the download of a third overlap (docs/design.md "Tiles streamed through the device").
+//
+// A layer over one BufferManager: its device buffers come from the manager's pool
+// (allocate()), its host chunks from the manager's pinned pool (ChunkIo::chunk()), and its
+// bytes move by the chunk calls (detail/chunk_io.hpp) on three in-order queues of its own beside
+// the manager's: uploads, the application's kernels, downloads. Per tile k (slot k % in_flight):
+//   host: the slot's last tile finished (its download waited for, its output copied out) ->
+//         tile k's input copied into the slot's pinned chunk -> upload enqueued -> the
+//         function enqueues its kernels after the upload -> download enqueued after them,
+//         into the same pinned chunk.
+// The host waits only when it reuses a slot. Outputs reach the caller's array only from the
+// pinned chunk and only in tile order, once the tile's download has succeeded: a tile that
+// fails stops the stream with every earlier tile's output written and no later tile's byte.
+#ifndef CLBUF_TILE_STREAM_HPP
+#define CLBUF_TILE_STREAM_HPP
+
+#include <algorithm>
+#include <atomic>
+#include <cstddef>
+#include <deque>
+#include <exception>
+#include <limits>
+#include <memory>
+#include <string>
+#include <type_traits>
+#include <utility>
+#include <vector>
+
+namespace clbuf {
+
+/// One tile, as the function of stream_tiles() gets it. The function enqueues its kernels on
+/// `queue` (or on any queue of the manager's context) after the events of `after`, reading the
+/// first `count` elements of `in` and writing the first `count` of `out`, and returns the event
+/// of its last kernel (a null event: every command it enqueued on `queue`). It must not wait for
+/// the device itself, and must not keep the buffers: the next tiles reuse them.
+template <class T, class U>
+struct Tile {
+  std::size_t index;                    ///< k: the tile's number, from 0
+  std::size_t tiles;                    ///< n: the stream's tiles
+  std::size_t first;                    ///< the array's element the tile begins at
+  std::size_t count;                    ///< the tile's elements (the last tile may hold fewer)
+  const DeviceBuffer<T>& in;            ///< input; size() is the plan's tile_elements
+  DeviceBuffer<U>& out;                 ///< output; the same buffer as `in` in place
+  const cl::CommandQueue& queue;        ///< the stream's in-order queue for kernels
+  const std::vector<cl::Event>& after;  ///< the wait list of the first kernel: the upload
+  std::size_t device;                   ///< the device it runs on: 0, or a DeviceGroup's index
+  BufferManager& manager;               ///< that device's manager (its context: the kernels')
+};
+
+/// What a stream did.
+struct TileReport {
+  TilePlan plan;               ///< how it cut the array
+  std::size_t tiles_done = 0;  ///< tiles whose output is in the caller's array (in order)
+  bool cancelled = false;      ///< TileOptions::cancel stopped it before the last tile
+  /// Per device (a DeviceGroup's order; one entry for one manager): its tiles in the array.
+  std::vector<std::size_t> device_tiles;
+};
+
+/// The options of one stream: the plan's (TileOptions) and a cancel flag.
+struct TileStreamOptions : TileOptions {
+  /// When it reads true (checked before each tile is started, from any thread), the stream
+  /// starts no further tile, finishes those in flight (their outputs written) and returns
+  /// with TileReport::cancelled set.
+  const std::atomic<bool>* cancel = nullptr;
+};
+
+namespace detail {
+
+/// One device's part of a stream: its three queues beside its manager's, a slot per tile in
+/// flight on it (device buffers and a pinned chunk), the times of the tiles it finished, and
+/// its trace. TileRun (below) deals the tiles to its lanes and finishes them in tile order.
+/// The destructor waits for every command the lane enqueued (the slots' memory goes back only
+/// then), whichever way the run ended.
+template <class T, class U>
+class TileLane {
+ public:
+  static constexpr std::size_t none = std::numeric_limits<std::size_t>::max();
+  static constexpr const char* op = "stream_tiles";
+
+  struct Slot {
+    DeviceBuffer<T> in;
+    DeviceBuffer<U> out;  // unused in place
+    HostChunk host;       // the tile's input, then its output
+    cl::Event up, kernel, down;
+    std::size_t tile = none;
+  };
+
+  TileLane(BufferManager& manager, std::size_t device, const T* in, U* out, std::size_t count,
+           const TilePlan& plan)
+      : manager_(manager),
+        device_(device),
+        in_(in),
+        out_(out),
+        count_(count),
+        plan_(plan),
+        in_place_(static_cast<const void*>(in) == static_cast<const void*>(out)),
+        tracer_(ManagerAccess::engine(manager).telemetry().tracer()) {}
+  TileLane(const TileLane&) = delete;
+  TileLane& operator=(const TileLane&) = delete;
+  ~TileLane() {
+    drain();
+    trace();
+  }
+
+  /// The queues (profiling when the manager traces), held after the manager's earlier work,
+  /// and `slots` slots.
+  void open(std::size_t slots) {
+    TransferEngine& engine = ManagerAccess::engine(manager_);
+    const cl_context context = manager_.context()();
+    const Queue mine(manager_.queue());
+    const cl_command_queue_properties properties =
+        tracer_ != nullptr ? CL_QUEUE_PROFILING_ENABLE : 0;
+    upload_ = ChunkIo(Queue::beside(op, context, mine, properties), engine.pinned());
+    compute_ = Queue::beside(op, context, mine, properties);
+    download_ = ChunkIo(Queue::beside(op, context, mine, properties), engine.pinned());
+    // The pool's buffers were last used on the manager's queue: the uploads come after its work.
+    const cl::Event before = engine.chunk_io().marker(op);
+    start_ = upload_.barrier(op, {before()});
+    slots_.resize(slots);
+    const std::size_t chunk = plan_.tile_elements * std::max(sizeof(T), sizeof(U));
+    for (Slot& slot : slots_) {
+      slot.in = manager_.allocate<T>(plan_.tile_elements);
+      if (!in_place_) slot.out = manager_.allocate<U>(plan_.tile_elements);
+      slot.host = engine.chunk_io().chunk(op, chunk);
+    }
+  }
+
+  /// The slot of the lane's next tile (its slots in turn); its `tile` is the one to finish
+  /// first, or none.
+  Slot& next_slot() noexcept { return slots_[next_++ % slots_.size()]; }
+
+  /// Tile k in `slot`: input into the slot's chunk, upload, the function's kernels, download.
+  template <class Fn>
+  void start(Slot& slot, std::size_t k, Fn& fn) {
+    const std::size_t first = first_of(k), count = count_of(k);
+    Telemetry& telemetry = ManagerAccess::engine(manager_).telemetry();
+    ManagerAccess::engine(manager_).copier().copy(slot.host.data(), in_ + first, count * sizeof(T));
+    static_cast<void>(
+        telemetry.count_async(Telemetry::upload, Telemetry::direct, count * sizeof(T), op));
+    slot.up = upload_.write(op, BufferAccess::memory(slot.in).buffer(),
+                            BufferAccess::memory(slot.in).at(0), count * sizeof(T),
+                            slot.host.data(), false);
+    const std::vector<cl::Event> after{slot.up};
+    const Tile<T, U> tile{
+        k,     plan_.tiles, first,   count, slot.in, out_of(slot), compute_.handle(),
+        after, device_,     manager_};
+    slot.kernel = fn(tile);
+    compute_.flush(op);
+    if (slot.kernel() == nullptr) slot.kernel = compute_.marker(op);
+    if (event_status(slot.kernel()).failed())
+      fail(op, event_status(slot.kernel()).status, cause(slot));
+    static_cast<void>(
+        telemetry.count_async(Telemetry::download, Telemetry::direct, count * sizeof(U), op));
+    const Allocation& out = BufferAccess::memory(out_of(slot));
+    slot.down = download_.read_after(op, out.buffer(), out.at(0), count * sizeof(U),
+                                     slot.host.data(), {slot.up(), slot.kernel()});
+    slot.tile = k;
+  }
+
+  /// Waits for the slot's download; on success copies the output out and returns CL_SUCCESS,
+  /// else returns the failure's code, the output left as it was. The slot is free after.
+  cl_int finish(Slot& slot) {
+    const std::size_t k = slot.tile;
+    slot.tile = none;
+    const cl_int code = Queue::wait_code(slot.down());
+    if (code != CL_SUCCESS) return code;
+    if (tracer_ != nullptr) record(slot, k);
+    ManagerAccess::engine(manager_).copier().copy(out_ + first_of(k), slot.host.data(),
+                                                  count_of(k) * sizeof(U));
+    ++finished_;
+    return CL_SUCCESS;
+  }
+
+  /// Which of the tile's commands failed, in words.
+  static std::string cause(const Slot& slot) {
+    if (event_status(slot.up()).failed()) return "its upload failed";
+    const EventStatus kernel = event_status(slot.kernel());
+    if (kernel.failed()) {
+      return std::string("the event the function returned failed with ") +
+             error_name(kernel.status) + " (" + std::to_string(kernel.status) + ")";
+    }
+    return "its download failed";
+  }
+
+  /// The tiles whose output this lane copied out.
+  std::size_t finished() const noexcept { return finished_; }
+
+ private:
+  struct Times {  // device nanoseconds (profiling), 0 where unknown
+    std::size_t tile = 0;
+    cl_ulong up[2] = {0, 0}, kernel[2] = {0, 0}, down[2] = {0, 0};
+  };
+
+  DeviceBuffer<U>& out_of(Slot& slot) noexcept {
+    if constexpr (std::is_same<T, U>::value) {
+      if (in_place_) return slot.in;
+    }
+    return slot.out;
+  }
+  std::size_t first_of(std::size_t k) const noexcept { return k * plan_.tile_elements; }
+  std::size_t count_of(std::size_t k) const noexcept {
+    return std::min(plan_.tile_elements, count_ - first_of(k));
+  }
+
+  /// Waits for every command of the lane, reporting nothing (its memory is let go next).
+  void drain() noexcept {
+    compute_.finish_code();
+    if (upload_.queue().get() != nullptr) upload_.queue().finish_code();
+    if (download_.queue().get() != nullptr) download_.queue().finish_code();
+  }
+
+  /// The device times of tile k's three commands (profiling), and the clock's offset to the
+  /// trace's, from the host's first sight of the download's end (the smallest gap seen).
+  void record(const Slot& slot, std::size_t k) noexcept {
+    const double now = trace_now();
+    try {
+      times_.emplace_back();
+    } catch (...) {  // NOLINT(bugprone-empty-catch): tracing never fails the caller
+      return;
+    }
+    Times& t = times_.back();
+    t.tile = k;
+    detail::profiled_times(slot.up(), t.up);
+    detail::profiled_times(slot.kernel(), t.kernel);
+    detail::profiled_times(slot.down(), t.down);
+    if (t.down[1] != 0) offset_ = std::min(offset_, now - static_cast<double>(t.down[1]) / 1e3);
+  }
+
+  /// The finished tiles' commands as spans of three tracks (the device's times on the trace's
+  /// clock): the upload of tile k+1 beside the kernels of tile k shows the overlap.
+  void trace() noexcept {
+    if (tracer_ == nullptr || !(offset_ < std::numeric_limits<double>::max())) return;
+    try {
+      const int tracks[3] = {tracer_->track("tile stream: uploads"),
+                             tracer_->track("tile stream: kernels"),
+                             tracer_->track("tile stream: downloads")};
+      const char* const names[3] = {"tile upload", "tile kernels", "tile download"};
+      for (const Times& t : times_) {
+        const cl_ulong* spans[3] = {t.up, t.kernel, t.down};
+        for (int s = 0; s < 3; ++s) {
+          if (spans[s][1] == 0) continue;
+          tracer_->overlapping(tracks[s], names[s],
+                               offset_ + static_cast<double>(spans[s][0]) / 1e3,
+                               offset_ + static_cast<double>(spans[s][1]) / 1e3,
+                               {{"tile", nullptr, static_cast<double>(t.tile)}});
+        }
+      }
+    } catch (...) {  // NOLINT(bugprone-empty-catch): tracing never fails the caller
+    }
+  }
+
+  BufferManager& manager_;
+  std::size_t device_;
+  const T* in_;
+  U* out_;
+  std::size_t count_;
+  TilePlan plan_;
+  bool in_place_;
+  Tracer* tracer_;
+  ChunkIo upload_, download_;
+  Queue compute_;
+  cl::Event start_;  // the uploads' barrier behind the manager's queue, kept until the end
+  std::vector<Slot> slots_;
+  std::size_t next_ = 0, finished_ = 0;
+  std::vector<Times> times_;
+  double offset_ = std::numeric_limits<double>::max();
+};
+
+/// One stream's run over one device or several (a lane each): tile k goes to the lane
+/// deal.owner(k), into that lane's next slot, once the tile last in that slot is finished; the
+/// tiles are started in order and finished in order, whichever lane holds them, so outputs
+/// reach the caller's array in tile order only. The host waits only when a lane reuses a slot
+/// (for the tiles up to the one in it); meanwhile every lane's queued tiles run.
+template <class T, class U>
+class TileRun {
+ public:
+  using Lane = TileLane<T, U>;
+
+  /// `managers`: one per lane (the deal's devices, in order); `grouped`: errors name the device.
+  TileRun(const std::vector<BufferManager*>& managers, const T* in, U* out, std::size_t count,
+          const TilePlan& plan, TileDeal deal, const std::atomic<bool>* cancel, bool grouped)
+      : count_(count), plan_(plan), deal_(std::move(deal)), cancel_(cancel), grouped_(grouped) {
+    for (std::size_t d = 0; d < managers.size(); ++d) {
+      lanes_.push_back(std::make_unique<Lane>(*managers[d], d, in, out, count, plan));
+    }
+  }
+
+  /// Runs the stream; fn(const Tile<T, U>&) -> cl::Event per tile.
+  template <class Fn>
+  TileReport run(Fn& fn) {
+    TileReport report;
+    report.plan = plan_;
+    report.device_tiles.assign(lanes_.size(), 0);
+    if (plan_.tiles == 0) return report;
+    for (std::size_t d = 0; d < lanes_.size(); ++d) {
+      const std::size_t tiles = deal_.tiles_of(d, plan_.tiles);
+      if (tiles != 0) lanes_[d]->open(std::min(plan_.in_flight, tiles));
+    }
+    for (std::size_t k = 0; k < plan_.tiles; ++k) {
+      const std::size_t d = deal_.owner(k);
+      typename Lane::Slot& slot = lanes_[d]->next_slot();
+      if (slot.tile != Lane::none) finish_through(slot.tile);
+      if (cancel_ != nullptr && cancel_->load()) {
+        report.cancelled = true;
+        break;
+      }
+      start_guarded(d, slot, k, fn);
+    }
+    finish_started();
+    report.tiles_done = finished_;
+    for (std::size_t d = 0; d < lanes_.size(); ++d) report.device_tiles[d] = lanes_[d]->finished();
+    return report;
+  }
+
+ private:
+  static constexpr const char* op = Lane::op;
+
+  struct Started {
+    std::size_t lane;
+    typename Lane::Slot* slot;
+  };
+
+  /// start(), a failure of it named as tile k's; the tiles before k are finished first (their
+  /// outputs written; an earlier tile's failure is the one reported).
+  template <class Fn>
+  void start_guarded(std::size_t d, typename Lane::Slot& slot, std::size_t k, Fn& fn) {
+    try {
+      lanes_[d]->start(slot, k, fn);
+      started_.push_back({d, &slot});
+    } catch (...) {
+      const std::exception_ptr failure = std::current_exception();
+      finish_started();
+      fail_tile(k, d, failure);
+    }
+  }
+
+  /// Finishes the oldest started tile: its output written, or its failure thrown.
+  void finish_one() {
+    const Started oldest = started_.front();
+    started_.pop_front();
+    const std::size_t k = oldest.slot->tile;
+    const cl_int code = lanes_[oldest.lane]->finish(*oldest.slot);
+    if (code != CL_SUCCESS) {
+      fail(op, code, where(k, oldest.lane) + ": " + Lane::cause(*oldest.slot));
+    }
+    ++finished_;
+  }
+
+  /// Finishes the started tiles in order up to tile k.
+  void finish_through(std::size_t k) {
+    while (finished_ <= k) finish_one();
+  }
+
+  /// Finishes every started tile in order.
+  void finish_started() {
+    while (!started_.empty()) finish_one();
+  }
+
+  std::string where(std::size_t k, std::size_t d) const {
+    const std::size_t first = k * plan_.tile_elements;
+    const std::size_t last = first + std::min(plan_.tile_elements, count_ - first);
+    return "tile " + std::to_string(k) + " of " + std::to_string(plan_.tiles) + " (elements " +
+           std::to_string(first) + " to " + std::to_string(last) + " of " + std::to_string(count_) +
+           ")" + (grouped_ ? " on device " + std::to_string(d) : std::string());
+  }
+
+  /// Throws tile k's failure: a clbuf::Error naming the tile (the function's own exception
+  /// nested in it, std::rethrow_if_nested).
+  [[noreturn]] void fail_tile(std::size_t k, std::size_t d, const std::exception_ptr& failure) {
+    try {
+      std::rethrow_exception(failure);
+    } catch (const Error& error) {  // the stream's own ("stream_tiles: ..."), or the function's
+      std::string what = error.what();
+      const std::string own = std::string(op) + ": ";
+      if (what.compare(0, own.size(), own) == 0) what.erase(0, own.size());
+      std::throw_with_nested(Error(error.code(), own + where(k, d) + ": " + what));
+    } catch (const std::exception& error) {
+      std::throw_with_nested(Error(CL_SUCCESS, std::string(op) + ": " + where(k, d) +
+                                                   ": the function threw: " + error.what()));
+    } catch (...) {
+      std::throw_with_nested(
+          Error(CL_SUCCESS, std::string(op) + ": " + where(k, d) + ": the function threw"));
+    }
+  }
+
+  std::size_t count_;
+  TilePlan plan_;
+  TileDeal deal_;
+  const std::atomic<bool>* cancel_;
+  bool grouped_;
+  std::vector<std::unique_ptr<Lane>> lanes_;
+  std::deque<Started> started_;  // tiles started and not finished, in tile order
+  std::size_t finished_ = 0;
+};
+
+/// The stream's checks: pointers, sizes, and in and out either one array or apart.
+template <class T, class U>
+void check_tile_arrays(const T* in, const U* out, std::size_t count) {
+  const char* op = "stream_tiles";
+  check_host_pointer(op, in, count);
+  check_host_pointer(op, out, count);
+  const std::size_t in_bytes =
+      checked_bytes(op, count, sizeof(T), std::numeric_limits<std::uint64_t>::max());
+  const std::size_t out_bytes =
+      checked_bytes(op, count, sizeof(U), std::numeric_limits<std::uint64_t>::max());
+  const auto a = reinterpret_cast<std::uintptr_t>(in);
+  const auto b = reinterpret_cast<std::uintptr_t>(out);
+  const bool same = a == b && std::is_same<T, U>::value;
+  if (!same && count != 0 && a < b + out_bytes && b < a + in_bytes) {
+    fail(op, CL_MEM_COPY_OVERLAP,
+         "the input (" + std::to_string(in_bytes) + " bytes) and the output (" +
+             std::to_string(out_bytes) + " bytes) share bytes but are not one array");
+  }
+}
+
+}  // namespace detail
+
+/// Runs `fn` over `count` elements of `in`, tile by tile, writing `count` elements of `out`
+/// (`in` and `out` are one array, or apart). Per tile: its input uploaded from a pinned chunk,
+/// `fn(const Tile<T, U>&)` enqueues the kernels and returns the last one's event, the output
+/// downloaded into the chunk and copied into `out` once every earlier tile's is. Up to
+/// plan.in_flight tiles are in flight; the host waits only to reuse a tile's buffers. Returns
+/// when every tile's output is in `out` (or the stream was cancelled).
+/// @throws Error CL_INVALID_VALUE for null arrays with count > 0 or options out of range (see
+///         TileOptions), CL_MEM_COPY_OVERLAP for arrays that overlap without being one,
+///         CL_INVALID_BUFFER_SIZE for a tile over the device's max allocation; a failure at tile
+///         k (the function threw, its event failed, a transfer failed) as an Error naming
+///         "tile k of n" and its elements, the function's own exception nested: then tiles 0 to
+///         k-1 are written to `out` and nothing of a later tile is.
+template <class T, class U, class Fn>
+TileReport stream_tiles(BufferManager& manager, const T* in, U* out, std::size_t count, Fn&& fn,
+                        const TileStreamOptions& options = TileStreamOptions()) {
+  return detail::guard_host_memory("stream_tiles", [&] {
+    detail::check_tile_arrays(in, out, count);
+    const bool in_place =
+        static_cast<const void*>(in) == static_cast<const void*>(out) && std::is_same<T, U>::value;
+    const TilePlan plan = detail::plan_tiles("stream_tiles", manager.device(), count, sizeof(T),
+                                             in_place ? 0 : sizeof(U), options);
+    detail::TileRun<T, U> run({&manager}, in, out, count, plan, detail::TileDeal({1}),
+                              options.cancel, false);
+    return run.run(fn);
+  });
+}
+
+/// As stream_tiles(manager, data, data, count, fn, options): in place, one device buffer a tile.
+template <class T, class Fn>
+TileReport stream_tiles(BufferManager& manager, T* data, std::size_t count, Fn&& fn,
+                        const TileStreamOptions& options = TileStreamOptions()) {
+  return stream_tiles(manager, static_cast<const T*>(data), data, count, std::forward<Fn>(fn),
+                      options);
+}
+
+/// The plan stream_tiles() would follow for `count` elements of T in and U out (`in_place`: one
+/// array of T) on `manager`'s device; no OpenCL call. @throws Error as stream_tiles() for
+/// options out of range.
+template <class T, class U = T>
+TilePlan plan_tiles(const BufferManager& manager, std::size_t count,
+                    const TileOptions& options = TileOptions(), bool in_place = false) {
+  return detail::plan_tiles("plan_tiles", manager.device(), count, sizeof(T),
+                            in_place ? 0 : sizeof(U), options);
+}
+
+}  // namespace clbuf
+
+#endif  // CLBUF_TILE_STREAM_HPP
+// ---- end of clbuf/tile_stream.hpp
+
+#include <algorithm>
+#include <cstddef>
+#include <type_traits>
+#include <utility>
+#include <vector>
+
+namespace clbuf {
+
+/// The options of a stream over a DeviceGroup: a one-device stream's (per device: the plan's
+/// in_flight and memory_budget_bytes hold on each device) and how the tiles are shared.
+struct GroupTileOptions : TileStreamOptions {
+  GroupTileOptions() = default;
+  /// A one-device stream's options, the tiles shared evenly.
+  GroupTileOptions(const TileStreamOptions& stream)  // NOLINT(google-explicit-constructor)
+      : TileStreamOptions(stream) {}
+  /// A plan's options, the tiles shared evenly.
+  GroupTileOptions(const TileOptions& plan) {  // NOLINT(google-explicit-constructor)
+    static_cast<TileOptions&>(*this) = plan;
+  }
+
+  /// One per device (finite, >= 0, not all 0), as Partition::weighted's: device d takes about
+  /// weights[d] / sum(weights) of the tiles, dealt in turn through the array; a weight of 0
+  /// takes none. Empty (the default): every device the same share, round robin.
+  std::vector<double> weights;
+};
+
+namespace detail {
+
+/// Places a device holds in the deal's table: the shares' resolution (1 / (64 x devices)).
+constexpr std::size_t tile_deal_places = 64;
+
+/// The deal of `weights` (empty: even) over `devices` devices.
+/// @throws Error CL_INVALID_VALUE as Partition::weighted's split (a weight count other than
+///         `devices`, a negative or non-finite weight, all weights 0).
+inline TileDeal group_tile_deal(const char* operation, const std::vector<double>& weights,
+                                std::size_t devices) {
+  const Partition partition = weights.empty() ? Partition::even() : Partition::weighted(weights);
+  return TileDeal(partition.split(operation, tile_deal_places * devices, devices));
+}
+
+/// The plan of a group's stream: each device taking tiles plans for its even share of the
+/// array (plan_tiles(), which checks the options against that device); the tile is the least
+/// of their tiles and in_flight the least of their tiles in flight, so every device keeps
+/// within its own budget and max allocation; in_flight then at most the tiles a device takes.
+/// device_bytes and budget_bytes are a device's.
+inline TilePlan plan_group_tiles(const char* operation, const DeviceGroup& group,
+                                 const TileDeal& deal, std::size_t count, std::size_t in_bytes,
+                                 std::size_t out_bytes, const TileOptions& options) {
+  std::vector<std::size_t> takers;
+  for (std::size_t d = 0; d < group.size(); ++d) {
+    if (deal.tiles_of(d, tile_deal_places * group.size()) != 0) takers.push_back(d);
+  }
+  const std::size_t share = count / takers.size() + (count % takers.size() != 0 ? 1 : 0);
+  TilePlan plan;
+  std::size_t in_flight = 0;
+  for (std::size_t d : takers) {
+    const TilePlan own =
+        plan_tiles(operation, group.manager(d).device(), share, in_bytes, out_bytes, options);
+    const std::size_t own_in_flight = tiles_in_flight(operation, options, own.budget_bytes);
+    const bool first = d == takers.front();
+    plan.tile_elements =
+        first ? own.tile_elements : std::min(plan.tile_elements, own.tile_elements);
+    plan.budget_bytes = first ? own.budget_bytes : std::min(plan.budget_bytes, own.budget_bytes);
+    in_flight = first ? own_in_flight : std::min(in_flight, own_in_flight);
+  }
+  plan.tiles = count / plan.tile_elements + (count % plan.tile_elements != 0 ? 1 : 0);
+  std::size_t most = 0;
+  for (std::size_t d : takers) most = std::max(most, deal.tiles_of(d, plan.tiles));
+  plan.in_flight = std::max<std::size_t>(1, std::min(in_flight, most));
+  plan.device_bytes =
+      plan.tiles == 0 ? 0
+                      : tile_device_bytes(plan.tile_elements, plan.in_flight, in_bytes + out_bytes);
+  return plan;
+}
+
+}  // namespace detail
+
+/// Runs `fn` over `count` elements of `in`, writing `count` elements of `out`, as
+/// stream_tiles(manager, ...) does, with the tiles dealt to the group's devices
+/// (GroupTileOptions::weights; even by default) and every device streaming its tiles at once
+/// through its own manager, up to plan.in_flight tiles in flight on each. The function is
+/// called on the calling thread, tiles in order; Tile::device and Tile::manager say where the
+/// tile is (its buffers and queue are of that manager's context: use a kernel of it). Outputs
+/// are copied into `out` in tile order only, whichever device finishes first; the host waits
+/// only when a device reuses a tile's buffers (for the tiles up to that one).
+/// Returns when every tile's output is in `out` (or the stream was cancelled); the report's
+/// device_tiles counts each device's tiles.
+/// @throws Error as stream_tiles(manager, ...), each device's plan checked against its own
+///         device, and CL_INVALID_VALUE for weights Partition::weighted refuses; a failure at
+///         tile k names "tile k of n", its elements and "on device d": tiles 0 to k-1 are
+///         written to `out` and nothing of a later tile is, whichever device ran it.
+template <class T, class U, class Fn>
+TileReport stream_tiles(DeviceGroup& group, const T* in, U* out, std::size_t count, Fn&& fn,
+                        const GroupTileOptions& options = GroupTileOptions()) {
+  const char* op = "stream_tiles";
+  return detail::guard_host_memory(op, [&] {
+    detail::check_tile_arrays(in, out, count);
+    const bool in_place =
+        static_cast<const void*>(in) == static_cast<const void*>(out) && std::is_same<T, U>::value;
+    detail::TileDeal deal = detail::group_tile_deal(op, options.weights, group.size());
+    const TilePlan plan = detail::plan_group_tiles(op, group, deal, count, sizeof(T),
+                                                   in_place ? 0 : sizeof(U), options);
+    std::vector<BufferManager*> managers;
+    for (std::size_t d = 0; d < group.size(); ++d) managers.push_back(&group.manager(d));
+    detail::TileRun<T, U> run(managers, in, out, count, plan, std::move(deal), options.cancel,
+                              true);
+    return run.run(fn);
+  });
+}
+
+/// As stream_tiles(group, data, data, count, fn, options): in place, one device buffer a tile.
+template <class T, class Fn>
+TileReport stream_tiles(DeviceGroup& group, T* data, std::size_t count, Fn&& fn,
+                        const GroupTileOptions& options = GroupTileOptions()) {
+  return stream_tiles(group, static_cast<const T*>(data), data, count, std::forward<Fn>(fn),
+                      options);
+}
+
+/// The plan stream_tiles(group, ...) would follow for `count` elements of T in and U out
+/// (`in_place`: one array of T); in_flight, device_bytes and budget_bytes are per device. No
+/// OpenCL call. @throws Error as stream_tiles(group, ...) for options out of range.
+template <class T, class U = T>
+TilePlan plan_tiles(const DeviceGroup& group, std::size_t count,
+                    const GroupTileOptions& options = GroupTileOptions(), bool in_place = false) {
+  const char* op = "plan_tiles";
+  const detail::TileDeal deal = detail::group_tile_deal(op, options.weights, group.size());
+  return detail::plan_group_tiles(op, group, deal, count, sizeof(T), in_place ? 0 : sizeof(U),
+                                  options);
+}
+
+}  // namespace clbuf
+
+#endif  // CLBUF_GROUP_TILE_STREAM_HPP
+// ---- end of clbuf/group_tile_stream.hpp
 // ---- clbuf/kernel.hpp
 // clbuf::set_view_args: a buffer or a view of one as two kernel arguments (the OpenCL buffer its
 // bytes live in and the element offset), so kernels reach views at any offset with no
@@ -13184,12 +13960,12 @@ inline NpyHeader read_npy_header(const std::string& path) {
 /// For front ends that carry the dtype themselves (the Python module's clbuf.load): the array of
 /// the .npy file `path`, of any dtype NpyHeader reads, as a new buffer of its bytes (in the
 /// host's byte order: a big-endian file is swapped), its header in `header`. As load_npy()
-/// otherwise (pinned chunks, errors), but the manager's cleanup() must not run meanwhile.
+/// otherwise (pinned chunks, errors; cleanup() waits for it).
 inline DeviceBuffer<std::uint8_t> load_npy_bytes(BufferManager& manager, const std::string& path,
                                                  NpyHeader& header) {
   return detail::guard_host_memory("load", [&] {
     const char* op = "load";
-    static_cast<void>(manager.context());  // fails after cleanup()
+    const auto entry = detail::ManagerAccess::enter(manager, op);
     detail::NpyFile npy = detail::NpyFile::open(op, path);
     if (npy.header.fortran_order) npy.check_type(op, npy.header.kind, npy.header.item_bytes);
     DeviceBuffer<std::uint8_t> bytes = manager.allocate<std::uint8_t>(npy.header.data_bytes);
@@ -13210,7 +13986,7 @@ inline void save_npy_bytes(BufferManager& manager, const std::string& path,
                            const std::vector<std::size_t>& shape) {
   detail::guard_host_memory("save", [&] {
     const char* op = "save";
-    static_cast<void>(manager.context());  // fails after cleanup()
+    const auto entry = detail::ManagerAccess::enter(manager, op);
     if (!bytes.valid()) detail::fail_invalid_buffer(op);
     const std::string header = detail::format_npy_header(descr, shape);
     NpyHeader parsed;
@@ -13486,8 +14262,9 @@ ShardedBuffer<T> load_npy(DeviceGroup& group, const std::string& path,
     ShardedBuffer<T> array = group.allocate<T>(npy.header.elements, partition, halo);
     for (std::size_t i = 0; i < array.shards(); ++i) {
       if (array.count(i) == 0) continue;
-      detail::TransferEngine& engine =
-          detail::ManagerAccess::engine(group.manager(array.device(i)));
+      BufferManager& manager = group.manager(array.device(i));
+      const auto entry = detail::ManagerAccess::enter(manager, op);
+      detail::TransferEngine& engine = detail::ManagerAccess::engine(manager);
       const detail::Allocation& memory = detail::BufferAccess::memory(array.shard(i));
       if (memory.host != nullptr && !memory.fresh) engine.queue().finish(op);
       detail::file_to_device(op, npy.file, npy.header.data_offset + array.offset(i) * sizeof(T),
@@ -13518,8 +14295,9 @@ void save_npy(DeviceGroup& group, const std::string& path, const ShardedBuffer<T
     out.file().write_at(op, header.data(), header.size(), 0);
     for (std::size_t i = 0; i < array.shards(); ++i) {
       if (array.count(i) == 0) continue;
-      detail::TransferEngine& engine =
-          detail::ManagerAccess::engine(group.manager(array.device(i)));
+      BufferManager& manager = group.manager(array.device(i));
+      const auto entry = detail::ManagerAccess::enter(manager, op);
+      detail::TransferEngine& engine = detail::ManagerAccess::engine(manager);
       const detail::Allocation& memory = detail::BufferAccess::memory(array.shard(i));
       if (memory.host != nullptr) engine.queue().finish(op);
       detail::device_to_file(op, memory, array.ghost() * sizeof(T), array.count(i) * sizeof(T),
@@ -13536,389 +14314,6 @@ void save_npy(DeviceGroup& group, const std::string& path, const ShardedBuffer<T
 
 #endif  // CLBUF_SHARDED_NPY_HPP
 // ---- end of clbuf/sharded_npy.hpp
-// ---- clbuf/tile_stream.hpp
-// clbuf::stream_tiles: the application's kernels over a host array of any size, tile by tile,
-// with a fixed number of tiles in flight, so that the upload of one tile, the kernels of another
-// and the download of a third overlap (docs/design.md "Tiles streamed through the device").
-//
-// A layer over one BufferManager: its device buffers come from the manager's pool
-// (allocate()), its host chunks from the manager's pinned pool (ChunkIo::chunk()), and its
-// bytes move by the chunk calls (detail/chunk_io.hpp) on three in-order queues of its own beside
-// the manager's: uploads, the application's kernels, downloads. Per tile k (slot k % in_flight):
-//   host: the slot's last tile finished (its download waited for, its output copied out) ->
-//         tile k's input copied into the slot's pinned chunk -> upload enqueued -> the
-//         function enqueues its kernels after the upload -> download enqueued after them,
-//         into the same pinned chunk.
-// The host waits only when it reuses a slot. Outputs reach the caller's array only from the
-// pinned chunk and only in tile order, once the tile's download has succeeded: a tile that
-// fails stops the stream with every earlier tile's output written and no later tile's byte.
-#ifndef CLBUF_TILE_STREAM_HPP
-#define CLBUF_TILE_STREAM_HPP
-
-#include <algorithm>
-#include <atomic>
-#include <cstddef>
-#include <exception>
-#include <limits>
-#include <string>
-#include <type_traits>
-#include <utility>
-#include <vector>
-
-namespace clbuf {
-
-/// One tile, as the function of stream_tiles() gets it. The function enqueues its kernels on
-/// `queue` (or on any queue of the manager's context) after the events of `after`, reading the
-/// first `count` elements of `in` and writing the first `count` of `out`, and returns the event
-/// of its last kernel (a null event: every command it enqueued on `queue`). It must not wait for
-/// the device itself, and must not keep the buffers: the next tiles reuse them.
-template <class T, class U>
-struct Tile {
-  std::size_t index;                    ///< k: the tile's number, from 0
-  std::size_t tiles;                    ///< n: the stream's tiles
-  std::size_t first;                    ///< the array's element the tile begins at
-  std::size_t count;                    ///< the tile's elements (the last tile may hold fewer)
-  const DeviceBuffer<T>& in;            ///< input; size() is the plan's tile_elements
-  DeviceBuffer<U>& out;                 ///< output; the same buffer as `in` in place
-  const cl::CommandQueue& queue;        ///< the stream's in-order queue for kernels
-  const std::vector<cl::Event>& after;  ///< the wait list of the first kernel: the upload
-};
-
-/// What a stream did.
-struct TileReport {
-  TilePlan plan;               ///< how it cut the array
-  std::size_t tiles_done = 0;  ///< tiles whose output is in the caller's array (in order)
-  bool cancelled = false;      ///< TileOptions::cancel stopped it before the last tile
-};
-
-/// The options of one stream: the plan's (TileOptions) and a cancel flag.
-struct TileStreamOptions : TileOptions {
-  /// When it reads true (checked before each tile is started, from any thread), the stream
-  /// starts no further tile, finishes those in flight (their outputs written) and returns
-  /// with TileReport::cancelled set.
-  const std::atomic<bool>* cancel = nullptr;
-};
-
-namespace detail {
-
-/// One stream's run: its queues, its slots, its trace. The destructor waits for every command
-/// it enqueued (the slots' memory goes back only then), whichever way the run ended.
-template <class T, class U>
-class TileRun {
- public:
-  TileRun(BufferManager& manager, const T* in, U* out, std::size_t count, const TilePlan& plan,
-          const std::atomic<bool>* cancel)
-      : manager_(manager),
-        in_(in),
-        out_(out),
-        count_(count),
-        plan_(plan),
-        cancel_(cancel),
-        in_place_(static_cast<const void*>(in) == static_cast<const void*>(out)),
-        tracer_(ManagerAccess::engine(manager).telemetry().tracer()) {}
-  TileRun(const TileRun&) = delete;
-  TileRun& operator=(const TileRun&) = delete;
-  ~TileRun() {
-    drain();
-    trace();
-  }
-
-  /// Runs the stream; fn(const Tile<T, U>&) -> cl::Event per tile.
-  template <class Fn>
-  TileReport run(Fn& fn) {
-    TileReport report;
-    report.plan = plan_;
-    if (plan_.tiles == 0) return report;
-    open();
-    for (std::size_t k = 0; k < plan_.tiles; ++k) {
-      Slot& slot = slots_[k % slots_.size()];
-      if (slot.tile != none) finish(slot);
-      if (cancel_ != nullptr && cancel_->load()) {
-        report.cancelled = true;
-        break;
-      }
-      start_guarded(slot, k, fn);
-    }
-    finish_started();
-    report.tiles_done = finished_;
-    return report;
-  }
-
- private:
-  static constexpr std::size_t none = std::numeric_limits<std::size_t>::max();
-  static constexpr const char* op = "stream_tiles";
-
-  struct Slot {
-    DeviceBuffer<T> in;
-    DeviceBuffer<U> out;  // unused in place
-    HostChunk host;       // the tile's input, then its output
-    cl::Event up, kernel, down;
-    std::size_t tile = none;
-  };
-  struct Times {  // device nanoseconds (profiling), 0 where unknown
-    cl_ulong up[2] = {0, 0}, kernel[2] = {0, 0}, down[2] = {0, 0};
-  };
-
-  DeviceBuffer<U>& out_of(Slot& slot) noexcept {
-    if constexpr (std::is_same<T, U>::value) {
-      if (in_place_) return slot.in;
-    }
-    return slot.out;
-  }
-  std::size_t first_of(std::size_t k) const noexcept { return k * plan_.tile_elements; }
-  std::size_t count_of(std::size_t k) const noexcept {
-    return std::min(plan_.tile_elements, count_ - first_of(k));
-  }
-
-  /// The queues (profiling when the manager traces), held after the manager's earlier work,
-  /// and a slot per tile in flight.
-  void open() {
-    TransferEngine& engine = ManagerAccess::engine(manager_);
-    const cl_context context = manager_.context()();
-    const Queue mine(manager_.queue());
-    const cl_command_queue_properties properties =
-        tracer_ != nullptr ? CL_QUEUE_PROFILING_ENABLE : 0;
-    upload_ = ChunkIo(Queue::beside(op, context, mine, properties), engine.pinned());
-    compute_ = Queue::beside(op, context, mine, properties);
-    download_ = ChunkIo(Queue::beside(op, context, mine, properties), engine.pinned());
-    // The pool's buffers were last used on the manager's queue: the uploads come after its work.
-    const cl::Event before = engine.chunk_io().marker(op);
-    start_ = upload_.barrier(op, {before()});
-    slots_.resize(plan_.in_flight);
-    const std::size_t chunk = plan_.tile_elements * std::max(sizeof(T), sizeof(U));
-    for (Slot& slot : slots_) {
-      slot.in = manager_.allocate<T>(plan_.tile_elements);
-      if (!in_place_) slot.out = manager_.allocate<U>(plan_.tile_elements);
-      slot.host = engine.chunk_io().chunk(op, chunk);
-    }
-    if (tracer_ != nullptr) times_.resize(plan_.tiles);
-  }
-
-  /// start(), a failure of it named as tile k's; the tiles before k are finished first (their
-  /// outputs written; an earlier tile's failure is the one reported).
-  template <class Fn>
-  void start_guarded(Slot& slot, std::size_t k, Fn& fn) {
-    try {
-      start(slot, k, fn);
-    } catch (...) {
-      const std::exception_ptr failure = std::current_exception();
-      finish_started();
-      fail_tile(k, failure);
-    }
-  }
-
-  /// Tile k: input into the slot's chunk, upload, the function's kernels, download.
-  template <class Fn>
-  void start(Slot& slot, std::size_t k, Fn& fn) {
-    const std::size_t first = first_of(k), count = count_of(k);
-    Telemetry& telemetry = ManagerAccess::engine(manager_).telemetry();
-    ManagerAccess::engine(manager_).copier().copy(slot.host.data(), in_ + first, count * sizeof(T));
-    static_cast<void>(
-        telemetry.count_async(Telemetry::upload, Telemetry::direct, count * sizeof(T), op));
-    slot.up = upload_.write(op, BufferAccess::memory(slot.in).buffer(),
-                            BufferAccess::memory(slot.in).at(0), count * sizeof(T),
-                            slot.host.data(), false);
-    const std::vector<cl::Event> after{slot.up};
-    const Tile<T, U> tile{k,    plan_.tiles, first, count, slot.in, out_of(slot), compute_.handle(),
-                          after};
-    slot.kernel = fn(tile);
-    compute_.flush(op);
-    if (slot.kernel() == nullptr) slot.kernel = compute_.marker(op);
-    if (event_status(slot.kernel()).failed())
-      fail(op, event_status(slot.kernel()).status, cause(slot));
-    static_cast<void>(
-        telemetry.count_async(Telemetry::download, Telemetry::direct, count * sizeof(U), op));
-    const Allocation& out = BufferAccess::memory(out_of(slot));
-    slot.down = download_.read_after(op, out.buffer(), out.at(0), count * sizeof(U),
-                                     slot.host.data(), {slot.up(), slot.kernel()});
-    slot.tile = k;
-    ++started_;
-  }
-
-  /// Waits for the slot's download; on success copies the output out (tiles finish in order).
-  void finish(Slot& slot) {
-    const std::size_t k = slot.tile;
-    const cl_int code = Queue::wait_code(slot.down());
-    if (code != CL_SUCCESS) {
-      slot.tile = none;
-      fail(op, code, where(k) + ": " + cause(slot));
-    }
-    if (tracer_ != nullptr) record(slot, k);
-    ManagerAccess::engine(manager_).copier().copy(out_ + first_of(k), slot.host.data(),
-                                                  count_of(k) * sizeof(U));
-    slot.tile = none;
-    ++finished_;
-  }
-
-  /// Finishes every started tile in order.
-  void finish_started() {
-    while (finished_ < started_) finish(slots_[finished_ % slots_.size()]);
-  }
-
-  std::string where(std::size_t k) const {
-    return "tile " + std::to_string(k) + " of " + std::to_string(plan_.tiles) + " (elements " +
-           std::to_string(first_of(k)) + " to " + std::to_string(first_of(k) + count_of(k)) +
-           " of " + std::to_string(count_) + ")";
-  }
-
-  /// Which of the tile's commands failed, in words.
-  static std::string cause(const Slot& slot) {
-    if (event_status(slot.up()).failed()) return "its upload failed";
-    const EventStatus kernel = event_status(slot.kernel());
-    if (kernel.failed()) {
-      return std::string("the event the function returned failed with ") +
-             error_name(kernel.status) + " (" + std::to_string(kernel.status) + ")";
-    }
-    return "its download failed";
-  }
-
-  /// Throws tile k's failure: a clbuf::Error naming the tile (the function's own exception
-  /// nested in it, std::rethrow_if_nested).
-  [[noreturn]] void fail_tile(std::size_t k, const std::exception_ptr& failure) {
-    try {
-      std::rethrow_exception(failure);
-    } catch (const Error& error) {  // the stream's own ("stream_tiles: ..."), or the function's
-      std::string what = error.what();
-      const std::string own = std::string(op) + ": ";
-      if (what.compare(0, own.size(), own) == 0) what.erase(0, own.size());
-      std::throw_with_nested(Error(error.code(), own + where(k) + ": " + what));
-    } catch (const std::exception& error) {
-      std::throw_with_nested(Error(
-          CL_SUCCESS, std::string(op) + ": " + where(k) + ": the function threw: " + error.what()));
-    } catch (...) {
-      std::throw_with_nested(
-          Error(CL_SUCCESS, std::string(op) + ": " + where(k) + ": the function threw"));
-    }
-  }
-
-  /// Waits for every command of the stream, reporting nothing (its memory is let go next).
-  void drain() noexcept {
-    compute_.finish_code();
-    if (upload_.queue().get() != nullptr) upload_.queue().finish_code();
-    if (download_.queue().get() != nullptr) download_.queue().finish_code();
-  }
-
-  /// The device times of tile k's three commands (profiling), and the clock's offset to the
-  /// trace's, from the host's first sight of the download's end (the smallest gap seen).
-  void record(const Slot& slot, std::size_t k) noexcept {
-    const double now = trace_now();
-    Times& t = times_[k];
-    detail::profiled_times(slot.up(), t.up);
-    detail::profiled_times(slot.kernel(), t.kernel);
-    detail::profiled_times(slot.down(), t.down);
-    if (t.down[1] != 0) offset_ = std::min(offset_, now - static_cast<double>(t.down[1]) / 1e3);
-  }
-
-  /// The finished tiles' commands as spans of three tracks (the device's times on the trace's
-  /// clock): the upload of tile k+1 beside the kernels of tile k shows the overlap.
-  void trace() noexcept {
-    if (tracer_ == nullptr || !(offset_ < std::numeric_limits<double>::max())) return;
-    try {
-      const int tracks[3] = {tracer_->track("tile stream: uploads"),
-                             tracer_->track("tile stream: kernels"),
-                             tracer_->track("tile stream: downloads")};
-      const char* const names[3] = {"tile upload", "tile kernels", "tile download"};
-      for (std::size_t k = 0; k < times_.size(); ++k) {
-        const cl_ulong* spans[3] = {times_[k].up, times_[k].kernel, times_[k].down};
-        for (int s = 0; s < 3; ++s) {
-          if (spans[s][1] == 0) continue;
-          tracer_->overlapping(tracks[s], names[s],
-                               offset_ + static_cast<double>(spans[s][0]) / 1e3,
-                               offset_ + static_cast<double>(spans[s][1]) / 1e3,
-                               {{"tile", nullptr, static_cast<double>(k)}});
-        }
-      }
-    } catch (...) {  // NOLINT(bugprone-empty-catch): tracing never fails the caller
-    }
-  }
-
-  BufferManager& manager_;
-  const T* in_;
-  U* out_;
-  std::size_t count_;
-  TilePlan plan_;
-  const std::atomic<bool>* cancel_;
-  bool in_place_;
-  Tracer* tracer_;
-  ChunkIo upload_, download_;
-  Queue compute_;
-  cl::Event start_;  // the uploads' barrier behind the manager's queue, kept until the end
-  std::vector<Slot> slots_;
-  std::size_t started_ = 0, finished_ = 0;
-  std::vector<Times> times_;
-  double offset_ = std::numeric_limits<double>::max();
-};
-
-/// The stream's checks: pointers, sizes, and in and out either one array or apart.
-template <class T, class U>
-void check_tile_arrays(const T* in, const U* out, std::size_t count) {
-  const char* op = "stream_tiles";
-  check_host_pointer(op, in, count);
-  check_host_pointer(op, out, count);
-  const std::size_t in_bytes =
-      checked_bytes(op, count, sizeof(T), std::numeric_limits<std::uint64_t>::max());
-  const std::size_t out_bytes =
-      checked_bytes(op, count, sizeof(U), std::numeric_limits<std::uint64_t>::max());
-  const auto a = reinterpret_cast<std::uintptr_t>(in);
-  const auto b = reinterpret_cast<std::uintptr_t>(out);
-  const bool same = a == b && std::is_same<T, U>::value;
-  if (!same && count != 0 && a < b + out_bytes && b < a + in_bytes) {
-    fail(op, CL_MEM_COPY_OVERLAP,
-         "the input (" + std::to_string(in_bytes) + " bytes) and the output (" +
-             std::to_string(out_bytes) + " bytes) share bytes but are not one array");
-  }
-}
-
-}  // namespace detail
-
-/// Runs `fn` over `count` elements of `in`, tile by tile, writing `count` elements of `out`
-/// (`in` and `out` are one array, or apart). Per tile: its input uploaded from a pinned chunk,
-/// `fn(const Tile<T, U>&)` enqueues the kernels and returns the last one's event, the output
-/// downloaded into the chunk and copied into `out` once every earlier tile's is. Up to
-/// plan.in_flight tiles are in flight; the host waits only to reuse a tile's buffers. Returns
-/// when every tile's output is in `out` (or the stream was cancelled).
-/// @throws Error CL_INVALID_VALUE for null arrays with count > 0 or options out of range (see
-///         TileOptions), CL_MEM_COPY_OVERLAP for arrays that overlap without being one,
-///         CL_INVALID_BUFFER_SIZE for a tile over the device's max allocation; a failure at tile
-///         k (the function threw, its event failed, a transfer failed) as an Error naming
-///         "tile k of n" and its elements, the function's own exception nested: then tiles 0 to
-///         k-1 are written to `out` and nothing of a later tile is.
-template <class T, class U, class Fn>
-TileReport stream_tiles(BufferManager& manager, const T* in, U* out, std::size_t count, Fn&& fn,
-                        const TileStreamOptions& options = TileStreamOptions()) {
-  return detail::guard_host_memory("stream_tiles", [&] {
-    detail::check_tile_arrays(in, out, count);
-    const bool in_place =
-        static_cast<const void*>(in) == static_cast<const void*>(out) && std::is_same<T, U>::value;
-    const TilePlan plan = detail::plan_tiles("stream_tiles", manager.device(), count, sizeof(T),
-                                             in_place ? 0 : sizeof(U), options);
-    detail::TileRun<T, U> run(manager, in, out, count, plan, options.cancel);
-    return run.run(fn);
-  });
-}
-
-/// As stream_tiles(manager, data, data, count, fn, options): in place, one device buffer a tile.
-template <class T, class Fn>
-TileReport stream_tiles(BufferManager& manager, T* data, std::size_t count, Fn&& fn,
-                        const TileStreamOptions& options = TileStreamOptions()) {
-  return stream_tiles(manager, static_cast<const T*>(data), data, count, std::forward<Fn>(fn),
-                      options);
-}
-
-/// The plan stream_tiles() would follow for `count` elements of T in and U out (`in_place`: one
-/// array of T) on `manager`'s device; no OpenCL call. @throws Error as stream_tiles() for
-/// options out of range.
-template <class T, class U = T>
-TilePlan plan_tiles(const BufferManager& manager, std::size_t count,
-                    const TileOptions& options = TileOptions(), bool in_place = false) {
-  return detail::plan_tiles("plan_tiles", manager.device(), count, sizeof(T),
-                            in_place ? 0 : sizeof(U), options);
-}
-
-}  // namespace clbuf
-
-#endif  // CLBUF_TILE_STREAM_HPP
-// ---- end of clbuf/tile_stream.hpp
 #endif
 
 #endif  // CLBUF_CLBUF_HPP
