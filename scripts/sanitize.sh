@@ -40,7 +40,7 @@ jobs=${JOBS:-$(nproc)}
 prefix=${CLBUF_SANITIZE_DIR:-build-rel-}
 plain=${CLBUF_PLAIN_BUILD:-build}
 fuzz_seconds=${CLBUF_FUZZ_SECONDS:-10}
-coverage_min=94.5  # percent of include/'s lines; docs/testing.md has the figure this guards
+coverage_min=97.4  # percent of include/'s lines; docs/testing.md has the figure this guards
 export CLBUF_REQUIRE_DEVICE=1
 POCL_CACHE_DIR=$(mktemp -d)
 export POCL_CACHE_DIR
