@@ -48,7 +48,7 @@ export POCL_CACHE_DIR
 # made every PoCL kernel build run under the sanitizers' allocator (ASan unwinds each malloc):
 # native_views_test's cases took 40-63 s each instead of under 1 s, its batch 10 minutes against
 # 10 s warm, and the ASan stage 1,050 s in a CI-like run. A copy, so nothing here writes the user's.
-pocl_cache=${XDG_CACHE_HOME:-$HOME/.cache}/pocl/kcache
+pocl_cache=${XDG_CACHE_HOME:-${HOME:-}/.cache}/pocl/kcache
 if [ -d "$pocl_cache" ]; then cp -a "$pocl_cache/." "$POCL_CACHE_DIR/" 2> /dev/null || true; fi
 reports=$(mktemp -d)  # every sanitizer report and tool log lands here; any non-empty file fails
 trap 'rm -rf "$POCL_CACHE_DIR" "$reports"' EXIT
