@@ -683,6 +683,9 @@ pid_t start_child(const std::string& name, clbuf::MemoryModel model, const std::
   ::setenv("CLBUF_FILES_CHILD_FSIZE", std::to_string(fsize_limit).c_str(), 1);
   ::setenv("CLBUF_FILES_CHILD_DIR", folder.c_str(), 1);
   ::setenv("CLBUF_FILES_CHILD_ARG", extra.c_str(), 1);
+  // The child's own fixture folder goes inside the parent's, which removes it: a child killed
+  // mid-save never removes its own (50 empty folders in /tmp a run before).
+  ::setenv("TMPDIR", folder.c_str(), 1);
   const int null = ::open("/dev/null", O_WRONLY);
   if (null >= 0) ::dup2(null, 1);
   ::execl("/proc/self/exe", "files_test", filter.c_str(), "--gtest_also_run_disabled_tests",
