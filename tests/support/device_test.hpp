@@ -86,35 +86,6 @@ inline std::uint32_t fresh_seed() {
   return device();
 }
 
-/// `count` random values of any arithmetic T spread over its range; never all zero.
-template <class T>
-std::vector<T> random_values(std::mt19937& rng, std::size_t count) {
-  static_assert(std::is_arithmetic<T>::value, "random_values needs an arithmetic T");
-  std::vector<T> data(count);
-  if constexpr (std::is_same<T, bool>::value) {
-    std::bernoulli_distribution dist(0.5);
-    for (auto&& value : data) value = dist(rng);
-  } else if constexpr (std::is_integral<T>::value) {
-    // uniform_int_distribution is undefined for character types: draw wide, then narrow.
-    using Wide = std::conditional_t<std::is_signed<T>::value, long long, unsigned long long>;
-    std::uniform_int_distribution<Wide> dist(static_cast<Wide>(std::numeric_limits<T>::min()),
-                                             static_cast<Wide>(std::numeric_limits<T>::max()));
-    for (T& value : data) value = static_cast<T>(dist(rng));
-  } else {
-    std::uniform_real_distribution<T> dist(static_cast<T>(-1.0e6), static_cast<T>(1.0e6));
-    for (T& value : data) value = dist(rng);
-  }
-  bool all_zero = true;
-  for (const T& value : data) {
-    if (value != T{}) {
-      all_zero = false;
-      break;
-    }
-  }
-  if (all_zero && !data.empty()) data[0] = static_cast<T>(1);
-  return data;
-}
-
 /// `count` elements of any trivially copyable T filled with random bytes (for floating point:
 /// every bit pattern, NaN payloads included); never all zero.
 template <class T>
@@ -138,6 +109,36 @@ std::vector<T> random_bytes(std::mt19937& rng, std::size_t count) {
   }
   if (all_zero && total != 0) bytes[0] = 1;
   return data;
+}
+
+/// `count` random values of any arithmetic T spread over its range; never all zero.
+template <class T>
+std::vector<T> random_values(std::mt19937& rng, std::size_t count) {
+  static_assert(std::is_arithmetic<T>::value, "random_values needs an arithmetic T");
+  if constexpr (std::is_integral<T>::value && !std::is_same<T, bool>::value) {
+    // Uniform over T's whole range is uniform over its bit patterns: random bytes, a 32-bit
+    // draw each 4 of them (a distribution call per element made the 32 MiB byte arrays of
+    // views_test most of its time under ASan at -O0).
+    return random_bytes<T>(rng, count);
+  } else {
+    std::vector<T> data(count);
+    if constexpr (std::is_same<T, bool>::value) {
+      std::bernoulli_distribution dist(0.5);
+      for (auto&& value : data) value = dist(rng);
+    } else {
+      std::uniform_real_distribution<T> dist(static_cast<T>(-1.0e6), static_cast<T>(1.0e6));
+      for (T& value : data) value = dist(rng);
+    }
+    bool all_zero = true;
+    for (const T& value : data) {
+      if (value != T{}) {
+        all_zero = false;
+        break;
+      }
+    }
+    if (all_zero && !data.empty()) data[0] = static_cast<T>(1);
+    return data;
+  }
 }
 
 /// The byte every sentinel-filled array holds.
