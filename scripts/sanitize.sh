@@ -104,6 +104,22 @@ asan() {
   # Only what the three labels run (not the MPI suite, the two-platform tests, the docs)
   cmake --build "$dir" -j"$jobs" --target clbuf_tests_unit clbuf_tests_fault clbuf_tests_stress \
     || return 1
+  # Fast unwinding at each malloc first (fault_test 35 against 52 s, views_test's batch about
+  # half): with PoCL's kernel cache warm (seeded above) nothing of LLVM's runs, so no report is
+  # expected. But a fast stack stops in libpocl (built without frame pointers), short of the
+  # libLLVM frame the suppressions name: where that pass finds leaks only, they are checked again
+  # with full stacks (fast_unwind_on_malloc=0), which fails on any leak the suppressions do not
+  # cover. Any other report fails at once.
+  if asan_pass 1; then return 0; fi
+  if ! only_leak_reports; then no_reports; return 1; fi
+  note "asan: leak reports with fast stacks; again with full ones (the suppressions need them)"
+  rm -f "$reports"/*
+  asan_pass 0 || { no_reports; return 1; }
+  no_reports
+}
+
+asan_pass() {  # asan_pass FAST_UNWIND: the three labels' cases under ASan; fails on any report
+  local dir=${prefix}asan
   # intercept_tls_get_addr=0: clang-14's leak checker misreads the dynamic TLS of a library that
   # PoCL loads while it compiles a kernel on a cold cache ("DTLS 5 at 0x1b50-0x800002c52", then
   # "Tracer caught signal 11" at exit). Without that tracking fewer roots are scanned, so the
@@ -112,16 +128,27 @@ asan() {
   # bytes, unaligned), which ASan's thread exit then tries to munmap as its own ("unable to
   # unmap", EINVAL; seen in first_use_test's forked children). ASan without its own alternate
   # stack still reports every memory error; only a stack overflow's report could be lost.
-  ASAN_OPTIONS="fast_unwind_on_malloc=0:detect_leaks=1:abort_on_error=0:intercept_tls_get_addr=0:use_sigaltstack=0:log_path=$reports/asan" \
+  ASAN_OPTIONS="fast_unwind_on_malloc=$1:detect_leaks=1:abort_on_error=0:intercept_tls_get_addr=0:use_sigaltstack=0:log_path=$reports/asan" \
   LSAN_OPTIONS="suppressions=$root/scripts/lsan.supp:print_suppressions=0" \
   UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1:log_path=$reports/ubsan" \
-    batched "$dir" '(unit|fault|stress)' || { no_reports; return 1; }
+    batched "$dir" '(unit|fault|stress)' || return 1
   no_reports
+}
+
+only_leak_reports() {  # true when there are reports and every one is LeakSanitizer's alone
+  local file found=1
+  for file in "$reports"/*; do
+    [ -s "$file" ] || continue
+    found=0
+    grep -q 'ERROR: LeakSanitizer: detected memory leaks' "$file" || return 1
+    if grep -v 'LeakSanitizer' "$file" | grep -q 'ERROR: \|runtime error:'; then return 1; fi
+  done
+  return $found
 }
 
 tsan() {
   local dir=${prefix}tsan
-  configure "$dir" "-O1 -g -fsanitize=thread" || return 1
+  configure "$dir" "-O1 -gline-tables-only -fsanitize=thread" || return 1
   cmake --build "$dir" -j"$jobs" --target clbuf_tests_tsan || return 1
   TSAN_OPTIONS="halt_on_error=1:second_deadlock_stack=1:log_path=$reports/tsan" \
     batched "$dir" tsan || { no_reports; return 1; }
