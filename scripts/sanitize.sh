@@ -175,17 +175,32 @@ valgrind_stage() {
     valgrind --error-exitcode=1 --suppressions="$root/scripts/valgrind.supp" --leak-check=full \
     --errors-for-leak-kinds=definite --show-leak-kinds=definite --track-origins=yes --quiet ||
     return 1
-  # The Python module's whole pytest suite in one interpreter under memcheck, where the plain
-  # build has the module (README's test command builds it): PYTHONMALLOC=malloc so that memcheck
-  # sees Python's own allocations; leaks are not counted (the interpreter keeps objects at exit).
+  # The Python module's whole pytest suite under memcheck, where the plain build has the module
+  # (README's test command builds it), its files dealt by size into $jobs interpreters at once
+  # (memcheck runs a process's threads on one core: one interpreter left the other core idle for
+  # its 181 s): PYTHONMALLOC=malloc so that memcheck sees Python's own allocations; leaks are not
+  # counted (the interpreter keeps objects at exit).
   if grep -q '^CLBUF_BUILD_PYTHON:BOOL=ON' "$plain/CMakeCache.txt"; then
     cmake --build "$plain" -j"$jobs" --target clbuf_python || return 1
-    # As CTest's python.pytest: test_cli.py runs the command in processes of its own (CTest's
-    # python.cli_*), which memcheck would not follow.
-    PYTHONMALLOC=malloc PYTHONPATH="$(cd "$plain" && pwd)/python" POCL_MEMORY_LIMIT=1 \
-      valgrind --error-exitcode=1 --suppressions="$root/scripts/valgrind.supp" \
-      --errors-for-leak-kinds=none --quiet /usr/bin/python3 -m pytest -q -p no:cacheprovider \
-      --ignore="$root/python/tests/test_cli.py" "$root/python/tests"
+    local part files pids=() status=0
+    rm -f "$plain"/valgrind_pytest*.log
+    for ((part = 0; part < jobs; part++)); do
+      # As CTest's python.pytest: test_cli.py runs the command in processes of its own (CTest's
+      # python.cli_*), which memcheck would not follow.
+      mapfile -t files < <(wc -c "$root"/python/tests/test_*.py | grep -v ' total$' |
+        grep -v '/test_cli\.py$' | sort -rn | awk -v n="$jobs" -v p="$part" '
+          { best = 0; for (g = 1; g < n; g++) if (load[g] < load[best]) best = g
+            load[best] += $1; if (best == p) print $2 }')
+      [ ${#files[@]} -gt 0 ] || continue
+      PYTHONMALLOC=malloc PYTHONPATH="$(cd "$plain" && pwd)/python" POCL_MEMORY_LIMIT=1 \
+        valgrind --error-exitcode=1 --suppressions="$root/scripts/valgrind.supp" \
+        --errors-for-leak-kinds=none --quiet /usr/bin/python3 -m pytest -q -p no:cacheprovider \
+        "${files[@]}" > "$plain/valgrind_pytest$part.log" 2>&1 &
+      pids+=($!)
+    done
+    for part in "${pids[@]}"; do wait "$part" || status=1; done
+    cat "$plain"/valgrind_pytest*.log
+    return $status
   fi
 }
 
