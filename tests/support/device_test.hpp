@@ -77,6 +77,18 @@ inline bool device_required() {
   return value != nullptr && std::string(value) == "1";
 }
 
+/// True when `model` is MemoryModel::host and the device clbuf picks is no CPU: the host path
+/// needs a CPU device (a BufferManager refuses it elsewhere, CL_INVALID_VALUE), so a test of that
+/// path skips there, as on NVIDIA's GPU. False without a device (the caller's check says so).
+inline bool host_model_unavailable(clbuf::MemoryModel model) {
+  if (model != clbuf::MemoryModel::host) return false;
+  try {
+    return clbuf::BufferManager().device().type != clbuf::DeviceType::cpu;
+  } catch (const clbuf::Error&) {
+    return false;
+  }
+}
+
 /// A seed from CLBUF_TEST_SEED (to repeat a failed run) or from std::random_device.
 inline std::uint32_t fresh_seed() {
   if (const char* value = std::getenv("CLBUF_TEST_SEED")) {
