@@ -16,7 +16,10 @@
 # Each row: the median over RUNS runs (default 3) of clbuf and of the hand-written call (PoCL's
 # waits vary by ~100 instructions from run to run), and each run's ratio.
 # Environment: CALLS (N, default 200), RUNS, KEEP_DUMPS (a folder that keeps the last run's
-# dumps, for callgrind_annotate).
+# dumps, for callgrind_annotate), ALL_THREADS=1 (count every thread's instructions in the
+# segments, PoCL's worker threads included: a command's work moves between the caller and the
+# worker, e.g. the last release of an event the caller asked for is the caller's; "own" then
+# also holds the workers').
 set -euo pipefail
 build=${1:?usage: $0 BUILD_DIR [small_calls arguments]}
 shift
@@ -28,15 +31,17 @@ mkdir -p "$dumps"
 [ -n "${KEEP_DUMPS:-}" ] || trap 'rm -rf "$dumps"' EXIT
 calls=${CALLS:-200}
 runs=${RUNS:-3}
+collect_atstart=no
+[ -z "${ALL_THREADS:-}" ] || collect_atstart=yes
 export CLBUF_REQUIRE_DEVICE=${CLBUF_REQUIRE_DEVICE:-1}
 rev=$(git -C "$(dirname "$0")" rev-parse --short HEAD 2> /dev/null || echo unknown)
 dirty=$(git -C "$(dirname "$0")" status --porcelain -- ../include 2> /dev/null | head -1)
-echo "# instructions per call (callgrind, calling thread, OpenCL included): small_calls $*"
+echo "# instructions per call (callgrind, ${ALL_THREADS:+all threads}${ALL_THREADS:-calling thread}, OpenCL included): small_calls $*"
 echo "# revision $rev${dirty:+ (include/ modified)}, $(valgrind --version), N=$calls, median of $runs runs"
 for run in $(seq "$runs"); do
   rm -f "$dumps"/cg.out*
-  valgrind --tool=callgrind --collect-atstart=no --callgrind-out-file="$dumps/cg.out" \
-    "$bin" --calls "$calls" "$@" > "$dumps/valgrind.log" 2>&1 ||
+  valgrind --tool=callgrind --collect-atstart=$collect_atstart --callgrind-out-file="$dumps/cg.out" \
+    "$bin" --calls "$calls" ${ALL_THREADS:+--all-threads} "$@" > "$dumps/valgrind.log" 2>&1 ||
     { cat "$dumps/valgrind.log" >&2; exit 1; }
   for f in $(ls "$dumps"/cg.out.* | sort -V); do
     desc=$(sed -n 's/^desc: Trigger: Client Request: //p' "$f")

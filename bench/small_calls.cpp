@@ -53,18 +53,22 @@ bool under_callgrind() {
 
 // Brackets one collected segment: collection on, `calls` calls, collection off, a dump named
 // `label` (callgrind's totals of the segment).
-void collect(bool on, const std::string& label) {
+// With `all_threads` (callgrind run with --collect-atstart=yes), collection stays on in every
+// thread and the segment is the calls' instructions in all threads: the OpenCL library's own
+// threads (PoCL's pthread device runs each command on one) included.
+void collect(bool on, const std::string& label, bool all_threads) {
 #ifdef CLBUF_BENCH_CALLGRIND
   if (on) {
     CALLGRIND_ZERO_STATS;
-    CALLGRIND_TOGGLE_COLLECT;
+    if (!all_threads) CALLGRIND_TOGGLE_COLLECT;
   } else {
-    CALLGRIND_TOGGLE_COLLECT;
+    if (!all_threads) CALLGRIND_TOGGLE_COLLECT;
     CALLGRIND_DUMP_STATS_AT(label.c_str());
   }
 #else
   (void)on;
   (void)label;
+  (void)all_threads;
 #endif
 }
 
@@ -296,6 +300,7 @@ int main(int argc, char** argv) {
   int calls = 200;
   int rounds = 9;
   bool list = false;
+  bool all_threads = false;
   std::vector<std::string> wanted;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
@@ -313,6 +318,8 @@ int main(int argc, char** argv) {
       wanted = split(argv[++i]);
     } else if (a == "--list") {
       list = true;
+    } else if (a == "--all-threads") {
+      all_threads = true;
     } else {
       std::fprintf(stderr,
                    "usage: small_calls [--device S] [--memory discrete|default] [--rows a,b] "
@@ -358,9 +365,9 @@ int main(int argc, char** argv) {
       if (counting) {
         for (const Method& method : row.methods) {
           for (int n : {calls, 3 * calls}) {
-            collect(true, "");
+            collect(true, "", all_threads);
             for (int i = 0; i < n; ++i) method.run(i & 1);
-            collect(false, row.name + "|" + method.name + "|" + std::to_string(n));
+            collect(false, row.name + "|" + method.name + "|" + std::to_string(n), all_threads);
             if (!method.check((n - 1) & 1)) {
               std::fprintf(stderr, "%s %s: wrong bytes\n", row.name.c_str(), method.name.c_str());
               return 1;

@@ -1,8 +1,11 @@
 // SPDX-License-Identifier: MIT
 // The device-memory pool: reuse, bins and block sizes on every memory model, the limit, trimming,
 // and its end with the manager.
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
+#include <random>
+#include <thread>
 #include <vector>
 
 #include "support/device_test.hpp"
@@ -98,6 +101,148 @@ TEST_F(PoolTest, PooledBufferMayBeLargerButSizeIsExact) {
   EXPECT_GE(buffer.native().getInfo<CL_MEM_SIZE>(), 5000u);
   EXPECT_CLBUF_ERROR(manager().download(buffer, std::vector<std::uint8_t>(5001).data(), 5001),
                      CL_INVALID_VALUE, "5001 bytes", "5000-byte buffer");
+}
+
+// The hot slot (the one cached buffer taken and given back without the lock, issue 47) keeps the
+// pool's promises: its buffer counts as cached and its reuses as hits, a buffer of another size
+// stays cached (trim() frees it), the limit holds, another queue's command on it holds it back,
+// and once the pool is closed nothing is cached. On the pool itself, so that each step is seen.
+class HotSlot : public clbuf_test::DeviceTest {};
+
+TEST_F(HotSlot, ItsBufferCountsAsCachedAndItsReusesAsHits) {
+  MemoryPool p(manager().context(), false, 1 << 20, manager().device().max_alloc_bytes);
+  clbuf::detail::Allocation a = p.acquire(100, "test");
+  const cl_mem first = a.buffer();
+  EXPECT_EQ(p.stats().misses, 1u);
+  EXPECT_EQ(p.stats().in_use_buffers, 1u);
+  p.give_back(std::move(a));
+  clbuf::PoolStats s = p.stats();
+  EXPECT_EQ(s.cached_buffers, 1u);
+  EXPECT_EQ(s.cached_bytes, 128u);
+  EXPECT_EQ(s.in_use_buffers, 0u);
+  EXPECT_EQ(s.in_use_bytes, 0u);
+  clbuf::detail::Allocation b = p.acquire(120, "test");
+  EXPECT_EQ(b.buffer(), first);
+  EXPECT_FALSE(b.fresh);
+  s = p.stats();
+  EXPECT_EQ(s.hits, 1u);
+  EXPECT_EQ(s.misses, 1u);
+  EXPECT_EQ(s.cached_buffers, 0u);
+  EXPECT_EQ(s.cached_bytes, 0u);
+  EXPECT_EQ(s.in_use_buffers, 1u);
+  EXPECT_EQ(s.in_use_bytes, 128u);
+  p.give_back(std::move(b));
+}
+
+TEST_F(HotSlot, ABufferOfAnotherSizeStaysCachedUntilTrimmed) {
+  MemoryPool p(manager().context(), false, 1 << 20, manager().device().max_alloc_bytes);
+  p.give_back(p.acquire(64, "test"));                       // into the slot
+  clbuf::detail::Allocation big = p.acquire(4096, "test");  // another bin: a new buffer
+  EXPECT_EQ(p.stats().misses, 2u);
+  EXPECT_EQ(p.stats().cached_bytes, 64u);
+  p.give_back(std::move(big));  // the slot is full: into the lists
+  clbuf::PoolStats s = p.stats();
+  EXPECT_EQ(s.cached_buffers, 2u);
+  EXPECT_EQ(s.cached_bytes, 64u + 4096u);
+  EXPECT_EQ(s.in_use_buffers, 0u);
+  clbuf::detail::Allocation again = p.acquire(4000, "test");  // from the lists
+  EXPECT_EQ(p.stats().hits, 1u);
+  p.give_back(std::move(again));
+  p.trim();
+  s = p.stats();
+  EXPECT_EQ(s.cached_buffers, 0u);
+  EXPECT_EQ(s.cached_bytes, 0u);
+  EXPECT_EQ(s.in_use_buffers, 0u);
+  EXPECT_EQ(s.in_use_bytes, 0u);
+  EXPECT_EQ(p.acquire(64, "test").capacity, 64u);
+  EXPECT_EQ(p.stats().misses, 3u) << "trim() freed the slot's buffer";
+}
+
+TEST_F(HotSlot, TheLimitHoldsWithTheSlot) {
+  for (const std::size_t limit : {std::size_t{0}, std::size_t{63}, std::size_t{100}}) {
+    SCOPED_TRACE(limit);
+    MemoryPool p(manager().context(), false, limit, manager().device().max_alloc_bytes);
+    clbuf::detail::Allocation a = p.acquire(64, "test");
+    clbuf::detail::Allocation b = p.acquire(64, "test");
+    p.give_back(std::move(a));
+    p.give_back(std::move(b));
+    const clbuf::PoolStats s = p.stats();
+    EXPECT_LE(s.cached_bytes, limit);
+    EXPECT_EQ(s.cached_buffers, limit >= 64 ? 1u : 0u);
+    EXPECT_EQ(s.released, limit >= 64 ? 1u : 2u);
+    EXPECT_EQ(s.in_use_buffers, 0u);
+  }
+  MemoryPool p(manager().context(), false, 1 << 20, manager().device().max_alloc_bytes);
+  p.give_back(p.acquire(4096, "test"));
+  p.set_limit(1000);  // below the slot's buffer: trimmed
+  EXPECT_EQ(p.stats().cached_bytes, 0u);
+  EXPECT_EQ(p.stats().trims, 1u);
+}
+
+TEST_F(HotSlot, AnotherQueuesCommandHoldsItsBufferBack) {
+  MemoryPool p(manager().context(), false, 1 << 20, manager().device().max_alloc_bytes);
+  clbuf::detail::Allocation a = p.acquire(64, "test");
+  const cl_mem first = a.buffer();
+  cl::UserEvent running(manager().context());
+  a.fences->add(running);
+  p.give_back(std::move(a));  // into the slot, still in use by that command
+  clbuf::detail::Allocation b = p.acquire(64, "test");
+  EXPECT_NE(b.buffer(), first);
+  EXPECT_EQ(p.stats().misses, 2u);
+  p.give_back(std::move(b));  // the slot is full: into the list
+  running.setStatus(CL_COMPLETE);
+  clbuf::detail::Allocation c = p.acquire(64, "test");
+  EXPECT_EQ(c.buffer(), first) << "the slot's buffer, its command ended";
+  EXPECT_EQ(p.stats().hits, 1u);
+  p.give_back(std::move(c));
+}
+
+TEST_F(HotSlot, NothingIsCachedOnceClosed) {
+  MemoryPool p(manager().context(), false, 1 << 20, manager().device().max_alloc_bytes);
+  clbuf::detail::Allocation a = p.acquire(64, "test");
+  p.give_back(p.acquire(64, "test"));
+  p.close();
+  EXPECT_EQ(p.stats().cached_buffers, 0u);
+  p.give_back(std::move(a));
+  const clbuf::PoolStats s = p.stats();
+  EXPECT_EQ(s.cached_buffers, 0u);
+  EXPECT_EQ(s.cached_bytes, 0u);
+  EXPECT_EQ(s.in_use_buffers, 0u);
+  EXPECT_EQ(s.released, 1u);
+}
+
+// Threads taking and giving back buffers of two bins at once, the limit room for three of the
+// smaller: the counts add up exactly at the end and the cached bytes never passed the limit
+// (TSan: the slot's state orders its buffer's hand-over).
+TEST_F(HotSlot, ThreadsAtOnceKeepTheCountsAndTheLimit) {
+  const std::size_t limit = 3 * 64;
+  MemoryPool p(manager().context(), false, limit, manager().device().max_alloc_bytes);
+  constexpr int threads = 4, rounds = 400;
+  std::atomic<int> wrong{0};
+  std::vector<std::thread> workers;
+  for (int t = 0; t < threads; ++t) {
+    workers.emplace_back([&p, &wrong, t] {
+      std::mt19937 rng(static_cast<std::uint32_t>(t));
+      for (int i = 0; i < rounds; ++i) {
+        const std::size_t bytes = rng() % 2 == 0 ? 64 : 128;
+        try {
+          clbuf::detail::Allocation a = p.acquire(bytes, "test");
+          if (a.capacity != bytes || a.buffer() == nullptr) ++wrong;
+          p.give_back(std::move(a));
+        } catch (...) {
+          ++wrong;
+        }
+      }
+    });
+  }
+  for (std::thread& w : workers) w.join();
+  EXPECT_EQ(wrong.load(), 0);
+  const clbuf::PoolStats s = p.stats();
+  EXPECT_EQ(s.hits + s.misses, std::uint64_t{threads} * rounds);
+  EXPECT_EQ(s.in_use_buffers, 0u);
+  EXPECT_EQ(s.in_use_bytes, 0u);
+  EXPECT_LE(s.cached_bytes, limit);
+  EXPECT_EQ(s.misses, s.released + s.cached_buffers) << "every buffer made is cached or freed";
 }
 
 // The pool's blocks on every memory model (on the host model they are host memory clbuf

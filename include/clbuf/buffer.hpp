@@ -51,7 +51,10 @@ class DeviceBuffer {
   /// Gives the memory back to its manager's pool (or frees it when there is none). Memory that
   /// views or mapped views still use goes back only when the last of them is gone.
   ~DeviceBuffer() {
-    if (pool_ && !lease_) pool_->give_back(std::move(memory_));  // else the Lease gives it back
+    if (pool_ && !lease_) {                       // else the Lease gives the memory back
+      memory_.shape_storage = std::move(shape_);  // kept for the next buffer of this memory
+      pool_->give_back(std::move(memory_));
+    }
   }
 
   /// Hands the OpenCL buffer to the caller and leaves this DeviceBuffer empty (!valid()). The
@@ -126,6 +129,15 @@ class DeviceBuffer {
     // An OpenCL buffer retains its context: only a buffer without one retains the context itself
     // (two driver calls less for every buffer from the pool).
     if (memory_.buffer() == nullptr) keep_context_ = context;
+  }
+  /// A 1-D buffer of `size` elements: its shape {size} in the heap block that the memory's
+  /// last buffer left in the pool (Allocation::shape_storage), so a buffer from the pool
+  /// allocates nothing on the host. @throws std::bad_alloc (the memory goes back to the pool).
+  DeviceBuffer(detail::Allocation memory, std::shared_ptr<detail::MemoryPool> pool,
+               const cl::Context& context, std::size_t size)
+      : DeviceBuffer(std::move(memory), std::move(pool), context, size, {}) {
+    shape_.swap(memory_.shape_storage);
+    shape_.assign(1, size);
   }
 
   /// Records a command of a queue other than the owning manager's that uses this memory: the

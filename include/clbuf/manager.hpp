@@ -196,7 +196,7 @@ class BufferManager {
     return detail::guard_host_memory("allocate", [&] {
       const char* op = "allocate";
       auto entry = gate_.enter(op);
-      return new_buffer<T>(op, count, {count});
+      return new_buffer<T>(op, count);
     });
   }
 
@@ -222,26 +222,26 @@ class BufferManager {
   template <class T>
   [[nodiscard]] DeviceBuffer<T> upload(const T* data, std::size_t count) {
     return detail::guard_host_memory(
-        "upload", [&] { return upload_new(data, count, {count}, detail::HostMemory::pageable); });
+        "upload", [&] { return upload_new(data, count, nullptr, detail::HostMemory::pageable); });
   }
   /// As upload(data.data(), data.size()).
   template <class T>
   [[nodiscard]] DeviceBuffer<T> upload(const std::vector<T>& data) {
     return detail::guard_host_memory("upload", [&] {
-      return upload_new(data.data(), data.size(), {data.size()}, detail::HostMemory::pageable);
+      return upload_new(data.data(), data.size(), nullptr, detail::HostMemory::pageable);
     });
   }
   /// As upload(data), recording `shape`, whose product must equal data.size().
   /// @throws Error CL_INVALID_VALUE when the shape does not match.
   template <class T>
   [[nodiscard]] DeviceBuffer<T> upload(const std::vector<T>& data, std::vector<std::size_t> shape) {
-    return upload_new(data.data(), data.size(), std::move(shape), detail::HostMemory::pageable);
+    return upload_new(data.data(), data.size(), &shape, detail::HostMemory::pageable);
   }
   /// Copies pinned memory into new device memory, by DMA with no staging copy.
   template <class T>
   [[nodiscard]] DeviceBuffer<T> upload(const PinnedBuffer<T>& data) {
     return detail::guard_host_memory("upload", [&] {
-      return upload_new(data.data(), data.size(), {data.size()}, detail::HostMemory::pinned);
+      return upload_new(data.data(), data.size(), nullptr, detail::HostMemory::pinned);
     });
   }
 
@@ -1039,6 +1039,14 @@ class BufferManager {
         bytes == 0 ? detail::Allocation() : pool_->acquire(bytes, operation);
     return DeviceBuffer<T>(std::move(memory), pool_, device_.context(), count, std::move(shape));
   }
+  /// As new_buffer(operation, count, {count}), the shape in the pool's kept heap block.
+  template <class T>
+  DeviceBuffer<T> new_buffer(const char* operation, std::size_t count) {
+    const std::size_t bytes = bytes_of<T>(operation, count);
+    detail::Allocation memory =
+        bytes == 0 ? detail::Allocation() : pool_->acquire(bytes, operation);
+    return DeviceBuffer<T>(std::move(memory), pool_, device_.context(), count);
+  }
 
   /// The handles of `after` (checked: this context) to hold the queue for.
   std::vector<cl_event> wait_list(const char* operation,
@@ -1169,13 +1177,14 @@ class BufferManager {
   }
 
   template <class T>
-  DeviceBuffer<T> upload_new(const T* data, std::size_t count, std::vector<std::size_t> shape,
+  DeviceBuffer<T> upload_new(const T* data, std::size_t count, std::vector<std::size_t>* shape,
                              detail::HostMemory host) {
     const char* op = "upload";
     auto entry = gate_.enter(op);
     detail::check_host_pointer(op, data, count);
-    detail::check_shape(op, shape, count);
-    DeviceBuffer<T> buffer = new_buffer<T>(op, count, std::move(shape));
+    if (shape != nullptr) detail::check_shape(op, *shape, count);
+    DeviceBuffer<T> buffer =
+        shape != nullptr ? new_buffer<T>(op, count, std::move(*shape)) : new_buffer<T>(op, count);
     if (!buffer.empty()) engine_.write_fresh(op, buffer.memory_, data, buffer.size_bytes(), host);
     return buffer;
   }
@@ -1199,7 +1208,7 @@ class BufferManager {
     auto entry = gate_.enter(op);
     detail::check_host_pointer(op, data, count);
     const std::vector<cl_event> wait = wait_list(op, after);
-    DeviceBuffer<T> buffer = new_buffer<T>(op, count, {count});
+    DeviceBuffer<T> buffer = new_buffer<T>(op, count);
     detail::Started start = start_after(op, wait, [&] {
       return engine_.write_async(op, buffer.memory_, 0, data, buffer.size_bytes(), host,
                                  wait.empty());
@@ -1257,7 +1266,7 @@ struct ManagerAccess {
   template <class T>
   static DeviceBuffer<T> allocate(BufferManager& manager, const char* operation,
                                   std::size_t count) {
-    return manager.new_buffer<T>(operation, count, {count});
+    return manager.new_buffer<T>(operation, count);
   }
   static void write(BufferManager& manager, const char* operation, cl_mem buffer,
                     std::size_t offset, const void* data, std::size_t bytes) {

@@ -897,6 +897,10 @@ struct Allocation {
   bool fresh = false;              ///< never handed out before: no command can be using it
   std::shared_ptr<Fences> fences;  ///< other queues' commands on it; null when not pooled
   std::size_t offset = 0;          ///< where this memory begins in `buffer`, in bytes
+  /// While the memory is in the pool: the shape vector of the DeviceBuffer that gave it back,
+  /// whose heap block the next 1-D DeviceBuffer made from it keeps (no allocation for its
+  /// shape: issue 47). Empty elsewhere.
+  std::vector<std::size_t> shape_storage;
 
   /// Byte `at` of this memory as an offset in `buffer`, for OpenCL commands.
   std::size_t at(std::size_t at) const noexcept { return offset + at; }
@@ -910,7 +914,10 @@ class MemoryPool {
  public:
   MemoryPool(cl::Context context, bool host_backed, std::size_t limit_bytes,
              std::uint64_t max_alloc_bytes)
-      : context_(std::move(context)), host_backed_(host_backed), max_alloc_bytes_(max_alloc_bytes) {
+      : context_(std::move(context)),
+        host_backed_(host_backed),
+        max_alloc_bytes_(max_alloc_bytes),
+        limit_(limit_bytes) {
     stats_.limit_bytes = limit_bytes;
   }
 
@@ -936,9 +943,166 @@ class MemoryPool {
   }
 
   /// A buffer of at least `bytes` (> 0) bytes. Trims the pool and retries once when the
-  /// driver or the host is out of memory.
-  Allocation acquire(std::size_t bytes, const char* operation) {
+  /// driver or the host is out of memory. Inline up to the hot slot, the rest out of line.
+  CLBUF_DETAIL_INLINE Allocation acquire(std::size_t bytes, const char* operation) {
     const std::size_t capacity = bin_size(bytes, max_alloc_bytes_);
+    Allocation allocation;
+    if (take_hot(capacity, allocation)) return allocation;
+    return acquire_listed(capacity, operation);
+  }
+
+  /// Takes a buffer back for reuse, or frees it when the pool is full or closed.
+  CLBUF_DETAIL_INLINE void give_back(Allocation&& allocation) noexcept {
+    if (allocation.buffer() != nullptr && give_hot(allocation)) return;
+    give_back_listed(std::move(allocation));
+  }
+
+  /// Memory of `capacity` bytes the pool handed out will not come back (the application owns
+  /// it): it no longer counts as in use. Nothing for 0 (an empty buffer's).
+  void forget(std::size_t capacity) noexcept {
+    if (capacity == 0) return;
+    std::lock_guard<std::mutex> lock(mutex_);
+    uncount(capacity);
+  }
+
+  /// Frees every cached buffer.
+  void trim() noexcept {
+    std::unordered_map<std::size_t, std::vector<Allocation>> dropped;
+    Allocation hot;
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (take_hot_any(hot)) uncount(hot.capacity);
+    dropped.swap(free_);
+    stats_.cached_bytes = 0;
+    stats_.cached_buffers = 0;
+    list_bytes_.store(0, std::memory_order_seq_cst);
+    ++stats_.trims;
+  }
+
+  /// Trims and stops caching (the manager was cleaned up); buffers still out are freed on return.
+  void close() noexcept {
+    closed_.store(true, std::memory_order_seq_cst);  // first: no buffer enters the hot slot after
+    trim();
+    std::lock_guard<std::mutex> lock(mutex_);
+    context_ = cl::Context();
+  }
+
+  void set_limit(std::size_t limit_bytes) noexcept {
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      stats_.limit_bytes = limit_bytes;
+      limit_.store(limit_bytes, std::memory_order_seq_cst);
+      if (stats_.cached_bytes + hot_bytes_.load(std::memory_order_seq_cst) <= limit_bytes) return;
+    }
+    trim();
+  }
+
+  PoolStats stats() const {
+    PoolStats stats;
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      stats = stats_;
+    }
+    // The hot slot's buffer is counted in use by stats_ and cached here; its takes are hits.
+    const std::size_t hot = hot_bytes_.load(std::memory_order_relaxed);
+    if (hot != 0 && stats.in_use_buffers != 0) {
+      stats.in_use_bytes -= std::min(stats.in_use_bytes, hot);
+      --stats.in_use_buffers;
+      stats.cached_bytes += hot;
+      ++stats.cached_buffers;
+    }
+    stats.hits += hot_hits_.load(std::memory_order_relaxed);
+    return stats;
+  }
+
+ private:
+  static bool is_out_of_memory(cl_int err) noexcept {
+    return err == CL_MEM_OBJECT_ALLOCATION_FAILURE || err == CL_OUT_OF_RESOURCES ||
+           err == CL_OUT_OF_HOST_MEMORY;
+  }
+
+  // The hot slot (issue 47): one cached buffer that acquire() takes and give_back() puts back
+  // with atomic operations only, no lock, no map: a round trip through a new buffer (the seed's
+  // upload, then its destruction) does both on every call, and the lock, the bin's lookup and
+  // the list cost ~250 instructions of it. The slot's state says who owns `hot_`: nobody while
+  // empty, the slot while full, the thread that set it busy while busy. Its buffer stays counted
+  // in use by stats_ (the lock's counters) and hot_bytes_ holds its capacity, which stats()
+  // moves to the cached counts; trim() and close() empty the slot under the lock.
+  enum : int { hot_empty = 0, hot_full = 1, hot_busy = 2 };
+
+  /// Moves the slot's buffer into `out` when it is full with a buffer of `capacity` that no
+  /// other queue may still use.
+  CLBUF_DETAIL_INLINE bool take_hot(std::size_t capacity, Allocation& out) noexcept {
+    if (hot_bytes_.load(std::memory_order_relaxed) != capacity) return false;
+    int state = hot_full;
+    if (!hot_state_.compare_exchange_strong(state, hot_busy, std::memory_order_acquire,
+                                            std::memory_order_relaxed)) {
+      return false;
+    }
+    if (hot_.capacity != capacity || (hot_.fences && hot_.fences->busy())) {
+      hot_state_.store(hot_full, std::memory_order_release);
+      return false;
+    }
+    out = std::move(hot_);  // leaves hot_ without a buffer, fences or shape storage
+    hot_bytes_.store(0, std::memory_order_seq_cst);
+    hot_hits_.fetch_add(1, std::memory_order_relaxed);
+    hot_state_.store(hot_empty, std::memory_order_release);
+    return true;
+  }
+
+  /// Puts `allocation` (counted in use) into the empty slot; false when the slot is full or
+  /// busy, the pool closed, or the buffer would take the cached bytes past the limit (then the
+  /// lock's path decides).
+  CLBUF_DETAIL_INLINE bool give_hot(Allocation& allocation) noexcept {
+    if (closed_.load(std::memory_order_relaxed)) return false;
+    int state = hot_empty;
+    if (!hot_state_.compare_exchange_strong(state, hot_busy, std::memory_order_acquire,
+                                            std::memory_order_relaxed)) {
+      return false;
+    }
+    // Within the limit with the lists' bytes. Sequentially consistent, as give_back_listed's
+    // store and load in the other order: of two buffers given back at once, one each way, at
+    // least one sees the other.
+    hot_bytes_.store(allocation.capacity, std::memory_order_seq_cst);
+    if (list_bytes_.load(std::memory_order_seq_cst) + allocation.capacity >
+        limit_.load(std::memory_order_relaxed)) {
+      hot_bytes_.store(0, std::memory_order_seq_cst);
+      hot_state_.store(hot_empty, std::memory_order_release);
+      return false;
+    }
+    allocation.fresh = false;
+    hot_ = std::move(allocation);
+    hot_state_.store(hot_full, std::memory_order_release);
+    if (closed_.load(std::memory_order_seq_cst)) cool_closed();  // close() ran meanwhile
+    return true;
+  }
+
+  CLBUF_DETAIL_COLD void cool_closed() noexcept {
+    Allocation hot;
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (take_hot_any(hot)) uncount(hot.capacity);
+  }
+
+  /// Moves the slot's buffer, whatever its size, into `out` when the slot is full. Under mutex_.
+  bool take_hot_any(Allocation& out) noexcept {
+    int state = hot_full;
+    if (!hot_state_.compare_exchange_strong(state, hot_busy, std::memory_order_acquire,
+                                            std::memory_order_relaxed)) {
+      return false;
+    }
+    out = std::move(hot_);  // leaves hot_ without a buffer, fences or shape storage
+    hot_bytes_.store(0, std::memory_order_seq_cst);
+    hot_state_.store(hot_empty, std::memory_order_release);
+    return true;
+  }
+
+  /// A buffer in use of `capacity` bytes no longer counts as in use. Under mutex_.
+  void uncount(std::size_t capacity) noexcept {
+    stats_.in_use_bytes -= std::min(stats_.in_use_bytes, capacity);
+    stats_.in_use_buffers -= std::min<std::size_t>(stats_.in_use_buffers, 1);
+  }
+
+  /// acquire() past the hot slot: a cached buffer of the bin's list, else a new one.
+  CLBUF_DETAIL_COLD Allocation acquire_listed(std::size_t capacity, const char* operation) {
     {
       std::lock_guard<std::mutex> lock(mutex_);
       auto bin = free_.find(capacity);
@@ -952,6 +1116,7 @@ class MemoryPool {
           ++stats_.hits;
           --stats_.cached_buffers;
           stats_.cached_bytes -= capacity;
+          list_bytes_.store(stats_.cached_bytes, std::memory_order_seq_cst);
           ++stats_.in_use_buffers;
           stats_.in_use_bytes += capacity;
           return allocation;
@@ -976,72 +1141,30 @@ class MemoryPool {
     return allocation;
   }
 
-  /// Takes a buffer back for reuse, or frees it when the pool is full or closed.
-  void give_back(Allocation&& allocation) noexcept {
+  /// give_back() past the hot slot: into the bin's list, or freed when the pool is full or
+  /// closed.
+  CLBUF_DETAIL_COLD void give_back_listed(Allocation&& allocation) noexcept {
     if (allocation.buffer() == nullptr) {  // release()d to the application: no longer clbuf's
       forget(allocation.capacity);
       return;
     }
     std::unique_lock<std::mutex> lock(mutex_);
-    stats_.in_use_bytes -= std::min(stats_.in_use_bytes, allocation.capacity);
-    stats_.in_use_buffers -= std::min<std::size_t>(stats_.in_use_buffers, 1);
-    if (closed_ || stats_.cached_bytes + allocation.capacity > stats_.limit_bytes) {
+    uncount(allocation.capacity);
+    const std::size_t cached = stats_.cached_bytes + allocation.capacity;
+    // Counted before the slot is looked at (give_hot() looks the other way round).
+    list_bytes_.store(cached, std::memory_order_seq_cst);
+    if (closed_.load(std::memory_order_relaxed) ||
+        cached + hot_bytes_.load(std::memory_order_seq_cst) > stats_.limit_bytes) {
+      list_bytes_.store(stats_.cached_bytes, std::memory_order_seq_cst);
       ++stats_.released;
       lock.unlock();
       allocation = Allocation();  // the host block is freed when the driver drops the buffer
       return;
     }
     allocation.fresh = false;
-    stats_.cached_bytes += allocation.capacity;
+    stats_.cached_bytes = cached;
     ++stats_.cached_buffers;
     free_[allocation.capacity].push_back(std::move(allocation));
-  }
-
-  /// Memory of `capacity` bytes the pool handed out will not come back (the application owns
-  /// it): it no longer counts as in use. Nothing for 0 (an empty buffer's).
-  void forget(std::size_t capacity) noexcept {
-    if (capacity == 0) return;
-    std::lock_guard<std::mutex> lock(mutex_);
-    stats_.in_use_bytes -= std::min(stats_.in_use_bytes, capacity);
-    stats_.in_use_buffers -= std::min<std::size_t>(stats_.in_use_buffers, 1);
-  }
-
-  /// Frees every cached buffer.
-  void trim() noexcept {
-    std::unordered_map<std::size_t, std::vector<Allocation>> dropped;
-    std::lock_guard<std::mutex> lock(mutex_);
-    dropped.swap(free_);
-    stats_.cached_bytes = 0;
-    stats_.cached_buffers = 0;
-    ++stats_.trims;
-  }
-
-  /// Trims and stops caching (the manager was cleaned up); buffers still out are freed on return.
-  void close() noexcept {
-    trim();
-    std::lock_guard<std::mutex> lock(mutex_);
-    closed_ = true;
-    context_ = cl::Context();
-  }
-
-  void set_limit(std::size_t limit_bytes) noexcept {
-    {
-      std::lock_guard<std::mutex> lock(mutex_);
-      stats_.limit_bytes = limit_bytes;
-      if (stats_.cached_bytes <= limit_bytes) return;
-    }
-    trim();
-  }
-
-  PoolStats stats() const {
-    std::lock_guard<std::mutex> lock(mutex_);
-    return stats_;
-  }
-
- private:
-  static bool is_out_of_memory(cl_int err) noexcept {
-    return err == CL_MEM_OBJECT_ALLOCATION_FAILURE || err == CL_OUT_OF_RESOURCES ||
-           err == CL_OUT_OF_HOST_MEMORY;
   }
 
   Allocation create(std::size_t capacity, cl_int& err) {
@@ -1086,9 +1209,15 @@ class MemoryPool {
   cl::Context context_;
   const bool host_backed_;
   const std::uint64_t max_alloc_bytes_;
-  bool closed_ = false;
+  std::atomic<bool> closed_{false};
   PoolStats stats_;
   std::unordered_map<std::size_t, std::vector<Allocation>> free_;
+  std::atomic<std::size_t> limit_;          // stats_.limit_bytes, for give_hot()
+  std::atomic<std::size_t> list_bytes_{0};  // stats_.cached_bytes (the lists'), for give_hot()
+  std::atomic<int> hot_state_{hot_empty};   // the hot slot: empty, full or busy
+  Allocation hot_;                          // its buffer while full
+  std::atomic<std::size_t> hot_bytes_{0};   // its capacity while full (counted in use)
+  std::atomic<std::uint64_t> hot_hits_{0};  // acquisitions it served
 };
 
 /// The lock under which a DeviceBuffer makes its Lease (the first view of it): one of a few,
@@ -1485,7 +1614,10 @@ class DeviceBuffer {
   /// Gives the memory back to its manager's pool (or frees it when there is none). Memory that
   /// views or mapped views still use goes back only when the last of them is gone.
   ~DeviceBuffer() {
-    if (pool_ && !lease_) pool_->give_back(std::move(memory_));  // else the Lease gives it back
+    if (pool_ && !lease_) {                       // else the Lease gives the memory back
+      memory_.shape_storage = std::move(shape_);  // kept for the next buffer of this memory
+      pool_->give_back(std::move(memory_));
+    }
   }
 
   /// Hands the OpenCL buffer to the caller and leaves this DeviceBuffer empty (!valid()). The
@@ -1560,6 +1692,15 @@ class DeviceBuffer {
     // An OpenCL buffer retains its context: only a buffer without one retains the context itself
     // (two driver calls less for every buffer from the pool).
     if (memory_.buffer() == nullptr) keep_context_ = context;
+  }
+  /// A 1-D buffer of `size` elements: its shape {size} in the heap block that the memory's
+  /// last buffer left in the pool (Allocation::shape_storage), so a buffer from the pool
+  /// allocates nothing on the host. @throws std::bad_alloc (the memory goes back to the pool).
+  DeviceBuffer(detail::Allocation memory, std::shared_ptr<detail::MemoryPool> pool,
+               const cl::Context& context, std::size_t size)
+      : DeviceBuffer(std::move(memory), std::move(pool), context, size, {}) {
+    shape_.swap(memory_.shape_storage);
+    shape_.assign(1, size);
   }
 
   /// Records a command of a queue other than the owning manager's that uses this memory: the
@@ -6706,13 +6847,16 @@ class BufferedWrites {
 
   /// The writes not yet known to have completed, for a blocking read's wait list (no heap: the
   /// round trip's hot path): all of them, or, when there are more than fence_max, none listed and
-  /// `newest` set (the read's caller waits for it and settles before reading).
+  /// `newest` set (the read's caller waits for it and settles before reading). The listed events
+  /// are not retained (issue 47: a retain and a release, ~200 instructions of a round trip on
+  /// PoCL): while a fence with events is out, an event the ring lets go of is kept in `retired_`
+  /// instead of released, until the last such fence has ended (settle() with `ends_fence`, or
+  /// end_fence()). A fence with count != 0 must be ended exactly once, after the read returned.
   struct Fence {
-    std::array<cl::Event, fence_max> events;  // retained while the read waits for them
-    std::array<cl_event, fence_max> list{};   // their handles, the wait list
+    std::array<cl_event, fence_max> list{};  // the wait list: events the ring keeps alive
     cl_uint count = 0;
     std::uint64_t last = 0;  // the newest write listed
-    cl::Event newest;        // set instead when there are more than fence_max
+    cl::Event newest;        // set instead when there are more than fence_max (retained)
   };
   Fence fence() {
     Fence fence;
@@ -6721,25 +6865,37 @@ class BufferedWrites {
       fence.newest = pending_.back().event;
       return fence;
     }
-    for (std::size_t i = 0; i < pending_.size(); ++i) {
-      fence.events[fence.count] = pending_[i].event;
+    if (pending_.empty()) return fence;
+    // Room for every event this fence lists to be retired while it is out: no allocation (and
+    // no failure) where the ring lets go of one (reap() is noexcept).
+    retired_.reserve(retired_.size() + pending_.size());
+    for (std::size_t i = 0; i < pending_.size(); ++i)
       fence.list[fence.count++] = pending_[i].event();
-    }
-    if (!pending_.empty()) fence.last = pending_.back().number;
+    fence.last = pending_.back().number;
+    ++fences_out_;
+    fenced_through_ = std::max(fenced_through_, fence.last);
     return fence;
+  }
+
+  /// Ends a fence with events (its read has returned) without settling.
+  void end_fence() noexcept {
+    std::lock_guard<std::mutex> lock(mutex_);
+    end_fence_locked();
   }
 
   /// Forgets every write that has completed, and first, without asking their status, the writes
   /// up to `confirmed` (a Fence's `last`: a blocking read that waited for them succeeded); throws
   /// the first that failed since the last call (its code, the upload named in the message) as an
-  /// Error of `operation`. One lock for both: the round trip's download takes this path.
-  void settle(const char* operation, std::uint64_t confirmed = 0) {
-    if (quiet()) return;  // nothing pending, nothing failed: no lock on a small call's path
+  /// Error of `operation`. With `ends_fence`, also ends that fence. One lock for all: the round
+  /// trip's download takes this path.
+  void settle(const char* operation, std::uint64_t confirmed = 0, bool ends_fence = false) {
+    if (!ends_fence && quiet()) return;  // nothing pending, nothing failed: no lock
     std::string what;
     cl_int code = CL_SUCCESS;
     {
       std::lock_guard<std::mutex> lock(mutex_);
-      while (!pending_.empty() && pending_.front().number <= confirmed) pending_.pop_front();
+      if (ends_fence) end_fence_locked();
+      while (!pending_.empty() && pending_.front().number <= confirmed) drop_front();
       reap();
       if (failure_ == CL_SUCCESS) {
         update_quiet();
@@ -6775,7 +6931,7 @@ class BufferedWrites {
   /// Frees the ring; call once the queue has finished (cleanup()).
   void close() noexcept {
     std::lock_guard<std::mutex> lock(mutex_);
-    pending_.clear();
+    while (!pending_.empty()) drop_front();
     ring_.reset();
     update_quiet();
   }
@@ -6809,13 +6965,12 @@ class BufferedWrites {
       ++count_;
       back() = std::move(write);
     }
+    /// The front write's event, moved out (pop_front() then releases nothing).
+    cl::Event take_front_event() noexcept { return std::move(slots_[head_].event); }
     void pop_front() noexcept {
       slots_[head_] = Pending();  // releases the event now
       head_ = head_ + 1 == slots_.size() ? 0 : head_ + 1;
       --count_;
-    }
-    void clear() noexcept {
-      while (!empty()) pop_front();
     }
 
    private:
@@ -6857,8 +7012,24 @@ class BufferedWrites {
       // The oldest write failed (or the wait did): recorded for settle() with the write's own
       // code, as reap() records it, the bytes freed.
       if (err != CL_SUCCESS) record(pending_.front(), err);
-      pending_.pop_front();
+      drop_front();
     }
+  }
+
+  /// Forgets the oldest pending write, releasing its event, or, while a fence that may list it
+  /// is out, keeping it in retired_ (whose room that fence reserved). Under mutex_.
+  void drop_front() noexcept {
+    if (fences_out_ != 0 && pending_.front().number <= fenced_through_) {
+      retired_.push_back(pending_.take_front_event());  // reserved by fence(): does not throw
+    }
+    pending_.pop_front();
+  }
+
+  /// One fence fewer out; with none left, the events kept for them are released. Under mutex_.
+  void end_fence_locked() noexcept {
+    if (fences_out_ == 0 || --fences_out_ != 0) return;
+    fenced_through_ = 0;
+    retired_.clear();
   }
 
   /// quiet() as the ring stands now. Under mutex_, after each change to pending_ or failure_
@@ -6896,7 +7067,7 @@ class BufferedWrites {
       const cl_int status = asked.known() ? asked.status : asked.query;
       if (status > CL_COMPLETE) return;
       if (status < 0) record(front, status);
-      pending_.pop_front();
+      drop_front();
     }
   }
 
@@ -6929,8 +7100,11 @@ class BufferedWrites {
   std::uint64_t written_ = 0;    // writes enqueued so far
   cl_int failure_ = CL_SUCCESS;  // the first failed write not yet reported
   std::string failure_what_;
-  std::size_t later_failures_ = 0;  // failed writes after the first, before it was reported
-  std::atomic<bool> quiet_{true};   // pending_ empty and failure_ CL_SUCCESS (update_quiet())
+  std::size_t later_failures_ = 0;    // failed writes after the first, before it was reported
+  std::atomic<bool> quiet_{true};     // pending_ empty and failure_ CL_SUCCESS (update_quiet())
+  std::size_t fences_out_ = 0;        // fences with events whose reads may still wait for them
+  std::uint64_t fenced_through_ = 0;  // the newest write any of them lists
+  std::vector<cl::Event> retired_;    // events let go of while those fences are out
 };
 
 }  // namespace detail
@@ -7921,11 +8095,13 @@ class TransferEngine {
     }
     const cl_int err =
         queue().read_after(buffer, offset, bytes, out, fence.count, fence.list.data());
-    if (err == CL_EXEC_STATUS_ERROR_FOR_EVENTS_IN_WAIT_LIST && fence.count != 0) {
-      settle(operation);
+    const bool fenced = fence.count != 0;  // a fence with events: ended once, from here on
+    if (err != CL_SUCCESS) {
+      if (fenced) buffered_->end_fence();
+      if (err == CL_EXEC_STATUS_ERROR_FOR_EVENTS_IN_WAIT_LIST && fenced) settle(operation);
+      check(err, operation, "clEnqueueReadBuffer");
     }
-    check(err, operation, "clEnqueueReadBuffer");
-    buffered_->settle(operation, fence.last);
+    buffered_->settle(operation, fence.last, fenced);
   }
 
   /// A bounced read's copy out of the pinned block: one memcpy up to 1 MiB, the copy threads
@@ -9973,7 +10149,7 @@ class BufferManager {
     return detail::guard_host_memory("allocate", [&] {
       const char* op = "allocate";
       auto entry = gate_.enter(op);
-      return new_buffer<T>(op, count, {count});
+      return new_buffer<T>(op, count);
     });
   }
 
@@ -9999,26 +10175,26 @@ class BufferManager {
   template <class T>
   [[nodiscard]] DeviceBuffer<T> upload(const T* data, std::size_t count) {
     return detail::guard_host_memory(
-        "upload", [&] { return upload_new(data, count, {count}, detail::HostMemory::pageable); });
+        "upload", [&] { return upload_new(data, count, nullptr, detail::HostMemory::pageable); });
   }
   /// As upload(data.data(), data.size()).
   template <class T>
   [[nodiscard]] DeviceBuffer<T> upload(const std::vector<T>& data) {
     return detail::guard_host_memory("upload", [&] {
-      return upload_new(data.data(), data.size(), {data.size()}, detail::HostMemory::pageable);
+      return upload_new(data.data(), data.size(), nullptr, detail::HostMemory::pageable);
     });
   }
   /// As upload(data), recording `shape`, whose product must equal data.size().
   /// @throws Error CL_INVALID_VALUE when the shape does not match.
   template <class T>
   [[nodiscard]] DeviceBuffer<T> upload(const std::vector<T>& data, std::vector<std::size_t> shape) {
-    return upload_new(data.data(), data.size(), std::move(shape), detail::HostMemory::pageable);
+    return upload_new(data.data(), data.size(), &shape, detail::HostMemory::pageable);
   }
   /// Copies pinned memory into new device memory, by DMA with no staging copy.
   template <class T>
   [[nodiscard]] DeviceBuffer<T> upload(const PinnedBuffer<T>& data) {
     return detail::guard_host_memory("upload", [&] {
-      return upload_new(data.data(), data.size(), {data.size()}, detail::HostMemory::pinned);
+      return upload_new(data.data(), data.size(), nullptr, detail::HostMemory::pinned);
     });
   }
 
@@ -10816,6 +10992,14 @@ class BufferManager {
         bytes == 0 ? detail::Allocation() : pool_->acquire(bytes, operation);
     return DeviceBuffer<T>(std::move(memory), pool_, device_.context(), count, std::move(shape));
   }
+  /// As new_buffer(operation, count, {count}), the shape in the pool's kept heap block.
+  template <class T>
+  DeviceBuffer<T> new_buffer(const char* operation, std::size_t count) {
+    const std::size_t bytes = bytes_of<T>(operation, count);
+    detail::Allocation memory =
+        bytes == 0 ? detail::Allocation() : pool_->acquire(bytes, operation);
+    return DeviceBuffer<T>(std::move(memory), pool_, device_.context(), count);
+  }
 
   /// The handles of `after` (checked: this context) to hold the queue for.
   std::vector<cl_event> wait_list(const char* operation,
@@ -10946,13 +11130,14 @@ class BufferManager {
   }
 
   template <class T>
-  DeviceBuffer<T> upload_new(const T* data, std::size_t count, std::vector<std::size_t> shape,
+  DeviceBuffer<T> upload_new(const T* data, std::size_t count, std::vector<std::size_t>* shape,
                              detail::HostMemory host) {
     const char* op = "upload";
     auto entry = gate_.enter(op);
     detail::check_host_pointer(op, data, count);
-    detail::check_shape(op, shape, count);
-    DeviceBuffer<T> buffer = new_buffer<T>(op, count, std::move(shape));
+    if (shape != nullptr) detail::check_shape(op, *shape, count);
+    DeviceBuffer<T> buffer =
+        shape != nullptr ? new_buffer<T>(op, count, std::move(*shape)) : new_buffer<T>(op, count);
     if (!buffer.empty()) engine_.write_fresh(op, buffer.memory_, data, buffer.size_bytes(), host);
     return buffer;
   }
@@ -10976,7 +11161,7 @@ class BufferManager {
     auto entry = gate_.enter(op);
     detail::check_host_pointer(op, data, count);
     const std::vector<cl_event> wait = wait_list(op, after);
-    DeviceBuffer<T> buffer = new_buffer<T>(op, count, {count});
+    DeviceBuffer<T> buffer = new_buffer<T>(op, count);
     detail::Started start = start_after(op, wait, [&] {
       return engine_.write_async(op, buffer.memory_, 0, data, buffer.size_bytes(), host,
                                  wait.empty());
@@ -11034,7 +11219,7 @@ struct ManagerAccess {
   template <class T>
   static DeviceBuffer<T> allocate(BufferManager& manager, const char* operation,
                                   std::size_t count) {
-    return manager.new_buffer<T>(operation, count, {count});
+    return manager.new_buffer<T>(operation, count);
   }
   static void write(BufferManager& manager, const char* operation, cl_mem buffer,
                     std::size_t offset, const void* data, std::size_t bytes) {

@@ -99,13 +99,16 @@ class BufferedWrites {
 
   /// The writes not yet known to have completed, for a blocking read's wait list (no heap: the
   /// round trip's hot path): all of them, or, when there are more than fence_max, none listed and
-  /// `newest` set (the read's caller waits for it and settles before reading).
+  /// `newest` set (the read's caller waits for it and settles before reading). The listed events
+  /// are not retained (issue 47: a retain and a release, ~200 instructions of a round trip on
+  /// PoCL): while a fence with events is out, an event the ring lets go of is kept in `retired_`
+  /// instead of released, until the last such fence has ended (settle() with `ends_fence`, or
+  /// end_fence()). A fence with count != 0 must be ended exactly once, after the read returned.
   struct Fence {
-    std::array<cl::Event, fence_max> events;  // retained while the read waits for them
-    std::array<cl_event, fence_max> list{};   // their handles, the wait list
+    std::array<cl_event, fence_max> list{};  // the wait list: events the ring keeps alive
     cl_uint count = 0;
     std::uint64_t last = 0;  // the newest write listed
-    cl::Event newest;        // set instead when there are more than fence_max
+    cl::Event newest;        // set instead when there are more than fence_max (retained)
   };
   Fence fence() {
     Fence fence;
@@ -114,25 +117,37 @@ class BufferedWrites {
       fence.newest = pending_.back().event;
       return fence;
     }
-    for (std::size_t i = 0; i < pending_.size(); ++i) {
-      fence.events[fence.count] = pending_[i].event;
+    if (pending_.empty()) return fence;
+    // Room for every event this fence lists to be retired while it is out: no allocation (and
+    // no failure) where the ring lets go of one (reap() is noexcept).
+    retired_.reserve(retired_.size() + pending_.size());
+    for (std::size_t i = 0; i < pending_.size(); ++i)
       fence.list[fence.count++] = pending_[i].event();
-    }
-    if (!pending_.empty()) fence.last = pending_.back().number;
+    fence.last = pending_.back().number;
+    ++fences_out_;
+    fenced_through_ = std::max(fenced_through_, fence.last);
     return fence;
+  }
+
+  /// Ends a fence with events (its read has returned) without settling.
+  void end_fence() noexcept {
+    std::lock_guard<std::mutex> lock(mutex_);
+    end_fence_locked();
   }
 
   /// Forgets every write that has completed, and first, without asking their status, the writes
   /// up to `confirmed` (a Fence's `last`: a blocking read that waited for them succeeded); throws
   /// the first that failed since the last call (its code, the upload named in the message) as an
-  /// Error of `operation`. One lock for both: the round trip's download takes this path.
-  void settle(const char* operation, std::uint64_t confirmed = 0) {
-    if (quiet()) return;  // nothing pending, nothing failed: no lock on a small call's path
+  /// Error of `operation`. With `ends_fence`, also ends that fence. One lock for all: the round
+  /// trip's download takes this path.
+  void settle(const char* operation, std::uint64_t confirmed = 0, bool ends_fence = false) {
+    if (!ends_fence && quiet()) return;  // nothing pending, nothing failed: no lock
     std::string what;
     cl_int code = CL_SUCCESS;
     {
       std::lock_guard<std::mutex> lock(mutex_);
-      while (!pending_.empty() && pending_.front().number <= confirmed) pending_.pop_front();
+      if (ends_fence) end_fence_locked();
+      while (!pending_.empty() && pending_.front().number <= confirmed) drop_front();
       reap();
       if (failure_ == CL_SUCCESS) {
         update_quiet();
@@ -168,7 +183,7 @@ class BufferedWrites {
   /// Frees the ring; call once the queue has finished (cleanup()).
   void close() noexcept {
     std::lock_guard<std::mutex> lock(mutex_);
-    pending_.clear();
+    while (!pending_.empty()) drop_front();
     ring_.reset();
     update_quiet();
   }
@@ -202,13 +217,12 @@ class BufferedWrites {
       ++count_;
       back() = std::move(write);
     }
+    /// The front write's event, moved out (pop_front() then releases nothing).
+    cl::Event take_front_event() noexcept { return std::move(slots_[head_].event); }
     void pop_front() noexcept {
       slots_[head_] = Pending();  // releases the event now
       head_ = head_ + 1 == slots_.size() ? 0 : head_ + 1;
       --count_;
-    }
-    void clear() noexcept {
-      while (!empty()) pop_front();
     }
 
    private:
@@ -250,8 +264,24 @@ class BufferedWrites {
       // The oldest write failed (or the wait did): recorded for settle() with the write's own
       // code, as reap() records it, the bytes freed.
       if (err != CL_SUCCESS) record(pending_.front(), err);
-      pending_.pop_front();
+      drop_front();
     }
+  }
+
+  /// Forgets the oldest pending write, releasing its event, or, while a fence that may list it
+  /// is out, keeping it in retired_ (whose room that fence reserved). Under mutex_.
+  void drop_front() noexcept {
+    if (fences_out_ != 0 && pending_.front().number <= fenced_through_) {
+      retired_.push_back(pending_.take_front_event());  // reserved by fence(): does not throw
+    }
+    pending_.pop_front();
+  }
+
+  /// One fence fewer out; with none left, the events kept for them are released. Under mutex_.
+  void end_fence_locked() noexcept {
+    if (fences_out_ == 0 || --fences_out_ != 0) return;
+    fenced_through_ = 0;
+    retired_.clear();
   }
 
   /// quiet() as the ring stands now. Under mutex_, after each change to pending_ or failure_
@@ -289,7 +319,7 @@ class BufferedWrites {
       const cl_int status = asked.known() ? asked.status : asked.query;
       if (status > CL_COMPLETE) return;
       if (status < 0) record(front, status);
-      pending_.pop_front();
+      drop_front();
     }
   }
 
@@ -322,8 +352,11 @@ class BufferedWrites {
   std::uint64_t written_ = 0;    // writes enqueued so far
   cl_int failure_ = CL_SUCCESS;  // the first failed write not yet reported
   std::string failure_what_;
-  std::size_t later_failures_ = 0;  // failed writes after the first, before it was reported
-  std::atomic<bool> quiet_{true};   // pending_ empty and failure_ CL_SUCCESS (update_quiet())
+  std::size_t later_failures_ = 0;    // failed writes after the first, before it was reported
+  std::atomic<bool> quiet_{true};     // pending_ empty and failure_ CL_SUCCESS (update_quiet())
+  std::size_t fences_out_ = 0;        // fences with events whose reads may still wait for them
+  std::uint64_t fenced_through_ = 0;  // the newest write any of them lists
+  std::vector<cl::Event> retired_;    // events let go of while those fences are out
 };
 
 }  // namespace detail

@@ -79,6 +79,10 @@ struct Allocation {
   bool fresh = false;              ///< never handed out before: no command can be using it
   std::shared_ptr<Fences> fences;  ///< other queues' commands on it; null when not pooled
   std::size_t offset = 0;          ///< where this memory begins in `buffer`, in bytes
+  /// While the memory is in the pool: the shape vector of the DeviceBuffer that gave it back,
+  /// whose heap block the next 1-D DeviceBuffer made from it keeps (no allocation for its
+  /// shape: issue 47). Empty elsewhere.
+  std::vector<std::size_t> shape_storage;
 
   /// Byte `at` of this memory as an offset in `buffer`, for OpenCL commands.
   std::size_t at(std::size_t at) const noexcept { return offset + at; }
@@ -92,7 +96,10 @@ class MemoryPool {
  public:
   MemoryPool(cl::Context context, bool host_backed, std::size_t limit_bytes,
              std::uint64_t max_alloc_bytes)
-      : context_(std::move(context)), host_backed_(host_backed), max_alloc_bytes_(max_alloc_bytes) {
+      : context_(std::move(context)),
+        host_backed_(host_backed),
+        max_alloc_bytes_(max_alloc_bytes),
+        limit_(limit_bytes) {
     stats_.limit_bytes = limit_bytes;
   }
 
@@ -118,9 +125,166 @@ class MemoryPool {
   }
 
   /// A buffer of at least `bytes` (> 0) bytes. Trims the pool and retries once when the
-  /// driver or the host is out of memory.
-  Allocation acquire(std::size_t bytes, const char* operation) {
+  /// driver or the host is out of memory. Inline up to the hot slot, the rest out of line.
+  CLBUF_DETAIL_INLINE Allocation acquire(std::size_t bytes, const char* operation) {
     const std::size_t capacity = bin_size(bytes, max_alloc_bytes_);
+    Allocation allocation;
+    if (take_hot(capacity, allocation)) return allocation;
+    return acquire_listed(capacity, operation);
+  }
+
+  /// Takes a buffer back for reuse, or frees it when the pool is full or closed.
+  CLBUF_DETAIL_INLINE void give_back(Allocation&& allocation) noexcept {
+    if (allocation.buffer() != nullptr && give_hot(allocation)) return;
+    give_back_listed(std::move(allocation));
+  }
+
+  /// Memory of `capacity` bytes the pool handed out will not come back (the application owns
+  /// it): it no longer counts as in use. Nothing for 0 (an empty buffer's).
+  void forget(std::size_t capacity) noexcept {
+    if (capacity == 0) return;
+    std::lock_guard<std::mutex> lock(mutex_);
+    uncount(capacity);
+  }
+
+  /// Frees every cached buffer.
+  void trim() noexcept {
+    std::unordered_map<std::size_t, std::vector<Allocation>> dropped;
+    Allocation hot;
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (take_hot_any(hot)) uncount(hot.capacity);
+    dropped.swap(free_);
+    stats_.cached_bytes = 0;
+    stats_.cached_buffers = 0;
+    list_bytes_.store(0, std::memory_order_seq_cst);
+    ++stats_.trims;
+  }
+
+  /// Trims and stops caching (the manager was cleaned up); buffers still out are freed on return.
+  void close() noexcept {
+    closed_.store(true, std::memory_order_seq_cst);  // first: no buffer enters the hot slot after
+    trim();
+    std::lock_guard<std::mutex> lock(mutex_);
+    context_ = cl::Context();
+  }
+
+  void set_limit(std::size_t limit_bytes) noexcept {
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      stats_.limit_bytes = limit_bytes;
+      limit_.store(limit_bytes, std::memory_order_seq_cst);
+      if (stats_.cached_bytes + hot_bytes_.load(std::memory_order_seq_cst) <= limit_bytes) return;
+    }
+    trim();
+  }
+
+  PoolStats stats() const {
+    PoolStats stats;
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      stats = stats_;
+    }
+    // The hot slot's buffer is counted in use by stats_ and cached here; its takes are hits.
+    const std::size_t hot = hot_bytes_.load(std::memory_order_relaxed);
+    if (hot != 0 && stats.in_use_buffers != 0) {
+      stats.in_use_bytes -= std::min(stats.in_use_bytes, hot);
+      --stats.in_use_buffers;
+      stats.cached_bytes += hot;
+      ++stats.cached_buffers;
+    }
+    stats.hits += hot_hits_.load(std::memory_order_relaxed);
+    return stats;
+  }
+
+ private:
+  static bool is_out_of_memory(cl_int err) noexcept {
+    return err == CL_MEM_OBJECT_ALLOCATION_FAILURE || err == CL_OUT_OF_RESOURCES ||
+           err == CL_OUT_OF_HOST_MEMORY;
+  }
+
+  // The hot slot (issue 47): one cached buffer that acquire() takes and give_back() puts back
+  // with atomic operations only, no lock, no map: a round trip through a new buffer (the seed's
+  // upload, then its destruction) does both on every call, and the lock, the bin's lookup and
+  // the list cost ~250 instructions of it. The slot's state says who owns `hot_`: nobody while
+  // empty, the slot while full, the thread that set it busy while busy. Its buffer stays counted
+  // in use by stats_ (the lock's counters) and hot_bytes_ holds its capacity, which stats()
+  // moves to the cached counts; trim() and close() empty the slot under the lock.
+  enum : int { hot_empty = 0, hot_full = 1, hot_busy = 2 };
+
+  /// Moves the slot's buffer into `out` when it is full with a buffer of `capacity` that no
+  /// other queue may still use.
+  CLBUF_DETAIL_INLINE bool take_hot(std::size_t capacity, Allocation& out) noexcept {
+    if (hot_bytes_.load(std::memory_order_relaxed) != capacity) return false;
+    int state = hot_full;
+    if (!hot_state_.compare_exchange_strong(state, hot_busy, std::memory_order_acquire,
+                                            std::memory_order_relaxed)) {
+      return false;
+    }
+    if (hot_.capacity != capacity || (hot_.fences && hot_.fences->busy())) {
+      hot_state_.store(hot_full, std::memory_order_release);
+      return false;
+    }
+    out = std::move(hot_);  // leaves hot_ without a buffer, fences or shape storage
+    hot_bytes_.store(0, std::memory_order_seq_cst);
+    hot_hits_.fetch_add(1, std::memory_order_relaxed);
+    hot_state_.store(hot_empty, std::memory_order_release);
+    return true;
+  }
+
+  /// Puts `allocation` (counted in use) into the empty slot; false when the slot is full or
+  /// busy, the pool closed, or the buffer would take the cached bytes past the limit (then the
+  /// lock's path decides).
+  CLBUF_DETAIL_INLINE bool give_hot(Allocation& allocation) noexcept {
+    if (closed_.load(std::memory_order_relaxed)) return false;
+    int state = hot_empty;
+    if (!hot_state_.compare_exchange_strong(state, hot_busy, std::memory_order_acquire,
+                                            std::memory_order_relaxed)) {
+      return false;
+    }
+    // Within the limit with the lists' bytes. Sequentially consistent, as give_back_listed's
+    // store and load in the other order: of two buffers given back at once, one each way, at
+    // least one sees the other.
+    hot_bytes_.store(allocation.capacity, std::memory_order_seq_cst);
+    if (list_bytes_.load(std::memory_order_seq_cst) + allocation.capacity >
+        limit_.load(std::memory_order_relaxed)) {
+      hot_bytes_.store(0, std::memory_order_seq_cst);
+      hot_state_.store(hot_empty, std::memory_order_release);
+      return false;
+    }
+    allocation.fresh = false;
+    hot_ = std::move(allocation);
+    hot_state_.store(hot_full, std::memory_order_release);
+    if (closed_.load(std::memory_order_seq_cst)) cool_closed();  // close() ran meanwhile
+    return true;
+  }
+
+  CLBUF_DETAIL_COLD void cool_closed() noexcept {
+    Allocation hot;
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (take_hot_any(hot)) uncount(hot.capacity);
+  }
+
+  /// Moves the slot's buffer, whatever its size, into `out` when the slot is full. Under mutex_.
+  bool take_hot_any(Allocation& out) noexcept {
+    int state = hot_full;
+    if (!hot_state_.compare_exchange_strong(state, hot_busy, std::memory_order_acquire,
+                                            std::memory_order_relaxed)) {
+      return false;
+    }
+    out = std::move(hot_);  // leaves hot_ without a buffer, fences or shape storage
+    hot_bytes_.store(0, std::memory_order_seq_cst);
+    hot_state_.store(hot_empty, std::memory_order_release);
+    return true;
+  }
+
+  /// A buffer in use of `capacity` bytes no longer counts as in use. Under mutex_.
+  void uncount(std::size_t capacity) noexcept {
+    stats_.in_use_bytes -= std::min(stats_.in_use_bytes, capacity);
+    stats_.in_use_buffers -= std::min<std::size_t>(stats_.in_use_buffers, 1);
+  }
+
+  /// acquire() past the hot slot: a cached buffer of the bin's list, else a new one.
+  CLBUF_DETAIL_COLD Allocation acquire_listed(std::size_t capacity, const char* operation) {
     {
       std::lock_guard<std::mutex> lock(mutex_);
       auto bin = free_.find(capacity);
@@ -134,6 +298,7 @@ class MemoryPool {
           ++stats_.hits;
           --stats_.cached_buffers;
           stats_.cached_bytes -= capacity;
+          list_bytes_.store(stats_.cached_bytes, std::memory_order_seq_cst);
           ++stats_.in_use_buffers;
           stats_.in_use_bytes += capacity;
           return allocation;
@@ -158,72 +323,30 @@ class MemoryPool {
     return allocation;
   }
 
-  /// Takes a buffer back for reuse, or frees it when the pool is full or closed.
-  void give_back(Allocation&& allocation) noexcept {
+  /// give_back() past the hot slot: into the bin's list, or freed when the pool is full or
+  /// closed.
+  CLBUF_DETAIL_COLD void give_back_listed(Allocation&& allocation) noexcept {
     if (allocation.buffer() == nullptr) {  // release()d to the application: no longer clbuf's
       forget(allocation.capacity);
       return;
     }
     std::unique_lock<std::mutex> lock(mutex_);
-    stats_.in_use_bytes -= std::min(stats_.in_use_bytes, allocation.capacity);
-    stats_.in_use_buffers -= std::min<std::size_t>(stats_.in_use_buffers, 1);
-    if (closed_ || stats_.cached_bytes + allocation.capacity > stats_.limit_bytes) {
+    uncount(allocation.capacity);
+    const std::size_t cached = stats_.cached_bytes + allocation.capacity;
+    // Counted before the slot is looked at (give_hot() looks the other way round).
+    list_bytes_.store(cached, std::memory_order_seq_cst);
+    if (closed_.load(std::memory_order_relaxed) ||
+        cached + hot_bytes_.load(std::memory_order_seq_cst) > stats_.limit_bytes) {
+      list_bytes_.store(stats_.cached_bytes, std::memory_order_seq_cst);
       ++stats_.released;
       lock.unlock();
       allocation = Allocation();  // the host block is freed when the driver drops the buffer
       return;
     }
     allocation.fresh = false;
-    stats_.cached_bytes += allocation.capacity;
+    stats_.cached_bytes = cached;
     ++stats_.cached_buffers;
     free_[allocation.capacity].push_back(std::move(allocation));
-  }
-
-  /// Memory of `capacity` bytes the pool handed out will not come back (the application owns
-  /// it): it no longer counts as in use. Nothing for 0 (an empty buffer's).
-  void forget(std::size_t capacity) noexcept {
-    if (capacity == 0) return;
-    std::lock_guard<std::mutex> lock(mutex_);
-    stats_.in_use_bytes -= std::min(stats_.in_use_bytes, capacity);
-    stats_.in_use_buffers -= std::min<std::size_t>(stats_.in_use_buffers, 1);
-  }
-
-  /// Frees every cached buffer.
-  void trim() noexcept {
-    std::unordered_map<std::size_t, std::vector<Allocation>> dropped;
-    std::lock_guard<std::mutex> lock(mutex_);
-    dropped.swap(free_);
-    stats_.cached_bytes = 0;
-    stats_.cached_buffers = 0;
-    ++stats_.trims;
-  }
-
-  /// Trims and stops caching (the manager was cleaned up); buffers still out are freed on return.
-  void close() noexcept {
-    trim();
-    std::lock_guard<std::mutex> lock(mutex_);
-    closed_ = true;
-    context_ = cl::Context();
-  }
-
-  void set_limit(std::size_t limit_bytes) noexcept {
-    {
-      std::lock_guard<std::mutex> lock(mutex_);
-      stats_.limit_bytes = limit_bytes;
-      if (stats_.cached_bytes <= limit_bytes) return;
-    }
-    trim();
-  }
-
-  PoolStats stats() const {
-    std::lock_guard<std::mutex> lock(mutex_);
-    return stats_;
-  }
-
- private:
-  static bool is_out_of_memory(cl_int err) noexcept {
-    return err == CL_MEM_OBJECT_ALLOCATION_FAILURE || err == CL_OUT_OF_RESOURCES ||
-           err == CL_OUT_OF_HOST_MEMORY;
   }
 
   Allocation create(std::size_t capacity, cl_int& err) {
@@ -268,9 +391,15 @@ class MemoryPool {
   cl::Context context_;
   const bool host_backed_;
   const std::uint64_t max_alloc_bytes_;
-  bool closed_ = false;
+  std::atomic<bool> closed_{false};
   PoolStats stats_;
   std::unordered_map<std::size_t, std::vector<Allocation>> free_;
+  std::atomic<std::size_t> limit_;          // stats_.limit_bytes, for give_hot()
+  std::atomic<std::size_t> list_bytes_{0};  // stats_.cached_bytes (the lists'), for give_hot()
+  std::atomic<int> hot_state_{hot_empty};   // the hot slot: empty, full or busy
+  Allocation hot_;                          // its buffer while full
+  std::atomic<std::size_t> hot_bytes_{0};   // its capacity while full (counted in use)
+  std::atomic<std::uint64_t> hot_hits_{0};  // acquisitions it served
 };
 
 /// The lock under which a DeviceBuffer makes its Lease (the first view of it): one of a few,

@@ -488,11 +488,13 @@ class TransferEngine {
     }
     const cl_int err =
         queue().read_after(buffer, offset, bytes, out, fence.count, fence.list.data());
-    if (err == CL_EXEC_STATUS_ERROR_FOR_EVENTS_IN_WAIT_LIST && fence.count != 0) {
-      settle(operation);
+    const bool fenced = fence.count != 0;  // a fence with events: ended once, from here on
+    if (err != CL_SUCCESS) {
+      if (fenced) buffered_->end_fence();
+      if (err == CL_EXEC_STATUS_ERROR_FOR_EVENTS_IN_WAIT_LIST && fenced) settle(operation);
+      check(err, operation, "clEnqueueReadBuffer");
     }
-    check(err, operation, "clEnqueueReadBuffer");
-    buffered_->settle(operation, fence.last);
+    buffered_->settle(operation, fence.last, fenced);
   }
 
   /// A bounced read's copy out of the pinned block: one memcpy up to 1 MiB, the copy threads
