@@ -7,7 +7,9 @@
 # (segment 3N - segment N) / 2N per method, so one-time costs cancel, and prints a line per row:
 # clbuf, by hand, the difference and the ratio (the goal: <= 1.03), and each one's instructions
 # outside the OpenCL library ("own": the library's bookkeeping, the heap, the copies; the part
-# that does not vary with PoCL's waits).
+# that does not vary with PoCL's waits). A row with a third method "hand_event" (the seed's: the
+# careful version with the write's event asked for and waited for by the read, clbuf's promise
+# for a write it does not wait for) gets a second line against it.
 #
 #   bench/small_call_instructions.sh BUILD_DIR [small_calls arguments, e.g. --rows upload_async]
 #
@@ -36,7 +38,9 @@ collect_atstart=no
 export CLBUF_REQUIRE_DEVICE=${CLBUF_REQUIRE_DEVICE:-1}
 rev=$(git -C "$(dirname "$0")" rev-parse --short HEAD 2> /dev/null || echo unknown)
 dirty=$(git -C "$(dirname "$0")" status --porcelain -- ../include 2> /dev/null | head -1)
-echo "# instructions per call (callgrind, ${ALL_THREADS:+all threads}${ALL_THREADS:-calling thread}, OpenCL included): small_calls $*"
+threads="calling thread"
+[ "$collect_atstart" = no ] || threads="all threads"
+echo "# instructions per call (callgrind, $threads, OpenCL included): small_calls $*"
 echo "# revision $rev${dirty:+ (include/ modified)}, $(valgrind --version), N=$calls, median of $runs runs"
 for run in $(seq "$runs"); do
   rm -f "$dumps"/cg.out*
@@ -78,6 +82,15 @@ done | awk -F'|' -v calls="$calls" -v runs="$runs" '
       if (ratio > worst) worst = ratio
       printf "%-26s %10.0f %10.0f %+8.0f %7.3f %8.0f %8.0f %s\n", r, a, b, a - b, ratio, \
         median(oa), median(ob), each
+      key = 1 "|" r "|hand_event|" calls  # the same-promise version, the seed row
+      if (key in ir) {
+        le = ""
+        for (k = 1; k <= runs; ++k)
+          le = le " " (ir[k "|" r "|hand_event|" 3 * calls] - ir[k "|" r "|hand_event|" calls]) / (2 * calls)
+        e = median(le)
+        printf "%-26s %10.0f %10.0f %+8.0f %7.3f   (against hand_event: the write event asked for)\n", \
+          "  same promise", a, e, a - e, (e > 0 ? a / e : 0)
+      }
     }
     printf "worst ratio %.3f (goal <= 1.03)\n", worst
   }'
