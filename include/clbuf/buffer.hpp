@@ -130,15 +130,21 @@ class DeviceBuffer {
     // (two driver calls less for every buffer from the pool).
     if (memory_.buffer() == nullptr) keep_context_ = context;
   }
-  /// A 1-D buffer of `size` elements: its shape {size} in the heap block that the memory's
-  /// last buffer left in the pool (Allocation::shape_storage), so a buffer from the pool
-  /// allocates nothing on the host. @throws std::bad_alloc (the memory goes back to the pool).
-  DeviceBuffer(detail::Allocation memory, std::shared_ptr<detail::MemoryPool> pool,
-               const cl::Context& context, std::size_t size)
-      : DeviceBuffer(std::move(memory), std::move(pool), context, size, {}) {
+  /// A 1-D buffer of `size` elements, `bytes` (> 0) of `pool`'s memory taken in place, its
+  /// shape {size} in the heap block that the memory's last buffer left in the pool
+  /// (Allocation::shape_storage): a buffer from the pool allocates nothing on the host and moves
+  /// no Allocation (issue 47). @throws Error as MemoryPool::acquire(), std::bad_alloc (the memory
+  /// goes back to the pool: the object is whole once the delegated constructor has run).
+  DeviceBuffer(const std::shared_ptr<detail::MemoryPool>& pool, cl_context context,
+               std::size_t size, std::size_t bytes, const char* operation)
+      : DeviceBuffer(pool, context, size) {
+    pool_->acquire_into(memory_, bytes, operation);
     shape_.swap(memory_.shape_storage);
     shape_.assign(1, size);
   }
+  DeviceBuffer(const std::shared_ptr<detail::MemoryPool>& pool, cl_context context,
+               std::size_t size) noexcept
+      : pool_(pool), context_(context), size_(size) {}  // its memory's buffer retains `context`
 
   /// Records a command of a queue other than the owning manager's that uses this memory: the
   /// pool does not hand the memory out again before it has completed.

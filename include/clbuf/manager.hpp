@@ -1043,9 +1043,8 @@ class BufferManager {
   template <class T>
   DeviceBuffer<T> new_buffer(const char* operation, std::size_t count) {
     const std::size_t bytes = bytes_of<T>(operation, count);
-    detail::Allocation memory =
-        bytes == 0 ? detail::Allocation() : pool_->acquire(bytes, operation);
-    return DeviceBuffer<T>(std::move(memory), pool_, device_.context(), count);
+    if (bytes == 0) return new_buffer<T>(operation, count, {count});
+    return DeviceBuffer<T>(pool_, device_.context()(), count, bytes, operation);
   }
 
   /// The handles of `after` (checked: this context) to hold the queue for.

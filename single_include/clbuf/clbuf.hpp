@@ -951,6 +951,14 @@ class MemoryPool {
     return acquire_listed(capacity, operation);
   }
 
+  /// As acquire(), into `out` (which holds no buffer): a DeviceBuffer's own memory, with no
+  /// Allocation moved on the way (issue 47).
+  CLBUF_DETAIL_INLINE void acquire_into(Allocation& out, std::size_t bytes, const char* operation) {
+    const std::size_t capacity = bin_size(bytes, max_alloc_bytes_);
+    if (take_hot(capacity, out)) return;
+    out = acquire_listed(capacity, operation);
+  }
+
   /// Takes a buffer back for reuse, or frees it when the pool is full or closed.
   CLBUF_DETAIL_INLINE void give_back(Allocation&& allocation) noexcept {
     if (allocation.buffer() != nullptr && give_hot(allocation)) return;
@@ -1693,15 +1701,21 @@ class DeviceBuffer {
     // (two driver calls less for every buffer from the pool).
     if (memory_.buffer() == nullptr) keep_context_ = context;
   }
-  /// A 1-D buffer of `size` elements: its shape {size} in the heap block that the memory's
-  /// last buffer left in the pool (Allocation::shape_storage), so a buffer from the pool
-  /// allocates nothing on the host. @throws std::bad_alloc (the memory goes back to the pool).
-  DeviceBuffer(detail::Allocation memory, std::shared_ptr<detail::MemoryPool> pool,
-               const cl::Context& context, std::size_t size)
-      : DeviceBuffer(std::move(memory), std::move(pool), context, size, {}) {
+  /// A 1-D buffer of `size` elements, `bytes` (> 0) of `pool`'s memory taken in place, its
+  /// shape {size} in the heap block that the memory's last buffer left in the pool
+  /// (Allocation::shape_storage): a buffer from the pool allocates nothing on the host and moves
+  /// no Allocation (issue 47). @throws Error as MemoryPool::acquire(), std::bad_alloc (the memory
+  /// goes back to the pool: the object is whole once the delegated constructor has run).
+  DeviceBuffer(const std::shared_ptr<detail::MemoryPool>& pool, cl_context context,
+               std::size_t size, std::size_t bytes, const char* operation)
+      : DeviceBuffer(pool, context, size) {
+    pool_->acquire_into(memory_, bytes, operation);
     shape_.swap(memory_.shape_storage);
     shape_.assign(1, size);
   }
+  DeviceBuffer(const std::shared_ptr<detail::MemoryPool>& pool, cl_context context,
+               std::size_t size) noexcept
+      : pool_(pool), context_(context), size_(size) {}  // its memory's buffer retains `context`
 
   /// Records a command of a queue other than the owning manager's that uses this memory: the
   /// pool does not hand the memory out again before it has completed.
@@ -10996,9 +11010,8 @@ class BufferManager {
   template <class T>
   DeviceBuffer<T> new_buffer(const char* operation, std::size_t count) {
     const std::size_t bytes = bytes_of<T>(operation, count);
-    detail::Allocation memory =
-        bytes == 0 ? detail::Allocation() : pool_->acquire(bytes, operation);
-    return DeviceBuffer<T>(std::move(memory), pool_, device_.context(), count);
+    if (bytes == 0) return new_buffer<T>(operation, count, {count});
+    return DeviceBuffer<T>(pool_, device_.context()(), count, bytes, operation);
   }
 
   /// The handles of `after` (checked: this context) to hold the queue for.

@@ -133,6 +133,14 @@ class MemoryPool {
     return acquire_listed(capacity, operation);
   }
 
+  /// As acquire(), into `out` (which holds no buffer): a DeviceBuffer's own memory, with no
+  /// Allocation moved on the way (issue 47).
+  CLBUF_DETAIL_INLINE void acquire_into(Allocation& out, std::size_t bytes, const char* operation) {
+    const std::size_t capacity = bin_size(bytes, max_alloc_bytes_);
+    if (take_hot(capacity, out)) return;
+    out = acquire_listed(capacity, operation);
+  }
+
   /// Takes a buffer back for reuse, or frees it when the pool is full or closed.
   CLBUF_DETAIL_INLINE void give_back(Allocation&& allocation) noexcept {
     if (allocation.buffer() != nullptr && give_hot(allocation)) return;
