@@ -253,7 +253,9 @@ class PinnedPool {
       return nullptr;
     }
     hot_bytes_.fetch_sub(size, std::memory_order_relaxed);
-    hot_leases_.fetch_add(1, std::memory_order_relaxed);
+    // Written only by the block's taker, each take ordered after the last by hot_'s exchange
+    // and give-back: a plain store, no locked instruction (issue 47).
+    hot_leases_.store(hot_leases_.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
     return block;
   }
 

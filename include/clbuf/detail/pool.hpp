@@ -233,8 +233,10 @@ class MemoryPool {
       return false;
     }
     out = std::move(hot_);  // leaves hot_ without a buffer, fences or shape storage
-    hot_bytes_.store(0, std::memory_order_seq_cst);
-    hot_hits_.fetch_add(1, std::memory_order_relaxed);
+    // Written by the slot's owner only (the busy state orders the owners): plain stores, no
+    // locked instruction. A stale nonzero hot_bytes_ only makes give_back_listed() cautious.
+    hot_bytes_.store(0, std::memory_order_relaxed);
+    hot_hits_.store(hot_hits_.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
     hot_state_.store(hot_empty, std::memory_order_release);
     return true;
   }

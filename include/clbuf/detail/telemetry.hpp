@@ -29,14 +29,14 @@ class Telemetry {
   }
 
  private:
+  // The operations are the sum of the paths' counts (fill()): one atomic addition fewer a call
+  // (issue 47: each is a locked instruction, ~20 cycles, on the small calls' path).
   struct Counter {
-    std::atomic<std::uint64_t> operations{0};
     std::atomic<std::uint64_t> bytes{0};
     std::atomic<std::uint64_t> nanoseconds{0};
     std::atomic<std::uint64_t> paths[path_count] = {};
 
     void count(Path path, std::uint64_t moved) noexcept {
-      operations.fetch_add(1, std::memory_order_relaxed);
       bytes.fetch_add(moved, std::memory_order_relaxed);
       paths[path].fetch_add(1, std::memory_order_relaxed);
     }
@@ -136,21 +136,21 @@ class Telemetry {
     DirectionStats* out[] = {&stats.upload, &stats.download, &stats.copy};
     for (int d = 0; d < 3; ++d) {
       const Counter& in = counters_[d];
-      out[d]->operations = in.operations.load(std::memory_order_relaxed);
       out[d]->bytes = in.bytes.load(std::memory_order_relaxed);
       out[d]->nanoseconds = in.nanoseconds.load(std::memory_order_relaxed);
       PathStats& paths = out[d]->paths;
       std::uint64_t* const by_path[path_count] = {&paths.host_copy, &paths.staged,  &paths.buffered,
                                                   &paths.bounced,   &paths.relayed, &paths.direct};
+      out[d]->operations = 0;
       for (int p = 0; p < path_count; ++p) {
         *by_path[p] = in.paths[p].load(std::memory_order_relaxed);
+        out[d]->operations += *by_path[p];
       }
     }
   }
 
   void reset() noexcept {
     for (Counter& c : counters_) {
-      c.operations.store(0, std::memory_order_relaxed);
       c.bytes.store(0, std::memory_order_relaxed);
       c.nanoseconds.store(0, std::memory_order_relaxed);
       for (std::atomic<std::uint64_t>& path : c.paths) path.store(0, std::memory_order_relaxed);
