@@ -33,6 +33,7 @@
 #include <cstdint>
 #include <cstring>
 #include <mutex>
+#include <new>
 #include <string>
 #include <utility>
 #include <vector>
@@ -119,8 +120,14 @@ class BufferedWrites {
     }
     if (pending_.empty()) return fence;
     // Room for every event this fence lists to be retired while it is out: no allocation (and
-    // no failure) where the ring lets go of one (reap() is noexcept).
-    retired_.reserve(retired_.size() + pending_.size());
+    // no failure) where the ring lets go of one (reap() is noexcept). Without the room, the read
+    // waits for the newest write instead, which needs none.
+    try {
+      retired_.reserve(retired_.size() + pending_.size());
+    } catch (const std::bad_alloc&) {
+      fence.newest = pending_.back().event;
+      return fence;
+    }
     for (std::size_t i = 0; i < pending_.size(); ++i)
       fence.list[fence.count++] = pending_[i].event();
     fence.last = pending_.back().number;
