@@ -268,10 +268,12 @@ class MemoryPool {
     return true;
   }
 
-  CLBUF_DETAIL_COLD void cool_closed() noexcept {
+  CLBUF_DETAIL_COLD void cool_closed() noexcept {  // freed as a buffer given back once closed
     Allocation hot;
     std::lock_guard<std::mutex> lock(mutex_);
-    if (take_hot_any(hot)) uncount(hot.capacity);
+    if (!take_hot_any(hot)) return;
+    uncount(hot.capacity);
+    ++stats_.released;
   }
 
   /// Moves the slot's buffer, whatever its size, into `out` when the slot is full. Under mutex_.
