@@ -127,10 +127,9 @@ class MemoryPool {
   /// A buffer of at least `bytes` (> 0) bytes. Trims the pool and retries once when the
   /// driver or the host is out of memory. Inline up to the hot slot, the rest out of line.
   CLBUF_DETAIL_INLINE Allocation acquire(std::size_t bytes, const char* operation) {
-    const std::size_t capacity = bin_size(bytes, max_alloc_bytes_);
     Allocation allocation;
-    if (take_hot(capacity, allocation)) return allocation;
-    return acquire_listed(capacity, operation);
+    acquire_into(allocation, bytes, operation);
+    return allocation;
   }
 
   /// As acquire(), into `out` (which holds no buffer): a DeviceBuffer's own memory, with no
@@ -232,13 +231,19 @@ class MemoryPool {
       hot_state_.store(hot_full, std::memory_order_release);
       return false;
     }
-    out = std::move(hot_);  // leaves hot_ without a buffer, fences or shape storage
-    // Written by the slot's owner only (the busy state orders the owners): plain stores, no
-    // locked instruction. A stale nonzero hot_bytes_ only makes give_back_listed() cautious.
-    hot_bytes_.store(0, std::memory_order_relaxed);
+    // Written by the slot's owner only (the busy state orders the owners): a plain store, no
+    // locked instruction.
     hot_hits_.store(hot_hits_.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
-    hot_state_.store(hot_empty, std::memory_order_release);
+    empty_slot_into(out);
     return true;
+  }
+
+  /// Moves the buffer of the slot this thread set busy into `out` and leaves the slot empty.
+  /// A stale nonzero hot_bytes_ seen elsewhere only makes give_back_listed() cautious.
+  void empty_slot_into(Allocation& out) noexcept {
+    out = std::move(hot_);  // leaves hot_ without a buffer, fences or shape storage
+    hot_bytes_.store(0, std::memory_order_relaxed);
+    hot_state_.store(hot_empty, std::memory_order_release);
   }
 
   /// Puts `allocation` (counted in use) into the empty slot; false when the slot is full or
@@ -283,9 +288,7 @@ class MemoryPool {
                                             std::memory_order_relaxed)) {
       return false;
     }
-    out = std::move(hot_);  // leaves hot_ without a buffer, fences or shape storage
-    hot_bytes_.store(0, std::memory_order_seq_cst);
-    hot_state_.store(hot_empty, std::memory_order_release);
+    empty_slot_into(out);
     return true;
   }
 
